@@ -1,0 +1,29 @@
+"""durably.storage: the storage SPI, its errors, the frame codec and the group-commit journal writer."""
+
+from .errors import (
+    BlobNotFoundError,
+    CodecError,
+    ConflictError,
+    CorruptRecordError,
+    DurablyError,
+    FrameLimitError,
+    InvalidRequestError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+    TruncatedRecordError,
+    UnencodableValueError,
+    UnknownSchemaVersionError,
+    UnknownSchemeError,
+    UnsafeCompactionError,
+)
+from .registry import known_schemes, open_store, register_store
+from .spi import CAP_BLOBS, AppendRequest, Store, StoredRecord, StoredSnapshot, StreamId
+
+__all__ = [
+    "CAP_BLOBS", "AppendRequest", "BlobNotFoundError", "CodecError", "ConflictError", "CorruptRecordError",
+    "DurablyError", "FrameLimitError", "InvalidRequestError", "Store", "StoreClosedError", "StoreError",
+    "StoreUnavailableError", "StoredRecord", "StoredSnapshot", "StreamId", "TruncatedRecordError",
+    "UnencodableValueError", "UnknownSchemaVersionError", "UnknownSchemeError", "UnsafeCompactionError",
+    "known_schemes", "open_store", "register_store",
+]

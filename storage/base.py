@@ -1,0 +1,59 @@
+"""``StoreBase``: the parts of the SPI that every adapter would otherwise write again.
+
+Subclass it and implement ``_open``, ``_close`` and the data methods; you get the
+async context manager, the open/closed guard, and ``append`` in terms of
+``append_batch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .errors import ConflictError, StoreClosedError
+from .spi import AppendRequest, StreamId
+
+
+class StoreBase:
+    """Lifecycle and convenience methods shared by adapters (see ``durably.storage.spi.Store``)."""
+
+    capabilities: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        self._is_open = False
+
+    async def open(self) -> None:
+        """Connect (idempotent); adapters implement ``_open``."""
+        if not self._is_open:
+            await self._open()
+            self._is_open = True
+
+    async def close(self) -> None:
+        """Disconnect (idempotent); adapters implement ``_close``."""
+        if self._is_open:
+            self._is_open = False
+            await self._close()
+
+    async def _open(self) -> None:  # pragma: no cover - adapters override when they need to
+        return None
+
+    async def _close(self) -> None:  # pragma: no cover
+        return None
+
+    async def __aenter__(self):
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        """Raise ``StoreClosedError`` outside the open/close window."""
+        if not self._is_open:
+            raise StoreClosedError(f"{type(self).__name__} is not open")
+
+    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
+        """Append one stream's batch; see ``Store.append``. Raises ``ConflictError``."""
+        (result,) = await self.append_batch([AppendRequest(stream, expected_seq, list(records))])
+        if isinstance(result, ConflictError):
+            raise result
+        return result

@@ -1,0 +1,172 @@
+"""The frame codec: CBOR (RFC 8949) + zstd (RFC 8878) + a header and a CRC-32.
+
+Every record and snapshot is stored as one frame::
+
+    offset size  field
+    0      2     magic b"dy"
+    2      1     format version (1)
+    3      1     flags: bit 0 = payload is zstd-compressed
+    4      1     schema id (1 = record, 2 = snapshot)
+    5      2     schema version, big-endian
+    7      4     raw size: bytes of the CBOR payload before compression
+    11     4     stored size: bytes of payload that follow the header
+    15     4     CRC-32 (zlib) of bytes 0..14 and the payload
+    19     ...   payload
+
+The checksum catches flipped bits; the stored size catches a torn (truncated)
+frame; raw size lets decoding refuse a decompression bomb before it inflates.
+
+Only plain data is accepted: None, bool, int (64-bit), float, str, bytes, list
+and dict with str keys. Anything else (a set, a tuple, a datetime, an object)
+fails at save time with the path of the field, because cbor2 would otherwise
+encode some of them as tags that do not round-trip to the same Python value.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import cbor2
+import zstandard
+
+from .errors import CorruptRecordError, FrameLimitError, TruncatedRecordError, UnencodableValueError
+
+MAGIC = b"dy"
+FORMAT_VERSION = 1
+FLAG_ZSTD = 0x01
+_HEADER = struct.Struct(">2sBBBHII")  # magic, format, flags, schema id, schema version, raw, stored
+_CRC = struct.Struct(">I")
+HEADER_SIZE = _HEADER.size + _CRC.size
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A decoded frame: the schema it names, the value, and its sizes in bytes."""
+
+    schema_id: int
+    schema_version: int
+    value: Any
+    raw_size: int
+    stored_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class CodecLimits:
+    """Decoding bounds. ``max_raw_size`` in bytes; ``max_depth`` in nested containers."""
+
+    max_raw_size: int = 256 * 1024 * 1024
+    max_depth: int = 64
+
+
+def check_encodable(value: Any, path: str = "value", max_depth: int = 64) -> None:
+    """Raise ``UnencodableValueError`` naming the first field that cannot be stored.
+
+    In: any value and the name of its root (used in the path, e.g. ``state``).
+    Out: None when every nested value is plain data (see module docstring).
+    """
+    # Iterative walk: user data may be deep and Python's recursion is slow.
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        kind = type(item)
+        if kind is str or kind is bool or kind is float or item is None or kind is bytes:
+            continue
+        if kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                raise UnencodableValueError(where, "int does not fit in 64 bits")
+            continue
+        if depth >= max_depth:
+            raise UnencodableValueError(where, f"nesting deeper than {max_depth} levels")
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is not str:
+                    raise UnencodableValueError(f"{where}[{key!r}]", f"dict key of type {type(key).__name__} is not supported (use str)")
+                stack.append((child, f"{where}.{key}", depth + 1))
+        elif kind is list:
+            for index, child in enumerate(item):
+                stack.append((child, f"{where}[{index}]", depth + 1))
+        else:
+            hint = " (use a list)" if kind is tuple else ""
+            raise UnencodableValueError(where, f"{kind.__name__} is not supported{hint}")
+
+
+class Codec:
+    """Encodes values to frames and back. Not thread-safe: one instance per thread.
+
+    ``level``: zstd level (3 is zstd's default balance). ``min_compress_size``:
+    payloads smaller than this many bytes are stored raw, since zstd's frame
+    overhead outweighs the gain on tiny records. ``limits`` bound decoding.
+    """
+
+    def __init__(self, *, level: int = 3, min_compress_size: int = 256, limits: CodecLimits | None = None) -> None:
+        self.limits = limits or CodecLimits()
+        self._min_compress = min_compress_size
+        self._compressor = zstandard.ZstdCompressor(level=level)
+        self._decompressor = zstandard.ZstdDecompressor()
+
+    def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str | None = "value") -> bytes:
+        """Encode ``value`` as a frame (bytes).
+
+        Raises ``UnencodableValueError`` with the field path (rooted at ``path``)
+        for values outside plain data, before anything is written. ``path=None``
+        skips that check, for callers that already ran ``check_encodable``.
+        """
+        if path is not None:
+            check_encodable(value, path, self.limits.max_depth)
+        raw = cbor2.dumps(value)
+        flags = 0
+        payload = raw
+        if len(raw) >= self._min_compress:
+            compressed = self._compressor.compress(raw)
+            if len(compressed) < len(raw):
+                payload, flags = compressed, FLAG_ZSTD
+        header = _HEADER.pack(MAGIC, FORMAT_VERSION, flags, schema_id, schema_version, len(raw), len(payload))
+        crc = zlib.crc32(payload, zlib.crc32(header))
+        return b"".join((header, _CRC.pack(crc), payload))
+
+    def decode(self, data: bytes, *, stream=None, seq: int | None = None) -> Frame:
+        """Decode a frame. ``stream``/``seq`` only label errors.
+
+        Raises ``TruncatedRecordError`` for a frame shorter than its header says,
+        ``CorruptRecordError`` for bad magic, an unknown format version, a checksum
+        mismatch, trailing bytes or invalid CBOR/zstd, and ``FrameLimitError`` when
+        the size or depth bounds would be passed.
+        """
+        view = memoryview(data)
+        if len(view) < HEADER_SIZE:
+            raise TruncatedRecordError(f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE}-byte header", stream=stream, seq=seq)
+        magic, fmt, flags, schema_id, schema_version, raw_size, stored_size = _HEADER.unpack_from(view)
+        if magic != MAGIC:
+            raise CorruptRecordError("not a durably frame (bad magic)", stream=stream, seq=seq)
+        if fmt != FORMAT_VERSION:
+            raise CorruptRecordError(f"unknown frame format version {fmt}", stream=stream, seq=seq)
+        payload = view[HEADER_SIZE:]
+        if len(payload) < stored_size:
+            raise TruncatedRecordError(f"frame payload has {len(payload)} of {stored_size} bytes", stream=stream, seq=seq)
+        if len(payload) > stored_size:
+            raise CorruptRecordError(f"{len(payload) - stored_size} unexpected bytes after the frame", stream=stream, seq=seq)
+        (crc,) = _CRC.unpack_from(view, _HEADER.size)
+        if zlib.crc32(payload, zlib.crc32(view[: _HEADER.size])) != crc:
+            raise CorruptRecordError("checksum mismatch", stream=stream, seq=seq)
+        if raw_size > self.limits.max_raw_size:
+            raise FrameLimitError(f"frame would decode to {raw_size} bytes, over the {self.limits.max_raw_size}-byte limit", stream=stream, seq=seq)
+        try:
+            if flags & FLAG_ZSTD:
+                raw = self._decompressor.decompress(payload, max_output_size=raw_size)
+            else:
+                raw = payload
+            if len(raw) != raw_size:
+                raise CorruptRecordError(f"payload is {len(raw)} bytes, header says {raw_size}", stream=stream, seq=seq)
+            value = cbor2.loads(raw, max_depth=self.limits.max_depth, allow_indefinite=False)
+        except zstandard.ZstdError as exc:
+            raise CorruptRecordError(f"zstd: {exc}", stream=stream, seq=seq) from exc
+        except cbor2.CBORDecodeError as exc:
+            cls = FrameLimitError if "depth" in str(exc) else CorruptRecordError
+            raise cls(f"cbor: {exc}", stream=stream, seq=seq) from exc
+        return Frame(schema_id, schema_version, value, raw_size, len(payload))

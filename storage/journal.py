@@ -1,0 +1,78 @@
+"""Group commit: many agents' appends share one ``append_batch`` call.
+
+The leader/follower scheme of database WALs (PostgreSQL's ``commit_delay``,
+MySQL's binlog group commit): an append enqueues itself and takes the commit
+lock; whoever holds the lock commits everything queued so far, so while one
+transaction is being made durable, the next one fills up. No background task:
+the first waiter does the work, which keeps structured concurrency intact.
+
+Each ``append`` returns only after the batch that holds it is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+
+from .errors import DurablyError, StoreUnavailableError
+from .spi import AppendRequest, Store, StreamId
+
+
+@dataclass(slots=True)
+class _Pending:
+    request: AppendRequest
+    outcome: int | BaseException | None = None
+
+
+class GroupCommitter:
+    """Funnels appends of many streams into few ``store.append_batch`` calls.
+
+    In: ``store`` (an open ``Store``), ``max_batch`` (most appends per call).
+    Use one per store per process; ``append`` is safe from any number of tasks.
+    """
+
+    def __init__(self, store: Store, *, max_batch: int = 512) -> None:
+        self._store = store
+        self._max_batch = max_batch
+        self._queue: list[_Pending] = []
+        self._lock = anyio.Lock()
+        self.batches = 0  # commits made; appends / batches is the grouping factor
+
+    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
+        """Append ``records`` after ``expected_seq``; return the new last seq once durable.
+
+        Raises ``ConflictError`` (stale expected seq, nothing written),
+        ``StoreUnavailableError`` (outcome unknown: re-read before retrying) and
+        ``InvalidRequestError``.
+        """
+        pending = _Pending(AppendRequest(stream, expected_seq, records))
+        self._queue.append(pending)
+        async with self._lock:
+            if pending.outcome is None:
+                await self._commit_queued()
+        outcome = pending.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def _commit_queued(self) -> None:
+        batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+        # Shielded: once handed to the store, a batch must finish so that every
+        # waiter learns its real outcome; a cancelled leader must not strand them.
+        with anyio.CancelScope(shield=True):
+            try:
+                results = await self._store.append_batch([p.request for p in batch])
+            except Exception as exc:
+                if not isinstance(exc, DurablyError):
+                    # An adapter bug or an untyped driver error: keep it as the cause.
+                    wrapped = StoreUnavailableError(f"append failed: {exc!r}")
+                    wrapped.__cause__ = exc
+                    exc = wrapped
+                for p in batch:
+                    p.outcome = exc
+                return
+        self.batches += 1
+        for p, result in zip(batch, results, strict=True):
+            p.outcome = result

@@ -1,0 +1,191 @@
+"""The storage SPI: what every backend implements, bytes in and bytes out.
+
+An adapter stores opaque frames (already encoded by ``durably.storage.codec``)
+keyed by stream and seq. It never decodes them. The contract below is what the
+conformance kit (``durably.storage.conformance``) checks.
+
+Vocabulary, as in event stores (EventStoreDB, Marten, Akka Persistence):
+
+* a **stream** is the append-only journal of one agent, ``StreamId(namespace, agent_id)``;
+* each record in it has a gapless **seq** starting at 1;
+* an append states the **expected seq** (the last seq the writer saw, 0 for a
+  new stream); a mismatch is a ``ConflictError`` and writes nothing;
+* a **snapshot** is an encoded state at some seq; restore = latest snapshot at or
+  before a seq + the records after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+#: Optional capability: ``put_blob`` / ``get_blob`` (content-addressed artifacts).
+CAP_BLOBS = "blobs"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class StreamId:
+    """The address of one agent's journal: ``namespace`` (a tenant or app) and ``agent_id``.
+
+    Both are non-empty strings of at most 200 characters without NUL or '/'
+    in the namespace, so every backend can use them in keys and paths.
+    """
+
+    namespace: str
+    agent_id: str
+
+    def __post_init__(self) -> None:
+        for name, value in (("namespace", self.namespace), ("agent_id", self.agent_id)):
+            if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
+                raise ValueError(f"StreamId.{name} must be a non-empty str of at most 200 chars without NUL")
+        if "/" in self.namespace:
+            raise ValueError("StreamId.namespace must not contain '/'")
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.agent_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One journal record as stored: its ``seq`` and its encoded frame ``data``."""
+
+    seq: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSnapshot:
+    """One snapshot as stored: the ``seq`` it covers (records 1..seq folded in) and its frame."""
+
+    seq: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """One stream's part of a group commit: append ``records`` after ``expected_seq``."""
+
+    stream: StreamId
+    expected_seq: int
+    records: Sequence[bytes]
+
+
+def check_append(request: AppendRequest) -> None:
+    """Reject a malformed append before any I/O.
+
+    Raises ``InvalidRequestError`` for an empty batch, a negative expected seq or a
+    record that is not ``bytes``. Adapters call this; it keeps the checks in one place.
+    """
+    from .errors import InvalidRequestError
+
+    if request.expected_seq < 0:
+        raise InvalidRequestError(f"expected_seq must be >= 0, got {request.expected_seq}")
+    if not request.records:
+        raise InvalidRequestError("an append needs at least one record")
+    for data in request.records:
+        if not isinstance(data, bytes):
+            raise InvalidRequestError(f"records must be bytes, got {type(data).__name__}")
+
+
+@runtime_checkable
+class Store(Protocol):
+    """An async store of streams, snapshots and (optionally) blobs.
+
+    Lifecycle: build it from a URL with ``durably.storage.open_store`` (no I/O),
+    then ``async with store:`` (or ``await store.open()`` ... ``await store.close()``).
+    Any method called outside that window raises ``StoreClosedError``. Closing
+    and reopening the same location keeps everything acknowledged.
+
+    Errors common to every method: ``StoreUnavailableError`` when the backend
+    cannot be reached or times out; ``InvalidRequestError`` for a malformed call.
+    """
+
+    #: Names of the optional capabilities this adapter supports (see ``CAP_*``).
+    capabilities: frozenset[str]
+
+    async def open(self) -> None:
+        """Connect and create what the backend needs (tables, buckets). Idempotent."""
+
+    async def close(self) -> None:
+        """Release connections. Idempotent. Pending appends finish or fail first."""
+
+    async def __aenter__(self) -> "Store": ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        """Append several streams' batches: a group commit.
+
+        In: requests for distinct or repeated streams (a repeated stream's later
+        request sees the earlier one's records). Out: one entry per request, in
+        order: the new last seq (int) on success, or a ``ConflictError`` (returned,
+        not raised) when its expected seq was stale. Each request is atomic: all
+        of its records or none. Every successful request is durable when this
+        returns: that is the acknowledgement. Raises ``StoreUnavailableError``
+        (then nothing of the call may be assumed written or unwritten beyond what
+        a re-read shows) and ``InvalidRequestError``.
+        """
+
+    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
+        """Append ``records`` atomically after ``expected_seq``; return the new last seq.
+
+        The records get seqs ``expected_seq+1 ..``. Raises ``ConflictError`` when the
+        stream's last seq is not ``expected_seq`` (nothing written).
+        """
+
+    async def last_seq(self, stream: StreamId) -> int:
+        """The highest seq ever appended to the stream; 0 for an unknown stream.
+
+        It never decreases, also after ``delete_records`` removed every record.
+        """
+
+    def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+        """Yield the stored records with seq > ``after_seq`` in seq order.
+
+        Pages through the backend ``page_size`` records at a time, so memory is
+        bounded whatever the stream's length. An unknown stream yields nothing.
+        Records deleted by compaction are not yielded.
+        """
+
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+        """Store a snapshot covering records 1..``seq``. Overwrites one at the same seq.
+
+        Raises ``InvalidRequestError`` when ``seq`` < 1 or > ``last_seq(stream)``.
+        """
+
+    async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
+        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
+
+    async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
+        """Delete snapshots with seq < ``before_seq``; the latest snapshot is always kept."""
+
+    async def delete_records(self, stream: StreamId, through_seq: int) -> None:
+        """Compaction: delete records with seq <= ``through_seq``.
+
+        Raises ``UnsafeCompactionError`` unless a snapshot exists at a seq >=
+        ``through_seq`` (restore still needs everything after the latest snapshot).
+        ``last_seq`` is unchanged.
+        """
+
+    def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
+        """Yield the streams of ``namespace`` whose agent id starts with ``prefix``, sorted by agent id.
+
+        Only that namespace: streams of other namespaces are never yielded.
+        """
+
+    async def delete_stream(self, stream: StreamId) -> None:
+        """Purge: delete the stream's records, snapshots, blobs and last seq.
+
+        Afterwards the stream is unknown (last seq 0) and may be started anew.
+        Deleting an unknown stream is not an error.
+        """
+
+    async def put_blob(self, stream: StreamId, data: bytes) -> str:
+        """Optional (``CAP_BLOBS``): store bytes; return their SHA-256 hex digest.
+
+        Blobs belong to a stream and are purged with it.
+        """
+
+    async def get_blob(self, stream: StreamId, digest: str) -> bytes:
+        """Optional (``CAP_BLOBS``): the blob's bytes. Raises ``BlobNotFoundError``."""
