@@ -96,6 +96,11 @@ def check_encodable(value: Any, path: str = "value", max_depth: int = 64) -> Non
             raise UnencodableValueError(where, f"{kind.__name__} is not supported{hint}")
 
 
+def raw_size(frame: bytes) -> int:
+    """Bytes of a frame's CBOR payload before compression, read from its header."""
+    return _HEADER.unpack_from(frame)[5]
+
+
 class Codec:
     """Encodes values to frames and back. Not thread-safe: one instance per thread.
 
@@ -158,6 +163,12 @@ class Codec:
             raise FrameLimitError(f"frame would decode to {raw_size} bytes, over the {self.limits.max_raw_size}-byte limit", stream=stream, seq=seq)
         try:
             if flags & FLAG_ZSTD:
+                # zstd sizes its output from the content size in its own frame header and
+                # ignores max_output_size then, so a frame declaring more than raw_size
+                # (a crafted bomb with a valid CRC) is refused before it inflates.
+                declared = zstandard.frame_content_size(payload)
+                if declared not in (-1, raw_size):
+                    raise CorruptRecordError(f"zstd frame declares {declared} bytes, header says {raw_size}", stream=stream, seq=seq)
                 raw = self._decompressor.decompress(payload, max_output_size=raw_size)
             else:
                 raw = payload

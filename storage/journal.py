@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import anyio
 
 from .errors import DurablyError, StoreUnavailableError
-from .spi import AppendRequest, Store, StreamId
+from .spi import AppendRequest, Store, StreamId, check_append
 
 
 @dataclass(slots=True)
@@ -47,11 +47,20 @@ class GroupCommitter:
         ``StoreUnavailableError`` (outcome unknown: re-read before retrying) and
         ``InvalidRequestError``.
         """
-        pending = _Pending(AppendRequest(stream, expected_seq, records))
+        request = AppendRequest(stream, expected_seq, records)
+        check_append(request)  # here, so one malformed append cannot fail its whole batch
+        pending = _Pending(request)
         self._queue.append(pending)
-        async with self._lock:
-            if pending.outcome is None:
-                await self._commit_queued()
+        try:
+            async with self._lock:
+                # A loop: with more than max_batch queued, one commit may not reach us.
+                while pending.outcome is None:
+                    await self._commit_queued()
+        except BaseException:
+            # Cancelled while waiting: if no leader took the request yet, withdraw it,
+            # else a retry with the same expected seq would conflict with this orphan.
+            self._queue = [p for p in self._queue if p is not pending]
+            raise
         outcome = pending.outcome
         if isinstance(outcome, BaseException):
             raise outcome
@@ -64,14 +73,18 @@ class GroupCommitter:
         with anyio.CancelScope(shield=True):
             try:
                 results = await self._store.append_batch([p.request for p in batch])
-            except Exception as exc:
+                if len(results) != len(batch):
+                    raise StoreUnavailableError(f"store returned {len(results)} results for {len(batch)} appends")
+            except BaseException as exc:
+                outcome = exc
                 if not isinstance(exc, DurablyError):
                     # An adapter bug or an untyped driver error: keep it as the cause.
-                    wrapped = StoreUnavailableError(f"append failed: {exc!r}")
-                    wrapped.__cause__ = exc
-                    exc = wrapped
+                    outcome = StoreUnavailableError(f"append failed: {exc!r}")
+                    outcome.__cause__ = exc
                 for p in batch:
-                    p.outcome = exc
+                    p.outcome = outcome
+                if not isinstance(exc, Exception):
+                    raise  # KeyboardInterrupt and the like still end the leader
                 return
         self.batches += 1
         for p, result in zip(batch, results, strict=True):

@@ -1,0 +1,245 @@
+"""The agent actor: a mailbox and the step loop of DESIGN.md.
+
+One actor per live agent, the only writer of its stream in this process.
+Between steps it drains its mailbox (messages, decisions, budget, cancel);
+then it either resolves the next pending tool call or asks the model for the
+next response. It returns when the agent finishes, fails, is cancelled or
+parks (waits for a human): a parked agent holds no memory in the runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from durably.schemas.records import Kind
+from durably.storage.errors import StoreUnavailableError, UnencodableValueError
+
+from . import telemetry as tm
+from .agent import AgentDefinition
+from .commands import Command, to_record
+from .errors import AgentFencedError, InvalidCommandError
+from .journal import AgentJournal
+from .state import RUNNING, AgentState
+from .tools import OnUnknownOutcome, Reconciled, Tool, ToolContext
+
+log = logging.getLogger("durably.actor")
+
+
+class AgentActor:
+    """Runs one agent until it stops or parks.
+
+    In: ``definition``, ``journal`` (holding the restored state), ``tracer``,
+    ``mailbox_size`` (bounded: senders wait when it is full). After ``run``:
+    ``state`` is final for this activation, ``error`` holds what stopped it
+    abnormally (``AgentFencedError``, ``StoreUnavailableError``) or None.
+    """
+
+    def __init__(self, definition: AgentDefinition, journal: AgentJournal, tracer, *, mailbox_size: int = 64) -> None:
+        self.definition = definition
+        self.journal = journal
+        self.tracer = tracer
+        self.mailbox: MemoryObjectSendStream[Command]
+        self._inbox: MemoryObjectReceiveStream[Command]
+        self.mailbox, self._inbox = anyio.create_memory_object_stream[Command](mailbox_size)
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+        self._tool_specs = [t.spec() for t in definition.tools]
+
+    @property
+    def state(self) -> AgentState:
+        return self.journal.state
+
+    async def run(self) -> None:
+        """The step loop. Never raises for agent-level failures: they are journaled."""
+        span_name = f"invoke_agent {self.definition.name}"
+        try:
+            with self.tracer.start_as_current_span(span_name) as span:
+                span.set_attribute(tm.AGENT_ID, self.state.agent_id)
+                span.set_attribute(tm.AGENT_NAME, self.definition.name)
+                await self._loop()
+                span.set_attribute(tm.STATUS, self.state.status)
+        except (AgentFencedError, StoreUnavailableError) as exc:
+            # Nothing more can be written safely; the journal holds the truth.
+            log.warning("agent %s stopped: %s", self.state.agent_id, exc)
+            self.error = exc
+        finally:
+            self._close_mailbox()
+            self.done.set()
+
+    async def _loop(self) -> None:
+        while self.state.status == RUNNING:
+            await self._drain_mailbox()
+            if self.state.status != RUNNING:
+                break
+            if self.state.pending_calls:
+                await self._resolve(self.state.pending_calls[0])
+            elif (limit := self._budget_limit()) is not None:
+                await self.journal.append((Kind.BUDGET_EXCEEDED, limit))
+            else:
+                await self._model_step()
+
+    async def _drain_mailbox(self) -> None:
+        while True:
+            try:
+                command = self._inbox.receive_nowait()
+            except anyio.WouldBlock:
+                return
+            try:
+                entry = to_record(self.state, command)
+            except InvalidCommandError as exc:
+                command.finish(exc)
+                continue
+            try:
+                await self.journal.append(entry)
+            except BaseException as exc:
+                command.finish(exc)
+                raise
+            command.finish()
+
+    def _close_mailbox(self) -> None:
+        # Commands still queued go back to the runtime, which applies them directly.
+        self.mailbox.close()
+        while True:
+            try:
+                self._inbox.receive_nowait().finish(_Requeue())
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+        self._inbox.close()
+
+    def _budget_limit(self) -> dict[str, Any] | None:
+        budget, usage = self.state.budget, self.state.usage
+        spent = {
+            "steps": usage["steps"],
+            "tokens": usage["input_tokens"] + usage["output_tokens"],
+            "cost_usd": usage["cost_usd"],
+        }
+        for name, allowed in budget.items():
+            if allowed is not None and spent[name] >= allowed:
+                return {"limit": name, "allowed": allowed, "spent": spent[name]}
+        return None
+
+    async def _model_step(self) -> None:
+        model = self.definition.model
+        with self.tracer.start_as_current_span(f"chat {model.name}") as span:
+            span.set_attribute(tm.OPERATION, "chat")
+            span.set_attribute(tm.MODEL, model.name)
+            span.set_attribute(tm.AGENT_ID, self.state.agent_id)
+            try:
+                response = await model.respond(self.state.messages, self._tool_specs)
+            except Exception as exc:
+                span.record_exception(exc)
+                await self.journal.append((Kind.FAILED, {"reason": f"model error: {type(exc).__name__}: {exc}"}))
+                return
+            span.set_attribute(tm.INPUT_TOKENS, response.usage.input_tokens)
+            span.set_attribute(tm.OUTPUT_TOKENS, response.usage.output_tokens)
+        seq = self.state.last_seq + 1
+        calls = [
+            {"id": c.id or f"call-{seq}-{i}", "name": c.name, "arguments": c.arguments}
+            for i, c in enumerate(response.tool_calls)
+        ]
+        usage = response.usage
+        data = {
+            "text": response.text,
+            "tool_calls": calls,
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd},
+            "plan": response.plan,
+            "model": response.model or model.name,
+        }
+        entries = [(Kind.MODEL_RESPONDED, data)]
+        if not calls:
+            entries.append((Kind.FINISHED, {"result": response.text}))
+        try:
+            await self.journal.append(*entries)
+        except UnencodableValueError as exc:
+            await self.journal.append((Kind.FAILED, {"reason": f"model response cannot be stored: {exc}"}))
+
+    async def _resolve(self, call: dict[str, Any]) -> None:
+        tool = self.definition.tool(call["name"])
+        if tool is None:
+            await self._result(call, error=f"unknown tool {call['name']!r}")
+            return
+        entry = self.state.ledger.get(call["key"])
+        if entry is None:
+            if tool.requires_approval and not await self._approved(call, call["id"], "tool requires approval"):
+                return
+            await self._execute(tool, call, attempt=1)
+            return
+        # An intent without a result: the process died while the tool ran.
+        attempt = entry["attempts"] + 1
+        policy = tool.on_unknown_outcome
+        if policy is OnUnknownOutcome.RETRY:
+            await self._execute(tool, call, attempt)
+        elif policy is OnUnknownOutcome.RECONCILE:
+            await self._reconcile(tool, call, attempt)
+        elif policy is OnUnknownOutcome.ASK:
+            approval_id = f"{call['id']}#attempt{attempt}"
+            reason = f"outcome of attempt {attempt - 1} unknown after a crash; approve to run it again"
+            if await self._approved(call, approval_id, reason):
+                await self._execute(tool, call, attempt)
+        else:
+            reason = f"tool {tool.name} call {call['id']}: outcome unknown after a crash (policy fail)"
+            await self.journal.append((Kind.FAILED, {"reason": reason}))
+
+    async def _approved(self, call: dict[str, Any], approval_id: str, reason: str) -> bool:
+        """True when approved; otherwise parks (request) or records the denial."""
+        request = self.state.approvals.get(approval_id)
+        if request is None:
+            data = {"approval_id": approval_id, "call_id": call["id"], "tool": call["name"],
+                    "arguments": call["arguments"], "key": call["key"], "reason": reason}
+            await self.journal.append((Kind.APPROVAL_REQUESTED, data))
+            return False
+        decision = request["decision"]
+        if decision is None:
+            return False  # still waiting; the status already says so
+        if not decision["approved"]:
+            note = f": {decision['note']}" if decision.get("note") else ""
+            await self._result(call, error=f"denied by {decision.get('by') or 'approver'}{note}")
+            return False
+        return True
+
+    def _context(self, call: dict[str, Any], attempt: int) -> ToolContext:
+        return ToolContext(idempotency_key=call["key"], agent_id=self.state.agent_id, call_id=call["id"], attempt=attempt)
+
+    async def _execute(self, tool: Tool, call: dict[str, Any], attempt: int) -> None:
+        intent = {"key": call["key"], "call_id": call["id"], "tool": tool.name, "attempt": attempt}
+        await self.journal.append((Kind.TOOL_INTENT, intent))  # durable before the side effect
+        with self.tracer.start_as_current_span(f"execute_tool {tool.name}") as span:
+            span.set_attribute(tm.OPERATION, "execute_tool")
+            span.set_attribute(tm.TOOL_NAME, tool.name)
+            span.set_attribute(tm.TOOL_CALL_ID, call["id"])
+            span.set_attribute(tm.TOOL_ATTEMPT, attempt)
+            span.set_attribute(tm.AGENT_ID, self.state.agent_id)
+            try:
+                result = await tool.fn(**call["arguments"], ctx=self._context(call, attempt))
+            except Exception as exc:
+                span.record_exception(exc)
+                await self._result(call, error=f"{type(exc).__name__}: {exc}")
+                return
+        await self._result(call, result=result)
+
+    async def _reconcile(self, tool: Tool, call: dict[str, Any], attempt: int) -> None:
+        assert tool.reconcile is not None  # Tool.__post_init__ guarantees it
+        found = await tool.reconcile(self._context(call, attempt))
+        if isinstance(found, Reconciled):
+            await self._result(call, result=found.result, reconciled=True)
+        else:
+            await self._execute(tool, call, attempt)
+
+    async def _result(self, call: dict[str, Any], *, result: Any = None, error: str | None = None, reconciled: bool = False) -> None:
+        data = {"key": call["key"], "call_id": call["id"], "tool": call["name"], "result": result, "error": error}
+        if reconciled:
+            data["reconciled"] = True
+        try:
+            await self.journal.append((Kind.TOOL_RESULT, data))
+        except UnencodableValueError as exc:
+            # The side effect happened; say so rather than fail the run.
+            data.update(result=None, error=f"tool returned a value that cannot be stored: {exc}")
+            await self.journal.append((Kind.TOOL_RESULT, data))
+
+
+class _Requeue(Exception):
+    """Internal: the actor stopped before handling a command; apply it directly."""

@@ -1,0 +1,111 @@
+"""The ``durably`` command: the demo, and the operator's verbs on a store.
+
+    durably demo                      crash, resume and verify a real agent run
+    durably agents                    list the agents of a namespace and their status
+    durably approve AGENT APPROVAL    decide an approval (--deny to refuse)
+    durably extend AGENT --steps N    raise a suspended agent's budget
+    durably cancel AGENT              stop an agent for good
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from .runtime import Runtime
+
+DEFAULT_STORE = "sqlite:///durably.db"
+
+
+def _store_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", default=os.environ.get("DURABLY_STORE", DEFAULT_STORE),
+                        help="store URL (default: $DURABLY_STORE or %(default)s)")
+    parser.add_argument("--namespace", default="default", help="namespace (tenant) of the agents")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="durably", description="Durable execution for LLM agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run a real agent, SIGKILL it mid-run, resume it and verify")
+    demo.add_argument("--store", default=DEFAULT_STORE, help="store URL (default: %(default)s)")
+    demo.add_argument("--out", default="durably-demo", help="folder for the tools' effects (default: %(default)s)")
+    demo.add_argument("--seed", type=int, help="seed for the module choice and the crash point")
+    demo.add_argument("--modules", type=int, default=24, help="how many stdlib modules to survey (default: %(default)s)")
+
+    agents = sub.add_parser("agents", help="list agents and their status")
+    _store_args(agents)
+
+    approve = sub.add_parser("approve", help="decide an open approval")
+    approve.add_argument("agent_id")
+    approve.add_argument("approval_id")
+    approve.add_argument("--deny", action="store_true", help="refuse instead of approve")
+    approve.add_argument("--by", default=os.environ.get("USER", ""), help="who decides (recorded)")
+    approve.add_argument("--note", default="")
+    _store_args(approve)
+
+    extend = sub.add_parser("extend", help="raise an agent's budget")
+    extend.add_argument("agent_id")
+    extend.add_argument("--steps", type=int, default=0)
+    extend.add_argument("--tokens", type=int, default=0)
+    extend.add_argument("--cost-usd", type=float, default=0.0)
+    _store_args(extend)
+
+    cancel = sub.add_parser("cancel", help="stop an agent for good")
+    cancel.add_argument("agent_id")
+    cancel.add_argument("--reason", default="cancelled from the command line")
+    _store_args(cancel)
+    return parser
+
+
+async def _operate(args: argparse.Namespace, console: Console) -> None:
+    async with Runtime(args.store, namespace=args.namespace) as rt:
+        if args.command == "agents":
+            table = Table("agent", "definition", "status", "seq", "steps", "reason")
+            for state in await rt.agents():
+                table.add_row(state.agent_id, state.definition.get("name", ""), state.status, str(state.last_seq),
+                              str(state.usage["steps"]), state.reason)
+            console.print(table)
+            return
+        if args.command == "approve":
+            state = await rt.approve(args.agent_id, args.approval_id, approved=not args.deny,
+                                     by=f"{args.by} (pid {os.getpid()})", note=args.note)
+            verdict = "denied" if args.deny else "approved"
+        elif args.command == "extend":
+            state = await rt.extend_budget(args.agent_id, steps=args.steps, tokens=args.tokens, cost_usd=args.cost_usd)
+            verdict = "budget extended"
+        else:
+            state = await rt.cancel(args.agent_id, args.reason)
+            verdict = "cancelled"
+        console.print(f"{args.agent_id}: {verdict} at seq {state.last_seq}; status now {state.status}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``durably`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    console = Console()
+    if args.command == "demo":
+        from .demo.run import run_demo
+
+        return run_demo(args.store, Path(args.out), args.seed, args.modules, console)
+    try:
+        anyio.run(_operate, args, console)
+    except Exception as exc:  # operator-facing: one clear line, typed errors carry the detail
+        from durably.storage.errors import DurablyError
+
+        if not isinstance(exc, DurablyError):
+            raise
+        console.print(f"[red]error:[/] {type(exc).__name__}: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

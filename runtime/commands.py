@@ -1,0 +1,96 @@
+"""Commands from outside an agent (a human, an API), and the records they become.
+
+A command is validated against the agent's current state and turned into one
+record. The same translation serves a live actor (which appends it between
+steps, as the stream's single writer) and a parked agent (which the runtime
+restores, appends to and, if it can run again, resumes), so an approval given
+by another process after a restart takes exactly the same path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from durably.schemas.records import Kind
+
+from .errors import InvalidCommandError
+from .state import TERMINAL, AgentState
+
+
+@dataclass
+class Command:
+    """Base: carries the completion signal the submitter waits on."""
+
+    done: anyio.Event = field(default_factory=anyio.Event, init=False, repr=False, compare=False)
+    error: BaseException | None = field(default=None, init=False, repr=False, compare=False)
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """Mark the command handled (durably appended, or rejected with ``error``)."""
+        self.error = error
+        self.done.set()
+
+
+@dataclass
+class SendMessage(Command):
+    """Add a ``role`` message with ``content`` (str) to the conversation."""
+
+    content: str = ""
+    role: str = "user"
+
+
+@dataclass
+class Decide(Command):
+    """Decide the open approval ``approval_id``: ``approved`` or not, ``by`` whom, with a ``note``."""
+
+    approval_id: str = ""
+    approved: bool = True
+    by: str = ""
+    note: str = ""
+
+
+@dataclass
+class ExtendBudget(Command):
+    """Raise the budget by ``steps``, ``tokens`` and ``cost_usd`` (added to the current limits)."""
+
+    steps: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass
+class Cancel(Command):
+    """Stop the agent for good, with a ``reason``."""
+
+    reason: str = ""
+
+
+def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]:
+    """The ``(kind, data)`` record for ``command`` given ``state``.
+
+    Raises ``InvalidCommandError`` when the command does not apply: the agent is
+    finished, failed or cancelled; the approval is unknown or already decided.
+    """
+    if state.status in TERMINAL:
+        raise InvalidCommandError(f"agent {state.agent_id} is {state.status}")
+    if isinstance(command, SendMessage):
+        return Kind.MESSAGE_RECEIVED, {"role": command.role, "content": command.content}
+    if isinstance(command, Decide):
+        request = state.approvals.get(command.approval_id)
+        if request is None:
+            raise InvalidCommandError(f"agent {state.agent_id} has no approval {command.approval_id!r}")
+        if request.get("decision") is not None:
+            raise InvalidCommandError(f"approval {command.approval_id!r} of {state.agent_id} is already decided")
+        data = {"approval_id": command.approval_id, "approved": command.approved, "by": command.by, "note": command.note}
+        return Kind.APPROVAL_DECIDED, data
+    if isinstance(command, ExtendBudget):
+        budget = dict(state.budget)
+        for name, extra in (("steps", command.steps), ("tokens", command.tokens), ("cost_usd", command.cost_usd)):
+            if extra and budget.get(name) is not None:
+                budget[name] = budget[name] + extra
+        return Kind.BUDGET_EXTENDED, {"budget": budget}
+    if isinstance(command, Cancel):
+        return Kind.CANCELLED, {"reason": command.reason}
+    raise InvalidCommandError(f"unknown command {type(command).__name__}")

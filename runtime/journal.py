@@ -1,0 +1,91 @@
+"""The write side of one agent's stream: encode, group-commit, fold, maybe snapshot.
+
+Every record an agent produces goes through ``AgentJournal.append``: it is
+encoded (an unencodable value fails here, before anything is written), made
+durable through the runtime's group committer with the expected seq the agent
+last saw, and only then folded into the in-memory state. So the state never
+runs ahead of the journal, and a stale writer is stopped by its expected seq.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from durably.schemas.records import Record
+from durably.storage.codec import raw_size
+from durably.storage.errors import ConflictError
+from durably.storage.journal import GroupCommitter
+from durably.storage.records import RecordCodec
+from durably.storage.spi import StreamId
+
+from . import telemetry as tm
+from .errors import AgentFencedError
+from .snapshots import SnapshotPolicy, SnapshotWriter
+from .state import AgentState, apply
+
+
+@dataclass
+class JournalServices:
+    """What every agent journal of one runtime shares."""
+
+    codec: RecordCodec
+    committer: GroupCommitter
+    snapshots: SnapshotWriter
+    policy: SnapshotPolicy
+    tracer: Any
+
+
+class AgentJournal:
+    """Appends records to ``stream`` on behalf of ``state`` (kept in step with the journal).
+
+    ``records_since`` / ``bytes_since``: the tail after the last snapshot;
+    ``snapshot_bytes``: that snapshot's stored size (both for the snapshot policy).
+    """
+
+    def __init__(self, services: JournalServices, stream: StreamId, state: AgentState,
+                 *, records_since: int = 0, bytes_since: int = 0, snapshot_bytes: int = 0) -> None:
+        self.services = services
+        self.stream = stream
+        self.state = state
+        self.records_since = records_since
+        self.bytes_since = bytes_since
+        self.snapshot_bytes = snapshot_bytes
+
+    async def append(self, *entries: tuple[str, dict[str, Any]]) -> None:
+        """Durably append ``(kind, data)`` entries as one atomic batch, then fold them.
+
+        Raises ``UnencodableValueError`` (nothing written), ``AgentFencedError``
+        (another writer moved the stream on; nothing written) and
+        ``StoreUnavailableError`` (outcome unknown; restore to find out).
+        """
+        svc = self.services
+        first = self.state.last_seq + 1
+        now = time.time()
+        records = [Record(first + i, kind, data, now) for i, (kind, data) in enumerate(entries)]
+        frames = [svc.codec.encode_record(r) for r in records]
+        stored = sum(map(len, frames))
+        with svc.tracer.start_as_current_span("durably.checkpoint.save") as span:
+            span.set_attribute(tm.AGENT_ID, self.stream.agent_id)
+            span.set_attribute(tm.SEQ, records[-1].seq)
+            span.set_attribute(tm.RECORD_COUNT, len(records))
+            span.set_attribute(tm.RAW_BYTES, sum(map(raw_size, frames)))
+            span.set_attribute(tm.STORED_BYTES, stored)
+            try:
+                await svc.committer.append(self.stream, first - 1, frames)
+            except ConflictError as exc:
+                raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc
+        for record in records:
+            apply(self.state, record)
+        self.records_since += len(records)
+        self.bytes_since += stored
+        if svc.policy.due(self.records_since, self.bytes_since, self.snapshot_bytes):
+            self.snapshot_submitted()
+
+    def snapshot_submitted(self) -> None:
+        """Hand the current state to the background snapshot writer."""
+        self.services.snapshots.submit(self.stream, self.state.last_seq, self.state.to_wire())
+        # Until the writer reports the real size, the state grew by about the tail.
+        self.snapshot_bytes += self.bytes_since
+        self.records_since = self.bytes_since = 0

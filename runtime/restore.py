@@ -1,0 +1,78 @@
+"""Restore = the latest valid snapshot + replay of the records after it.
+
+A snapshot that fails to decode (corrupt, or from an unknown version) is
+skipped for the one before it; the journal is the source of truth. A record
+that fails to decode is never skipped: it raises, and the agent is not resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from durably.storage.codec import raw_size
+from durably.storage.errors import CodecError, CorruptRecordError
+from durably.storage.records import RecordCodec
+from durably.storage.spi import Store, StreamId
+
+from . import telemetry as tm
+from .state import AgentState, apply
+
+log = logging.getLogger("durably.restore")
+
+
+@dataclass
+class Restored:
+    """A restored ``state`` and the tail after its snapshot (for the snapshot policy)."""
+
+    state: AgentState
+    snapshot_seq: int
+    snapshot_bytes: int
+    tail_records: int
+    tail_bytes: int
+
+
+async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer) -> Restored | None:
+    """Rebuild an agent's state from ``store``; None when the stream has no records.
+
+    Raises ``CorruptRecordError`` (a damaged record, or a gap in the seqs, e.g.
+    records compacted away behind a snapshot that no longer decodes) and
+    ``UnknownSchemaVersionError`` (written by a newer durably); the stored bytes
+    are left as they are.
+    """
+    with tracer.start_as_current_span("durably.checkpoint.restore") as span:
+        span.set_attribute(tm.AGENT_ID, stream.agent_id)
+        state, snap_seq, snap_bytes, raw_total = None, 0, 0, 0
+        snapshot = await store.get_snapshot(stream)
+        while snapshot is not None:
+            try:
+                seq, wire, frame = codec.decode_snapshot(snapshot, stream)
+                state, snap_seq, snap_bytes = AgentState.from_wire(wire), seq, len(snapshot.data)
+                state.last_seq = seq
+                raw_total = frame.raw_size
+                break
+            except CodecError as exc:
+                span.add_event("snapshot.skipped", {tm.SNAPSHOT_SEQ: snapshot.seq})
+                log.warning("snapshot of %s at seq %d unreadable, trying an older one: %s", stream, snapshot.seq, exc)
+                snapshot = await store.get_snapshot(stream, snapshot.seq - 1)
+        state = state or AgentState()
+        tail, tail_bytes = 0, 0
+        last = await store.last_seq(stream)  # read first: appends racing the replay only add
+        async for stored in store.read(stream, state.last_seq):
+            record = codec.decode_record(stored, stream)
+            if record.seq != state.last_seq + 1:
+                raise CorruptRecordError(f"gap in the journal: seq {state.last_seq + 1} is missing", stream=stream, seq=record.seq)
+            apply(state, record)
+            tail += 1
+            tail_bytes += len(stored.data)
+            raw_total += raw_size(stored.data)
+        if state.last_seq < last:
+            raise CorruptRecordError(f"journal ends at seq {state.last_seq} but the stream's last seq is {last}", stream=stream, seq=last)
+        if state.last_seq == 0:
+            return None
+        span.set_attribute(tm.SEQ, state.last_seq)
+        span.set_attribute(tm.SNAPSHOT_SEQ, snap_seq)
+        span.set_attribute(tm.RECORD_COUNT, tail)
+        span.set_attribute(tm.STORED_BYTES, snap_bytes + tail_bytes)
+        span.set_attribute(tm.RAW_BYTES, raw_total)
+        return Restored(state, snap_seq, snap_bytes, tail, tail_bytes)

@@ -1,0 +1,301 @@
+"""The Runtime: owns a store, runs agent actors, routes commands, resumes parked agents.
+
+    async with Runtime("sqlite:///agents.db", agents=[my_agent]) as rt:
+        state = await rt.run("my_agent", "ticket-42", "Summarise the open tickets")
+
+Everything an agent does is in its journal, so the runtime itself holds only
+live actors. Stop the process at any point and a new runtime on the same store
+resumes every agent where its journal ends.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterable
+from contextlib import AsyncExitStack
+
+import anyio
+from opentelemetry import trace
+
+from durably.schemas.records import Kind
+from durably.storage.journal import GroupCommitter
+from durably.storage.records import RecordCodec
+from durably.storage.registry import open_store
+from durably.storage.spi import Store, StreamId
+
+from . import commands as cmd
+from .actor import AgentActor, _Requeue
+from .agent import AgentDefinition, Budget
+from .errors import AgentExistsError, AgentFencedError, AgentNotFoundError, DefinitionNotRegisteredError
+from .journal import AgentJournal, JournalServices
+from .restore import restore
+from .snapshots import SnapshotPolicy, SnapshotWriter
+from .state import RUNNING, AgentState
+from .telemetry import tracer as make_tracer
+
+_COMMAND_RETRIES = 8  # expected-seq retries for a command racing another writer
+
+
+class AgentHandle:
+    """A live agent activation. ``await handle.wait()`` returns its state when it
+    stops or parks; raises ``AgentFencedError`` / ``StoreUnavailableError`` if
+    that is what stopped it."""
+
+    def __init__(self, actor: AgentActor) -> None:
+        self._actor = actor
+
+    @property
+    def agent_id(self) -> str:
+        return self._actor.state.agent_id
+
+    async def wait(self) -> AgentState:
+        """The agent's state once this activation ends."""
+        await self._actor.done.wait()
+        if self._actor.error is not None:
+            raise self._actor.error
+        return self._actor.state
+
+
+class Runtime:
+    """Runs durable agents on one store.
+
+    In: ``store`` (a URL for ``open_store``, or a ``Store`` you opened; a URL's
+    store is opened and closed by the runtime), ``agents`` (definitions to
+    register), ``namespace`` (a tenant: the runtime sees only its streams),
+    ``snapshot_policy``, ``worker_id`` (recorded on resume; host:pid by default),
+    ``tracer_provider`` (default: the global OpenTelemetry one), ``mailbox_size``.
+    Use as ``async with``; leaving it cancels live actors (their journals are
+    already durable) and flushes pending snapshots.
+    """
+
+    def __init__(self, store: str | Store, *, agents: Iterable[AgentDefinition] = (), namespace: str = "default",
+                 snapshot_policy: SnapshotPolicy | None = None, worker_id: str | None = None,
+                 tracer_provider: trace.TracerProvider | None = None, mailbox_size: int = 64) -> None:
+        self._store_arg = store
+        self.namespace = namespace
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.policy = snapshot_policy or SnapshotPolicy()
+        self.tracer = make_tracer(tracer_provider)
+        self._mailbox_size = mailbox_size
+        self._definitions: dict[str, AgentDefinition] = {}
+        for definition in agents:
+            self.register(definition)
+        self._live: dict[str, AgentActor] = {}
+        self._exit: AsyncExitStack | None = None
+
+    # lifecycle --------------------------------------------------------------
+
+    async def __aenter__(self) -> "Runtime":
+        async with AsyncExitStack() as stack:
+            if isinstance(self._store_arg, str):
+                self.store = await stack.enter_async_context(open_store(self._store_arg))
+            else:
+                self.store = self._store_arg
+            self.codec = RecordCodec()
+            committer = GroupCommitter(self.store)
+            snapshots = SnapshotWriter(self.store, policy=self.policy, tracer=self.tracer)
+            self._services = JournalServices(self.codec, committer, snapshots, self.policy, self.tracer)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._tg.start_soon(snapshots.run, self._snapshot_written)
+            stack.push_async_callback(self._shutdown)
+            self._exit = stack.pop_all()
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        exit_stack, self._exit = self._exit, None
+        if exit_stack is None:
+            return False
+        try:
+            await exit_stack.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # The task group wraps the body's own exception; hand it back unwrapped.
+            if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                return False
+            raise
+        return False
+
+    async def _shutdown(self) -> None:
+        for actor in list(self._live.values()):
+            actor.mailbox.close()
+        self._tg.cancel_scope.cancel()
+        with anyio.move_on_after(10, shield=True):
+            await self._services.snapshots.flush()
+
+    # definitions ------------------------------------------------------------
+
+    def register(self, definition: AgentDefinition) -> None:
+        """Make ``definition`` available to start and resume agents by its name."""
+        self._definitions[definition.name] = definition
+
+    def _definition(self, name: str) -> AgentDefinition:
+        try:
+            return self._definitions[name]
+        except KeyError:
+            raise DefinitionNotRegisteredError(f"agent definition {name!r} is not registered in this runtime") from None
+
+    def stream(self, agent_id: str) -> StreamId:
+        """The stream of ``agent_id`` in this runtime's namespace."""
+        return StreamId(self.namespace, agent_id)
+
+    # starting and resuming --------------------------------------------------
+
+    async def start(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentHandle:
+        """Start a new agent run on ``task`` (str) and return its handle.
+
+        Raises ``AgentExistsError`` when ``agent_id`` already has a journal,
+        ``DefinitionNotRegisteredError`` for an unknown definition name.
+        """
+        definition = agent if isinstance(agent, AgentDefinition) else self._definition(agent)
+        self._definitions.setdefault(definition.name, definition)
+        journal = AgentJournal(self._services, self.stream(agent_id), AgentState())
+        data = {
+            "namespace": self.namespace, "agent_id": agent_id, "run_id": uuid.uuid4().hex, "task": task,
+            "definition": {"name": definition.name, "version": definition.version, "digest": definition.digest()},
+            "instructions": definition.instructions, "budget": (budget or definition.budget).to_wire(),
+            "worker": self.worker_id,
+        }
+        try:
+            await journal.append((Kind.STARTED, data))
+        except AgentFencedError:
+            raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
+        return self._spawn(definition, journal)
+
+    async def resume(self, agent_id: str) -> AgentHandle | None:
+        """Resume ``agent_id`` from its journal if it can run; None if it is parked or done.
+
+        Appends a ``resumed`` record first: that moves the stream's seq, so a
+        stale process still running this agent is fenced off at its next append.
+        Raises ``AgentNotFoundError``, ``DefinitionNotRegisteredError``,
+        ``CorruptRecordError`` / ``UnknownSchemaVersionError`` (journal unreadable:
+        not resumed, bytes untouched).
+        """
+        if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
+            return AgentHandle(actor)
+        journal = await self._restore_journal(agent_id)
+        if journal.state.status != RUNNING:
+            return None
+        definition = self._definition(journal.state.definition["name"])
+        await journal.append((Kind.RESUMED, {"worker": self.worker_id, "pid": os.getpid()}))
+        return self._spawn(definition, journal)
+
+    async def resume_all(self) -> list[AgentHandle]:
+        """Resume every runnable agent of the namespace whose definition is registered."""
+        handles = []
+        async for stream in self.store.list_streams(self.namespace):
+            if stream.agent_id in self._live:
+                continue
+            try:
+                handle = await self.resume(stream.agent_id)
+            except DefinitionNotRegisteredError:
+                continue
+            if handle is not None:
+                handles.append(handle)
+        return handles
+
+    async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
+        """Start ``agent_id`` (or resume it if its journal exists) and wait until it stops or parks."""
+        try:
+            handle = await self.start(agent, agent_id, task, budget=budget)
+        except AgentExistsError:
+            handle = await self.resume(agent_id)
+            if handle is None:
+                return await self.status(agent_id)
+        return await handle.wait()
+
+    async def serve(self, poll_interval: float = 1.0) -> None:
+        """Resume runnable agents forever, polling the store every ``poll_interval`` seconds.
+
+        This is how an agent parked in one process runs on after another process
+        approved it or extended its budget. Cancel the calling scope to stop.
+        """
+        while True:
+            await self.resume_all()
+            await anyio.sleep(poll_interval)
+
+    async def status(self, agent_id: str) -> AgentState:
+        """The agent's current state, read from the store. Raises ``AgentNotFoundError``."""
+        return (await self._restore_journal(agent_id)).state
+
+    async def agents(self) -> list[AgentState]:
+        """The states of every agent in the namespace."""
+        return [await self.status(s.agent_id) async for s in self.store.list_streams(self.namespace)]
+
+    # commands ---------------------------------------------------------------
+
+    async def approve(self, agent_id: str, approval_id: str, *, approved: bool = True, by: str = "", note: str = "") -> AgentState:
+        """Decide an open approval; a parked agent then resumes here if its definition is registered.
+
+        Returns the state after the decision. Raises ``InvalidCommandError``
+        (unknown or already decided approval) and ``AgentNotFoundError``.
+        """
+        return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note))
+
+    async def extend_budget(self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0) -> AgentState:
+        """Raise a suspended (or running) agent's limits; a suspended one resumes."""
+        return await self._command(agent_id, cmd.ExtendBudget(steps=steps, tokens=tokens, cost_usd=cost_usd))
+
+    async def send(self, agent_id: str, content: str, *, role: str = "user") -> AgentState:
+        """Add a message to the agent's conversation (seen by its next model call)."""
+        return await self._command(agent_id, cmd.SendMessage(content=content, role=role))
+
+    async def cancel(self, agent_id: str, reason: str = "") -> AgentState:
+        """Stop the agent for good (after its current step)."""
+        return await self._command(agent_id, cmd.Cancel(reason=reason))
+
+    async def _command(self, agent_id: str, command: cmd.Command) -> AgentState:
+        actor = self._live.get(agent_id)
+        if actor is not None and not actor.done.is_set():
+            try:
+                await actor.mailbox.send(command)
+                await command.done.wait()
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                command.finish(_Requeue())
+            if not isinstance(command.error, _Requeue):
+                if command.error is not None:
+                    raise command.error
+                return actor.state
+        # No live actor here: the journal is the agent. Append with the expected seq;
+        # if another writer got there first, re-read and decide again.
+        for _ in range(_COMMAND_RETRIES):
+            journal = await self._restore_journal(agent_id)
+            entry = cmd.to_record(journal.state, command)
+            try:
+                await journal.append(entry)
+            except AgentFencedError:
+                continue
+            if journal.state.status == RUNNING and journal.state.definition.get("name") in self._definitions:
+                await self.resume(agent_id)
+            return journal.state
+        raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
+
+    # internals --------------------------------------------------------------
+
+    async def _restore_journal(self, agent_id: str) -> AgentJournal:
+        stream = self.stream(agent_id)
+        restored = await restore(self.store, self.codec, stream, self.tracer)
+        if restored is None:
+            raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
+        return AgentJournal(self._services, stream, restored.state, records_since=restored.tail_records,
+                            bytes_since=restored.tail_bytes, snapshot_bytes=restored.snapshot_bytes)
+
+    def _spawn(self, definition: AgentDefinition, journal: AgentJournal) -> AgentHandle:
+        actor = AgentActor(definition, journal, self.tracer, mailbox_size=self._mailbox_size)
+        agent_id = journal.state.agent_id
+        self._live[agent_id] = actor
+
+        async def run_actor() -> None:
+            try:
+                await actor.run()
+            finally:
+                if self._live.get(agent_id) is actor:
+                    del self._live[agent_id]  # parked or done: nothing of it stays in memory
+
+        self._tg.start_soon(run_actor)
+        return AgentHandle(actor)
+
+    def _snapshot_written(self, stream: StreamId, seq: int, size: int) -> None:
+        actor = self._live.get(stream.agent_id)
+        if actor is not None and stream.namespace == self.namespace:
+            actor.journal.snapshot_bytes = size

@@ -1,0 +1,112 @@
+"""When to snapshot, and the background writer that does it off the hot path.
+
+Policy: snapshot after ``every_records`` records or ``every_bytes`` stored bytes
+since the last snapshot, *and* once the tail is at least ``tail_ratio`` of the
+last snapshot's size. The second condition makes snapshot cost geometric: each
+snapshot is paid for by a tail at least ``tail_ratio`` of its size, so the
+amortised cost per appended byte stays constant however long the conversation
+grows (the same argument as a growing array's doubling), while restore reads
+at most a snapshot plus a tail bounded by ``every_records`` or that ratio.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from durably.storage.codec import raw_size
+from durably.storage.errors import DurablyError
+from durably.storage.records import RecordCodec
+from durably.storage.spi import Store, StreamId
+
+from . import telemetry as tm
+
+log = logging.getLogger("durably.snapshots")
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """``every_records`` (count), ``every_bytes`` (stored bytes), ``tail_ratio``
+    (tail bytes / last snapshot bytes); ``compact``: delete records covered by a
+    snapshot once it is written (restore no longer needs them). Set
+    ``every_records=0`` to turn snapshots off."""
+
+    every_records: int = 200
+    every_bytes: int = 1 << 20
+    tail_ratio: float = 0.5
+    compact: bool = False
+
+    def due(self, records_since: int, bytes_since: int, last_snapshot_bytes: int) -> bool:
+        """True when a snapshot should be taken now."""
+        if self.every_records <= 0:
+            return False
+        if records_since < self.every_records and bytes_since < self.every_bytes:
+            return False
+        return bytes_since >= self.tail_ratio * last_snapshot_bytes
+
+
+class SnapshotWriter:
+    """Encodes and stores snapshots in the background, newest first.
+
+    ``submit`` never blocks the step loop: it replaces any snapshot of the
+    same stream still waiting (only the newest matters). ``run`` is the
+    worker; start it in the runtime's task group. A failed snapshot is logged
+    and skipped: the journal alone is enough for restore.
+    """
+
+    def __init__(self, store: Store, *, policy: SnapshotPolicy, tracer) -> None:
+        self._store = store
+        self._policy = policy
+        self._tracer = tracer
+        self._waiting: dict[StreamId, tuple[int, dict[str, Any]]] = {}
+        self._wake = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
+        self.written = 0
+
+    def submit(self, stream: StreamId, seq: int, state_wire: dict[str, Any]) -> None:
+        """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``."""
+        self._waiting[stream] = (seq, state_wire)
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Wait until every submitted snapshot is written or has failed."""
+        await self._idle.wait()
+
+    async def run(self, on_written) -> None:
+        """Worker loop; ``on_written(stream, seq, stored_bytes)`` is called after each write."""
+        codec = RecordCodec()  # a thread's own codec: zstd contexts are not shareable
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            while self._waiting:
+                stream, (seq, wire) = self._waiting.popitem()
+                size = await self._write(codec, stream, seq, wire)
+                if size is not None:
+                    on_written(stream, seq, size)
+            self._idle.set()
+
+    async def _write(self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> int | None:
+        with self._tracer.start_as_current_span("durably.snapshot.save") as span:
+            span.set_attribute(tm.AGENT_ID, stream.agent_id)
+            span.set_attribute(tm.SEQ, seq)
+            try:
+                # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
+                data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire)
+                with anyio.CancelScope(shield=True):
+                    await self._store.put_snapshot(stream, seq, data)
+                    if self._policy.compact:
+                        await self._store.delete_records(stream, seq)
+                        await self._store.delete_snapshots(stream, seq)
+            except DurablyError as exc:
+                span.record_exception(exc)
+                log.warning("snapshot of %s at seq %d skipped: %s", stream, seq, exc)
+                return None
+            span.set_attribute(tm.RAW_BYTES, raw_size(data))
+            span.set_attribute(tm.STORED_BYTES, len(data))
+            self.written += 1
+            return len(data)

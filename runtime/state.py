@@ -1,0 +1,196 @@
+"""An agent's state as a pure fold of its journal: ``apply(state, record)``.
+
+The state is what a step needs and what a snapshot stores: the conversation,
+the pending tool calls of the last model response, the ledger of executed calls
+keyed by idempotency key, approvals, plan, artifacts, usage against budget and
+the status. ``apply`` appends to the top-level lists and dicts in place (so a
+step costs the same at step 10 and step 10,000) but never mutates an element
+once stored: it replaces it. ``to_wire`` copies the top-level containers, so a
+snapshot being encoded in another thread shares only elements that never change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from durably.schemas.records import Kind, Record
+
+from .tools import idempotency_key
+
+# Statuses. Parked ones hold no memory in the runtime; terminal ones never run again.
+RUNNING = "running"
+WAITING_APPROVAL = "waiting_approval"
+SUSPENDED = "suspended"
+FINISHED = "finished"
+FAILED = "failed"
+CANCELLED = "cancelled"
+TERMINAL = frozenset({FINISHED, FAILED, CANCELLED})
+
+
+@dataclass
+class AgentState:
+    """The folded state of one agent. Plain data only, so it snapshots as CBOR."""
+
+    namespace: str = ""
+    agent_id: str = ""
+    run_id: str = ""
+    definition: dict[str, Any] = field(default_factory=dict)  # name, version, digest
+    status: str = "new"
+    reason: str = ""  # why the status is what it is (budget limit, failure, approval)
+    task: str = ""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    pending_calls: list[dict[str, Any]] = field(default_factory=list)  # id, name, arguments, key
+    ledger: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> call, tool, attempts, done, result
+    approvals: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval id -> request + decision
+    plan: list[str] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)  # name, digest, size
+    usage: dict[str, Any] = field(default_factory=lambda: {"steps": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
+    budget: dict[str, Any] = field(default_factory=lambda: {"steps": None, "tokens": None, "cost_usd": None})
+    result: Any = None
+    last_seq: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        """A plain dict for a snapshot; top-level containers are copied."""
+        wire = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            wire[f.name] = value.copy() if isinstance(value, (list, dict)) else value
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> "AgentState":
+        """Rebuild from ``to_wire`` output; unknown keys are ignored, missing ones default."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in wire.items() if k in names})
+
+    @property
+    def parked(self) -> bool:
+        """True while the agent waits for a human (approval, budget)."""
+        return self.status in (WAITING_APPROVAL, SUSPENDED)
+
+    def open_approvals(self) -> list[dict[str, Any]]:
+        """Approval requests with no decision yet."""
+        return [a for a in self.approvals.values() if a.get("decision") is None]
+
+
+def apply(state: AgentState, record: Record) -> AgentState:
+    """Fold one record into ``state`` (in place) and return it.
+
+    Raises ``ValueError`` when the record does not follow ``state.last_seq``
+    (a gap or a replay), which would mean the journal was misread.
+    """
+    if record.seq != state.last_seq + 1:
+        raise ValueError(f"record seq {record.seq} does not follow {state.last_seq}")
+    handler = _HANDLERS.get(record.kind)
+    if handler is not None:
+        handler(state, record.data)
+    state.last_seq = record.seq
+    return state
+
+
+def _started(s: AgentState, d: dict) -> None:
+    s.namespace, s.agent_id, s.run_id = d["namespace"], d["agent_id"], d["run_id"]
+    s.definition, s.task, s.status = d["definition"], d["task"], RUNNING
+    s.budget = d["budget"]
+    messages = [{"role": "system", "content": d["instructions"]}] if d.get("instructions") else []
+    s.messages = messages + [{"role": "user", "content": d["task"]}]
+
+
+def _message_received(s: AgentState, d: dict) -> None:
+    s.messages.append({"role": d.get("role", "user"), "content": d["content"]})
+
+
+def _model_responded(s: AgentState, d: dict) -> None:
+    calls = d["tool_calls"]
+    s.messages.append({"role": "assistant", "content": d["text"], "tool_calls": calls})
+    s.pending_calls = [dict(c, key=idempotency_key(s.namespace, s.agent_id, s.run_id, c["id"])) for c in calls]
+    usage = d["usage"]
+    s.usage = {
+        "steps": s.usage["steps"] + 1,
+        "input_tokens": s.usage["input_tokens"] + usage["input_tokens"],
+        "output_tokens": s.usage["output_tokens"] + usage["output_tokens"],
+        "cost_usd": s.usage["cost_usd"] + usage["cost_usd"],
+    }
+    if d.get("plan") is not None:
+        s.plan = d["plan"]
+
+
+def _tool_intent(s: AgentState, d: dict) -> None:
+    entry = s.ledger.get(d["key"], {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0, "done": False})
+    s.ledger[d["key"]] = {**entry, "attempts": d["attempt"]}
+
+
+def _tool_result(s: AgentState, d: dict) -> None:
+    key = d["key"]
+    entry = s.ledger.get(key, {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0})
+    outcome = {"result": d.get("result"), "error": d.get("error"), "reconciled": d.get("reconciled", False)}
+    s.ledger[key] = {**entry, "done": True, **outcome}
+    content = d["error"] if d.get("error") is not None else d.get("result")
+    s.messages.append({"role": "tool", "tool_call_id": d["call_id"], "content": content})
+    s.pending_calls = [c for c in s.pending_calls if c["key"] != key]
+
+
+def _plan_updated(s: AgentState, d: dict) -> None:
+    s.plan = d["plan"]
+
+
+def _artifact_stored(s: AgentState, d: dict) -> None:
+    s.artifacts.append(d)
+
+
+def _approval_requested(s: AgentState, d: dict) -> None:
+    s.approvals[d["approval_id"]] = {**d, "decision": None}
+    s.status, s.reason = WAITING_APPROVAL, f"approval {d['approval_id']}: {d['reason']}"
+
+
+def _approval_decided(s: AgentState, d: dict) -> None:
+    request = s.approvals[d["approval_id"]]
+    s.approvals[d["approval_id"]] = {**request, "decision": d}
+    if s.status == WAITING_APPROVAL and not s.open_approvals():
+        s.status, s.reason = RUNNING, ""
+
+
+def _budget_exceeded(s: AgentState, d: dict) -> None:
+    s.status, s.reason = SUSPENDED, f"budget: {d['limit']} limit {d['allowed']} reached ({d['spent']})"
+
+
+def _budget_extended(s: AgentState, d: dict) -> None:
+    s.budget = d["budget"]
+    if s.status == SUSPENDED:
+        s.status, s.reason = RUNNING, ""
+
+
+def _history_compacted(s: AgentState, d: dict) -> None:
+    s.messages = d["messages"]
+
+
+def _finished(s: AgentState, d: dict) -> None:
+    s.status, s.result, s.reason = FINISHED, d["result"], ""
+
+
+def _failed(s: AgentState, d: dict) -> None:
+    s.status, s.reason = FAILED, d["reason"]
+
+
+def _cancelled(s: AgentState, d: dict) -> None:
+    s.status, s.reason = CANCELLED, d.get("reason", "")
+
+
+_HANDLERS = {
+    Kind.STARTED: _started,
+    Kind.MESSAGE_RECEIVED: _message_received,
+    Kind.MODEL_RESPONDED: _model_responded,
+    Kind.TOOL_INTENT: _tool_intent,
+    Kind.TOOL_RESULT: _tool_result,
+    Kind.PLAN_UPDATED: _plan_updated,
+    Kind.ARTIFACT_STORED: _artifact_stored,
+    Kind.APPROVAL_REQUESTED: _approval_requested,
+    Kind.APPROVAL_DECIDED: _approval_decided,
+    Kind.BUDGET_EXCEEDED: _budget_exceeded,
+    Kind.BUDGET_EXTENDED: _budget_extended,
+    Kind.HISTORY_COMPACTED: _history_compacted,
+    Kind.FINISHED: _finished,
+    Kind.FAILED: _failed,
+    Kind.CANCELLED: _cancelled,
+}
