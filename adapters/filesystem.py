@@ -1,0 +1,406 @@
+"""The filesystem adapter: ``file:///path/to/dir``. The worked example of writing an adapter.
+
+Every durable step is "write a temp file, fsync it, link or rename it into place,
+fsync the directory" (the classic recipe for atomic files on POSIX), and every
+decision between racing writers is made by the filesystem itself through an
+exclusive create, so two processes on the same directory are as safe as two
+tasks in one. It imports only public names of ``durably.storage``.
+
+Layout under the root directory::
+
+    streams/<sha256(namespace)>/<sha256(agent_id)>/
+        id                      the StreamId as JSON (names are hashed: see _stream_dir)
+        records/<first seq>     one file per appended batch: its records, in order
+        snapshots/<seq>         one file per snapshot
+        compacted/<seq>         marker: records with seq <= the highest marker are deleted
+        blobs/<sha256>          content-addressed blobs (CAP_BLOBS)
+    tmp/                        temp files, linked or renamed into place when complete
+
+Seq names are zero-padded to 20 digits so they also sort as text.
+
+How an append claims its seqs: a batch of N records after ``expected_seq`` is the
+file ``records/<expected_seq + 1>``. The writer first checks that the stream's
+last batch ends at ``expected_seq``, then creates that file with ``os.link``,
+which fails if the name exists. Batch files are never rewritten, so whoever
+creates ``<expected_seq + 1>`` has won seqs ``expected_seq + 1 .. + N``: any
+other writer either loses that same exclusive create or sees a last seq that is
+not its expected one. The seqs after a batch's first are claimed by the fact
+that nobody can append after them without naming the batch's end as expected.
+
+How ``last_seq`` survives compaction: compaction never deletes the newest batch
+file, whose name and record count give the last seq; it writes a ``compacted``
+marker first, and reads skip records at or below the highest marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import tempfile
+import uuid
+from bisect import bisect_right
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+from anyio.to_thread import run_sync
+
+from durably.storage.base import StoreBase
+from durably.storage.errors import (
+    BlobNotFoundError,
+    ConflictError,
+    CorruptRecordError,
+    InvalidRequestError,
+    UnsafeCompactionError,
+)
+from durably.storage.spi import CAP_BLOBS, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
+
+_BATCH_HEADER = struct.Struct(">4sI")  # magic, record count
+_RECORD_LENGTH = struct.Struct(">Q")
+_MAGIC = b"DRB1"
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def _name(seq: int) -> str:
+    return f"{seq:020d}"
+
+
+def _seqs(directory: Path) -> list[int]:
+    """The seq-named files of ``directory``, sorted; [] if it does not exist."""
+    try:
+        return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def _fsync_dir(directory: Path) -> None:
+    # A new name in a directory is durable only once the directory itself is synced
+    # (POSIX). Windows cannot open a directory and needs no such step.
+    if os.name == "nt":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _batch_count(path: Path) -> int:
+    with open(path, "rb") as file:
+        magic, count = _BATCH_HEADER.unpack(file.read(_BATCH_HEADER.size))
+    if magic != _MAGIC:
+        raise CorruptRecordError(f"{path} is not a batch file")
+    return count
+
+
+def _read_batch(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    magic, count = _BATCH_HEADER.unpack_from(data)
+    offset, records = _BATCH_HEADER.size, []
+    for _ in range(count):
+        (length,) = _RECORD_LENGTH.unpack_from(data, offset)
+        offset += _RECORD_LENGTH.size
+        records.append(data[offset : offset + length])
+        offset += length
+    if magic != _MAGIC or offset != len(data):
+        raise CorruptRecordError(f"{path} is damaged")
+    return records
+
+
+class FileSystemStore(StoreBase):
+    """A ``Store`` in a local directory: ``file:///abs/path`` or ``file:relative/path``.
+
+    Safe for many tasks and many processes on one directory (a local filesystem
+    with hard links and atomic rename: ext4, xfs, apfs, ntfs). Not for network
+    filesystems whose ``link`` or ``rename`` are not atomic. Purging a stream
+    while another writer appends to it leaves either outcome; don't race them.
+    Raises ``ValueError`` for a URL that names a remote host or no path.
+    """
+
+    capabilities = frozenset({CAP_BLOBS})
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        parts = urlsplit(url)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost") or not parts.path:
+            raise ValueError(f"expected file:///path/to/dir, got {url!r}")
+        self.root = Path(url2pathname(parts.path))
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def _open(self) -> None:
+        def create() -> None:
+            (self.root / "streams").mkdir(parents=True, exist_ok=True)
+            (self.root / "tmp").mkdir(exist_ok=True)
+
+        await run_sync(create)
+
+    # -- the one durable write -----------------------------------------------
+
+    def _write(self, final: Path, data: Sequence[bytes], *, replace: bool) -> bool:
+        """Make ``final`` hold ``data`` (joined), atomically and durably.
+
+        ``replace=False`` is an exclusive create: returns False, writing nothing,
+        when ``final`` exists. ``os.link`` gives that atomically, and unlike
+        ``O_CREAT|O_EXCL`` on ``final`` itself never shows a half-written file.
+        """
+        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
+        try:
+            with os.fdopen(fd, "wb") as file:
+                for chunk in data:
+                    file.write(chunk)
+                file.flush()
+                os.fsync(file.fileno())  # the bytes are on disk before the name is
+            if replace:
+                os.replace(tmp, final)
+            else:
+                try:
+                    os.link(tmp, final)
+                except FileExistsError:
+                    return False
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        _fsync_dir(final.parent)
+        return True
+
+    # -- streams -------------------------------------------------------------
+
+    def _stream_dir(self, stream: StreamId) -> Path:
+        # Ids may hold '/', '..', any Unicode and up to 200 characters, which no
+        # filesystem accepts as a name as-is (and some fold case); hashing gives a
+        # safe fixed-length name and the ``id`` file keeps the real one for listing.
+        ns = hashlib.sha256(stream.namespace.encode()).hexdigest()
+        agent = hashlib.sha256(stream.agent_id.encode()).hexdigest()
+        return self.root / "streams" / ns / agent
+
+    def _ensure_stream(self, stream: StreamId) -> Path:
+        directory = self._stream_dir(stream)
+        if not (directory / "id").exists():
+            for sub in ("records", "snapshots", "compacted", "blobs"):
+                (directory / sub).mkdir(parents=True, exist_ok=True)
+            identity = json.dumps([stream.namespace, stream.agent_id]).encode()
+            self._write(directory / "id", [identity], replace=True)
+            _fsync_dir(directory.parent)
+            _fsync_dir(directory.parent.parent)
+        return directory
+
+    def _last_seq(self, directory: Path) -> int:
+        firsts = _seqs(directory / "records")
+        if not firsts:
+            return 0
+        try:
+            return firsts[-1] + _batch_count(directory / "records" / _name(firsts[-1])) - 1
+        except FileNotFoundError:  # the whole stream was purged meanwhile
+            return 0
+
+    def _compacted_through(self, directory: Path) -> int:
+        return max(_seqs(directory / "compacted"), default=0)
+
+    # -- appends -------------------------------------------------------------
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        """Append each request in turn (each atomic); see ``Store.append_batch``."""
+        self._check_open()
+        for request in requests:
+            check_append(request)  # reject malformed requests before any I/O
+        return await run_sync(lambda: [self._append_one(request) for request in requests])
+
+    def _append_one(self, request: AppendRequest) -> int | Exception:
+        directory = self._stream_dir(request.stream)
+        actual = self._last_seq(directory)
+        if actual != request.expected_seq:
+            return ConflictError(request.stream, request.expected_seq, actual)
+        if actual == 0:
+            directory = self._ensure_stream(request.stream)
+        header = _BATCH_HEADER.pack(_MAGIC, len(request.records))
+        chunks = [header]
+        for data in request.records:
+            chunks += [_RECORD_LENGTH.pack(len(data)), data]
+        try:
+            # The linearization point: exactly one writer creates records/<expected+1>.
+            won = self._write(directory / "records" / _name(actual + 1), chunks, replace=False)
+        except FileNotFoundError:  # the stream was purged between our check and our write
+            won = False
+        if not won:
+            return ConflictError(request.stream, request.expected_seq, self._last_seq(directory))
+        return actual + len(request.records)
+
+    async def last_seq(self, stream: StreamId) -> int:
+        """The highest seq ever appended, 0 for an unknown stream; see ``Store.last_seq``."""
+        self._check_open()
+        return await run_sync(self._last_seq, self._stream_dir(stream))
+
+    # -- reads ---------------------------------------------------------------
+
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+        """Yield records with seq > ``after_seq``, ``page_size`` per thread hop; see ``Store.read``."""
+        self._check_open()
+        directory = self._stream_dir(stream)
+        page_size = max(1, page_size)
+        while True:
+            page = await run_sync(self._read_page, directory, after_seq, page_size)
+            for record in page:
+                yield record
+            if len(page) < page_size:
+                return
+            after_seq = page[-1].seq
+
+    def _read_page(self, directory: Path, after_seq: int, page_size: int) -> list[StoredRecord]:
+        floor = max(after_seq, self._compacted_through(directory))
+        firsts = _seqs(directory / "records")
+        page: list[StoredRecord] = []
+        # Start at the batch holding floor + 1: the last one whose first seq is <= it.
+        for first in firsts[max(0, bisect_right(firsts, floor + 1) - 1) :]:
+            try:
+                batch = _read_batch(directory / "records" / _name(first))
+            except FileNotFoundError:
+                continue  # compacted while we listed: its records are gone by design
+            for seq, data in enumerate(batch, start=first):
+                if seq > floor:
+                    page.append(StoredRecord(seq, data))
+                    if len(page) == page_size:
+                        return page
+        return page
+
+    # -- snapshots -----------------------------------------------------------
+
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+        """Store a snapshot at ``seq`` (1..last seq, else ``InvalidRequestError``); overwrites."""
+        self._check_open()
+        directory = self._stream_dir(stream)
+
+        def put() -> None:
+            last = self._last_seq(directory)
+            if not 1 <= seq <= last:
+                raise InvalidRequestError(f"snapshot seq {seq} is outside 1..{last} of {stream}")
+            self._write(directory / "snapshots" / _name(seq), [data], replace=True)
+
+        await run_sync(put)
+
+    async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
+        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
+        self._check_open()
+        directory = self._stream_dir(stream) / "snapshots"
+
+        def get() -> StoredSnapshot | None:
+            seqs = [s for s in _seqs(directory) if at_or_before is None or s <= at_or_before]
+            for seq in reversed(seqs):
+                with contextlib.suppress(FileNotFoundError):  # pruned meanwhile: try the next
+                    return StoredSnapshot(seq, (directory / _name(seq)).read_bytes())
+            return None
+
+        return await run_sync(get)
+
+    async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
+        """Delete snapshots with seq < ``before_seq``, always keeping the latest."""
+        self._check_open()
+        directory = self._stream_dir(stream) / "snapshots"
+
+        def delete() -> None:
+            for seq in _seqs(directory)[:-1]:
+                if seq < before_seq:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(directory / _name(seq))
+            if directory.exists():
+                _fsync_dir(directory)
+
+        await run_sync(delete)
+
+    # -- compaction ----------------------------------------------------------
+
+    async def delete_records(self, stream: StreamId, through_seq: int) -> None:
+        """Delete records with seq <= ``through_seq``; ``UnsafeCompactionError`` without a snapshot >= it."""
+        self._check_open()
+        directory = self._stream_dir(stream)
+
+        def compact() -> None:
+            if not any(seq >= through_seq for seq in _seqs(directory / "snapshots")):
+                raise UnsafeCompactionError(f"no snapshot at or after seq {through_seq} of {stream}")
+            if through_seq < 1:
+                return
+            # The marker first: from now on reads skip these records, whatever files remain.
+            self._write(directory / "compacted" / _name(through_seq), [], replace=True)
+            markers = _seqs(directory / "compacted")
+            for seq in markers[:-1]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(directory / "compacted" / _name(seq))
+            # Then whole batch files below the highest marker, never the newest one:
+            # its name and count are where last_seq comes from.
+            firsts = _seqs(directory / "records")
+            for first, next_first in zip(firsts, firsts[1:]):
+                if next_first - 1 <= markers[-1]:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(directory / "records" / _name(first))
+            _fsync_dir(directory / "records")
+
+        await run_sync(compact)
+
+    # -- listing and purge ---------------------------------------------------
+
+    async def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
+        """Yield the namespace's streams whose agent id starts with ``prefix``, sorted by agent id."""
+        self._check_open()
+        directory = self.root / "streams" / hashlib.sha256(namespace.encode()).hexdigest()
+
+        def scan() -> list[StreamId]:
+            found = []
+            for entry in os.listdir(directory) if directory.exists() else []:
+                try:
+                    ns, agent = json.loads((directory / entry / "id").read_bytes())
+                except FileNotFoundError:
+                    continue  # being created or purged right now
+                if ns == namespace and agent.startswith(prefix):
+                    found.append(StreamId(ns, agent))
+            return sorted(found)
+
+        for stream in await run_sync(scan):
+            yield stream
+
+    async def delete_stream(self, stream: StreamId) -> None:
+        """Purge the stream's records, snapshots, blobs and last seq; unknown streams are fine."""
+        self._check_open()
+        directory = self._stream_dir(stream)
+
+        def purge() -> None:
+            # One rename makes the whole stream vanish at once; then clean up at leisure.
+            trash = self.root / "tmp" / f"purge-{uuid.uuid4().hex}"
+            try:
+                os.rename(directory, trash)
+            except FileNotFoundError:
+                return
+            _fsync_dir(directory.parent)
+            shutil.rmtree(trash, ignore_errors=True)
+
+        await run_sync(purge)
+
+    # -- blobs (CAP_BLOBS) ---------------------------------------------------
+
+    async def put_blob(self, stream: StreamId, data: bytes) -> str:
+        """Store ``data`` under the stream; return its SHA-256 hex digest."""
+        self._check_open()
+        digest = hashlib.sha256(data).hexdigest()
+
+        def put() -> None:
+            directory = self._ensure_stream(stream)
+            self._write(directory / "blobs" / digest, [data], replace=False)  # exists: same bytes
+
+        await run_sync(put)
+        return digest
+
+    async def get_blob(self, stream: StreamId, digest: str) -> bytes:
+        """The blob's bytes; ``BlobNotFoundError`` if absent (or ``digest`` is not a SHA-256 hex)."""
+        self._check_open()
+        if not _DIGEST.fullmatch(digest):  # never let a caller's string become a path
+            raise BlobNotFoundError(f"no blob {digest!r} in {stream}")
+        path = self._stream_dir(stream) / "blobs" / digest
+        try:
+            return await run_sync(path.read_bytes)
+        except FileNotFoundError:
+            raise BlobNotFoundError(f"no blob {digest} in {stream}") from None

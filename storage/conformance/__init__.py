@@ -1,0 +1,58 @@
+"""The storage adapter conformance kit: every promise of ``durably.storage.spi.Store``, as pytest tests.
+
+Subclass ``StoreConformance`` in a test module, name the subclass ``Test...``
+and say how to build your store for a location::
+
+    from durably.storage.conformance import StoreConformance
+
+    class TestMyStore(StoreConformance):
+        def make_store(self, tmp_path):
+            return MyStore(f"my://{tmp_path}")
+
+Run it with ``pytest -rs`` to see the reasons of skipped checks (optional
+capabilities your store does not declare). The async checks run on anyio's
+pytest plugin, installed with durably; pytest-asyncio is not needed and does not
+interfere in either of its modes. The same idea as Akka Persistence's plugin TCK
+and the eventsourcing library's recorder test cases. See docs/writing-an-adapter.md.
+"""
+
+import pytest
+
+# The checks live in this package, not in the user's test module, so ask pytest to
+# rewrite their asserts too: failures then show the compared values.
+pytest.register_assert_rewrite(
+    *(f"{__name__}.{name}" for name in ("appends", "blobs", "compaction", "concurrency", "harness", "lifecycle", "reads", "snapshots"))
+)
+
+from .appends import AppendChecks  # noqa: E402
+from .blobs import BlobChecks  # noqa: E402
+from .compaction import CompactionChecks  # noqa: E402
+from .concurrency import ConcurrencyChecks  # noqa: E402
+from .harness import StoreHarness  # noqa: E402
+from .lifecycle import LifecycleChecks  # noqa: E402
+from .reads import ReadChecks  # noqa: E402
+from .snapshots import SnapshotChecks  # noqa: E402
+
+
+class StoreConformance(
+    LifecycleChecks,
+    AppendChecks,
+    ConcurrencyChecks,
+    ReadChecks,
+    SnapshotChecks,
+    CompactionChecks,
+    BlobChecks,
+):
+    """Every conformance check; subclass it as ``Test<YourStore>`` and override ``make_store``.
+
+    Hooks and settings (see ``StoreHarness``): ``make_store(tmp_path) -> Store``
+    (required: a new, unopened store of the location ``tmp_path``; two calls with
+    the same path give two stores of the same location), ``concurrent_instances``
+    (default True), ``race_tasks`` (16), ``large_size`` (5 MiB), ``many_streams``
+    (100), and the ``anyio_backend`` fixture ("asyncio"). Optional capabilities
+    are read from ``store.capabilities``; their checks skip with the reason when a
+    capability is not declared. Not collected itself: its name has no ``Test`` prefix.
+    """
+
+
+__all__ = ["StoreConformance", "StoreHarness"]

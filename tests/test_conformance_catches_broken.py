@@ -1,0 +1,133 @@
+"""The kit can fail: deliberately broken adapters, each caught by the checks that name its bug.
+
+Each broken adapter is a ``MemoryStore`` with one bug. It is registered under its
+own URL scheme, a generated test module subclasses ``StoreConformance`` for it,
+and pytest runs that module in-process (pytester); we then assert which checks
+failed. A healthy ``MemoryStore`` run the same way is the control: it passes all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+import durably.storage.registry as registry
+from durably.adapters.memory import MemoryStore
+from durably.storage.spi import AppendRequest, StoredRecord, StreamId
+
+pytest_plugins = ["pytester"]
+
+
+class LosesLastBatchOnReopen(MemoryStore):
+    """Acknowledges appends, but the last batch before a close is gone after reopen (a missing fsync)."""
+
+    _unsynced: dict[int, tuple[StreamId, int, int]] = {}
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        results = await super().append_batch(requests)
+        for request, result in zip(requests, results):
+            if isinstance(result, int):
+                self._unsynced[id(self._streams)] = (request.stream, request.expected_seq, result)
+        return results
+
+    async def _open(self) -> None:
+        lost = self._unsynced.pop(id(self._streams), None)
+        if lost is not None:
+            stream, before, last = lost
+            found = self._streams[stream]
+            for seq in range(before + 1, last + 1):
+                found.records.pop(seq, None)
+            found.last_seq = before
+
+
+class AcceptsStaleExpectedSeq(MemoryStore):
+    """Treats any expected seq below the stream's last seq as if it were current (no conflict)."""
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        results: list[int | Exception] = []
+        for request in requests:
+            current = await self.last_seq(request.stream)
+            if request.expected_seq < current:
+                request = AppendRequest(request.stream, current, request.records)
+            results += await super().append_batch([request])
+        return results
+
+
+class ReadsOutOfOrder(MemoryStore):
+    """Yields each page of records in reverse order."""
+
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+        records = [record async for record in super().read(stream, after_seq, page_size=page_size)]
+        for record in reversed(records):
+            yield record
+
+
+class CompactsPastTheSnapshot(MemoryStore):
+    """Checks for a covering snapshot, then deletes one record too many."""
+
+    async def delete_records(self, stream: StreamId, through_seq: int) -> None:
+        await super().delete_records(stream, through_seq)
+        self._streams[stream].records.pop(through_seq + 1, None)
+
+
+KIT_MODULE = """
+import hashlib
+from durably.storage import open_store
+from durably.storage.conformance import StoreConformance
+
+class TestKit(StoreConformance):
+    def make_store(self, tmp_path):
+        return open_store("{scheme}://" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16])
+"""
+
+
+#: How the generated module runs: without pytest-asyncio, or with it in either mode.
+ASYNCIO_PLUGIN = {
+    "none": ["-p", "no:asyncio"],
+    "strict": ["-o", "asyncio_mode=strict", "-o", "asyncio_default_fixture_loop_scope=function"],
+    "auto": ["-o", "asyncio_mode=auto", "-o", "asyncio_default_fixture_loop_scope=function"],
+}
+
+
+def run_kit(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, store_class: type, asyncio_plugin: str = "none"
+) -> tuple[set[str], int]:
+    """Run the whole kit against ``store_class``; return (names of failed checks, passed count)."""
+    scheme = f"kit-{store_class.__name__.lower()}"
+    # register_store has no undo; restore the process-wide table after this test.
+    monkeypatch.setitem(registry._registered, scheme, store_class)
+    pytester.makepyfile(**{f"test_{scheme.replace('-', '_')}": KIT_MODULE.format(scheme=scheme)})
+    result = pytester.inline_run("-p", "no:cacheprovider", "-p", "anyio", *ASYNCIO_PLUGIN[asyncio_plugin])
+    passed, _skipped, failed = result.listoutcomes()
+    return {report.nodeid.rsplit("::", 1)[-1] for report in failed}, len(passed)
+
+
+@pytest.mark.parametrize("asyncio_plugin", sorted(ASYNCIO_PLUGIN))
+def test_healthy_memory_store_passes_the_whole_kit(pytester, monkeypatch, asyncio_plugin) -> None:
+    """The control, also showing the kit runs alike with and without pytest-asyncio (either mode)."""
+    failed, passed = run_kit(pytester, monkeypatch, MemoryStore, asyncio_plugin)
+    assert failed == set()
+    assert passed > 30
+
+
+@pytest.mark.parametrize(
+    ("store_class", "must_fail"),
+    [
+        (LosesLastBatchOnReopen, {"test_reopen_keeps_everything_acknowledged"}),
+        (
+            AcceptsStaleExpectedSeq,
+            {
+                "test_stale_expected_seq_conflicts_and_writes_nothing",
+                "test_racing_appends_exactly_one_wins_each_seq",
+                "test_append_batch_repeated_stream_sees_earlier_request",
+            },
+        ),
+        (ReadsOutOfOrder, {"test_read_after_seq", "test_read_pages_smaller_than_the_stream"}),
+        (CompactsPastTheSnapshot, {"test_compaction_deletes_through_seq_only"}),
+    ],
+    ids=lambda value: value.__name__ if isinstance(value, type) else None,
+)
+def test_the_kit_catches_a_broken_adapter(pytester, monkeypatch, store_class, must_fail) -> None:
+    failed, _passed = run_kit(pytester, monkeypatch, store_class)
+    assert must_fail <= failed, f"{store_class.__name__}: the kit should have failed {must_fail - failed}"
