@@ -1,4 +1,8 @@
-"""Every built-in adapter runs the public conformance kit."""
+"""Every built-in adapter runs the public conformance kit.
+
+The S3 adapter runs it in tests/test_s3_adapter.py (``TestS3Conformance``), next to
+the local S3 server fixture it needs; running it here as well would only double the time.
+"""
 
 from __future__ import annotations
 
