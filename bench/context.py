@@ -1,0 +1,112 @@
+"""What every suite gets: sizes for the chosen run length, the store URL, a
+scratch folder, the workload, the results and a progress bar."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from .results import Results
+from .workload import Step, Workload
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each suite does. Counts are records, steps or repeats.
+
+    ``conversations``: steps of the single-agent conversations of agent-steps
+    (the target figures use the 1,000-step one); ``agents``/``agent_steps``:
+    the concurrent run; ``restore_records``: history lengths to restore.
+    """
+
+    append_records: int
+    append_concurrency: tuple[int, ...]
+    conversations: tuple[int, ...]
+    agents: int
+    agent_steps: int
+    growth_steps: int
+    restore_records: tuple[int, ...]
+    restore_repeats: int
+    codec_steps: int
+    overhead_steps: int
+    peer_steps: int
+
+
+#: Under a minute on 2 cores, every suite included.
+QUICK = Sizes(append_records=1_024, append_concurrency=(1, 4, 16, 64), conversations=(300,), agents=16, agent_steps=30,
+              growth_steps=300, restore_records=(100, 1_000, 10_000), restore_repeats=5, codec_steps=300,
+              overhead_steps=300, peer_steps=200)
+#: The default: the 1,000-step conversation the targets name, LangGraph on it.
+MEDIUM = Sizes(append_records=2_000, append_concurrency=(1, 4, 16, 64), conversations=(1_000,), agents=16,
+               agent_steps=100, growth_steps=1_000, restore_records=(100, 1_000, 10_000), restore_repeats=10,
+               codec_steps=1_000, overhead_steps=1_000, peer_steps=1_000)
+#: Adds the 10,000-step conversation and the 100,000-record restore.
+FULL = Sizes(append_records=8_000, append_concurrency=(1, 4, 16, 64), conversations=(1_000, 10_000), agents=16,
+             agent_steps=300, growth_steps=10_000, restore_records=(100, 1_000, 10_000, 100_000), restore_repeats=10,
+             codec_steps=2_000, overhead_steps=2_000, peer_steps=1_000)
+MODES = {"quick": QUICK, "medium": MEDIUM, "full": FULL}
+
+
+class Progress(Protocol):
+    """The part of a progress display the suites use."""
+
+    def start(self, description: str, total: int) -> Any: ...
+
+    def advance(self, task: Any, amount: int = 1) -> None: ...
+
+
+class NoProgress:
+    """A ``Progress`` that shows nothing (library use, tests)."""
+
+    def start(self, description: str, total: int) -> Any:
+        return None
+
+    def advance(self, task: Any, amount: int = 1) -> None:
+        return None
+
+
+@dataclass
+class Bench:
+    """A run's shared context. ``store``: the URL every suite measures;
+    ``scratch``: a folder for the limit's and the peers' databases."""
+
+    store: str
+    scratch: Path
+    sizes: Sizes
+    results: Results
+    workload: Workload
+    progress: Progress = field(default_factory=NoProgress)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    _conversations: dict[tuple[int, int], list[Step]] = field(default_factory=dict)
+    memo: dict[Any, Any] = field(default_factory=dict)  # results shared between suites of one run
+
+    def namespace(self, suite: str, *parts: object) -> str:
+        """A namespace no earlier run used, so suites can share one store."""
+        return "-".join(["bench", self.run_id, suite, *map(str, parts)])
+
+    def conversation(self, steps: int, agent: int = 0) -> list[Step]:
+        """The seeded conversation of ``agent`` (cached: the same steps for every suite)."""
+        key = (steps, agent)
+        if key not in self._conversations:
+            self._conversations[key] = self.workload.conversation(steps, agent)
+        return self._conversations[key]
+
+    @property
+    def is_sqlite(self) -> bool:
+        """True when the store under test is a SQLite file."""
+        return urlsplit(self.store).scheme == "sqlite"
+
+
+def shareable_url(url: str, run_id: str) -> str:
+    """``url`` such that a second handle sees the first one's data.
+
+    ``memory://`` without a name is private to its instance, which would make a
+    cold restore (a new store handle) find nothing; give it a name.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "memory" and not parts.netloc:
+        return f"memory://bench-{run_id}"
+    return url

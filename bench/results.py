@@ -1,0 +1,163 @@
+"""What a bench run produces: figures with units, ratios between them, targets, the machine.
+
+Every number is a ``Figure`` naming its suite, the system measured (durably,
+the raw-SQLite limit, a peer), the store URL and the parameters, so the JSON
+output can be compared across runs and machines without reading any code.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from typing import Any
+
+#: Packages whose versions are recorded with every run.
+PACKAGES = ("durably", "aiosqlite", "anyio", "cbor2", "zstandard", "rich", "opentelemetry-api",
+            "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "langchain-core", "ormsgpack")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of ``values`` by linear interpolation
+    (NumPy's default method); NaN for an empty list."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass
+class Figure:
+    """One measured number: ``value`` in ``unit`` for ``name`` of ``system`` in ``suite``."""
+
+    suite: str
+    name: str
+    value: float
+    unit: str
+    system: str = "durably"
+    store: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Ratio:
+    """``numerator / denominator`` (two figures' values); ``better`` says which
+    direction is good for durably ("higher" or "lower")."""
+
+    suite: str
+    name: str
+    value: float
+    numerator: dict[str, Any]
+    denominator: dict[str, Any]
+    better: str = "higher"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Target:
+    """A goal from the issue: ``measured`` compared with ``threshold`` by ``op`` ("<=" or ">=")."""
+
+    name: str
+    measured: float
+    op: str
+    threshold: float
+    met: bool
+    basis: str
+    note: str = ""
+
+
+def machine() -> dict[str, Any]:
+    """Cores, CPU model, OS, Python, SQLite and package versions, load average."""
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "cores": os.cpu_count(), "cpu": cpu, "os": platform.platform(), "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(), "sqlite": sqlite3.sqlite_version,
+        "packages": versions, "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+class Results:
+    """Collects the figures, ratios, targets and notes of one run."""
+
+    def __init__(self, *, store: str, mode: str, seed: int, argv: list[str] | None = None) -> None:
+        self.store = store
+        self.mode = mode
+        self.seed = seed
+        self.argv = argv or []
+        self.started = time.time()
+        self.figures: list[Figure] = []
+        self.ratios: list[Ratio] = []
+        self.targets: list[Target] = []
+        self.notes: list[str] = []
+        self.machine = machine()
+
+    def add(self, suite: str, name: str, value: float, unit: str, *, system: str = "durably",
+            store: str | None = None, **params: Any) -> Figure:
+        """Record a figure (``store`` defaults to the run's store) and return it."""
+        figure = Figure(suite, name, float(value), unit, system, self.store if store is None else store, params)
+        self.figures.append(figure)
+        return figure
+
+    def find(self, suite: str, name: str, system: str = "durably", **params: Any) -> Figure | None:
+        """The last figure matching ``suite``, ``name``, ``system`` and every given parameter."""
+        for figure in reversed(self.figures):
+            if (figure.suite, figure.name, figure.system) == (suite, name, system) and all(
+                figure.params.get(k) == v for k, v in params.items()
+            ):
+                return figure
+        return None
+
+    def ratio(self, suite: str, name: str, numerator: Figure | None, denominator: Figure | None,
+              better: str = "higher", **params: Any) -> Ratio | None:
+        """Record ``numerator.value / denominator.value``; None when either is missing or zero."""
+        if numerator is None or denominator is None or not denominator.value:
+            return None
+        ratio = Ratio(suite, name, numerator.value / denominator.value, _ref(numerator), _ref(denominator), better, params)
+        self.ratios.append(ratio)
+        return ratio
+
+    def target(self, name: str, measured: float | None, op: str, threshold: float, basis: str, note: str = "") -> None:
+        """Check a target; skipped (with a note) when its measurement was not made in this run."""
+        if measured is None:
+            self.notes.append(f"target not checked in this run: {name} (needs {basis})")
+            return
+        met = measured <= threshold if op == "<=" else measured >= threshold
+        self.targets.append(Target(name, measured, op, threshold, met, basis, note))
+
+    def note(self, text: str) -> None:
+        """A line of context shown under the table and stored in the JSON."""
+        self.notes.append(text)
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything, as plain data (the ``--json`` file)."""
+        info = dict(self.machine)
+        info["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        return {
+            "format": "durably-bench/1", "started_at": self.started, "duration_s": time.time() - self.started,
+            "argv": self.argv, "mode": self.mode, "seed": self.seed, "store": self.store, "machine": info,
+            "figures": [asdict(f) for f in self.figures], "ratios": [asdict(r) for r in self.ratios],
+            "targets": [asdict(t) for t in self.targets], "notes": self.notes,
+        }
+
+
+def _ref(figure: Figure) -> dict[str, Any]:
+    return {"suite": figure.suite, "name": figure.name, "system": figure.system, "value": figure.value,
+            "unit": figure.unit, "params": figure.params}

@@ -1,0 +1,95 @@
+"""Run the chosen suites against one store and check the issue's targets.
+
+    results = anyio.run(run_bench, "sqlite:///bench.db", ["append"], QUICK)
+
+The library entry point behind ``durably bench``; the CLI adds the progress
+bar, the table and the JSON file.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .context import Bench, NoProgress, Progress, Sizes, shareable_url
+from .results import Results
+from .suites import SUITES
+from .workload import Workload
+
+
+def _scratch_for(store: str) -> Path:
+    """A new scratch folder, beside the store's file when it is SQLite (same disk as the
+    store under test, so the limit and the peers meet the same fsync)."""
+    parts = urlsplit(store)
+    parent = None
+    if parts.scheme == "sqlite" and len(parts.path) > 1:
+        parent = Path(parts.path[1:]).absolute().parent
+        parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="durably-bench-", dir=parent))
+
+
+async def run_bench(store: str | None, suites: Iterable[str], sizes: Sizes, *, mode: str = "custom", seed: int = 0,
+                    progress: Progress | None = None, argv: list[str] | None = None) -> Results:
+    """Run ``suites`` (names of ``SUITES``) on ``store`` (a URL; None: a temporary SQLite file).
+
+    Returns the ``Results`` with figures, ratios and target checks. Raises
+    ``KeyError`` for an unknown suite name and whatever the store raises.
+    Temporary files (the default store, the limit's and LangGraph's databases)
+    are removed at the end.
+    """
+    names = list(suites)
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise KeyError(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(SUITES)}")
+    temporary = store is None
+    scratch = Path(tempfile.mkdtemp(prefix="durably-bench-")) if temporary else _scratch_for(store)
+    url = f"sqlite:///{scratch / 'durably-bench.db'}" if temporary else store
+    try:
+        results = Results(store=url, mode=mode, seed=seed, argv=argv)
+        bench = Bench(store=url, scratch=scratch, sizes=sizes, results=results, workload=Workload(seed),
+                      progress=progress or NoProgress())
+        bench.store = results.store = shareable_url(url, bench.run_id)
+        if not bench.is_sqlite:
+            results.note(f"the limit is plain aiosqlite on {scratch}; durably runs on {bench.store}")
+        for name in names:
+            await SUITES[name](bench)
+        check_targets(results)
+        return results
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def check_targets(results: Results) -> None:
+    """The issue's targets, each from the figures that measure it (skipped with a note when absent)."""
+    by_name = {}
+    for ratio in results.ratios:
+        by_name.setdefault((ratio.suite, ratio.name), []).append(ratio)
+
+    def pick(suite: str, name: str, **params):
+        for ratio in reversed(by_name.get((suite, name), [])):
+            if all(ratio.params.get(k) == v for k, v in params.items()):
+                return ratio
+        return None
+
+    peers = pick("peers", "steps_per_s durably/langgraph")
+    basis = f"peers, {peers.params['steps']}-step conversation" if peers else "the peers suite"
+    results.target("agent steps/s >= 50x LangGraph AsyncSqliteSaver (sync)", peers and peers.value, ">=", 50, basis)
+    stored = pick("peers", "stored_bytes durably/langgraph")
+    results.target("stored bytes <= 1/1,000 of LangGraph's", stored and stored.value, "<=", 0.001, basis)
+    for ratio in by_name.get(("agent-steps", "step_p50_last10/first10"), []):
+        steps = ratio.params.get("steps")
+        results.target(f"step p50, last 10% / first 10% <= 1.3 ({steps:,} steps)", ratio.value, "<=", 1.3,
+                       f"agent-steps, {steps}-step conversation, 1 agent")
+    if not by_name.get(("agent-steps", "step_p50_last10/first10")):
+        results.target("step p50, last 10% / first 10% <= 1.3", None, "<=", 1.3, "the agent-steps suite")
+    restore = next((r for (suite, name), found in by_name.items() for r in found
+                    if suite == "restore" and name.startswith("restore_warm_p50 ")), None)
+    basis = f"restore suite, warm p50, {restore.name.split()[1]} records" if restore else "the restore suite"
+    note = "" if restore is None or restore.name.endswith("100000/100") else "the full run restores 100,000 records"
+    results.target("restore of 100,000 records <= 2x restore of 100", restore and restore.value, "<=", 2, basis, note)
+    group = pick("append", "durably/limit-group-commit", agents=16)
+    results.target("16 agents: >= 70% of raw aiosqlite group-commit rate", group and group.value, ">=", 0.7,
+                   "append suite, 16 concurrent agents, records/s")

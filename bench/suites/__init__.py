@@ -1,0 +1,13 @@
+"""The bench suites, in the order a full run takes them. Each is ``async run(bench)``."""
+
+from . import agent_steps, append, codec, growth, overhead, peers, restore
+
+SUITES = {
+    "codec": codec.run,
+    "append": append.run,
+    "agent-steps": agent_steps.run,
+    "growth": growth.run,
+    "overhead": overhead.run,
+    "restore": restore.run,
+    "peers": peers.run,
+}

@@ -1,0 +1,94 @@
+"""codec: encode+compress and decompress+decode MB/s, and compression ratios.
+
+On the records of a seeded conversation (as the runtime journals them) and on
+snapshots of its state at a quarter, half and the whole of the run. Speeds are
+of the raw CBOR size (bytes before compression) per second, through
+``RecordCodec`` (so the plain-data check on encode and the checksum and bounds
+on decode are included). durably uses no zstd dictionary; the last figures
+show what one trained on the same workload would give the small records
+(those under 1 KiB of CBOR), to inform that choice.
+"""
+
+from __future__ import annotations
+
+import time
+
+import cbor2
+import zstandard
+
+from durably.runtime.state import AgentState, apply
+from durably.schemas.records import Record
+from durably.storage.codec import raw_size
+from durably.storage.records import RecordCodec
+from durably.storage.spi import StoredRecord, StoredSnapshot
+
+from ..context import Bench
+from ..workload import journal_entries
+
+SUITE = "codec"
+
+
+def _timed(fn, repeats: int = 3) -> float:
+    """Best of ``repeats`` runs of ``fn()``, in seconds (best: least disturbed by other load)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _speed_figures(bench: Bench, kind: str, raw: int, stored: int, encode_s: float, decode_s: float, **params) -> None:
+    r = bench.results
+    r.add(SUITE, "encode_mb_per_s", raw / encode_s / 1e6, "MB/s", kind=kind, **params)
+    r.add(SUITE, "decode_mb_per_s", raw / decode_s / 1e6, "MB/s", kind=kind, **params)
+    r.add(SUITE, "compression_ratio", raw / stored, "raw/stored", kind=kind, **params)
+
+
+async def run(bench: Bench) -> None:
+    """Measure records, snapshots and the dictionary experiment."""
+    steps = bench.sizes.codec_steps
+    task = bench.progress.start("codec", 3)
+    entries = journal_entries(bench.conversation(steps), "bench", "agent-0")
+    records = [Record(seq, kind, data, 1_700_000_000.0 + seq) for seq, (kind, data) in enumerate(entries, start=1)]
+    codec = RecordCodec()
+    frames = [codec.encode_record(rec) for rec in records]
+    stored_frames = [StoredRecord(rec.seq, f) for rec, f in zip(records, frames)]
+    raw = sum(map(raw_size, frames))
+    encode_s = _timed(lambda: [codec.encode_record(rec) for rec in records])
+    decode_s = _timed(lambda: [codec.decode_record(s) for s in stored_frames])
+    _speed_figures(bench, "record", raw, sum(map(len, frames)), encode_s, decode_s, records=len(records))
+    bench.progress.advance(task)
+
+    state = AgentState()
+    marks = {len(records) // 4, len(records) // 2, len(records)}
+    for rec in records:
+        apply(state, rec)
+        if rec.seq in marks:
+            wire = state.to_wire()
+            frame = codec.encode_snapshot(rec.seq, wire)
+            enc = _timed(lambda: codec.encode_snapshot(rec.seq, wire))
+            dec = _timed(lambda: codec.decode_snapshot(StoredSnapshot(rec.seq, frame)))
+            _speed_figures(bench, "snapshot", raw_size(frame), len(frame), enc, dec, at_seq=rec.seq)
+    bench.progress.advance(task)
+
+    small = [cbor2.dumps(rec.to_wire()) for rec in records]
+    small = [s for s in small if len(s) < 1024]
+    if len(small) >= 20:
+        half = len(small) // 2
+        train, test = small[:half], small[half:]
+        plain = zstandard.ZstdCompressor(level=3)
+        raw_test = sum(map(len, test))
+        # As durably stores them: payloads under 256 B stay raw, others keep the smaller form.
+        stored_plain = sum(len(s) if len(s) < 256 else min(len(s), len(plain.compress(s))) for s in test)
+        try:
+            dictionary = zstandard.train_dictionary(16 * 1024, train)
+        except zstandard.ZstdError as exc:
+            bench.results.note(f"codec: zstd dictionary training failed on {len(train)} samples: {exc}")
+        else:
+            with_dict = zstandard.ZstdCompressor(level=3, dict_data=dictionary)
+            stored_dict = sum(min(len(s), len(with_dict.compress(s))) for s in test)
+            params = {"kind": "record<1KiB", "records": len(test)}
+            bench.results.add(SUITE, "compression_ratio_no_dict", raw_test / stored_plain, "raw/stored", **params)
+            bench.results.add(SUITE, "compression_ratio_dict16k", raw_test / stored_dict, "raw/stored", **params)
+    bench.progress.advance(task)

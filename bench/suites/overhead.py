@@ -1,0 +1,68 @@
+"""overhead: the same agent loop with and without durably, per step.
+
+Without durably: a plain in-memory loop (call the model, append its message,
+run the tool, append the result) with the same scripted model and tools.
+With durably: the Runtime on the store under test, and on ``memory://``
+(what the runtime itself costs, without storage). The difference per step
+is durably's overhead; the model and tools here take no time, so in a real
+agent it is to be set against seconds of model latency.
+"""
+
+from __future__ import annotations
+
+import time
+
+from durably.runtime.tools import ToolContext
+from durably.storage.registry import open_store
+
+from ..agent import ScriptedModel, bench_tools, run_agents
+from ..context import Bench
+from ..results import percentile
+from ..workload import Step
+
+SUITE = "overhead"
+
+
+async def plain_loop(steps: list[Step]) -> ScriptedModel:
+    """The agent loop with no durability at all; returns the model with its call stamps."""
+    model = ScriptedModel(steps)
+    tools = {t.name: t for t in bench_tools(steps)}
+    specs = [t.spec() for t in tools.values()]
+    messages: list[dict] = [{"role": "user", "content": "Fix the failing test in the standard library."}]
+    while True:
+        response = await model.respond(messages, specs)
+        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls]
+        messages.append({"role": "assistant", "content": response.text, "tool_calls": calls})
+        if not calls:
+            return model
+        for call in calls:
+            ctx = ToolContext(idempotency_key=call["id"], agent_id="plain", call_id=call["id"], attempt=1)
+            result = await tools[call["name"]].fn(**call["arguments"], ctx=ctx)
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+
+
+async def run(bench: Bench) -> None:
+    """Per-step time of the plain loop, durably on memory:// and durably on the store."""
+    steps = bench.conversation(bench.sizes.overhead_steps)
+    r = bench.results
+    task = bench.progress.start("overhead", 3 * len(steps))
+    t = time.perf_counter()
+    model = await plain_loop(steps)
+    wall = time.perf_counter() - t
+    bench.progress.advance(task, len(steps))
+    variants = {"plain-loop": (model.step_latencies(), wall, "none (a list in memory)")}
+    stores = {"durably-memory": f"memory://bench-{bench.run_id}-overhead", "durably": bench.store}
+    for system, url in stores.items():
+        async with open_store(url) as store:
+            run_ = await run_agents(store, bench.namespace(SUITE, system), [steps],
+                                    on_step=lambda: bench.progress.advance(task))
+        variants[system] = (run_.latencies[0], run_.wall_s, url)
+    for system, (latencies, wall, url) in variants.items():
+        params = {"steps": len(steps)}
+        r.add(SUITE, "step_mean", wall / len(steps) * 1e3, "ms", system=system, store=url, **params)
+        r.add(SUITE, "step_p50", percentile(latencies, 50) * 1e3, "ms", system=system, store=url, **params)
+    plain = r.find(SUITE, "step_mean", "plain-loop")
+    for system in stores:
+        durably = r.find(SUITE, "step_mean", system)
+        r.add(SUITE, "overhead_per_step", durably.value - plain.value, "ms", system=system, store=durably.store,
+              steps=len(steps))
