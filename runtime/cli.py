@@ -5,6 +5,7 @@
     durably approve AGENT APPROVAL    decide an approval (--deny to refuse)
     durably extend AGENT --steps N    raise a suspended agent's budget
     durably cancel AGENT              stop an agent for good
+    durably bench [--quick|--full]    checkpoint throughput suites (durably.bench)
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="durably-demo", help="folder for the tools' effects (default: %(default)s)")
     demo.add_argument("--seed", type=int, help="seed for the module choice and the crash point")
     demo.add_argument("--modules", type=int, default=24, help="how many stdlib modules to survey (default: %(default)s)")
+
+    from durably.bench.cli import add_arguments as bench_arguments
+
+    bench_arguments(sub.add_parser("bench", help="checkpoint throughput suites, side by side with the limit and peers"))
 
     agents = sub.add_parser("agents", help="list agents and their status")
     _store_args(agents)
@@ -91,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``durably`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     console = Console()
+    if args.command == "bench":
+        from durably.bench.cli import run as run_bench
+
+        return run_bench(args, console)
     if args.command == "demo":
         from .demo.run import run_demo
 
