@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import anyio
+
 from .context import Bench, NoProgress, Progress, Sizes, shareable_url
 from .results import Results
 from .suites import SUITES
@@ -49,7 +51,8 @@ async def run_bench(store: str | None, suites: Iterable[str], sizes: Sizes, *, m
     url = f"sqlite:///{scratch / 'durably-bench.db'}" if temporary else store
     try:
         results = Results(store=url, mode=mode, seed=seed, argv=argv)
-        bench = Bench(store=url, scratch=scratch, sizes=sizes, results=results, workload=Workload(seed),
+        workload = await anyio.to_thread.run_sync(Workload, seed)  # reads the corpus files
+        bench = Bench(store=url, scratch=scratch, sizes=sizes, results=results, workload=workload,
                       progress=progress or NoProgress())
         bench.store = results.store = shareable_url(url, bench.run_id)
         if not bench.is_sqlite:
@@ -59,7 +62,8 @@ async def run_bench(store: str | None, suites: Iterable[str], sizes: Sizes, *, m
         check_targets(results)
         return results
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(scratch, ignore_errors=True))
 
 
 def check_targets(results: Results) -> None:

@@ -26,13 +26,15 @@ SUITE = "agent-steps"
 
 def step_figures(bench: Bench, suite: str, latencies: list[float], system: str = "durably",
                  store: str | None = None, **params) -> None:
-    """p50/p99 over all steps and over the first and last 10 %, in ms, and last/first p50."""
+    """p50/p99 over all steps and over the first and last 10 %, the slowest step, in ms; last/first p50."""
     r = bench.results
     tenth = max(1, len(latencies) // 10)
     parts = {"all": latencies, "first10": latencies[:tenth], "last10": latencies[-tenth:]}
     for part, values in parts.items():
         for q in (50, 99):
             r.add(suite, f"step_p{q}_{part}", percentile(values, q) * 1e3, "ms", system=system, store=store, **params)
+    # The worst step shows stalls the percentiles hide (e.g. a large snapshot encoded while the loop waits).
+    r.add(suite, "step_max_all", max(latencies, default=0.0) * 1e3, "ms", system=system, store=store, **params)
     r.ratio(suite, "step_p50_last10/first10", r.find(suite, "step_p50_last10", system, **params),
             r.find(suite, "step_p50_first10", system, **params), better="lower", system=system, **params)
 

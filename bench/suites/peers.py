@@ -13,6 +13,10 @@ cost per step from its checkpointer's.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import anyio
+
 from .. import peers
 from ..context import Bench
 from ..conversation import conversation
@@ -21,6 +25,11 @@ from .agent_steps import step_figures
 
 SUITE = "peers"
 SYSTEM = "langgraph-AsyncSqliteSaver"
+
+
+def _remove(path: Path) -> None:
+    for file in path.parent.glob(path.name + "*"):
+        file.unlink()
 
 
 async def run(bench: Bench) -> None:
@@ -38,8 +47,8 @@ async def run(bench: Bench) -> None:
     try:
         lg = await peers.run_langgraph(path, bench.conversation(steps), restore_repeats=bench.sizes.restore_repeats)
     finally:
-        for file in path.parent.glob(path.name + "*"):
-            file.unlink()  # a LangGraph thread of 1,000 steps takes gigabytes
+        # A LangGraph thread of 1,000 steps takes gigabytes: free them now (off the loop).
+        await anyio.to_thread.run_sync(_remove, path)
     bench.progress.advance(task)
     lg_store = "sqlite (LangGraph AsyncSqliteSaver, WAL, synchronous=FULL)"
     params = {"steps": steps}
@@ -58,6 +67,8 @@ async def run(bench: Bench) -> None:
     }
     bare = await peers.run_langgraph_in_memory(bench.conversation(steps))
     r.add(SUITE, "steps_per_s", steps / bare, "steps/s", system="langgraph-no-checkpointer", store="none", **params)
+    latest = max(conv.stored.snapshot_sizes, default=(0, 0))[1]
+    r.add(SUITE, "journal_plus_latest_snapshot", conv.stored.record_bytes + latest, "B", **params)
     r.add(SUITE, "file_bytes", lg.file_bytes, "B", system=SYSTEM, store=lg_store, **params)
     r.add(SUITE, "checkpoints", lg.checkpoints, "count", system=SYSTEM, store=lg_store, **params)
     step_figures(bench, SUITE, conv.run.latencies[0], **params)
