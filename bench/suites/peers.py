@@ -68,6 +68,7 @@ async def run(bench: Bench) -> None:
     bare = await peers.run_langgraph_in_memory(bench.conversation(steps))
     r.add(SUITE, "steps_per_s", steps / bare, "steps/s", system="langgraph-no-checkpointer", store="none", **params)
     latest = max(conv.stored.snapshot_sizes, default=(0, 0))[1]
+    r.add(SUITE, "journal_bytes", conv.stored.record_bytes, "B", **params)
     r.add(SUITE, "journal_plus_latest_snapshot", conv.stored.record_bytes + latest, "B", **params)
     r.add(SUITE, "file_bytes", lg.file_bytes, "B", system=SYSTEM, store=lg_store, **params)
     r.add(SUITE, "checkpoints", lg.checkpoints, "count", system=SYSTEM, store=lg_store, **params)
