@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from durably.schemas.records import Kind
@@ -46,6 +47,7 @@ class AgentActor:
         self._inbox: MemoryObjectReceiveStream[Command]
         self.mailbox, self._inbox = anyio.create_memory_object_stream[Command](mailbox_size)
         self.done = anyio.Event()
+        self.cancel_scope = anyio.CancelScope()  # the runtime cancels it on shutdown
         self.error: BaseException | None = None
         self._tool_specs = [t.spec() for t in definition.tools]
 
@@ -72,6 +74,9 @@ class AgentActor:
 
     async def _loop(self) -> None:
         while self.state.status == RUNNING:
+            # A step whose model, tools and store never block must still let the
+            # runtime's other actors and the snapshot writer run.
+            await anyio.lowlevel.checkpoint()
             await self._drain_mailbox()
             if self.state.status != RUNNING:
                 break
