@@ -1,0 +1,130 @@
+"""A worker process for the crash tests: runs N agents of S steps on a SQLite
+file and SIGKILLs itself at one named boundary.
+
+Boundaries (``--crash NAME --at K``, K counts occurrences in this process):
+  before_intent   a tool_intent append is about to be committed
+  before_effect   the intent is durable, the tool has not acted yet
+  after_effect    the tool acted, its result is not journaled
+  after_result    a tool_result append was acknowledged
+  snapshot        inside a snapshot's SQLite transaction, before COMMIT
+  group_commit    inside a group commit's SQLite transaction, before COMMIT
+
+Every acknowledged append is logged to ``--acks`` (fsynced) with a digest of
+each frame, so the test can check no acknowledged record was lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiosqlite
+import anyio
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from durably.adapters.sqlite import SQLiteStore  # noqa: E402
+from durably.runtime import AgentExistsError, Runtime, SnapshotPolicy  # noqa: E402
+from durably.runtime.journal import AgentJournal  # noqa: E402
+from durably.schemas.records import Kind  # noqa: E402
+from durably.storage.journal import GroupCommitter  # noqa: E402
+from support_agents import append_line, file_agent  # noqa: E402
+
+counts: dict[str, int] = {}
+args: argparse.Namespace
+
+
+def hit(boundary: str) -> None:
+    """Count an occurrence of ``boundary``; die at the K-th one if it is the chosen one."""
+    counts[boundary] = counts.get(boundary, 0) + 1
+    if args.crash == boundary and counts[boundary] == args.at:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install_hooks() -> None:
+    original_append = AgentJournal.append
+
+    async def append(self, *entries):
+        kinds = {kind for kind, _ in entries}
+        if Kind.TOOL_INTENT in kinds:
+            hit("before_intent")
+        await original_append(self, *entries)
+        if Kind.TOOL_RESULT in kinds:
+            hit("after_result")
+
+    AgentJournal.append = append
+
+    original_commit_append = GroupCommitter.append
+
+    async def committer_append(self, stream, expected_seq, records):
+        seq = await original_commit_append(self, stream, expected_seq, records)
+        for offset, frame in enumerate(records, start=1):
+            line = {"agent": stream.agent_id, "seq": expected_seq + offset, "sha": hashlib.sha256(frame).hexdigest()}
+            append_line(Path(args.acks), line)
+        return seq
+
+    GroupCommitter.append = committer_append
+
+    in_snapshot = {"active": False}
+    original_put_snapshot = SQLiteStore.put_snapshot
+
+    async def put_snapshot(self, stream, seq, data):
+        in_snapshot["active"] = True
+        try:
+            await original_put_snapshot(self, stream, seq, data)
+        finally:
+            in_snapshot["active"] = False
+
+    SQLiteStore.put_snapshot = put_snapshot
+
+    original_commit = aiosqlite.Connection.commit
+
+    async def commit(self):
+        hit("snapshot" if in_snapshot["active"] else "group_commit")
+        return await original_commit(self)
+
+    aiosqlite.Connection.commit = commit
+
+
+async def main() -> None:
+    effects = Path(args.effects)
+
+    def on_effect(phase: str, n: int) -> None:
+        hit(f"{phase}_effect")
+
+    definition = file_agent(args.steps, effects, on_effect=on_effect)
+    policy = SnapshotPolicy(every_records=4, tail_ratio=0.0)
+    results: dict[str, dict] = {}
+    async with Runtime(f"sqlite:///{args.db}", agents=[definition], snapshot_policy=policy) as rt:
+
+        async def run_one(agent_id: str) -> None:
+            try:
+                handle = await rt.start(definition, agent_id, "count")
+            except AgentExistsError:
+                handle = await rt.resume(agent_id)
+            state = await handle.wait() if handle else await rt.status(agent_id)
+            results[agent_id] = {"status": state.status, "result": state.result, "reason": state.reason}
+
+        async with anyio.create_task_group() as tg:
+            for i in range(args.agents):
+                tg.start_soon(run_one, f"agent-{i}")
+    print(json.dumps(results), flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--effects", required=True)
+    parser.add_argument("--acks", required=True)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--crash")
+    parser.add_argument("--at", type=int, default=1)
+    args = parser.parse_args()
+    install_hooks()
+    anyio.run(main)
