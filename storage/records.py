@@ -11,19 +11,35 @@ from typing import Any
 
 from durably.schemas.records import (
     CURRENT_VERSIONS,
+    KINDS,
     RECORD_SCHEMA_ID,
     SCHEMA_NAMES,
     SNAPSHOT_SCHEMA_ID,
-    UPCASTERS,
     Record,
     WireShapeError,
     snapshot_from_wire,
     snapshot_to_wire,
 )
+from durably.schemas.upcasters import NoUpcastPathError, upcast
 
 from .codec import Codec, Frame, check_encodable
-from .errors import CorruptRecordError, UnknownSchemaVersionError
+from .errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
 from .spi import StoredRecord, StoredSnapshot, StreamId
+
+
+class MissingUpcasterError(UnknownSchemaVersionError):
+    """A frame's schema version is older than this build's and no upcaster chain
+    lifts it (``missing``: the first version without a step), or it is below 1.
+
+    Like its base class it stops that agent and leaves the data untouched.
+    """
+
+    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream=None, seq=None) -> None:
+        super().__init__(schema, version, supported, stream=stream, seq=seq)
+        self.missing = missing
+        where = f" in {stream} at seq {seq}" if stream is not None else ""
+        self.args = (f"{schema} version {version}{where} has no upcaster from version {missing} to the "
+                     f"current version {supported}; the data was left untouched",)
 
 
 class RecordCodec:
@@ -37,6 +53,16 @@ class RecordCodec:
 
     def encode_record(self, record: Record) -> bytes:
         """Frame bytes of ``record``. Raises ``UnencodableValueError`` naming the field."""
+        # The envelope is checked too: a record that encodes must also decode, so a
+        # bad kind or a non-dict data fails here, at save time, not at restore.
+        if record.kind not in KINDS:
+            raise UnencodableValueError("record.kind", f"unknown record kind {record.kind!r}")
+        if type(record.seq) is not int or record.seq < 1:
+            raise UnencodableValueError("record.seq", f"seq must be an int >= 1, got {record.seq!r}")
+        if type(record.at) not in (int, float):
+            raise UnencodableValueError("record.at", f"at must be unix seconds (float), got {type(record.at).__name__}")
+        if type(record.data) is not dict:
+            raise UnencodableValueError(f"{record.kind}.data", f"{type(record.data).__name__} is not supported (use a dict)")
         check_encodable(record.data, f"{record.kind}.data", self.codec.limits.max_depth - 1)
         return self._encode(RECORD_SCHEMA_ID, record.to_wire())
 
@@ -59,7 +85,13 @@ class RecordCodec:
         return record
 
     def encode_snapshot(self, seq: int, state: dict[str, Any]) -> bytes:
-        """Frame bytes of a snapshot of ``state`` (plain dict) at ``seq``."""
+        """Frame bytes of a snapshot of ``state`` (plain dict) at ``seq``.
+
+        Raises ``UnencodableValueError`` naming the field (``state...``)."""
+        if type(seq) is not int or seq < 0:
+            raise UnencodableValueError("snapshot.seq", f"seq must be an int >= 0, got {seq!r}")
+        if type(state) is not dict:
+            raise UnencodableValueError("state", f"{type(state).__name__} is not supported (use a dict)")
         check_encodable(state, "state", self.codec.limits.max_depth - 1)
         return self._encode(SNAPSHOT_SCHEMA_ID, snapshot_to_wire(seq, state))
 
@@ -81,13 +113,14 @@ class RecordCodec:
             raise CorruptRecordError(
                 f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[expected_schema]}", stream=stream, seq=seq
             )
-        current = CURRENT_VERSIONS[expected_schema]
-        version, value = frame.schema_version, frame.value
-        if version > current or version < 1:
-            raise UnknownSchemaVersionError(SCHEMA_NAMES[expected_schema], version, current, stream=stream, seq=seq)
-        while version < current:
-            step = UPCASTERS.get((expected_schema, version))
-            if step is None:
-                raise UnknownSchemaVersionError(SCHEMA_NAMES[expected_schema], version, current, stream=stream, seq=seq)
-            value, version = step(value), version + 1
-        return value
+        name, current, version = SCHEMA_NAMES[expected_schema], CURRENT_VERSIONS[expected_schema], frame.schema_version
+        if version > current:
+            raise UnknownSchemaVersionError(name, version, current, stream=stream, seq=seq)
+        try:
+            return upcast(expected_schema, version, frame.value, current)
+        except NoUpcastPathError as exc:
+            raise MissingUpcasterError(name, version, current, exc.missing, stream=stream, seq=seq) from None
+        except Exception as exc:
+            # The value is not what the version's upcaster expects: refuse it, never guess.
+            raise CorruptRecordError(f"{name} version {version} could not be upcast: {type(exc).__name__}: {exc}",
+                                     stream=stream, seq=seq) from exc
