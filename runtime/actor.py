@@ -25,7 +25,7 @@ from .commands import Command, to_record
 from .errors import AgentFencedError, InvalidCommandError
 from .journal import AgentJournal
 from .state import RUNNING, AgentState
-from .tools import OnUnknownOutcome, Reconciled, Tool, ToolContext
+from .tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, idempotency_key
 
 log = logging.getLogger("durably.actor")
 
@@ -157,8 +157,16 @@ class AgentActor:
         entries = [(Kind.MODEL_RESPONDED, data)]
         if not calls:
             entries.append((Kind.FINISHED, {"result": response.text}))
+        first = self.definition.tool(calls[0]["name"]) if calls else None
         try:
-            await self.journal.append(*entries)
+            if first is not None and not first.requires_approval:
+                # The response and the first call's intent in one atomic append: one
+                # commit less per step, and a crash leaves both or neither.
+                state = self.state
+                call = dict(calls[0], key=idempotency_key(state.namespace, state.agent_id, state.run_id, calls[0]["id"]))
+                await self._execute(first, call, attempt=1, with_response=entries[0])
+            else:
+                await self.journal.append(*entries)
         except UnencodableValueError as exc:
             await self.journal.append((Kind.FAILED, {"reason": f"model response cannot be stored: {exc}"}))
 
@@ -209,9 +217,11 @@ class AgentActor:
     def _context(self, call: dict[str, Any], attempt: int) -> ToolContext:
         return ToolContext(idempotency_key=call["key"], agent_id=self.state.agent_id, call_id=call["id"], attempt=attempt)
 
-    async def _execute(self, tool: Tool, call: dict[str, Any], attempt: int) -> None:
+    async def _execute(self, tool: Tool, call: dict[str, Any], attempt: int,
+                       with_response: tuple[str, dict[str, Any]] | None = None) -> None:
         intent = {"key": call["key"], "call_id": call["id"], "tool": tool.name, "attempt": attempt}
-        await self.journal.append((Kind.TOOL_INTENT, intent))  # durable before the side effect
+        preceding = (with_response,) if with_response is not None else ()
+        await self.journal.append(*preceding, (Kind.TOOL_INTENT, intent))  # durable before the side effect
         with self.tracer.start_as_current_span(f"execute_tool {tool.name}") as span:
             span.set_attribute(tm.OPERATION, "execute_tool")
             span.set_attribute(tm.TOOL_NAME, tool.name)

@@ -91,6 +91,10 @@ def check_encodable(value: Any, path: str = "value", max_depth: int = 64) -> Non
         elif kind is list:
             for index, child in enumerate(item):
                 stack.append((child, f"{where}[{index}]", depth + 1))
+        elif isinstance(item, (str, int, float)):
+            # A StrEnum or IntEnum member: stored as its plain value, which it equals.
+            if isinstance(item, int) and not _INT_MIN <= item <= _INT_MAX:
+                raise UnencodableValueError(where, "int does not fit in 64 bits")
         else:
             hint = " (use a list)" if kind is tuple else ""
             raise UnencodableValueError(where, f"{kind.__name__} is not supported{hint}")

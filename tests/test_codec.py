@@ -335,3 +335,17 @@ def test_compression_threshold_is_configurable() -> None:
     frame = eager.encode(RECORD_SCHEMA_ID, 1, value)
     assert frame[3] & FLAG_ZSTD
     assert Codec().decode(frame).value == value
+
+
+def test_str_and_int_enum_members_are_stored_as_their_plain_values():
+    import enum
+
+    class Color(enum.StrEnum):
+        RED = "red"
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    codec = Codec()
+    frame = codec.decode(codec.encode(1, 1, {"c": Color.RED, "l": Level.HIGH}))
+    assert frame.value == {"c": "red", "l": 3} and type(frame.value["c"]) is str

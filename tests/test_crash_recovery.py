@@ -36,8 +36,8 @@ def run_worker(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
         ("after_effect", 9),
         ("after_result", 7),
         ("snapshot", 2),
-        ("group_commit", 6),
-        ("group_commit", 10),
+        ("group_commit", 3),
+        ("group_commit", 7),
     ],
 )
 def test_sigkill_at_boundary_resumes_without_duplicates_or_loss(tmp_path, boundary, at):
