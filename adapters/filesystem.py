@@ -321,6 +321,8 @@ class FileSystemStore(StoreBase):
         directory = self._stream_dir(stream)
 
         def compact() -> None:
+            if not directory.exists():
+                return  # an unknown stream has nothing to compact
             if not any(seq >= through_seq for seq in _seqs(directory / "snapshots")):
                 raise UnsafeCompactionError(f"no snapshot at or after seq {through_seq} of {stream}")
             if through_seq < 1:

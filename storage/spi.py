@@ -165,7 +165,7 @@ class Store(Protocol):
 
         Raises ``UnsafeCompactionError`` unless a snapshot exists at a seq >=
         ``through_seq`` (restore still needs everything after the latest snapshot).
-        ``last_seq`` is unchanged.
+        ``last_seq`` is unchanged. An unknown stream has nothing to delete: no-op.
         """
 
     def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
@@ -181,11 +181,21 @@ class Store(Protocol):
         Deleting an unknown stream is not an error.
         """
 
+
+
+@runtime_checkable
+class BlobStore(Store, Protocol):
+    """A ``Store`` that also declares ``CAP_BLOBS``: content-addressed artifacts per stream.
+
+    Kept apart from ``Store`` so ``isinstance(store, Store)`` holds for an adapter
+    without the optional capability.
+    """
+
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
-        """Optional (``CAP_BLOBS``): store bytes; return their SHA-256 hex digest.
+        """Store bytes (``CAP_BLOBS``); return their SHA-256 hex digest.
 
         Blobs belong to a stream and are purged with it.
         """
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
-        """Optional (``CAP_BLOBS``): the blob's bytes. Raises ``BlobNotFoundError``."""
+        """The blob's bytes (``CAP_BLOBS``). Raises ``BlobNotFoundError``."""

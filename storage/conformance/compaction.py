@@ -39,6 +39,14 @@ class CompactionChecks(StoreHarness):
             assert await read_pairs(store, stream) == numbered(RECORDS), "a refused compaction deletes nothing"
 
     @pytest.mark.anyio
+    async def test_compaction_of_an_unknown_stream_is_a_no_op(self, tmp_path: Path) -> None:
+        async with self.opened(tmp_path) as store:
+            stream = sid("never-written")
+            await store.delete_records(stream, 5)
+            assert await store.last_seq(stream) == 0, "compacting an unknown stream creates nothing"
+            assert stream not in await list_all(store, stream.namespace), "compacting an unknown stream lists it"
+
+    @pytest.mark.anyio
     async def test_compaction_deletes_through_seq_only(self, tmp_path: Path) -> None:
         async with self.opened(tmp_path) as store:
             stream = sid("compact")

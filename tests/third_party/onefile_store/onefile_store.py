@@ -133,7 +133,9 @@ class OneFileStore(StoreBase):
     async def delete_records(self, stream: StreamId, through_seq: int) -> None:
         self._check_open()
         async with self._lock:
-            found = self._streams.get(stream, _empty())
+            found = self._streams.get(stream)
+            if found is None:
+                return  # an unknown stream has nothing to compact
             if not any(seq >= through_seq for seq in found["snapshots"]):
                 raise UnsafeCompactionError(f"no snapshot at or after seq {through_seq} of {stream}")
             for seq in [seq for seq in found["records"] if seq <= through_seq]:
