@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import anyio
+from opentelemetry import trace
 
 from .errors import DurablyError, StoreUnavailableError
 from .spi import AppendRequest, Store, StreamId, check_append
@@ -29,12 +30,16 @@ class _Pending:
 class GroupCommitter:
     """Funnels appends of many streams into few ``store.append_batch`` calls.
 
-    In: ``store`` (an open ``Store``), ``max_batch`` (most appends per call).
-    Use one per store per process; ``append`` is safe from any number of tasks.
+    In: ``store`` (an open ``Store``), ``max_batch`` (most appends per call),
+    ``tracer`` (OpenTelemetry; default the global ``durably`` tracer): each
+    commit is a ``durably.journal.append`` span with the appends, records and
+    stored bytes it carried. Use one per store per process; ``append`` is safe
+    from any number of tasks.
     """
 
-    def __init__(self, store: Store, *, max_batch: int = 512) -> None:
+    def __init__(self, store: Store, *, max_batch: int = 512, tracer: trace.Tracer | None = None) -> None:
         self._store = store
+        self._tracer = tracer or trace.get_tracer("durably")
         self._max_batch = max_batch
         self._queue: list[_Pending] = []
         self._lock = anyio.Lock()
@@ -70,7 +75,10 @@ class GroupCommitter:
         batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
         # Shielded: once handed to the store, a batch must finish so that every
         # waiter learns its real outcome; a cancelled leader must not strand them.
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True), self._tracer.start_as_current_span("durably.journal.append") as span:
+            span.set_attribute("durably.append.count", len(batch))
+            span.set_attribute("durably.record.count", sum(len(p.request.records) for p in batch))
+            span.set_attribute("durably.bytes.stored", sum(len(r) for p in batch for r in p.request.records))
             try:
                 results = await self._store.append_batch([p.request for p in batch])
                 if len(results) != len(batch):
