@@ -108,11 +108,9 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
     console.print(f"   worker 2 exited: agent {parked['status']}, open approvals {parked['approvals']}")
     approver = None
     if parked["approvals"]:
-        console.print("4. a separate process approves: durably approve ...")
-        approver = subprocess.run(
-            [sys.executable, "-m", "durably.runtime.cli", "approve", agent_id, parked["approvals"][0],
-             "--store", store, "--namespace", NAMESPACE, "--by", "demo-reviewer"],
-            capture_output=True, text=True, timeout=120)
+        argv = ["approve", agent_id, parked["approvals"][0], "--store", store, "--namespace", NAMESPACE, "--by", "demo-reviewer"]
+        console.print(f"4. a separate process approves: durably {' '.join(argv)}", markup=False)
+        approver = subprocess.run([sys.executable, "-m", "durably.runtime.cli", *argv], capture_output=True, text=True, timeout=120)
         console.print(f"   {approver.stdout.strip() or approver.stderr.strip()}")
     console.print("5. worker 3 resumes and finishes...")
     w3 = _worker(store, agent_id, run_dir)
@@ -164,5 +162,5 @@ def verify(ref_dir, run_dir, ref_calls, reference, final, w1, w2, w3, approver) 
         Check("approval from another process", approver is not None and approver.returncode == 0 and w2.returncode == 0,
               "worker 2 parked and exited; `durably approve` decided; worker 3 resumed"),
         Check("final result identical", final.get("status") == "finished" and final.get("result") == reference["result"],
-              f"{final.get('status')}: {str(final.get('result'))[:70]}"),
+              f"{final.get('status')}: {final.get('result')}"),
     ]
