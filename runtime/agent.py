@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
 
 from .model import Model
 from .tools import Tool
@@ -24,6 +26,31 @@ class Budget:
         return {"steps": self.steps, "tokens": self.tokens, "cost_usd": self.cost_usd}
 
 
+class OnDefinitionChange(StrEnum):
+    """What ``Runtime.resume`` does with an agent whose journal was written under
+    another definition (the recorded ``version`` or ``digest()`` differs).
+
+    * ``continue``: run on under the new definition; a ``definition_changed``
+      record notes the switch.
+    * ``migrate``: call the definition's ``migrate(state, previous)`` hook to
+      rewrite the state, journal the rewritten fields in a ``definition_changed``
+      record (durable and replayed, so the rewrite happens once), then run on.
+    * ``stop``: do not run; the agent reports status ``needs_migration`` and its
+      data is left untouched (nothing is appended), until a definition with a
+      matching digest or another policy is registered.
+    """
+
+    CONTINUE = "continue"
+    MIGRATE = "migrate"
+    STOP = "stop"
+
+
+#: ``migrate(state, previous) -> state``: ``state`` is a deep copy of the agent's
+#: state as plain data (``AgentState.to_wire()``), ``previous`` the recorded
+#: definition info (name, version, digest). Return the state to run on with.
+MigrateHook = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class AgentDefinition:
     """The code side of an agent; its journal is the data side.
@@ -32,6 +59,16 @@ class AgentDefinition:
     it, and a runtime resumes a stream with the definition registered under
     that name). ``version`` is the author's label; ``digest()`` fingerprints
     instructions and tool signatures so a changed definition is noticed on resume.
+
+    ``on_definition_change`` (an ``OnDefinitionChange`` or its value) says what
+    happens when an agent is resumed under a definition whose version or digest
+    differs from the recorded one; ``migrate`` is the hook the ``migrate`` policy
+    calls. The default is ``stop`` because nothing else is safe without knowing
+    the change: a new prompt may not understand the old conversation, a renamed
+    tool leaves pending calls that no tool answers, a changed tool policy would
+    re-run a side effect the old one would not. Stopping costs a redeploy;
+    guessing may cost a duplicated payment. Raises ``ValueError`` for
+    ``migrate`` without a hook.
     """
 
     name: str
@@ -40,6 +77,17 @@ class AgentDefinition:
     instructions: str = ""
     version: str = "1"
     budget: Budget = field(default_factory=Budget)
+    on_definition_change: OnDefinitionChange = OnDefinitionChange.STOP
+    migrate: MigrateHook | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "on_definition_change", OnDefinitionChange(self.on_definition_change))
+        if self.on_definition_change is OnDefinitionChange.MIGRATE and self.migrate is None:
+            raise ValueError(f"agent definition {self.name!r}: the migrate policy needs a migrate hook")
+
+    def info(self) -> dict[str, str]:
+        """``{"name", "version", "digest"}``: what the journal records of this definition."""
+        return {"name": self.name, "version": self.version, "digest": self.digest()}
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, or None."""

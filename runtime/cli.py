@@ -6,6 +6,7 @@
     durably extend AGENT --steps N    raise a suspended agent's budget
     durably cancel AGENT              stop an agent for good
     durably bench [--quick|--full]    checkpoint throughput suites (durably.bench)
+    durably migrate [--dry-run]       rewrite old-version snapshots at the current schema version
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from durably.storage.registry import open_store
+
+from .migrate import migrate_store
 from .runtime import Runtime
 
 DEFAULT_STORE = "sqlite:///durably.db"
@@ -67,7 +71,23 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("agent_id")
     cancel.add_argument("--reason", default="cancelled from the command line")
     _store_args(cancel)
+
+    migrate = sub.add_parser("migrate", help="rewrite snapshots written at an older schema version")
+    migrate.add_argument("--dry-run", action="store_true", help="only report which streams would change and how")
+    _store_args(migrate)
     return parser
+
+
+async def _migrate(args: argparse.Namespace, console: Console) -> int:
+    async with open_store(args.store) as store:
+        reports = await migrate_store(store, args.namespace, dry_run=args.dry_run)
+    for report in reports:
+        console.print(report.describe(dry_run=args.dry_run), markup=False, highlight=False, soft_wrap=True)
+    changed = sum(r.changes for r in reports)
+    verb = "would change" if args.dry_run else "changed"
+    console.print(f"{len(reports)} streams in namespace {args.namespace!r}; {changed} {verb}", markup=False,
+                  highlight=False, soft_wrap=True)
+    return 1 if any(r.problems for r in reports) else 0
 
 
 async def _operate(args: argparse.Namespace, console: Console) -> None:
@@ -105,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_demo(args.store, Path(args.out), args.seed, args.modules, console)
     try:
+        if args.command == "migrate":
+            return anyio.run(_migrate, args, console)
         anyio.run(_operate, args, console)
     except Exception as exc:  # operator-facing: one clear line, typed errors carry the detail
         from durably.storage.errors import DurablyError

@@ -15,6 +15,7 @@ import socket
 import uuid
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
+from dataclasses import replace
 
 import anyio
 from opentelemetry import trace
@@ -30,7 +31,7 @@ from .actor import AgentActor, _Requeue
 from .agent import AgentDefinition, Budget
 from .errors import AgentExistsError, AgentFencedError, AgentNotFoundError, DefinitionNotRegisteredError
 from .journal import AgentJournal, JournalServices
-from .restore import restore
+from .migrate import definition_change_entries, hold_for_migration, restore_checked
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
 from .telemetry import tracer as make_tracer
@@ -167,7 +168,13 @@ class Runtime:
 
         Appends a ``resumed`` record first: that moves the stream's seq, so a
         stale process still running this agent is fenced off at its next append.
-        Raises ``AgentNotFoundError``, ``DefinitionNotRegisteredError``,
+        When the registered definition's version or digest differs from the
+        recorded one, its ``on_definition_change`` policy applies: ``continue``
+        and ``migrate`` journal a ``definition_changed`` record in the same batch
+        (with the state fields the migrate hook rewrote); ``stop`` returns None,
+        appends nothing, and ``status`` reports ``needs_migration``.
+        Raises ``AgentNotFoundError``, ``DefinitionNotRegisteredError`` (and its
+        ``DefinitionMigrationError``: the migrate hook failed, nothing appended),
         ``CorruptRecordError`` / ``UnknownSchemaVersionError`` (journal unreadable:
         not resumed, bytes untouched).
         """
@@ -177,7 +184,8 @@ class Runtime:
         if journal.state.status != RUNNING:
             return None
         definition = self._definition(journal.state.definition["name"])
-        await journal.append((Kind.RESUMED, {"worker": self.worker_id, "pid": os.getpid()}))
+        changes = definition_change_entries(journal.state, definition)
+        await journal.append(*changes, (Kind.RESUMED, {"worker": self.worker_id, "pid": os.getpid()}))
         return self._spawn(definition, journal)
 
     async def resume_all(self) -> list[AgentHandle]:
@@ -274,10 +282,14 @@ class Runtime:
 
     async def _restore_journal(self, agent_id: str) -> AgentJournal:
         stream = self.stream(agent_id)
-        restored = await restore(self.store, self.codec, stream, self.tracer)
+        restored = await restore_checked(self.store, self.codec, stream, self.tracer)
         if restored is None:
             raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
-        return AgentJournal(self._services, stream, restored.state, records_since=restored.tail_records,
+        services = self._services
+        if hold_for_migration(restored.state, self._definitions):
+            # Its status (needs_migration) is not the fold of its journal: never snapshot it.
+            services = replace(services, policy=SnapshotPolicy(every_records=0))
+        return AgentJournal(services, stream, restored.state, records_since=restored.tail_records,
                             bytes_since=restored.tail_bytes, snapshot_bytes=restored.snapshot_bytes)
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal) -> AgentHandle:

@@ -26,6 +26,9 @@ FINISHED = "finished"
 FAILED = "failed"
 CANCELLED = "cancelled"
 TERMINAL = frozenset({FINISHED, FAILED, CANCELLED})
+# Reported, never journaled: a runnable agent the runtime will not resume because its
+# registered definition changed and the definition's policy is "stop" (runtime.migrate).
+NEEDS_MIGRATION = "needs_migration"
 
 
 @dataclass
@@ -177,6 +180,14 @@ def _cancelled(s: AgentState, d: dict) -> None:
     s.status, s.reason = CANCELLED, d.get("reason", "")
 
 
+def _definition_changed(s: AgentState, d: dict) -> None:
+    s.definition = d["definition"]
+    names = {f.name for f in fields(s)}
+    for name, value in d.get("state", {}).items():
+        if name in names:  # the writer checked the names; a reader never grows new attributes
+            setattr(s, name, value)
+
+
 _HANDLERS = {
     Kind.STARTED: _started,
     Kind.MESSAGE_RECEIVED: _message_received,
@@ -193,4 +204,5 @@ _HANDLERS = {
     Kind.FINISHED: _finished,
     Kind.FAILED: _failed,
     Kind.CANCELLED: _cancelled,
+    Kind.DEFINITION_CHANGED: _definition_changed,
 }

@@ -1,8 +1,10 @@
 """The journal's record kinds and the wire shape of records and snapshots.
 
 A record is the CBOR map ``{"s": seq, "k": kind, "t": unix seconds, "d": data}``;
-a snapshot is ``{"s": seq, "state": {...}}``. ``record.cddl`` and
-``snapshot.cddl`` beside this module describe them in CDDL (RFC 8610).
+a snapshot is ``{"s": seq, "state": {...}}``. ``record-v1.cddl`` and
+``snapshot-v1.cddl`` beside this module describe them in CDDL (RFC 8610),
+``frame.cddl`` the frame header; one file per schema version, frozen once
+released. ``upcasters.py`` lifts older versions to the current one.
 This module imports nothing of durably: it is the vocabulary everyone shares.
 """
 
@@ -40,6 +42,9 @@ class Kind(StrEnum):
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # resumed under a changed definition (policy continue or migrate): old and new
+    # definition info and, for migrate, the state fields the user's hook rewrote
+    DEFINITION_CHANGED = "definition_changed"
 
 
 KINDS = frozenset(k.value for k in Kind)
@@ -90,5 +95,6 @@ def snapshot_from_wire(value: Any) -> tuple[int, dict[str, Any]]:
 
 
 #: Upcasters: ``(schema_id, version) -> fn(value) -> value at version + 1``.
-#: Empty while every schema is at version 1; each new version adds one entry.
+#: Empty while every schema is at version 1; each new version adds one entry,
+#: registered with ``durably.schemas.upcasters.upcaster`` (see that module).
 UPCASTERS: dict[tuple[int, int], Any] = {}

@@ -1,0 +1,160 @@
+"""Write a golden set: checkpoints in this build's wire format, read by every CI run from then on.
+
+    .venv/bin/python tests/golden/make_golden.py
+
+Run it by hand when a schema version is added (never from CI): it writes
+``tests/golden/v<N>/`` for the current versions and refuses to touch a set
+that exists, because a released version's golden files never change; a
+format change that cannot read them is a bug, not a reason to regenerate.
+
+A set holds:
+
+* ``survey.sqlite3``: a SQLite store (the ``sqlite://`` adapter's layout) where the
+  demo survey agent surveyed three standard-library modules and now waits for
+  the approval of its ``publish_report`` call; snapshots every 4 records, so
+  restore reads a snapshot and a tail;
+* ``frames/*.bin``: raw frames, one record of every kind (those the run wrote,
+  plus hand-built ones for the kinds no runtime path writes) and a snapshot;
+* ``manifest.json``: what each frame decodes to and the facts of the agent's
+  state as the run saw them, which ``tests/test_golden.py`` checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import shutil
+import sqlite3
+import sys
+import tempfile
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from durably.runtime import Runtime, SnapshotPolicy
+from durably.runtime.demo.survey import survey_agent, survey_task
+from durably.schemas.records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind, Record
+from durably.storage.codec import Codec
+from durably.storage.records import RecordCodec
+from durably.storage.registry import open_store
+from durably.storage.spi import StreamId
+
+HERE = Path(__file__).resolve().parent
+MODULES = ["colorsys", "bisect", "fnmatch"]
+AGENT_ID = "survey"
+NAMESPACE = "default"
+AT = 1_760_000_000.5  # a fixed time for hand-built records
+
+#: Records of the kinds the survey run does not write, shaped as the runtime writes them.
+EXTRA: dict[Kind, dict[str, Any]] = {
+    Kind.RESUMED: {"worker": "golden:1", "pid": 1},
+    Kind.MESSAGE_RECEIVED: {"role": "user", "content": "Keep it short."},
+    Kind.PLAN_UPDATED: {"plan": ["read", "publish"]},
+    Kind.ARTIFACT_STORED: {"name": "report.md", "digest": "0" * 64, "size": 1234},
+    Kind.APPROVAL_DECIDED: {"approval_id": "t10", "approved": True, "by": "ops", "note": "fine"},
+    Kind.BUDGET_EXCEEDED: {"limit": "steps", "allowed": 10, "spent": 10},
+    Kind.BUDGET_EXTENDED: {"budget": {"steps": 20, "tokens": None, "cost_usd": 1.5}},
+    Kind.HISTORY_COMPACTED: {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "summary"}]},
+    Kind.FINISHED: {"result": {"modules": 3, "ok": True}},
+    Kind.FAILED: {"reason": "model error: TimeoutError"},
+    Kind.CANCELLED: {"reason": "operator"},
+    Kind.DEFINITION_CHANGED: {
+        "previous": {"name": "stdlib-survey", "version": "1", "digest": "0011223344556677"},
+        "definition": {"name": "stdlib-survey", "version": "2", "digest": "8899aabbccddeeff"},
+        "policy": "migrate", "state": {"plan": ["publish"]},
+    },
+}
+
+
+def set_name() -> str:
+    """``v<N>`` when both schemas are at version N, else ``record-v<R>-snapshot-v<S>``."""
+    record, snapshot = CURRENT_VERSIONS[RECORD_SCHEMA_ID], CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]
+    return f"v{record}" if record == snapshot else f"record-v{record}-snapshot-v{snapshot}"
+
+
+async def run_survey(url: str, workdir: Path) -> dict[str, Any]:
+    """Run the survey to its approval; return the facts of its live state."""
+    agent = survey_agent(workdir, latency=0)
+    async with Runtime(url, agents=[agent], snapshot_policy=SnapshotPolicy(every_records=4, tail_ratio=0)) as rt:
+        state = await rt.run(agent, AGENT_ID, survey_task(MODULES))
+    assert state.status == "waiting_approval", state.status
+    (approval,) = state.open_approvals()
+    return {
+        "status": state.status, "last_seq": state.last_seq, "run_id": state.run_id, "task": state.task,
+        "definition": state.definition, "ledger_done": sum(1 for e in state.ledger.values() if e["done"]),
+        "approval_id": approval["approval_id"], "approval_tool": approval["tool"], "usage_steps": state.usage["steps"],
+        "messages": len(state.messages), "report_title": approval["arguments"]["title"],
+    }
+
+
+async def export_frames(url: str, out: Path) -> tuple[list[dict[str, Any]], int]:
+    """Write one frame per record kind of the run, its latest snapshot and the EXTRA records."""
+    stream, codec, raw = StreamId(NAMESPACE, AGENT_ID), RecordCodec(), Codec()
+    entries, seen = [], set()
+    async with open_store(url) as store:
+        async for stored in store.read(stream):
+            kind = codec.decode_record(stored, stream).kind
+            if kind not in seen:
+                seen.add(kind)
+                entries.append((f"record-{stored.seq:03d}-{kind}.bin", stored.data, stored.seq, kind))
+        snapshot = await store.get_snapshot(stream)
+    assert snapshot is not None, "the run wrote no snapshot"
+    entries.append((f"snapshot-{snapshot.seq:03d}.bin", snapshot.data, snapshot.seq, None))
+    for seq, (kind, data) in enumerate(sorted(EXTRA.items()), start=1):
+        if kind.value not in seen:
+            entries.append((f"record-extra-{kind.value}.bin", codec.encode_record(Record(seq, kind.value, data, AT)), seq, kind.value))
+    out.mkdir()
+    manifest = []
+    for name, data, seq, kind in entries:
+        (out / name).write_bytes(data)
+        frame = raw.decode(data)
+        manifest.append({"file": f"frames/{name}", "schema": SCHEMA_NAMES[frame.schema_id], "schema_id": frame.schema_id,
+                         "version": frame.schema_version, "seq": seq, "kind": kind, "compressed": bool(data[3] & 1),
+                         "value": frame.value})
+    return manifest, snapshot.seq
+
+
+def copy_database(source: Path, target: Path) -> None:
+    """A self-contained copy of ``source`` (no -wal file), in rollback-journal mode."""
+    with sqlite3.connect(source) as db:
+        db.execute("VACUUM INTO ?", (str(target),))
+    db = sqlite3.connect(target)
+    try:
+        db.execute("PRAGMA journal_mode = DELETE")
+    finally:
+        db.close()
+
+
+async def main(force: bool) -> Path:
+    target = HERE / set_name()
+    if target.exists():
+        if not force:
+            sys.exit(f"{target} exists: golden files of a released version never change (use --force for an unreleased one)")
+        shutil.rmtree(target)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        url = f"sqlite:///{work / 'survey.sqlite3'}"
+        facts = await run_survey(url, work / "effects")
+        target.mkdir(parents=True)
+        frames, snapshot_seq = await export_frames(url, target / "frames")
+        copy_database(work / "survey.sqlite3", target / "survey.sqlite3")
+    facts["snapshot_seq"] = snapshot_seq
+    manifest = {
+        "schema_versions": {SCHEMA_NAMES[k]: v for k, v in sorted(CURRENT_VERSIONS.items())},
+        "written_by": {"durably": package_version("durably"), "python": platform.python_version()},
+        "database": {"file": "survey.sqlite3", "sha256": hashlib.sha256((target / "survey.sqlite3").read_bytes()).hexdigest(),
+                     "namespace": NAMESPACE, "agent_id": AGENT_ID, "modules": MODULES, "facts": facts},
+        "frames": frames,
+    }
+    (target / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return target
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--force", action="store_true", help="replace an existing set (only for an unreleased version)")
+    print(anyio.run(main, parser.parse_args().force))

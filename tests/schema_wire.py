@@ -1,0 +1,70 @@
+"""Checking stored frames against the CDDL in durably/schemas, independently of the codec.
+
+The header is unpacked here with ``struct`` from the layout documented in
+``frame.cddl`` (not with durably's codec), so a codec change that the docs do
+not follow fails the tests that use this module.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import struct
+from functools import cache
+from typing import Any
+
+import cbor2
+import pycddl
+import zstandard
+
+from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
+
+HEADER = struct.Struct(">2sBBBHIII")  # magic, format, flags, schema id, version, raw, stored, crc
+FILE_PREFIX = {RECORD_SCHEMA_ID: "record", SNAPSHOT_SCHEMA_ID: "snapshot"}
+
+
+def cddl_text(name: str) -> str:
+    """The text of ``durably/schemas/<name>`` as installed."""
+    return (importlib.resources.files("durably.schemas") / name).read_text(encoding="utf-8")
+
+
+def cddl_name(schema_id: int, version: int) -> str:
+    """The file describing ``schema_id`` at ``version``, e.g. ``record-v1.cddl``."""
+    return f"{FILE_PREFIX[schema_id]}-v{version}.cddl"
+
+
+@cache
+def schema(name: str) -> pycddl.Schema:
+    """The parsed CDDL of ``name`` (its first rule is what it validates)."""
+    return pycddl.Schema(cddl_text(name))
+
+
+def header_fields(frame: bytes) -> dict[str, Any]:
+    """The frame header as the map ``frame.cddl`` describes."""
+    magic, fmt, flags, schema_id, version, raw, stored, crc = HEADER.unpack_from(frame)
+    return {"magic": magic, "format": fmt, "flags": flags, "schema-id": schema_id, "schema-version": version,
+            "raw-size": raw, "stored-size": stored, "crc32": crc}
+
+
+def payload(frame: bytes) -> bytes:
+    """The frame's CBOR payload, decompressed when flag bit 0 says so."""
+    header = header_fields(frame)
+    body = frame[HEADER.size:]
+    assert len(body) == header["stored-size"]
+    assert not header["flags"] & 2, "an encrypted payload cannot be checked without its key"
+    if header["flags"] & 1:
+        body = zstandard.ZstdDecompressor().decompress(body, max_output_size=header["raw-size"])
+    assert len(body) == header["raw-size"]
+    return body
+
+
+def validate_frame(frame: bytes) -> dict[str, Any]:
+    """Validate header and payload of ``frame`` against the CDDL; return the header map.
+
+    Raises ``pycddl.ValidationError`` (or ``AssertionError`` for the magic bytes,
+    which the validator cannot compare) when the bytes and the docs disagree.
+    """
+    header = header_fields(frame)
+    assert header["magic"] == b"dy", header["magic"]
+    schema("frame.cddl").validate_cbor(cbor2.dumps(header))
+    schema(cddl_name(header["schema-id"], header["schema-version"])).validate_cbor(payload(frame))
+    return header
