@@ -304,3 +304,25 @@ async def test_many_agents_share_group_commits(tmp_path):
     assert all(s.status == "finished" for s in states) and len(effects) == 100
     appends = sum(s.last_seq for s in states) // 1  # upper bound on appends (one record each or more)
     assert committer.batches < appends / 2  # grouped: far fewer commits than appends
+
+
+async def test_resume_all_skips_an_unreadable_journal(tmp_path, caplog):
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/a.db"
+    effects: list = []
+    definition = list_agent(1, effects, requires_approval=True)
+    async with Runtime(url, agents=[definition]) as rt:
+        for agent_id in ("bad", "good"):
+            await rt.run(definition, agent_id, "task")
+    async with Runtime(url) as operator:  # no definitions: decisions are only appended
+        for agent_id in ("bad", "good"):
+            await operator.approve(agent_id, "c1")
+    with sqlite3.connect(tmp_path / "a.db") as db:
+        db.execute("UPDATE records SET data = X'00' WHERE seq = 2 AND stream_id = "
+                   "(SELECT id FROM streams WHERE agent_id = 'bad')")
+    async with Runtime(url, agents=[definition]) as rt:
+        handles = await rt.resume_all()
+        assert [h.agent_id for h in handles] == ["good"]
+        assert (await handles[0].wait()).status == "finished"
+    assert "bad" in caplog.text and "unreadable" in caplog.text and len(effects) == 1
