@@ -245,6 +245,9 @@ class SQLiteStore(StoreBase):
                 raise StoreUnavailableError(f"{self.path}: SQLite refused WAL journal mode (got {mode!r})")
             await db.execute(f"PRAGMA synchronous = {self.synchronous}")
             await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            # Deleted rows (purge, compaction) are overwritten with zeros, freelist pages
+            # included, so a purged value cannot be read back from the file.
+            await db.execute("PRAGMA secure_delete = ON")
             await db.execute("BEGIN IMMEDIATE")
             try:
                 # Re-read under the write lock: another process may have just created it.
@@ -475,7 +478,14 @@ class SQLiteStore(StoreBase):
             rows = await self._fetch(rest, (namespace, rows[-1][0], *bound_params, page_size))
 
     async def delete_stream(self, stream: StreamId) -> None:
-        """Purge the stream's records, snapshots, blobs and last seq; unknown streams are fine."""
+        """Purge the stream's records, snapshots, blobs and last seq; unknown streams are fine.
+
+        Nothing readable is left in the files: ``secure_delete`` zeroed the freed
+        pages, and a ``wal_checkpoint(TRUNCATE)`` then empties the WAL, whose older
+        frames still hold the rows. (A reader of another connection holding an old
+        snapshot past the busy timeout makes that checkpoint give up; the WAL is
+        then emptied by a later purge or when the last connection closes.)
+        """
         self._check_open()
         async with self._transaction() as db:
             found = await db.execute_fetchall(
@@ -487,6 +497,7 @@ class SQLiteStore(StoreBase):
             for table in ("records", "snapshots", "blobs", "streams"):
                 column = "id" if table == "streams" else "stream_id"
                 await db.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
+        await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", ())
 
     # -- blobs -------------------------------------------------------------------
 

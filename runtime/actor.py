@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from opentelemetry.trace import Status, StatusCode
 
 from durably.schemas.records import Kind
 from durably.storage.errors import StoreUnavailableError, UnencodableValueError
@@ -24,6 +25,7 @@ from .agent import AgentDefinition
 from .commands import Command, to_record
 from .errors import AgentFencedError, InvalidCommandError
 from .journal import AgentJournal
+from .redaction import RedactedArgumentError
 from .state import RUNNING, AgentState
 from .tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, idempotency_key
 
@@ -134,9 +136,10 @@ class AgentActor:
             span.set_attribute(tm.MODEL, model.name)
             span.set_attribute(tm.AGENT_ID, self.state.agent_id)
             try:
-                response = await model.respond(self.state.messages, self._tool_specs)
+                # The live model sees what redaction kept out of the journal; the state does not.
+                response = await model.respond(self.journal.redactor.model_view(self.state.messages), self._tool_specs)
             except Exception as exc:
-                span.record_exception(exc)
+                _record_error(span, exc)
                 await self.journal.append((Kind.FAILED, {"reason": f"model error: {type(exc).__name__}: {exc}"}))
                 return
             span.set_attribute(tm.INPUT_TOKENS, response.usage.input_tokens)
@@ -219,6 +222,14 @@ class AgentActor:
 
     async def _execute(self, tool: Tool, call: dict[str, Any], attempt: int,
                        with_response: tuple[str, dict[str, Any]] | None = None) -> None:
+        try:
+            # Redacted arguments come back from this activation's memory, or not at all.
+            arguments = self.journal.redactor.arguments_for(call)
+        except RedactedArgumentError as exc:
+            if with_response is not None:
+                await self.journal.append(with_response)
+            await self._result(call, error=str(exc))
+            return
         intent = {"key": call["key"], "call_id": call["id"], "tool": tool.name, "attempt": attempt}
         preceding = (with_response,) if with_response is not None else ()
         await self.journal.append(*preceding, (Kind.TOOL_INTENT, intent))  # durable before the side effect
@@ -229,9 +240,9 @@ class AgentActor:
             span.set_attribute(tm.TOOL_ATTEMPT, attempt)
             span.set_attribute(tm.AGENT_ID, self.state.agent_id)
             try:
-                result = await tool.fn(**call["arguments"], ctx=self._context(call, attempt))
+                result = await tool.fn(**arguments, ctx=self._context(call, attempt))
             except Exception as exc:
-                span.record_exception(exc)
+                _record_error(span, exc)
                 await self._result(call, error=f"{type(exc).__name__}: {exc}")
                 return
         await self._result(call, result=result)
@@ -254,6 +265,13 @@ class AgentActor:
             # The side effect happened; say so rather than fail the run.
             data.update(result=None, error=f"tool returned a value that cannot be stored: {exc}")
             await self.journal.append((Kind.TOOL_RESULT, data))
+
+
+def _record_error(span, exc: BaseException) -> None:
+    """Mark ``span`` failed with the exception's type only: its message may quote
+    arguments or results (personal data, secrets), which spans never carry."""
+    span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+    span.add_event("exception", {"exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}"})
 
 
 class _Requeue(Exception):

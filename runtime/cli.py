@@ -5,6 +5,9 @@
     durably approve AGENT APPROVAL    decide an approval (--deny to refuse)
     durably extend AGENT --steps N    raise a suspended agent's budget
     durably cancel AGENT              stop an agent for good
+    durably purge AGENT...            delete agents' records, snapshots and blobs (cli_privacy)
+    durably sweep --ttl STATUS=30d    purge agents past their time-to-live
+    durably reencrypt                 rewrite every frame under the current key ($DURABLY_KEYS)
     durably bench [--quick|--full]    checkpoint throughput suites (durably.bench)
     durably migrate [--dry-run]       rewrite old-version snapshots at the current schema version
 """
@@ -22,6 +25,7 @@ from rich.table import Table
 
 from durably.storage.registry import open_store
 
+from . import cli_privacy
 from .migrate import migrate_store
 from .runtime import Runtime
 
@@ -48,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     from durably.bench.cli import add_arguments as bench_arguments
 
     bench_arguments(sub.add_parser("bench", help="checkpoint throughput suites, side by side with the limit and peers"))
+    cli_privacy.add_arguments(sub, _store_args)
 
     agents = sub.add_parser("agents", help="list agents and their status")
     _store_args(agents)
@@ -91,7 +96,7 @@ async def _migrate(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _operate(args: argparse.Namespace, console: Console) -> None:
-    async with Runtime(args.store, namespace=args.namespace) as rt:
+    async with Runtime(args.store, namespace=args.namespace, encryption=cli_privacy.encryption_from_env()) as rt:
         if args.command == "agents":
             table = Table("agent", "definition", "status", "seq", "steps", "reason")
             for state in await rt.agents():
@@ -116,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``durably`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     console = Console()
+    if args.command in cli_privacy.COMMANDS:
+        return cli_privacy.run(args, console)
     if args.command == "bench":
         from durably.bench.cli import run as run_bench
 

@@ -22,19 +22,22 @@ from durably.storage.spi import StreamId
 
 from . import telemetry as tm
 from .errors import AgentFencedError
+from .redaction import RedactionPolicy, Redactor
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import AgentState, apply
 
 
 @dataclass
 class JournalServices:
-    """What every agent journal of one runtime shares."""
+    """What every agent journal of one runtime shares. ``redaction``: what is
+    taken out of records before they are encoded (None: nothing)."""
 
     codec: RecordCodec
     committer: GroupCommitter
     snapshots: SnapshotWriter
     policy: SnapshotPolicy
     tracer: Any
+    redaction: RedactionPolicy | None = None
 
 
 class AgentJournal:
@@ -42,6 +45,7 @@ class AgentJournal:
 
     ``records_since`` / ``bytes_since``: the tail after the last snapshot;
     ``snapshot_bytes``: that snapshot's stored size (both for the snapshot policy).
+    ``redactor`` holds, for this activation only, what redaction took out.
     """
 
     def __init__(self, services: JournalServices, stream: StreamId, state: AgentState,
@@ -52,6 +56,7 @@ class AgentJournal:
         self.records_since = records_since
         self.bytes_since = bytes_since
         self.snapshot_bytes = snapshot_bytes
+        self.redactor = Redactor(services.redaction)
 
     async def append(self, *entries: tuple[str, dict[str, Any]]) -> None:
         """Durably append ``(kind, data)`` entries as one atomic batch, then fold them.
@@ -63,8 +68,11 @@ class AgentJournal:
         svc = self.services
         first = self.state.last_seq + 1
         now = time.time()
-        records = [Record(first + i, kind, data, now) for i, (kind, data) in enumerate(entries)]
-        frames = [svc.codec.encode_record(r) for r in records]
+        # Redacted before encoding: the codec, the store and the fold see only the redacted form.
+        agent = self.state.definition.get("name")
+        records = [Record(first + i, kind, self.redactor.redact(kind, data, agent), now)
+                   for i, (kind, data) in enumerate(entries)]
+        frames = [svc.codec.encode_record(r, self.stream) for r in records]
         stored = sum(map(len, frames))
         with svc.tracer.start_as_current_span("durably.checkpoint.save") as span:
             span.set_attribute(tm.AGENT_ID, self.stream.agent_id)

@@ -16,11 +16,13 @@ import uuid
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
+from functools import partial
 
 import anyio
 from opentelemetry import trace
 
 from durably.schemas.records import Kind
+from durably.storage.codec import FrameCipher
 from durably.storage.journal import GroupCommitter
 from durably.storage.records import RecordCodec
 from durably.storage.registry import open_store
@@ -32,6 +34,11 @@ from .agent import AgentDefinition, Budget
 from .errors import AgentExistsError, AgentFencedError, AgentNotFoundError, DefinitionNotRegisteredError
 from .journal import AgentJournal, JournalServices
 from .migrate import definition_change_entries, hold_for_migration, restore_checked
+from .redaction import RedactionPolicy
+from .reencrypt import ReencryptReport
+from .reencrypt import reencrypt as reencrypt_namespace
+from .retention import RetentionPolicy, SweepItem, purge_stream
+from .retention import sweep as sweep_namespace
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
 from .telemetry import tracer as make_tracer
@@ -66,16 +73,24 @@ class Runtime:
     store is opened and closed by the runtime), ``agents`` (definitions to
     register), ``namespace`` (a tenant: the runtime sees only its streams),
     ``snapshot_policy``, ``worker_id`` (recorded on resume; host:pid by default),
-    ``tracer_provider`` (default: the global OpenTelemetry one), ``mailbox_size``.
+    ``tracer_provider`` (default: the global OpenTelemetry one), ``mailbox_size``,
+    ``redaction`` (a ``RedactionPolicy``: what never reaches the store; None: the
+    default policy, secret names and token patterns; ``RedactionPolicy.disabled()``
+    stores everything), ``encryption`` (a ``FrameCipher`` such as
+    ``durably.storage.crypto.AESGCMCipher``: records and snapshots encrypted at
+    rest; None: plaintext).
     Use as ``async with``; leaving it cancels live actors (their journals are
     already durable) and flushes pending snapshots.
     """
 
     def __init__(self, store: str | Store, *, agents: Iterable[AgentDefinition] = (), namespace: str = "default",
                  snapshot_policy: SnapshotPolicy | None = None, worker_id: str | None = None,
-                 tracer_provider: trace.TracerProvider | None = None, mailbox_size: int = 64) -> None:
+                 tracer_provider: trace.TracerProvider | None = None, mailbox_size: int = 64,
+                 redaction: RedactionPolicy | None = None, encryption: FrameCipher | None = None) -> None:
         self._store_arg = store
         self.namespace = namespace
+        self.redaction = redaction if redaction is not None else RedactionPolicy()
+        self.encryption = encryption
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.policy = snapshot_policy or SnapshotPolicy()
         self.tracer = make_tracer(tracer_provider)
@@ -94,10 +109,12 @@ class Runtime:
                 self.store = await stack.enter_async_context(open_store(self._store_arg))
             else:
                 self.store = self._store_arg
-            self.codec = RecordCodec()
+            self.codec = RecordCodec(cipher=self.encryption)
             committer = GroupCommitter(self.store)
-            snapshots = SnapshotWriter(self.store, policy=self.policy, tracer=self.tracer)
-            self._services = JournalServices(self.codec, committer, snapshots, self.policy, self.tracer)
+            snapshots = SnapshotWriter(self.store, policy=self.policy, tracer=self.tracer,
+                                       codec_factory=partial(RecordCodec, cipher=self.encryption))
+            self._services = JournalServices(self.codec, committer, snapshots, self.policy, self.tracer,
+                                             redaction=self.redaction)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(snapshots.run, self._snapshot_written)
             stack.push_async_callback(self._shutdown)
@@ -277,6 +294,47 @@ class Runtime:
                 await self.resume(agent_id)
             return journal.state
         raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
+
+    # retention, purge, keys -------------------------------------------------
+
+    async def purge(self, agent_id: str) -> None:
+        """Delete everything stored of ``agent_id`` in this namespace: records,
+        snapshots, blobs, its seq. The id may then be started anew, as a new run
+        (fresh run id, so fresh idempotency keys): nothing of the old one is seen.
+
+        A live activation in this runtime is stopped first and its queued
+        snapshot dropped. Another process still running the agent is fenced at
+        its next append (the stream it expects is gone). Raises
+        ``AgentNotFoundError`` when nothing of the agent is stored,
+        ``PurgeIncompleteError`` and ``StoreUnavailableError``.
+        """
+        stream = self.stream(agent_id)
+        if await self.store.last_seq(stream) == 0:
+            listed = [s async for s in self.store.list_streams(self.namespace, agent_id)]
+            if stream not in listed:
+                raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
+        await self._purge_stream(stream)
+
+    async def sweep(self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False) -> list[SweepItem]:
+        """Purge this namespace's agents whose time-to-live (by status, from their
+        last record) has passed; see ``durably.runtime.retention.sweep``. ``now``:
+        unix seconds (default the clock); ``dry_run``: report without deleting."""
+        return await sweep_namespace(self.store, self.codec, self.namespace, retention, tracer=self.tracer,
+                                     now=now, dry_run=dry_run, purge=self._purge_stream)
+
+    async def reencrypt(self) -> list[ReencryptReport]:
+        """Rewrite this namespace's streams so every frame uses the current key
+        (see ``durably.runtime.reencrypt``: the history before the rewrite is
+        compacted into a snapshot). Raises ``ValueError`` without ``encryption``."""
+        return await reencrypt_namespace(self.store, self.codec, self.namespace, tracer=self.tracer)
+
+    async def _purge_stream(self, stream: StreamId) -> None:
+        actor = self._live.get(stream.agent_id)
+        if actor is not None and stream.namespace == self.namespace:
+            actor.cancel_scope.cancel()
+            await actor.done.wait()
+        await self._services.snapshots.discard(stream)
+        await purge_stream(self.store, stream)
 
     # internals --------------------------------------------------------------
 

@@ -12,6 +12,7 @@ at most a snapshot plus a tail bounded by ``every_records`` or that ratio.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,13 +55,17 @@ class SnapshotWriter:
     ``submit`` never blocks the step loop: it replaces any snapshot of the
     same stream still waiting (only the newest matters). ``run`` is the
     worker; start it in the runtime's task group. A failed snapshot is logged
-    and skipped: the journal alone is enough for restore.
+    and skipped: the journal alone is enough for restore. ``codec_factory``
+    builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts).
     """
 
-    def __init__(self, store: Store, *, policy: SnapshotPolicy, tracer) -> None:
+    def __init__(self, store: Store, *, policy: SnapshotPolicy, tracer,
+                 codec_factory: Callable[[], RecordCodec] = RecordCodec) -> None:
         self._store = store
         self._policy = policy
         self._tracer = tracer
+        self._codec_factory = codec_factory
+        self._writing: tuple[StreamId, anyio.Event] | None = None
         self._waiting: dict[StreamId, tuple[int, dict[str, Any]]] = {}
         self._wake = anyio.Event()
         self._idle = anyio.Event()
@@ -77,15 +82,31 @@ class SnapshotWriter:
         """Wait until every submitted snapshot is written or has failed."""
         await self._idle.wait()
 
+    async def discard(self, stream: StreamId) -> None:
+        """Drop the snapshot of ``stream`` still waiting, and wait for one being written.
+
+        Called before a purge: a snapshot of the old run must not land after it,
+        in a stream the same agent id may start anew.
+        """
+        self._waiting.pop(stream, None)
+        writing = self._writing
+        if writing is not None and writing[0] == stream:
+            await writing[1].wait()
+
     async def run(self, on_written) -> None:
         """Worker loop; ``on_written(stream, seq, stored_bytes)`` is called after each write."""
-        codec = RecordCodec()  # a thread's own codec: zstd contexts are not shareable
+        codec = self._codec_factory()  # a thread's own codec: zstd contexts are not shareable
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
             while self._waiting:
                 stream, (seq, wire) = self._waiting.popitem()
-                size = await self._write(codec, stream, seq, wire)
+                self._writing = (stream, anyio.Event())
+                try:
+                    size = await self._write(codec, stream, seq, wire)
+                finally:
+                    self._writing[1].set()
+                    self._writing = None
                 if size is not None:
                     on_written(stream, seq, size)
             self._idle.set()
@@ -96,7 +117,7 @@ class SnapshotWriter:
             span.set_attribute(tm.SEQ, seq)
             try:
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
-                data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire)
+                data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
                 with anyio.CancelScope(shield=True):
                     await self._store.put_snapshot(stream, seq, data)
                     if self._policy.compact:

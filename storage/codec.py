@@ -5,7 +5,8 @@ Every record and snapshot is stored as one frame::
     offset size  field
     0      2     magic b"dy"
     2      1     format version (1)
-    3      1     flags: bit 0 = payload is zstd-compressed
+    3      1     flags: bit 0 = payload is zstd-compressed,
+                        bit 1 = payload is AES-GCM encrypted (durably.storage.crypto)
     4      1     schema id (1 = record, 2 = snapshot)
     5      2     schema version, big-endian
     7      4     raw size: bytes of the CBOR payload before compression
@@ -15,6 +16,13 @@ Every record and snapshot is stored as one frame::
 
 The checksum catches flipped bits; the stored size catches a torn (truncated)
 frame; raw size lets decoding refuse a decompression bomb before it inflates.
+
+With a ``FrameCipher`` the payload is compressed *then* encrypted (ciphertext
+looks random and does not compress). The cipher authenticates, as associated
+data, the header fields and the frame's place: namespace, agent id and seq
+(``associated_data``), so a frame copied to another stream or seq, or a
+flipped flag, fails to decrypt. The CRC still covers the stored bytes, so bit
+rot is told apart from tampering.
 
 Only plain data is accepted: None, bool, int (64-bit), float, str, bytes, list
 and dict with str keys. Anything else (a set, a tuple, a datetime, an object)
@@ -27,19 +35,31 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import cbor2
 import zstandard
 
-from .errors import CorruptRecordError, FrameLimitError, TruncatedRecordError, UnencodableValueError
+from .errors import (
+    CorruptRecordError,
+    DecryptionError,
+    EncryptionRequiredError,
+    FrameLimitError,
+    TruncatedRecordError,
+    UnencodableValueError,
+)
 
 MAGIC = b"dy"
 FORMAT_VERSION = 1
 FLAG_ZSTD = 0x01
+FLAG_ENCRYPTED = 0x02
 _HEADER = struct.Struct(">2sBBBHII")  # magic, format, flags, schema id, schema version, raw, stored
 _CRC = struct.Struct(">I")
 HEADER_SIZE = _HEADER.size + _CRC.size
+
+_AAD_PREFIX = b"durably/frame-aad/1\x00"
+_AAD_FIELDS = struct.Struct(">BBBHIQ")  # format, flags, schema id, schema version, raw size, seq
+_AAD_LEN = struct.Struct(">H")
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -100,6 +120,38 @@ def check_encodable(value: Any, path: str = "value", max_depth: int = 64) -> Non
             raise UnencodableValueError(where, f"{kind.__name__} is not supported{hint}")
 
 
+class FrameCipher(Protocol):
+    """Authenticated encryption of frame payloads; ``durably.storage.crypto.AESGCMCipher`` is one.
+
+    ``required``: decoding refuses plaintext frames (``EncryptionRequiredError``).
+    ``seal(payload, aad)`` returns the sealed bytes (they name their key id);
+    ``open(sealed, aad, stream=, seq=)`` returns the payload or raises
+    ``DecryptionError`` (``UnknownKeyError`` for a key id it cannot get).
+    Both may be called from several threads at once.
+    """
+
+    required: bool
+
+    def seal(self, payload: bytes, aad: bytes) -> bytes: ...
+
+    def open(self, sealed: bytes, aad: bytes, *, stream=None, seq: int | None = None) -> bytes: ...
+
+
+def associated_data(flags: int, schema_id: int, schema_version: int, raw_size: int, stream, seq: int) -> bytes:
+    """The bytes an encrypted frame's tag authenticates besides its payload.
+
+    In: the header fields, ``stream`` (a ``StreamId``: namespace and agent id)
+    and ``seq`` (the record's seq, or the seq a snapshot covers). Ids are
+    length-prefixed so no two places share an encoding (RFC 5116's advice on
+    associated data: it must identify the context unambiguously).
+    """
+    parts = [_AAD_PREFIX, _AAD_FIELDS.pack(FORMAT_VERSION, flags, schema_id, schema_version, raw_size, seq)]
+    for name in (stream.namespace, stream.agent_id):
+        encoded = name.encode("utf-8", "surrogatepass")
+        parts += (_AAD_LEN.pack(len(encoded)), encoded)
+    return b"".join(parts)
+
+
 def raw_size(frame: bytes) -> int:
     """Bytes of a frame's CBOR payload before compression, read from its header."""
     return _HEADER.unpack_from(frame)[5]
@@ -111,20 +163,28 @@ class Codec:
     ``level``: zstd level (3 is zstd's default balance). ``min_compress_size``:
     payloads smaller than this many bytes are stored raw, since zstd's frame
     overhead outweighs the gain on tiny records. ``limits`` bound decoding.
+    ``cipher``: encrypt every frame written and decrypt those read (a
+    ``FrameCipher``, shareable between codecs and threads); None: plaintext.
     """
 
-    def __init__(self, *, level: int = 3, min_compress_size: int = 256, limits: CodecLimits | None = None) -> None:
+    def __init__(self, *, level: int = 3, min_compress_size: int = 256, limits: CodecLimits | None = None,
+                 cipher: FrameCipher | None = None) -> None:
         self.limits = limits or CodecLimits()
+        self.cipher = cipher
         self._min_compress = min_compress_size
         self._compressor = zstandard.ZstdCompressor(level=level)
         self._decompressor = zstandard.ZstdDecompressor()
 
-    def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str | None = "value") -> bytes:
+    def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str | None = "value",
+               stream=None, seq: int | None = None) -> bytes:
         """Encode ``value`` as a frame (bytes).
 
         Raises ``UnencodableValueError`` with the field path (rooted at ``path``)
         for values outside plain data, before anything is written. ``path=None``
         skips that check, for callers that already ran ``check_encodable``.
+        ``stream`` (``StreamId``) and ``seq`` say where the frame will be stored;
+        an encrypting codec binds the ciphertext to them and raises ``ValueError``
+        without them.
         """
         if path is not None:
             check_encodable(value, path, self.limits.max_depth)
@@ -135,17 +195,26 @@ class Codec:
             compressed = self._compressor.compress(raw)
             if len(compressed) < len(raw):
                 payload, flags = compressed, FLAG_ZSTD
+        if self.cipher is not None:
+            if stream is None or seq is None:
+                raise ValueError("an encrypting codec needs the stream and seq a frame is stored at")
+            flags |= FLAG_ENCRYPTED
+            payload = self.cipher.seal(payload, associated_data(flags, schema_id, schema_version, len(raw), stream, seq))
         header = _HEADER.pack(MAGIC, FORMAT_VERSION, flags, schema_id, schema_version, len(raw), len(payload))
         crc = zlib.crc32(payload, zlib.crc32(header))
         return b"".join((header, _CRC.pack(crc), payload))
 
     def decode(self, data: bytes, *, stream=None, seq: int | None = None) -> Frame:
-        """Decode a frame. ``stream``/``seq`` only label errors.
+        """Decode a frame. ``stream``/``seq`` label errors and, for an encrypted
+        frame, are the place its associated data must name.
 
         Raises ``TruncatedRecordError`` for a frame shorter than its header says,
         ``CorruptRecordError`` for bad magic, an unknown format version, a checksum
         mismatch, trailing bytes or invalid CBOR/zstd, and ``FrameLimitError`` when
-        the size or depth bounds would be passed.
+        the size or depth bounds would be passed. With encryption: ``DecryptionError``
+        (tampered, moved, wrong key, no cipher, no place given), ``UnknownKeyError``
+        (its key id is not available) and ``EncryptionRequiredError`` (a plaintext
+        frame while the cipher requires encryption).
         """
         view = memoryview(data)
         if len(view) < HEADER_SIZE:
@@ -165,6 +234,15 @@ class Codec:
             raise CorruptRecordError("checksum mismatch", stream=stream, seq=seq)
         if raw_size > self.limits.max_raw_size:
             raise FrameLimitError(f"frame would decode to {raw_size} bytes, over the {self.limits.max_raw_size}-byte limit", stream=stream, seq=seq)
+        if flags & FLAG_ENCRYPTED:
+            if self.cipher is None:
+                raise DecryptionError("frame is encrypted and this codec has no cipher (key provider)", stream=stream, seq=seq)
+            if stream is None or seq is None:
+                raise DecryptionError("an encrypted frame cannot be decrypted without the stream and seq it is stored at")
+            aad = associated_data(flags, schema_id, schema_version, raw_size, stream, seq)
+            payload = memoryview(self.cipher.open(bytes(payload), aad, stream=stream, seq=seq))
+        elif self.cipher is not None and self.cipher.required:
+            raise EncryptionRequiredError("plaintext frame where encryption is required", stream=stream, seq=seq)
         try:
             if flags & FLAG_ZSTD:
                 # zstd sizes its output from the content size in its own frame header and

@@ -109,6 +109,31 @@ class FrameLimitError(CorruptRecordError):
     """A frame would decode past the configured size or nesting-depth bound."""
 
 
+class DecryptionError(CorruptRecordError):
+    """An encrypted frame failed to decrypt: AES-GCM authentication failed.
+
+    The frame was tampered with, encrypted under another key than its key id
+    names, or moved: its associated data binds it to its namespace, agent id,
+    seq and schema, so a frame copied to another stream or seq never decrypts.
+    Also raised when an encrypted frame meets a codec without a cipher, or a
+    decode that does not say where the frame was stored.
+    """
+
+
+class UnknownKeyError(DecryptionError):
+    """An encrypted frame names a key id the key provider does not have
+    (a retired key, or the wrong provider). Attribute: ``key_id`` (str)."""
+
+    def __init__(self, message: str, *, key_id: str, stream=None, seq: int | None = None) -> None:
+        self.key_id = key_id
+        super().__init__(message, stream=stream, seq=seq)
+
+
+class EncryptionRequiredError(CorruptRecordError):
+    """A plaintext frame was read where the codec requires encryption: it was
+    not written by this deployment's encrypted codec, so it is refused."""
+
+
 class UnknownSchemaVersionError(CodecError):
     """A frame names a schema version this build cannot read (a newer durably wrote it).
 

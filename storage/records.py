@@ -22,7 +22,7 @@ from durably.schemas.records import (
 )
 from durably.schemas.upcasters import NoUpcastPathError, upcast
 
-from .codec import Codec, Frame, check_encodable
+from .codec import Codec, Frame, FrameCipher, check_encodable
 from .errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
 from .spi import StoredRecord, StoredSnapshot, StreamId
 
@@ -45,14 +45,18 @@ class MissingUpcasterError(UnknownSchemaVersionError):
 class RecordCodec:
     """Encodes ``Record`` objects and state snapshots as frames, and decodes them.
 
-    In: ``codec`` (a ``Codec``; a new one by default). Not thread-safe.
+    In: ``codec`` (a ``Codec``; a new one by default), ``cipher`` (a
+    ``FrameCipher`` for the default codec: encryption at rest, see
+    ``durably.storage.crypto``). Not thread-safe.
     """
 
-    def __init__(self, codec: Codec | None = None) -> None:
-        self.codec = codec or Codec()
+    def __init__(self, codec: Codec | None = None, *, cipher: FrameCipher | None = None) -> None:
+        self.codec = codec or Codec(cipher=cipher)
 
-    def encode_record(self, record: Record) -> bytes:
-        """Frame bytes of ``record``. Raises ``UnencodableValueError`` naming the field."""
+    def encode_record(self, record: Record, stream: StreamId | None = None) -> bytes:
+        """Frame bytes of ``record``, to be stored in ``stream`` (required, and bound
+        into the ciphertext, when the codec encrypts). Raises ``UnencodableValueError``
+        naming the field."""
         # The envelope is checked too: a record that encodes must also decode, so a
         # bad kind or a non-dict data fails here, at save time, not at restore.
         if record.kind not in KINDS:
@@ -64,11 +68,11 @@ class RecordCodec:
         if type(record.data) is not dict:
             raise UnencodableValueError(f"{record.kind}.data", f"{type(record.data).__name__} is not supported (use a dict)")
         check_encodable(record.data, f"{record.kind}.data", self.codec.limits.max_depth - 1)
-        return self._encode(RECORD_SCHEMA_ID, record.to_wire())
+        return self._encode(RECORD_SCHEMA_ID, record.to_wire(), stream, record.seq)
 
-    def _encode(self, schema_id: int, value: dict[str, Any]) -> bytes:
+    def _encode(self, schema_id: int, value: dict[str, Any], stream: StreamId | None, seq: int) -> bytes:
         # The caller checked the user part with a meaningful path; the envelope is ours.
-        return self.codec.encode(schema_id, CURRENT_VERSIONS[schema_id], value, path=None)
+        return self.codec.encode(schema_id, CURRENT_VERSIONS[schema_id], value, path=None, stream=stream, seq=seq)
 
     def decode_record(self, stored: StoredRecord, stream: StreamId | None = None) -> Record:
         """The ``Record`` in ``stored``. Raises ``CorruptRecordError`` (and subclasses)
@@ -84,8 +88,9 @@ class RecordCodec:
             raise CorruptRecordError(f"frame says seq {record.seq}: record was moved", stream=stream, seq=stored.seq)
         return record
 
-    def encode_snapshot(self, seq: int, state: dict[str, Any]) -> bytes:
-        """Frame bytes of a snapshot of ``state`` (plain dict) at ``seq``.
+    def encode_snapshot(self, seq: int, state: dict[str, Any], stream: StreamId | None = None) -> bytes:
+        """Frame bytes of a snapshot of ``state`` (plain dict) at ``seq``, to be stored
+        in ``stream`` (as in ``encode_record``).
 
         Raises ``UnencodableValueError`` naming the field (``state...``)."""
         if type(seq) is not int or seq < 0:
@@ -93,7 +98,7 @@ class RecordCodec:
         if type(state) is not dict:
             raise UnencodableValueError("state", f"{type(state).__name__} is not supported (use a dict)")
         check_encodable(state, "state", self.codec.limits.max_depth - 1)
-        return self._encode(SNAPSHOT_SCHEMA_ID, snapshot_to_wire(seq, state))
+        return self._encode(SNAPSHOT_SCHEMA_ID, snapshot_to_wire(seq, state), stream, seq)
 
     def decode_snapshot(self, stored: StoredSnapshot, stream: StreamId | None = None) -> tuple[int, dict[str, Any], Frame]:
         """``(seq, state, frame)`` of a stored snapshot; errors as ``decode_record``."""

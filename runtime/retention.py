@@ -1,0 +1,177 @@
+"""Retention: how long an agent's data is kept, by status, and the sweep that applies it.
+
+A ``RetentionPolicy`` gives a time-to-live per agent status (``finished``
+agents kept 30 days, ``failed`` 90, running ones forever...). The TTL runs from
+the agent's last activity: the timestamp of its last record. ``sweep`` visits
+every stream of one namespace (one policy per namespace: call it once per
+tenant with that tenant's policy) and purges those past their TTL through
+``Store.delete_stream``, which deletes records, snapshots and blobs.
+
+A stream whose records were all compacted away behind a snapshot has no
+record left to date it; the sweep keeps it and reports it ``undated`` rather
+than guess (``durably reencrypt`` never leaves a stream in that shape: it keeps
+one record carrying the last activity's time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from durably.storage.errors import CodecError, StoreError
+from durably.storage.records import RecordCodec
+from durably.storage.spi import Store, StreamId
+
+from .restore import restore
+
+DAY = 86_400.0  # seconds
+
+#: What ``sweep`` did with one stream.
+PURGED, EXPIRED, KEPT, UNDATED, UNREADABLE = "purged", "expired", "kept", "undated", "unreadable"
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Time-to-live in seconds by agent status, counted from the last record.
+
+    ``ttl``: status (``finished``, ``failed``, ``cancelled``, ``suspended``,
+    ``waiting_approval``, ``running``) -> seconds; ``default``: seconds for a
+    status not in ``ttl`` (None: keep forever). Raises ``ValueError`` for a
+    negative TTL. Example: ``RetentionPolicy({"finished": 30 * DAY, "failed": 90 * DAY})``.
+    """
+
+    ttl: Mapping[str, float] = field(default_factory=dict)
+    default: float | None = None
+
+    def __post_init__(self) -> None:
+        for status, seconds in {**self.ttl, "(default)": self.default or 0}.items():
+            if seconds < 0:
+                raise ValueError(f"retention TTL for {status} must be >= 0 seconds, got {seconds}")
+
+    def ttl_for(self, status: str) -> float | None:
+        """Seconds an agent with ``status`` is kept after its last record; None: forever."""
+        return self.ttl.get(status, self.default)
+
+    def shortest(self) -> float | None:
+        """The smallest TTL of any status (None when nothing ever expires)."""
+        values = [v for v in (*self.ttl.values(), self.default) if v is not None]
+        return min(values) if values else None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepItem:
+    """One stream seen by ``sweep``: its ``status`` (None if not read), ``last_at``
+    (unix seconds of its last record, None when undated), ``age`` in seconds, and
+    ``outcome``: ``purged``, ``expired`` (would be purged: dry run), ``kept``,
+    ``undated`` or ``unreadable`` (the journal did not decode; kept, ``error`` says why)."""
+
+    stream: StreamId
+    status: str | None
+    last_at: float | None
+    age: float | None
+    outcome: str
+    error: str = ""
+
+
+async def last_activity(store: Store, codec: RecordCodec, stream: StreamId) -> float | None:
+    """Unix seconds of the stream's last record, or None (no record left).
+
+    Raises ``CodecError`` when that record does not decode (e.g. a key is missing).
+    """
+    last = await store.last_seq(stream)
+    if last < 1:
+        return None
+    async for stored in store.read(stream, last - 1, page_size=1):
+        return codec.decode_record(stored, stream).at
+    return None
+
+
+async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: RetentionPolicy, *, tracer,
+                now: float | None = None, dry_run: bool = False,
+                purge: Callable[[StreamId], Awaitable[None]] | None = None) -> list[SweepItem]:
+    """Purge the streams of ``namespace`` whose TTL (by status) has passed.
+
+    In: ``codec`` (decrypts, if the store is encrypted), ``now`` (unix seconds;
+    default the clock), ``dry_run`` (report ``expired`` without deleting),
+    ``purge`` (how to delete one stream; default ``store.delete_stream``; the
+    runtime passes one that first stops its live actor). Out: one ``SweepItem``
+    per stream, in ``list_streams`` order. A stream that cannot be read or dated
+    is kept. Raises ``StoreUnavailableError`` from the store.
+    """
+    now = time.time() if now is None else now
+    purge = purge or (lambda stream: purge_stream(store, stream))
+    shortest = policy.shortest()
+    items: list[SweepItem] = []
+    async for stream in store.list_streams(namespace):
+        try:
+            last_at = await last_activity(store, codec, stream)
+        except CodecError as exc:
+            items.append(SweepItem(stream, None, None, None, UNREADABLE, f"{type(exc).__name__}: {exc}"))
+            continue
+        if last_at is None:
+            items.append(SweepItem(stream, None, None, None, UNDATED))
+            continue
+        age = now - last_at
+        if shortest is None or age < shortest:
+            items.append(SweepItem(stream, None, last_at, age, KEPT))  # nothing can have expired: skip the restore
+            continue
+        try:
+            restored = await restore(store, codec, stream, tracer)
+        except CodecError as exc:
+            items.append(SweepItem(stream, None, last_at, age, UNREADABLE, f"{type(exc).__name__}: {exc}"))
+            continue
+        status = restored.state.status if restored is not None else None
+        ttl = policy.ttl_for(status) if status is not None else None
+        if ttl is None or age < ttl:
+            items.append(SweepItem(stream, status, last_at, age, KEPT))
+            continue
+        if not dry_run:
+            await purge(stream)
+        items.append(SweepItem(stream, status, last_at, age, EXPIRED if dry_run else PURGED))
+    return items
+
+
+class PurgeIncompleteError(StoreError):
+    """``delete_stream`` returned but the store still shows some of the stream."""
+
+
+async def purge_stream(store: Store, stream: StreamId) -> None:
+    """Purge ``stream`` (records, snapshots, blobs, last seq) and check, through the
+    SPI, that nothing of it is left: last seq 0, no record, no snapshot, not listed.
+
+    Raises ``PurgeIncompleteError`` when something is, and ``StoreUnavailableError``.
+    An unknown stream is fine (nothing to delete). Whether freed bytes are also
+    overwritten on disk is the adapter's part (the SQLite adapter does it).
+    """
+    await store.delete_stream(stream)
+    left = []
+    if await store.last_seq(stream) != 0:
+        left.append("last seq")
+    async for _ in store.read(stream, 0, page_size=1):
+        left.append("records")
+        break
+    if await store.get_snapshot(stream) is not None:
+        left.append("snapshots")
+    async for listed in store.list_streams(stream.namespace, stream.agent_id):
+        if listed == stream:
+            left.append("stream listing")
+        break
+    if left:
+        raise PurgeIncompleteError(f"purge of {stream} left: {', '.join(left)}")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: a number with an optional unit ``s``, ``m``, ``h``, ``d``
+    or ``w`` (``30d``, ``12h``, ``90``). Raises ``ValueError``."""
+    units = {"s": 1.0, "m": 60.0, "h": 3_600.0, "d": DAY, "w": 7 * DAY}
+    text = text.strip().lower()
+    scale = units.get(text[-1:], None)
+    number = text[:-1] if scale is not None else text
+    try:
+        value = float(number) * (scale or 1.0)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration (e.g. 30d, 12h, 45m, 90s)") from None
+    if value < 0:
+        raise ValueError(f"duration {text!r} is negative")
+    return value
