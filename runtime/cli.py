@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import anyio
 from rich.console import Console
@@ -27,6 +28,7 @@ from durably.storage.registry import open_store
 
 from . import cli_privacy
 from .migrate import migrate_store
+from .errors import AgentNotFoundError
 from .runtime import Runtime
 
 DEFAULT_STORE = "sqlite:///durably.db"
@@ -98,8 +100,15 @@ async def _migrate(args: argparse.Namespace, console: Console) -> int:
 async def _operate(args: argparse.Namespace, console: Console) -> None:
     async with Runtime(args.store, namespace=args.namespace, encryption=cli_privacy.encryption_from_env()) as rt:
         if args.command == "agents":
-            table = Table("agent", "definition", "status", "seq", "steps", "reason")
-            for state in await rt.agents():
+            table = Table("agent", "definition", "status", "seq", "steps", "reason",
+                          title=f"agents in namespace {args.namespace!r} of {args.store}",
+                          caption="running: runnable; any runtime with its definition registered resumes it")
+            states = await rt.agents()
+            if not states:
+                console.print(f"no agents in namespace {args.namespace!r} of {args.store} "
+                              "(each namespace is separate: the demo's is 'demo')", markup=False)
+                return
+            for state in states:
                 table.add_row(state.agent_id, state.definition.get("name", ""), state.status, str(state.last_seq),
                               str(state.usage["steps"]), state.reason)
             console.print(table)
@@ -114,15 +123,21 @@ async def _operate(args: argparse.Namespace, console: Console) -> None:
         else:
             state = await rt.cancel(args.agent_id, args.reason)
             verdict = "cancelled"
-        console.print(f"{args.agent_id}: {verdict} at seq {state.last_seq}; status now {state.status}")
+        hint = " (a worker with its definition registered resumes it)" if state.status == "running" else ""
+        console.print(f"{args.agent_id}: {verdict} at seq {state.last_seq}; status now {state.status}{hint}")
+
+
+def _require_database(url: str) -> None:
+    """Operator verbs read an existing store: refuse to create an empty SQLite file by mistake."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite" and not Path(unquote(parts.path[1:])).exists():
+        raise AgentNotFoundError(f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set $DURABLY_STORE")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``durably`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     console = Console()
-    if args.command in cli_privacy.COMMANDS:
-        return cli_privacy.run(args, console)
     if args.command == "bench":
         from durably.bench.cli import run as run_bench
 
@@ -132,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_demo(args.store, Path(args.out), args.seed, args.modules, console)
     try:
+        _require_database(args.store)
+        if args.command in cli_privacy.COMMANDS:
+            return cli_privacy.run(args, console)
         if args.command == "migrate":
             return anyio.run(_migrate, args, console)
         anyio.run(_operate, args, console)

@@ -10,6 +10,7 @@ resumes every agent where its journal ends.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -23,6 +24,7 @@ from opentelemetry import trace
 
 from durably.schemas.records import Kind
 from durably.storage.codec import FrameCipher
+from durably.storage.errors import CodecError
 from durably.storage.journal import GroupCommitter
 from durably.storage.records import RecordCodec
 from durably.storage.registry import open_store
@@ -42,6 +44,8 @@ from .retention import sweep as sweep_namespace
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
 from .telemetry import tracer as make_tracer
+
+log = logging.getLogger("durably.runtime")
 
 _COMMAND_RETRIES = 8  # expected-seq retries for a command racing another writer
 
@@ -110,7 +114,7 @@ class Runtime:
             else:
                 self.store = self._store_arg
             self.codec = RecordCodec(cipher=self.encryption)
-            committer = GroupCommitter(self.store)
+            committer = GroupCommitter(self.store, tracer=self.tracer)
             snapshots = SnapshotWriter(self.store, policy=self.policy, tracer=self.tracer,
                                        codec_factory=partial(RecordCodec, cipher=self.encryption))
             self._services = JournalServices(self.codec, committer, snapshots, self.policy, self.tracer,
@@ -135,11 +139,13 @@ class Runtime:
         return False
 
     async def _shutdown(self) -> None:
+        # Actors first (what they did is durable), then the snapshots they queued,
+        # bounded in time since a snapshot is an optimisation, then the writer.
         for actor in list(self._live.values()):
-            actor.mailbox.close()
-        self._tg.cancel_scope.cancel()
+            actor.cancel_scope.cancel()
         with anyio.move_on_after(10, shield=True):
             await self._services.snapshots.flush()
+        self._tg.cancel_scope.cancel()
 
     # definitions ------------------------------------------------------------
 
@@ -206,7 +212,12 @@ class Runtime:
         return self._spawn(definition, journal)
 
     async def resume_all(self) -> list[AgentHandle]:
-        """Resume every runnable agent of the namespace whose definition is registered."""
+        """Resume every runnable agent of the namespace whose definition is registered.
+
+        An agent whose journal cannot be read (corrupt, or written by a newer
+        durably) is logged and skipped, never resumed: one bad stream must not
+        stop every other agent of the namespace.
+        """
         handles = []
         async for stream in self.store.list_streams(self.namespace):
             if stream.agent_id in self._live:
@@ -214,6 +225,9 @@ class Runtime:
             try:
                 handle = await self.resume(stream.agent_id)
             except DefinitionNotRegisteredError:
+                continue
+            except CodecError as exc:
+                log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
                 continue
             if handle is not None:
                 handles.append(handle)
@@ -357,7 +371,8 @@ class Runtime:
 
         async def run_actor() -> None:
             try:
-                await actor.run()
+                with actor.cancel_scope:
+                    await actor.run()
             finally:
                 if self._live.get(agent_id) is actor:
                     del self._live[agent_id]  # parked or done: nothing of it stays in memory
