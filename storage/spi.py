@@ -22,6 +22,8 @@ from typing import Protocol, runtime_checkable
 
 #: Optional capability: ``put_blob`` / ``get_blob`` (content-addressed artifacts).
 CAP_BLOBS = "blobs"
+#: Optional capability: ``acquire_lease`` / ``release_lease`` (which worker runs a stream now).
+CAP_LEASES = "leases"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -60,6 +62,23 @@ class StoredSnapshot:
 
     seq: int
     data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A time-bounded claim of one worker (``owner``) on a ``stream``.
+
+    ``token`` is a fencing token: it increases every time the lease passes to a
+    new owner (a renewal by the same owner keeps it). ``expires_at`` is in unix
+    seconds of the store's clock. A lease says who *should* run a stream; the
+    expected-seq check on every append is what makes a stale owner harmless
+    (Kleppmann, "How to do distributed locking", 2016: leases need fencing).
+    """
+
+    stream: StreamId
+    owner: str
+    token: int
+    expires_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,3 +218,31 @@ class BlobStore(Store, Protocol):
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
         """The blob's bytes (``CAP_BLOBS``). Raises ``BlobNotFoundError``."""
+
+
+@runtime_checkable
+class LeaseStore(Store, Protocol):
+    """A ``Store`` that also declares ``CAP_LEASES``: one live worker per stream.
+
+    Used by ``Runtime.resume_all``/``serve`` so that several workers sharing a
+    store resume only agents nobody runs, and by operator commands to know an
+    agent is live elsewhere. Leases are advisory; appends stay fenced by their
+    expected seq whatever the leases say.
+    """
+
+    async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
+        """Take, or renew, the lease of ``stream`` for ``owner`` for ``ttl`` seconds.
+
+        Returns the lease held now; None when another owner holds one that has
+        not expired. Taking it from an expired owner (or for the first time)
+        gives a token greater than any before for this stream; a renewal by the
+        same owner keeps the token and moves ``expires_at``. Atomic: of two
+        workers racing for a free lease exactly one gets it. Raises
+        ``InvalidRequestError`` for ``ttl`` <= 0 or an empty owner.
+        """
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the lease up if ``lease.owner`` still holds it with ``lease.token``; otherwise no-op."""
+
+    async def get_lease(self, stream: StreamId) -> Lease | None:
+        """The unexpired lease of ``stream``, or None."""
