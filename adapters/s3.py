@@ -17,6 +17,7 @@ digits, so the highest seq is listed first)::
     data/N/A/s/{seq}         snapshot at seq (multipart above multipart_threshold)
     data/N/A/b/{sha256}      blob, content-addressed
     data/N/A/compacted       compaction mark {"through": C, "generation": g}
+    data/N/A/lease           the stream's lease (CAP_LEASES): owner, token, expiry (s3_leases)
     probe/{random}           written and deleted by open(): the conditional-write check
 
 Why this layout:
@@ -128,10 +129,13 @@ from durably.storage.errors import (
     StoreUnavailableError,
     UnsafeCompactionError,
 )
-from durably.storage.spi import CAP_BLOBS, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage.spi import (
+    CAP_BLOBS, CAP_LEASES, AppendRequest, Lease, StoredRecord, StoredSnapshot, StreamId, check_append,
+)
 
 from .s3_batch import HEADER_SIZE, TOKEN_SIZE, Batch, BatchHeader
 from .s3_keys import MAX_SEQ, StreamKeys, decode_segment, encode_segment, index_prefix, seq_from_name
+from .s3_leases import S3Leases
 from .s3_options import S3Options
 from .s3_retry import call_with_retries, is_precondition_failed, is_transient, retrying, unavailable
 from .s3_upload import upload
@@ -203,7 +207,7 @@ class S3Store(StoreBase):
     malformed URL. No I/O until ``open()``.
     """
 
-    capabilities = frozenset({CAP_BLOBS})
+    capabilities = frozenset({CAP_BLOBS, CAP_LEASES})
 
     def __init__(self, url: str, **overrides: Any) -> None:
         super().__init__()
@@ -214,6 +218,7 @@ class S3Store(StoreBase):
         self._known_ends: OrderedDict[StreamId, int] = OrderedDict()
         self._appending = 0
         self._drained: anyio.Event | None = None
+        self._leases = S3Leases(self._call, self._get, prefix=self.options.prefix, policy=self.options.retry)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -815,3 +820,20 @@ class S3Store(StoreBase):
         if hashlib.sha256(found[0]).hexdigest() != digest:
             raise CorruptRecordError(f"blob {digest} does not match its digest", stream=stream)
         return found[0]
+
+    # ---------------------------------------------------------------- leases (s3_leases)
+
+    async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
+        """See ``LeaseStore.acquire_lease`` and ``s3_leases`` (clocks, skew allowance, faults)."""
+        self._check_open()
+        return await self._leases.acquire(stream, owner, ttl)
+
+    async def release_lease(self, lease: Lease) -> None:
+        """See ``LeaseStore.release_lease``: marks the lease object released, never deletes it."""
+        self._check_open()
+        await self._leases.release(lease)
+
+    async def get_lease(self, stream: StreamId) -> Lease | None:
+        """See ``LeaseStore.get_lease`` and ``s3_leases``: one GET."""
+        self._check_open()
+        return await self._leases.current(stream)

@@ -82,7 +82,7 @@ class StreamKeys:
     1,024-byte limit or its ids cannot be encoded as UTF-8 (lone surrogates).
     """
 
-    __slots__ = ("index", "root", "batches", "snapshots", "blobs", "compacted")
+    __slots__ = ("index", "root", "batches", "snapshots", "blobs", "compacted", "lease")
 
     def __init__(self, prefix: str, stream: StreamId) -> None:
         namespace = encode_segment(stream.namespace)
@@ -93,6 +93,7 @@ class StreamKeys:
         self.snapshots = self.root + "s/"
         self.blobs = self.root + "b/"
         self.compacted = self.root + "compacted"
+        self.lease = self.root + "lease"  # the stream's lease object (s3_leases)
         try:
             longest = max(len(self.index.encode()), len(self.root.encode()) + _LONGEST_LEAF)
         except UnicodeEncodeError as exc:
