@@ -9,6 +9,7 @@ parks (waits for a human): a parked agent holds no memory in the runtime.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -70,6 +71,13 @@ class AgentActor:
             # Nothing more can be written safely; the journal holds the truth.
             log.warning("agent %s stopped: %s", self.state.agent_id, exc)
             self.error = exc
+        except Exception as exc:
+            # A bug (ours or a hook's) must stop this agent only, never the runtime and
+            # its other agents; say why in the journal if the journal still takes it.
+            log.exception("agent %s stopped by an unexpected error", self.state.agent_id)
+            self.error = exc
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self.journal.append((Kind.FAILED, {"reason": f"internal error: {type(exc).__name__}"}))
         finally:
             self._close_mailbox()
             self.done.set()
@@ -86,8 +94,30 @@ class AgentActor:
                 await self._resolve(self.state.pending_calls[0])
             elif (limit := self._budget_limit()) is not None:
                 await self.journal.append((Kind.BUDGET_EXCEEDED, limit))
+            elif (cut := self._history_cut()) is not None:
+                await self._compact_history(*cut)
             else:
                 await self._model_step()
+
+    def _history_cut(self) -> tuple[int, int] | None:
+        """``(first, count)`` of the messages to drop under the definition's
+        ``HistoryPolicy``, or None. The system prompt and the task always stay,
+        and a cut never separates tool results from the call that asked for them."""
+        policy, messages = self.definition.history, self.state.messages
+        if policy is None or len(messages) <= policy.max_messages:
+            return None
+        head = next((i + 1 for i, m in enumerate(messages) if m["role"] == "user"), 0)
+        end = len(messages) - policy.keep_recent
+        while end < len(messages) and messages[end]["role"] == "tool":
+            end += 1
+        return (head, end - head) if end > head else None
+
+    async def _compact_history(self, first: int, count: int) -> None:
+        data: dict[str, Any] = {"first": first, "count": count}
+        summarize = self.definition.history.summarize
+        if summarize is not None:
+            data["summary"] = await summarize(self.state.messages[first:first + count])
+        await self.journal.append((Kind.HISTORY_COMPACTED, data))
 
     async def _drain_mailbox(self) -> None:
         while True:
@@ -144,11 +174,7 @@ class AgentActor:
                 return
             span.set_attribute(tm.INPUT_TOKENS, response.usage.input_tokens)
             span.set_attribute(tm.OUTPUT_TOKENS, response.usage.output_tokens)
-        seq = self.state.last_seq + 1
-        calls = [
-            {"id": c.id or f"call-{seq}-{i}", "name": c.name, "arguments": c.arguments}
-            for i, c in enumerate(response.tool_calls)
-        ]
+        calls = self._journal_calls(response.tool_calls)
         usage = response.usage
         data = {
             "text": response.text,
@@ -165,13 +191,34 @@ class AgentActor:
             if first is not None and not first.requires_approval:
                 # The response and the first call's intent in one atomic append: one
                 # commit less per step, and a crash leaves both or neither.
-                state = self.state
-                call = dict(calls[0], key=idempotency_key(state.namespace, state.agent_id, state.run_id, calls[0]["id"]))
-                await self._execute(first, call, attempt=1, with_response=entries[0])
+                await self._execute(first, calls[0], attempt=1, with_response=entries[0])
             else:
                 await self.journal.append(*entries)
         except UnencodableValueError as exc:
             await self.journal.append((Kind.FAILED, {"reason": f"model response cannot be stored: {exc}"}))
+
+    def _journal_calls(self, tool_calls) -> list[dict[str, Any]]:
+        """The calls as journaled: ids unique in the response, keys unique in the run.
+
+        A provider may reuse a call id across turns (or within one answer); the
+        key must not follow it, or a key-deduplicating API would drop a new
+        call as a repeat. So the key is derived from the model turn and the
+        call's position, and journaled, never derived again on read.
+        """
+        state, turn = self.state, self.state.usage["steps"] + 1
+        calls, seen = [], set()
+        for i, c in enumerate(tool_calls):
+            call_id = c.id if c.id and c.id not in seen else f"call-{turn}-{i}"
+            seen.add(call_id)
+            key = idempotency_key(state.namespace, state.agent_id, state.run_id, f"{turn}:{i}:{call_id}")
+            calls.append({"id": call_id, "name": c.name, "arguments": c.arguments, "key": key})
+        return calls
+
+    def _approval_id(self, call: dict[str, Any], suffix: str = "") -> str:
+        """The call id (what an operator sees), made unique among this agent's approvals."""
+        approval_id = call["id"] + suffix
+        taken = self.state.approvals.get(approval_id)
+        return approval_id if taken is None or taken.get("key") == call["key"] else f"{approval_id}@{call['key'][:8]}"
 
     async def _resolve(self, call: dict[str, Any]) -> None:
         tool = self.definition.tool(call["name"])
@@ -180,7 +227,7 @@ class AgentActor:
             return
         entry = self.state.ledger.get(call["key"])
         if entry is None:
-            if tool.requires_approval and not await self._approved(call, call["id"], "tool requires approval"):
+            if tool.requires_approval and not await self._approved(call, self._approval_id(call), "tool requires approval"):
                 return
             await self._execute(tool, call, attempt=1)
             return
@@ -192,7 +239,7 @@ class AgentActor:
         elif policy is OnUnknownOutcome.RECONCILE:
             await self._reconcile(tool, call, attempt)
         elif policy is OnUnknownOutcome.ASK:
-            approval_id = f"{call['id']}#attempt{attempt}"
+            approval_id = self._approval_id(call, f"#attempt{attempt}")
             reason = f"outcome of attempt {attempt - 1} unknown after a crash; approve to run it again"
             if await self._approved(call, approval_id, reason):
                 await self._execute(tool, call, attempt)
@@ -233,6 +280,8 @@ class AgentActor:
         intent = {"key": call["key"], "call_id": call["id"], "tool": tool.name, "attempt": attempt}
         preceding = (with_response,) if with_response is not None else ()
         await self.journal.append(*preceding, (Kind.TOOL_INTENT, intent))  # durable before the side effect
+        if self.state.status != RUNNING:
+            return  # a cancel from another process was folded in while appending: do not act
         with self.tracer.start_as_current_span(f"execute_tool {tool.name}") as span:
             span.set_attribute(tm.OPERATION, "execute_tool")
             span.set_attribute(tm.TOOL_NAME, tool.name)

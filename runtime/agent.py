@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -24,6 +24,33 @@ class Budget:
     def to_wire(self) -> dict:
         """As a plain dict for the journal."""
         return {"steps": self.steps, "tokens": self.tokens, "cost_usd": self.cost_usd}
+
+
+#: ``summarize(dropped_messages) -> str``: condenses messages leaving the context
+#: (typically one cheap model call). Its answer is journaled, so it runs once.
+Summarizer = Callable[[list[dict[str, Any]]], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPolicy:
+    """Keeps the working conversation bounded, as an LLM's context window must be.
+
+    When the conversation passes ``max_messages``, the oldest messages after the
+    task are dropped until ``keep_recent`` remain after it (never splitting a
+    tool call from its result), replaced by one message from ``summarize`` if
+    given. The journal keeps every record: only the state (and so snapshots,
+    restore time and what the model sees) is bounded. The drop is itself a
+    ``history_compacted`` record, so replay gives the same conversation.
+    Raises ``ValueError`` unless 0 < ``keep_recent`` < ``max_messages``.
+    """
+
+    max_messages: int = 200
+    keep_recent: int = 100
+    summarize: Summarizer | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.keep_recent < self.max_messages:
+            raise ValueError("HistoryPolicy needs 0 < keep_recent < max_messages")
 
 
 class OnDefinitionChange(StrEnum):
@@ -68,7 +95,8 @@ class AgentDefinition:
     tool leaves pending calls that no tool answers, a changed tool policy would
     re-run a side effect the old one would not. Stopping costs a redeploy;
     guessing may cost a duplicated payment. Raises ``ValueError`` for
-    ``migrate`` without a hook.
+    ``migrate`` without a hook. ``history``: a ``HistoryPolicy`` bounding the
+    conversation (None: it grows with the run).
     """
 
     name: str
@@ -79,6 +107,7 @@ class AgentDefinition:
     budget: Budget = field(default_factory=Budget)
     on_definition_change: OnDefinitionChange = OnDefinitionChange.STOP
     migrate: MigrateHook | None = None
+    history: HistoryPolicy | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "on_definition_change", OnDefinitionChange(self.on_definition_change))

@@ -67,6 +67,12 @@ class Cancel(Command):
     reason: str = ""
 
 
+#: The kinds commands append. Records of these kinds that another process added
+#: while an actor ran commute with the actor's own step, so the actor folds them
+#: in and retries its append instead of giving the agent up (see AgentJournal).
+COMMAND_KINDS = frozenset({Kind.MESSAGE_RECEIVED, Kind.APPROVAL_DECIDED, Kind.BUDGET_EXTENDED, Kind.CANCELLED})
+
+
 def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]:
     """The ``(kind, data)`` record for ``command`` given ``state``.
 
@@ -87,9 +93,15 @@ def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]
         return Kind.APPROVAL_DECIDED, data
     if isinstance(command, ExtendBudget):
         budget = dict(state.budget)
-        for name, extra in (("steps", command.steps), ("tokens", command.tokens), ("cost_usd", command.cost_usd)):
+        extras = (("steps", command.steps), ("tokens", command.tokens), ("cost_usd", command.cost_usd))
+        if any(extra < 0 for _, extra in extras):
+            raise InvalidCommandError("a budget extension cannot be negative")
+        for name, extra in extras:
             if extra and budget.get(name) is not None:
                 budget[name] = budget[name] + extra
+        if budget == state.budget:
+            limited = [name for name, limit in state.budget.items() if limit is not None] or ["none"]
+            raise InvalidCommandError(f"nothing to extend: agent {state.agent_id} has limits on {', '.join(limited)}")
         return Kind.BUDGET_EXTENDED, {"budget": budget}
     if isinstance(command, Cancel):
         return Kind.CANCELLED, {"reason": command.reason}

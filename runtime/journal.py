@@ -18,13 +18,17 @@ from durably.storage.codec import raw_size
 from durably.storage.errors import ConflictError
 from durably.storage.journal import GroupCommitter
 from durably.storage.records import RecordCodec
-from durably.storage.spi import StreamId
+from durably.storage.spi import Store, StreamId
 
 from . import telemetry as tm
+from .commands import COMMAND_KINDS
 from .errors import AgentFencedError
 from .redaction import RedactionPolicy, Redactor
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import AgentState, apply
+
+
+_REBASE_ATTEMPTS = 8  # commands racing one append: each retry folds in what came first
 
 
 @dataclass
@@ -32,6 +36,7 @@ class JournalServices:
     """What every agent journal of one runtime shares. ``redaction``: what is
     taken out of records before they are encoded (None: nothing)."""
 
+    store: Store
     codec: RecordCodec
     committer: GroupCommitter
     snapshots: SnapshotWriter
@@ -61,10 +66,33 @@ class AgentJournal:
     async def append(self, *entries: tuple[str, dict[str, Any]]) -> None:
         """Durably append ``(kind, data)`` entries as one atomic batch, then fold them.
 
+        If another process appended only commands meanwhile (an approval, a
+        budget extension, a message, a cancel: see ``COMMAND_KINDS``), they are
+        folded in first and the batch is appended after them, as a rebase.
         Raises ``UnencodableValueError`` (nothing written), ``AgentFencedError``
-        (another writer moved the stream on; nothing written) and
+        (another writer took the stream over; nothing written) and
         ``StoreUnavailableError`` (outcome unknown; restore to find out).
         """
+        for _ in range(_REBASE_ATTEMPTS):
+            try:
+                return await self._append_once(entries)
+            except AgentFencedError:
+                if not await self._fold_in_commands():
+                    raise
+        raise AgentFencedError(self.stream, self.state.last_seq, None)
+
+    async def _fold_in_commands(self) -> bool:
+        """Fold the records appended after ours if all are commands; False if any is not."""
+        svc, stream = self.services, self.stream
+        newer = [svc.codec.decode_record(stored, stream) async for stored in svc.store.read(stream, self.state.last_seq)]
+        if not newer or any(record.kind not in COMMAND_KINDS for record in newer):
+            return False
+        for record in newer:
+            apply(self.state, record)
+        self.records_since += len(newer)
+        return True
+
+    async def _append_once(self, entries: tuple[tuple[str, dict[str, Any]], ...]) -> None:
         svc = self.services
         first = self.state.last_seq + 1
         now = time.time()

@@ -117,7 +117,7 @@ class Runtime:
             committer = GroupCommitter(self.store, tracer=self.tracer)
             snapshots = SnapshotWriter(self.store, policy=self.policy, tracer=self.tracer,
                                        codec_factory=partial(RecordCodec, cipher=self.encryption))
-            self._services = JournalServices(self.codec, committer, snapshots, self.policy, self.tracer,
+            self._services = JournalServices(self.store, self.codec, committer, snapshots, self.policy, self.tracer,
                                              redaction=self.redaction)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(snapshots.run, self._snapshot_written)

@@ -107,7 +107,7 @@ def _message_received(s: AgentState, d: dict) -> None:
 def _model_responded(s: AgentState, d: dict) -> None:
     calls = d["tool_calls"]
     s.messages.append({"role": "assistant", "content": d["text"], "tool_calls": calls})
-    s.pending_calls = [dict(c, key=idempotency_key(s.namespace, s.agent_id, s.run_id, c["id"])) for c in calls]
+    s.pending_calls = [c if "key" in c else dict(c, key=_legacy_key(s, c)) for c in calls]
     usage = d["usage"]
     s.usage = {
         "steps": s.usage["steps"] + 1,
@@ -164,8 +164,27 @@ def _budget_extended(s: AgentState, d: dict) -> None:
         s.status, s.reason = RUNNING, ""
 
 
+def _legacy_key(s: AgentState, call: dict) -> str:
+    # Records written before keys were journaled derive them from the call id.
+    return idempotency_key(s.namespace, s.agent_id, s.run_id, call["id"])
+
+
 def _history_compacted(s: AgentState, d: dict) -> None:
-    s.messages = d["messages"]
+    if "messages" in d:
+        s.messages = d["messages"]
+        return
+    first, count = d["first"], d["count"]
+    dropped = s.messages[first:first + count]
+    kept = [{"role": "user", "content": d["summary"]}] if d.get("summary") else []
+    s.messages[first:first + count] = kept
+    # The calls that left the conversation leave the ledger and approvals too, so
+    # the state (and every snapshot) stays bounded however long the run.
+    gone = {c.get("key") or _legacy_key(s, c) for m in dropped for c in m.get("tool_calls") or ()}
+    gone -= {c["key"] for c in s.pending_calls}
+    for key in gone:
+        s.ledger.pop(key, None)
+    for approval_id in [a for a, req in s.approvals.items() if req.get("key") in gone]:
+        del s.approvals[approval_id]
 
 
 def _finished(s: AgentState, d: dict) -> None:

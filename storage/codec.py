@@ -120,6 +120,26 @@ def check_encodable(value: Any, path: str = "value", max_depth: int = 64) -> Non
             raise UnencodableValueError(where, f"{kind.__name__} is not supported{hint}")
 
 
+def _locate_unencodable(value: Any, path: str, cause: Exception) -> UnencodableValueError:
+    """The ``UnencodableValueError`` for a value cbor2 refused: finds the string
+    that is not valid Unicode (a lone surrogate, as ``json.loads`` can produce)."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return UnencodableValueError(where, f"str is not valid Unicode ({exc.reason} at index {exc.start})")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                stack.append((key, f"{where}[{key!r}]"))
+                stack.append((child, f"{where}.{key}"))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+    return UnencodableValueError(path, f"cannot be encoded as CBOR: {cause}")
+
+
 class FrameCipher(Protocol):
     """Authenticated encryption of frame payloads; ``durably.storage.crypto.AESGCMCipher`` is one.
 
@@ -175,20 +195,29 @@ class Codec:
         self._compressor = zstandard.ZstdCompressor(level=level)
         self._decompressor = zstandard.ZstdDecompressor()
 
-    def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str | None = "value",
+    def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str = "value", check: bool = True,
                stream=None, seq: int | None = None) -> bytes:
         """Encode ``value`` as a frame (bytes).
 
         Raises ``UnencodableValueError`` with the field path (rooted at ``path``)
-        for values outside plain data, before anything is written. ``path=None``
-        skips that check, for callers that already ran ``check_encodable``.
+        for values outside plain data, before anything is written; also for a string
+        that is not valid Unicode and a value whose CBOR passes the decode size
+        limit. ``check=False`` skips the plain-data walk, for callers that already
+        ran ``check_encodable``.
         ``stream`` (``StreamId``) and ``seq`` say where the frame will be stored;
         an encrypting codec binds the ciphertext to them and raises ``ValueError``
         without them.
         """
-        if path is not None:
+        if check:
             check_encodable(value, path, self.limits.max_depth)
-        raw = cbor2.dumps(value)
+        try:
+            raw = cbor2.dumps(value)
+        except (UnicodeEncodeError, cbor2.CBOREncodeError, ValueError, OverflowError) as exc:
+            raise _locate_unencodable(value, path, exc) from exc
+        if len(raw) > self.limits.max_raw_size:
+            # Decoding refuses frames past this bound, so writing one would store an unreadable record.
+            raise UnencodableValueError(path, f"encodes to {len(raw)} bytes, over the "
+                                        f"{self.limits.max_raw_size}-byte limit that decoding allows")
         flags = 0
         payload = raw
         if len(raw) >= self._min_compress:

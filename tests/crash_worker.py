@@ -6,8 +6,8 @@ Boundaries (``--crash NAME --at K``, K counts occurrences in this process):
   before_effect   the intent is durable, the tool has not acted yet
   after_effect    the tool acted, its result is not journaled
   after_result    a tool_result append was acknowledged
-  snapshot        inside a snapshot's SQLite transaction, before COMMIT
-  group_commit    inside a group commit's SQLite transaction, before COMMIT
+  snapshot        as SQLite starts writing a snapshot, before it commits
+  group_commit    as SQLite starts writing a group commit's records, before it commits
 
 Every acknowledged append is logged to ``--acks`` (fsynced) with a digest of
 each frame, so the test can check no acknowledged record was lost.
@@ -20,15 +20,14 @@ import hashlib
 import json
 import os
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
-import aiosqlite
 import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably.adapters.sqlite import SQLiteStore  # noqa: E402
 from durably.runtime import AgentExistsError, Runtime, SnapshotPolicy  # noqa: E402
 from durably.runtime.journal import AgentJournal  # noqa: E402
 from durably.schemas.records import Kind  # noqa: E402
@@ -36,6 +35,7 @@ from durably.storage.journal import GroupCommitter  # noqa: E402
 from support_agents import append_line, file_agent  # noqa: E402
 
 counts: dict[str, int] = {}
+acked: list[int] = []  # seqs acknowledged so far in this process
 args: argparse.Namespace
 
 
@@ -66,29 +66,31 @@ def install_hooks() -> None:
         for offset, frame in enumerate(records, start=1):
             line = {"agent": stream.agent_id, "seq": expected_seq + offset, "sha": hashlib.sha256(frame).hexdigest()}
             append_line(Path(args.acks), line)
+        acked.append(seq)
         return seq
 
     GroupCommitter.append = committer_append
 
-    in_snapshot = {"active": False}
-    original_put_snapshot = SQLiteStore.put_snapshot
+    # Inside SQLite itself: the trace callback runs as a statement starts, on
+    # aiosqlite's thread, so dying there leaves the transaction uncommitted.
+    original_connect = sqlite3.connect
 
-    async def put_snapshot(self, stream, seq, data):
-        in_snapshot["active"] = True
-        try:
-            await original_put_snapshot(self, stream, seq, data)
-        finally:
-            in_snapshot["active"] = False
+    def connect(*args, **kwargs):
+        connection = original_connect(*args, **kwargs)
 
-    SQLiteStore.put_snapshot = put_snapshot
+        def trace(statement: str) -> None:
+            text = statement.lstrip().upper()
+            if not acked:
+                return  # count from the first acknowledged append, whatever the adapter's statements
+            if text.startswith("INSERT INTO SNAPSHOTS"):
+                hit("snapshot")
+            elif text.startswith("INSERT INTO RECORDS"):
+                hit("group_commit")
 
-    original_commit = aiosqlite.Connection.commit
+        connection.set_trace_callback(trace)
+        return connection
 
-    async def commit(self):
-        hit("snapshot" if in_snapshot["active"] else "group_commit")
-        return await original_commit(self)
-
-    aiosqlite.Connection.commit = commit
+    sqlite3.connect = connect
 
 
 async def main() -> None:

@@ -1,0 +1,214 @@
+"""Inputs that used to hurt: bad strings, huge values, commands racing a live
+worker, reused call ids, long conversations, broken hooks. Each is stopped at
+the agent that caused it, with a clear reason, and nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import anyio
+import pytest
+
+from durably.runtime import (
+    AgentDefinition,
+    Budget,
+    InvalidCommandError,
+    ModelResponse,
+    Runtime,
+    ToolCall,
+    tool,
+)
+from durably.runtime.agent import HistoryPolicy
+from durably.schemas.records import Kind
+from durably.storage import StreamId, UnencodableValueError, open_store
+from durably.storage.codec import Codec, CodecLimits
+from durably.storage.records import RecordCodec
+from support_agents import StepModel, list_agent
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def url(request, tmp_path):
+    return f"memory://{uuid.uuid4().hex}" if request.param == "memory" else f"sqlite:///{tmp_path}/a.db"
+
+
+async def kinds(url: str, agent_id: str) -> list[str]:
+    codec = RecordCodec()
+    async with open_store(url) as store:
+        return [codec.decode_record(r).kind async for r in store.read(StreamId("default", agent_id))]
+
+
+class SlowModel:
+    name = "slow"
+
+    async def respond(self, messages, tools):
+        await anyio.sleep(0.2)
+        return ModelResponse("ok")
+
+
+async def test_a_lone_surrogate_fails_that_call_only_and_the_runtime_lives_on(url):
+    ran: list = []
+
+    @tool(name="effect", on_unknown_outcome="retry")
+    async def fetch(n: int, *, ctx):
+        ran.append(n)
+        return json.loads('"caf\\ud83d"')  # what json gives for a broken escape
+
+    bad = AgentDefinition(name="bad", model=StepModel(1), tools=[fetch])
+    bystander = AgentDefinition(name="bystander", model=SlowModel())
+    async with Runtime(url, agents=[bad, bystander]) as rt:
+        other = await rt.start(bystander, "bystander", "wait")
+        state = await rt.run(bad, "victim", "task")
+        assert (await other.wait()).status == "finished"
+    assert state.status == "finished" and ran == [1]
+    (entry,) = state.ledger.values()
+    assert "tool_result.data.result: str is not valid Unicode" in entry["error"]
+
+
+def test_a_value_past_the_decode_limit_fails_at_save_time():
+    codec = RecordCodec(Codec(limits=CodecLimits(max_raw_size=10_000)))
+    from durably.schemas.records import Record
+
+    with pytest.raises(UnencodableValueError, match="tool_result.data: encodes to .* over the 10000-byte limit"):
+        codec.encode_record(Record(1, Kind.TOOL_RESULT, {"result": "x" * 20_000}, 0.0))
+
+
+async def test_commands_from_another_process_fold_into_a_running_worker(url):
+    effects: list = []
+    release = anyio.Event()
+
+    @tool(name="effect", on_unknown_outcome="fail")
+    async def charge(n: int, *, ctx) -> int:
+        await release.wait()
+        effects.append(n)
+        return n
+
+    definition = AgentDefinition(name="pay", model=StepModel(2), tools=[charge], budget=Budget(steps=10))
+    async with Runtime(url, agents=[definition], worker_id="worker") as worker:
+        handle = await worker.start(definition, "order", "charge twice")
+        while not (await worker.status("order")).ledger:
+            await anyio.sleep(0.01)
+        async with Runtime(url, worker_id="operator") as operator:  # another process, in effect
+            await operator.extend_budget("order", steps=5)
+            await operator.send("order", "the customer says hi")
+        release.set()
+        state = await handle.wait()  # not fenced: the commands were folded in
+    assert state.status == "finished" and effects == [1, 2]
+    assert state.budget["steps"] == 15
+    journal = await kinds(url, "order")
+    assert journal.count("budget_extended") == 1 and journal.count("message_received") == 1
+    assert "resumed" not in journal
+
+
+async def test_a_cancel_from_elsewhere_stops_the_worker_after_recording_the_running_call(url):
+    effects: list = []
+    release = anyio.Event()
+
+    @tool(name="effect", on_unknown_outcome="fail")
+    async def effect(n: int, *, ctx) -> int:
+        await release.wait()
+        effects.append(n)
+        return n
+
+    definition = AgentDefinition(name="d", model=StepModel(3), tools=[effect])
+    async with Runtime(url, agents=[definition]) as worker:
+        handle = await worker.start(definition, "a1", "task")
+        while not (await worker.status("a1")).ledger:
+            await anyio.sleep(0.01)
+        async with Runtime(url) as operator:
+            await operator.cancel("a1", "customer gave up")
+        release.set()
+        state = await handle.wait()
+    assert state.status == "cancelled" and effects == [1]
+    assert (await kinds(url, "a1"))[-2:] == ["cancelled", "tool_result"]
+
+
+async def test_reused_provider_call_ids_get_distinct_keys(url):
+    seen: list = []
+
+    @tool(name="send", on_unknown_outcome="retry")
+    async def send(to: str, *, ctx) -> str:
+        seen.append((ctx.call_id, ctx.idempotency_key, to))
+        return f"sent to {to}"
+
+    class Reuser:
+        name = "reuser"
+
+        async def respond(self, messages, tools):
+            done = sum(m["role"] == "tool" for m in messages)
+            if done == 0:
+                return ModelResponse("", (ToolCall("call_0", "send", {"to": "ana"}), ToolCall("call_0", "send", {"to": "bo"})))
+            if done == 2:
+                return ModelResponse("", (ToolCall("call_0", "send", {"to": "cy"}),))
+            return ModelResponse("done")
+
+    async with Runtime(url, agents=[AgentDefinition(name="r", model=Reuser(), tools=[send])]) as rt:
+        state = await rt.run("r", "a1", "task")
+    assert state.status == "finished" and [to for *_, to in seen] == ["ana", "bo", "cy"]
+    assert len({key for _, key, _ in seen}) == 3
+    assert len({call_id for call_id, _, _ in seen[:2]}) == 2  # renamed within one response
+    assert [m["content"] for m in state.messages if m["role"] == "tool"] == ["sent to ana", "sent to bo", "sent to cy"]
+
+
+async def test_history_policy_bounds_the_state_and_replays_identically(url):
+    summaries: list = []
+
+    async def summarize(messages):
+        summaries.append(len(messages))
+        return f"(summary of {len(messages)} messages)"
+
+    class LastResultModel:
+        """Reads its progress from the last tool result, not from the whole history."""
+
+        name = "last-result"
+
+        async def respond(self, messages, tools):
+            last = messages[-1]
+            done = last["content"] // 10 if last["role"] == "tool" else 0
+            if done < 40:
+                return ModelResponse("", (ToolCall(f"c{done + 1}", "effect", {"n": done + 1}),))
+            return ModelResponse(f"done {done}")
+
+    effects: list = []
+    base = list_agent(40, effects)
+    definition = AgentDefinition(name=base.name, model=LastResultModel(), tools=base.tools,
+                                 history=HistoryPolicy(max_messages=12, keep_recent=6, summarize=summarize))
+    async with Runtime(url, agents=[definition]) as rt:
+        state = await rt.run(definition, "a1", "task")
+        restored = await rt.status("a1")
+    assert state.status == "finished" and len(effects) == 40
+    assert len(state.messages) <= 13 and len(state.ledger) <= 8
+    assert state.messages[0]["content"] == "task" and state.messages[1]["content"].startswith("(summary of")
+    # Every tool result still follows its call, as chat APIs require.
+    for i, message in enumerate(state.messages):
+        if message["role"] == "tool":
+            assert state.messages[i - 1]["role"] in ("assistant", "tool")
+    assert restored.to_wire() == state.to_wire()
+    assert (await kinds(url, "a1")).count("history_compacted") == len(summaries) > 3
+
+
+async def test_budget_extensions_are_checked():
+    async with Runtime("memory://", agents=[list_agent(5, [])]) as rt:
+        await rt.run("list-agent", "a1", "task", budget=Budget(steps=1))
+        with pytest.raises(InvalidCommandError, match="negative"):
+            await rt.extend_budget("a1", steps=-3)
+        with pytest.raises(InvalidCommandError, match="nothing to extend: .* limits on steps"):
+            await rt.extend_budget("a1", tokens=100)
+
+
+async def test_a_broken_hook_fails_its_agent_not_the_runtime(url):
+    async def summarize(messages):
+        raise RuntimeError("summariser down")
+
+    base = list_agent(10, [])  # fails at its first compaction, long before the model loops
+    broken = AgentDefinition(name="broken", model=base.model, tools=base.tools,
+                             history=HistoryPolicy(max_messages=6, keep_recent=2, summarize=summarize))
+    bystander = AgentDefinition(name="bystander", model=SlowModel())
+    async with Runtime(url, agents=[broken, bystander]) as rt:
+        other = await rt.start(bystander, "bystander", "wait")
+        handle = await rt.start(broken, "a1", "task")
+        with pytest.raises(RuntimeError, match="summariser down"):
+            await handle.wait()
+        assert (await other.wait()).status == "finished"
+        state = await rt.status("a1")
+    assert state.status == "failed" and state.reason == "internal error: RuntimeError"
