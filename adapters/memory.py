@@ -8,13 +8,24 @@ without a name is private to its instance.
 from __future__ import annotations
 
 import hashlib
+import math
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from durably.storage.base import StoreBase
 from durably.storage.errors import BlobNotFoundError, ConflictError, InvalidRequestError, UnsafeCompactionError
-from durably.storage.spi import CAP_BLOBS, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage.spi import (
+    CAP_BLOBS,
+    CAP_LEASES,
+    AppendRequest,
+    Lease,
+    StoredRecord,
+    StoredSnapshot,
+    StreamId,
+    check_append,
+)
 
 
 @dataclass
@@ -26,17 +37,21 @@ class _Stream:
 
 
 _shared: dict[str, dict[StreamId, _Stream]] = {}
+# Leases live apart from the streams so that a lease never makes a stream exist.
+# A released or expired lease stays here with its token, the floor of the next one.
+_shared_leases: dict[str, dict[StreamId, Lease]] = {}
 
 
 class MemoryStore(StoreBase):
     """A ``Store`` held in a dict. ``url``: ``memory://`` or ``memory://name`` (shared by name)."""
 
-    capabilities = frozenset({CAP_BLOBS})
+    capabilities = frozenset({CAP_BLOBS, CAP_LEASES})
 
     def __init__(self, url: str = "memory://") -> None:
         super().__init__()
         name = urlsplit(url).netloc
         self._streams: dict[StreamId, _Stream] = _shared.setdefault(name, {}) if name else {}
+        self._leases: dict[StreamId, Lease] = _shared_leases.setdefault(name, {}) if name else {}
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         self._check_open()
@@ -116,6 +131,8 @@ class MemoryStore(StoreBase):
     async def delete_stream(self, stream: StreamId) -> None:
         self._check_open()
         self._streams.pop(stream, None)
+        # The token sequence goes with the stream: a re-created stream's leases start at 1.
+        self._leases.pop(stream, None)
 
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
         self._check_open()
@@ -129,3 +146,46 @@ class MemoryStore(StoreBase):
         if found is None or digest not in found.blobs:
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         return found.blobs[digest]
+
+    # -- leases (CAP_LEASES) ----------------------------------------------------
+    # No await between the check and the write in these methods, so each is atomic
+    # on the event loop: of racing tasks exactly one takes a free lease.
+
+    async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
+        """Take or renew ``stream``'s lease for ``owner`` for ``ttl`` seconds (``time.time()`` clock).
+
+        Returns the lease held now, or None when another owner holds an unexpired
+        one. A free, released or expired lease is taken with the previous token
+        + 1 (also by its former owner); an unexpired one of ``owner`` is renewed
+        with the same token. Raises ``InvalidRequestError`` unless ``owner`` is a
+        non-empty str and ``ttl`` a finite number > 0; ``StoreClosedError``.
+        """
+        self._check_open()
+        if not isinstance(owner, str) or not owner:
+            raise InvalidRequestError(f"a lease owner must be a non-empty str, got {owner!r}")
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
+            raise InvalidRequestError(f"a lease ttl must be a finite number of seconds > 0, got {ttl!r}")
+        now = time.time()
+        held = self._leases.get(stream)
+        if held is not None and held.expires_at > now:
+            if held.owner != owner:
+                return None
+            token = held.token  # a renewal
+        else:
+            token = (held.token if held is not None else 0) + 1
+        lease = Lease(stream, owner, token, now + ttl)
+        self._leases[stream] = lease
+        return lease
+
+    async def release_lease(self, lease: Lease) -> None:
+        """End ``lease`` if its owner still holds it with its token; otherwise no-op. Raises ``StoreClosedError``."""
+        self._check_open()
+        held = self._leases.get(lease.stream)
+        if held is not None and held.owner == lease.owner and held.token == lease.token:
+            self._leases[lease.stream] = Lease(held.stream, held.owner, held.token, 0.0)
+
+    async def get_lease(self, stream: StreamId) -> Lease | None:
+        """The unexpired lease of ``stream``, or None. Raises ``StoreClosedError``."""
+        self._check_open()
+        held = self._leases.get(stream)
+        return held if held is not None and held.expires_at > time.time() else None

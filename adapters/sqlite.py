@@ -42,7 +42,9 @@ from durably.storage.errors import (
     UnknownSchemaVersionError,
     UnsafeCompactionError,
 )
-from durably.storage.spi import CAP_BLOBS, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage.spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
+
+from .sqlite_leases import SQLiteLeases
 
 #: The layout below, stored in ``PRAGMA user_version``. A file with a higher
 #: number was written by a newer durably and is refused, never modified.
@@ -185,7 +187,7 @@ def _translate(exc: BaseException) -> BaseException:
     return exc
 
 
-class SQLiteStore(StoreBase):
+class SQLiteStore(SQLiteLeases, StoreBase):
     """A ``Store`` in one SQLite database file (see the module docstring for the URL).
 
     In: ``url`` such as ``sqlite:///agents.db?synchronous=FULL&busy_timeout=10000``;
@@ -200,7 +202,7 @@ class SQLiteStore(StoreBase):
     several stores, in one process or many, may share the file.
     """
 
-    capabilities = frozenset({CAP_BLOBS})
+    capabilities = frozenset({CAP_BLOBS, CAP_LEASES})  # leases: adapters/sqlite_leases.py
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -485,8 +487,10 @@ class SQLiteStore(StoreBase):
         frames still hold the rows. (A reader of another connection holding an old
         snapshot past the busy timeout makes that checkpoint give up; the WAL is
         then emptied by a later purge or when the last connection closes.)
+        The stream's lease and its token sequence go first (``SQLiteLeases._delete_lease``).
         """
         self._check_open()
+        await self._delete_lease(stream)
         async with self._transaction() as db:
             found = await db.execute_fetchall(
                 "SELECT id FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id)

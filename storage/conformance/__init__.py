@@ -21,7 +21,7 @@ import pytest
 # The checks live in this package, not in the user's test module, so ask pytest to
 # rewrite their asserts too: failures then show the compared values.
 pytest.register_assert_rewrite(
-    *(f"{__name__}.{name}" for name in ("appends", "blobs", "compaction", "concurrency", "harness", "lifecycle", "reads", "snapshots"))
+    *(f"{__name__}.{name}" for name in ("appends", "blobs", "compaction", "concurrency", "harness", "leases", "lifecycle", "reads", "snapshots"))
 )
 
 from .appends import AppendChecks  # noqa: E402
@@ -29,6 +29,7 @@ from .blobs import BlobChecks  # noqa: E402
 from .compaction import CompactionChecks  # noqa: E402
 from .concurrency import ConcurrencyChecks  # noqa: E402
 from .harness import StoreHarness  # noqa: E402
+from .leases import LeaseChecks  # noqa: E402
 from .lifecycle import LifecycleChecks  # noqa: E402
 from .reads import ReadChecks  # noqa: E402
 from .snapshots import SnapshotChecks  # noqa: E402
@@ -42,6 +43,7 @@ class StoreConformance(
     SnapshotChecks,
     CompactionChecks,
     BlobChecks,
+    LeaseChecks,
 ):
     """Every conformance check; subclass it as ``Test<YourStore>`` and override ``make_store``.
 
@@ -49,9 +51,10 @@ class StoreConformance(
     (required: a new, unopened store of the location ``tmp_path``; two calls with
     the same path give two stores of the same location), ``concurrent_instances``
     (default True), ``race_tasks`` (16), ``large_size`` (5 MiB), ``many_streams``
-    (100), and the ``anyio_backend`` fixture ("asyncio"). Optional capabilities
-    are read from ``store.capabilities``; their checks skip with the reason when a
-    capability is not declared. Not collected itself: its name has no ``Test`` prefix.
+    (100), ``lease_short_ttl`` (0.2 s), and the ``anyio_backend`` fixture
+    ("asyncio"). Optional capabilities are read from ``store.capabilities``; their
+    checks skip with the reason when a capability is not declared. Not collected
+    itself: its name has no ``Test`` prefix.
     """
 
 
