@@ -9,6 +9,7 @@ from .agent import AgentDefinition, Budget
 from .errors import (
     AgentExistsError,
     AgentFencedError,
+    AgentLeasedError,
     AgentNotFoundError,
     DefinitionNotRegisteredError,
     InvalidCommandError,
@@ -20,7 +21,7 @@ from .state import AgentState
 from .tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
 
 __all__ = [
-    "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentHandle", "AgentNotFoundError", "AgentState",
+    "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentLeasedError", "AgentHandle", "AgentNotFoundError", "AgentState",
     "Budget", "DefinitionNotRegisteredError", "InvalidCommandError", "Model", "ModelResponse", "OnUnknownOutcome",
     "Reconciled", "Runtime", "SnapshotPolicy", "Tool", "ToolCall", "ToolContext", "Usage", "tool",
 ]

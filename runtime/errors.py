@@ -27,3 +27,17 @@ class DefinitionNotRegisteredError(DurablyError, LookupError):
 
 class InvalidCommandError(DurablyError, ValueError):
     """A command does not fit the agent's state (unknown approval, already decided, terminal agent...)."""
+
+
+class AgentLeasedError(DurablyError):
+    """Another runtime holds the agent's lease: it runs the agent now.
+
+    Attributes: ``agent_id``, ``owner`` (the holder, or None if unknown) and
+    ``expires_at`` (unix seconds, or None). Wait for it to finish or park, or
+    for the lease to expire if that runtime died.
+    """
+
+    def __init__(self, agent_id: str, owner: str | None, expires_at: float | None) -> None:
+        self.agent_id, self.owner, self.expires_at = agent_id, owner, expires_at
+        holder = f"{owner} (lease until {expires_at:.0f})" if owner else "another runtime"
+        super().__init__(f"agent {agent_id!r} is run by {holder}")

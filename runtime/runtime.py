@@ -10,6 +10,7 @@ resumes every agent where its journal ends.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -33,8 +34,15 @@ from durably.storage.spi import Store, StreamId
 from . import commands as cmd
 from .actor import AgentActor, _Requeue
 from .agent import AgentDefinition, Budget
-from .errors import AgentExistsError, AgentFencedError, AgentNotFoundError, DefinitionNotRegisteredError
+from .errors import (
+    AgentExistsError,
+    AgentFencedError,
+    AgentLeasedError,
+    AgentNotFoundError,
+    DefinitionNotRegisteredError,
+)
 from .journal import AgentJournal, JournalServices
+from .leases import LeaseKeeper
 from .migrate import definition_change_entries, hold_for_migration, restore_checked
 from .redaction import RedactionPolicy
 from .reencrypt import ReencryptReport
@@ -82,7 +90,9 @@ class Runtime:
     default policy, secret names and token patterns; ``RedactionPolicy.disabled()``
     stores everything), ``encryption`` (a ``FrameCipher`` such as
     ``durably.storage.crypto.AESGCMCipher``: records and snapshots encrypted at
-    rest; None: plaintext).
+    rest; None: plaintext), ``lease_ttl`` (seconds: on a store with leases, an
+    agent runs only in the runtime holding its lease, renewed every third of
+    this; a crashed runtime's agents can be resumed elsewhere after it).
     Use as ``async with``; leaving it cancels live actors (their journals are
     already durable) and flushes pending snapshots.
     """
@@ -90,8 +100,10 @@ class Runtime:
     def __init__(self, store: str | Store, *, agents: Iterable[AgentDefinition] = (), namespace: str = "default",
                  snapshot_policy: SnapshotPolicy | None = None, worker_id: str | None = None,
                  tracer_provider: trace.TracerProvider | None = None, mailbox_size: int = 64,
-                 redaction: RedactionPolicy | None = None, encryption: FrameCipher | None = None) -> None:
+                 redaction: RedactionPolicy | None = None, encryption: FrameCipher | None = None,
+                 lease_ttl: float = 30.0) -> None:
         self._store_arg = store
+        self.lease_ttl = lease_ttl
         self.namespace = namespace
         self.redaction = redaction if redaction is not None else RedactionPolicy()
         self.encryption = encryption
@@ -119,8 +131,10 @@ class Runtime:
                                        codec_factory=partial(RecordCodec, cipher=self.encryption))
             self._services = JournalServices(self.store, self.codec, committer, snapshots, self.policy, self.tracer,
                                              redaction=self.redaction)
+            self._leases = LeaseKeeper(self.store, f"{self.worker_id}/{uuid.uuid4().hex[:8]}", self.lease_ttl)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(snapshots.run, self._snapshot_written)
+            self._tg.start_soon(self._leases.renew_forever, self._lease_lost)
             stack.push_async_callback(self._shutdown)
             self._exit = stack.pop_all()
         return self
@@ -173,7 +187,12 @@ class Runtime:
         """
         definition = agent if isinstance(agent, AgentDefinition) else self._definition(agent)
         self._definitions.setdefault(definition.name, definition)
-        journal = AgentJournal(self._services, self.stream(agent_id), AgentState())
+        stream = self.stream(agent_id)
+        try:
+            await self._claim(stream)
+        except AgentLeasedError:
+            raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
+        journal = AgentJournal(self._services, stream, AgentState())
         data = {
             "namespace": self.namespace, "agent_id": agent_id, "run_id": uuid.uuid4().hex, "task": task,
             "definition": {"name": definition.name, "version": definition.version, "digest": definition.digest()},
@@ -182,11 +201,14 @@ class Runtime:
         }
         try:
             await journal.append((Kind.STARTED, data))
-        except AgentFencedError:
-            raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
+        except BaseException as exc:
+            await self._leases.release(stream)
+            if isinstance(exc, AgentFencedError):
+                raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
+            raise
         return self._spawn(definition, journal)
 
-    async def resume(self, agent_id: str) -> AgentHandle | None:
+    async def resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
         """Resume ``agent_id`` from its journal if it can run; None if it is parked or done.
 
         Appends a ``resumed`` record first: that moves the stream's seq, so a
@@ -196,6 +218,10 @@ class Runtime:
         and ``migrate`` journal a ``definition_changed`` record in the same batch
         (with the state fields the migrate hook rewrote); ``stop`` returns None,
         appends nothing, and ``status`` reports ``needs_migration``.
+        On a store with leases the agent's lease is taken first: ``AgentLeasedError``
+        when another runtime holds it (it runs the agent). ``force=True`` takes
+        the agent over anyway, for an operator who knows that runtime is dead
+        (it is fenced by the expected seq, and this run holds no lease).
         Raises ``AgentNotFoundError``, ``DefinitionNotRegisteredError`` (and its
         ``DefinitionMigrationError``: the migrate hook failed, nothing appended),
         ``CorruptRecordError`` / ``UnknownSchemaVersionError`` (journal unreadable:
@@ -203,13 +229,33 @@ class Runtime:
         """
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
-        journal = await self._restore_journal(agent_id)
-        if journal.state.status != RUNNING:
-            return None
-        definition = self._definition(journal.state.definition["name"])
-        changes = definition_change_entries(journal.state, definition)
-        await journal.append(*changes, (Kind.RESUMED, {"worker": self.worker_id, "pid": os.getpid()}))
+        stream = self.stream(agent_id)
+        await self._claim(stream, force=force)
+        try:
+            journal = await self._restore_journal(agent_id)
+            if journal.state.status != RUNNING:
+                await self._leases.release(stream)
+                return None
+            definition = self._definition(journal.state.definition["name"])
+            changes = definition_change_entries(journal.state, definition)
+            await journal.append(*changes, (Kind.RESUMED, {"worker": self.worker_id, "pid": os.getpid()}))
+        except BaseException:
+            await self._leases.release(stream)
+            raise
         return self._spawn(definition, journal)
+
+    async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
+        """Take the agent's lease or raise ``AgentLeasedError`` naming who holds it."""
+        if await self._leases.claim(stream, force=force) is None:
+            holder = await self._leases.holder(stream)
+            raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
+                                   holder.expires_at if holder else None)
+
+    def _lease_lost(self, stream: StreamId) -> None:
+        actor = self._live.get(stream.agent_id)
+        if actor is not None and stream.namespace == self.namespace:
+            log.warning("lease of %s lost to another runtime; stopping the agent here", stream)
+            actor.cancel_scope.cancel()
 
     async def resume_all(self) -> list[AgentHandle]:
         """Resume every runnable agent of the namespace whose definition is registered.
@@ -224,8 +270,8 @@ class Runtime:
                 continue
             try:
                 handle = await self.resume(stream.agent_id)
-            except DefinitionNotRegisteredError:
-                continue
+            except (DefinitionNotRegisteredError, AgentLeasedError):
+                continue  # not ours to run, or another runtime runs it
             except CodecError as exc:
                 log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
                 continue
@@ -305,7 +351,8 @@ class Runtime:
             except AgentFencedError:
                 continue
             if journal.state.status == RUNNING and journal.state.definition.get("name") in self._definitions:
-                await self.resume(agent_id)
+                with contextlib.suppress(AgentLeasedError):  # live elsewhere: that runtime folds it in
+                    await self.resume(agent_id)
             return journal.state
         raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
 
@@ -376,6 +423,7 @@ class Runtime:
             finally:
                 if self._live.get(agent_id) is actor:
                     del self._live[agent_id]  # parked or done: nothing of it stays in memory
+                await self._leases.release(journal.stream)
 
         self._tg.start_soon(run_actor)
         return AgentHandle(actor)

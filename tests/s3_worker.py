@@ -44,6 +44,7 @@ from durably.adapters.s3 import S3Store  # noqa: E402
 from durably.runtime import (  # noqa: E402
     AgentDefinition,
     AgentExistsError,
+    AgentLeasedError,
     AgentFencedError,
     ModelResponse,
     Reconciled,
@@ -164,14 +165,21 @@ async def main() -> None:
     definition = effects_agent(args.steps, Path(args.effects))
     policy = SnapshotPolicy(every_records=args.snapshot_every, tail_ratio=0.0)
     results: dict[str, dict] = {}
-    async with Runtime(args.store, agents=[definition], snapshot_policy=policy) as rt:
+    async with Runtime(args.store, agents=[definition], snapshot_policy=policy, lease_ttl=args.lease_ttl) as rt:
 
         async def run_one(agent_id: str) -> None:
             try:
                 try:
                     handle = await rt.start(definition, agent_id, "count")
                 except AgentExistsError:
-                    handle = await rt.resume(agent_id)
+                    # A live (e.g. paused) holder's lease must lapse before we may take over.
+                    with anyio.fail_after(60):
+                        while True:
+                            try:
+                                handle = await rt.resume(agent_id)
+                                break
+                            except AgentLeasedError:
+                                await anyio.sleep(0.2)
                 state = await handle.wait() if handle else await rt.status(agent_id)
             except AgentFencedError as exc:
                 # Another worker owns the agent now: stop it here, write nothing more.
@@ -201,6 +209,7 @@ if __name__ == "__main__":
     parser.add_argument("--at", type=int, default=1)
     parser.add_argument("--hold", choices=["model", "tool"])
     parser.add_argument("--hold-at", type=int, default=1)
+    parser.add_argument("--lease-ttl", type=float, default=2.0, help="seconds; short, so a paused worker's lease lapses")
     args = parser.parse_args()
     install_hooks()
     anyio.run(main)

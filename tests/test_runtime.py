@@ -11,6 +11,7 @@ import pytest
 from durably.runtime import (
     AgentDefinition,
     AgentFencedError,
+    AgentLeasedError,
     Budget,
     InvalidCommandError,
     ModelResponse,
@@ -220,7 +221,9 @@ async def test_stale_writer_is_fenced_and_acts_no_more(store_url):
             await anyio.sleep(0.01)
         # A second worker takes the agent over (the first one looked dead).
         async with Runtime(store_url, agents=[definition], worker_id="new") as new:
-            state = await (await new.resume("a1")).wait()
+            with pytest.raises(AgentLeasedError):
+                await new.resume("a1")  # the old worker still holds the agent's lease
+            state = await (await new.resume("a1", force=True)).wait()
             assert state.status == "finished"
         gate.set()
         with pytest.raises(AgentFencedError):

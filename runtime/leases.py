@@ -1,0 +1,124 @@
+"""Which runtime runs which agent: leases, taken before an agent runs and renewed while it does.
+
+With several workers on one store (``Runtime.serve`` on many machines), a
+worker resumes only agents whose lease it can take, so live agents are not
+taken from each other; a crashed worker's leases expire and its agents are
+resumed elsewhere. Leases are advisory (a paused worker may outlive its lease):
+what keeps a stale worker from acting twice is still the expected seq of every
+append (leases with fencing, as in Kleppmann's "How to do distributed locking").
+Stores without ``CAP_LEASES`` run without them: every claim succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+
+import anyio
+
+from durably.storage.errors import StoreError
+from durably.storage.spi import CAP_LEASES, Lease, Store, StreamId
+
+log = logging.getLogger("durably.leases")
+
+
+class LeaseKeeper:
+    """The leases one runtime holds. ``owner``: this runtime's unique name;
+    ``ttl``: seconds a lease lasts unless renewed (renewed every ``ttl / 3``)."""
+
+    def __init__(self, store: Store, owner: str, ttl: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.ttl = ttl
+        self.enabled = CAP_LEASES in getattr(store, "capabilities", ())
+        self._held: dict[StreamId, Lease] = {}
+        self._wanted: set[StreamId] = set()  # run here, lease still with a dead holder
+
+    async def claim(self, stream: StreamId, *, force: bool = False) -> Lease | None:
+        """Take the lease of ``stream``; None when another live owner holds it.
+
+        A lease whose holder is a process of this host that no longer exists
+        (a crash, a restart) does not make the agent wait for it to expire: the
+        claim succeeds at once, and the lease is taken over as soon as it lapses.
+        ``force`` claims whoever holds it (an operator's decision). Without lease
+        support, claims always succeed. The returned lease has token 0 when it
+        is not (yet) held in the store.
+        """
+        placeholder = Lease(stream, self.owner, 0, float("inf"))
+        if not self.enabled:
+            return placeholder
+        lease = await self.store.acquire_lease(stream, self.owner, self.ttl)
+        if lease is not None:
+            self._held[stream] = lease
+            return lease
+        holder = await self.store.get_lease(stream)
+        if force or holder is None or _dead_local_process(holder.owner):
+            self._wanted.add(stream)  # taken over by the renewal loop once it lapses
+            return placeholder
+        return None
+
+    async def holder(self, stream: StreamId) -> Lease | None:
+        """The live lease of ``stream`` (whoever holds it), or None."""
+        return await self.store.get_lease(stream) if self.enabled else None
+
+    async def release(self, stream: StreamId) -> None:
+        """Give up the lease of ``stream`` if held; errors are logged (it expires anyway)."""
+        self._wanted.discard(stream)
+        lease = self._held.pop(stream, None)
+        if lease is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.store.release_lease(lease)
+            except StoreError as exc:
+                log.warning("lease of %s not released (it will expire): %s", stream, exc)
+
+    async def renew_forever(self, on_lost: Callable[[StreamId], None]) -> None:
+        """Renew every held lease each ``ttl / 3`` seconds; ``on_lost(stream)`` for
+        one that another owner took meanwhile. Run it in the runtime's task group."""
+        if not self.enabled:
+            return
+        while True:
+            await anyio.sleep(self.ttl / 3)
+            for stream in list(self._wanted):
+                try:
+                    lease = await self.store.acquire_lease(stream, self.owner, self.ttl)
+                except StoreError:
+                    continue
+                if lease is not None and stream in self._wanted:
+                    self._wanted.discard(stream)
+                    self._held[stream] = lease
+            for stream in list(self._held):
+                try:
+                    lease = await self.store.acquire_lease(stream, self.owner, self.ttl)
+                except StoreError as exc:
+                    log.warning("lease of %s not renewed this time: %s", stream, exc)
+                    continue
+                if stream not in self._held:
+                    continue  # released while we renewed
+                if lease is None:
+                    # Someone took it after it expired: that worker owns the agent now.
+                    self._held.pop(stream, None)
+                    on_lost(stream)
+                else:
+                    # A new token means it lapsed and came back to us; anyone who
+                    # acted meanwhile moved the seq, and our next append finds out.
+                    self._held[stream] = lease
+
+
+def _dead_local_process(owner: str) -> bool:
+    """True when ``owner`` (``host:pid/nonce``, the runtime's default) names a
+    process of this host that is gone. Unknown formats count as alive."""
+    base = owner.rpartition("/")[0]
+    host, _, pid = base.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -1,0 +1,88 @@
+"""Several runtimes on one store: leases decide who runs an agent, so live agents
+are not taken from each other, and a dead runtime's agents are taken over."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from durably.runtime import AgentDefinition, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
+from durably.schemas.records import Kind
+from durably.storage import StreamId, open_store
+from durably.storage.records import RecordCodec
+
+
+def slow_agent(calls: list, effects: list, steps: int = 4) -> AgentDefinition:
+    @tool(name="effect", on_unknown_outcome="retry")
+    async def effect(n: int, *, ctx) -> int:
+        effects.append(ctx.idempotency_key)
+        return n
+
+    class Slow:
+        name = "slow"
+
+        async def respond(self, messages, tools):
+            calls.append(len(messages))
+            await anyio.sleep(0.05)
+            done = sum(m["role"] == "tool" for m in messages)
+            if done < steps:
+                return ModelResponse("", (ToolCall(f"c{done}", "effect", {"n": done}),))
+            return ModelResponse("done")
+
+    return AgentDefinition(name="slow", model=Slow(), tools=[effect])
+
+
+async def journal_kinds(url: str, agent_id: str) -> list[str]:
+    codec = RecordCodec()
+    async with open_store(url) as store:
+        return [codec.decode_record(r).kind async for r in store.read(StreamId("default", agent_id))]
+
+
+async def test_two_serving_runtimes_never_take_live_agents_from_each_other(tmp_path):
+    url = f"sqlite:///{tmp_path}/a.db"
+    calls: list = []
+    effects: list = []
+    definition = slow_agent(calls, effects)
+    async with Runtime(url, agents=[definition], lease_ttl=1.0) as a, Runtime(url, agents=[definition], lease_ttl=1.0) as b:
+        handles = [await a.start(definition, f"agent-{i}", "task") for i in range(4)]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(b.serve, 0.02)  # polls all the time; must find nothing to take
+            for handle in handles:
+                assert (await handle.wait()).status == "finished"
+            tg.cancel_scope.cancel()
+        with pytest.raises(AgentLeasedError):
+            blocker = await a.start(definition, "busy", "task")
+            await b.resume("busy")
+        await blocker.wait()
+    assert len(effects) == len(set(effects)) == 5 * 4
+    for i in range(4):
+        assert Kind.RESUMED not in await journal_kinds(url, f"agent-{i}")
+
+
+async def test_parked_agent_is_run_by_whichever_runtime_polls_after_the_decision(tmp_path):
+    url = f"sqlite:///{tmp_path}/a.db"
+    ran: list = []
+
+    @tool(name="effect", requires_approval=True)
+    async def effect(n: int, *, ctx) -> int:
+        ran.append(n)
+        return n
+
+    class OneCall:
+        name = "one"
+
+        async def respond(self, messages, tools):
+            if messages[-1]["role"] == "tool":
+                return ModelResponse("done")
+            return ModelResponse("", (ToolCall("c1", "effect", {"n": 1}),))
+
+    definition = AgentDefinition(name="gated", model=OneCall(), tools=[effect])
+    async with Runtime(url, agents=[definition]) as a:
+        state = await a.run(definition, "a1", "task")
+        assert state.status == "waiting_approval"
+    async with Runtime(url) as operator:  # no definitions: the decision is only recorded
+        await operator.approve("a1", "c1")
+    async with Runtime(url, agents=[definition]) as b:
+        (handle,) = await b.resume_all()  # the lease was released when the agent parked
+        assert (await handle.wait()).status == "finished"
+    assert ran == [1]
