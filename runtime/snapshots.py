@@ -21,7 +21,7 @@ import anyio
 from durably.storage.codec import raw_size
 from durably.storage.errors import DurablyError
 from durably.storage.records import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.storage.spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm
 
@@ -31,14 +31,22 @@ log = logging.getLogger("durably.snapshots")
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
     """``every_records`` (count), ``every_bytes`` (stored bytes), ``tail_ratio``
-    (tail bytes / last snapshot bytes); ``compact``: delete records covered by a
-    snapshot once it is written (restore no longer needs them). Set
-    ``every_records=0`` to turn snapshots off."""
+    (tail bytes / last snapshot bytes); ``keep``: snapshots kept per stream
+    (older ones are deleted: restore reads the newest, and falls back to the
+    one before if the newest is damaged); ``compact``: once ``keep`` snapshots
+    exist, delete the records covered by the oldest of them (the journal before
+    it is then gone: keep it off for an audit trail). Set ``every_records=0`` to
+    turn snapshots off."""
 
     every_records: int = 200
     every_bytes: int = 1 << 20
     tail_ratio: float = 0.5
+    keep: int = 2
     compact: bool = False
+
+    def __post_init__(self) -> None:
+        if self.keep < 1:
+            raise ValueError("SnapshotPolicy.keep must be at least 1")
 
     def due(self, records_since: int, bytes_since: int, last_snapshot_bytes: int) -> bool:
         """True when a snapshot should be taken now."""
@@ -71,6 +79,7 @@ class SnapshotWriter:
         self._idle = anyio.Event()
         self._idle.set()
         self.written = 0
+        self._recent: dict[StreamId, list[int]] = {}  # seqs of the snapshots written per stream, newest last
 
     def submit(self, stream: StreamId, seq: int, state_wire: dict[str, Any]) -> None:
         """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``."""
@@ -89,6 +98,7 @@ class SnapshotWriter:
         in a stream the same agent id may start anew.
         """
         self._waiting.pop(stream, None)
+        self._recent.pop(stream, None)
         writing = self._writing
         if writing is not None and writing[0] == stream:
             await writing[1].wait()
@@ -111,6 +121,21 @@ class SnapshotWriter:
                     on_written(stream, seq, size)
             self._idle.set()
 
+    async def _prune(self, codec: RecordCodec, stream: StreamId, seq: int, data: bytes) -> None:
+        """Keep the newest ``policy.keep`` snapshots; with ``compact``, drop the
+        records the oldest kept one covers, once the new one reads back."""
+        recent = self._recent.setdefault(stream, [])
+        recent.append(seq)
+        del recent[:-self._policy.keep]
+        if len(recent) < self._policy.keep:
+            return
+        oldest_kept = recent[0]
+        await self._store.delete_snapshots(stream, oldest_kept)
+        if self._policy.compact:
+            # Never compact behind a snapshot that does not decode: that would lose the agent.
+            await anyio.to_thread.run_sync(codec.decode_snapshot, StoredSnapshot(seq, data), stream)
+            await self._store.delete_records(stream, oldest_kept)
+
     async def _write(self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> int | None:
         with self._tracer.start_as_current_span("durably.snapshot.save") as span:
             span.set_attribute(tm.AGENT_ID, stream.agent_id)
@@ -120,9 +145,7 @@ class SnapshotWriter:
                 data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
                 with anyio.CancelScope(shield=True):
                     await self._store.put_snapshot(stream, seq, data)
-                    if self._policy.compact:
-                        await self._store.delete_records(stream, seq)
-                        await self._store.delete_snapshots(stream, seq)
+                    await self._prune(codec, stream, seq, data)
             except DurablyError as exc:
                 span.record_exception(exc)
                 log.warning("snapshot of %s at seq %d skipped: %s", stream, seq, exc)

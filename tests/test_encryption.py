@@ -268,7 +268,7 @@ async def test_rotation_mixes_key_ids_until_reencrypt_retires_the_old_key(tmp_pa
 
 async def test_reencrypt_rewrites_a_snapshot_only_stream_in_place(tmp_path) -> None:
     url = f"sqlite:///{tmp_path}/agents.db"
-    compacting = SnapshotPolicy(every_records=1, tail_ratio=0.0, compact=True)
+    compacting = SnapshotPolicy(every_records=1, tail_ratio=0.0, keep=1, compact=True)
     async with Runtime(url, agents=[echo_agent(1)], encryption=cipher("k1"), snapshot_policy=compacting) as rt:
         state = await rt.run("echo", "a1", "t")
         await rt._services.snapshots.flush()

@@ -184,7 +184,7 @@ async def test_a_record_from_a_newer_durably_stops_the_agent_and_leaves_its_byte
     before = await anyio.to_thread.run_sync(rows, path)
 
     agent = survey_agent(tmp_path / "work", latency=0)
-    async with Runtime(url, agents=[agent], snapshot_policy=SnapshotPolicy(every_records=1, compact=True)) as rt:
+    async with Runtime(url, agents=[agent], snapshot_policy=SnapshotPolicy(every_records=1, keep=1, compact=True)) as rt:
         with pytest.raises(UnknownSchemaVersionError) as caught:
             await rt.resume("survey")
         with pytest.raises(UnknownSchemaVersionError):
@@ -223,7 +223,7 @@ async def test_a_snapshot_from_a_newer_durably_over_compacted_records_is_named(t
     with pytest.MonkeyPatch.context() as patch:  # a newer durably snapshots at v2 and compacts
         patch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, 2)
         patch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, 1), lambda value: value)
-        async with Runtime(url, snapshot_policy=SnapshotPolicy(every_records=1, compact=True)) as newer:
+        async with Runtime(url, snapshot_policy=SnapshotPolicy(every_records=1, keep=1, compact=True)) as newer:
             await newer.approve("survey", state.open_approvals()[0]["approval_id"])
     before = await anyio.to_thread.run_sync(rows, path)
     assert all(seq > 1 for _, seq, _ in before["records"])  # the start of the journal is gone

@@ -211,7 +211,7 @@ async def test_the_sweep_applies_ttl_by_status_from_the_last_record(tmp_path) ->
 
 async def test_undated_and_unreadable_streams_are_kept_and_reported() -> None:
     url = f"memory://{uuid.uuid4().hex}"
-    compacting = SnapshotPolicy(every_records=1, tail_ratio=0.0, compact=True)
+    compacting = SnapshotPolicy(every_records=1, tail_ratio=0.0, keep=1, compact=True)
     async with Runtime(url, agents=[list_agent(1, [])], snapshot_policy=compacting) as rt:
         await rt.run("list-agent", "compacted", "t")
         await rt._services.snapshots.flush()
