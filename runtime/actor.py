@@ -100,17 +100,8 @@ class AgentActor:
                 await self._model_step()
 
     def _history_cut(self) -> tuple[int, int] | None:
-        """``(first, count)`` of the messages to drop under the definition's
-        ``HistoryPolicy``, or None. The system prompt and the task always stay,
-        and a cut never separates tool results from the call that asked for them."""
-        policy, messages = self.definition.history, self.state.messages
-        if policy is None or len(messages) <= policy.max_messages:
-            return None
-        head = next((i + 1 for i, m in enumerate(messages) if m["role"] == "user"), 0)
-        end = len(messages) - policy.keep_recent
-        while end < len(messages) and messages[end]["role"] == "tool":
-            end += 1
-        return (head, end - head) if end > head else None
+        policy = self.definition.history
+        return policy.cut(self.state.messages) if policy is not None else None
 
     async def _compact_history(self, first: int, count: int) -> None:
         data: dict[str, Any] = {"first": first, "count": count}

@@ -52,6 +52,20 @@ class HistoryPolicy:
         if not 0 < self.keep_recent < self.max_messages:
             raise ValueError("HistoryPolicy needs 0 < keep_recent < max_messages")
 
+    def cut(self, messages: list[dict[str, Any]]) -> tuple[int, int] | None:
+        """``(first, count)`` of the messages to drop now, or None.
+
+        The system prompt and the task always stay, and a cut never separates
+        tool results from the call that asked for them.
+        """
+        if len(messages) <= self.max_messages:
+            return None
+        head = next((i + 1 for i, m in enumerate(messages) if m["role"] == "user"), 0)
+        end = len(messages) - self.keep_recent
+        while end < len(messages) and messages[end]["role"] == "tool":
+            end += 1
+        return (head, end - head) if end > head else None
+
 
 class OnDefinitionChange(StrEnum):
     """What ``Runtime.resume`` does with an agent whose journal was written under
