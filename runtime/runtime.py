@@ -304,8 +304,16 @@ class Runtime:
         return (await self._restore_journal(agent_id)).state
 
     async def agents(self) -> list[AgentState]:
-        """The states of every agent in the namespace."""
-        return [await self.status(s.agent_id) async for s in self.store.list_streams(self.namespace)]
+        """The states of every agent in the namespace. An agent whose journal
+        cannot be read is listed with status ``unreadable`` and the error as reason."""
+        states = []
+        async for stream in self.store.list_streams(self.namespace):
+            try:
+                states.append(await self.status(stream.agent_id))
+            except CodecError as exc:
+                states.append(AgentState(namespace=self.namespace, agent_id=stream.agent_id, status="unreadable",
+                                         reason=f"{type(exc).__name__}: {exc}"))
+        return states
 
     # commands ---------------------------------------------------------------
 

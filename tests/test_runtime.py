@@ -332,3 +332,19 @@ async def test_resume_all_skips_an_unreadable_journal(tmp_path, caplog):
         assert [h.agent_id for h in handles] == ["good"]
         assert (await handles[0].wait()).status == "finished"
     assert "bad" in caplog.text and "unreadable" in caplog.text and len(effects) == 1
+
+
+async def test_agents_lists_an_unreadable_journal_among_the_others(tmp_path):
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/a.db"
+    async with Runtime(url, agents=[list_agent(1, [])]) as rt:
+        for agent_id in ("bad", "good"):
+            await rt.run("list-agent", agent_id, "task")
+    with sqlite3.connect(tmp_path / "a.db") as db:
+        db.execute("UPDATE records SET data = X'00' WHERE seq = 1 AND stream_id = "
+                   "(SELECT id FROM streams WHERE agent_id = 'bad')")
+    async with Runtime(url) as rt:
+        states = {s.agent_id: s for s in await rt.agents()}
+    assert states["good"].status == "finished"
+    assert states["bad"].status == "unreadable" and "TruncatedRecordError" in states["bad"].reason
