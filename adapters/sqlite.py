@@ -2,9 +2,10 @@
 
 One database file holds every stream of a runtime. An append is durable when
 acknowledged: WAL journal mode with ``synchronous=FULL`` (every COMMIT fsyncs the
-WAL), one write transaction per group commit (``durably.storage.journal.GroupCommitter``),
-and ``BEGIN IMMEDIATE`` so the write lock is held before ``last_seq`` is read, which
-keeps the expected-seq check correct across processes sharing the file.
+WAL), one write transaction per group commit (``durably.storage.journal.GroupCommitter``).
+The expected-seq check is made under the write lock, so it holds across processes
+sharing the file: by the database itself on the fast path (below), after
+``BEGIN IMMEDIATE`` on the slow one.
 
 URL (SQLAlchemy's convention): ``sqlite:///relative/path.db`` or
 ``sqlite:////absolute/path.db`` (the path is what follows ``sqlite:///``), with
@@ -13,14 +14,23 @@ the last commits on power loss, never on a process crash) and ``busy_timeout``
 (milliseconds to wait for another process's write lock, default 10000).
 In-memory databases are not supported: they would not be durable.
 
-Every call of the connection is a hop to aiosqlite's thread, so the append path
-is, in the common case, three of them: one statement that takes the write lock and reads every
-stream's ``last_seq`` at once, one ``executemany`` of all records (a trigger
-advances ``last_seq``), one COMMIT.
+Every call of the connection is a hop to aiosqlite's thread, so a group commit
+of appends to existing streams is ONE of them: a single multi-row INSERT in
+autocommit mode (atomic; it commits and fsyncs in the same call). Each row
+continues its stream or the database aborts the whole statement: a BEFORE INSERT
+trigger advances ``streams.last_seq`` only from ``seq - 1`` and raises otherwise
+(``records_continue_stream``), and stream ids are looked up inside the statement,
+so no cached id can point a write at a purged and re-created stream. When that
+statement fails (a stale expected seq, an unknown stream) nothing was written,
+and the batch goes the slow path: one ``BEGIN IMMEDIATE`` transaction that reads
+every ``last_seq``, gives each conflicting request its ``ConflictError`` and
+inserts the others (four hops). Batches with a new stream (expected seq 0) or
+more than ``_FAST_MAX_ROWS`` records go the slow path directly.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sqlite3
@@ -48,9 +58,14 @@ from .sqlite_leases import SQLiteLeases
 
 #: The layout below, stored in ``PRAGMA user_version``. A file with a higher
 #: number was written by a newer durably and is refused, never modified.
-SCHEMA_VERSION = 1
+#: Versions: 1, an AFTER INSERT trigger advanced ``last_seq``; 2, the BEFORE INSERT
+#: trigger ``records_continue_stream`` also checks each seq continues its stream
+#: (what the one-statement fast path relies on). ``open`` upgrades a v1 file in
+#: place (same tables and rows; the trigger is swapped) in one transaction.
+SCHEMA_VERSION = 2
 
-#: The whole schema, applied in one transaction by ``open``.
+#: The whole schema, applied in one transaction by ``open`` to a file of a lower
+#: version: every statement is idempotent, so it creates a new file and upgrades a v1 one.
 SCHEMA = (
     # last_seq is the highest seq ever appended; it outlives compaction. A stream
     # row also exists for a stream that only holds blobs (last_seq 0).
@@ -81,11 +96,18 @@ SCHEMA = (
         data BLOB NOT NULL,
         PRIMARY KEY (stream_id, digest)
     )""",
-    # Keeps last_seq in step with the records inside the INSERT itself, which
-    # saves the append path a round trip to the connection thread.
-    """CREATE TRIGGER IF NOT EXISTS records_advance_last_seq AFTER INSERT ON records
+    # v1's trigger: it advanced last_seq without checking; records_continue_stream does both.
+    "DROP TRIGGER IF EXISTS records_advance_last_seq",
+    # Per row, in one UPDATE by primary key: advance last_seq to NEW.seq only from
+    # NEW.seq - 1 (max(.., 0): the slow path marks a stream it just created with -1),
+    # else abort the statement, which rolls back every row of it. An unknown stream
+    # (a NULL stream_id) updates nothing, so it aborts too. A row whose seq is NULL
+    # is padding of the fast path (_FAST_PAD, see _fast_bucket) and is skipped.
+    """CREATE TRIGGER IF NOT EXISTS records_continue_stream BEFORE INSERT ON records
     BEGIN
-        UPDATE streams SET last_seq = NEW.seq WHERE id = NEW.stream_id AND last_seq < NEW.seq;
+        SELECT RAISE(IGNORE) WHERE NEW.seq IS NULL;
+        UPDATE streams SET last_seq = NEW.seq WHERE id = NEW.stream_id AND max(last_seq, 0) = NEW.seq - 1;
+        SELECT RAISE(ABORT, 'durably: a record must continue its stream') WHERE changes() = 0;
     END""",
 )
 
@@ -97,15 +119,19 @@ _NEW_STREAM = -1  # last_seq of a stream row created by the current append, unti
 
 _INSERT_RECORD = "INSERT INTO records (stream_id, seq, data) VALUES (?, ?, ?)"
 _STREAM_ID = "(SELECT id FROM streams WHERE namespace = ? AND agent_id = ?)"
+# The fast path's rows: 4 parameters each, so 240 rows (its largest bucket) bind
+# 960, under SQLite's historic limit of 999. Bigger batches amortise the slow
+# path's extra hops over at least as many records.
+_FAST_MAX_ROWS = 240
+_FAST_PAD = (None, None, None, None)  # a row the trigger skips (NULL seq)
 
 
 def _lock_streams_sql(count: int) -> str:
-    """One statement that write-locks the database and returns every stream's row.
+    """One statement of the slow path (inside its ``BEGIN IMMEDIATE``) that
+    returns every stream's row, creating the unknown ones.
 
-    An upsert is a write, so the sqlite3 module opens the ``BEGIN IMMEDIATE``
-    transaction right before it: lock and read in one hop. Unknown streams are
-    created with last_seq -1 so the caller can tell them apart from known
-    empty ones (and drop those that end up with no record).
+    Unknown streams are created with last_seq -1 so the caller can tell them
+    apart from known empty ones (and drop those that end up with no record).
     """
     values = ", ".join(["(?, ?, -1)"] * count)
     return (
@@ -113,6 +139,30 @@ def _lock_streams_sql(count: int) -> str:
         "ON CONFLICT (namespace, agent_id) DO UPDATE SET last_seq = last_seq "
         "RETURNING id, namespace, agent_id, last_seq"
     )
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_insert_sql(rows: int) -> str:
+    """The fast path's statement for ``rows`` rows (a bucket size, see ``_fast_bucket``).
+
+    Each row is ``(stream id looked up by namespace and agent id, seq, data)``.
+    A multi-row VALUES is one statement, so in autocommit mode it is one atomic
+    transaction; executemany would commit (and fsync) once per row.
+    """
+    return "INSERT INTO records (stream_id, seq, data) VALUES " + ", ".join([f"({_STREAM_ID}, ?, ?)"] * rows)
+
+
+def _fast_bucket(rows: int) -> int:
+    """Rows of the statement that carries ``rows`` records: exact up to 16, then
+    rounded up so padding stays under 1/8 (17 -> 18, 100 -> 104, 240 -> 240).
+
+    Few distinct SQL texts (about 50 up to ``_FAST_MAX_ROWS``) keep every batch
+    size in the connection's statement cache, prepared once.
+    """
+    if rows <= 16:
+        return rows
+    step = 1 << (rows.bit_length() - 4)
+    return -(-rows // step) * step
 
 
 def _bucket(count: int) -> int:
@@ -223,10 +273,10 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         except OSError as exc:
             raise StoreUnavailableError(f"cannot create {self.path}: {exc}") from exc
         try:
-            # isolation_level IMMEDIATE: a write statement outside a transaction
-            # opens one with BEGIN IMMEDIATE in the same call (see _lock_streams_sql).
+            # isolation_level None: autocommit, so a lone write statement is its own
+            # transaction (the fast append path); longer transactions BEGIN IMMEDIATE.
             db = await aiosqlite.connect(
-                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level="IMMEDIATE", cached_statements=256
+                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
             )
         except sqlite3.Error as exc:
             raise _unavailable(exc) from exc
@@ -283,20 +333,18 @@ class SQLiteStore(SQLiteLeases, StoreBase):
     # -- connection access -------------------------------------------------------
 
     @asynccontextmanager
-    async def _transaction(self, *, begin: bool = True):
-        """Hold the connection for one write transaction; commit on success.
+    async def _transaction(self):
+        """Hold the connection for one ``BEGIN IMMEDIATE`` write transaction; commit on success.
 
-        ``begin=False`` when the first statement is a write (the sqlite3 module
-        then begins the IMMEDIATE transaction itself). Shielded from cancellation:
-        a transaction, once started, ends in COMMIT or ROLLBACK, never half-open.
-        SQLite errors roll back and become ``StoreUnavailableError``.
+        Shielded from cancellation: a transaction, once started, ends in COMMIT or
+        ROLLBACK, never half-open. SQLite errors roll back and become
+        ``StoreUnavailableError``.
         """
         async with self._lock:
             db = self._connection()
             with anyio.CancelScope(shield=True):
                 try:
-                    if begin:
-                        await db.execute("BEGIN IMMEDIATE")
+                    await db.execute("BEGIN IMMEDIATE")
                     yield db
                     if db.in_transaction:
                         await db.commit()
@@ -313,6 +361,19 @@ class SQLiteStore(SQLiteLeases, StoreBase):
             await db.rollback()
         except sqlite3.Error:
             pass  # SQLite already rolled back (it does on some I/O errors); nothing to undo
+
+    async def _write(self, sql: str, params: Sequence[object]) -> int:
+        """Run one write statement in autocommit mode (its own transaction: one hop,
+        durable on return); returns the rows it changed. Shielded from cancellation,
+        so the caller always learns the outcome."""
+        async with self._lock:
+            db = self._connection()
+            with anyio.CancelScope(shield=True):
+                try:
+                    cursor = await db.execute(sql, params)
+                except (sqlite3.Error, UnicodeEncodeError) as exc:
+                    raise _translate(exc) from exc
+                return cursor.rowcount
 
     async def _fetch(self, sql: str, params: Sequence[object]) -> list:
         """Run one read statement (autocommit, so it sees only committed data)."""
@@ -334,17 +395,54 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         """Group commit in one transaction; see ``Store.append_batch``.
 
         Conflicting requests get a ``ConflictError`` in their slot and write
-        nothing; the others are durable (COMMIT done) when this returns. Raises
-        ``StoreUnavailableError`` (nothing acknowledged) and ``InvalidRequestError``.
+        nothing; the others are durable (committed, fsynced) when this returns.
+        Raises ``StoreUnavailableError`` (nothing acknowledged) and ``InvalidRequestError``.
         """
         self._check_open()
         for request in requests:
             check_append(request)
         if not requests:
             return []
+        if all(request.expected_seq > 0 for request in requests):
+            if sum(len(request.records) for request in requests) <= _FAST_MAX_ROWS:
+                results = await self._append_fast(requests)
+                if results is not None:
+                    return results
+        return await self._append_slow(requests)
+
+    async def _append_fast(self, requests: Sequence[AppendRequest]) -> list[int | Exception] | None:
+        """Every request in one autocommitted INSERT (one hop); None when the
+        database refused it (a conflict or unknown stream, or anything else the
+        slow path will name): then nothing was written."""
+        params: list[object] = []
+        results: list[int | Exception] = []
+        for request in requests:
+            namespace, agent_id = request.stream.namespace, request.stream.agent_id
+            seq = request.expected_seq
+            for data in request.records:
+                seq += 1
+                params += (namespace, agent_id, seq, data)
+            results.append(seq)
+        rows = len(params) // 4
+        padded = _fast_bucket(rows)
+        params += _FAST_PAD * (padded - rows)
+        async with self._lock:
+            db = self._connection()
+            with anyio.CancelScope(shield=True):  # the caller learns the outcome, always
+                try:
+                    await db.execute(_fast_insert_sql(padded), params)
+                except sqlite3.IntegrityError:
+                    return None  # the trigger (or a constraint) aborted the statement: rolled back
+                except (sqlite3.Error, UnicodeEncodeError) as exc:
+                    raise _translate(exc) from exc
+        return results
+
+    async def _append_slow(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        """The batch in one ``BEGIN IMMEDIATE`` transaction that reads every stream's
+        ``last_seq`` first, so each conflicting request is told apart and skipped."""
         keys = list(dict.fromkeys((r.stream.namespace, r.stream.agent_id) for r in requests))
         results: list[int | Exception] = []
-        async with self._transaction(begin=False) as db:
+        async with self._transaction() as db:
             streams: dict[tuple[str, str], list[int]] = {}  # key -> [stream id, last seq]
             for start in range(0, len(keys), _KEYS_PER_STATEMENT):
                 chunk = keys[start : start + _KEYS_PER_STATEMENT]
@@ -406,16 +504,15 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         self._check_open()
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
-        async with self._transaction(begin=False) as db:
-            # One statement: the range check and the upsert see the same last_seq.
-            cursor = await db.execute(
-                "INSERT INTO snapshots (stream_id, seq, data) "
-                "SELECT id, ?, ? FROM streams WHERE namespace = ? AND agent_id = ? AND ? BETWEEN 1 AND last_seq "
-                "ON CONFLICT (stream_id, seq) DO UPDATE SET data = excluded.data",
-                (seq, data, stream.namespace, stream.agent_id, seq),
-            )
-            if cursor.rowcount != 1:
-                raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
+        # One autocommitted statement: the range check and the upsert see the same last_seq.
+        changed = await self._write(
+            "INSERT INTO snapshots (stream_id, seq, data) "
+            "SELECT id, ?, ? FROM streams WHERE namespace = ? AND agent_id = ? AND ? BETWEEN 1 AND last_seq "
+            "ON CONFLICT (stream_id, seq) DO UPDATE SET data = excluded.data",
+            (seq, data, stream.namespace, stream.agent_id, seq),
+        )
+        if changed != 1:
+            raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
         """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
@@ -430,12 +527,11 @@ class SQLiteStore(SQLiteLeases, StoreBase):
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
         """Delete snapshots with seq < ``before_seq``, always keeping the latest one."""
         self._check_open()
-        async with self._transaction(begin=False) as db:
-            await db.execute(
-                f"DELETE FROM snapshots WHERE stream_id = {_STREAM_ID} AND seq < ? "
-                "AND seq < (SELECT max(seq) FROM snapshots AS s WHERE s.stream_id = snapshots.stream_id)",
-                (stream.namespace, stream.agent_id, before_seq),
-            )
+        await self._write(
+            f"DELETE FROM snapshots WHERE stream_id = {_STREAM_ID} AND seq < ? "
+            "AND seq < (SELECT max(seq) FROM snapshots AS s WHERE s.stream_id = snapshots.stream_id)",
+            (stream.namespace, stream.agent_id, before_seq),
+        )
 
     async def delete_records(self, stream: StreamId, through_seq: int) -> None:
         """Compaction: delete records with seq <= ``through_seq``; ``last_seq`` is unchanged.
@@ -515,7 +611,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
             digest = await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())
         else:
             digest = hashlib.sha256(data).hexdigest()
-        async with self._transaction(begin=False) as db:
+        async with self._transaction() as db:
             await db.execute(
                 "INSERT INTO streams (namespace, agent_id, last_seq) VALUES (?, ?, 0) "
                 "ON CONFLICT (namespace, agent_id) DO NOTHING",

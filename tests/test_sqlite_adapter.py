@@ -3,7 +3,9 @@
 Shared tests run against both (``store`` / ``url`` fixtures); the rest checks
 the SQLite file itself: pragmas, permissions, schema version, concurrent
 writers on one file (two connections, and a second process), failure and
-rollback, cancellation.
+rollback, cancellation; then the one-statement append path (one call to the
+connection, its fallback, its statement sizes), the trigger that makes every
+record continue its stream, and the upgrade of a version-1 file.
 """
 
 from __future__ import annotations
@@ -560,3 +562,215 @@ async def test_another_process_appending_to_the_same_file(db_path: Path) -> None
     assert len(payloads) == len(set(payloads)) == 1 + 60 + mine
     assert {f"child-{n}".encode() for n in range(60)} <= set(payloads)
     assert {f"parent-{n}".encode() for n in range(mine)} <= set(payloads)
+
+
+# -- the one-statement append path and the v2 schema ------------------------------------
+
+
+def calls_to_the_connection(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """``(method, sql)`` of every call the store makes on its aiosqlite connection from
+    now on: each is one hop to the connection's thread."""
+    calls: list[tuple[str, str]] = []
+    db = store._db
+    for name in ("execute", "execute_fetchall", "executemany", "commit", "rollback"):
+        original = getattr(db, name)
+
+        def spy(*args, _name=name, _original=original, **kwargs):
+            calls.append((_name, args[0] if args else ""))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(db, name, spy)
+    return calls
+
+
+def triggers(path: Path) -> set[str]:
+    with sqlite3.connect(path) as raw:
+        names = {name for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    raw.close()
+    return names
+
+
+async def test_appends_to_known_streams_are_one_autocommitted_statement(
+    sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = StreamId("t", "a"), StreamId("t", "b")
+    await sqlite_store.append_batch([AppendRequest(a, 0, [b"a1"]), AppendRequest(b, 0, [b"b1"])])
+    calls = calls_to_the_connection(sqlite_store, monkeypatch)
+    results = await sqlite_store.append_batch(
+        [AppendRequest(a, 1, [b"a2", b"a3"]), AppendRequest(b, 1, [b"b2"]), AppendRequest(a, 3, [b"a4"])]
+    )
+    assert results == [3, 2, 4]
+    assert [(method, sql.split(" (")[0]) for method, sql in calls] == [("execute", "INSERT INTO records")]  # no BEGIN, no COMMIT
+    assert await records(sqlite_store, a) == [(1, b"a1"), (2, b"a2"), (3, b"a3"), (4, b"a4")]
+    assert await records(sqlite_store, b) == [(1, b"b1"), (2, b"b2")]
+    assert (await sqlite_store.last_seq(a), await sqlite_store.last_seq(b)) == (4, 2)
+
+
+async def test_a_conflict_among_known_streams_is_isolated(sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b, c, d = (StreamId("t", n) for n in "abcd")
+    for s in (a, b, c, d):
+        await sqlite_store.append(s, 0, [b"1", b"2"])
+    calls = calls_to_the_connection(sqlite_store, monkeypatch)
+    results = await sqlite_store.append_batch(
+        [AppendRequest(a, 2, [b"3"]), AppendRequest(b, 1, [b"stale"]), AppendRequest(c, 2, [b"3"]),
+         AppendRequest(StreamId("t", "nobody"), 5, [b"x"]), AppendRequest(d, 4, [b"ahead"])]
+    )
+    assert results[0] == 3 and results[2] == 3
+    assert (results[1].expected_seq, results[1].actual_seq) == (1, 2)  # behind: its seq exists
+    assert (results[3].expected_seq, results[3].actual_seq) == (5, 0)  # no such stream
+    assert (results[4].expected_seq, results[4].actual_seq) == (4, 2)  # ahead: it would leave a gap
+    # The one statement was refused (and wrote nothing); one transaction then told the requests apart.
+    assert [sql.split(" (")[0] for _, sql in calls][:2] == ["INSERT INTO records", "BEGIN IMMEDIATE"]
+    assert [method for method, _ in calls[-2:]] == ["executemany", "commit"]  # the good requests' records
+    assert [seq for seq, _ in await records(sqlite_store, a)] == [1, 2, 3]
+    assert await records(sqlite_store, b) == [(1, b"1"), (2, b"2")]
+    assert [seq for seq, _ in await records(sqlite_store, c)] == [1, 2, 3]
+    assert await records(sqlite_store, d) == [(1, b"1"), (2, b"2")]
+    assert await names(sqlite_store, "t") == ["a", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("rows", [1, 15, 16, 17, 18, 33, 100, 239, 240, 241, 400])
+async def test_batches_of_every_size_land_whole(sqlite_store: SQLiteStore, db_path: Path, rows: int) -> None:
+    """Row counts across the statement buckets (padded rows must not land) and past the fast path's limit."""
+    streams = [StreamId("sizes", f"s{i}") for i in range(3)]
+    for s in streams:
+        await sqlite_store.append(s, 0, [b"first"])
+    split = [rows // 3, rows // 3, rows - 2 * (rows // 3)]
+    requests = [AppendRequest(s, 1, [f"{s.agent_id}-{n}".encode() for n in range(count)]) for s, count in zip(streams, split) if count]
+    assert await sqlite_store.append_batch(requests) == [1 + len(r.records) for r in requests]
+    for request in requests:
+        assert await records(sqlite_store, request.stream) == [(1, b"first")] + [(2 + n, d) for n, d in enumerate(request.records)]
+    with sqlite3.connect(db_path) as raw:
+        ((count,),) = raw.execute("SELECT count(*) FROM records")
+    raw.close()
+    assert count == 3 + rows
+
+
+async def test_a_stream_purged_and_recreated_by_another_connection(db_path: Path) -> None:
+    """Ids are looked up inside the statement, so a new stream row is never mistaken for the old one,
+    not even when SQLite hands the freed id to another stream."""
+    old, other = StreamId("t", "old"), StreamId("t", "other")
+    async with SQLiteStore(f"sqlite:///{db_path}") as one, SQLiteStore(f"sqlite:///{db_path}") as two:
+        await one.append(old, 0, [b"o1", b"o2", b"o3"])  # the highest stream id of the file
+        await two.delete_stream(old)
+        assert await two.append(other, 0, [b"x1"]) == 1  # takes the freed id
+        with pytest.raises(ConflictError) as caught:
+            await one.append(old, 3, [b"o4"])
+        assert caught.value.actual_seq == 0
+        assert await two.append(old, 0, [b"n1"]) == 1  # re-created
+        with pytest.raises(ConflictError) as caught:
+            await one.append(old, 3, [b"o4"])
+        assert caught.value.actual_seq == 1
+        assert await one.append(old, 1, [b"n2"]) == 2
+        assert await records(one, old) == [(1, b"n1"), (2, b"n2")]
+        assert await records(one, other) == [(1, b"x1")]
+
+
+async def test_the_database_refuses_records_that_do_not_continue_their_stream(sqlite_store: SQLiteStore, db_path: Path) -> None:
+    """The trigger holds for every writer of the file, not only this adapter."""
+    await sqlite_store.append(S, 0, [b"a", b"b"])
+    with sqlite3.connect(db_path) as raw:
+        sid = raw.execute("SELECT id FROM streams").fetchone()[0]
+        for seq in (2, 4, 1):  # a repeat, a gap, the past
+            with pytest.raises(sqlite3.IntegrityError, match="continue its stream"):
+                raw.execute("INSERT INTO records (stream_id, seq, data) VALUES (?, ?, x'00')", (sid, seq))
+        with pytest.raises(sqlite3.IntegrityError):
+            raw.execute("INSERT INTO records (stream_id, seq, data) VALUES (?, 1, x'00')", (sid + 1,))  # no such stream
+        raw.execute("INSERT INTO records (stream_id, seq, data) VALUES (?, 3, x'63')", (sid,))
+    raw.close()
+    assert await sqlite_store.last_seq(S) == 3
+    assert await sqlite_store.append(S, 3, [b"d"]) == 4
+
+
+V1_SCHEMA = """
+CREATE TABLE streams (id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, agent_id TEXT NOT NULL,
+                      last_seq INTEGER NOT NULL, UNIQUE (namespace, agent_id));
+CREATE TABLE records (stream_id INTEGER NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (stream_id, seq));
+CREATE TABLE snapshots (stream_id INTEGER NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (stream_id, seq));
+CREATE TABLE blobs (stream_id INTEGER NOT NULL, digest TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (stream_id, digest));
+CREATE TRIGGER records_advance_last_seq AFTER INSERT ON records
+BEGIN
+    UPDATE streams SET last_seq = NEW.seq WHERE id = NEW.stream_id AND last_seq < NEW.seq;
+END;
+INSERT INTO streams (id, namespace, agent_id, last_seq) VALUES (1, 'tenant', 'agent-1', 0), (2, 'tenant', 'compacted', 0);
+INSERT INTO records (stream_id, seq, data) VALUES (1, 1, x'61'), (1, 2, x'62'), (2, 1, x'31'), (2, 2, x'32');
+INSERT INTO snapshots (stream_id, seq, data) VALUES (2, 2, x'73');
+DELETE FROM records WHERE stream_id = 2;
+PRAGMA user_version = 1;
+"""
+
+
+async def test_a_v1_file_is_upgraded_in_place(db_path: Path) -> None:
+    """Version 1 (the AFTER INSERT trigger) becomes version 2 on open: same rows, the checking trigger."""
+    with sqlite3.connect(db_path) as raw:
+        raw.executescript(V1_SCHEMA)
+    raw.close()
+    assert triggers(db_path) == {"records_advance_last_seq"}
+    compacted = StreamId("tenant", "compacted")
+    async with SQLiteStore(f"sqlite:///{db_path}") as store:
+        assert await pragma(store, "user_version") == SCHEMA_VERSION == 2
+        assert await records(store) == [(1, b"a"), (2, b"b")]
+        assert (await store.last_seq(S), await store.last_seq(compacted)) == (2, 2)
+        assert await records(store, compacted) == []
+        assert await store.get_snapshot(compacted) == StoredSnapshot(2, b"s")
+        with pytest.raises(ConflictError):
+            await store.append(S, 1, [b"stale"])
+        assert await store.append_batch([AppendRequest(S, 2, [b"c"]), AppendRequest(compacted, 2, [b"3"])]) == [3, 3]
+    assert triggers(db_path) == {"records_continue_stream"}
+    async with SQLiteStore(f"sqlite:///{db_path}") as again:  # a v2 file opens as it is
+        assert await records(again) == [(1, b"a"), (2, b"b"), (3, b"c")]
+
+
+async def test_the_fast_path_reports_a_locked_database(db_path: Path) -> None:
+    async with SQLiteStore(f"sqlite:///{db_path}?busy_timeout=50") as store:
+        await store.append(S, 0, [b"a"])
+        holder = sqlite3.connect(db_path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            with pytest.raises(StoreUnavailableError, match="locked"):
+                await store.append(S, 1, [b"b"])
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        assert await store.append(S, 1, [b"b"]) == 2
+
+
+async def test_a_lone_surrogate_on_the_fast_path_is_an_invalid_request(sqlite_store: SQLiteStore) -> None:
+    with pytest.raises(InvalidRequestError):
+        await sqlite_store.append(StreamId("ns", "lone \udc80 surrogate"), 3, [b"x"])
+    await sqlite_store.append(S, 0, [b"a"])
+    assert await sqlite_store.append(S, 1, [b"still fine"]) == 2
+
+
+async def test_cancelling_the_caller_during_the_one_statement_append(sqlite_store: SQLiteStore) -> None:
+    await sqlite_store.append(S, 0, [b"a"])
+    db = sqlite_store._db
+    original = db.execute
+    inside, release = anyio.Event(), anyio.Event()
+
+    def gated_execute(*args, **kwargs):
+        async def run():
+            inside.set()
+            await release.wait()
+            return await original(*args, **kwargs)
+
+        return run()
+
+    db.execute = gated_execute
+    try:
+        scope = anyio.CancelScope()
+
+        async def append() -> None:
+            with scope:
+                await sqlite_store.append(S, 1, [b"b"])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(append)
+            await inside.wait()
+            scope.cancel()
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+    finally:
+        db.execute = original
+    assert await sqlite_store.last_seq(S) == 2  # shielded: the statement ran; the store is usable
+    assert await sqlite_store.append(S, 2, [b"c"]) == 3
