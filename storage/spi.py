@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from .errors import InvalidRequestError
+
 #: Optional capability: ``put_blob`` / ``get_blob`` (content-addressed artifacts).
 CAP_BLOBS = "blobs"
 #: Optional capability: ``acquire_lease`` / ``release_lease`` (which worker runs a stream now).
@@ -96,8 +98,6 @@ def check_append(request: AppendRequest) -> None:
     Raises ``InvalidRequestError`` for an empty batch, a negative expected seq or a
     record that is not ``bytes``. Adapters call this; it keeps the checks in one place.
     """
-    from .errors import InvalidRequestError
-
     if request.expected_seq < 0:
         raise InvalidRequestError(f"expected_seq must be >= 0, got {request.expected_seq}")
     if not request.records:
