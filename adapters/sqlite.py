@@ -44,6 +44,7 @@ import anyio
 
 from durably.storage.base import StoreBase
 from durably.storage.errors import (
+    CorruptRecordError,
     BlobNotFoundError,
     ConflictError,
     InvalidRequestError,
@@ -226,10 +227,23 @@ def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
     return error
 
 
+def _damaged(exc: sqlite3.Error) -> bool:
+    """True for SQLite's own corruption reports (SQLITE_CORRUPT, SQLITE_NOTADB) and
+    for a BLOB column that reads back as text (a flipped type byte in a cell)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "Could not decode to UTF-8" in str(exc)
+
+
 def _translate(exc: BaseException) -> BaseException:
-    """The SPI's error for ``exc``: SQLite errors (locked past the busy timeout, I/O,
-    disk full) become ``StoreUnavailableError``; an id SQLite cannot store as UTF-8
+    """The SPI's error for ``exc``: a damaged file becomes ``CorruptRecordError``;
+    other SQLite errors (locked past the busy timeout, I/O, disk full) become
+    ``StoreUnavailableError``; an id SQLite cannot store as UTF-8
     (a lone surrogate) is the caller's ``InvalidRequestError``; others pass as they are."""
+    if isinstance(exc, sqlite3.Error) and _damaged(exc):
+        # Not an outage: retrying cannot help, and the caller must not treat it as one.
+        error = CorruptRecordError(f"the SQLite file is damaged: {exc}")
+        error.__cause__ = exc
+        return error
     if isinstance(exc, sqlite3.Error):
         return _unavailable(exc)
     if isinstance(exc, UnicodeEncodeError):

@@ -774,3 +774,21 @@ async def test_cancelling_the_caller_during_the_one_statement_append(sqlite_stor
         db.execute = original
     assert await sqlite_store.last_seq(S) == 2  # shielded: the statement ran; the store is usable
     assert await sqlite_store.append(S, 2, [b"c"]) == 3
+
+
+async def test_a_record_cell_damaged_into_text_is_reported_as_corruption(tmp_path):
+    """A flipped serial-type byte can turn a BLOB cell into TEXT that is not UTF-8:
+    SQLite's integrity check passes, but it is damage, not an outage."""
+    import sqlite3
+
+    from durably.storage.errors import CorruptRecordError
+
+    store = SQLiteStore(f"sqlite:///{tmp_path}/d.db")
+    stream = StreamId("ns", "a")
+    async with store:
+        await store.append(stream, 0, [b"\xff\xfe frame"])
+    with sqlite3.connect(tmp_path / "d.db") as db:
+        db.execute("UPDATE records SET data = CAST(data AS TEXT)")
+    async with store:
+        with pytest.raises(CorruptRecordError, match="damaged"):
+            [r async for r in store.read(stream)]
