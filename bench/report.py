@@ -61,7 +61,7 @@ def print_report(results: Results, console: Console) -> None:
     console.print(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, SQLite {m['sqlite']}, "
                   f"load average at start {', '.join(f'{x:.2f}' for x in m['load_average'] or [])}")
     for note in results.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
 
 
 def write_json(results: Results, path: Path) -> None:

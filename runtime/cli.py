@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 import anyio
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from durably.storage.registry import open_store
@@ -100,17 +102,21 @@ async def _migrate(args: argparse.Namespace, console: Console) -> int:
 async def _operate(args: argparse.Namespace, console: Console) -> None:
     async with Runtime(args.store, namespace=args.namespace, encryption=cli_privacy.encryption_from_env()) as rt:
         if args.command == "agents":
-            table = Table("agent", "definition", "status", "seq", "steps", "reason",
-                          title=f"agents in namespace {args.namespace!r} of {args.store}",
-                          caption="running: runnable; any runtime with its definition registered resumes it")
             states = await rt.agents()
             if not states:
                 console.print(f"no agents in namespace {args.namespace!r} of {args.store} "
                               "(each namespace is separate: the demo's is 'demo')", markup=False)
                 return
+            running = any(state.status == "running" for state in states)
+            table = Table("agent", "definition", "status", "seq", "steps", "reason",
+                          title=escape(f"agents in namespace {args.namespace!r} of {args.store}"),
+                          caption="running: runnable; any runtime with its definition registered resumes it"
+                          if running else None)
             for state in states:
-                table.add_row(state.agent_id, state.definition.get("name", ""), state.status, str(state.last_seq),
-                              str(state.usage["steps"]), state.reason)
+                # Everything here may quote a model, a tool or a user: shown as text, never as markup.
+                cells = [state.agent_id, state.definition.get("name", ""), state.status, str(state.last_seq),
+                         str(state.usage["steps"]), _reason(state)]
+                table.add_row(*(escape(cell) for cell in cells))
             console.print(table)
             return
         if args.command == "approve":
@@ -124,7 +130,15 @@ async def _operate(args: argparse.Namespace, console: Console) -> None:
             state = await rt.cancel(args.agent_id, args.reason)
             verdict = "cancelled"
         hint = " (a worker with its definition registered resumes it)" if state.status == "running" else ""
-        console.print(f"{args.agent_id}: {verdict} at seq {state.last_seq}; status now {state.status}{hint}")
+        console.print(f"{args.agent_id}: {verdict} at seq {state.last_seq}; status now {state.status}{hint}",
+                      markup=False, soft_wrap=True)
+
+
+def _reason(state) -> str:
+    """The status reason, with what each open approval would run: the operator sees what they approve."""
+    asks = [f"{a['approval_id']}: {a['tool']}({json.dumps(a['arguments'], sort_keys=True, default=str)})"
+            for a in state.open_approvals()]
+    return "; ".join([state.reason, *asks]) if asks else state.reason
 
 
 def _require_database(url: str) -> None:
@@ -158,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(exc, DurablyError):
             raise
-        console.print(f"[red]error:[/] {type(exc).__name__}: {exc}")
+        console.print(f"[red]error:[/] {escape(f'{type(exc).__name__}: {exc}')}")
         return 1
     return 0
 

@@ -4,6 +4,7 @@ and the budget guard, each across three processes (worker, operator CLI, worker)
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +23,18 @@ def worker(tmp_path: Path, *extra: str) -> dict:
 
 
 def durably(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "250"}  # a wide terminal, so table cells are not wrapped
     return subprocess.run([sys.executable, "-m", "durably.runtime.cli", *argv, "--store", f"sqlite:///{tmp_path}/a.db"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_approval_given_by_another_process_after_restart(tmp_path):
     parked = worker(tmp_path, "--approval", "--steps", "2")
     assert parked["status"] == "waiting_approval" and parked["approvals"] == ["c1"]
     assert read_lines(tmp_path / "effects.jsonl") == []  # nothing ran before the decision
+
+    listing = durably(tmp_path, "agents")
+    assert listing.returncode == 0 and 'c1: effect({"n": 1})' in listing.stdout  # what the operator approves
 
     decided = durably(tmp_path, "approve", "a1", "c1", "--by", "alice")
     assert decided.returncode == 0 and "approved" in decided.stdout
@@ -53,3 +58,11 @@ def test_budget_suspends_and_an_operator_extends_it(tmp_path):
     final = worker(tmp_path, "--steps", "3", "--budget-steps", "2")
     assert final["status"] == "finished"
     assert [e["n"] for e in read_lines(tmp_path / "effects.jsonl")] == [1, 2, 3]
+
+
+def test_operator_text_is_shown_as_text_not_markup(tmp_path):
+    worker(tmp_path, "--approval", "--steps", "2")
+    assert durably(tmp_path, "cancel", "a1", "--reason", "see [/tmp/x] and [red]this[/red]").returncode == 0
+    listing = durably(tmp_path, "agents")
+    assert listing.returncode == 0, listing.stderr
+    assert "[/tmp/x]" in listing.stdout and "[red]this[/red]" in listing.stdout

@@ -129,7 +129,7 @@ async def test_spans_and_logs_carry_no_content(tmp_path, caplog) -> None:
                 raise ConnectionError(f"provider said: token {GH_TOKEN} revoked")
             return await super().respond(messages, tools)
 
-    model = FlakyModel([ModelResponse(f"log in as {PASSWORD}", (ToolCall("c1", "login", {"user": "bob",
+    model = FlakyModel([ModelResponse(f"log in as {PASSWORD}", (ToolCall("c1", "login", {"user": "bobby-q7x",
                                                                                          "password": PASSWORD}),),
                                       Usage(1, 1, 0.0))])
     definition = AgentDefinition(name="leaky", model=model, tools=[login])
@@ -157,7 +157,7 @@ async def test_spans_and_logs_carry_no_content(tmp_path, caplog) -> None:
     texts += [record.getMessage() for record in caplog.records]
     texts += [repr(record.args) for record in caplog.records]
     joined = "\n".join(texts)
-    for secret in (PASSWORD, GH_TOKEN, "bob", "rejected", "revoked"):
+    for secret in (PASSWORD, GH_TOKEN, "bobby-q7x", "rejected", "revoked"):
         assert secret not in joined
     failed_tool = next(s for s in spans if s.name == "execute_tool login")
     assert any(e.attributes.get("exception.type", "").endswith("PermissionError") for e in failed_tool.events)
