@@ -188,6 +188,8 @@ class Runtime:
         definition = agent if isinstance(agent, AgentDefinition) else self._definition(agent)
         self._definitions.setdefault(definition.name, definition)
         stream = self.stream(agent_id)
+        if agent_id in self._live:  # running here: its lease is the live actor's, not ours to touch
+            raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
         try:
             await self._claim(stream)
         except AgentLeasedError:

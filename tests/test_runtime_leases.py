@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from durably.runtime import AgentDefinition, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
+from durably.runtime import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
 from durably.schemas.records import Kind
 from durably.storage import StreamId, open_store
 from durably.storage.records import RecordCodec
@@ -86,3 +86,35 @@ async def test_parked_agent_is_run_by_whichever_runtime_polls_after_the_decision
         (handle,) = await b.resume_all()  # the lease was released when the agent parked
         assert (await handle.wait()).status == "finished"
     assert ran == [1]
+
+
+async def test_run_after_an_in_process_approval_waits_for_the_end_and_keeps_the_lease(tmp_path):
+    url = f"sqlite:///{tmp_path}/a.db"
+    ran: list = []
+    gate = anyio.Event()
+
+    @tool(name="effect", requires_approval=True)
+    async def effect(n: int, *, ctx) -> int:
+        await gate.wait()
+        ran.append(n)
+        return n
+
+    class OneCall:
+        name = "one"
+
+        async def respond(self, messages, tools):
+            if messages[-1]["role"] == "tool":
+                return ModelResponse("done")
+            return ModelResponse("", (ToolCall("c1", "effect", {"n": 1}),))
+
+    definition = AgentDefinition(name="gated", model=OneCall(), tools=[effect])
+    async with Runtime(url, agents=[definition]) as rt, Runtime(url, agents=[definition]) as other:
+        assert (await rt.run(definition, "a1", "task")).status == "waiting_approval"
+        await rt.approve("a1", "c1")  # resumes here, in the background
+        with pytest.raises(AgentExistsError):
+            await rt.start(definition, "a1", "task")  # must not give the live agent's lease away
+        with pytest.raises(AgentLeasedError):
+            await other.resume("a1")
+        gate.set()
+        state = await rt.run(definition, "a1", "task")
+    assert state.status == "finished" and ran == [1]
