@@ -90,14 +90,14 @@ async def run(bench: Bench) -> None:
     """Build and restore each history length of ``sizes.restore_records``."""
     r = bench.results
     lengths = bench.sizes.restore_records
-    task = bench.progress.start("restore: build histories", sum(lengths))
+    task = bench.progress.start("restore: build histories", 2 * sum(lengths))  # two variants each
     policy = SnapshotPolicy()
     for records, (label, history) in itertools.product(lengths, (("full", None), ("window-200", WINDOW))):
         namespace = bench.namespace(SUITE, f"{records}-{label}")
         stream = StreamId(namespace, "agent-0")
         entries = journal_entries(bench.conversation(records // 3 + 1), namespace, stream.agent_id)[:records]
         async with open_store(bench.store) as store:
-            await build_history(store, stream, entries, policy, lambda n: bench.progress.advance(task, n // 2), history)
+            await build_history(store, stream, entries, policy, lambda n: bench.progress.advance(task, n), history)
             snapshot = await store.get_snapshot(stream)
             records_stored = await store.last_seq(stream)
         cold, warm = await measure_restore(bench.store, namespace, stream.agent_id, bench.sizes.restore_repeats)
