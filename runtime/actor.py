@@ -94,21 +94,30 @@ class AgentActor:
                 await self._resolve(self.state.pending_calls[0])
             elif (limit := self._budget_limit()) is not None:
                 await self.journal.append((Kind.BUDGET_EXCEEDED, limit))
-            elif (cut := self._history_cut()) is not None:
-                await self._compact_history(*cut)
-            else:
+            elif not await self._compact_history():
                 await self._model_step()
 
-    def _history_cut(self) -> tuple[int, int] | None:
-        policy = self.definition.history
-        return policy.cut(self.state.messages) if policy is not None else None
+    async def _compact_history(self) -> bool:
+        """Shorten the conversation if the ``HistoryPolicy`` says so; True if it did.
 
-    async def _compact_history(self, first: int, count: int) -> None:
+        A summariser that fails (a provider outage) skips compaction for this
+        step: the conversation runs long for a while rather than the agent dying.
+        """
+        policy = self.definition.history
+        cut = policy.cut(self.state.messages) if policy is not None else None
+        if cut is None:
+            return False
+        first, count = cut
         data: dict[str, Any] = {"first": first, "count": count}
-        summarize = self.definition.history.summarize
-        if summarize is not None:
-            data["summary"] = await summarize(self.state.messages[first:first + count])
+        if policy.summarize is not None:
+            try:
+                data["summary"] = await policy.summarize(self.state.messages[first:first + count])
+            except Exception as exc:
+                log.warning("agent %s: summariser failed (%s), history kept for now", self.state.agent_id,
+                            type(exc).__name__)
+                return False
         await self.journal.append((Kind.HISTORY_COMPACTED, data))
+        return True
 
     async def _drain_mailbox(self) -> None:
         while True:

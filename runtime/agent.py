@@ -41,7 +41,8 @@ class HistoryPolicy:
     given. The journal keeps every record: only the state (and so snapshots,
     restore time and what the model sees) is bounded. The drop is itself a
     ``history_compacted`` record, so replay gives the same conversation.
-    Raises ``ValueError`` unless 0 < ``keep_recent`` < ``max_messages``.
+    Raises ``ValueError`` unless 0 < ``keep_recent`` <= ``max_messages`` - 4
+    (room for the system prompt, the task, a summary, and something to drop).
     """
 
     max_messages: int = 200
@@ -49,8 +50,8 @@ class HistoryPolicy:
     summarize: Summarizer | None = None
 
     def __post_init__(self) -> None:
-        if not 0 < self.keep_recent < self.max_messages:
-            raise ValueError("HistoryPolicy needs 0 < keep_recent < max_messages")
+        if not 0 < self.keep_recent <= self.max_messages - 4:
+            raise ValueError("HistoryPolicy needs 0 < keep_recent <= max_messages - 4")
 
     def cut(self, messages: list[dict[str, Any]]) -> tuple[int, int] | None:
         """``(first, count)`` of the messages to drop now, or None.
@@ -64,7 +65,9 @@ class HistoryPolicy:
         end = len(messages) - self.keep_recent
         while end < len(messages) and messages[end]["role"] == "tool":
             end += 1
-        return (head, end - head) if end > head else None
+        after = head + (self.summarize is not None) + len(messages) - end
+        # A cut must shorten the conversation, or it would only replace the last summary.
+        return (head, end - head) if end > head and after < len(messages) else None
 
 
 class OnDefinitionChange(StrEnum):

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from durably.schemas.records import Record
+from durably.schemas.records import Kind, Record
 from durably.storage.codec import raw_size
 from durably.storage.errors import ConflictError
 from durably.storage.journal import GroupCommitter
@@ -25,10 +25,11 @@ from .commands import COMMAND_KINDS
 from .errors import AgentFencedError
 from .redaction import RedactionPolicy, Redactor
 from .snapshots import SnapshotPolicy, SnapshotWriter
-from .state import AgentState, apply
+from .state import RUNNING, AgentState, apply
 
 
 _REBASE_ATTEMPTS = 8  # commands racing one append: each retry folds in what came first
+_FACTS = frozenset({Kind.MODEL_RESPONDED, Kind.TOOL_RESULT})  # happened: journaled whatever came in
 
 
 @dataclass
@@ -77,20 +78,40 @@ class AgentJournal:
             try:
                 return await self._append_once(entries)
             except AgentFencedError:
-                if not await self._fold_in_commands():
+                folded = await self._fold_in_commands()
+                if folded is None:
                     raise
+                entries = self._still_valid(entries, folded)
+                if not entries:
+                    return  # every entry was a decision the commands overruled; the caller re-decides
         raise AgentFencedError(self.stream, self.state.last_seq, None)
 
-    async def _fold_in_commands(self) -> bool:
-        """Fold the records appended after ours if all are commands; False if any is not."""
+    async def _fold_in_commands(self) -> set[str] | None:
+        """Fold the records appended after ours if all are commands and return their
+        kinds; None if any is not (another writer took the stream over)."""
         svc, stream = self.services, self.stream
         newer = [svc.codec.decode_record(stored, stream) async for stored in svc.store.read(stream, self.state.last_seq)]
         if not newer or any(record.kind not in COMMAND_KINDS for record in newer):
-            return False
+            return None
         for record in newer:
             apply(self.state, record)
         self.records_since += len(newer)
-        return True
+        return {record.kind for record in newer}
+
+    def _still_valid(self, entries, folded: set[str]):
+        """The entries that still hold after folding in commands: what already happened
+        (a model response, a tool result) always does; a decision (finish, ask, run a
+        tool, suspend) made before a cancel or a budget extension is dropped, and the
+        actor decides again from the new state."""
+        kept = []
+        for kind, data in entries:
+            if kind in _FACTS:
+                kept.append((kind, data))
+            elif kind == Kind.BUDGET_EXCEEDED and Kind.BUDGET_EXTENDED in folded:
+                continue
+            elif self.state.status == RUNNING:  # not cancelled meanwhile
+                kept.append((kind, data))
+        return tuple(kept)
 
     async def _append_once(self, entries: tuple[tuple[str, dict[str, Any]], ...]) -> None:
         svc = self.services

@@ -36,15 +36,18 @@ class LeaseKeeper:
         self._held: dict[StreamId, Lease] = {}
         self._wanted: set[StreamId] = set()  # run here, lease still with a dead holder
 
-    async def claim(self, stream: StreamId, *, force: bool = False) -> Lease | None:
+    async def claim(self, stream: StreamId, *, force: bool = False, take_dead: bool = False) -> Lease | None:
         """Take the lease of ``stream``; None when another live owner holds it.
 
-        A lease whose holder is a process of this host that no longer exists
-        (a crash, a restart) does not make the agent wait for it to expire: the
-        claim succeeds at once, and the lease is taken over as soon as it lapses.
-        ``force`` claims whoever holds it (an operator's decision). Without lease
-        support, claims always succeed. The returned lease has token 0 when it
-        is not (yet) held in the store.
+        ``take_dead``: a lease whose holder is a process of this host that no
+        longer exists (a crash, a restart) does not make the agent wait for it to
+        expire: the claim succeeds at once, and the lease is taken over as soon
+        as it lapses. Only for an explicit resume: automatic ones (``serve`` on
+        several workers) would all see the same dead holder and race, so they
+        wait for the lease to lapse and let the store pick one. ``force`` claims
+        whoever holds it (an operator's decision). Without lease support, claims
+        always succeed. The returned lease has token 0 when it is not (yet) held
+        in the store.
         """
         placeholder = Lease(stream, self.owner, 0, float("inf"))
         if not self.enabled:
@@ -54,7 +57,7 @@ class LeaseKeeper:
             self._held[stream] = lease
             return lease
         holder = await self.store.get_lease(stream)
-        if force or holder is None or _dead_local_process(holder.owner):
+        if force or holder is None or (take_dead and _dead_local_process(holder.owner)):
             self._wanted.add(stream)  # taken over by the renewal loop once it lapses
             return placeholder
         return None

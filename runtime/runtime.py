@@ -231,8 +231,14 @@ class Runtime:
         """
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
+        return await self._resume(agent_id, force=force, take_dead=True)
+
+    async def _resume(self, agent_id: str, *, force: bool = False, take_dead: bool = False) -> AgentHandle | None:
+        """``resume``; ``take_dead`` only for an explicit one (see ``LeaseKeeper.claim``)."""
+        if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
+            return AgentHandle(actor)
         stream = self.stream(agent_id)
-        await self._claim(stream, force=force)
+        await self._claim(stream, force=force, take_dead=take_dead)
         try:
             journal = await self._restore_journal(agent_id)
             if journal.state.status != RUNNING:
@@ -246,9 +252,9 @@ class Runtime:
             raise
         return self._spawn(definition, journal)
 
-    async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
+    async def _claim(self, stream: StreamId, *, force: bool = False, take_dead: bool = True) -> None:
         """Take the agent's lease or raise ``AgentLeasedError`` naming who holds it."""
-        if await self._leases.claim(stream, force=force) is None:
+        if await self._leases.claim(stream, force=force, take_dead=take_dead) is None:
             holder = await self._leases.holder(stream)
             raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
                                    holder.expires_at if holder else None)
@@ -271,9 +277,9 @@ class Runtime:
             if stream.agent_id in self._live:
                 continue
             try:
-                handle = await self.resume(stream.agent_id)
-            except (DefinitionNotRegisteredError, AgentLeasedError):
-                continue  # not ours to run, or another runtime runs it
+                handle = await self._resume(stream.agent_id)
+            except (DefinitionNotRegisteredError, AgentLeasedError, AgentFencedError):
+                continue  # not ours to run, another runtime runs it, or won the race to
             except CodecError as exc:
                 log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
                 continue
@@ -355,14 +361,18 @@ class Runtime:
         # if another writer got there first, re-read and decide again.
         for _ in range(_COMMAND_RETRIES):
             journal = await self._restore_journal(agent_id)
+            was_parked = journal.state.parked
             entry = cmd.to_record(journal.state, command)
             try:
                 await journal.append(entry)
             except AgentFencedError:
                 continue
-            if journal.state.status == RUNNING and journal.state.definition.get("name") in self._definitions:
-                with contextlib.suppress(AgentLeasedError):  # live elsewhere: that runtime folds it in
-                    await self.resume(agent_id)
+            # Resume here only an agent this command un-parked: one that was running
+            # may be running elsewhere (a store without leases cannot tell), and
+            # that worker folds the command in.
+            if was_parked and journal.state.status == RUNNING and journal.state.definition.get("name") in self._definitions:
+                with contextlib.suppress(AgentLeasedError, AgentFencedError):
+                    await self._resume(agent_id)
             return journal.state
         raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
 

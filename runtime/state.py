@@ -43,6 +43,9 @@ class AgentState:
     reason: str = ""  # why the status is what it is (budget limit, failure, approval)
     task: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # Messages that arrived while tool calls were pending: chat APIs want every tool
+    # result right after its call, so they join the conversation once the calls resolve.
+    inbox: list[dict[str, Any]] = field(default_factory=list)
     pending_calls: list[dict[str, Any]] = field(default_factory=list)  # id, name, arguments, key
     ledger: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> call, tool, attempts, done, result
     approvals: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval id -> request + decision
@@ -101,7 +104,8 @@ def _started(s: AgentState, d: dict) -> None:
 
 
 def _message_received(s: AgentState, d: dict) -> None:
-    s.messages.append({"role": d.get("role", "user"), "content": d["content"]})
+    message = {"role": d.get("role", "user"), "content": d["content"]}
+    (s.inbox if s.pending_calls else s.messages).append(message)
 
 
 def _model_responded(s: AgentState, d: dict) -> None:
@@ -132,6 +136,9 @@ def _tool_result(s: AgentState, d: dict) -> None:
     content = d["error"] if d.get("error") is not None else d.get("result")
     s.messages.append({"role": "tool", "tool_call_id": d["call_id"], "content": content})
     s.pending_calls = [c for c in s.pending_calls if c["key"] != key]
+    if not s.pending_calls and s.inbox:
+        s.messages.extend(s.inbox)
+        s.inbox = []
 
 
 def _plan_updated(s: AgentState, d: dict) -> None:

@@ -38,6 +38,23 @@ async def kinds(url: str, agent_id: str) -> list[str]:
         return [codec.decode_record(r).kind async for r in store.read(StreamId("default", agent_id))]
 
 
+class LastResult:
+    """Calls ``effect`` ``steps`` times, reading its progress from the last tool
+    result rather than from the whole history (which a HistoryPolicy cuts)."""
+
+    name = "last-result"
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    async def respond(self, messages, tools):
+        last = messages[-1]
+        done = last["content"] // 10 if last["role"] == "tool" else 0
+        if done < self.steps:
+            return ModelResponse("", (ToolCall(f"c{done + 1}", "effect", {"n": done + 1}),))
+        return ModelResponse(f"done {done}")
+
+
 class SlowModel:
     name = "slow"
 
@@ -157,21 +174,9 @@ async def test_history_policy_bounds_the_state_and_replays_identically(url):
         summaries.append(len(messages))
         return f"(summary of {len(messages)} messages)"
 
-    class LastResultModel:
-        """Reads its progress from the last tool result, not from the whole history."""
-
-        name = "last-result"
-
-        async def respond(self, messages, tools):
-            last = messages[-1]
-            done = last["content"] // 10 if last["role"] == "tool" else 0
-            if done < 40:
-                return ModelResponse("", (ToolCall(f"c{done + 1}", "effect", {"n": done + 1}),))
-            return ModelResponse(f"done {done}")
-
     effects: list = []
     base = list_agent(40, effects)
-    definition = AgentDefinition(name=base.name, model=LastResultModel(), tools=base.tools,
+    definition = AgentDefinition(name=base.name, model=LastResult(40), tools=base.tools,
                                  history=HistoryPolicy(max_messages=12, keep_recent=6, summarize=summarize))
     async with Runtime(url, agents=[definition]) as rt:
         state = await rt.run(definition, "a1", "task")
@@ -196,19 +201,92 @@ async def test_budget_extensions_are_checked():
             await rt.extend_budget("a1", tokens=100)
 
 
-async def test_a_broken_hook_fails_its_agent_not_the_runtime(url):
-    async def summarize(messages):
-        raise RuntimeError("summariser down")
+async def test_a_broken_model_adapter_fails_its_agent_not_the_runtime(url):
+    class Broken:
+        name = "broken"
 
-    base = list_agent(10, [])  # fails at its first compaction, long before the model loops
-    broken = AgentDefinition(name="broken", model=base.model, tools=base.tools,
-                             history=HistoryPolicy(max_messages=6, keep_recent=2, summarize=summarize))
+        async def respond(self, messages, tools):
+            return None  # not a ModelResponse: a bug in the adapter
+
+    broken = AgentDefinition(name="broken", model=Broken())
     bystander = AgentDefinition(name="bystander", model=SlowModel())
     async with Runtime(url, agents=[broken, bystander]) as rt:
         other = await rt.start(bystander, "bystander", "wait")
         handle = await rt.start(broken, "a1", "task")
-        with pytest.raises(RuntimeError, match="summariser down"):
+        with pytest.raises(AttributeError):
             await handle.wait()
         assert (await other.wait()).status == "finished"
         state = await rt.status("a1")
-    assert state.status == "failed" and state.reason == "internal error: RuntimeError"
+    assert state.status == "failed" and state.reason == "internal error: AttributeError"
+
+
+async def test_a_failing_summariser_postpones_compaction_instead_of_failing_the_agent(url):
+    calls: list = []
+
+    async def summarize(messages):
+        calls.append(len(messages))
+        if len(calls) < 3:
+            raise RuntimeError("summariser down")
+        return "summary"
+
+    base = list_agent(10, [])
+    definition = AgentDefinition(name=base.name, model=LastResult(10), tools=base.tools,
+                                 history=HistoryPolicy(max_messages=8, keep_recent=4, summarize=summarize))
+    async with Runtime(url, agents=[definition]) as rt:
+        state = await rt.run(definition, "a1", "task")
+    assert state.status == "finished" and len(calls) >= 3
+    assert any(m["content"] == "summary" for m in state.messages)
+
+
+def test_history_policies_that_cannot_shorten_are_refused():
+    for max_messages, keep_recent in ((6, 4), (4, 3), (10, 0)):
+        with pytest.raises(ValueError):
+            HistoryPolicy(max_messages=max_messages, keep_recent=keep_recent)
+    policy = HistoryPolicy(max_messages=5, keep_recent=1, summarize=lambda m: "s")
+    head = [{"role": "system", "content": "s"}, {"role": "user", "content": "t"}]
+    tail = [{"role": "assistant", "content": "a", "tool_calls": [{"id": "c", "name": "x", "arguments": {}}]}]
+    tools = [{"role": "tool", "tool_call_id": "c", "content": i} for i in range(4)]
+    # Tool results go with their call: the cut takes all of them or none.
+    assert policy.cut(head + tail + tools) == (2, 5)
+    assert policy.cut(head + tail + tools[:2]) is None  # not over the limit
+
+
+async def test_a_message_sent_while_a_tool_runs_joins_after_its_result(url):
+    release = anyio.Event()
+
+    @tool(name="effect")
+    async def effect(n: int, *, ctx) -> int:
+        await release.wait()
+        return n * 10
+
+    definition = AgentDefinition(name="d", model=StepModel(1), tools=[effect])
+    async with Runtime(url, agents=[definition]) as worker:
+        handle = await worker.start(definition, "a1", "task")
+        while not (await worker.status("a1")).ledger:
+            await anyio.sleep(0.01)
+        async with Runtime(url) as operator:
+            await operator.send("a1", "also do Y")
+        release.set()
+        state = await handle.wait()
+    roles = [m["role"] for m in state.messages]
+    assert roles == ["user", "assistant", "tool", "user", "assistant"]
+    assert state.messages[3]["content"] == "also do Y" and state.inbox == []
+
+
+async def test_a_cancel_during_the_last_model_call_is_not_undone_by_its_answer(url):
+    class SlowAnswer:
+        name = "slow-answer"
+
+        async def respond(self, messages, tools):
+            await anyio.sleep(0.3)
+            return ModelResponse("all done")
+
+    definition = AgentDefinition(name="d", model=SlowAnswer())
+    async with Runtime(url, agents=[definition]) as worker:
+        handle = await worker.start(definition, "a1", "task")
+        await anyio.sleep(0.05)
+        async with Runtime(url) as operator:
+            assert (await operator.cancel("a1", "stop it")).status == "cancelled"
+        state = await handle.wait()
+    assert state.status == "cancelled"
+    assert await kinds(url, "a1") == ["started", "cancelled", "model_responded"]  # the answer is kept, "finished" not

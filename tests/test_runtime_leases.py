@@ -118,3 +118,24 @@ async def test_run_after_an_in_process_approval_waits_for_the_end_and_keeps_the_
         gate.set()
         state = await rt.run(definition, "a1", "task")
     assert state.status == "finished" and ran == [1]
+
+
+async def test_a_dead_local_holder_is_taken_over_by_an_explicit_resume_not_by_serve(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/a.db"
+    calls: list = []
+    effects: list = []
+    definition = slow_agent(calls, effects, steps=1)
+    async with Runtime(url) as first:  # starts it, then stops at once: runnable, and nobody runs it
+        await first.start(definition, "a1", "task")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_owner = f"{socket.gethostname()}:{dead.stdout.strip()}/cafe"
+    async with Runtime(url, agents=[definition]) as a, Runtime(url, agents=[definition]) as b:
+        assert await a.store.acquire_lease(a.stream("a1"), dead_owner, 30.0) is not None  # a crashed holder
+        assert await a.resume_all() == [] and await b.resume_all() == []  # automatic: wait for the lease
+        handle = await a.resume("a1")  # explicit: its holder's process is gone, so take it now
+        assert (await handle.wait()).status == "finished"
+    assert (await journal_kinds(url, "a1")).count(Kind.RESUMED) == 1
