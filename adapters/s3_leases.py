@@ -66,9 +66,9 @@ LEASE_VERSION = 1
 #: Others treat a lease as expired ``ttl * SKEW_FRACTION`` seconds after its ``expires_at``.
 SKEW_FRACTION = 0.1
 
-#: ``call(operation, *, expect=(), **params)``: one retried S3 request (see ``S3Store._call``).
+#: ``call(operation, *, expect=(), **params)``: one retried S3 request (see ``S3Requests.call``).
 Call = Callable[..., Awaitable[dict[str, Any]]]
-#: ``get(key)``: the object's bytes and ETag, or None when absent, retried (see ``S3Store._get``).
+#: ``get(key)``: the object's bytes and ETag, or None when absent, retried (see ``S3Requests.get``).
 Get = Callable[[str], Awaitable[tuple[bytes, str] | None]]
 
 

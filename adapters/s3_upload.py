@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 
 from durably.storage.errors import StoreUnavailableError
 
-#: ``call(operation, *, expect=(), **params)``: one retried S3 request (see ``S3Store._call``).
+#: ``call(operation, *, expect=(), **params)``: one retried S3 request (see ``S3Requests.call``).
 Call = Callable[..., Awaitable[dict[str, Any]]]
 
 TOKEN_META = "durably-upload"
