@@ -14,14 +14,11 @@ from durably.runtime import (
     AgentLeasedError,
     Budget,
     InvalidCommandError,
-    ModelResponse,
     Runtime,
     SnapshotPolicy,
-    ToolCall,
     tool,
 )
 from durably.runtime.restore import restore
-from durably.schemas.records import Kind
 from durably.storage import CorruptRecordError, StreamId, open_store
 from durably.storage.records import RecordCodec
 from support_agents import StepModel, list_agent
