@@ -25,26 +25,21 @@ statement fails (a stale expected seq, an unknown stream) nothing was written,
 and the batch goes the slow path: one ``BEGIN IMMEDIATE`` transaction that reads
 every ``last_seq``, gives each conflicting request its ``ConflictError`` and
 inserts the others (four hops). Batches with a new stream (expected seq 0) or
-more than ``_FAST_MAX_ROWS`` records go the slow path directly.
+more than ``sqlite_layout.FAST_MAX_ROWS`` records go the slow path directly.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import os
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiosqlite
 import anyio
 
 from durably.storage.base import StoreBase
 from durably.storage.errors import (
-    CorruptRecordError,
     BlobNotFoundError,
     ConflictError,
     InvalidRequestError,
@@ -55,200 +50,10 @@ from durably.storage.errors import (
 )
 from durably.storage.spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
 
+from . import sqlite_layout as layout
+from .sqlite_file import path_from_url, prepare_file, translate, unavailable
+from .sqlite_layout import SCHEMA_VERSION
 from .sqlite_leases import SQLiteLeases
-
-#: The layout below, stored in ``PRAGMA user_version``. A file with a higher
-#: number was written by a newer durably and is refused, never modified.
-#: Versions: 1, an AFTER INSERT trigger advanced ``last_seq``; 2, the BEFORE INSERT
-#: trigger ``records_continue_stream`` also checks each seq continues its stream
-#: (what the one-statement fast path relies on). ``open`` upgrades a v1 file in
-#: place (same tables and rows; the trigger is swapped) in one transaction.
-SCHEMA_VERSION = 2
-
-#: The whole schema, applied in one transaction by ``open`` to a file of a lower
-#: version: every statement is idempotent, so it creates a new file and upgrades a v1 one.
-SCHEMA = (
-    # last_seq is the highest seq ever appended; it outlives compaction. A stream
-    # row also exists for a stream that only holds blobs (last_seq 0).
-    """CREATE TABLE IF NOT EXISTS streams (
-        id INTEGER PRIMARY KEY,
-        namespace TEXT NOT NULL,
-        agent_id TEXT NOT NULL,
-        last_seq INTEGER NOT NULL,
-        UNIQUE (namespace, agent_id)
-    )""",
-    # A rowid table: SQLite advises WITHOUT ROWID only for rows under ~1/20 of a
-    # page, and with frames of a few hundred bytes it measured ~1.5x slower here.
-    """CREATE TABLE IF NOT EXISTS records (
-        stream_id INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
-        data BLOB NOT NULL,
-        PRIMARY KEY (stream_id, seq)
-    )""",
-    """CREATE TABLE IF NOT EXISTS snapshots (
-        stream_id INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
-        data BLOB NOT NULL,
-        PRIMARY KEY (stream_id, seq)
-    )""",
-    """CREATE TABLE IF NOT EXISTS blobs (
-        stream_id INTEGER NOT NULL,
-        digest TEXT NOT NULL,
-        data BLOB NOT NULL,
-        PRIMARY KEY (stream_id, digest)
-    )""",
-    # v1's trigger: it advanced last_seq without checking; records_continue_stream does both.
-    "DROP TRIGGER IF EXISTS records_advance_last_seq",
-    # Per row, in one UPDATE by primary key: advance last_seq to NEW.seq only from
-    # NEW.seq - 1 (max(.., 0): the slow path marks a stream it just created with -1),
-    # else abort the statement, which rolls back every row of it. An unknown stream
-    # (a NULL stream_id) updates nothing, so it aborts too. A row whose seq is NULL
-    # is padding of the fast path (_FAST_PAD, see _fast_bucket) and is skipped.
-    """CREATE TRIGGER IF NOT EXISTS records_continue_stream BEFORE INSERT ON records
-    BEGIN
-        SELECT RAISE(IGNORE) WHERE NEW.seq IS NULL;
-        UPDATE streams SET last_seq = NEW.seq WHERE id = NEW.stream_id AND max(last_seq, 0) = NEW.seq - 1;
-        SELECT RAISE(ABORT, 'durably: a record must continue its stream') WHERE changes() = 0;
-    END""",
-)
-
-_MIN_SQLITE = (3, 35, 0)  # RETURNING (upsert needs 3.24, row values 3.15)
-_SYNCHRONOUS = frozenset({"FULL", "NORMAL"})
-_KEYS_PER_STATEMENT = 248  # 496 bound parameters: under SQLite's historic limit of 999
-_MAX_SEQ = (1 << 63) - 1  # SQLite's largest INTEGER
-_NEW_STREAM = -1  # last_seq of a stream row created by the current append, until its records land
-
-_INSERT_RECORD = "INSERT INTO records (stream_id, seq, data) VALUES (?, ?, ?)"
-_STREAM_ID = "(SELECT id FROM streams WHERE namespace = ? AND agent_id = ?)"
-# The fast path's rows: 4 parameters each, so 240 rows (its largest bucket) bind
-# 960, under SQLite's historic limit of 999. Bigger batches amortise the slow
-# path's extra hops over at least as many records.
-_FAST_MAX_ROWS = 240
-_FAST_PAD = (None, None, None, None)  # a row the trigger skips (NULL seq)
-
-
-def _lock_streams_sql(count: int) -> str:
-    """One statement of the slow path (inside its ``BEGIN IMMEDIATE``) that
-    returns every stream's row, creating the unknown ones.
-
-    Unknown streams are created with last_seq -1 so the caller can tell them
-    apart from known empty ones (and drop those that end up with no record).
-    """
-    values = ", ".join(["(?, ?, -1)"] * count)
-    return (
-        f"INSERT INTO streams (namespace, agent_id, last_seq) VALUES {values} "
-        "ON CONFLICT (namespace, agent_id) DO UPDATE SET last_seq = last_seq "
-        "RETURNING id, namespace, agent_id, last_seq"
-    )
-
-
-@functools.lru_cache(maxsize=None)
-def _fast_insert_sql(rows: int) -> str:
-    """The fast path's statement for ``rows`` rows (a bucket size, see ``_fast_bucket``).
-
-    Each row is ``(stream id looked up by namespace and agent id, seq, data)``.
-    A multi-row VALUES is one statement, so in autocommit mode it is one atomic
-    transaction; executemany would commit (and fsync) once per row.
-    """
-    return "INSERT INTO records (stream_id, seq, data) VALUES " + ", ".join([f"({_STREAM_ID}, ?, ?)"] * rows)
-
-
-def _fast_bucket(rows: int) -> int:
-    """Rows of the statement that carries ``rows`` records: exact up to 16, then
-    rounded up so padding stays under 1/8 (17 -> 18, 100 -> 104, 240 -> 240).
-
-    Few distinct SQL texts (about 50 up to ``_FAST_MAX_ROWS``) keep every batch
-    size in the connection's statement cache, prepared once.
-    """
-    if rows <= 16:
-        return rows
-    step = 1 << (rows.bit_length() - 4)
-    return -(-rows // step) * step
-
-
-def _bucket(count: int) -> int:
-    """Round a stream count up to a multiple of 8, so few distinct SQL texts are
-    prepared (the connection's statement cache then serves every batch size)
-    while padding stays under 8 rows."""
-    return -(-count // 8) * 8
-
-
-def _path_from_url(url: str) -> tuple[Path, str, int]:
-    """``(path, synchronous, busy_timeout_ms)`` from a ``sqlite:///`` URL; ValueError if malformed."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "sqlite" or parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
-        raise InvalidRequestError(f"{url!r} is not a sqlite:///path/to.db URL")
-    raw_path = unquote(parts.path[1:])
-    if raw_path == ":memory:" or raw_path.startswith("file:"):
-        raise InvalidRequestError("the sqlite adapter needs a database file path, not :memory: or a file: URI")
-    synchronous, busy_timeout = "FULL", 10_000
-    for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
-        if key == "synchronous" and value.upper() in _SYNCHRONOUS:
-            synchronous = value.upper()
-        elif key == "busy_timeout" and value.isdigit():
-            busy_timeout = int(value)
-        else:
-            raise InvalidRequestError(
-                f"unsupported sqlite URL option {key}={value!r} (known: synchronous=FULL|NORMAL, busy_timeout=<ms>)"
-            )
-    return Path(raw_path), synchronous, busy_timeout
-
-
-def _prepare_file(path: Path) -> None:
-    """Create missing parent directories (0o700) and the database file (0o600).
-
-    Blocking; run in a worker thread. SQLite gives its -wal and -shm files the
-    database file's permissions, so the whole journal stays owner-only.
-    """
-    missing: list[Path] = []
-    parent = path.absolute().parent
-    while not parent.exists():
-        missing.append(parent)
-        parent = parent.parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(directory, 0o700)  # exact, whatever the umask
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-
-
-def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
-    error = StoreUnavailableError(f"sqlite: {exc}")
-    error.__cause__ = exc
-    return error
-
-
-def _damaged(exc: sqlite3.Error) -> bool:
-    """True for SQLite's own corruption reports (SQLITE_CORRUPT, SQLITE_NOTADB) and
-    for a BLOB column that reads back as text (a flipped type byte in a cell)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "Could not decode to UTF-8" in str(exc)
-
-
-def _translate(exc: BaseException) -> BaseException:
-    """The SPI's error for ``exc``: a damaged file becomes ``CorruptRecordError``;
-    other SQLite errors (locked past the busy timeout, I/O, disk full) become
-    ``StoreUnavailableError``; an id SQLite cannot store as UTF-8
-    (a lone surrogate) is the caller's ``InvalidRequestError``; others pass as they are."""
-    if isinstance(exc, sqlite3.Error) and _damaged(exc):
-        # Not an outage: retrying cannot help, and the caller must not treat it as one.
-        error = CorruptRecordError(f"the SQLite file is damaged: {exc}")
-        error.__cause__ = exc
-        return error
-    if isinstance(exc, sqlite3.Error):
-        return _unavailable(exc)
-    if isinstance(exc, UnicodeEncodeError):
-        return InvalidRequestError(f"stream ids must be valid Unicode text: {exc}")
-    return exc
 
 
 class SQLiteStore(SQLiteLeases, StoreBase):
@@ -270,20 +75,20 @@ class SQLiteStore(SQLiteLeases, StoreBase):
 
     def __init__(self, url: str) -> None:
         super().__init__()
-        self.path, self.synchronous, self.busy_timeout_ms = _path_from_url(url)
+        self.path, self.synchronous, self.busy_timeout_ms = path_from_url(url)
         self._db: aiosqlite.Connection | None = None
         self._lock = anyio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def _open(self) -> None:
-        if sqlite3.sqlite_version_info < _MIN_SQLITE:
+        if sqlite3.sqlite_version_info < layout.MIN_SQLITE:
             raise StoreUnavailableError(
-                f"the sqlite adapter needs SQLite >= {'.'.join(map(str, _MIN_SQLITE))} (RETURNING); "
+                f"the sqlite adapter needs SQLite >= {'.'.join(map(str, layout.MIN_SQLITE))} (RETURNING); "
                 f"this Python links {sqlite3.sqlite_version}"
             )
         try:
-            await anyio.to_thread.run_sync(_prepare_file, self.path)
+            await anyio.to_thread.run_sync(prepare_file, self.path)
         except OSError as exc:
             raise StoreUnavailableError(f"cannot create {self.path}: {exc}") from exc
         try:
@@ -293,7 +98,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                 self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
             )
         except sqlite3.Error as exc:
-            raise _unavailable(exc) from exc
+            raise unavailable(exc) from exc
         try:
             await self._prepare_connection(db)
         except BaseException:
@@ -318,7 +123,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
             try:
                 # Re-read under the write lock: another process may have just created it.
                 if await self._schema_version(db) < SCHEMA_VERSION:
-                    for statement in SCHEMA:
+                    for statement in layout.SCHEMA:
                         await db.execute(statement)
                     await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 await db.commit()
@@ -326,7 +131,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                 await self._rollback(db)
                 raise
         except sqlite3.Error as exc:
-            raise _unavailable(exc) from exc
+            raise unavailable(exc) from exc
 
     async def _schema_version(self, db: aiosqlite.Connection) -> int:
         """The file's ``user_version``; ``UnknownSchemaVersionError`` when newer than ``SCHEMA_VERSION``."""
@@ -364,7 +169,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                         await db.commit()
                 except BaseException as exc:
                     await self._rollback(db)
-                    translated = _translate(exc)
+                    translated = translate(exc)
                     if translated is exc:
                         raise
                     raise translated from exc
@@ -386,7 +191,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                 try:
                     cursor = await db.execute(sql, params)
                 except (sqlite3.Error, UnicodeEncodeError) as exc:
-                    raise _translate(exc) from exc
+                    raise translate(exc) from exc
                 return cursor.rowcount
 
     async def _fetch(self, sql: str, params: Sequence[object]) -> list:
@@ -396,7 +201,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
             try:
                 return list(await db.execute_fetchall(sql, params))
             except (sqlite3.Error, UnicodeEncodeError) as exc:
-                raise _translate(exc) from exc
+                raise translate(exc) from exc
 
     def _connection(self) -> aiosqlite.Connection:
         if self._db is None:
@@ -418,7 +223,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         if not requests:
             return []
         if all(request.expected_seq > 0 for request in requests):
-            if sum(len(request.records) for request in requests) <= _FAST_MAX_ROWS:
+            if sum(len(request.records) for request in requests) <= layout.FAST_MAX_ROWS:
                 results = await self._append_fast(requests)
                 if results is not None:
                     return results
@@ -438,17 +243,17 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                 params += (namespace, agent_id, seq, data)
             results.append(seq)
         rows = len(params) // 4
-        padded = _fast_bucket(rows)
-        params += _FAST_PAD * (padded - rows)
+        padded = layout.fast_bucket(rows)
+        params += layout.FAST_PAD * (padded - rows)
         async with self._lock:
             db = self._connection()
             with anyio.CancelScope(shield=True):  # the caller learns the outcome, always
                 try:
-                    await db.execute(_fast_insert_sql(padded), params)
+                    await db.execute(layout.fast_insert_sql(padded), params)
                 except sqlite3.IntegrityError:
                     return None  # the trigger (or a constraint) aborted the statement: rolled back
                 except (sqlite3.Error, UnicodeEncodeError) as exc:
-                    raise _translate(exc) from exc
+                    raise translate(exc) from exc
         return results
 
     async def _append_slow(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
@@ -458,12 +263,12 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         results: list[int | Exception] = []
         async with self._transaction() as db:
             streams: dict[tuple[str, str], list[int]] = {}  # key -> [stream id, last seq]
-            for start in range(0, len(keys), _KEYS_PER_STATEMENT):
-                chunk = keys[start : start + _KEYS_PER_STATEMENT]
-                padded = _bucket(len(chunk))
+            for start in range(0, len(keys), layout.KEYS_PER_STATEMENT):
+                chunk = keys[start : start + layout.KEYS_PER_STATEMENT]
+                padded = layout.bucket(len(chunk))
                 params = [part for key in chunk for part in key]
                 params += params[-2:] * (padded - len(chunk))  # a repeated key is harmless in the upsert
-                for sid, namespace, agent_id, last in await db.execute_fetchall(_lock_streams_sql(padded), params):
+                for sid, namespace, agent_id, last in await db.execute_fetchall(layout.lock_streams_sql(padded), params):
                     streams[(namespace, agent_id)] = [sid, last]
             rows: list[tuple[int, int, bytes]] = []
             for request in requests:
@@ -480,10 +285,10 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                 # Every request conflicted: undo the lock statement, skip the fsync.
                 await db.rollback()
                 return results
-            orphans = [(sid,) for sid, last in streams.values() if last == _NEW_STREAM]
+            orphans = [(sid,) for sid, last in streams.values() if last == layout.NEW_STREAM]
             if orphans:  # unknown streams whose every request conflicted: leave no trace
                 await db.executemany("DELETE FROM streams WHERE id = ?", orphans)
-            await db.executemany(_INSERT_RECORD, rows)
+            await db.executemany(layout.INSERT_RECORD, rows)
         return results
 
     async def last_seq(self, stream: StreamId) -> int:
@@ -502,7 +307,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         self._check_open()
         if page_size < 1:
             raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
-        sql = f"SELECT seq, data FROM records WHERE stream_id = {_STREAM_ID} AND seq > ? ORDER BY seq LIMIT ?"
+        sql = f"SELECT seq, data FROM records WHERE stream_id = {layout.STREAM_ID} AND seq > ? ORDER BY seq LIMIT ?"
         while True:
             page = await self._fetch(sql, (stream.namespace, stream.agent_id, after_seq, page_size))
             for seq, data in page:
@@ -531,9 +336,9 @@ class SQLiteStore(SQLiteLeases, StoreBase):
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
         """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
         self._check_open()
-        bound = _MAX_SEQ if at_or_before is None else min(at_or_before, _MAX_SEQ)
+        bound = layout.MAX_SEQ if at_or_before is None else min(at_or_before, layout.MAX_SEQ)
         rows = await self._fetch(
-            f"SELECT seq, data FROM snapshots WHERE stream_id = {_STREAM_ID} AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            f"SELECT seq, data FROM snapshots WHERE stream_id = {layout.STREAM_ID} AND seq <= ? ORDER BY seq DESC LIMIT 1",
             (stream.namespace, stream.agent_id, bound),
         )
         return StoredSnapshot(rows[0][0], rows[0][1]) if rows else None
@@ -542,7 +347,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         """Delete snapshots with seq < ``before_seq``, always keeping the latest one."""
         self._check_open()
         await self._write(
-            f"DELETE FROM snapshots WHERE stream_id = {_STREAM_ID} AND seq < ? "
+            f"DELETE FROM snapshots WHERE stream_id = {layout.STREAM_ID} AND seq < ? "
             "AND seq < (SELECT max(seq) FROM snapshots AS s WHERE s.stream_id = snapshots.stream_id)",
             (stream.namespace, stream.agent_id, before_seq),
         )
@@ -632,7 +437,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                 (stream.namespace, stream.agent_id),
             )
             await db.execute(
-                f"INSERT OR IGNORE INTO blobs (stream_id, digest, data) VALUES ({_STREAM_ID}, ?, ?)",
+                f"INSERT OR IGNORE INTO blobs (stream_id, digest, data) VALUES ({layout.STREAM_ID}, ?, ?)",
                 (stream.namespace, stream.agent_id, digest, data),
             )
         return digest
@@ -641,7 +446,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         """The blob's bytes; ``BlobNotFoundError`` when the stream holds no such digest."""
         self._check_open()
         rows = await self._fetch(
-            f"SELECT data FROM blobs WHERE stream_id = {_STREAM_ID} AND digest = ?",
+            f"SELECT data FROM blobs WHERE stream_id = {layout.STREAM_ID} AND digest = ?",
             (stream.namespace, stream.agent_id, digest),
         )
         if not rows:
