@@ -8,7 +8,6 @@ without a name is private to its instance.
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from durably.storage.spi import (
     StoredSnapshot,
     StreamId,
     check_append,
+    check_lease,
 )
 
 
@@ -161,10 +161,7 @@ class MemoryStore(StoreBase):
         non-empty str and ``ttl`` a finite number > 0; ``StoreClosedError``.
         """
         self._check_open()
-        if not isinstance(owner, str) or not owner:
-            raise InvalidRequestError(f"a lease owner must be a non-empty str, got {owner!r}")
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
-            raise InvalidRequestError(f"a lease ttl must be a finite number of seconds > 0, got {ttl!r}")
+        check_lease(owner, ttl)
         now = time.time()
         held = self._leases.get(stream)
         if held is not None and held.expires_at > now:

@@ -56,7 +56,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from durably.storage.errors import CorruptRecordError, InvalidRequestError, StoreUnavailableError
-from durably.storage.spi import Lease, StreamId
+from durably.storage.spi import Lease, StreamId, check_lease
 
 from .s3_keys import StreamKeys
 from .s3_retry import RetryPolicy, retrying
@@ -160,10 +160,7 @@ class S3Leases:
         in time or the object kept changing under concurrent writers (then the
         lease may or may not be ours: it runs out after ``ttl``).
         """
-        if not isinstance(owner, str) or not owner:
-            raise InvalidRequestError("a lease owner must be a non-empty str")
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
-            raise InvalidRequestError(f"a lease ttl must be a finite number of seconds > 0, got {ttl!r}")
+        check_lease(owner, ttl)
         key = self._key(stream)
         state = await self._read(key, stream)
         try:

@@ -27,11 +27,9 @@ process or several, exactly one gets it.
 
 from __future__ import annotations
 
-import math
 import time
 
-from durably.storage.errors import InvalidRequestError
-from durably.storage.spi import Lease, StreamId
+from durably.storage.spi import Lease, StreamId, check_lease
 
 _CREATE_TABLE = """CREATE TABLE IF NOT EXISTS leases (
     namespace TEXT NOT NULL,
@@ -62,19 +60,6 @@ _RELEASE = "UPDATE leases SET expires_at = 0 WHERE namespace = ? AND agent_id = 
 _GET = "SELECT owner, token, expires_at FROM leases WHERE namespace = ? AND agent_id = ? AND expires_at > ?"
 _DELETE = "DELETE FROM leases WHERE namespace = ? AND agent_id = ?"
 _HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leases'"
-
-
-def check_lease_request(owner: object, ttl: object) -> None:
-    """Reject a malformed ``acquire_lease`` before any I/O.
-
-    Raises ``InvalidRequestError`` unless ``owner`` is a non-empty ``str`` and
-    ``ttl`` a finite number of seconds > 0 (a NaN or infinite ttl would make a
-    lease that never or always expires).
-    """
-    if not isinstance(owner, str) or not owner:
-        raise InvalidRequestError(f"a lease owner must be a non-empty str, got {owner!r}")
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
-        raise InvalidRequestError(f"a lease ttl must be a finite number of seconds > 0, got {ttl!r}")
 
 
 class SQLiteLeases:
@@ -110,7 +95,7 @@ class SQLiteLeases:
         also by its former owner; only an unexpired lease is renewed in place.
         """
         self._check_open()  # type: ignore[attr-defined]
-        check_lease_request(owner, ttl)
+        check_lease(owner, ttl)
         now = time.time()
         params = {
             "namespace": stream.namespace, "agent_id": stream.agent_id, "owner": owner, "now": now, "expires_at": now + ttl

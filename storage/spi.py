@@ -16,6 +16,7 @@ Vocabulary, as in event stores (EventStoreDB, Marten, Akka Persistence):
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -105,6 +106,19 @@ def check_append(request: AppendRequest) -> None:
     for data in request.records:
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"records must be bytes, got {type(data).__name__}")
+
+
+def check_lease(owner: object, ttl: object) -> None:
+    """Reject a malformed ``acquire_lease`` before any I/O.
+
+    Raises ``InvalidRequestError`` unless ``owner`` is a non-empty ``str`` and
+    ``ttl`` a finite number of seconds > 0 (a NaN or infinite ttl would make a
+    lease that never or always expires). Adapters call this, as ``check_append``.
+    """
+    if not isinstance(owner, str) or not owner:
+        raise InvalidRequestError(f"a lease owner must be a non-empty str, got {owner!r}")
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
+        raise InvalidRequestError(f"a lease ttl must be a finite number of seconds > 0, got {ttl!r}")
 
 
 @runtime_checkable
