@@ -27,13 +27,12 @@ from typing import Any
 from durably.schemas.records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
 from durably.schemas.upcasters import upcast
 from durably.storage.codec import check_encodable
-from durably.storage.errors import CodecError, CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
+from durably.storage.errors import CodecError, UnencodableValueError, UnknownSchemaVersionError
 from durably.storage.records import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from .agent import AgentDefinition, OnDefinitionChange
 from .errors import DefinitionNotRegisteredError
-from .restore import Restored, restore
 from .state import NEEDS_MIGRATION, RUNNING, AgentState
 
 log = logging.getLogger("durably.migrate")
@@ -153,34 +152,6 @@ def _migrated_fields(state: AgentState, definition: AgentDefinition, previous: d
     except UnencodableValueError as exc:
         raise refuse(f"returned a value that cannot be stored: {exc}", exc) from exc
     return changed
-
-
-# -- restoring data written by a newer durably ---------------------------------------------------
-
-
-async def restore_checked(store: Store, codec: RecordCodec, stream: StreamId, tracer) -> Restored | None:
-    """``restore``, but a journal cut short behind a snapshot from a newer durably says so.
-
-    Restore skips a snapshot it cannot decode for an older one. When the newest
-    snapshot comes from a newer schema version and the records it covers were
-    compacted away, the replay then finds a gap (``CorruptRecordError``); the
-    cause is the version, so this raises that snapshot's
-    ``UnknownSchemaVersionError`` (naming stream, seq and versions) instead.
-    Nothing is written either way. Other errors are ``restore``'s.
-    """
-    try:
-        return await restore(store, codec, stream, tracer)
-    except CorruptRecordError as exc:
-        stored = await store.get_snapshot(stream)
-        if stored is None:
-            raise
-        try:
-            codec.decode_snapshot(stored, stream)
-        except UnknownSchemaVersionError as newer:
-            raise newer from exc
-        except CodecError:
-            pass
-        raise
 
 
 # -- rewriting snapshots at the current schema version ----------------------------------------

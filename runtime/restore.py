@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from durably.storage.codec import raw_size
-from durably.storage.errors import CodecError, CorruptRecordError
+from durably.storage.errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
 from durably.storage.records import RecordCodec
 from durably.storage.spi import Store, StreamId
 
@@ -37,12 +37,21 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer) ->
 
     Raises ``CorruptRecordError`` (a damaged record, or a gap in the seqs, e.g.
     records compacted away behind a snapshot that no longer decodes) and
-    ``UnknownSchemaVersionError`` (written by a newer durably); the stored bytes
-    are left as they are.
+    ``UnknownSchemaVersionError`` (written by a newer durably; also when the gap
+    is behind a skipped snapshot from a newer durably, since that is its cause);
+    the stored bytes are left as they are.
     """
     with tracer.start_as_current_span("durably.checkpoint.restore") as span:
         span.set_attribute(tm.AGENT_ID, stream.agent_id)
         state, snap_seq, snap_bytes, raw_total = None, 0, 0, 0
+        newer: UnknownSchemaVersionError | None = None  # the first snapshot skipped for its version
+
+        def cut_short(message: str, seq: int) -> Exception:
+            error = CorruptRecordError(message, stream=stream, seq=seq)
+            if newer is not None:
+                newer.__cause__ = error
+                return newer
+            return error
         snapshot = await store.get_snapshot(stream)
         while snapshot is not None:
             try:
@@ -52,6 +61,8 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer) ->
                 raw_total = frame.raw_size
                 break
             except CodecError as exc:
+                if newer is None and isinstance(exc, UnknownSchemaVersionError):
+                    newer = exc
                 span.add_event("snapshot.skipped", {tm.SNAPSHOT_SEQ: snapshot.seq})
                 log.warning("snapshot of %s at seq %d unreadable, trying an older one: %s", stream, snapshot.seq, exc)
                 snapshot = await store.get_snapshot(stream, snapshot.seq - 1)
@@ -61,13 +72,13 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer) ->
         async for stored in store.read(stream, state.last_seq):
             record = codec.decode_record(stored, stream)
             if record.seq != state.last_seq + 1:
-                raise CorruptRecordError(f"gap in the journal: seq {state.last_seq + 1} is missing", stream=stream, seq=record.seq)
+                raise cut_short(f"gap in the journal: seq {state.last_seq + 1} is missing", record.seq)
             apply(state, record)
             tail += 1
             tail_bytes += len(stored.data)
             raw_total += raw_size(stored.data)
         if state.last_seq < last:
-            raise CorruptRecordError(f"journal ends at seq {state.last_seq} but the stream's last seq is {last}", stream=stream, seq=last)
+            raise cut_short(f"journal ends at seq {state.last_seq} but the stream's last seq is {last}", last)
         if state.last_seq == 0:
             return None
         span.set_attribute(tm.SEQ, state.last_seq)

@@ -43,10 +43,11 @@ from .errors import (
 )
 from .journal import AgentJournal, JournalServices
 from .leases import LeaseKeeper
-from .migrate import definition_change_entries, hold_for_migration, restore_checked
+from .migrate import definition_change_entries, hold_for_migration
 from .redaction import RedactionPolicy
 from .reencrypt import ReencryptReport
 from .reencrypt import reencrypt as reencrypt_namespace
+from .restore import restore
 from .retention import RetentionPolicy, SweepItem, purge_stream
 from .retention import sweep as sweep_namespace
 from .snapshots import SnapshotPolicy, SnapshotWriter
@@ -421,7 +422,7 @@ class Runtime:
 
     async def _restore_journal(self, agent_id: str) -> AgentJournal:
         stream = self.stream(agent_id)
-        restored = await restore_checked(self.store, self.codec, stream, self.tracer)
+        restored = await restore(self.store, self.codec, stream, self.tracer)
         if restored is None:
             raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
         services = self._services
