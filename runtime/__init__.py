@@ -14,14 +14,16 @@ from .errors import (
     DefinitionNotRegisteredError,
     InvalidCommandError,
 )
-from .model import Model, ModelResponse, ToolCall, Usage
+from .model import Model, ModelReplyError, ModelResponse, ToolCall, TransientModelError, Usage
+from .model_retry import RetryPolicy
 from .runtime import AgentHandle, Runtime
 from .snapshots import SnapshotPolicy
 from .state import AgentState
-from .tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
+from .tools import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolContext, tool
 
 __all__ = [
     "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentLeasedError", "AgentHandle", "AgentNotFoundError", "AgentState",
-    "Budget", "DefinitionNotRegisteredError", "InvalidCommandError", "Model", "ModelResponse", "OnUnknownOutcome",
-    "Reconciled", "Runtime", "SnapshotPolicy", "Tool", "ToolCall", "ToolContext", "Usage", "tool",
+    "Budget", "DefinitionNotRegisteredError", "InvalidCommandError", "Model", "ModelReplyError", "ModelResponse",
+    "OnUnknownOutcome", "Reconciled", "RetryPolicy", "Runtime", "SnapshotPolicy", "Tool", "ToolArgumentsError", "ToolCall",
+    "ToolContext", "TransientModelError", "Usage", "tool",
 ]

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .figures import check_figure
 from .model import Model
+from .model_retry import RetryPolicy
 from .tools import Tool
 
 
@@ -20,6 +22,11 @@ class Budget:
     steps: int | None = None
     tokens: int | None = None
     cost_usd: float | None = None
+
+    def __post_init__(self) -> None:
+        check_figure("Budget", "steps", self.steps, integer=True)
+        check_figure("Budget", "tokens", self.tokens, integer=True)
+        check_figure("Budget", "cost_usd", self.cost_usd)
 
     def to_wire(self) -> dict:
         """As a plain dict for the journal."""
@@ -50,6 +57,8 @@ class HistoryPolicy:
     summarize: Summarizer | None = None
 
     def __post_init__(self) -> None:
+        check_figure("HistoryPolicy", "max_messages", self.max_messages, integer=True, optional=False)
+        check_figure("HistoryPolicy", "keep_recent", self.keep_recent, integer=True, optional=False)
         if not 0 < self.keep_recent <= self.max_messages - 4:
             raise ValueError("HistoryPolicy needs 0 < keep_recent <= max_messages - 4")
 
@@ -111,9 +120,17 @@ class AgentDefinition:
     the change: a new prompt may not understand the old conversation, a renamed
     tool leaves pending calls that no tool answers, a changed tool policy would
     re-run a side effect the old one would not. Stopping costs a redeploy;
-    guessing may cost a duplicated payment. Raises ``ValueError`` for
-    ``migrate`` without a hook. ``history``: a ``HistoryPolicy`` bounding the
-    conversation (None: it grows with the run).
+    guessing may cost a duplicated payment. ``history``: a ``HistoryPolicy``
+    bounding the conversation (None: it grows with the run). ``retry``: the
+    ``RetryPolicy`` for transient model errors (on by default: 4 attempts).
+    ``max_parallel_tools``: how many calls of one model turn run at once.
+
+    Checked when built: ``TypeError`` for a missing model (or one without an
+    async ``respond``), a tool list holding something other than ``Tool``
+    objects (a bare function: decorate it with ``@tool``), a non-str name;
+    ``ValueError`` for duplicate tool names, ``migrate`` without a hook, a
+    ``max_parallel_tools`` below 1. A ``reconcile`` policy without a hook is
+    refused by ``Tool`` itself.
     """
 
     name: str
@@ -125,8 +142,31 @@ class AgentDefinition:
     on_definition_change: OnDefinitionChange = OnDefinitionChange.STOP
     migrate: MigrateHook | None = None
     history: HistoryPolicy | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_parallel_tools: int = 8
 
     def __post_init__(self) -> None:
+        where = f"agent definition {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"an agent definition needs a non-empty str name, got {self.name!r}")
+        if self.model is None or not callable(getattr(self.model, "respond", None)):
+            raise TypeError(f"{where}: model must be a Model (an object with async respond(messages, tools)), "
+                            f"got {self.model!r}")
+        tools = tuple(self.tools)
+        for index, candidate in enumerate(tools):
+            if not isinstance(candidate, Tool):
+                hint = " (decorate it with @tool)" if callable(candidate) else ""
+                raise TypeError(f"{where}: tools[{index}] is a {type(candidate).__name__}, not a Tool{hint}")
+        names = [t.name for t in tools]
+        if duplicates := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"{where}: duplicate tool names {duplicates}")
+        object.__setattr__(self, "tools", tools)
+        object.__setattr__(self, "_by_name", {t.name: t for t in tools})
+        if not isinstance(self.retry, RetryPolicy):
+            raise TypeError(f"{where}: retry must be a RetryPolicy, got {type(self.retry).__name__}")
+        check_figure(where, "max_parallel_tools", self.max_parallel_tools, integer=True, optional=False)
+        if self.max_parallel_tools < 1:
+            raise ValueError(f"{where}: max_parallel_tools must be >= 1")
         object.__setattr__(self, "on_definition_change", OnDefinitionChange(self.on_definition_change))
         if self.on_definition_change is OnDefinitionChange.MIGRATE and self.migrate is None:
             raise ValueError(f"agent definition {self.name!r}: the migrate policy needs a migrate hook")
@@ -137,10 +177,7 @@ class AgentDefinition:
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, or None."""
-        for candidate in self.tools:
-            if candidate.name == name:
-                return candidate
-        return None
+        return self._by_name.get(name)
 
     def digest(self) -> str:
         """SHA-256 (hex, 16 chars) of version, instructions and tool signatures."""

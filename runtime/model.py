@@ -7,8 +7,18 @@ so a resumed run never pays for the same response twice.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from durably.storage.errors import DurablyError
+
+#: Bounds on one model reply, checked before it is journaled (a reply past them
+#: is refused, never cut): characters of text, tool calls, plan steps, id/name length.
+MAX_TEXT_CHARS = 4 * 1024 * 1024
+MAX_TOOL_CALLS = 128
+MAX_PLAN_STEPS = 1000
+MAX_NAME_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +60,87 @@ class Model(Protocol):
     ``messages`` are OpenAI-style dicts (``role``: system/user/assistant/tool,
     ``content``, ``tool_calls``, ``tool_call_id``); ``tools`` are the agent's
     tool specs (``name``, ``description``, ``parameters`` as JSON Schema).
-    Raise any exception to fail the step: it is journaled as ``failed``.
+    An exception is a failed attempt: transient ones (``TransientModelError``,
+    ``TimeoutError``, ``ConnectionError``, anything carrying an HTTP
+    ``status_code`` of 408, 429 or 5xx) are retried by the definition's
+    ``RetryPolicy``; once the attempts are spent, or for any other exception,
+    the agent is ``failed`` with the reason, and ``Runtime.retry`` resumes it.
+    The reply is validated before it is journaled (``check_reply``).
     """
 
     name: str
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse: ...
+
+
+class TransientModelError(DurablyError):
+    """A model call failed in a way worth retrying (rate limit, overload, outage).
+
+    Adapters raise it; ``retry_after`` (seconds, or None) is the provider's
+    ``Retry-After``, which the retry policy honours. ``status`` is the HTTP
+    status when there was one.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after, self.status = retry_after, status
+
+
+class ModelReplyError(DurablyError, ValueError):
+    """A model adapter returned something that is not a valid ``ModelResponse``.
+
+    ``path`` names the field (``usage.cost_usd``, ``tool_calls[2].arguments``)
+    and ``problem`` what is wrong with it. Nothing of the reply is journaled.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"invalid model reply: {path}: {problem}")
+
+
+def check_reply(response: Any) -> None:
+    """Raise ``ModelReplyError`` unless ``response`` is a ``ModelResponse`` whose
+    fields have their declared types, finite non-negative usage figures and
+    sizes within the module's bounds. A reply that passes folds cleanly."""
+    if not isinstance(response, ModelResponse):
+        raise ModelReplyError("response", f"expected a ModelResponse, got {type(response).__name__}")
+    _text("text", response.text, MAX_TEXT_CHARS)
+    _text("model", response.model, MAX_NAME_CHARS)
+    calls = response.tool_calls
+    if not isinstance(calls, (tuple, list)):
+        raise ModelReplyError("tool_calls", f"expected a tuple of ToolCall, got {type(calls).__name__}")
+    if len(calls) > MAX_TOOL_CALLS:
+        raise ModelReplyError("tool_calls", f"{len(calls)} calls, over the limit of {MAX_TOOL_CALLS}")
+    for i, call in enumerate(calls):
+        where = f"tool_calls[{i}]"
+        if not isinstance(call, ToolCall):
+            raise ModelReplyError(where, f"expected a ToolCall, got {type(call).__name__}")
+        _text(f"{where}.id", call.id, MAX_NAME_CHARS)
+        _text(f"{where}.name", call.name, MAX_NAME_CHARS)
+        if not call.name:
+            raise ModelReplyError(f"{where}.name", "empty tool name")
+        if type(call.arguments) is not dict:
+            raise ModelReplyError(f"{where}.arguments", f"expected a dict, got {type(call.arguments).__name__}")
+    usage = response.usage
+    if not isinstance(usage, Usage):
+        raise ModelReplyError("usage", f"expected a Usage, got {type(usage).__name__}")
+    for name in ("input_tokens", "output_tokens"):
+        value = getattr(usage, name)
+        if type(value) is not int or value < 0:
+            raise ModelReplyError(f"usage.{name}", f"expected an int >= 0, got {value!r}")
+    cost = usage.cost_usd
+    if type(cost) not in (int, float) or not math.isfinite(cost) or cost < 0:
+        raise ModelReplyError("usage.cost_usd", f"expected a finite number >= 0, got {cost!r}")
+    plan = response.plan
+    if plan is not None:
+        if not isinstance(plan, list) or len(plan) > MAX_PLAN_STEPS:
+            raise ModelReplyError("plan", f"expected a list of at most {MAX_PLAN_STEPS} str, or None")
+        for i, step in enumerate(plan):
+            _text(f"plan[{i}]", step, MAX_TEXT_CHARS)
+
+
+def _text(path: str, value: Any, limit: int) -> None:
+    if type(value) is not str:
+        raise ModelReplyError(path, f"expected a str, got {type(value).__name__}")
+    if len(value) > limit:
+        raise ModelReplyError(path, f"{len(value)} characters, over the limit of {limit}")

@@ -34,12 +34,14 @@ from durably.storage.spi import Store, StreamId
 from . import commands as cmd
 from .actor import AgentActor, _Requeue
 from .agent import AgentDefinition, Budget
+from .figures import check_figure
 from .errors import (
     AgentExistsError,
     AgentFencedError,
     AgentLeasedError,
     AgentNotFoundError,
     DefinitionNotRegisteredError,
+    InvalidCommandError,
 )
 from .journal import AgentJournal, JournalServices
 from .leases import LeaseKeeper
@@ -104,6 +106,7 @@ class Runtime:
                  redaction: RedactionPolicy | None = None, encryption: FrameCipher | None = None,
                  lease_ttl: float = 30.0) -> None:
         self._store_arg = store
+        check_figure("Runtime", "lease_ttl", lease_ttl, optional=False)
         self.lease_ttl = lease_ttl
         self.namespace = namespace
         self.redaction = redaction if redaction is not None else RedactionPolicy()
@@ -289,10 +292,24 @@ class Runtime:
         return handles
 
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
-        """Start ``agent_id`` (or resume it if its journal exists) and wait until it stops or parks."""
+        """Start ``agent_id`` (or resume it if its journal exists) and wait until it stops or parks.
+
+        Raises ``AgentExistsError`` when ``agent_id`` exists under another
+        definition name or with another task (saying which differs): an id
+        reused by mistake must not hand back another agent's result. A resumed
+        run with the same definition and task is silent.
+        """
         try:
             handle = await self.start(agent, agent_id, task, budget=budget)
         except AgentExistsError:
+            name = agent.name if isinstance(agent, AgentDefinition) else agent
+            existing = await self.status(agent_id)
+            if (recorded := existing.definition.get("name")) != name:
+                raise AgentExistsError(f"agent {agent_id!r} exists in namespace {self.namespace!r} under definition "
+                                       f"{recorded!r}, not {name!r}") from None
+            if existing.task != task:
+                raise AgentExistsError(f"agent {agent_id!r} exists in namespace {self.namespace!r} with another task "
+                                       f"({existing.task[:60]!r}, not {task[:60]!r})") from None
             handle = await self.resume(agent_id)
             if handle is None:
                 return await self.status(agent_id)
@@ -329,13 +346,24 @@ class Runtime:
     async def approve(self, agent_id: str, approval_id: str, *, approved: bool = True, by: str = "", note: str = "") -> AgentState:
         """Decide an open approval; a parked agent then resumes here if its definition is registered.
 
-        Returns the state after the decision. Raises ``InvalidCommandError``
-        (unknown or already decided approval) and ``AgentNotFoundError``.
+        For a call whose outcome is unknown (policy ``ask``), ``approved=True``
+        runs it again and ``approved=False`` skips it (the model is told it did
+        not happen). Returns the state after the decision. Raises
+        ``InvalidCommandError`` (unknown or already decided approval) and
+        ``AgentNotFoundError``.
         """
         return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note))
 
     async def extend_budget(self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0) -> AgentState:
-        """Raise a suspended (or running) agent's limits; a suspended one resumes."""
+        """Raise a suspended (or running) agent's limits; a suspended one resumes.
+
+        Raises ``InvalidCommandError`` for a figure that is not finite and >= 0
+        (a NaN limit would never bite) and when the agent has no such limit."""
+        for name, value, integer in (("steps", steps, True), ("tokens", tokens, True), ("cost_usd", cost_usd, False)):
+            try:
+                check_figure("budget extension", name, value, integer=integer, optional=False)
+            except ValueError as exc:
+                raise InvalidCommandError(str(exc)) from None
         return await self._command(agent_id, cmd.ExtendBudget(steps=steps, tokens=tokens, cost_usd=cost_usd))
 
     async def send(self, agent_id: str, content: str, *, role: str = "user") -> AgentState:

@@ -24,6 +24,7 @@ from durably.storage.records import RecordCodec
 from durably.storage.spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm
+from .figures import check_figure
 
 log = logging.getLogger("durably.snapshots")
 
@@ -45,6 +46,9 @@ class SnapshotPolicy:
     compact: bool = False
 
     def __post_init__(self) -> None:
+        check_figure("SnapshotPolicy", "every_records", self.every_records, integer=True, optional=False)
+        check_figure("SnapshotPolicy", "every_bytes", self.every_bytes, integer=True, optional=False)
+        check_figure("SnapshotPolicy", "tail_ratio", self.tail_ratio, optional=False)
         if self.keep < 1:
             raise ValueError("SnapshotPolicy.keep must be at least 1")
 

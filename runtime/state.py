@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from durably.schemas.records import Kind, Record
+from durably.storage.errors import CorruptRecordError
 
 from .tools import idempotency_key
 
@@ -80,17 +81,33 @@ class AgentState:
         return [a for a in self.approvals.values() if a.get("decision") is None]
 
 
+class UnfoldableRecordError(CorruptRecordError):
+    """A record decoded but does not fit the state it follows (a field missing
+    or of the wrong type, e.g. a usage figure that is not a number).
+
+    The fold is total: this is the only error it raises for bad data, so the
+    agent whose journal holds the record is reported unreadable (``status``,
+    ``agents``, ``resume_all``) and its neighbours in the namespace carry on.
+    ``seq`` names the record; nothing stored is changed.
+    """
+
+
 def apply(state: AgentState, record: Record) -> AgentState:
     """Fold one record into ``state`` (in place) and return it.
 
     Raises ``ValueError`` when the record does not follow ``state.last_seq``
-    (a gap or a replay), which would mean the journal was misread.
+    (a gap or a replay), which would mean the journal was misread, and
+    ``UnfoldableRecordError`` for a record whose data does not fit its kind.
     """
     if record.seq != state.last_seq + 1:
         raise ValueError(f"record seq {record.seq} does not follow {state.last_seq}")
     handler = _HANDLERS.get(record.kind)
     if handler is not None:
-        handler(state, record.data)
+        try:
+            handler(state, record.data)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise UnfoldableRecordError(f"{record.kind} record does not fold: {type(exc).__name__}: {exc}",
+                                        seq=record.seq) from exc
     state.last_seq = record.seq
     return state
 
@@ -134,11 +151,28 @@ def _tool_result(s: AgentState, d: dict) -> None:
     outcome = {"result": d.get("result"), "error": d.get("error"), "reconciled": d.get("reconciled", False)}
     s.ledger[key] = {**entry, "done": True, **outcome}
     content = d["error"] if d.get("error") is not None else d.get("result")
-    s.messages.append({"role": "tool", "tool_call_id": d["call_id"], "content": content})
+    _place_result(s, d["call_id"], {"role": "tool", "tool_call_id": d["call_id"], "content": content})
     s.pending_calls = [c for c in s.pending_calls if c["key"] != key]
     if not s.pending_calls and s.inbox:
         s.messages.extend(s.inbox)
         s.inbox = []
+
+
+def _place_result(s: AgentState, call_id: str, message: dict) -> None:
+    """Append a tool message so the results of one turn keep the model's call
+    order, whatever order its calls (run concurrently) finished in. Only that
+    turn's results follow its assistant message, so the search is short."""
+    messages, first = s.messages, len(s.messages)
+    while first > 0 and messages[first - 1]["role"] == "tool":
+        first -= 1
+    calls = messages[first - 1].get("tool_calls") or () if first > 0 else ()
+    order = {c["id"]: i for i, c in enumerate(calls)}
+    mine = order.get(call_id)
+    at = len(messages)
+    if mine is not None:
+        while at > first and order.get(messages[at - 1].get("tool_call_id"), -1) > mine:
+            at -= 1
+    messages.insert(at, message)
 
 
 def _plan_updated(s: AgentState, d: dict) -> None:

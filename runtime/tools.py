@@ -1,19 +1,31 @@
 """Tools, their idempotency keys, and what happens to a call whose outcome is unknown.
 
-A tool is an async function taking its arguments as keywords plus ``ctx``
-(a ``ToolContext``). durably journals a ``tool_intent`` before calling it and a
-``tool_result`` after. If the process dies in between, nobody knows whether the
-side effect happened: the tool's ``on_unknown_outcome`` policy decides.
+A tool is a function (``async def`` or ``def``) taking its arguments as
+keywords, and ``ctx`` (a ``ToolContext``) if it declares it. Its JSON Schema
+comes from its signature (``tool_schema``); the model's arguments are validated
+against it before anything is journaled. durably journals a ``tool_intent``
+before calling it and a ``tool_result`` after. If the process dies in between,
+nobody knows whether the side effect happened: the tool's
+``on_unknown_outcome`` policy decides.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from functools import partial
+from typing import Any, overload
+
+import anyio.to_thread
+
+from .tool_results import journal_form
+from .tool_schema import CONTEXT_PARAMETER, ToolArgumentsError, ToolSignature, read_signature
+
+__all__ = ["OnUnknownOutcome", "Reconciled", "Tool", "ToolArgumentsError", "ToolContext", "idempotency_key", "tool"]
 
 
 class OnUnknownOutcome(StrEnum):
@@ -24,8 +36,12 @@ class OnUnknownOutcome(StrEnum):
       Stripe's ``Idempotency-Key`` header does.
     * ``reconcile``: ask the tool's ``reconcile`` hook whether the key already
       happened; run again only if it did not. Exactly-once when the hook is right.
-    * ``ask``: turn it into an approval request; a human decides to re-run or skip.
-    * ``fail``: stop the agent with status ``failed``. At-most-once.
+    * ``ask`` (the default): turn it into an approval request; a human decides
+      to re-run it, skip it (the model is told it did not happen), or report
+      that it happened with its result (``Runtime.approve(..., result=...)``).
+      Never a duplicate effect, never a dead end.
+    * ``fail``: stop the agent with status ``failed``. At-most-once;
+      ``Runtime.retry`` turns the call into an ``ask`` approval.
     """
 
     RETRY = "retry"
@@ -72,56 +88,119 @@ class Reconciled:
 class Tool:
     """A tool an agent may call.
 
-    ``fn``: ``async def fn(**arguments, ctx: ToolContext) -> plain data``.
-    ``requires_approval``: every call waits for a human decision first.
-    ``on_unknown_outcome``: see ``OnUnknownOutcome``; ``reconcile`` is required
-    for ``RECONCILE``. ``parameters``: JSON Schema of the arguments, shown to the model.
+    ``fn``: ``async def`` or ``def``, called with the validated arguments as
+    keywords, plus ``ctx`` (a ``ToolContext``) only if it declares a ``ctx``
+    parameter; a ``def`` runs in a worker thread (anyio), so it does not block
+    the event loop; cancelling it waits for the thread, as anyio allows.
+    ``parameters``: the JSON Schema shown to the model; None (the default)
+    derives it from the signature (see ``tool_schema``); arguments are always
+    validated against the signature. ``description``: None takes the
+    docstring's text. ``requires_approval``: every call waits
+    for a human decision first. ``on_unknown_outcome``: see ``OnUnknownOutcome``
+    (default ``ask``); ``reconcile`` is required for ``reconcile``.
+    ``sequential``: this tool's calls never run concurrently with other calls
+    of the same model turn. Raises ``TypeError`` (not a function, a signature a
+    model cannot call) and ``ValueError`` (``reconcile`` without a hook).
     """
 
     name: str
-    fn: Callable[..., Awaitable[Any]]
-    description: str = ""
-    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    fn: Callable[..., Any]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
     requires_approval: bool = False
-    on_unknown_outcome: OnUnknownOutcome = OnUnknownOutcome.FAIL
+    on_unknown_outcome: OnUnknownOutcome = OnUnknownOutcome.ASK
     reconcile: Reconciler | None = None
+    sequential: bool = False
 
     def __post_init__(self) -> None:
-        if not inspect.iscoroutinefunction(self.fn):
-            raise TypeError(f"tool {self.name!r}: fn must be an async function")
+        if isinstance(self.fn, Tool) or not callable(self.fn):
+            raise TypeError(f"tool {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"a tool needs a non-empty str name, got {self.name!r}")
+        object.__setattr__(self, "on_unknown_outcome", OnUnknownOutcome(self.on_unknown_outcome))
         if self.on_unknown_outcome is OnUnknownOutcome.RECONCILE and self.reconcile is None:
             raise ValueError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")
+        if self.reconcile is not None and not inspect.iscoroutinefunction(self.reconcile):
+            raise TypeError(f"tool {self.name!r}: reconcile must be an async function")
+        read: ToolSignature = read_signature(self.name, self.fn)
+        object.__setattr__(self, "_read", read)
+        object.__setattr__(self, "_is_async", inspect.iscoroutinefunction(self.fn))
+        if self.parameters is None:
+            object.__setattr__(self, "parameters", read.schema)
+        if self.description is None:
+            object.__setattr__(self, "description", read.description)
 
     def spec(self) -> dict[str, Any]:
-        """The tool as the model sees it: name, description, parameters."""
+        """The tool as the model sees it: name, description, parameters (JSON Schema)."""
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
     def signature(self) -> str:
-        """What defines the tool's behaviour for the agent definition digest."""
-        return f"{self.name}|{self.parameters}|{self.requires_approval}|{self.on_unknown_outcome.value}"
+        """What defines the tool's behaviour for the agent definition digest:
+        name, the schema (so a changed signature is a definition change) and policies."""
+        schema = json.dumps(self.parameters, sort_keys=True, default=str)
+        return f"{self.name}|{schema}|{self.requires_approval}|{self.on_unknown_outcome.value}"
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        """The model's ``arguments`` (a dict) coerced to the annotated types.
+
+        Raises ``ToolArgumentsError`` naming each field and its problem."""
+        return self._read.validate(self.name, arguments)
+
+    async def invoke(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        """Validate ``arguments`` and call the tool; returns what it returned.
+
+        Raises ``ToolArgumentsError`` and whatever the tool raises."""
+        kwargs = self._read.validate(self.name, arguments)
+        if self._read.takes_context:
+            kwargs[CONTEXT_PARAMETER] = ctx
+        if self._is_async:
+            return await self.fn(**kwargs)
+        return await anyio.to_thread.run_sync(partial(self.fn, **kwargs))
+
+    def to_journal(self, result: Any) -> Any:
+        """``result`` as the journal stores it (see ``tool_results.journal_form``)."""
+        return journal_form(result)
+
+    def load_result(self, stored: Any) -> Any:
+        """A journaled result rebuilt as the tool's declared return type (its
+        return annotation, through pydantic); unchanged when it declares none.
+
+        Raises ``pydantic.ValidationError`` when ``stored`` does not fit it."""
+        adapter = self._read.returns
+        return stored if adapter is None else adapter.validate_python(stored)
 
 
-def tool(
-    name: str | None = None,
-    *,
-    description: str | None = None,
-    parameters: dict[str, Any] | None = None,
-    requires_approval: bool = False,
-    on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.FAIL,
-    reconcile: Reconciler | None = None,
-) -> Callable[[Callable[..., Awaitable[Any]]], Tool]:
-    """Decorator turning an async function into a ``Tool`` (name and description
-    default to the function's name and docstring)."""
+@overload
+def tool(name: Callable[..., Any], /) -> Tool: ...
 
-    def wrap(fn: Callable[..., Awaitable[Any]]) -> Tool:
-        return Tool(
-            name=name or fn.__name__,
-            fn=fn,
-            description=description if description is not None else (inspect.getdoc(fn) or ""),
-            parameters=parameters or {"type": "object"},
-            requires_approval=requires_approval,
-            on_unknown_outcome=OnUnknownOutcome(on_unknown_outcome),
-            reconcile=reconcile,
-        )
 
+@overload
+def tool(name: str | None = None, *, description: str | None = None, parameters: dict[str, Any] | None = None,
+         requires_approval: bool = False, on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.ASK,
+         reconcile: Reconciler | None = None, sequential: bool = False) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(name=None, *, description=None, parameters=None, requires_approval=False,
+         on_unknown_outcome=OnUnknownOutcome.ASK, reconcile=None, sequential=False):
+    """Decorator turning a function (``async def`` or ``def``) into a ``Tool``.
+
+    Use bare (``@tool``) or with options (``@tool(requires_approval=True)``).
+    The name defaults to the function's, the description to its docstring
+    (without its ``Args:``/``Returns:`` sections, which describe the
+    parameters in the schema instead). Options are ``Tool``'s fields.
+    Raises ``TypeError``/``ValueError`` as ``Tool`` does, at decoration time.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        if isinstance(fn, Tool):
+            raise TypeError(f"{fn.name!r} is already a tool")
+        if not callable(fn):
+            raise TypeError(f"@tool decorates a function, got {type(fn).__name__}")
+        return Tool(name=name or fn.__name__, fn=fn, description=description, parameters=parameters,
+                    requires_approval=requires_approval, on_unknown_outcome=OnUnknownOutcome(on_unknown_outcome),
+                    reconcile=reconcile, sequential=sequential)
+
+    if callable(name) and not isinstance(name, str):
+        fn, name = name, None
+        return wrap(fn)
     return wrap

@@ -24,14 +24,24 @@ data, the header fields and the frame's place: namespace, agent id and seq
 flipped flag, fails to decrypt. The CRC still covers the stored bytes, so bit
 rot is told apart from tampering.
 
-Only plain data is accepted: None, bool, int (64-bit), float, str, bytes, list
-and dict with str keys. Anything else (a set, a tuple, a datetime, an object)
-fails at save time with the path of the field, because cbor2 would otherwise
-encode some of them as tags that do not round-trip to the same Python value.
+Values are plain data (None, bool, int in 64 bits, float, str, bytes, list,
+dict with str keys) and the standard library's value types that
+``durably.storage.values`` writes with registered CBOR tags (datetimes,
+dates, times, durations, Decimal, UUID, tuple, set, frozenset): each reads
+back as the same type and value. Anything else (an object, a subclass of str
+or int such as a StrEnum member) fails at save time with the path of the
+field, never stored as something else.
+
+Decoding is strict (issue 11: forged frames): exactly one zstd frame, exactly
+one CBOR item consuming every byte, no indefinite lengths, no duplicate map
+keys, only str/bytes map keys, and only the tags durably writes; sizes and
+nesting are bounded, and with no shared-reference tags a record cannot expand
+into more values than its bytes hold.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from dataclasses import dataclass
@@ -39,6 +49,8 @@ from typing import Any, Protocol
 
 import cbor2
 import zstandard
+
+from . import values
 
 from .errors import (
     CorruptRecordError,
@@ -84,13 +96,15 @@ class CodecLimits:
     max_depth: int = 64
 
 
-def check_encodable(value: Any, path: str = "value", max_depth: int = 64) -> None:
+def check_encodable(value: Any, path: str = "value", max_depth: int = 64) -> bool:
     """Raise ``UnencodableValueError`` naming the first field that cannot be stored.
 
     In: any value and the name of its root (used in the path, e.g. ``state``).
-    Out: None when every nested value is plain data (see module docstring).
+    Out: True when the value holds tagged types (see ``durably.storage.values``),
+    False for plain data only; the encoder converts only in the first case.
     """
     # Iterative walk: user data may be deep and Python's recursion is slow.
+    tagged = False
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack:
         item, where, depth = stack.pop()
@@ -111,13 +125,20 @@ def check_encodable(value: Any, path: str = "value", max_depth: int = 64) -> Non
         elif kind is list:
             for index, child in enumerate(item):
                 stack.append((child, f"{where}[{index}]", depth + 1))
-        elif isinstance(item, (str, int, float)):
-            # A StrEnum or IntEnum member: stored as its plain value, which it equals.
-            if isinstance(item, int) and not _INT_MIN <= item <= _INT_MAX:
-                raise UnencodableValueError(where, "int does not fit in 64 bits")
+        elif kind in values.TAGGED_TYPES:
+            if (why := values.problem(item)) is not None:
+                raise UnencodableValueError(where, why)
+            tagged = True
+            for index, child in enumerate(values.children(item)):
+                stack.append((child, f"{where}[{index}]", depth + 1))
+        elif isinstance(item, (str, int, float, bytes)):
+            # Stored as the plain value it equals, it would come back as another type.
+            base = next(b for b in (bool, str, int, float, bytes) if isinstance(item, b))
+            raise UnencodableValueError(where, f"{kind.__name__} (a {base.__name__} subclass) is not supported: "
+                                               f"store its plain value, {base.__name__}(x)")
         else:
-            hint = " (use a list)" if kind is tuple else ""
-            raise UnencodableValueError(where, f"{kind.__name__} is not supported{hint}")
+            raise UnencodableValueError(where, f"{kind.__name__} is not supported")
+    return tagged
 
 
 def _locate_unencodable(value: Any, path: str, cause: Exception) -> UnencodableValueError:
@@ -138,6 +159,24 @@ def _locate_unencodable(value: Any, path: str, cause: Exception) -> UnencodableV
         elif isinstance(item, list):
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
     return UnencodableValueError(path, f"cannot be encoded as CBOR: {cause}")
+
+
+def _largest_part(value: Any, path: str, limit: int) -> tuple[str, int]:
+    """``(path, size)`` of the field to blame for a value over ``limit`` bytes: the
+    deepest part that alone passes the limit, else the one holding most of it
+    (only computed on this error path: it encodes each part again)."""
+    size = len(cbor2.dumps(values.to_cbor(value)))
+    while True:
+        kind = type(value)
+        parts = (((f"{path}.{k}", v) for k, v in value.items()) if kind is dict
+                 else ((f"{path}[{i}]", v) for i, v in enumerate(value)) if kind in (list, tuple) else ())
+        sized = [(len(cbor2.dumps(values.to_cbor(v))), p, v) for p, v in parts]
+        if not sized:
+            return path, size
+        biggest, where, part = max(sized, key=lambda item: item[0])
+        if biggest <= limit and biggest * 2 < size:
+            return path, size  # no single part is to blame: the whole is
+        value, path, size = part, where, biggest
 
 
 class FrameCipher(Protocol):
@@ -202,21 +241,21 @@ class Codec:
         Raises ``UnencodableValueError`` with the field path (rooted at ``path``)
         for values outside plain data, before anything is written; also for a string
         that is not valid Unicode and a value whose CBOR passes the decode size
-        limit. ``check=False`` skips the plain-data walk, for callers that already
-        ran ``check_encodable``.
+        limit. ``check=False`` skips the walk, for callers that already ran
+        ``check_encodable`` (the tag conversion then always runs).
         ``stream`` (``StreamId``) and ``seq`` say where the frame will be stored;
         an encrypting codec binds the ciphertext to them and raises ``ValueError``
         without them.
         """
-        if check:
-            check_encodable(value, path, self.limits.max_depth)
+        tagged = check_encodable(value, path, self.limits.max_depth) if check else True
         try:
-            raw = cbor2.dumps(value)
+            raw = cbor2.dumps(values.to_cbor(value) if tagged else value)
         except (UnicodeEncodeError, cbor2.CBOREncodeError, ValueError, OverflowError) as exc:
             raise _locate_unencodable(value, path, exc) from exc
         if len(raw) > self.limits.max_raw_size:
             # Decoding refuses frames past this bound, so writing one would store an unreadable record.
-            raise UnencodableValueError(path, f"encodes to {len(raw)} bytes, over the "
+            where, size = _largest_part(value, path, self.limits.max_raw_size)
+            raise UnencodableValueError(where, f"encodes to {size} bytes, over the "
                                         f"{self.limits.max_raw_size}-byte limit that decoding allows")
         flags = 0
         payload = raw
@@ -278,17 +317,32 @@ class Codec:
                 # ignores max_output_size then, so a frame declaring more than raw_size
                 # (a crafted bomb with a valid CRC) is refused before it inflates.
                 declared = zstandard.frame_content_size(payload)
-                if declared not in (-1, raw_size):
+                if declared != raw_size:  # our frames always declare it; unknown (-1) is not ours
                     raise CorruptRecordError(f"zstd frame declares {declared} bytes, header says {raw_size}", stream=stream, seq=seq)
-                raw = self._decompressor.decompress(payload, max_output_size=raw_size)
+                # One frame, and nothing after it: decompress() alone ignores a second frame or junk.
+                inflate = self._decompressor.decompressobj()
+                raw = inflate.decompress(payload)
+                if not inflate.eof or inflate.unused_data:
+                    raise CorruptRecordError("zstd payload is not exactly one frame", stream=stream, seq=seq)
             else:
                 raw = payload
             if len(raw) != raw_size:
                 raise CorruptRecordError(f"payload is {len(raw)} bytes, header says {raw_size}", stream=stream, seq=seq)
-            value = cbor2.loads(raw, max_depth=self.limits.max_depth, allow_indefinite=False)
+            value = self._loads(raw, stream, seq)
         except zstandard.ZstdError as exc:
             raise CorruptRecordError(f"zstd: {exc}", stream=stream, seq=seq) from exc
         except cbor2.CBORDecodeError as exc:
             cls = FrameLimitError if "depth" in str(exc) else CorruptRecordError
             raise cls(f"cbor: {exc}", stream=stream, seq=seq) from exc
         return Frame(schema_id, schema_version, value, raw_size, len(payload))
+
+    def _loads(self, raw, stream, seq: int | None) -> Any:
+        """Exactly one CBOR item, consuming every byte, with durably's tags only."""
+        source = io.BytesIO(raw)
+        decoder = cbor2.CBORDecoder(source, tag_hook=values.refuse_unknown, semantic_decoders=values.SEMANTIC_DECODERS,
+                                    max_depth=self.limits.max_depth, allow_indefinite=False,
+                                    allow_duplicate_keys=False, strict_hashable_types=True)
+        value = decoder.decode()
+        if source.tell() != len(raw):
+            raise CorruptRecordError(f"{len(raw) - source.tell()} bytes after the CBOR item", stream=stream, seq=seq)
+        return value

@@ -99,7 +99,7 @@ async def main() -> None:
     def on_effect(phase: str, n: int) -> None:
         hit(f"{phase}_effect")
 
-    definition = file_agent(args.steps, effects, on_effect=on_effect)
+    definition = file_agent(args.steps, effects, on_effect=on_effect, per_turn=args.per_turn)
     policy = SnapshotPolicy(every_records=4, tail_ratio=0.0)
     results: dict[str, dict] = {}
     async with Runtime(f"sqlite:///{args.db}", agents=[definition], snapshot_policy=policy) as rt:
@@ -125,6 +125,7 @@ if __name__ == "__main__":
     parser.add_argument("--acks", required=True)
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--per-turn", type=int, default=1)  # tool calls per model turn, run concurrently
     parser.add_argument("--crash")
     parser.add_argument("--at", type=int, default=1)
     args = parser.parse_args()

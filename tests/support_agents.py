@@ -20,10 +20,11 @@ class StepModel:
 
     name = "step-model"
 
-    def __init__(self, steps: int, tool_name: str = "effect", tokens: int = 10) -> None:
+    def __init__(self, steps: int, tool_name: str = "effect", tokens: int = 10, per_turn: int = 1) -> None:
         self.steps = steps
         self.tool_name = tool_name
         self.tokens = tokens
+        self.per_turn = per_turn  # calls per model turn (they run concurrently)
         self.calls = 0
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
@@ -31,7 +32,9 @@ class StepModel:
         done = sum(1 for m in messages if m["role"] == "tool")
         usage = Usage(self.tokens, self.tokens, 0.01)
         if done < self.steps:
-            return ModelResponse(f"step {done + 1}", (ToolCall(f"c{done + 1}", self.tool_name, {"n": done + 1}),), usage)
+            batch = range(done + 1, min(done + self.per_turn, self.steps) + 1)
+            calls = tuple(ToolCall(f"c{n}", self.tool_name, {"n": n}) for n in batch)
+            return ModelResponse(f"step {done + 1}", calls, usage)
         results = [m["content"] for m in messages if m["role"] == "tool"]
         return ModelResponse(f"done {results}", (), usage)
 
@@ -68,7 +71,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def file_agent(steps: int, effects: Path, *, name: str = "file-agent", on_effect=None) -> AgentDefinition:
+def file_agent(steps: int, effects: Path, *, name: str = "file-agent", on_effect=None, per_turn: int = 1) -> AgentDefinition:
     """An agent whose tool 'sends' by appending to ``effects``; reconciles by key.
 
     ``on_effect(phase, n)`` is called before and after the side effect (the crash
@@ -87,4 +90,4 @@ def file_agent(steps: int, effects: Path, *, name: str = "file-agent", on_effect
             on_effect("after", n)
         return n * 10
 
-    return AgentDefinition(name=name, model=StepModel(steps), tools=[effect])
+    return AgentDefinition(name=name, model=StepModel(steps, per_turn=per_turn), tools=[effect])

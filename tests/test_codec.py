@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from decimal import Decimal
 
 import cbor2
 import pytest
@@ -45,6 +46,11 @@ plain = st.recursive(
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
     max_leaves=25,
 )
+
+
+
+class Opaque:
+    """A value of a type durably does not store."""
 
 
 def sample_data(kind: Kind) -> dict:
@@ -149,17 +155,19 @@ def _forge(schema_id: int, version: int, raw: bytes, *, payload: bytes | None = 
 
 
 def test_unencodable_value_names_its_field_path() -> None:
-    data = {"artifacts": [{"payload": 1}, {"payload": 2}, {"payload": 3}, {"payload": {1, 2}}]}
+    # (a set is stored exactly since issue 10; an arbitrary object still is not)
+    data = {"artifacts": [{"payload": 1}, {"payload": 2}, {"payload": 3}, {"payload": {1, 2, Opaque()}}]}
     with pytest.raises(UnencodableValueError) as caught:
         RecordCodec().encode_record(Record(1, Kind.ARTIFACT_STORED, data, 0.0))
-    assert caught.value.path == "artifact_stored.data.artifacts[3].payload"
-    assert "set is not supported" in caught.value.reason
+    assert caught.value.path.startswith("artifact_stored.data.artifacts[3].payload[")
+    assert "Opaque is not supported" in caught.value.reason
 
 
 @pytest.mark.parametrize(
     ("value", "path", "reason"),
     [
-        ({"pair": (1, 2)}, "state.pair", "tuple is not supported (use a list)"),
+        ({"pair": (1, [Opaque()])}, "state.pair[1][0]", "Opaque is not supported"),  # inside a tuple (stored since issue 10)
+        ({"cost": Decimal("NaN")}, "state.cost", "Decimal NaN is not finite"),
         ({"by_id": {1: "x"}}, "state.by_id[1]", "dict key of type int"),
         ({"big": 2**64}, "state.big", "does not fit in 64 bits"),
         ({"small": -(2**63) - 1}, "state.small", "does not fit in 64 bits"),
@@ -337,7 +345,10 @@ def test_compression_threshold_is_configurable() -> None:
     assert Codec().decode(frame).value == value
 
 
-def test_str_and_int_enum_members_are_stored_as_their_plain_values():
+def test_str_and_int_subclasses_are_refused_with_their_path_not_stored_as_plain_values():
+    # Behaviour change (issue 11 item 15): stored as the plain value it equals, a
+    # StrEnum/IntEnum/IntFlag member or a str/int/float subclass came back as another
+    # type with no error. A type is kept exactly or refused at save time.
     import enum
 
     class Color(enum.StrEnum):
@@ -346,6 +357,19 @@ def test_str_and_int_enum_members_are_stored_as_their_plain_values():
     class Level(enum.IntEnum):
         HIGH = 3
 
+    class Perm(enum.IntFlag):
+        R = 4
+
+    class Name(str):
+        pass
+
+    class Ratio(float):
+        pass
+
     codec = Codec()
-    frame = codec.decode(codec.encode(1, 1, {"c": Color.RED, "l": Level.HIGH}))
-    assert frame.value == {"c": "red", "l": 3} and type(frame.value["c"]) is str
+    for value, kind in ((Color.RED, "Color (a str subclass)"), (Level.HIGH, "Level (a int subclass)"),
+                        (Perm.R, "Perm (a int subclass)"), (Name("x"), "Name (a str subclass)"),
+                        (Ratio(0.5), "Ratio (a float subclass)")):
+        with pytest.raises(UnencodableValueError) as caught:
+            codec.encode(1, 1, {"outer": [{"v": value}]})
+        assert caught.value.path == "value.outer[0].v" and kind in caught.value.reason

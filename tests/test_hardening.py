@@ -77,9 +77,12 @@ async def test_a_lone_surrogate_fails_that_call_only_and_the_runtime_lives_on(ur
         other = await rt.start(bystander, "bystander", "wait")
         state = await rt.run(bad, "victim", "task")
         assert (await other.wait()).status == "finished"
-    assert state.status == "finished" and ran == [1]
+    # Behaviour change (issue 10): the effect happened, so the agent fails naming the
+    # field rather than finishing on a substitute; the ledger keeps the call done.
+    assert state.status == "failed" and ran == [1]
+    assert "tool_result.data.result: str is not valid Unicode" in state.reason
     (entry,) = state.ledger.values()
-    assert "tool_result.data.result: str is not valid Unicode" in entry["error"]
+    assert entry["done"] and "could not be stored" in entry["error"]
 
 
 def test_a_value_past_the_decode_limit_fails_at_save_time():
@@ -213,11 +216,12 @@ async def test_a_broken_model_adapter_fails_its_agent_not_the_runtime(url):
     async with Runtime(url, agents=[broken, bystander]) as rt:
         other = await rt.start(bystander, "bystander", "wait")
         handle = await rt.start(broken, "a1", "task")
-        with pytest.raises(AttributeError):
-            await handle.wait()
+        # Behaviour change (issue 11 item 2): the reply is validated before it is
+        # journaled, so the adapter's bug is a typed model error naming the field.
+        assert (await handle.wait()).status == "failed"
         assert (await other.wait()).status == "finished"
         state = await rt.status("a1")
-    assert state.status == "failed" and state.reason == "internal error: AttributeError"
+    assert state.status == "failed" and "ModelReplyError" in state.reason and "expected a ModelResponse" in state.reason
 
 
 async def test_a_failing_summariser_postpones_compaction_instead_of_failing_the_agent(url):

@@ -273,7 +273,9 @@ def restart_agent(received: list, block: anyio.Event | None, started: anyio.Even
             await block.wait()  # the first process never gets past this
         return "slow done"
 
-    @tool()
+    # sequential: it waits for "slow" instead of running beside it (calls of one turn
+    # run concurrently), so it has not started when the first process "dies".
+    @tool(sequential=True)
     async def login(user: str, password: str, *, ctx) -> str:
         received.append(password)
         return "in"

@@ -230,17 +230,29 @@ async def test_stale_writer_is_fenced_and_acts_no_more(store_url):
     assert len({k for k, n in effects if n == 1}) == 1
 
 
-async def test_unencodable_tool_result_is_recorded_as_an_error(store_url):
+async def test_unstorable_tool_result_fails_the_agent_with_its_path_and_marks_the_call_done(store_url):
+    # Behaviour change (issue 10): a result that cannot be stored used to be replaced by
+    # an error string and the agent finished; now the agent fails naming the tool, the
+    # call and the field, and the ledger marks the effect done (a retry never repeats it).
+    class Opaque:
+        pass
+
+    effects = []
+
     @tool(name="effect")
     async def effect(n: int, *, ctx):
-        return {"when": {1, 2}}
+        effects.append(n)
+        return {"when": Opaque()}
 
     definition = AgentDefinition(name="list-agent", model=StepModel(1), tools=[effect])
     async with Runtime(store_url, agents=[definition]) as rt:
         state = await rt.run(definition, "a1", "task")
-    assert state.status == "finished"
-    (entry,) = state.ledger.values()
-    assert "tool_result.data.result.when: set is not supported" in entry["error"]
+        assert state.status == "failed"
+        assert "tool effect call c1" in state.reason and "tool_result.data.result.when: Opaque is not supported" in state.reason
+        (entry,) = state.ledger.values()
+        assert entry["done"] and entry["result"] is None and effects == [1]
+    told = [m["content"] for m in state.messages if m["role"] == "tool"]
+    assert len(told) == 1 and "could not be stored" in told[0] and "will not run again" in told[0]
 
 
 async def test_model_error_fails_the_agent_with_the_reason(store_url):

@@ -1,0 +1,24 @@
+"""One check for every number that enters durably from outside.
+
+Budgets, budget extensions, policies and model usage are compared with
+``>=``; a NaN compares false with everything, so a NaN limit never bites and
+a NaN cost never adds up. Every such figure passes through ``check_figure``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def check_figure(owner: str, name: str, value: Any, *, integer: bool = False, optional: bool = True) -> None:
+    """Raise ``ValueError`` unless ``value`` is a finite number >= 0 (an int if
+    ``integer``; None allowed if ``optional``). ``owner`` and ``name`` say where
+    it came from. A NaN compares false with everything, so a NaN limit would
+    never bite: every figure that enters durably passes through here."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise ValueError(f"{owner}: {name} must be {'an int' if integer else 'a number'}, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{owner}: {name} must be finite and not negative, got {value!r}")

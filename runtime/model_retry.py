@@ -1,0 +1,157 @@
+"""Retrying a model call on transient errors (tenacity), honouring ``Retry-After``.
+
+A provider that answers 429, 503 or times out usually answers the same
+request a moment later. Exponential backoff with jitter spreads the retries
+of many agents (the AWS Architecture Blog's "Exponential Backoff and
+Jitter"); a server's ``Retry-After`` (RFC 9110, section 10.2.3) is a floor on
+the wait. Each failed attempt is reported to ``on_failure`` before the wait,
+so the journal says what happened while no content leaves the process.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from .model import TransientModelError
+
+T = TypeVar("T")
+
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently a transient model error is retried.
+
+    ``attempts``: calls in all (1: no retry; default 4). Waits grow from
+    ``initial_s`` by doubling up to ``max_s`` seconds, plus up to ``jitter_s``
+    of random jitter; a ``Retry-After`` longer than that wait replaces it, up
+    to ``max_retry_after_s`` (a longer one is not waited for: the attempt
+    counts as the last). Raises ``ValueError`` for a figure that is not finite
+    and >= 0, or ``attempts`` < 1.
+    """
+
+    attempts: int = 4
+    initial_s: float = 0.5
+    max_s: float = 30.0
+    jitter_s: float = 0.5
+    max_retry_after_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
+            raise ValueError(f"RetryPolicy: attempts must be an int >= 1, got {self.attempts!r}")
+        for name in ("initial_s", "max_s", "jitter_s", "max_retry_after_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"RetryPolicy: {name} must be finite and >= 0, got {value!r}")
+
+    @classmethod
+    def none(cls) -> "RetryPolicy":
+        """A policy that never retries."""
+        return cls(attempts=1)
+
+    async def call(self, fn: Callable[[], Awaitable[T]],
+                   on_failure: Callable[[int, BaseException, float | None], Awaitable[None]]) -> T:
+        """``await fn()``, retried while it raises a transient error.
+
+        ``on_failure(attempt, error, wait_s)`` is awaited after each failed
+        attempt (1-based), ``wait_s`` being the pause before the next one or
+        None when there is none. Returns ``fn``'s result; raises its last
+        error when the attempts are spent or the error is not transient.
+        """
+        backoff = wait_exponential_jitter(multiplier=self.initial_s, max=self.max_s, jitter=self.jitter_s)
+
+        def wait(state) -> float:
+            return max(backoff(state), retry_after(state.outcome.exception()) or 0.0)
+
+        def retryable(exc: BaseException) -> bool:
+            after = retry_after(exc)
+            return is_transient(exc) and (after is None or after <= self.max_retry_after_s)
+
+        async def before_sleep(state) -> None:
+            try:
+                await on_failure(state.attempt_number, state.outcome.exception(), state.upcoming_sleep)
+            except Exception as exc:
+                raise _ReportFailed(exc) from exc
+
+        made = 0
+        try:
+            async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts), wait=wait, sleep=anyio.sleep,
+                                               retry=retry_if_exception(retryable), before_sleep=before_sleep,
+                                               reraise=True):
+                with attempt:
+                    made = attempt.retry_state.attempt_number
+                    return await fn()
+        except _ReportFailed as failed:
+            raise failed.error from None  # journaling the attempt failed (the store): that is the error now
+        except Exception as exc:
+            await on_failure(made, exc, None)  # the last attempt: nothing follows it
+            raise
+        raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
+
+
+class _ReportFailed(Exception):
+    """Internal: ``on_failure`` itself raised ``error``; never retried."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors a later attempt may not meet: ``TransientModelError``,
+    timeouts, connection errors, and HTTP 408/409/425/429/5xx (read from a
+    ``status_code`` or ``status`` attribute, or the one of ``exc.response``)."""
+    if isinstance(exc, TransientModelError):
+        return True
+    if isinstance(exc, (TimeoutError, ConnectionError)):
+        return True
+    status = _status(exc)
+    return status is not None and (status in _TRANSIENT_STATUS or status >= 500)
+
+
+def retry_after(exc: BaseException | None) -> float | None:
+    """Seconds the server asked to wait (``Retry-After``: seconds or an HTTP
+    date), from ``exc.retry_after`` or ``exc.response.headers``; None if none."""
+    if exc is None:
+        return None
+    value: Any = getattr(exc, "retry_after", None)
+    if value is None:
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+        value = headers.get("retry-after") if headers is not None and hasattr(headers, "get") else None
+    return parse_retry_after(value)
+
+
+def parse_retry_after(value: Any) -> float | None:
+    """A ``Retry-After`` value (number, digits or HTTP date) as seconds >= 0, or None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) and value >= 0 else None
+    text = str(value).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, when.timestamp() - time.time())
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _status(exc: BaseException) -> int | None:
+    for owner in (exc, getattr(exc, "response", None)):
+        for name in ("status_code", "status"):
+            value = getattr(owner, name, None)
+            if type(value) is int:
+                return value
+    return None
