@@ -50,6 +50,7 @@ from .reencrypt import reencrypt as reencrypt_namespace
 from .restore import restore
 from .retention import RetentionPolicy, SweepItem, purge_stream
 from .retention import sweep as sweep_namespace
+from .single_flight import KeyedLock
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
 from .telemetry import tracer as make_tracer
@@ -116,6 +117,7 @@ class Runtime:
         for definition in agents:
             self.register(definition)
         self._live: dict[str, AgentActor] = {}
+        self._activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
         self._exit: AsyncExitStack | None = None
 
     # lifecycle --------------------------------------------------------------
@@ -188,6 +190,10 @@ class Runtime:
         """
         definition = agent if isinstance(agent, AgentDefinition) else self._definition(agent)
         self._definitions.setdefault(definition.name, definition)
+        async with self._activating.hold(agent_id):
+            return await self._start(definition, agent_id, task, budget)
+
+    async def _start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
         stream = self.stream(agent_id)
         if agent_id in self._live:  # running here: its lease is the live actor's, not ours to touch
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
@@ -235,7 +241,15 @@ class Runtime:
         return await self._resume(agent_id, force=force, take_dead=True)
 
     async def _resume(self, agent_id: str, *, force: bool = False, take_dead: bool = False) -> AgentHandle | None:
-        """``resume``; ``take_dead`` only for an explicit one (see ``LeaseKeeper.claim``)."""
+        """``resume``; ``take_dead`` only for an explicit one (see ``LeaseKeeper.claim``).
+
+        Single-flight: holding the agent id's lock, a second caller finds the
+        first one's live actor and gets its handle instead of a second copy.
+        """
+        async with self._activating.hold(agent_id):
+            return await self._resume_held(agent_id, force=force, take_dead=take_dead)
+
+    async def _resume_held(self, agent_id: str, *, force: bool, take_dead: bool) -> AgentHandle | None:
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
         stream = self.stream(agent_id)
@@ -444,7 +458,12 @@ class Runtime:
             finally:
                 if self._live.get(agent_id) is actor:
                     del self._live[agent_id]  # parked or done: nothing of it stays in memory
-                await self._leases.release(journal.stream)
+                # Under the id's lock: a resume racing this exit renews the same lease,
+                # which must not be released under the activation it spawned.
+                with anyio.CancelScope(shield=True):
+                    async with self._activating.hold(agent_id):
+                        if agent_id not in self._live:
+                            await self._leases.release(journal.stream)
 
         self._tg.start_soon(run_actor)
         return AgentHandle(actor)
