@@ -43,6 +43,7 @@ from .errors import (
 )
 from .journal import AgentJournal, JournalServices
 from .leases import LeaseKeeper
+from .owner import LeaseHolder
 from .migrate import definition_change_entries, hold_for_migration
 from .redaction import RedactionPolicy
 from .reencrypt import ReencryptReport
@@ -134,7 +135,7 @@ class Runtime:
                                        codec_factory=partial(RecordCodec, cipher=self.encryption))
             self._services = JournalServices(self.store, self.codec, committer, snapshots, self.policy, self.tracer,
                                              redaction=self.redaction)
-            self._leases = LeaseKeeper(self.store, f"{self.worker_id}/{uuid.uuid4().hex[:8]}", self.lease_ttl)
+            self._leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(snapshots.run, self._snapshot_written)
             self._tg.start_soon(self._leases.renew_forever, self._lease_lost)
@@ -236,24 +237,22 @@ class Runtime:
         ``CorruptRecordError`` / ``UnknownSchemaVersionError`` (journal unreadable:
         not resumed, bytes untouched).
         """
-        if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
-            return AgentHandle(actor)
-        return await self._resume(agent_id, force=force, take_dead=True)
+        return await self._resume(agent_id, force=force)
 
-    async def _resume(self, agent_id: str, *, force: bool = False, take_dead: bool = False) -> AgentHandle | None:
-        """``resume``; ``take_dead`` only for an explicit one (see ``LeaseKeeper.claim``).
+    async def _resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
+        """``resume``, and the resumes of ``resume_all`` and commands.
 
         Single-flight: holding the agent id's lock, a second caller finds the
         first one's live actor and gets its handle instead of a second copy.
         """
         async with self._activating.hold(agent_id):
-            return await self._resume_held(agent_id, force=force, take_dead=take_dead)
+            return await self._resume_held(agent_id, force=force)
 
-    async def _resume_held(self, agent_id: str, *, force: bool, take_dead: bool) -> AgentHandle | None:
+    async def _resume_held(self, agent_id: str, *, force: bool) -> AgentHandle | None:
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
         stream = self.stream(agent_id)
-        await self._claim(stream, force=force, take_dead=take_dead)
+        await self._claim(stream, force=force)
         try:
             journal = await self._restore_journal(agent_id)
             if journal.state.status != RUNNING:
@@ -267,12 +266,19 @@ class Runtime:
             raise
         return self._spawn(definition, journal)
 
-    async def _claim(self, stream: StreamId, *, force: bool = False, take_dead: bool = True) -> None:
-        """Take the agent's lease or raise ``AgentLeasedError`` naming who holds it."""
-        if await self._leases.claim(stream, force=force, take_dead=take_dead) is None:
+    async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
+        """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
+        if await self._leases.claim(stream, force=force) is None:
             holder = await self._leases.holder(stream)
             raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
                                    holder.expires_at if holder else None)
+
+    async def lease_holder(self, agent_id: str) -> LeaseHolder | None:
+        """Who holds ``agent_id``'s lease now: owner, worker id, host and pid, expiry
+        (unix seconds) and liveness (``alive``, ``dead``: taken at once by the next
+        resume here or in ``serve``; ``remote``: only the expiry tells); None when
+        nobody does or the store has no leases. Raises ``StoreUnavailableError``."""
+        return await self._leases.holder_info(self.stream(agent_id))
 
     def _lease_lost(self, stream: StreamId) -> None:
         actor = self._live.get(stream.agent_id)
