@@ -11,6 +11,7 @@ from .errors import (
     AgentFencedError,
     AgentLeasedError,
     AgentNotFoundError,
+    ApprovalAlreadyDecidedError,
     DefinitionNotRegisteredError,
     InvalidCommandError,
 )
@@ -23,6 +24,7 @@ from .tools import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolC
 
 __all__ = [
     "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentLeasedError", "AgentHandle", "AgentNotFoundError", "AgentState",
+    "ApprovalAlreadyDecidedError",
     "Budget", "DefinitionNotRegisteredError", "InvalidCommandError", "Model", "ModelReplyError", "ModelResponse",
     "OnUnknownOutcome", "Reconciled", "RetryPolicy", "Runtime", "SnapshotPolicy", "Tool", "ToolArgumentsError", "ToolCall",
     "ToolContext", "TransientModelError", "Usage", "tool",
