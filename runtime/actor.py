@@ -227,9 +227,9 @@ class AgentActor:
                 return response
 
         async def failed(number: int, exc: BaseException, wait_s: float | None) -> None:
-            # What failed and when, never what was said: no content.
-            log.warning("agent %s: model attempt %d failed (%s, transient=%s), next in %s s", self.state.agent_id,
-                        number, _type_name(exc), is_transient(exc), wait_s)
+            # What failed and when, never what was said: no content in this record.
+            await self.journal.append((Kind.MODEL_FAILED, {"attempt": number, "error": _type_name(exc),
+                                                           "transient": is_transient(exc), "retry_in": wait_s}))
 
         try:
             return await self.definition.retry.call(attempt, failed)

@@ -41,14 +41,20 @@ class SendMessage(Command):
     role: str = "user"
 
 
+#: ``Decide.result`` when no result is reported (None is a result a call may have).
+NO_RESULT: Any = type("NoResult", (), {"__repr__": lambda self: "NO_RESULT"})()
+
+
 @dataclass
 class Decide(Command):
-    """Decide the open approval ``approval_id``: ``approved`` or not, ``by`` whom, with a ``note``."""
+    """Decide the open approval ``approval_id``: ``approved`` or not, ``by`` whom, with a ``note``;
+    ``result``: the call happened and this is its result (``NO_RESULT``: none reported)."""
 
     approval_id: str = ""
     approved: bool = True
     by: str = ""
     note: str = ""
+    result: Any = NO_RESULT
 
 
 @dataclass
@@ -90,6 +96,10 @@ def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]
         if request.get("decision") is not None:
             raise ApprovalAlreadyDecidedError(state.agent_id, command.approval_id, request["decision"])
         data = {"approval_id": command.approval_id, "approved": command.approved, "by": command.by, "note": command.note}
+        if command.result is not NO_RESULT:
+            if not command.approved:
+                raise InvalidCommandError("a reported result says the call happened: it cannot come with approved=False")
+            data["result"] = command.result
         return Kind.APPROVAL_DECIDED, data
     if isinstance(command, ExtendBudget):
         budget = dict(state.budget)

@@ -29,7 +29,7 @@ from .state import RUNNING, AgentState, apply
 
 
 _REBASE_ATTEMPTS = 8  # commands racing one append: each retry folds in what came first
-_FACTS = frozenset({Kind.MODEL_RESPONDED, Kind.TOOL_RESULT})  # happened: journaled whatever came in
+_FACTS = frozenset({Kind.MODEL_RESPONDED, Kind.TOOL_RESULT, Kind.MODEL_FAILED})  # happened: journaled whatever came in
 
 
 @dataclass

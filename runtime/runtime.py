@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 import anyio
 from opentelemetry import trace
@@ -49,6 +50,7 @@ from .leases import LeaseKeeper
 from .owner import LeaseHolder
 from .migrate import definition_change_entries, hold_for_migration
 from .redaction import RedactionPolicy
+from .retry import retry_entries
 from .reencrypt import ReencryptReport
 from .reencrypt import reencrypt as reencrypt_namespace
 from .restore import restore
@@ -367,16 +369,22 @@ class Runtime(Inspection):
 
     # commands ---------------------------------------------------------------
 
-    async def approve(self, agent_id: str, approval_id: str, *, approved: bool = True, by: str = "", note: str = "") -> AgentState:
+    async def approve(self, agent_id: str, approval_id: str, *, approved: bool = True, by: str = "", note: str = "",
+                      result: Any = cmd.NO_RESULT) -> AgentState:
         """Decide an open approval; a parked agent then resumes here if its definition is registered.
 
-        For a call whose outcome is unknown (policy ``ask``), ``approved=True``
-        runs it again and ``approved=False`` skips it (the model is told it did
-        not happen). Returns the state after the decision. Raises
-        ``InvalidCommandError`` (unknown or already decided approval) and
-        ``AgentNotFoundError``.
+        For a call whose outcome is unknown (policy ``ask``) the three answers
+        are: ``approved=True`` runs it again, ``approved=False`` skips it (the
+        model is told it did not happen), and ``result=...`` (JSON-like data, or
+        any value the journal stores exactly) says it happened: that value is
+        journaled as the call's result and the call never runs again.
+        Returns the state after the decision. Raises ``InvalidCommandError``
+        (unknown approval, a result with ``approved=False``),
+        ``ApprovalAlreadyDecidedError``, ``UnencodableValueError`` (a result that
+        cannot be stored, with its field path) and ``AgentNotFoundError``.
         """
-        return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note))
+        return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note,
+                                                        result=result))
 
     async def extend_budget(self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0) -> AgentState:
         """Raise a suspended (or running) agent's limits; a suspended one resumes.
@@ -389,6 +397,29 @@ class Runtime(Inspection):
             except ValueError as exc:
                 raise InvalidCommandError(str(exc)) from None
         return await self._command(agent_id, cmd.ExtendBudget(steps=steps, tokens=tokens, cost_usd=cost_usd))
+
+    async def retry(self, agent_id: str) -> AgentHandle | None:
+        """Resume a ``failed`` agent from its journal, once its cause is fixed.
+
+        Appends a ``retried`` record (the status is running again) and resumes
+        the agent here: a model error is retried from the step that failed; a
+        call whose outcome is unknown under the ``fail`` policy becomes an
+        approval request (re-run, skip, or "it happened" with a result), and
+        then None is returned since the agent waits for it. A call whose result
+        could not be stored is never run again: the model is told so.
+        Raises ``InvalidCommandError`` (the agent is not failed),
+        ``AgentNotFoundError``, ``DefinitionNotRegisteredError`` and what
+        ``resume`` raises.
+        """
+        for _ in range(_COMMAND_RETRIES):
+            journal = await self._restore_journal(agent_id)
+            definition = self._definition(journal.state.definition.get("name", ""))
+            try:
+                await journal.append(*retry_entries(journal.state, definition, self.worker_id))
+            except AgentFencedError:
+                continue  # another writer got there first: decide again from what it wrote
+            return await self._resume(agent_id)
+        raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
 
     async def send(self, agent_id: str, content: str, *, role: str = "user") -> AgentState:
         """Add a message to the agent's conversation (seen by its next model call)."""

@@ -250,6 +250,11 @@ def _forked(s: AgentState, d: dict) -> None:
         s.pending_calls = [dict(c, key=renamed[c["key"]]) if c["key"] in renamed else c for c in s.pending_calls]
 
 
+def _retried(s: AgentState, d: dict) -> None:
+    if s.status == FAILED:
+        s.status, s.reason = RUNNING, ""
+
+
 def _definition_changed(s: AgentState, d: dict) -> None:
     s.definition = d["definition"]
     names = {f.name for f in fields(s)}
@@ -276,4 +281,6 @@ _HANDLERS = {
     Kind.CANCELLED: _cancelled,
     Kind.DEFINITION_CHANGED: _definition_changed,
     Kind.FORKED: _forked,
+    Kind.RETRIED: _retried,
+    # model_failed is audit only: the step it belongs to either answers or fails.
 }

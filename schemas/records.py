@@ -20,7 +20,7 @@ SNAPSHOT_SCHEMA_ID = 2
 SCHEMA_NAMES = {RECORD_SCHEMA_ID: "durably.record", SNAPSHOT_SCHEMA_ID: "durably.snapshot"}
 
 #: The version this build writes for each schema id; it reads this and older ones.
-CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 2, SNAPSHOT_SCHEMA_ID: 2}
+CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 3, SNAPSHOT_SCHEMA_ID: 3}
 
 
 class Kind(StrEnum):
@@ -48,6 +48,8 @@ class Kind(StrEnum):
     # (version 2) the first record after a copied history: this agent is a fork of
     # another one (its namespace, agent id, run id) at that agent's seq
     FORKED = "forked"
+    MODEL_FAILED = "model_failed"  # (version 3) one failed model attempt: number, error type, no content
+    RETRIED = "retried"  # (version 3) an operator resumed a failed agent (Runtime.retry)
 
 
 KINDS = frozenset(k.value for k in Kind)

@@ -129,3 +129,17 @@ def snapshot_v1_to_v2(value: dict) -> dict:
     """Snapshot version 2 adds ``forked_from`` to the state; no version-1 agent
     was a fork (forks came with version 2), so it is null."""
     return {**value, "state": {**value["state"], "forked_from": None}}
+
+
+@upcaster(RECORD_SCHEMA_ID, 2)
+def record_v2_to_v3(value: dict) -> dict:
+    """Record version 3 only adds (two kinds, an optional field, tagged values):
+    every version-2 record is a version-3 record as it is (a copy)."""
+    return dict(value)
+
+
+@upcaster(SNAPSHOT_SCHEMA_ID, 2)
+def snapshot_v2_to_v3(value: dict) -> dict:
+    """Snapshot version 3 only adds an optional field: every version-2 snapshot
+    is a version-3 snapshot as it is (a copy)."""
+    return dict(value)

@@ -89,7 +89,8 @@ def test_a_value_past_the_decode_limit_fails_at_save_time():
     codec = RecordCodec(Codec(limits=CodecLimits(max_raw_size=10_000)))
     from durably.schemas.records import Record
 
-    with pytest.raises(UnencodableValueError, match="tool_result.data: encodes to .* over the 10000-byte limit"):
+    # Since issue 11 item 15 the error names the field that is too big, not the record's data.
+    with pytest.raises(UnencodableValueError, match="tool_result.data.result: encodes to .* over the 10000-byte limit"):
         codec.encode_record(Record(1, Kind.TOOL_RESULT, {"result": "x" * 20_000}, 0.0))
 
 

@@ -11,7 +11,9 @@ real steps, 1 -> 2 for forks, are checked by test_golden and test_inspection).
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import pycddl
 import pytest
 from schema_wire import cddl_name, cddl_text, header_fields, schema, validate_frame
 
-from durably.runtime import AgentDefinition, Budget, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably.runtime import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, SnapshotPolicy, ToolCall, Usage, tool
 from durably.runtime.demo.survey import survey_agent, survey_task
 from durably.schemas import records as schemas
 from durably.schemas import upcasters
@@ -64,6 +66,8 @@ EXAMPLES: dict[Kind, dict[str, Any]] = {
     Kind.DEFINITION_CHANGED: {"previous": DEFINITION, "definition": {**DEFINITION, "version": "2", "digest": "ffeeddccbbaa9988"},
                               "policy": "migrate", "state": {"plan": ["publish"]}},
     Kind.FORKED: {"namespace": "ns", "agent_id": "agent-6", "run_id": uuid.uuid4().hex, "seq": 12, "keys": {KEY: KEY[::-1]}},
+    Kind.MODEL_FAILED: {"attempt": 2, "error": "TimeoutError", "transient": True, "retry_in": 1.25},
+    Kind.RETRIED: {"worker": "host:43", "reason": "model error: TimeoutError: the provider did not answer"},
 }
 
 
@@ -148,6 +152,7 @@ class _StepModel:
 
 
 def _agent(name: str, *, steps: int = 1, approval: bool = False, broken: bool = False, **kw) -> AgentDefinition:
+    kw.setdefault("retry", RetryPolicy(attempts=2, initial_s=0.01, jitter_s=0.0))
     @tool(name="effect", requires_approval=approval, on_unknown_outcome="retry")
     async def effect(n: int, *, ctx) -> dict:
         return {"n": n, "key": ctx.idempotency_key}
@@ -165,7 +170,8 @@ async def _run_every_runtime_path(store, workdir: Path) -> None:
     v1 = _agent("evolving", approval=True, instructions="v1")
     v2 = _agent("evolving", approval=True, instructions="v2", version="2", on_definition_change="migrate", migrate=_migrate_plan)
     policy = SnapshotPolicy(every_records=3, tail_ratio=0)
-    async with Runtime(store, agents=[survey, budgeted, parked, broken, v1], snapshot_policy=policy) as rt:
+    reported = _agent("reported", approval=True)
+    async with Runtime(store, agents=[survey, budgeted, parked, broken, v1, reported], snapshot_policy=policy) as rt:
         state = await rt.run(survey, "survey", survey_task(["colorsys", "bisect"]))
         await rt.send("survey", "Please keep the report short.")
         await rt.approve("survey", state.open_approvals()[0]["approval_id"], by="ops", note="ok")
@@ -175,6 +181,11 @@ async def _run_every_runtime_path(store, workdir: Path) -> None:
         await rt.run("parked", "parked", "wait")
         await rt.cancel("parked", "not needed")
         assert (await rt.run("broken", "broken", "fail")).status == "failed"
+        assert (await (await rt.retry("broken")).wait()).status == "failed"  # retried, and still broken
+        state = await rt.run("reported", "reported", "report")
+        when = dt.datetime(2025, 1, 2, 3, 4, tzinfo=dt.timezone.utc)
+        await rt.approve("reported", state.open_approvals()[0]["approval_id"], by="ops",
+                         result={"when": when, "pair": (1, Decimal("2.5")), "tags": {"a"}})
         state = await rt.run(v1, "evolving", "evolve")
     async with Runtime(store, agents=[v2], snapshot_policy=policy) as rt:
         await rt.approve("evolving", state.open_approvals()[0]["approval_id"])

@@ -69,6 +69,8 @@ EXTRA: dict[Kind, dict[str, Any]] = {
     },
     Kind.FORKED: {"namespace": "default", "agent_id": "survey-source", "run_id": "0" * 32, "seq": 7,
                   "keys": {"1" * 32: "2" * 32}},
+    Kind.MODEL_FAILED: {"attempt": 1, "error": "TimeoutError", "transient": True, "retry_in": 0.75},
+    Kind.RETRIED: {"worker": "golden:1", "reason": "model error: TimeoutError"},
 }
 
 
