@@ -180,6 +180,8 @@ class AgentActor:
             "plan": response.plan,
             "model": response.model or self.definition.model.name,
         }
+        if response.stop_reason:
+            data["stop_reason"] = response.stop_reason
         entries = [(Kind.MODEL_RESPONDED, data)]
         valid = []
         for call in calls:

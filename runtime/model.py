@@ -44,13 +44,16 @@ class Usage:
 class ModelResponse:
     """One model turn: ``text``, the ``tool_calls`` to run (none: the run is
     finished and ``text`` is its result), ``usage``, an optional new ``plan``
-    (list of step descriptions) and the ``model`` name that answered."""
+    (list of step descriptions), the ``model`` name that answered and why it
+    stopped (``stop_reason``: ``end``, ``tool_use``, ``max_tokens``,
+    ``refused``, a provider's own word, or "" when unknown)."""
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     plan: list[str] | None = None
     model: str = ""
+    stop_reason: str = ""
 
 
 @runtime_checkable
@@ -106,6 +109,7 @@ def check_reply(response: Any) -> None:
         raise ModelReplyError("response", f"expected a ModelResponse, got {type(response).__name__}")
     _text("text", response.text, MAX_TEXT_CHARS)
     _text("model", response.model, MAX_NAME_CHARS)
+    _text("stop_reason", response.stop_reason, MAX_NAME_CHARS)
     calls = response.tool_calls
     if not isinstance(calls, (tuple, list)):
         raise ModelReplyError("tool_calls", f"expected a tuple of ToolCall, got {type(calls).__name__}")

@@ -124,7 +124,8 @@ class Tool:
             raise TypeError(f"tool {self.name!r}: reconcile must be an async function")
         read: ToolSignature = read_signature(self.name, self.fn)
         object.__setattr__(self, "_read", read)
-        object.__setattr__(self, "_is_async", inspect.iscoroutinefunction(self.fn))
+        call = getattr(self.fn, "__call__", None)  # an object with an async __call__ is async too
+        object.__setattr__(self, "_is_async", inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(call))
         if self.parameters is None:
             object.__setattr__(self, "parameters", read.schema)
         if self.description is None:

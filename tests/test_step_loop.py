@@ -175,6 +175,22 @@ async def test_a_model_failing_twice_with_429_then_answering_finishes() -> None:
     assert time.monotonic() - started >= 0.1  # Retry-After honoured twice
 
 
+async def test_one_timeout_from_the_model_no_longer_fails_the_agent() -> None:
+    class TimesOutOnce:
+        name = "slowpoke"
+        calls = 0
+
+        async def respond(self, messages, tools):
+            self.calls += 1
+            if self.calls == 1:
+                raise TimeoutError("the provider did not answer in time")
+            return ModelResponse("answered")
+
+    async with Runtime("memory://", agents=[AgentDefinition(name="t", model=TimesOutOnce(), retry=FAST)]) as rt:
+        state = await rt.run("t", "a1", "task")
+    assert state.status == "finished" and state.result == "answered"
+
+
 async def test_a_model_that_always_fails_leaves_a_failed_agent_with_the_reason() -> None:
     model = Flaky(100)
     async with Runtime("memory://", agents=[AgentDefinition(name="f", model=model, retry=FAST)]) as rt:

@@ -1,0 +1,41 @@
+"""durably.models: adapters from durably's ``Model`` protocol to real LLM APIs.
+
+Each adapter is an optional extra using the vendor's official async client:
+
+* ``durably.models.openai.OpenAIChatModel`` (``pip install 'durably[openai]'``):
+  the Chat Completions wire format, which OpenAI, vLLM, Ollama, LM Studio and
+  LiteLLM's proxy all speak (``base_url=``);
+* ``durably.models.anthropic.AnthropicModel`` (``pip install 'durably[anthropic]'``):
+  the Messages API.
+
+``from_spec("openai:gpt-4.1-mini")`` builds one from a ``provider:model`` string.
+The vendor clients' own retries are switched off: durably's ``RetryPolicy``
+retries, so that each failed attempt is journaled and ``Retry-After`` is honoured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .common import MalformedToolCallError, Price
+
+__all__ = ["MalformedToolCallError", "Price", "from_spec"]
+
+
+def from_spec(spec: str, **options: Any):
+    """A model adapter for ``"provider:model"`` (providers: ``openai``, ``anthropic``).
+
+    ``options`` go to the adapter's constructor. Raises ``ValueError`` for an
+    unknown provider or a spec without a model, and ``ImportError`` (naming the
+    extra to install) when the vendor's client is missing.
+    """
+    provider, _, model = spec.partition(":")
+    if not model:
+        raise ValueError(f"model spec {spec!r} is not provider:model, e.g. openai:gpt-4.1-mini")
+    if provider == "openai":
+        from .openai import OpenAIChatModel
+        return OpenAIChatModel(model, **options)
+    if provider == "anthropic":
+        from .anthropic import AnthropicModel
+        return AnthropicModel(model, **options)
+    raise ValueError(f"unknown model provider {provider!r} (known: openai, anthropic)")

@@ -1,0 +1,95 @@
+"""``AnthropicModel``: durably's ``Model`` over Anthropic's Messages API.
+
+It uses the official async client (``pip install 'durably[anthropic]'``), with
+its own retries off: durably's ``RetryPolicy`` retries and journals each
+attempt. The Messages API takes the system prompt apart and wants user and
+assistant turns to alternate, so consecutive messages of one side (a turn's
+tool results, then a message the operator sent) are merged into one turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+
+from durably.runtime.model import ModelResponse, ToolCall, TransientModelError, Usage
+
+from .common import MalformedToolCallError, Price, as_text, stop_reason, transient_from_status
+
+
+class AnthropicModel:
+    """A ``Model`` answering through ``POST {base_url}/v1/messages``.
+
+    In: ``model`` (e.g. ``claude-sonnet-4-5``), ``client`` (an
+    ``anthropic.AsyncAnthropic``) or ``base_url`` / ``api_key`` (default:
+    ``$ANTHROPIC_API_KEY``) / ``timeout`` (seconds) to build one,
+    ``max_tokens`` per reply (the API requires it), ``price`` (a ``Price``:
+    the API reports tokens, not money) and ``options`` passed to every request.
+    ``respond`` raises ``TransientModelError`` for timeouts, connection errors
+    and HTTP 408/409/429/5xx/529 (with the ``Retry-After``), and
+    ``MalformedToolCallError`` for a tool call whose input is not an object.
+    """
+
+    def __init__(self, model: str, *, client: Any = None, base_url: str | None = None, api_key: str | None = None,
+                 timeout: float = 120.0, max_tokens: int = 4096, price: Price | None = None, **options: Any) -> None:
+        self.name = model
+        self.max_tokens = max_tokens
+        self.price = price
+        self.options = options
+        self.client = client or anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, timeout=timeout,
+                                                         max_retries=0)
+
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
+        """One Messages API call for ``messages`` with ``tools`` (see ``durably.runtime.Model``)."""
+        system, turns = to_wire(messages)
+        request: dict[str, Any] = {"model": self.name, "max_tokens": self.max_tokens, "messages": turns, **self.options}
+        if system:
+            request["system"] = system
+        if tools:
+            request["tools"] = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+                                for t in tools]
+        try:
+            reply = await self.client.messages.create(**request)
+        except anthropic.APIStatusError as exc:
+            raise transient_from_status(exc, exc.status_code, exc.response.headers) from exc
+        except anthropic.APIConnectionError as exc:  # APITimeoutError is one
+            raise TransientModelError(f"{type(exc).__name__}: the model provider did not answer") from exc
+        texts, calls = [], []
+        for block in reply.content:
+            if block.type == "text":
+                texts.append(block.text)
+            elif block.type == "tool_use":
+                if not isinstance(block.input, dict):
+                    raise MalformedToolCallError(f"tool call {block.name!r}: input is not a JSON object")
+                calls.append(ToolCall(block.id, block.name, block.input))
+        tokens_in, tokens_out = reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
+        cost = self.price.cost(tokens_in, tokens_out) if self.price else 0.0
+        return ModelResponse("".join(texts), tuple(calls), Usage(tokens_in, tokens_out, cost),
+                             model=reply.model or self.name, stop_reason=stop_reason(reply.stop_reason))
+
+
+def to_wire(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """``(system, turns)``: system messages joined, the rest as alternating turns."""
+    system = "\n\n".join(as_text(m["content"]) for m in messages if m["role"] == "system")
+    turns: list[dict[str, Any]] = []
+    for m in messages:
+        role = m["role"]
+        if role == "system":
+            continue
+        if role == "assistant":
+            blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            blocks += [{"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]}
+                       for c in m.get("tool_calls") or ()]
+            side = "assistant"
+        elif role == "tool":
+            blocks = [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": as_text(m["content"])}]
+            side = "user"
+        else:
+            blocks = [{"type": "text", "text": as_text(m["content"])}]
+            side = "user"
+        if turns and turns[-1]["role"] == side:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": side, "content": blocks})
+    return system, turns

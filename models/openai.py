@@ -1,0 +1,99 @@
+"""``OpenAIChatModel``: durably's ``Model`` over the Chat Completions API.
+
+The same wire format is served by OpenAI and by vLLM, Ollama, LM Studio and
+LiteLLM's proxy, so one adapter reaches them all through ``base_url``. It uses
+the official async client (``pip install 'durably[openai]'``), with its own
+retries off: durably's ``RetryPolicy`` retries and journals each attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+
+from durably.runtime.model import ModelResponse, ToolCall, TransientModelError, Usage
+
+from .common import MalformedToolCallError, Price, as_text, finite_cost, stop_reason, transient_from_status
+
+
+class OpenAIChatModel:
+    """A ``Model`` answering through ``POST {base_url}/chat/completions``.
+
+    In: ``model`` (the provider's model name, e.g. ``gpt-4.1-mini``),
+    ``client`` (an ``openai.AsyncOpenAI`` you configured) or ``base_url`` /
+    ``api_key`` (default: ``$OPENAI_API_KEY``) / ``timeout`` (seconds) to build
+    one, ``price`` (a ``Price``, for ``Usage.cost_usd`` when the response reports
+    no cost, as LiteLLM and OpenRouter do in ``usage.cost``), and ``options``
+    passed to every request (``temperature``, ``max_completion_tokens``...).
+    ``respond`` raises ``TransientModelError`` for timeouts, connection errors,
+    HTTP 408/409/429/5xx (with the ``Retry-After``) and malformed tool-call JSON
+    (``MalformedToolCallError``); other API errors propagate as the client's.
+    """
+
+    def __init__(self, model: str, *, client: Any = None, base_url: str | None = None, api_key: str | None = None,
+                 timeout: float = 120.0, price: Price | None = None, **options: Any) -> None:
+        self.name = model
+        self.price = price
+        self.options = options
+        self.client = client or openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
+        """One chat completion for ``messages`` with ``tools`` (see ``durably.runtime.Model``)."""
+        request: dict[str, Any] = {"model": self.name, "messages": to_wire(messages), **self.options}
+        if tools:
+            request["tools"] = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                                                  "parameters": t["parameters"]}} for t in tools]
+        try:
+            reply = await self.client.chat.completions.create(**request)
+        except openai.APIStatusError as exc:
+            raise transient_from_status(exc, exc.status_code, exc.response.headers) from exc
+        except openai.APIConnectionError as exc:  # APITimeoutError is one
+            raise TransientModelError(f"{type(exc).__name__}: the model provider did not answer") from exc
+        if not reply.choices:
+            raise TransientModelError("the model provider answered with no choices")
+        choice = reply.choices[0]
+        message = choice.message
+        calls = tuple(_call(c) for c in message.tool_calls or ())
+        return ModelResponse(message.content or "", calls, self._usage(reply.usage), model=reply.model or self.name,
+                             stop_reason=stop_reason(choice.finish_reason))
+
+    def _usage(self, usage: Any) -> Usage:
+        if usage is None:
+            return Usage()
+        tokens_in, tokens_out = usage.prompt_tokens or 0, usage.completion_tokens or 0
+        reported = finite_cost((usage.model_extra or {}).get("cost"))
+        cost = reported if reported is not None else (self.price.cost(tokens_in, tokens_out) if self.price else 0.0)
+        return Usage(tokens_in, tokens_out, cost)
+
+
+def _call(call: Any) -> ToolCall:
+    text = call.function.arguments or "{}"
+    try:
+        arguments = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MalformedToolCallError(f"tool call {call.function.name!r}: arguments are not JSON ({exc.msg})") from None
+    if not isinstance(arguments, dict):
+        raise MalformedToolCallError(f"tool call {call.function.name!r}: arguments are not a JSON object")
+    return ToolCall(call.id or "", call.function.name, arguments)
+
+
+def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """durably's conversation as Chat Completions messages (tool results as JSON text)."""
+    wire: list[dict[str, Any]] = []
+    for m in messages:
+        role = m["role"]
+        if role == "assistant":
+            calls = [{"id": c["id"], "type": "function",
+                      "function": {"name": c["name"], "arguments": as_text(c["arguments"])}}
+                     for c in m.get("tool_calls") or ()]
+            entry: dict[str, Any] = {"role": "assistant", "content": m.get("content") or None}
+            if calls:
+                entry["tool_calls"] = calls
+            wire.append(entry)
+        elif role == "tool":
+            wire.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": as_text(m["content"])})
+        else:
+            wire.append({"role": role, "content": as_text(m["content"])})
+    return wire
