@@ -10,7 +10,6 @@ resumes every agent where its journal ends.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -33,8 +32,8 @@ from durably.storage.registry import open_store
 from durably.storage.spi import Lease, Store, StreamId
 
 from . import commands as cmd
-from . import placement, serving
-from .actor import AgentActor, _Requeue
+from . import dispatch, serving
+from .actor import AgentActor
 from .agent import AgentDefinition, Budget
 from .errors import (
     AgentExistsError,
@@ -62,8 +61,6 @@ from .state import RUNNING, AgentState
 from .telemetry import tracer as make_tracer
 
 log = logging.getLogger("durably.runtime")
-
-_COMMAND_RETRIES = 8  # expected-seq retries for a command racing another writer
 
 
 class AgentHandle:
@@ -408,30 +405,8 @@ class Runtime(Inspection):
         return await self._command(agent_id, cmd.Cancel(reason=reason))
 
     async def _command(self, agent_id: str, command: cmd.Command) -> CommandResult:
-        """Apply ``command``; the state after it and where the agent runs now (``placement``)."""
-        actor = self._live.get(agent_id)
-        if actor is not None and not actor.done.is_set():
-            try:
-                await actor.mailbox.send(command)
-                await command.done.wait()
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                command.finish(_Requeue())
-            if not isinstance(command.error, _Requeue):
-                if command.error is not None:
-                    raise command.error
-                return CommandResult.of(actor.state, placement.live_here(actor.state, AgentHandle(actor)))
-        # No live actor here: the journal is the agent. Append with the expected seq;
-        # if another writer got there first, re-read and decide again.
-        for _ in range(_COMMAND_RETRIES):
-            journal = await self._restore_journal(agent_id)
-            was_parked = journal.state.parked
-            entry = cmd.to_record(journal.state, command)
-            try:
-                await journal.append(entry)
-            except AgentFencedError:
-                continue
-            return CommandResult.of(journal.state, await placement.place(self, journal.state, was_parked=was_parked))
-        raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
+        """Apply ``command``; the state after it and where the agent runs now (see ``dispatch``)."""
+        return await dispatch.submit(self, agent_id, command)
 
     # retention, purge, keys -------------------------------------------------
 
