@@ -10,6 +10,7 @@ from .errors import (
     AgentExistsError,
     AgentFencedError,
     AgentLeasedError,
+    AgentLeaseLostError,
     AgentNotFoundError,
     ApprovalAlreadyDecidedError,
     DefinitionNotRegisteredError,
@@ -23,7 +24,7 @@ from .state import AgentState
 from .tools import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolContext, tool
 
 __all__ = [
-    "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentLeasedError", "AgentHandle", "AgentNotFoundError", "AgentState",
+    "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentLeasedError", "AgentLeaseLostError", "AgentHandle", "AgentNotFoundError", "AgentState",
     "ApprovalAlreadyDecidedError",
     "Budget", "DefinitionNotRegisteredError", "InvalidCommandError", "Model", "ModelReplyError", "ModelResponse",
     "OnUnknownOutcome", "Reconciled", "RetryPolicy", "Runtime", "SnapshotPolicy", "Tool", "ToolArgumentsError", "ToolCall",
