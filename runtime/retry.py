@@ -19,6 +19,9 @@ from .errors import InvalidCommandError
 from .state import FAILED, AgentState
 from .tools import OnUnknownOutcome
 
+#: Expected-seq attempts of ``Runtime.retry`` racing another writer (each re-reads first).
+RETRY_APPEND_ATTEMPTS = 8
+
 _QUESTION = ("outcome of attempt {previous} unknown (the agent failed on it, policy fail); approve to run it "
              "again, deny to skip it, or report that it happened with its result")
 

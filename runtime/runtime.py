@@ -53,7 +53,7 @@ from .owner import LeaseHolder
 from .placement import CommandResult
 from .migrate import definition_change_entries, hold_for_migration
 from .redaction import RedactionPolicy
-from .retry import retry_entries
+from .retry import RETRY_APPEND_ATTEMPTS, retry_entries
 from .reencrypt import ReencryptReport
 from .reencrypt import reencrypt as reencrypt_namespace
 from .restore import restore
@@ -444,7 +444,7 @@ class Runtime(Inspection):
         ``AgentNotFoundError``, ``DefinitionNotRegisteredError`` and what
         ``resume`` raises.
         """
-        for _ in range(_COMMAND_RETRIES):
+        for _ in range(RETRY_APPEND_ATTEMPTS):
             journal = await self._restore_journal(agent_id)
             definition = self._definition(journal.state.definition.get("name", ""))
             try:
