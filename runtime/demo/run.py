@@ -79,8 +79,15 @@ def _files(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.md"))}
 
 
-def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: Console) -> int:
-    """Run the whole demo; return the process exit status (0: every check passed)."""
+def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: Console, model: str | None = None) -> int:
+    """Run the whole demo; return the process exit status (0: every check passed).
+
+    ``model``: a ``provider:model`` spec (e.g. ``openai:gpt-4.1-mini``, key from
+    the provider's usual environment variable) to run the survey with a real
+    LLM. A real model is not deterministic, so there is no reference run to
+    compare files with: the checks are then the ones any run must pass (the
+    SIGKILL, no model turn paid twice, no tool effect twice, the approval from
+    another process, a finished run)."""
     seed = seed if seed is not None else random.SystemRandom().randrange(1_000_000)
     rng = random.Random(seed)
     modules = rng.sample(CANDIDATES, n_modules)
@@ -92,18 +99,24 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
     console.print(f"[bold]durably demo[/] seed={seed} store={store} agent={NAMESPACE}/{agent_id}")
     console.print(f"task: survey {n_modules} stdlib modules: {', '.join(modules)}")
 
-    console.print("1. reference run (uninterrupted, in memory)...")
-    reference = anyio.run(_reference, ref_dir, agent_id, modules)
-    ref_calls = _read_lines(ref_dir / "model_calls.jsonl")
+    extra = ("--model", model) if model else ()
+    if model is None:
+        console.print("1. reference run (uninterrupted, in memory)...")
+        reference = anyio.run(_reference, ref_dir, agent_id, modules)
+        ref_calls = _read_lines(ref_dir / "model_calls.jsonl")
+    else:
+        console.print(f"1. model {model}: no reference run (a real model is not deterministic)", markup=False)
+        reference, ref_calls = None, []
 
     anyio.run(_purge, store, agent_id)
-    crash_call = rng.randint(2, 3 * n_modules)
+    crash_call = rng.randint(2, 3 * n_modules if model is None else max(2, n_modules))
     crash_point = rng.choice(CRASH_POINTS)
     console.print(f"2. worker 1 starts the run and will SIGKILL itself at model call {crash_call}, {crash_point}...")
-    w1 = _worker(store, agent_id, run_dir, "--modules", ",".join(modules), "--crash-at", f"{crash_call}:{crash_point}")
+    w1 = _worker(store, agent_id, run_dir, "--modules", ",".join(modules), "--crash-at", f"{crash_call}:{crash_point}",
+                 *extra)
     console.print(f"   worker 1 exit status {w1.returncode}")
     console.print("3. worker 2 resumes from the journal...")
-    w2 = _worker(store, agent_id, run_dir)
+    w2 = _worker(store, agent_id, run_dir, *extra)
     parked = _last_json(w2) if w2.returncode == 0 else {"status": f"exit {w2.returncode}", "approvals": []}
     console.print(f"   worker 2 exited: agent {parked['status']}, open approvals {parked['approvals']}")
     approver = None
@@ -113,7 +126,7 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
         approver = subprocess.run([sys.executable, "-m", "durably.runtime.cli", *argv], capture_output=True, text=True, timeout=120)
         console.print(f"   {approver.stdout.strip() or approver.stderr.strip()}")
     console.print("5. worker 3 resumes and finishes...")
-    w3 = _worker(store, agent_id, run_dir)
+    w3 = _worker(store, agent_id, run_dir, *extra)
     final = _last_json(w3) if w3.returncode == 0 else {"status": f"exit {w3.returncode}", "result": None}
 
     checks = verify(ref_dir, run_dir, ref_calls, reference, final, w1, w2, w3, approver)
@@ -146,6 +159,15 @@ def verify(ref_dir, run_dir, ref_calls, reference, final, w1, w2, w3, approver) 
     ref_effects = _read_lines(ref_dir / "effects.jsonl")
     keys = Counter(e["key"] for e in effects)
     twice = [k for k, n in keys.items() if n > 1]
+    if reference is None:  # a real model: the checks every run must pass, without a reference to compare
+        return [
+            Check("worker 1 killed by SIGKILL", w1.returncode == -signal.SIGKILL, f"exit status {w1.returncode}"),
+            Check("no model turn paid twice", len(turns) == len(set(turns)), f"{len(calls)} calls for {len(set(turns))} turns"),
+            Check("no tool executed twice", not twice, f"{len(effects)} side effects, {len(twice)} keys twice"),
+            Check("approval from another process", approver is not None and approver.returncode == 0,
+                  "worker 2 parked and exited; `durably approve` decided; worker 3 resumed"),
+            Check("run finished", final.get("status") == "finished", f"{final.get('status')}: {final.get('result')}"),
+        ]
     outbox = [(m["channel"], m["message"]) for m in _read_lines(run_dir / "outbox.jsonl")]
     ref_outbox = [(m["channel"], m["message"]) for m in _read_lines(ref_dir / "outbox.jsonl")]
     ref_files, run_files = _files(ref_dir), _files(run_dir)

@@ -232,10 +232,37 @@ def survey_task(modules: list[str]) -> str:
             f"file and announce it on #stdlib-survey; then publish a report of all of them.")
 
 
-def survey_agent(workdir: Path, crash: Crash = lambda point: None, latency: float = 0.005) -> AgentDefinition:
-    """The survey ``AgentDefinition`` writing its effects under ``workdir``."""
+class LoggedModel:
+    """A real model (``durably.models``) with the demo's bookkeeping around it:
+    ``crash`` is consulted before each call, and each answered call appends one
+    line to ``model_calls.jsonl`` (turn and pid), as the scripted model does."""
+
+    def __init__(self, model: Any, workdir: Path, crash: Crash) -> None:
+        self.model, self.name = model, model.name
+        self.log, self.crash = workdir / "model_calls.jsonl", crash
+
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
+        self.crash("model:before_call")
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        response = await self.model.respond(messages, tools)
+        await anyio.to_thread.run_sync(_append_line, self.log, {"turn": turn, "pid": os.getpid()})
+        return response
+
+
+def survey_agent(workdir: Path, crash: Crash = lambda point: None, latency: float = 0.005,
+                 model: str | None = None) -> AgentDefinition:
+    """The survey ``AgentDefinition`` writing its effects under ``workdir``.
+
+    ``model``: a ``provider:model`` spec (``openai:gpt-4.1-mini``, key from
+    ``$OPENAI_API_KEY``; see ``durably.models.from_spec``) to survey with a real
+    LLM instead of the scripted policy."""
     tools = SurveyTools(workdir, crash)
+    if model is not None:
+        from durably.models import from_spec  # the vendor client is an optional extra
+        chosen: Any = LoggedModel(from_spec(model), workdir, crash)
+    else:
+        chosen = ScriptedSurveyModel(workdir, crash, latency)
     return AgentDefinition(
-        name="stdlib-survey", version="1", model=ScriptedSurveyModel(workdir, crash, latency),
+        name="stdlib-survey", version="1", model=chosen,
         tools=tools.definitions(), instructions="You are a careful research assistant. Use the tools; be brief.",
     )

@@ -35,7 +35,7 @@ class CrashPlan:
 
 
 async def work(args: argparse.Namespace) -> dict:
-    definition = survey_agent(Path(args.workdir), CrashPlan(args.crash_at))
+    definition = survey_agent(Path(args.workdir), CrashPlan(args.crash_at), model=args.model)
     policy = SnapshotPolicy(every_records=args.snapshot_every)
     async with Runtime(args.store, agents=[definition], namespace=args.namespace, snapshot_policy=policy) as rt:
         if args.modules:
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modules", help="comma-separated: start a new run on these modules")
     parser.add_argument("--crash-at")
     parser.add_argument("--snapshot-every", type=int, default=40)
+    parser.add_argument("--model", help="provider:model of a real LLM (default: the scripted policy)")
     args = parser.parse_args(argv)
     print(json.dumps(anyio.run(work, args)), flush=True)
 

@@ -1,0 +1,231 @@
+"""Tool calls of the step loop: run them (concurrently), resolve unknown outcomes, journal results.
+
+``ToolCalls`` is the half of ``AgentActor`` that acts on the calls of a model
+turn. The calls that may start together (no approval needed, not
+``sequential``, not started yet) run in one anyio task group after their
+intents are journaled in one append; each result is appended as it
+completes, through the runtime's group commit, and the fold puts it in the
+model's call order. A call found started without a result (the process died
+while it ran) follows its tool's ``on_unknown_outcome`` policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from opentelemetry.trace import Status, StatusCode
+
+from durably.schemas.records import Kind
+from durably.storage.errors import StoreUnavailableError, UnencodableValueError
+
+from . import telemetry as tm
+from .errors import AgentFencedError
+from .redaction import RedactedArgumentError
+from .state import RUNNING
+from .tools import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolContext
+
+
+class ToolCalls:
+    """Mixin of ``AgentActor``: needs ``definition``, ``journal``, ``state``,
+    ``tracer`` and ``_append_lock`` (an ``anyio.Lock``)."""
+
+    def _ready(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The calls that may start now, together: not started, no approval needed,
+        not ``sequential`` (those run one at a time, through ``_resolve``)."""
+        ready = []
+        for call in calls:
+            tool = self.definition.tool(call["name"])
+            if tool is None or tool.requires_approval or tool.sequential or call["key"] in self.state.ledger:
+                continue
+            ready.append(call)
+        return ready
+
+    async def _resolve_pending(self) -> None:
+        if ready := self._ready(self.state.pending_calls):
+            await self._execute([(call, 1) for call in ready])
+        else:
+            await self._resolve(self.state.pending_calls[0])
+
+    def _approval_id(self, call: dict[str, Any], suffix: str = "") -> str:
+        """The call id (what an operator sees), made unique among this agent's approvals."""
+        approval_id = call["id"] + suffix
+        taken = self.state.approvals.get(approval_id)
+        return approval_id if taken is None or taken.get("key") == call["key"] else f"{approval_id}@{call['key'][:8]}"
+
+    async def _resolve(self, call: dict[str, Any]) -> None:
+        tool = self.definition.tool(call["name"])
+        if tool is None:
+            await self._result(call, error=f"unknown tool {call['name']!r}")
+            return
+        entry = self.state.ledger.get(call["key"])
+        if entry is None:
+            if tool.requires_approval:
+                decision = await self._decision(call, self._approval_id(call), "tool requires approval")
+                if decision is None:
+                    return
+                if not decision["approved"]:
+                    await self._result(call, error=f"denied by {decision.get('by') or 'approver'}{_note(decision)}")
+                    return
+                if "result" in decision:  # an operator did it by hand and reported the result
+                    await self._result(call, result=decision["result"])
+                    return
+            await self._execute([(call, 1)])
+            return
+        # An intent without a result: the process died while the tool ran.
+        attempt = entry["attempts"] + 1
+        policy = tool.on_unknown_outcome
+        approval_id = self._approval_id(call, f"#attempt{attempt}")
+        if policy is OnUnknownOutcome.ASK or approval_id in self.state.approvals:
+            # (a "fail" call becomes a question once an operator retried the agent)
+            await self._ask_outcome(call, approval_id, attempt)
+        elif policy is OnUnknownOutcome.RETRY:
+            await self._execute([(call, attempt)])
+        elif policy is OnUnknownOutcome.RECONCILE:
+            await self._reconcile(tool, call, attempt)
+        else:
+            reason = f"tool {tool.name} call {call['id']}: outcome unknown after a crash (policy fail)"
+            await self.journal.append((Kind.FAILED, {"reason": reason}))
+
+    async def _ask_outcome(self, call: dict[str, Any], approval_id: str, attempt: int) -> None:
+        """A human decides what became of a call whose outcome is unknown: run it
+        again (approve), skip it (deny: the model is told it did not happen), or
+        report that it happened with its result (approve with ``result``)."""
+        reason = (f"outcome of attempt {attempt - 1} unknown after a crash; approve to run it again, "
+                  "deny to skip it, or report that it happened with its result")
+        decision = await self._decision(call, approval_id, reason)
+        if decision is None:
+            return
+        if not decision["approved"]:
+            who = decision.get("by") or "an operator"
+            await self._result(call, error=f"not run: {who} chose to skip this call, so it did not happen{_note(decision)}")
+        elif "result" in decision:
+            await self._result(call, result=decision["result"])
+        else:
+            await self._execute([(call, attempt)])
+
+    async def _decision(self, call: dict[str, Any], approval_id: str, reason: str) -> dict[str, Any] | None:
+        """The decision on ``approval_id``; None while there is none (this step
+        requested it, which parks the agent, or it is still open)."""
+        request = self.state.approvals.get(approval_id)
+        if request is None:
+            data = {"approval_id": approval_id, "call_id": call["id"], "tool": call["name"],
+                    "arguments": call["arguments"], "key": call["key"], "reason": reason}
+            await self.journal.append((Kind.APPROVAL_REQUESTED, data))
+            return None
+        return request["decision"]
+
+    def _context(self, call: dict[str, Any], attempt: int) -> ToolContext:
+        return ToolContext(idempotency_key=call["key"], agent_id=self.state.agent_id, call_id=call["id"], attempt=attempt)
+
+    async def _execute(self, calls: list[tuple[dict[str, Any], int]], preceding=()) -> None:
+        """Run ``(call, attempt)`` pairs concurrently, after one append holding
+        ``preceding`` entries and every call's intent (durable before any side
+        effect). Each result is appended as it completes; the conversation keeps
+        the model's call order (the fold places results by call)."""
+        entries, runs = list(preceding), []
+        for call, attempt in calls:
+            tool = self.definition.tool(call["name"])
+            try:
+                # Redacted arguments come back from this activation's memory, or not at all.
+                arguments = self.journal.redactor.arguments_for(call)
+            except RedactedArgumentError as exc:
+                entries.append(self._result_entry(call, error=str(exc)))
+                continue
+            entries.append((Kind.TOOL_INTENT, {"key": call["key"], "call_id": call["id"], "tool": tool.name,
+                                               "attempt": attempt}))
+            runs.append((tool, call, arguments, attempt))
+        await self.journal.append(*entries)
+        if self.state.status != RUNNING or not runs:
+            return  # e.g. a cancel from another process was folded in while appending: do not act
+        if len(runs) == 1:
+            await self._run(*runs[0])
+            return
+        limiter = anyio.CapacityLimiter(self.definition.max_parallel_tools)
+
+        async def run_one(tool: Tool, call: dict[str, Any], arguments: dict[str, Any], attempt: int) -> None:
+            async with limiter:
+                await self._run(tool, call, arguments, attempt, lock=self._append_lock)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for run in runs:
+                    tg.start_soon(run_one, *run)
+        except BaseExceptionGroup as group:
+            # One call's store error (fenced, outage) stops the agent as it would alone.
+            raise _first(group) from None
+
+    async def _run(self, tool: Tool, call: dict[str, Any], arguments: dict[str, Any], attempt: int,
+                   lock: anyio.Lock | None = None) -> None:
+        with self.tracer.start_as_current_span(f"execute_tool {tool.name}") as span:
+            span.set_attribute(tm.OPERATION, "execute_tool")
+            span.set_attribute(tm.TOOL_NAME, tool.name)
+            span.set_attribute(tm.TOOL_CALL_ID, call["id"])
+            span.set_attribute(tm.TOOL_ATTEMPT, attempt)
+            span.set_attribute(tm.AGENT_ID, self.state.agent_id)
+            try:
+                outcome = {"result": tool.to_journal(await tool.invoke(arguments, self._context(call, attempt)))}
+            except Exception as exc:
+                record_error(span, exc)
+                outcome = {"error": str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"}
+        if lock is None:
+            await self._result(call, **outcome)
+        else:
+            async with lock:
+                await self._result(call, **outcome)
+
+    async def _reconcile(self, tool: Tool, call: dict[str, Any], attempt: int) -> None:
+        assert tool.reconcile is not None  # Tool.__post_init__ guarantees it
+        found = await tool.reconcile(self._context(call, attempt))
+        if isinstance(found, Reconciled):
+            await self._result(call, result=tool.to_journal(found.result), reconciled=True)
+        else:
+            await self._execute([(call, attempt)])
+
+    @staticmethod
+    def _result_entry(call: dict[str, Any], *, result: Any = None, error: str | None = None,
+                      reconciled: bool = False) -> tuple[str, dict[str, Any]]:
+        data = {"key": call["key"], "call_id": call["id"], "tool": call["name"], "result": result, "error": error}
+        if reconciled:
+            data["reconciled"] = True
+        return Kind.TOOL_RESULT, data
+
+    async def _result(self, call: dict[str, Any], *, result: Any = None, error: str | None = None,
+                      reconciled: bool = False) -> None:
+        entry = self._result_entry(call, result=result, error=error, reconciled=reconciled)
+        try:
+            await self.journal.append(entry)
+        except UnencodableValueError as exc:
+            # The side effect happened but its result cannot be stored exactly. Never a
+            # silent substitute: the agent fails naming the tool, the call and the field,
+            # and the ledger marks the call done, so a retry after the fix never repeats it
+            # (the model is then told the result was lost).
+            lost = (f"the call ran, but its result could not be stored ({exc.path}: {exc.reason}); "
+                    "it will not run again")
+            reason = f"tool {call['name']} call {call['id']}: result cannot be stored: {exc.path}: {exc.reason}"
+            kind, data = entry
+            await self.journal.append((kind, {**data, "result": None, "error": lost}), (Kind.FAILED, {"reason": reason}))
+
+
+def _note(decision: dict[str, Any]) -> str:
+    return f": {decision['note']}" if decision.get("note") else ""
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    """The error to stop on from a task group's: a store error first, else the first one."""
+    flat: list[BaseException] = []
+    stack = [group]
+    while stack:
+        for exc in stack.pop().exceptions:
+            (stack.append if isinstance(exc, BaseExceptionGroup) else flat.append)(exc)
+    for exc in flat:
+        if isinstance(exc, (AgentFencedError, StoreUnavailableError)):
+            return exc
+    return flat[0]
+
+
+def record_error(span, exc: BaseException) -> None:
+    """Mark ``span`` failed with the exception's type only: its message may quote
+    arguments or results (personal data, secrets), which spans never carry."""
+    span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+    span.add_event("exception", {"exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}"})
