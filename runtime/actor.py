@@ -60,6 +60,7 @@ class AgentActor(ToolCalls):
         # Held by each call of a concurrent group while it appends its result: one
         # stream, one writer, so appends of one agent never race each other's seq.
         self._append_lock = anyio.Lock()
+        self._validated: dict[str, dict[str, Any]] = {}  # call key -> its coerced arguments, until it runs
 
     @property
     def state(self) -> AgentState:
@@ -254,7 +255,8 @@ class AgentActor(ToolCalls):
             known = ", ".join(t.name for t in self.definition.tools) or "none"
             return f"unknown tool {call['name']!r} (the tools are: {known})"
         try:
-            tool.validate(call["arguments"])
+            # Kept for the run that follows in this activation: one validation per call.
+            self._validated[call["key"]] = tool.validate(call["arguments"])
         except ToolArgumentsError as exc:
             return str(exc)
         return None

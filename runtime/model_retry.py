@@ -67,6 +67,19 @@ class RetryPolicy:
         None when there is none. Returns ``fn``'s result; raises its last
         error when the attempts are spent or the error is not transient.
         """
+        try:
+            return await fn()  # the common case, without building a retry loop (~0.2 ms a call)
+        except Exception as exc:
+            first = exc
+        replayed = False
+
+        async def again() -> T:
+            nonlocal replayed
+            if not replayed:  # tenacity's attempt 1 is the call that just failed
+                replayed = True
+                raise first
+            return await fn()
+
         backoff = wait_exponential_jitter(multiplier=self.initial_s, max=self.max_s, jitter=self.jitter_s)
 
         def wait(state) -> float:
@@ -89,7 +102,7 @@ class RetryPolicy:
                                                reraise=True):
                 with attempt:
                     made = attempt.retry_state.attempt_number
-                    return await fn()
+                    return await again()
         except _ReportFailed as failed:
             raise failed.error from None  # journaling the attempt failed (the store): that is the error now
         except Exception as exc:

@@ -28,7 +28,8 @@ from .tools import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolC
 
 class ToolCalls:
     """Mixin of ``AgentActor``: needs ``definition``, ``journal``, ``state``,
-    ``tracer`` and ``_append_lock`` (an ``anyio.Lock``)."""
+    ``tracer``, ``_append_lock`` (an ``anyio.Lock``) and ``_validated`` (call
+    key -> arguments the model step validated)."""
 
     def _ready(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The calls that may start now, together: not started, no approval needed,
@@ -164,7 +165,9 @@ class ToolCalls:
             span.set_attribute(tm.TOOL_ATTEMPT, attempt)
             span.set_attribute(tm.AGENT_ID, self.state.agent_id)
             try:
-                outcome = {"result": tool.to_journal(await tool.invoke(arguments, self._context(call, attempt)))}
+                result = await tool.invoke(arguments, self._context(call, attempt),
+                                           validated=self._validated.pop(call["key"], None))
+                outcome = {"result": tool.to_journal(result)}
             except Exception as exc:
                 record_error(span, exc)
                 outcome = {"error": str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"}

@@ -147,11 +147,12 @@ class Tool:
         Raises ``ToolArgumentsError`` naming each field and its problem."""
         return self._read.validate(self.name, arguments)
 
-    async def invoke(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+    async def invoke(self, arguments: dict[str, Any], ctx: ToolContext, *, validated: dict[str, Any] | None = None) -> Any:
         """Validate ``arguments`` and call the tool; returns what it returned.
 
-        Raises ``ToolArgumentsError`` and whatever the tool raises."""
-        kwargs = self._read.validate(self.name, arguments)
+        ``validated``: what ``validate(arguments)`` returned already, to skip a
+        second validation. Raises ``ToolArgumentsError`` and whatever the tool raises."""
+        kwargs = dict(validated) if validated is not None else self._read.validate(self.name, arguments)
         if self._read.takes_context:
             kwargs[CONTEXT_PARAMETER] = ctx
         if self._is_async:
