@@ -1,0 +1,221 @@
+"""The store side of the LangGraph bridge: thread streams restored, kept current, appended to.
+
+Appends go through durably's ``GroupCommitter`` with the expected seq this
+process last saw, so many threads' checkpoints share one commit, and a writer
+whose view is stale (another process appended) gets a ``ConflictError``: it
+folds the records it missed and rebuilds its batch, as the runtime's journal
+rebases. Before every operation the thread reads the records after its seq (one
+query); a gap (records compacted away by another process) or a stream that went
+back (deleted) makes it restore again from the latest snapshot.
+
+Snapshots follow a doubling policy: one is written when the records since the
+last one hold at least as many bytes as it (and ``snapshot_min_bytes``), so the
+replay after a snapshot is never longer than the snapshot, and all snapshots
+ever written sum to at most twice the last one: O(N) bytes in all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from durably.storage.codec import Codec, FrameCipher
+from durably.storage.errors import ConflictError, CorruptRecordError, UnknownSchemaVersionError
+from durably.storage.journal import GroupCommitter
+from durably.storage.spi import Store, StreamId
+
+from .errors import InvalidThreadIdError
+from .thread import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
+
+_REBASE_ATTEMPTS = 16
+
+
+@dataclass
+class Thread:
+    """A thread's fold in this process, with its lock and snapshot accounting.
+
+    ``values``: per ``(ns, channel)`` the ``(version, list)`` last stored or
+    rebuilt here: the base of the next delta and a cache for reads."""
+
+    stream: StreamId
+    state: ThreadState
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    bytes_since: int = 0
+    snapshot_bytes: int = 0
+    values: dict[tuple[str, str], tuple[Any, list[Any]]] = field(default_factory=dict)
+
+
+class ThreadJournal:
+    """Restores, syncs and appends to the thread streams of ``namespace`` in ``store``.
+
+    In: an open ``store``, a ``codec`` (``Codec``, maybe encrypting),
+    ``cipher`` (for the snapshot codec, which runs in a worker thread),
+    ``versions_of`` (stored checkpoint -> its channel versions, for snapshots),
+    ``ttl`` (seconds of inactivity after which a thread is purged, or None).
+    """
+
+    def __init__(self, store: Store, codec: Codec, cipher: FrameCipher | None, namespace: str,
+                 versions_of: Callable[[Any], dict[str, Any]], *, ttl: float | None, snapshot_min_bytes: int,
+                 cache_threads: int) -> None:
+        self.store = store
+        self.codec = codec
+        self.cipher = cipher
+        self.namespace = namespace
+        self.committer = GroupCommitter(store)
+        self.versions_of = versions_of
+        self.ttl = ttl
+        self.snapshot_min_bytes = snapshot_min_bytes
+        self.cache_threads = cache_threads
+        self._threads: OrderedDict[str, Thread] = OrderedDict()
+
+    def stream(self, thread_id: Any) -> StreamId:
+        """The stream of ``thread_id``. Raises ``InvalidThreadIdError``."""
+        if thread_id is None:
+            raise InvalidThreadIdError("the config has no configurable.thread_id")
+        try:
+            return StreamId(self.namespace, str(thread_id))
+        except ValueError as exc:
+            raise InvalidThreadIdError(f"thread_id {thread_id!r} cannot be stored: {exc}") from None
+
+    @asynccontextmanager
+    async def locked(self, thread_id: Any):
+        """The thread, restored or caught up with the store, held under its lock."""
+        thread = self._threads.get(str(thread_id))
+        if thread is None:
+            thread = Thread(self.stream(thread_id), ThreadState())
+            self._threads[str(thread_id)] = thread
+            self._evict()
+        self._threads.move_to_end(str(thread_id))
+        async with thread.lock:
+            if thread.state.seq == 0 and not thread.state.checkpoints:
+                await self._restore(thread)
+            else:
+                await self.catch_up(thread)
+            if self.ttl is not None and thread.state.seq and thread.state.at + self.ttl < time.time():
+                await self._purge(thread)
+            yield thread
+
+    def _evict(self) -> None:
+        for key in list(self._threads):
+            if len(self._threads) <= self.cache_threads:
+                break
+            if not self._threads[key].lock.locked():
+                del self._threads[key]
+
+    async def _restore(self, thread: Thread) -> None:
+        stored = await self.store.get_snapshot(thread.stream)
+        thread.values.clear()
+        thread.bytes_since = 0
+        if stored is None:
+            thread.state, thread.snapshot_bytes = ThreadState(), 0
+        else:
+            frame = self._decode(stored.data, thread.stream, stored.seq, SNAPSHOT_SCHEMA)
+            thread.state = ThreadState.from_snapshot(stored.seq, frame)
+            thread.snapshot_bytes = len(stored.data)
+        await self.catch_up(thread, restoring=True)
+
+    async def catch_up(self, thread: Thread, *, restoring: bool = False) -> None:
+        """Fold the records appended after the thread's seq; restore on a gap."""
+        expected = thread.state.seq + 1
+        async for stored in self.store.read(thread.stream, thread.state.seq):
+            if stored.seq != expected:
+                if restoring:
+                    raise CorruptRecordError(f"records {expected}..{stored.seq - 1} are missing after the snapshot",
+                                             stream=thread.stream, seq=expected)
+                return await self._restore(thread)
+            thread.state.apply(self._decode(stored.data, thread.stream, stored.seq, RECORD_SCHEMA), stored.seq)
+            thread.bytes_since += len(stored.data)
+            expected += 1
+        if not restoring and expected == thread.state.seq + 1 and thread.state.seq:
+            # Nothing new: still make sure the stream was not deleted or compacted meanwhile.
+            last = await self.store.last_seq(thread.stream)
+            if last != thread.state.seq:
+                await self._restore(thread)
+
+    def _decode(self, data: bytes, stream: StreamId, seq: int, schema: int) -> Any:
+        frame = self.codec.decode(data, stream=stream, seq=seq)
+        if frame.schema_id != schema:
+            raise CorruptRecordError(f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[schema]}",
+                                     stream=stream, seq=seq)
+        if frame.schema_version != VERSION:
+            raise UnknownSchemaVersionError(SCHEMA_NAMES[schema], frame.schema_version, VERSION, stream=stream, seq=seq)
+        if not isinstance(frame.value, dict):
+            raise CorruptRecordError(f"{SCHEMA_NAMES[schema]} frame is not a map", stream=stream, seq=seq)
+        return frame.value
+
+    async def append(self, thread: Thread, build: Callable[[], list[dict[str, Any]]]) -> bool:
+        """Append the records ``build()`` returns (rebuilt after a conflict), then fold them.
+
+        Returns False when ``build`` returned none. Raises ``ConflictError`` after
+        repeated conflicts, ``StoreUnavailableError`` (outcome unknown: the next
+        operation re-reads) and ``UnencodableValueError`` (nothing written).
+        """
+        for _ in range(_REBASE_ATTEMPTS):
+            payloads = build()
+            if not payloads:
+                return False
+            first = thread.state.seq + 1
+            frames = [self.codec.encode(RECORD_SCHEMA, VERSION, p, path="langgraph", check=False,
+                                        stream=thread.stream, seq=first + i) for i, p in enumerate(payloads)]
+            try:
+                await self.committer.append(thread.stream, first - 1, frames)
+            except ConflictError:
+                await self.catch_up(thread)
+                continue
+            except BaseException:
+                thread.state, thread.values = ThreadState(), {}  # outcome unknown: restore next time
+                raise
+            for i, payload in enumerate(payloads):
+                thread.state.apply(payload, first + i)
+            thread.bytes_since += sum(map(len, frames))
+            if thread.bytes_since >= max(self.snapshot_min_bytes, thread.snapshot_bytes):
+                await self.snapshot(thread)
+            return True
+        raise ConflictError(thread.stream, thread.state.seq, None)
+
+    async def snapshot(self, thread: Thread, *, compact: bool = False) -> None:
+        """Store the thread's fold as a snapshot at its seq; older snapshots go.
+
+        ``compact``: also delete the records it covers (after deletions, so the
+        deleted checkpoints' bytes leave the store)."""
+        seq, stream = thread.state.seq, thread.stream
+        if seq == 0:
+            return
+        body = thread.state.body(self.versions_of)
+        cipher = self.cipher
+
+        def encode() -> bytes:  # CPU work off the event loop, with a codec of its own (not thread-safe)
+            return Codec(cipher=cipher).encode(SNAPSHOT_SCHEMA, VERSION, body, path="langgraph", check=False,
+                                               stream=stream, seq=seq)
+
+        data = await anyio.to_thread.run_sync(encode)
+        await self.store.put_snapshot(stream, seq, data)
+        await self.store.delete_snapshots(stream, seq)
+        if compact:
+            await self.store.delete_records(stream, seq)
+            thread.state = ThreadState.from_snapshot(seq, body)
+            thread.values.clear()
+        thread.snapshot_bytes, thread.bytes_since = len(data), 0
+
+    async def purge(self, thread_id: Any) -> None:
+        """Delete the thread's stream (records, snapshots) and forget it here."""
+        stream = self.stream(thread_id)
+        await self.store.delete_stream(stream)
+        thread = self._threads.get(str(thread_id))
+        if thread is not None:
+            thread.state, thread.values, thread.bytes_since, thread.snapshot_bytes = ThreadState(), {}, 0, 0
+
+    async def _purge(self, thread: Thread) -> None:
+        await self.store.delete_stream(thread.stream)
+        thread.state, thread.values, thread.bytes_since, thread.snapshot_bytes = ThreadState(), {}, 0, 0
+
+    async def thread_ids(self) -> list[str]:
+        """Every thread id of the namespace, sorted."""
+        return [stream.agent_id async for stream in self.store.list_streams(self.namespace)]
