@@ -32,6 +32,7 @@ from durably.storage.journal import GroupCommitter
 from durably.storage.spi import Store, StreamId
 
 from .errors import InvalidThreadIdError
+from .values import PrefixIndex
 from .thread import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
 
 _REBASE_ATTEMPTS = 16
@@ -42,7 +43,8 @@ class Thread:
     """A thread's fold in this process, with its lock and snapshot accounting.
 
     ``values``: per ``(ns, channel)`` the ``(version, list)`` last stored or
-    rebuilt here: the base of the next delta and a cache for reads."""
+    rebuilt here: the base of the next delta. ``prefixes``: per ``(ns, channel)``
+    the ``PrefixIndex`` of the values read (``values.py``)."""
 
     stream: StreamId
     state: ThreadState
@@ -50,6 +52,19 @@ class Thread:
     bytes_since: int = 0
     snapshot_bytes: int = 0
     values: dict[tuple[str, str], tuple[Any, list[Any]]] = field(default_factory=dict)
+    prefixes: dict[tuple[str, str], PrefixIndex] = field(default_factory=dict)
+    pending: list["_Pending"] = field(default_factory=list)
+    loaded: bool = False
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One save waiting for its thread's next commit."""
+
+    build: Callable[[ThreadState], list[dict[str, Any]]]
+    after: Callable[[Thread], None] | None
+    done: bool = False
+    error: BaseException | None = None
 
 
 class ThreadJournal:
@@ -84,23 +99,33 @@ class ThreadJournal:
         except ValueError as exc:
             raise InvalidThreadIdError(f"thread_id {thread_id!r} cannot be stored: {exc}") from None
 
-    @asynccontextmanager
-    async def locked(self, thread_id: Any):
-        """The thread, restored or caught up with the store, held under its lock."""
+    def thread(self, thread_id: Any) -> Thread:
+        """This process's ``Thread`` of ``thread_id`` (not loaded yet, maybe). Raises ``InvalidThreadIdError``."""
         thread = self._threads.get(str(thread_id))
         if thread is None:
             thread = Thread(self.stream(thread_id), ThreadState())
             self._threads[str(thread_id)] = thread
             self._evict()
         self._threads.move_to_end(str(thread_id))
+        return thread
+
+    @asynccontextmanager
+    async def locked(self, thread_id: Any):
+        """The thread, restored or caught up with the store, held under its lock."""
+        thread = self.thread(thread_id)
         async with thread.lock:
-            if thread.state.seq == 0 and not thread.state.checkpoints:
-                await self._restore(thread)
-            else:
-                await self.catch_up(thread)
-            if self.ttl is not None and thread.state.seq and thread.state.at + self.ttl < time.time():
-                await self._purge(thread)
+            await self._ensure_current(thread, catch_up=True)
             yield thread
+
+    async def _ensure_current(self, thread: Thread, *, catch_up: bool) -> None:
+        """Restore a thread not loaded yet; else read what other processes appended
+        (``catch_up``; writers skip it: their expected seq finds out). Then apply the TTL."""
+        if not thread.loaded:
+            await self._restore(thread)
+        elif catch_up:
+            await self.catch_up(thread)
+        if self.ttl is not None and thread.state.seq and thread.state.at + self.ttl < time.time():
+            await self._purge(thread)
 
     def _evict(self) -> None:
         for key in list(self._threads):
@@ -110,8 +135,10 @@ class ThreadJournal:
                 del self._threads[key]
 
     async def _restore(self, thread: Thread) -> None:
+        thread.loaded = False
         stored = await self.store.get_snapshot(thread.stream)
         thread.values.clear()
+        thread.prefixes.clear()
         thread.bytes_since = 0
         if stored is None:
             thread.state, thread.snapshot_bytes = ThreadState(), 0
@@ -120,6 +147,7 @@ class ThreadJournal:
             thread.state = ThreadState.from_snapshot(stored.seq, frame)
             thread.snapshot_bytes = len(stored.data)
         await self.catch_up(thread, restoring=True)
+        thread.loaded = True
 
     async def catch_up(self, thread: Thread, *, restoring: bool = False) -> None:
         """Fold the records appended after the thread's seq; restore on a gap."""
@@ -150,35 +178,78 @@ class ThreadJournal:
             raise CorruptRecordError(f"{SCHEMA_NAMES[schema]} frame is not a map", stream=stream, seq=seq)
         return frame.value
 
-    async def append(self, thread: Thread, build: Callable[[], list[dict[str, Any]]]) -> bool:
-        """Append the records ``build()`` returns (rebuilt after a conflict), then fold them.
+    async def append(self, thread_id: Any, build: Callable[[ThreadState], list[dict[str, Any]]],
+                     after: Callable[[Thread], None] | None = None) -> None:
+        """Append the records ``build(state)`` returns for ``thread_id``, durably, then fold them.
 
-        Returns False when ``build`` returned none. Raises ``ConflictError`` after
-        repeated conflicts, ``StoreUnavailableError`` (outcome unknown: the next
-        operation re-reads) and ``UnencodableValueError`` (nothing written).
+        ``build`` sees the fold including every record queued before it (it is
+        run again after a conflict); ``after(thread)`` runs once they are durable.
+        Saves LangGraph submits together (a task's writes, then the superstep's
+        checkpoint) share one commit: a thread-level group commit, with a commit
+        delay of one event-loop turn. Raises ``ConflictError`` after repeated
+        conflicts, ``StoreUnavailableError`` (outcome unknown: the next
+        operation restores) and ``UnencodableValueError`` (nothing of the
+        batch written).
         """
+        thread = self.thread(thread_id)
+        pending = _Pending(build, after)
+        thread.pending.append(pending)
+        await asyncio.sleep(0)  # the commit delay: let saves submitted in the same tick join
+        async with thread.lock:
+            if not pending.done:
+                batch, thread.pending = thread.pending, []
+                await self._ensure_current(thread, catch_up=False)
+                try:
+                    await self._commit(thread, batch)
+                except BaseException as exc:
+                    for p in batch:
+                        p.done, p.error = True, exc
+                else:
+                    for p in batch:
+                        p.done = True
+        if pending.error is not None:
+            raise pending.error
+
+    async def commit(self, thread: Thread, build: Callable[[ThreadState], list[dict[str, Any]]]) -> None:
+        """Append ``build(state)``'s records now, for a caller that holds the thread's lock."""
+        pending = _Pending(build, None)
+        await self._commit(thread, [pending])
+
+    async def _commit(self, thread: Thread, batch: list["_Pending"]) -> None:
         for _ in range(_REBASE_ATTEMPTS):
-            payloads = build()
-            if not payloads:
-                return False
             first = thread.state.seq + 1
-            frames = [self.codec.encode(RECORD_SCHEMA, VERSION, p, path="langgraph", check=False,
-                                        stream=thread.stream, seq=first + i) for i, p in enumerate(payloads)]
+            payloads: list[dict[str, Any]] = []
             try:
+                for p in batch:
+                    for payload in p.build(thread.state):
+                        thread.state.apply(payload, first + len(payloads))  # later builds see earlier ones
+                        payloads.append(payload)
+                if not payloads:
+                    break
+                frames = [self.codec.encode(RECORD_SCHEMA, VERSION, p, path="langgraph", check=False,
+                                            stream=thread.stream, seq=first + i) for i, p in enumerate(payloads)]
                 await self.committer.append(thread.stream, first - 1, frames)
             except ConflictError:
-                await self.catch_up(thread)
+                await self._restore(thread)  # the fold ran ahead of the store: start again from it
                 continue
             except BaseException:
-                thread.state, thread.values = ThreadState(), {}  # outcome unknown: restore next time
+                self._forget(thread)  # outcome unknown, or the fold ran ahead: restore next time
                 raise
-            for i, payload in enumerate(payloads):
-                thread.state.apply(payload, first + i)
             thread.bytes_since += sum(map(len, frames))
-            if thread.bytes_since >= max(self.snapshot_min_bytes, thread.snapshot_bytes):
-                await self.snapshot(thread)
-            return True
-        raise ConflictError(thread.stream, thread.state.seq, None)
+            break
+        else:
+            self._forget(thread)
+            raise ConflictError(thread.stream, first - 1, None)
+        for p in batch:
+            if p.after is not None:
+                p.after(thread)
+        if thread.bytes_since >= max(self.snapshot_min_bytes, thread.snapshot_bytes):
+            await self.snapshot(thread)
+
+    @staticmethod
+    def _forget(thread: Thread) -> None:
+        thread.state, thread.values, thread.bytes_since, thread.snapshot_bytes = ThreadState(), {}, 0, 0
+        thread.prefixes, thread.loaded = {}, False
 
     async def snapshot(self, thread: Thread, *, compact: bool = False) -> None:
         """Store the thread's fold as a snapshot at its seq; older snapshots go.
@@ -202,6 +273,7 @@ class ThreadJournal:
             await self.store.delete_records(stream, seq)
             thread.state = ThreadState.from_snapshot(seq, body)
             thread.values.clear()
+            thread.prefixes.clear()
         thread.snapshot_bytes, thread.bytes_since = len(data), 0
 
     async def purge(self, thread_id: Any) -> None:
@@ -210,11 +282,13 @@ class ThreadJournal:
         await self.store.delete_stream(stream)
         thread = self._threads.get(str(thread_id))
         if thread is not None:
-            thread.state, thread.values, thread.bytes_since, thread.snapshot_bytes = ThreadState(), {}, 0, 0
+            self._forget(thread)
+            thread.loaded = True
 
     async def _purge(self, thread: Thread) -> None:
         await self.store.delete_stream(thread.stream)
-        thread.state, thread.values, thread.bytes_since, thread.snapshot_bytes = ThreadState(), {}, 0, 0
+        self._forget(thread)
+        thread.loaded = True  # known empty now
 
     async def thread_ids(self) -> list[str]:
         """Every thread id of the namespace, sorted."""

@@ -42,8 +42,8 @@ from .errors import CheckpointValueError, InvalidPruneStrategyError
 from .journal import Thread, ThreadJournal
 from .redact import ValueRedactor
 from .sync import LoopBridge
-from .thread import StoredCheckpoint
-from .values import EMPTY, StrictSerde, build_entry, load_entry
+from .thread import StoredCheckpoint, ThreadState
+from .values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, load_entry
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -170,11 +170,14 @@ class DurablySaver(BaseCheckpointSaver[str]):
             key = (ns, channel, version)
             if key not in state.blobs:
                 continue  # never given a value (as LangGraph's own savers: absent, not None)
-            value = load_entry(self.values, state.blobs, key, thread.values.get((ns, channel)), where(channel))
+            index = thread.prefixes.get((ns, channel))
+            if index is None:
+                index = thread.prefixes[(ns, channel)] = PrefixIndex()
+            value = load_entry(self.values, state.blobs, key, index, where(channel))
             if value is EMPTY:
                 continue
             if type(value) is list:
-                thread.values[(ns, channel)] = (version, list(value))
+                thread.values[(ns, channel)] = (version, list(value))  # the next delta's base
             values[channel] = value
         checkpoint["channel_values"] = values
         metadata = _copy(wire["m"]) if wire.get("m") is not None else self.values.loads(*wire["mt"], where("(metadata)"))
@@ -271,29 +274,36 @@ class DurablySaver(BaseCheckpointSaver[str]):
         head = {"k": "c", "ns": ns, "id": checkpoint["id"], "p": conf.get("checkpoint_id"),
                 "run": run_id if isinstance(run_id, str) else None,
                 **self._stored_form(skeleton, "ckt", "ck"), **self._stored_form(meta, "mt", "m")}
-        async with self._journal.locked(thread_id) as thread:
-            bases: dict[str, tuple[Any, list[Any]]] = {}
+        # Serialized now, as LangGraph's own savers do: the graph may change its objects once this returns.
+        thread = self._journal.thread(thread_id)
+        prepared, bases = [], {}
+        for channel, version in new_versions.items():
+            if (ns, channel, version) in thread.state.blobs:
+                continue
+            if channel not in values:
+                prepared.append((channel, version, ["e"], None))
+                continue
+            value = values[channel]
+            prepared.append((channel, version, build_entry(self.values, value, thread.values.get((ns, channel)),
+                                                           self._redact), value))
+            if type(value) is list:
+                bases[channel] = (version, list(value))
 
-            def build() -> list[dict[str, Any]]:
-                blobs, state = [], thread.state
-                bases.clear()
-                for channel, version in new_versions.items():
-                    if (ns, channel, version) in state.blobs:
-                        continue
-                    if channel not in values:
-                        blobs.append([channel, version, ["e"]])
-                        continue
-                    base = thread.values.get((ns, channel))
-                    if base is not None and (ns, channel, base[0]) not in state.blobs:
-                        base = None
-                    blobs.append([channel, version, build_entry(self.values, values[channel], base, self._redact)])
-                    if type(values[channel]) is list:
-                        bases[channel] = (version, list(values[channel]))
-                return [{**head, "b": blobs, "t": time.time()}]
+        def build(state: ThreadState) -> list[dict[str, Any]]:
+            blobs = []
+            for channel, version, entry, value in prepared:
+                if (ns, channel, version) in state.blobs:
+                    continue  # first wins, as in LangGraph's blob tables
+                if entry[0] == DELTA and (ns, channel, entry[1]) not in state.blobs:
+                    entry = build_entry(self.values, value, None, self._redact)  # its base was compacted away
+                blobs.append([channel, version, entry])
+            return [{**head, "b": blobs, "t": time.time()}]
 
-            await self._journal.append(thread, build)
+        def after(thread: Thread) -> None:
             for channel, base in bases.items():
                 thread.values[(ns, channel)] = base
+
+        await self._journal.append(thread_id, build, after)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -307,22 +317,20 @@ class DurablySaver(BaseCheckpointSaver[str]):
         await self._bridge.enter()
         conf = config["configurable"]
         thread_id, ns, checkpoint_id = conf.get("thread_id"), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
-        async with self._journal.locked(thread_id) as thread:
 
-            def build() -> list[dict[str, Any]]:
-                rows = []
-                for idx, (channel, value) in enumerate(writes):
-                    index = WRITES_IDX_MAP.get(channel, idx)
-                    if index >= 0 and thread.state.has_write(ns, checkpoint_id, task_id, index):
-                        continue
-                    type_, data = self.values.dumps(self._redact(value) if self._redact is not None else value)
-                    rows.append([index, channel, type_, data])
-                if not rows:
-                    return []
-                return [{"k": "w", "ns": ns, "id": checkpoint_id, "task": task_id, "path": task_path,
-                         "w": rows, "t": time.time()}]
+        serialized = []
+        for idx, (channel, value) in enumerate(writes):  # now: the graph may change its objects later
+            typed = self.values.dumps(self._redact(value) if self._redact is not None else value)
+            serialized.append([WRITES_IDX_MAP.get(channel, idx), channel, *typed])
 
-            await self._journal.append(thread, build)
+        def build(state: ThreadState) -> list[dict[str, Any]]:
+            rows = [row for row in serialized if row[0] < 0 or not state.has_write(ns, checkpoint_id, task_id, row[0])]
+            if not rows:
+                return []
+            return [{"k": "w", "ns": ns, "id": checkpoint_id, "task": task_id, "path": task_path,
+                     "w": rows, "t": time.time()}]
+
+        await self._journal.append(thread_id, build)
 
     # -- deleting and copying -------------------------------------------------------------
 
@@ -333,8 +341,9 @@ class DurablySaver(BaseCheckpointSaver[str]):
             await self._journal.purge(thread_id)
 
     async def _delete(self, thread_id: str, thread: Thread, doomed: list[list[str]]) -> None:
+        """Tombstone ``doomed`` ([ns, id] pairs), then compact; the caller holds the thread's lock."""
         if doomed:
-            await self._journal.append(thread, lambda: [{"k": "x", "c": doomed, "t": time.time()}])
+            await self._journal.commit(thread, lambda state: [{"k": "x", "c": doomed, "t": time.time()}])
             await self._journal.snapshot(thread, compact=True)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -357,8 +366,7 @@ class DurablySaver(BaseCheckpointSaver[str]):
             if not any(source.state.checkpoints.values()):
                 return
             body = source.state.body(self._versions_of)
-        async with self._journal.locked(target_thread_id) as target:
-            await self._journal.append(target, lambda: [{"k": "i", **body, "t": time.time()}])
+        await self._journal.append(target_thread_id, lambda state: [{"k": "i", **body, "t": time.time()}])
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep only each namespace's newest checkpoint (and its

@@ -56,24 +56,39 @@ def _install_listener() -> None:
     _listener_installed = True
 
 
-def _check_ext(code: int, data: bytes) -> Any:
-    """An ``ext_hook`` that only validates: every nested class must be importable."""
-    if code in _CLASS_EXTS or code == _DELTA_SNAPSHOT_EXT:
-        inner = ormsgpack.unpackb(data, ext_hook=_check_ext, option=ormsgpack.OPT_NON_STR_KEYS)
-        if code == _DELTA_SNAPSHOT_EXT:
+class _ExtChecker:
+    """An ``ext_hook`` that only validates: every nested class must be importable.
+
+    ormsgpack replaces a hook's exception by "ext_hook failed", so the reason
+    is kept in ``problem``."""
+
+    def __init__(self) -> None:
+        self.problem: str | None = None
+
+    def __call__(self, code: int, data: bytes) -> Any:
+        if code in _CLASS_EXTS or code == _DELTA_SNAPSHOT_EXT:
+            inner = ormsgpack.unpackb(data, ext_hook=self, option=ormsgpack.OPT_NON_STR_KEYS)
+            if code == _DELTA_SNAPSHOT_EXT:
+                return None
+            if not isinstance(inner, (list, tuple)) or len(inner) < 3:
+                self._fail(f"extension {code} holds no (module, class, payload)")
+            module, name = inner[0], inner[1]
+            try:
+                getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError, TypeError, ValueError) as exc:
+                self._fail(f"class {module}.{name} is not available here ({type(exc).__name__}: {exc})")
             return None
-        if not isinstance(inner, (list, tuple)) or len(inner) < 3:
-            raise ValueError(f"extension {code} holds no (module, class, payload)")
-        module, name = inner[0], inner[1]
-        try:
-            getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, TypeError, ValueError) as exc:
-            raise ValueError(f"class {module}.{name} is not available here ({type(exc).__name__}: {exc})") from None
-        return None
-    if code == _NUMPY_EXT:
-        importlib.import_module("numpy")
-        return None
-    raise ValueError(f"unknown msgpack extension code {code}")
+        if code == _NUMPY_EXT:
+            try:
+                importlib.import_module("numpy")
+            except ImportError:
+                self._fail("a numpy array, and numpy is not installed")
+            return None
+        self._fail(f"unknown msgpack extension code {code}")
+
+    def _fail(self, problem: str) -> None:
+        self.problem = self.problem or problem
+        raise ValueError(problem)
 
 
 class StrictSerde:
@@ -94,10 +109,11 @@ class StrictSerde:
     def loads(self, type_: str, data: bytes, where: Callable[[str], CheckpointValueError]) -> Any:
         """The value of ``(type_, data)``; ``where(reason)`` builds the error to raise."""
         if type_ == "msgpack":
+            checker = _ExtChecker()
             try:
-                ormsgpack.unpackb(data, ext_hook=_check_ext, option=ormsgpack.OPT_NON_STR_KEYS)
+                ormsgpack.unpackb(data, ext_hook=checker, option=ormsgpack.OPT_NON_STR_KEYS)
             except (ValueError, TypeError, ImportError, ormsgpack.MsgpackDecodeError) as exc:
-                raise where(f"undecodable msgpack value: {exc}") from exc
+                raise where(checker.problem or f"undecodable msgpack value: {exc}") from exc
         found: list[str] = []
         token = _blocked.set(found)
         try:
@@ -139,55 +155,73 @@ def build_entry(serde: StrictSerde, value: Any, base: tuple[Any, list[Any]] | No
     return [FULL, type_, data]
 
 
-def load_entry(serde: StrictSerde, blobs: dict[Any, list[Any]], key: tuple[str, str, Any],
-               cached: tuple[Any, list[Any]] | None, where: Callable[[str], CheckpointValueError]) -> Any:
+class PrefixIndex:
+    """The last list rebuilt for one channel, and the versions whose values are its prefixes.
+
+    Versions of one lineage are prefixes of one another, so after rebuilding
+    the newest value once, each older one is a slice (``alist`` over a
+    1,000-step thread decodes each message once, not once per checkpoint).
+    ``items`` is private: callers get copies.
+    """
+
+    __slots__ = ("items", "lengths")
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.lengths: dict[Any, int] = {}
+
+
+def load_entry(serde: StrictSerde, blobs: dict[Any, list[Any]], key: tuple[str, str, Any], index: PrefixIndex,
+               where: Callable[[str], CheckpointValueError]) -> Any:
     """Rebuild the value stored under ``key`` = ``(ns, channel, version)``.
 
-    Follows delta entries back to a whole value (or to ``cached``, the
-    ``(version, list)`` last rebuilt for this channel), iteratively: a
-    1,000-step conversation is a 1,000-long chain. Returns ``EMPTY`` for an
-    empty channel. Raises ``CheckpointValueError`` for a missing base, a
-    length mismatch or an undecodable part.
+    Follows delta entries back to a whole value or to a version ``index``
+    knows, iteratively (a 1,000-step conversation is a 1,000-long chain), and
+    updates ``index``. Returns ``EMPTY`` for an empty channel. Raises
+    ``CheckpointValueError`` for a missing base, a length mismatch or an
+    undecodable part.
     """
     ns, channel, _ = key
-    chain: list[list[Any]] = []
+    chain: list[tuple[Any, list[Any]]] = []  # (version, delta entry), newest first
     cursor = key
-    start: list[Any] | None = None
+    known: int | None = None
     while True:
-        if cached is not None and cursor[2] == cached[0]:
-            start = list(cached[1])
+        if cursor[2] in index.lengths:
+            known = index.lengths[cursor[2]]
+            start = index.items[:known]
             if not chain:
                 return start
             break
         entry = blobs.get(cursor)
         if entry is None:
-            raise where(f"version {cursor[2]!r} is not stored (a delta's base is missing)" if chain
-                        else f"version {cursor[2]!r} is not stored")
+            raise where(f"version {cursor[2]!r} is not stored" + (" (a delta's base is missing)" if chain else ""))
         if entry[0] == EMPTY:
             if chain:
                 raise where(f"delta base version {cursor[2]!r} is an empty channel")
             return EMPTY
         if entry[0] == FULL:
-            start = None
-            chain.append(entry)
+            value = serde.loads(entry[1], entry[2], where)
+            if not chain and type(value) is not list:
+                return value
+            if type(value) is not list:
+                raise where("a delta's base is not a list")
+            start = value
             break
         if entry[0] != DELTA or len(chain) > len(blobs):
             raise where(f"stored entry of kind {entry[0]!r} is not understood")
-        chain.append(entry)
+        chain.append((cursor[2], entry))
         cursor = (ns, channel, entry[1])
-    if start is None:
-        full = chain.pop()
-        value = serde.loads(full[1], full[2], where)
-        if not chain:
-            return value
-        if type(value) is not list:
-            raise where("a delta's base is not a list")
-        start = value
-    for entry in reversed(chain):
+    lengths = {} if known is not None else {cursor[2]: len(start)}
+    for version, entry in reversed(chain):
         if len(start) != entry[2]:
             raise where(f"delta expects {entry[2]} base items, found {len(start)}")
         added = serde.loads(entry[3], entry[4], where)
         if type(added) is not list:
             raise where("a delta's items are not a list")
         start.extend(added)
+        lengths[version] = len(start)
+    # Versions of the old lineage up to the one reached are prefixes of this value too.
+    kept = {v: n for v, n in index.lengths.items() if n <= known} if known is not None else {}
+    index.lengths = kept | lengths
+    index.items = list(start)
     return start
