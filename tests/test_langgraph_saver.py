@@ -198,12 +198,16 @@ async def test_an_undecodable_value_fails_loudly_with_its_channel(tmp_path) -> N
 async def test_encryption_binds_each_record_to_its_thread(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'enc.db'}"
     cipher = AESGCMCipher(StaticKeyProvider({"k1": generate_key()}))
-    async with DurablySaver.from_url(url, cipher=cipher, snapshot_min_bytes=2048) as saver:
+    async with DurablySaver.from_url(url, cipher=cipher, snapshot_min_bytes=1 << 30) as saver:
         result = await _run(saver, 20)
         await _run(saver, 2, thread="other")
+    async with DurablySaver.from_url(url, cipher=cipher, snapshot_min_bytes=2048) as saver:
+        await _run(saver, 20, thread="snapshotted")
     async with open_store(url) as store:
         frames = [r.data async for r in store.read(StreamId("langgraph", "t1"))]
-        assert frames and not any(b"recorded step" in f or b"Step 1" in f for f in frames)
+        snapshot = await store.get_snapshot(StreamId("langgraph", "snapshotted"))
+        assert frames and snapshot is not None
+        assert not any(b"recorded step" in f or b"Step 1" in f for f in [*frames, snapshot.data])
         # A frame moved to another thread's stream at the same seq does not decrypt there.
         other = StreamId("langgraph", "other")
         last = await store.last_seq(other)
@@ -213,6 +217,7 @@ async def test_encryption_binds_each_record_to_its_thread(tmp_path) -> None:
         assert state.values == result
         with pytest.raises(DecryptionError):
             await saver.aget_tuple(_config("other"))
+        assert (await saver.aget_tuple(_config("snapshotted"))).checkpoint["channel_values"]["messages"]
     async with DurablySaver.from_url(url) as keyless:
         with pytest.raises(DecryptionError):
             await keyless.aget_tuple(_config())

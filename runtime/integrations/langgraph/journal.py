@@ -8,10 +8,12 @@ rebases. Before every operation the thread reads the records after its seq (one
 query); a gap (records compacted away by another process) or a stream that went
 back (deleted) makes it restore again from the latest snapshot.
 
-Snapshots follow a doubling policy: one is written when the records since the
-last one hold at least as many bytes as it (and ``snapshot_min_bytes``), so the
-replay after a snapshot is never longer than the snapshot, and all snapshots
-ever written sum to at most twice the last one: O(N) bytes in all.
+Snapshots follow a geometric policy: one is written when the records since
+the last one hold a quarter of its bytes (and ``snapshot_min_bytes``), so the
+replay after a snapshot is at most a quarter of it, and all snapshots ever
+written sum to at most five times the last one: O(N) bytes written in all.
+Each snapshot compacts the stream (the records it covers are deleted), so the
+store holds one snapshot plus a short tail.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from .values import PrefixIndex
 from .thread import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
 
 _REBASE_ATTEMPTS = 16
+#: A snapshot is due when the records since the last one hold 1/4 of its bytes:
+#: restore replays at most that much, and all snapshots ever written sum to 5x
+#: the last one (a geometric series), so writing stays O(N).
+SNAPSHOT_TAIL_RATIO = 4
 
 
 @dataclass
@@ -243,7 +249,7 @@ class ThreadJournal:
         for p in batch:
             if p.after is not None:
                 p.after(thread)
-        if thread.bytes_since >= max(self.snapshot_min_bytes, thread.snapshot_bytes):
+        if thread.bytes_since >= max(self.snapshot_min_bytes, thread.snapshot_bytes // SNAPSHOT_TAIL_RATIO):
             await self.snapshot(thread)
 
     @staticmethod
@@ -251,11 +257,11 @@ class ThreadJournal:
         thread.state, thread.values, thread.bytes_since, thread.snapshot_bytes = ThreadState(), {}, 0, 0
         thread.prefixes, thread.loaded = {}, False
 
-    async def snapshot(self, thread: Thread, *, compact: bool = False) -> None:
-        """Store the thread's fold as a snapshot at its seq; older snapshots go.
-
-        ``compact``: also delete the records it covers (after deletions, so the
-        deleted checkpoints' bytes leave the store)."""
+    async def snapshot(self, thread: Thread) -> None:
+        """Store the thread's live fold as a snapshot at its seq, then compact:
+        older snapshots and the records it covers go, and with them the bytes
+        of deleted checkpoints. The fold is rebuilt from the snapshot, so no
+        later delta refers to a value the snapshot dropped."""
         seq, stream = thread.state.seq, thread.stream
         if seq == 0:
             return
@@ -269,11 +275,8 @@ class ThreadJournal:
         data = await anyio.to_thread.run_sync(encode)
         await self.store.put_snapshot(stream, seq, data)
         await self.store.delete_snapshots(stream, seq)
-        if compact:
-            await self.store.delete_records(stream, seq)
-            thread.state = ThreadState.from_snapshot(seq, body)
-            thread.values.clear()
-            thread.prefixes.clear()
+        await self.store.delete_records(stream, seq)
+        thread.state = ThreadState.from_snapshot(seq, body)
         thread.snapshot_bytes, thread.bytes_since = len(data), 0
 
     async def purge(self, thread_id: Any) -> None:

@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+import cbor2
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -149,10 +150,20 @@ class DurablySaver(BaseCheckpointSaver[str]):
     def _versions_of(self, stored: StoredCheckpoint) -> dict[str, Any]:
         if stored.versions is None:
             wire = stored.wire
-            skeleton = wire["ck"] if wire.get("ck") is not None else self.values.loads(
-                *wire["ckt"], lambda r: CheckpointValueError("?", wire["ns"], wire["id"], "(checkpoint)", r))
+            skeleton = self._skeleton(wire, lambda r: CheckpointValueError("?", wire["ns"], wire["id"], "(checkpoint)", r))
             stored.versions = dict(skeleton.get("channel_versions", {}))
         return stored.versions
+
+    def _skeleton(self, wire: dict[str, Any], where) -> dict[str, Any]:
+        """The stored checkpoint without its values: CBOR bytes (decoded only when
+        read, so restoring a long thread does not decode every checkpoint), or
+        LangGraph's serde for one holding non-plain data."""
+        if wire.get("ck") is not None:
+            try:
+                return cbor2.loads(wire["ck"])
+            except (cbor2.CBORDecodeError, ValueError) as exc:
+                raise where(f"checkpoint does not decode: {exc}") from exc
+        return self.values.loads(*wire["ckt"], where)
 
     def _tuple(self, thread_id: str, thread: Thread, stored: StoredCheckpoint) -> CheckpointTuple:
         wire, state = stored.wire, thread.state
@@ -161,10 +172,8 @@ class DurablySaver(BaseCheckpointSaver[str]):
         def where(channel: str):
             return lambda reason: CheckpointValueError(thread_id, ns, checkpoint_id, channel, reason)
 
-        if wire.get("ck") is not None:
-            checkpoint = _copy(wire["ck"])
-        else:
-            checkpoint = self.values.loads(*wire["ckt"], where("(checkpoint)"))
+        checkpoint = self._skeleton(wire, where("(checkpoint)"))
+        stored.versions = dict(checkpoint.get("channel_versions", {}))
         values: dict[str, Any] = {}
         for channel, version in checkpoint.get("channel_versions", {}).items():
             key = (ns, channel, version)
@@ -273,7 +282,9 @@ class DurablySaver(BaseCheckpointSaver[str]):
         run_id = meta.get("run_id")
         head = {"k": "c", "ns": ns, "id": checkpoint["id"], "p": conf.get("checkpoint_id"),
                 "run": run_id if isinstance(run_id, str) else None,
-                **self._stored_form(skeleton, "ckt", "ck"), **self._stored_form(meta, "mt", "m")}
+                "ck": cbor2.dumps(skeleton) if _plain(skeleton) else None,
+                "ckt": None if _plain(skeleton) else list(self.values.dumps(skeleton)),
+                **self._stored_form(meta, "mt", "m")}
         # Serialized now, as LangGraph's own savers do: the graph may change its objects once this returns.
         thread = self._journal.thread(thread_id)
         prepared, bases = [], {}
@@ -344,7 +355,7 @@ class DurablySaver(BaseCheckpointSaver[str]):
         """Tombstone ``doomed`` ([ns, id] pairs), then compact; the caller holds the thread's lock."""
         if doomed:
             await self._journal.commit(thread, lambda state: [{"k": "x", "c": doomed, "t": time.time()}])
-            await self._journal.snapshot(thread, compact=True)
+            await self._journal.snapshot(thread)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in

@@ -5,7 +5,7 @@ schema ``durably.langgraph`` (frame schema id 16, version 1) holding a CBOR map:
 
 * ``{"k": "c", ...}`` a checkpoint: ``ns``, ``id``, ``p`` (parent id or
   None), ``run`` (the metadata's run_id), the checkpoint without its values
-  (``ck``: plain CBOR, or ``ckt``: ``[type, bytes]`` from LangGraph's serde
+  (``ck``: its CBOR as bytes, decoded when read, or ``ckt``: ``[type, bytes]`` from LangGraph's serde
   when it holds non-plain data), the metadata likewise (``m``/``mt``), and
   ``b``: the channel values given a new version, ``[[channel, version, entry]]``
   (entries: ``values.py``);

@@ -38,6 +38,7 @@ _CLASS_EXTS = frozenset({0, 1, 2, 3, 4, 5})  # JsonPlusSerializer's codes whose 
 _NUMPY_EXT, _DELTA_SNAPSHOT_EXT = 6, 7
 _blocked: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("durably_lg_blocked", default=None)
 _listener_installed = False
+_AVAILABLE: set[tuple[str, str]] = set()  # classes found importable (a class, once imported, stays)
 
 
 def _install_listener() -> None:
@@ -73,10 +74,14 @@ class _ExtChecker:
             if not isinstance(inner, (list, tuple)) or len(inner) < 3:
                 self._fail(f"extension {code} holds no (module, class, payload)")
             module, name = inner[0], inner[1]
+            if (module, name) in _AVAILABLE:
+                return None
             try:
                 getattr(importlib.import_module(module), name)
             except (ImportError, AttributeError, TypeError, ValueError) as exc:
                 self._fail(f"class {module}.{name} is not available here ({type(exc).__name__}: {exc})")
+            if len(_AVAILABLE) < 4096:
+                _AVAILABLE.add((module, name))
             return None
         if code == _NUMPY_EXT:
             try:
