@@ -28,7 +28,11 @@ def _runtime(store: str, namespace: str) -> Runtime:
 
 
 def _said(out: Output, agent_id: str, verdict: str, state: AgentState) -> None:
-    hint = " (a worker with its definition registered resumes it)" if state.status == "running" else ""
+    placement = getattr(state, "placement", None)  # a CommandResult says where the agent runs now
+    if placement is not None and state.status == "running":
+        hint = f" ({placement.reason})"
+    else:
+        hint = " (a worker with its definition registered resumes it)" if state.status == "running" else ""
     out.line(f"{agent_id}: {verdict} at seq {state.last_seq}; status now {state.status}{hint}")
 
 

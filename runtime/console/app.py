@@ -130,7 +130,9 @@ def create_app(store: str, *, namespace: str = "default", token: str | None = No
                     raise InvalidCommandError("this durably cannot record 'it happened' answers")
                 kwargs["result"] = json.loads(form.get("result") or "null")
             state = await runtime.approve(agent_id, approval_id, **kwargs)
-            notice = f"{approval_id}: {'denied' if action == 'deny' else 'approved'}; status now {state.status}"
+            placement = getattr(state, "placement", None)  # where the agent runs now, when the runtime says
+            where = f" ({placement.reason})" if placement is not None and state.status == "running" else ""
+            notice = f"{approval_id}: {'denied' if action == 'deny' else 'approved'}; status now {state.status}{where}"
         except (DurablyError, ValueError) as exc:
             notice = f"refused: {type(exc).__name__}: {exc}"
         return RedirectResponse(f"/agents/{quote(agent_id, safe='')}?notice={quote(notice, safe='')}", 303)
