@@ -26,22 +26,26 @@ _QUESTION = ("outcome of attempt {previous} unknown (the agent failed on it, pol
              "again, deny to skip it, or report that it happened with its result")
 
 
-def retry_entries(state: AgentState, definition: AgentDefinition, worker: str) -> list[tuple[str, dict[str, Any]]]:
+def retry_entries(state: AgentState, definition: AgentDefinition | None, worker: str) -> list[tuple[str, dict[str, Any]]]:
     """The records that turn failed ``state`` back into a runnable agent.
 
     A ``retried`` record (status back to running), then, for each pending call
     whose outcome is unknown and whose tool's policy is ``fail``, an approval
     request: a human decides whether it happened, since running it again
-    blindly is what the policy forbids. Raises ``InvalidCommandError`` when the
-    agent is not failed.
+    blindly is what the policy forbids. Without the ``definition`` (an
+    operator's command line registers none) every call whose outcome is
+    unknown becomes such a request: asking is never a duplicate effect.
+    Raises ``InvalidCommandError`` when the agent is not failed.
     """
     if state.status != FAILED:
         raise InvalidCommandError(f"agent {state.agent_id} is {state.status}, not failed: nothing to retry")
     entries: list[tuple[str, dict[str, Any]]] = [(Kind.RETRIED, {"worker": worker, "reason": state.reason})]
     for call in state.pending_calls:
         entry = state.ledger.get(call["key"])
-        tool = definition.tool(call["name"])
-        if entry is None or entry["done"] or tool is None or tool.on_unknown_outcome is not OnUnknownOutcome.FAIL:
+        if entry is None or entry["done"]:
+            continue
+        tool = definition.tool(call["name"]) if definition is not None else None
+        if definition is not None and (tool is None or tool.on_unknown_outcome is not OnUnknownOutcome.FAIL):
             continue
         attempt = entry["attempts"] + 1
         approval_id = f"{call['id']}#attempt{attempt}"

@@ -439,19 +439,22 @@ class Runtime(Inspection):
         call whose outcome is unknown under the ``fail`` policy becomes an
         approval request (re-run, skip, or "it happened" with a result), and
         then None is returned since the agent waits for it. A call whose result
-        could not be stored is never run again: the model is told so.
-        Raises ``InvalidCommandError`` (the agent is not failed),
-        ``AgentNotFoundError``, ``DefinitionNotRegisteredError`` and what
-        ``resume`` raises.
+        could not be stored is never run again: the model is told so. Without
+        its definition registered here (``durably retry``), the agent is made
+        runnable for a worker that has it (``serve``), None is returned, and
+        every call whose outcome is unknown becomes a question. Raises
+        ``InvalidCommandError`` (the agent is not failed),
+        ``AgentNotFoundError`` and what ``resume`` raises.
         """
         for _ in range(RETRY_APPEND_ATTEMPTS):
             journal = await self._restore_journal(agent_id)
-            definition = self._definition(journal.state.definition.get("name", ""))
+            definition = self._definitions.get(journal.state.definition.get("name", ""))
             try:
                 await journal.append(*retry_entries(journal.state, definition, self.worker_id))
             except AgentFencedError:
                 continue  # another writer got there first: decide again from what it wrote
-            return await self._resume(agent_id)
+            # Without its definition here (the command line), a serving worker runs it.
+            return await self._resume(agent_id) if definition is not None else None
         raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
 
     async def send(self, agent_id: str, content: str, *, role: str = "user") -> CommandResult:

@@ -143,3 +143,19 @@ async def test_a_decimal_nan_result_is_refused_with_its_path_not_stored() -> Non
     async with Runtime("memory://", agents=[AgentDefinition(name="n", model=ScriptModel(script), tools=[price])]) as rt:
         state = await rt.run("n", "a1", "task")
     assert state.status == "failed" and "tool_result.data.result.amount: Decimal NaN is not finite" in state.reason
+
+
+async def test_durably_retry_from_the_command_line_lets_a_serving_worker_finish_the_run(tmp_path) -> None:
+    model = Switchable()
+    definition = AgentDefinition(name="s", model=model, retry=FAST)
+    url = f"sqlite:///{tmp_path}/a.db"
+    async with Runtime(url, agents=[definition]) as rt:
+        assert (await rt.run("s", "a1", "task")).status == "failed"
+    cli = [sys.executable, "-m", "durably.runtime.cli", "retry", "a1", "--store", url]
+    done = await anyio.to_thread.run_sync(lambda: subprocess.run(cli, capture_output=True, text=True, timeout=120))
+    assert done.returncode == 0, done.stdout + done.stderr
+    model.fixed = True
+    async with Runtime(url, agents=[definition]) as rt:
+        (handle,) = await rt.resume_all()
+        state = await handle.wait()
+    assert state.status == "finished" and state.result == "answered"
