@@ -235,19 +235,21 @@ class Codec:
         self._decompressor = zstandard.ZstdDecompressor()
 
     def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str = "value", check: bool = True,
-               stream=None, seq: int | None = None) -> bytes:
+               tagged: bool = True, stream=None, seq: int | None = None) -> bytes:
         """Encode ``value`` as a frame (bytes).
 
         Raises ``UnencodableValueError`` with the field path (rooted at ``path``)
         for values outside plain data, before anything is written; also for a string
         that is not valid Unicode and a value whose CBOR passes the decode size
         limit. ``check=False`` skips the walk, for callers that already ran
-        ``check_encodable`` (the tag conversion then always runs).
+        ``check_encodable``; they pass what it returned as ``tagged`` (False:
+        plain data only, no tag conversion needed).
         ``stream`` (``StreamId``) and ``seq`` say where the frame will be stored;
         an encrypting codec binds the ciphertext to them and raises ``ValueError``
         without them.
         """
-        tagged = check_encodable(value, path, self.limits.max_depth) if check else True
+        if check:
+            tagged = check_encodable(value, path, self.limits.max_depth)
         try:
             raw = cbor2.dumps(values.to_cbor(value) if tagged else value)
         except (UnicodeEncodeError, cbor2.CBOREncodeError, ValueError, OverflowError) as exc:

@@ -72,20 +72,21 @@ class RecordCodec:
             raise UnencodableValueError("record.at", f"at must be unix seconds (float), got {type(record.at).__name__}")
         if type(record.data) is not dict:
             raise UnencodableValueError(f"{record.kind}.data", f"{type(record.data).__name__} is not supported (use a dict)")
-        check_encodable(record.data, f"{record.kind}.data", self.codec.limits.max_depth - STATE_NESTING)
+        tagged = check_encodable(record.data, f"{record.kind}.data", self.codec.limits.max_depth - STATE_NESTING)
         label = f"{record.kind}.data"
         try:
-            return self._encode(RECORD_SCHEMA_ID, record.to_wire(), stream, record.seq, label)
+            return self._encode(RECORD_SCHEMA_ID, record.to_wire(), stream, record.seq, label, tagged)
         except UnencodableValueError as exc:
             # Found on the wire map, whose "d" is the record's data: name it as the caller knows it.
             if exc.path.startswith(f"{label}.d"):
                 raise UnencodableValueError(label + exc.path[len(label) + 2:], exc.reason) from exc
             raise
 
-    def _encode(self, schema_id: int, value: dict[str, Any], stream: StreamId | None, seq: int, path: str) -> bytes:
+    def _encode(self, schema_id: int, value: dict[str, Any], stream: StreamId | None, seq: int, path: str,
+                tagged: bool) -> bytes:
         # The caller checked the user part with a meaningful path; the envelope is ours.
         return self.codec.encode(schema_id, CURRENT_VERSIONS[schema_id], value, path=path, check=False,
-                                 stream=stream, seq=seq)
+                                 tagged=tagged, stream=stream, seq=seq)
 
     def decode_record(self, stored: StoredRecord, stream: StreamId | None = None) -> Record:
         """The ``Record`` in ``stored``. Raises ``CorruptRecordError`` (and subclasses)
@@ -110,8 +111,8 @@ class RecordCodec:
             raise UnencodableValueError("snapshot.seq", f"seq must be an int >= 0, got {seq!r}")
         if type(state) is not dict:
             raise UnencodableValueError("state", f"{type(state).__name__} is not supported (use a dict)")
-        check_encodable(state, "state", self.codec.limits.max_depth - 1)
-        return self._encode(SNAPSHOT_SCHEMA_ID, snapshot_to_wire(seq, state), stream, seq, "state")
+        tagged = check_encodable(state, "state", self.codec.limits.max_depth - 1)
+        return self._encode(SNAPSHOT_SCHEMA_ID, snapshot_to_wire(seq, state), stream, seq, "state", tagged)
 
     def decode_snapshot(self, stored: StoredSnapshot, stream: StreamId | None = None) -> tuple[int, dict[str, Any], Frame]:
         """``(seq, state, frame)`` of a stored snapshot; errors as ``decode_record``."""
