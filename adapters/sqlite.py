@@ -51,7 +51,7 @@ from durably.storage.errors import (
 from durably.storage.spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
 
 from . import sqlite_layout as layout
-from .sqlite_file import path_from_url, prepare_file, translate, unavailable
+from .sqlite_file import daemonize, path_from_url, prepare_file, translate, unavailable
 from .sqlite_layout import SCHEMA_VERSION
 from .sqlite_leases import SQLiteLeases
 
@@ -94,9 +94,11 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         try:
             # isolation_level None: autocommit, so a lone write statement is its own
             # transaction (the fast append path); longer transactions BEGIN IMMEDIATE.
-            db = await aiosqlite.connect(
+            connecting = aiosqlite.connect(
                 self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
             )
+            daemonize(connecting)
+            db = await connecting
         except sqlite3.Error as exc:
             raise unavailable(exc) from exc
         try:
