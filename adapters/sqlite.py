@@ -420,6 +420,24 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                 await db.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
         await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", ())
 
+    async def erase_freed(self) -> str | None:
+        """Leave no byte of deleted or overwritten rows in the files; None when done, else why not.
+
+        Deleted content is zeroed in its pages by ``secure_delete``, but the
+        WAL still holds the old page images until a checkpoint copies the new
+        ones over and truncates it. ``wal_checkpoint(TRUNCATE)`` waits up to the
+        busy timeout for other connections' transactions; one still open then
+        (a reader's snapshot of the old pages) makes it give up, and the reason
+        is returned instead (``durably reencrypt`` reports it).
+        """
+        self._check_open()
+        ((busy, log_frames, checkpointed),) = await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", ())
+        if busy or log_frames != checkpointed:
+            return (f"another connection to {self.path} holds an open transaction, so the write-ahead log "
+                    f"(which still holds the old bytes) could not be checkpointed and truncated "
+                    f"({checkpointed} of {log_frames} frames copied); close it and run again")
+        return None
+
     # -- blobs -------------------------------------------------------------------
 
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
