@@ -5,8 +5,11 @@ checked when built, and ``AgentExistsError`` for a reused id."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import threading
+import uuid
+from decimal import Decimal
 from typing import Any, Literal, Optional
 
 import pydantic
@@ -249,3 +252,30 @@ async def test_run_with_an_existing_id_and_another_task_or_definition_is_refused
             await rt.run("support", "ticket-4711", "another task")
         again = await rt.run("support", "ticket-4711", "answer ticket 4711")  # same: silent
     assert again.result == state.result
+
+
+@tool
+def book(when: dt.datetime, day: dt.date, at: dt.time, length: dt.timedelta, price: Decimal, ref: uuid.UUID,
+         blob: bytes, seats: set[int], tags: frozenset[str]) -> str:
+    """Book a slot."""
+    return "booked"
+
+
+def test_value_type_parameters_have_their_json_schema_formats_and_arrive_as_their_types() -> None:
+    assert book.spec()["parameters"]["properties"] == {
+        "when": {"format": "date-time", "title": "When", "type": "string"},
+        "day": {"format": "date", "title": "Day", "type": "string"},
+        "at": {"format": "time", "title": "At", "type": "string"},
+        "length": {"format": "duration", "title": "Length", "type": "string"},
+        "price": {"anyOf": [{"type": "number"}, {"type": "string"}], "title": "Price"},
+        "ref": {"format": "uuid", "title": "Ref", "type": "string"},
+        "blob": {"format": "binary", "title": "Blob", "type": "string"},
+        "seats": {"items": {"type": "integer"}, "title": "Seats", "type": "array", "uniqueItems": True},
+        "tags": {"items": {"type": "string"}, "title": "Tags", "type": "array", "uniqueItems": True},
+    }
+    values = book.validate({"when": "2025-01-01T10:00:00+02:00", "day": "2025-01-02", "at": "10:30:00",
+                            "length": "PT1H", "price": "19.99", "ref": "12345678-1234-5678-1234-567812345678",
+                            "blob": "hi", "seats": [1, 2, 2], "tags": ["a"]})
+    assert values["when"] == dt.datetime(2025, 1, 1, 8, tzinfo=dt.timezone.utc)
+    assert values["length"] == dt.timedelta(hours=1) and values["price"] == Decimal("19.99")
+    assert values["seats"] == {1, 2} and values["tags"] == frozenset({"a"}) and isinstance(values["ref"], uuid.UUID)
