@@ -32,6 +32,7 @@ from durably.storage.registry import open_store
 from durably.storage.spi import Store, StreamId
 
 from . import commands as cmd
+from . import wakeups
 from .actor import AgentActor, _Requeue
 from .agent import AgentDefinition, Budget
 from .errors import (
@@ -275,18 +276,22 @@ class Runtime:
         """
         handles = []
         async for stream in self.store.list_streams(self.namespace):
-            if stream.agent_id in self._live:
-                continue
-            try:
-                handle = await self._resume(stream.agent_id)
-            except (DefinitionNotRegisteredError, AgentLeasedError, AgentFencedError):
-                continue  # not ours to run, another runtime runs it, or won the race to
-            except CodecError as exc:
-                log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
-                continue
-            if handle is not None:
+            if (handle := await self._resume_if_runnable(stream.agent_id)) is not None:
                 handles.append(handle)
         return handles
+
+    async def _resume_if_runnable(self, agent_id: str) -> AgentHandle | None:
+        """``_resume`` for ``resume_all`` and wake-ups: None for an agent live here, not
+        ours to run, run by another runtime, or unreadable (logged)."""
+        if agent_id in self._live:
+            return None
+        try:
+            return await self._resume(agent_id)
+        except (DefinitionNotRegisteredError, AgentLeasedError, AgentFencedError, AgentNotFoundError):
+            return None  # not ours to run, another runtime runs it, won the race to, or purged meanwhile
+        except CodecError as exc:
+            log.error("agent %s not resumed, its journal is unreadable: %s", self.stream(agent_id), exc)
+            return None
 
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
         """Start ``agent_id`` (or resume it if its journal exists) and wait until it stops or parks."""
@@ -302,11 +307,15 @@ class Runtime:
         """Resume runnable agents forever, polling the store every ``poll_interval`` seconds.
 
         This is how an agent parked in one process runs on after another process
-        approved it or extended its budget. Cancel the calling scope to stop.
+        approved it or extended its budget. On a store with change notifications
+        (``CAP_CHANGES``: PostgreSQL) such a command wakes this loop at once and
+        the agent resumes without waiting for the poll (``durably.runtime.wakeups``).
+        Cancel the calling scope to stop.
         """
-        while True:
-            await self.resume_all()
-            await anyio.sleep(poll_interval)
+        async with wakeups.subscribe(self.store, self.namespace) as changes:
+            while True:
+                await self.resume_all()
+                await wakeups.wait_and_resume(changes, poll_interval, self._resume_if_runnable)
 
     async def status(self, agent_id: str) -> AgentState:
         """The agent's current state, read from the store. Raises ``AgentNotFoundError``."""
@@ -371,9 +380,12 @@ class Runtime:
             # Resume here only an agent this command un-parked: one that was running
             # may be running elsewhere (a store without leases cannot tell), and
             # that worker folds the command in.
-            if was_parked and journal.state.status == RUNNING and journal.state.definition.get("name") in self._definitions:
-                with contextlib.suppress(AgentLeasedError, AgentFencedError):
-                    await self._resume(agent_id)
+            if was_parked and journal.state.status == RUNNING:
+                if journal.state.definition.get("name") in self._definitions:
+                    with contextlib.suppress(AgentLeasedError, AgentFencedError):
+                        await self._resume(agent_id)
+                if agent_id not in self._live:  # a serve() elsewhere runs it: wake it now
+                    await wakeups.publish(self.store, self.stream(agent_id))
             return journal.state
         raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
 

@@ -1,0 +1,179 @@
+"""The PostgreSQL adapter's tables, their version row and the forward migrations.
+
+Everything lives in one schema of the user's choice (``?schema=``, default
+``durably``). ``schema_version`` holds one row, the version of the layout;
+``MIGRATIONS[n]`` lifts a schema at version ``n - 1`` to ``n`` (version 0 is
+"no tables yet"), so a new schema runs every step and an old one only the
+missing ones, as Flyway and Alembic do. ``open()`` applies them in one
+transaction under a transaction-scoped advisory lock of the schema, so
+processes opening the same new schema at once create it once; a schema of a
+newer version than this build knows is refused (``UnknownSchemaVersionError``)
+and left untouched. ``tests/golden/postgres-v1.sql`` is a dump of a version 1
+schema with data, written by the first release of the adapter; the tests
+migrate it.
+
+Version 1: ``streams`` (one row per stream: its id and ``last_seq``, which
+compaction never lowers), ``records``, ``snapshots``, ``blobs``, ``commits``
+(the token and per-request results of each recent group commit, so an append
+whose connection dropped is resolved by reading its token back) and the
+function ``append_batch`` (below). Ids are ``COLLATE "C"``: comparison and
+order by code point, whatever the database's collation, as the SPI's sorted
+listing requires.
+
+Version 2: ``leases`` and the sequence ``lease_tokens`` (``CAP_LEASES``).
+"""
+
+from __future__ import annotations
+
+#: The layout version this build writes and reads.
+SCHEMA_VERSION = 2
+
+# One group commit is one call of this function: one round trip and one
+# transaction for the whole batch. Per request, in order: advance the stream's
+# last_seq from the expected seq (the UPDATE's row lock serialises racing
+# writers; under READ COMMITTED a waiting writer re-checks the WHERE on the row
+# the winner committed, so it finds last_seq moved and updates nothing), or
+# create the stream when the expected seq is 0 (ON CONFLICT DO NOTHING: a racing
+# creator wins, we conflict), then insert the records. A request that matched
+# nothing is a conflict: its slot holds -1 - the stream's actual last seq and it
+# wrote nothing. A later request of the same stream sees the earlier one's
+# update. The results are stored under the caller's token in the same
+# transaction, which is what makes an unknown outcome answerable.
+_APPEND_BATCH = """
+CREATE FUNCTION {s}.append_batch(p_token uuid, p_namespace text[], p_agent_id text[], p_expected bigint[],
+                                  p_count integer[], p_data bytea[])
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+    results bigint[] := '{{}}';
+    first_row integer := 0;
+    stream bigint;
+    actual bigint;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_namespace, 1), 0) LOOP
+        stream := NULL;
+        UPDATE {s}.streams SET last_seq = last_seq + p_count[i]
+            WHERE namespace = p_namespace[i] AND agent_id = p_agent_id[i] AND last_seq = p_expected[i]
+            RETURNING id INTO stream;
+        IF stream IS NULL AND p_expected[i] = 0 THEN
+            INSERT INTO {s}.streams (namespace, agent_id, last_seq) VALUES (p_namespace[i], p_agent_id[i], p_count[i])
+                ON CONFLICT (namespace, agent_id) DO NOTHING RETURNING id INTO stream;
+        END IF;
+        IF stream IS NULL THEN
+            SELECT last_seq INTO actual FROM {s}.streams WHERE namespace = p_namespace[i] AND agent_id = p_agent_id[i];
+            results := results || (-1 - coalesce(actual, 0));
+        ELSE
+            INSERT INTO {s}.records (stream_id, seq, data)
+                SELECT stream, p_expected[i] + k, p_data[first_row + k] FROM generate_series(1, p_count[i]) AS k;
+            results := results || (p_expected[i] + p_count[i]);
+        END IF;
+        first_row := first_row + p_count[i];
+    END LOOP;
+    INSERT INTO {s}.commits (token, results) VALUES (p_token, results);
+    -- Tokens are only read back within seconds of their commit; forget old ones now and then.
+    IF random() < 0.01 THEN
+        DELETE FROM {s}.commits WHERE committed_at < now() - interval '15 minutes';
+    END IF;
+    RETURN results;
+END
+$fn$"""
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "CREATE TABLE {s}.schema_version (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), "
+        "version integer NOT NULL)",
+        """CREATE TABLE {s}.streams (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            namespace text COLLATE "C" NOT NULL,
+            agent_id text COLLATE "C" NOT NULL,
+            last_seq bigint NOT NULL DEFAULT 0,
+            UNIQUE (namespace, agent_id)
+        )""",
+        """CREATE TABLE {s}.records (
+            stream_id bigint NOT NULL, seq bigint NOT NULL, data bytea NOT NULL, PRIMARY KEY (stream_id, seq)
+        )""",
+        """CREATE TABLE {s}.snapshots (
+            stream_id bigint NOT NULL, seq bigint NOT NULL, data bytea NOT NULL, PRIMARY KEY (stream_id, seq)
+        )""",
+        """CREATE TABLE {s}.blobs (
+            stream_id bigint NOT NULL, digest text NOT NULL, data bytea NOT NULL, PRIMARY KEY (stream_id, digest)
+        )""",
+        """CREATE TABLE {s}.commits (
+            token uuid PRIMARY KEY, results bigint[] NOT NULL, committed_at timestamptz NOT NULL DEFAULT now()
+        )""",
+        "CREATE INDEX commits_by_age ON {s}.commits (committed_at)",
+        _APPEND_BATCH,
+    ),
+    2: (
+        # Leases (durably.adapters.postgres.leases); tokens from a sequence, so they only grow.
+        "CREATE SEQUENCE {s}.lease_tokens AS bigint",
+        """CREATE TABLE {s}.leases (
+            namespace text COLLATE "C" NOT NULL,
+            agent_id text COLLATE "C" NOT NULL,
+            owner text NOT NULL,
+            token bigint NOT NULL,
+            expires_at double precision NOT NULL,
+            PRIMARY KEY (namespace, agent_id)
+        )""",
+    ),
+}
+
+
+def statements(schema: str, from_version: int, to_version: int = SCHEMA_VERSION) -> list[str]:
+    """The DDL that lifts ``schema`` from ``from_version`` to ``to_version``, in order."""
+    quoted = f'"{schema}"'
+    return [sql.format(s=quoted) for version in range(from_version + 1, to_version + 1) for sql in MIGRATIONS[version]]
+
+
+async def prepare(conn, schema: str, lock_timeout: float) -> int:
+    """Check the server can hold a store and bring ``schema`` to ``SCHEMA_VERSION``; returns the version found.
+
+    In: an asyncpg connection outside any transaction. Raises
+    ``PostgresSetupError`` on a read-only server (a hot standby, or
+    ``default_transaction_read_only``) and when another transaction holds the
+    schema's lock past ``lock_timeout`` seconds (for instance the caller's own,
+    still open, which touched these tables), ``UnknownSchemaVersionError`` for
+    a schema written by a newer durably (nothing is changed), and asyncpg's
+    errors for the rest (the caller translates them).
+    """
+    import asyncpg
+
+    from durably.storage.errors import UnknownSchemaVersionError
+
+    from .faults import PostgresSetupError
+
+    in_recovery, read_only = await conn.fetchrow(
+        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")
+    if in_recovery or read_only:
+        where = "a hot standby (read-only replica)" if in_recovery else "read-only (default_transaction_read_only)"
+        raise PostgresSetupError(f"the database is {where}: a durably store needs the primary, writable")
+    found = await _version(conn, schema)
+    if found == SCHEMA_VERSION:
+        return found  # the common case: no lock, no transaction
+    if found > SCHEMA_VERSION:
+        raise UnknownSchemaVersionError(f"durably postgres schema {schema!r}", found, SCHEMA_VERSION)
+    try:
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL lock_timeout = {int(lock_timeout * 1000)}")
+            # One opener at a time per schema; the others then find it done.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"durably.schema.{schema}")
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            found = await _version(conn, schema)
+            if found > SCHEMA_VERSION:
+                raise UnknownSchemaVersionError(f"durably postgres schema {schema!r}", found, SCHEMA_VERSION)
+            for sql in statements(schema, found):
+                await conn.execute(sql)
+            await conn.execute(
+                f'INSERT INTO "{schema}".schema_version (version) VALUES ($1) '
+                "ON CONFLICT (only_row) DO UPDATE SET version = excluded.version", SCHEMA_VERSION)
+    except asyncpg.LockNotAvailableError as exc:
+        raise PostgresSetupError(
+            f"open() waited more than {lock_timeout:g} s for a lock on schema {schema!r}: another transaction "
+            "holds it (a transaction of the caller's own, still open on these tables?)") from exc
+    return found
+
+
+async def _version(conn, schema: str) -> int:
+    """The schema's recorded version; 0 when it has no ``schema_version`` table yet."""
+    if await conn.fetchval("SELECT to_regclass($1)", f'"{schema}".schema_version') is None:
+        return 0
+    return await conn.fetchval(f'SELECT coalesce(max(version), 0) FROM "{schema}".schema_version')
