@@ -94,7 +94,9 @@ async def test_migrated_schema_equals_a_new_one(pg_server: PostgresTestServer) -
     shape = ("SELECT table_name, column_name, data_type, collation_name, is_nullable FROM information_schema.columns "
              "WHERE table_schema = '{}' ORDER BY 1, 2")
     functions = "SELECT routine_name FROM information_schema.routines WHERE routine_schema = '{}' ORDER BY 1"
-    for query in (shape, functions):
+    bodies = ("SELECT p.proname, replace(p.prosrc, '\"{0}\"', 'S') FROM pg_proc AS p JOIN pg_namespace AS n "
+              "ON n.oid = p.pronamespace WHERE n.nspname = '{0}' ORDER BY 1")
+    for query in (shape, functions, bodies):
         assert pg_server.psql(query.format("durably"), database=database) == pg_server.psql(
             query.format("fresh"), database=database)
 

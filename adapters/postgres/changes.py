@@ -165,7 +165,7 @@ class PostgresChanges:
         """
         self._check_open()  # type: ignore[attr-defined]
         options = self.options  # type: ignore[attr-defined]
-        feed = ChangeFeed(options.dsn, options.connect_timeout, f"{self._application_name}-listen",  # type: ignore[attr-defined]
+        feed = ChangeFeed(options.listen_dsn, options.connect_timeout, f"{self._application_name}-listen",  # type: ignore[attr-defined]
                           self._channel, namespace)
         async with anyio.create_task_group() as group:
             await group.start(feed.run)

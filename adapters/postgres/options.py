@@ -17,6 +17,10 @@ name                     default  meaning
 ``connect_timeout``      10       seconds to establish a connection
 ``deadline``             30       seconds after which no retry of a failed call starts
 ``lock_timeout``         10       seconds ``open()`` waits for the schema's lock
+``listen_dsn``           the URL  a libpq URL (percent-encoded) for the LISTEN connection
+                                  of change notifications: a direct one where the
+                                  pool goes through PgBouncer's transaction mode,
+                                  which cannot LISTEN
 =======================  =======  ======================================================
 
 A password in the URL is never logged: ``redacted(url)`` replaces it, and the
@@ -49,6 +53,7 @@ class PostgresOptions:
     connect_timeout: float = 10.0
     deadline: float = 30.0
     lock_timeout: float = 10.0
+    listen_dsn: str = ""  # "" = dsn
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresOptions":
@@ -63,8 +68,8 @@ class PostgresOptions:
                    "deadline": float, "lock_timeout": float}
         for name, raw in parse_qsl(parts.query, keep_blank_values=True):
             try:
-                if name == "schema":
-                    fields["schema"] = raw
+                if name in ("schema", "listen_dsn"):
+                    fields[name] = raw
                 elif name in numbers:
                     fields[name] = numbers[name](raw)
                 else:
@@ -72,6 +77,7 @@ class PostgresOptions:
             except ValueError:
                 raise InvalidRequestError(f"postgresql URL option {name}={raw!r} is not a number") from None
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
+        fields.setdefault("listen_dsn", dsn)
         options = cls(dsn=dsn, **fields)  # type: ignore[arg-type]
         options._validate()
         return options

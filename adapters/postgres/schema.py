@@ -21,12 +21,13 @@ order by code point, whatever the database's collation, as the SPI's sorted
 listing requires.
 
 Version 2: ``leases`` and the sequence ``lease_tokens`` (``CAP_LEASES``).
+Version 3: ``append_batch`` locks the batch's stream rows in id order first (no deadlocks).
 """
 
 from __future__ import annotations
 
 #: The layout version this build writes and reads.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # One group commit is one call of this function: one round trip and one
 # transaction for the whole batch. Per request, in order: advance the stream's
@@ -40,7 +41,7 @@ SCHEMA_VERSION = 2
 # update. The results are stored under the caller's token in the same
 # transaction, which is what makes an unknown outcome answerable.
 _APPEND_BATCH = """
-CREATE FUNCTION {s}.append_batch(p_token uuid, p_namespace text[], p_agent_id text[], p_expected bigint[],
+CREATE OR REPLACE FUNCTION {s}.append_batch(p_token uuid, p_namespace text[], p_agent_id text[], p_expected bigint[],
                                   p_count integer[], p_data bytea[])
 RETURNS bigint[] LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -48,7 +49,7 @@ DECLARE
     first_row integer := 0;
     stream bigint;
     actual bigint;
-BEGIN
+BEGIN{lock_in_order}
     FOR i IN 1 .. coalesce(array_length(p_namespace, 1), 0) LOOP
         stream := NULL;
         UPDATE {s}.streams SET last_seq = last_seq + p_count[i]
@@ -77,6 +78,14 @@ BEGIN
 END
 $fn$"""
 
+# Version 3 locks the batch's existing stream rows in id order before touching any:
+# two group commits naming the same streams in different orders (two workers, or
+# a worker and an operator's command) then wait for each other instead of
+# deadlocking, which PostgreSQL would only break after deadlock_timeout (1 s).
+_LOCK_IN_ORDER = """
+    PERFORM 1 FROM {s}.streams AS st JOIN unnest(p_namespace, p_agent_id) AS k (namespace, agent_id)
+        ON st.namespace = k.namespace AND st.agent_id = k.agent_id ORDER BY st.id FOR UPDATE OF st;"""
+
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE {s}.schema_version (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), "
@@ -101,7 +110,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             token uuid PRIMARY KEY, results bigint[] NOT NULL, committed_at timestamptz NOT NULL DEFAULT now()
         )""",
         "CREATE INDEX commits_by_age ON {s}.commits (committed_at)",
-        _APPEND_BATCH,
+        _APPEND_BATCH.replace("{lock_in_order}", ""),
     ),
     2: (
         # Leases (durably.adapters.postgres.leases); tokens from a sequence, so they only grow.
@@ -115,6 +124,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (namespace, agent_id)
         )""",
     ),
+    3: (_APPEND_BATCH.replace("{lock_in_order}", _LOCK_IN_ORDER),),
 }
 
 

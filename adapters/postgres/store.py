@@ -27,8 +27,10 @@ WAL first), so it survives a server crash or restart.
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
@@ -53,6 +55,7 @@ from .leases import PostgresLeases
 from .options import PostgresOptions, redacted
 
 T = TypeVar("T")
+log = logging.getLogger("durably.adapters.postgres")
 
 _MAX_SEQ = (1 << 63) - 1
 
@@ -167,12 +170,27 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
             raise StoreClosedError("PostgresStore is not open")
         return self._pool
 
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection for the block. A failure to give it back (the server went away
+        after the block's work was done) is not the block's failure: once a statement
+        returned, its outcome is known, and the pool replaces the broken connection."""
+        pool = self._connections()
+        conn = await pool.acquire()
+        try:
+            yield conn
+        finally:
+            try:
+                await pool.release(conn)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+                log.debug("a pooled connection broke on release (the pool drops it): %s", exc)
+
     async def _call(self, what: str, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """Run ``work(connection)`` (idempotent), retrying transient failures; errors translated."""
-        pool = self._connections()
+        self._connections()
 
         async def attempt() -> T:
-            async with pool.acquire() as conn:
+            async with self._connection() as conn:
                 return await work(conn)
 
         return await with_retries(self.options.deadline, what, attempt)
@@ -232,10 +250,15 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
 
     async def _append_once(self, args: tuple) -> list[int]:
         """One call of the append function. Raises ``OutcomeUnknown`` when the connection failed mid-call."""
-        async with self._connections().acquire() as conn:
+        async with self._connection() as conn:
             pid = conn.get_server_pid()
             try:
                 return list(await conn.fetchval(self._sql["append"], *args))
+            except asyncpg.UniqueViolationError as exc:
+                if exc.constraint_name != "commits_pkey":
+                    raise
+                # Our token is stored: an earlier attempt committed after all. Read it back.
+                raise OutcomeUnknown(exc, None) from exc
             except Exception as exc:
                 if connection_lost(exc):
                     raise OutcomeUnknown(exc, pid) from exc
@@ -245,7 +268,7 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
         """Decide an append whose connection failed mid-call: its stored results when it
         committed, None when it surely did not (its backend is gone and left no token).
         Database errors propagate (the caller retries the resolution, never a blind re-send)."""
-        async with self._connections().acquire() as conn:
+        async with self._connection() as conn:
             if unknown.backend_pid is not None:
                 await self._end_backend(conn, unknown.backend_pid)
             found = await conn.fetchval(self._sql["commit"], token)
