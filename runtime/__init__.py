@@ -11,6 +11,7 @@ from .errors import (
     AgentFencedError,
     AgentLeasedError,
     AgentNotFoundError,
+    ApprovalAlreadyDecidedError,
     DefinitionNotRegisteredError,
     InvalidCommandError,
 )
@@ -22,6 +23,7 @@ from .tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
 
 __all__ = [
     "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentLeasedError", "AgentHandle", "AgentNotFoundError", "AgentState",
+    "ApprovalAlreadyDecidedError",
     "Budget", "DefinitionNotRegisteredError", "InvalidCommandError", "Model", "ModelResponse", "OnUnknownOutcome",
     "Reconciled", "Runtime", "SnapshotPolicy", "Tool", "ToolCall", "ToolContext", "Usage", "tool",
 ]

@@ -132,6 +132,9 @@ class AgentActor:
                 continue
             try:
                 await self.journal.append(entry)
+            except InvalidCommandError as exc:  # lost a race to another process's command
+                command.finish(exc)
+                continue
             except BaseException as exc:
                 command.finish(exc)
                 raise

@@ -29,6 +29,21 @@ class InvalidCommandError(DurablyError, ValueError):
     """A command does not fit the agent's state (unknown approval, already decided, terminal agent...)."""
 
 
+class ApprovalAlreadyDecidedError(InvalidCommandError):
+    """The approval was decided already, perhaps a moment ago by another process.
+
+    Attributes: ``agent_id``, ``approval_id`` and ``decision`` (the journaled
+    decision: ``approved``, ``by``, ``note``). Of two racing decisions exactly
+    one is acknowledged; the other caller gets this error.
+    """
+
+    def __init__(self, agent_id: str, approval_id: str, decision: dict) -> None:
+        self.agent_id, self.approval_id, self.decision = agent_id, approval_id, decision
+        verdict = "approved" if decision.get("approved") else "denied"
+        by = f" by {decision['by']}" if decision.get("by") else ""
+        super().__init__(f"approval {approval_id!r} of {agent_id} is already decided ({verdict}{by})")
+
+
 class AgentLeasedError(DurablyError):
     """Another runtime holds the agent's lease: it runs the agent now.
 
@@ -41,3 +56,18 @@ class AgentLeasedError(DurablyError):
         self.agent_id, self.owner, self.expires_at = agent_id, owner, expires_at
         holder = f"{owner} (lease until {expires_at:.0f})" if owner else "another runtime"
         super().__init__(f"agent {agent_id!r} is run by {holder}")
+
+
+class SeqOutOfRangeError(DurablyError, ValueError):
+    """A seq outside an agent's journal was asked for (``state_at``, ``fork``):
+    below 1, past its last record, or in a part compacted away with no snapshot
+    at or before it."""
+
+
+class WaitTimeoutError(DurablyError, TimeoutError):
+    """``Runtime.wait`` gave up: the agent did not reach one of the wanted
+    statuses in time. ``state`` holds the last state seen."""
+
+    def __init__(self, message: str, state) -> None:
+        super().__init__(message)
+        self.state = state

@@ -43,7 +43,9 @@ from .errors import (
     DefinitionNotRegisteredError,
 )
 from .journal import AgentJournal, JournalServices
+from .inspection import Inspection
 from .leases import LeaseKeeper
+from .owner import LeaseHolder
 from .migrate import definition_change_entries, hold_for_migration
 from .redaction import RedactionPolicy
 from .reencrypt import ReencryptReport
@@ -51,6 +53,7 @@ from .reencrypt import reencrypt as reencrypt_namespace
 from .restore import restore
 from .retention import RetentionPolicy, SweepItem, purge_stream
 from .retention import sweep as sweep_namespace
+from .single_flight import KeyedLock
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
 from .telemetry import tracer as make_tracer
@@ -80,7 +83,7 @@ class AgentHandle:
         return self._actor.state
 
 
-class Runtime:
+class Runtime(Inspection):
     """Runs durable agents on one store.
 
     In: ``store`` (a URL for ``open_store``, or a ``Store`` you opened; a URL's
@@ -96,7 +99,10 @@ class Runtime:
     agent runs only in the runtime holding its lease, renewed every third of
     this; a crashed runtime's agents can be resumed elsewhere after it).
     Use as ``async with``; leaving it cancels live actors (their journals are
-    already durable) and flushes pending snapshots.
+    already durable) and flushes pending snapshots. ``start`` launches an agent
+    without waiting for it; ``wait`` / ``watch`` follow it later, from any
+    process. Reading and branching journals (``history``, ``state_at``,
+    ``fork``, ``describe``) come from ``Inspection``.
     """
 
     def __init__(self, store: str | Store, *, agents: Iterable[AgentDefinition] = (), namespace: str = "default",
@@ -117,6 +123,7 @@ class Runtime:
         for definition in agents:
             self.register(definition)
         self._live: dict[str, AgentActor] = {}
+        self._activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
         self._exit: AsyncExitStack | None = None
 
     # lifecycle --------------------------------------------------------------
@@ -133,7 +140,7 @@ class Runtime:
                                        codec_factory=partial(RecordCodec, cipher=self.encryption))
             self._services = JournalServices(self.store, self.codec, committer, snapshots, self.policy, self.tracer,
                                              redaction=self.redaction)
-            self._leases = LeaseKeeper(self.store, f"{self.worker_id}/{uuid.uuid4().hex[:8]}", self.lease_ttl)
+            self._leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(snapshots.run, self._snapshot_written)
             self._tg.start_soon(self._leases.renew_forever, self._lease_lost)
@@ -189,6 +196,10 @@ class Runtime:
         """
         definition = agent if isinstance(agent, AgentDefinition) else self._definition(agent)
         self._definitions.setdefault(definition.name, definition)
+        async with self._activating.hold(agent_id):
+            return await self._start(definition, agent_id, task, budget)
+
+    async def _start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
         stream = self.stream(agent_id)
         if agent_id in self._live:  # running here: its lease is the live actor's, not ours to touch
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
@@ -231,16 +242,22 @@ class Runtime:
         ``CorruptRecordError`` / ``UnknownSchemaVersionError`` (journal unreadable:
         not resumed, bytes untouched).
         """
-        if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
-            return AgentHandle(actor)
-        return await self._resume(agent_id, force=force, take_dead=True)
+        return await self._resume(agent_id, force=force)
 
-    async def _resume(self, agent_id: str, *, force: bool = False, take_dead: bool = False) -> AgentHandle | None:
-        """``resume``; ``take_dead`` only for an explicit one (see ``LeaseKeeper.claim``)."""
+    async def _resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
+        """``resume``, and the resumes of ``resume_all`` and commands.
+
+        Single-flight: holding the agent id's lock, a second caller finds the
+        first one's live actor and gets its handle instead of a second copy.
+        """
+        async with self._activating.hold(agent_id):
+            return await self._resume_held(agent_id, force=force)
+
+    async def _resume_held(self, agent_id: str, *, force: bool) -> AgentHandle | None:
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
         stream = self.stream(agent_id)
-        await self._claim(stream, force=force, take_dead=take_dead)
+        await self._claim(stream, force=force)
         try:
             journal = await self._restore_journal(agent_id)
             if journal.state.status != RUNNING:
@@ -254,12 +271,19 @@ class Runtime:
             raise
         return self._spawn(definition, journal)
 
-    async def _claim(self, stream: StreamId, *, force: bool = False, take_dead: bool = True) -> None:
-        """Take the agent's lease or raise ``AgentLeasedError`` naming who holds it."""
-        if await self._leases.claim(stream, force=force, take_dead=take_dead) is None:
+    async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
+        """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
+        if await self._leases.claim(stream, force=force) is None:
             holder = await self._leases.holder(stream)
             raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
                                    holder.expires_at if holder else None)
+
+    async def lease_holder(self, agent_id: str) -> LeaseHolder | None:
+        """Who holds ``agent_id``'s lease now: owner, worker id, host and pid, expiry
+        (unix seconds) and liveness (``alive``, ``dead``: taken at once by the next
+        resume here or in ``serve``; ``remote``: only the expiry tells); None when
+        nobody does or the store has no leases. Raises ``StoreUnavailableError``."""
+        return await self._leases.holder_info(self.stream(agent_id))
 
     def _lease_lost(self, stream: StreamId) -> None:
         actor = self._live.get(stream.agent_id)
@@ -456,7 +480,12 @@ class Runtime:
             finally:
                 if self._live.get(agent_id) is actor:
                     del self._live[agent_id]  # parked or done: nothing of it stays in memory
-                await self._leases.release(journal.stream)
+                # Under the id's lock: a resume racing this exit renews the same lease,
+                # which must not be released under the activation it spawned.
+                with anyio.CancelScope(shield=True):
+                    async with self._activating.hold(agent_id):
+                        if agent_id not in self._live:
+                            await self._leases.release(journal.stream)
 
         self._tg.start_soon(run_actor)
         return AgentHandle(actor)
