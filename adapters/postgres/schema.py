@@ -22,12 +22,13 @@ listing requires.
 
 Version 2: ``leases`` and the sequence ``lease_tokens`` (``CAP_LEASES``).
 Version 3: ``append_batch`` locks the batch's stream rows in id order first (no deadlocks).
+Version 4: ``append_batch`` set-based for distinct existing streams (see ``_APPEND_BATCH_V4``).
 """
 
 from __future__ import annotations
 
 #: The layout version this build writes and reads.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # One group commit is one call of this function: one round trip and one
 # transaction for the whole batch. Per request, in order: advance the stream's
@@ -86,6 +87,75 @@ _LOCK_IN_ORDER = """
     PERFORM 1 FROM {s}.streams AS st JOIN unnest(p_namespace, p_agent_id) AS k (namespace, agent_id)
         ON st.namespace = k.namespace AND st.agent_id = k.agent_id ORDER BY st.id FOR UPDATE OF st;"""
 
+# Version 4: a group commit to distinct, existing streams (the steady state of a
+# runtime) is three set-based statements whatever its size, instead of two
+# statements per request: lock the rows in id order, advance every last_seq that
+# matches its expected seq in one UPDATE, insert every record of those requests
+# in one INSERT (each record names its request and its offset in it, so no array
+# is subscripted in a loop). Batches with a repeated or a new stream take the
+# per-request loop of version 3. The function is dropped and made anew: its
+# arguments changed (p_request, p_offset).
+_APPEND_BATCH_V4 = """
+CREATE FUNCTION {s}.append_batch(p_token uuid, p_namespace text[], p_agent_id text[], p_expected bigint[],
+                                  p_count integer[], p_request integer[], p_offset integer[], p_data bytea[])
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+    results bigint[];
+    stream bigint;
+    actual bigint;
+BEGIN
+    PERFORM 1 FROM {s}.streams AS st JOIN unnest(p_namespace, p_agent_id) AS k (namespace, agent_id)
+        ON st.namespace = k.namespace AND st.agent_id = k.agent_id ORDER BY st.id FOR UPDATE OF st;
+    IF 0 < ALL (p_expected) AND cardinality(p_namespace) =
+            (SELECT count(DISTINCT (k.namespace, k.agent_id)) FROM unnest(p_namespace, p_agent_id) AS k (namespace, agent_id)) THEN
+        WITH req AS (
+            SELECT * FROM unnest(p_namespace, p_agent_id, p_expected, p_count) WITH ORDINALITY
+                AS r (namespace, agent_id, expected, n, i)
+        ), moved AS (
+            UPDATE {s}.streams AS st SET last_seq = st.last_seq + req.n FROM req
+                WHERE st.namespace = req.namespace AND st.agent_id = req.agent_id AND st.last_seq = req.expected
+                RETURNING req.i, st.id, req.expected
+        ), written AS (
+            INSERT INTO {s}.records (stream_id, seq, data)
+                SELECT moved.id, moved.expected + rec.offs, rec.data
+                FROM unnest(p_request, p_offset, p_data) AS rec (req, offs, data) JOIN moved ON moved.i = rec.req
+        )
+        SELECT array_agg(CASE WHEN moved.i IS NULL THEN -1 - coalesce(st.last_seq, 0) ELSE req.expected + req.n END
+                         ORDER BY req.i)
+            INTO results
+            FROM req LEFT JOIN moved ON moved.i = req.i
+            LEFT JOIN {s}.streams AS st ON st.namespace = req.namespace AND st.agent_id = req.agent_id;
+    ELSE
+        results := '{{}}';
+        FOR req_no IN 1 .. cardinality(p_namespace) LOOP
+            stream := NULL;
+            UPDATE {s}.streams SET last_seq = last_seq + p_count[req_no]
+                WHERE namespace = p_namespace[req_no] AND agent_id = p_agent_id[req_no] AND last_seq = p_expected[req_no]
+                RETURNING id INTO stream;
+            IF stream IS NULL AND p_expected[req_no] = 0 THEN
+                INSERT INTO {s}.streams (namespace, agent_id, last_seq) VALUES (p_namespace[req_no], p_agent_id[req_no], p_count[req_no])
+                    ON CONFLICT (namespace, agent_id) DO NOTHING RETURNING id INTO stream;
+            END IF;
+            IF stream IS NULL THEN
+                SELECT last_seq INTO actual FROM {s}.streams WHERE namespace = p_namespace[req_no] AND agent_id = p_agent_id[req_no];
+                results := results || (-1 - coalesce(actual, 0));
+            ELSE
+                INSERT INTO {s}.records (stream_id, seq, data)
+                    SELECT stream, p_expected[req_no] + rec.offs, rec.data
+                    FROM unnest(p_request, p_offset, p_data) AS rec (req, offs, data) WHERE rec.req = req_no;
+                results := results || (p_expected[req_no] + p_count[req_no]);
+            END IF;
+        END LOOP;
+    END IF;
+    INSERT INTO {s}.commits (token, results) VALUES (p_token, results);
+    -- Tokens are only read back within seconds of their commit; forget old ones now and then.
+    IF random() < 0.01 THEN
+        DELETE FROM {s}.commits WHERE committed_at < now() - interval '15 minutes';
+    END IF;
+    RETURN results;
+END
+$fn$"""
+
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE {s}.schema_version (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), "
@@ -125,6 +195,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         )""",
     ),
     3: (_APPEND_BATCH.replace("{lock_in_order}", _LOCK_IN_ORDER),),
+    4: ("DROP FUNCTION {s}.append_batch(uuid, text[], text[], bigint[], integer[], bytea[])", _APPEND_BATCH_V4),
 }
 
 

@@ -90,7 +90,7 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
         self._application_name = f"durably-{uuid.uuid4().hex[:12]}"
         s = f'"{self.options.schema}"'
         self._sql = {
-            "append": f"SELECT {s}.append_batch($1, $2, $3, $4, $5, $6)",
+            "append": f"SELECT {s}.append_batch($1, $2, $3, $4, $5, $6, $7, $8)",
             "commit": f"SELECT results FROM {s}.commits WHERE token = $1",
             "last_seq": f"SELECT last_seq FROM {s}.streams WHERE namespace = $1 AND agent_id = $2",
             "read": f"SELECT r.seq, r.data FROM {s}.records AS r JOIN {s}.streams AS st ON st.id = r.stream_id "
@@ -222,6 +222,8 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
             [r.stream.agent_id for r in requests],
             [r.expected_seq for r in requests],
             [len(r.records) for r in requests],
+            [index for index, r in enumerate(requests, start=1) for _ in r.records],  # each record's request
+            [offset for r in requests for offset in range(1, len(r.records) + 1)],  # and its place in it
             [data for r in requests for data in r.records],
         )
         unknown: OutcomeUnknown | None = None  # an attempt whose outcome must be read back before any re-send
