@@ -71,3 +71,17 @@ class WaitTimeoutError(DurablyError, TimeoutError):
     def __init__(self, message: str, state) -> None:
         super().__init__(message)
         self.state = state
+
+
+class AgentLeaseLostError(AgentLeasedError):
+    """This runtime's activation of the agent stopped because another runtime took its lease.
+
+    This runtime paused (or lost the store) past the lease TTL, and another
+    worker took the lapsed lease: that one runs the agent now, and anything
+    this one would still append is fenced by the expected seq. Raised by
+    ``AgentHandle.wait`` and so ``Runtime.run``. Attributes as ``AgentLeasedError``.
+    """
+
+    def __init__(self, agent_id: str, owner: str | None, expires_at: float | None) -> None:
+        super().__init__(agent_id, owner, expires_at)
+        self.args = (f"agent {agent_id!r} lost its lease here; it is run by {owner or 'another runtime'} now",)

@@ -123,7 +123,7 @@ class AgentJournal:
         now = time.time()
         # Redacted before encoding: the codec, the store and the fold see only the redacted form.
         agent = self.state.definition.get("name")
-        records = [Record(first + i, kind, self.redactor.redact(kind, data, agent), now)
+        records = [Record(first + i, kind, self.redactor.redact(kind, data, agent, first + i), now)
                    for i, (kind, data) in enumerate(entries)]
         frames = [svc.codec.encode_record(r, self.stream) for r in records]
         stored = sum(map(len, frames))
@@ -138,7 +138,9 @@ class AgentJournal:
             except ConflictError as exc:
                 raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc
         for record in records:
+            before = (len(self.state.messages), len(self.state.inbox))
             apply(self.state, record)
+            self.redactor.placed(record, self.state, before)
         self.records_since += len(records)
         self.bytes_since += stored
         if svc.policy.due(self.records_since, self.bytes_since, self.snapshot_bytes):

@@ -91,9 +91,16 @@ class LeaseKeeper:
             except StoreError as exc:
                 log.warning("lease of %s not released (it will expire): %s", stream, exc)
 
-    async def renew_forever(self, on_lost: Callable[[StreamId], None]) -> None:
-        """Renew every held lease each ``ttl / 3`` seconds; ``on_lost(stream)`` for
-        one that another owner took meanwhile. Run it in the runtime's task group."""
+    async def release_all(self) -> None:
+        """Give up every lease held or wanted (a drain); errors are logged."""
+        self._wanted.clear()
+        for stream in list(self._held):
+            await self.release(stream)
+
+    async def renew_forever(self, on_lost: Callable[[StreamId, Lease | None], None]) -> None:
+        """Renew every held lease each ``ttl / 3`` seconds; ``on_lost(stream, holder)``
+        for one that another owner (``holder``, None if unknown) took meanwhile.
+        Run it in the runtime's task group."""
         if not self.enabled:
             return
         while True:
@@ -117,7 +124,11 @@ class LeaseKeeper:
                 if lease is None:
                     # Someone took it after it expired: that worker owns the agent now.
                     self._held.pop(stream, None)
-                    on_lost(stream)
+                    try:
+                        holder = await self.store.get_lease(stream)
+                    except StoreError:
+                        holder = None
+                    on_lost(stream, holder)
                 else:
                     # A new token means it lapsed and came back to us; anyone who
                     # acted meanwhile moved the seq, and our next append finds out.

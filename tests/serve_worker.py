@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -34,9 +35,9 @@ def slow_file_agent(steps: int, effects: Path, step_seconds: float) -> AgentDefi
     @tool(name="effect", on_unknown_outcome="reconcile", reconcile=happened)
     async def effect(n: int, *, ctx) -> int:
         line = {"key": ctx.idempotency_key, "n": n, "pid": os.getpid(), "agent": ctx.agent_id}
-        await anyio.to_thread.run_sync(append_line, effects, {**line, "phase": "start"})
+        await anyio.to_thread.run_sync(append_line, effects, {**line, "phase": "start", "t": time.time()})
         await anyio.sleep(step_seconds)
-        await anyio.to_thread.run_sync(append_line, effects, {**line, "phase": "done"})
+        await anyio.to_thread.run_sync(append_line, effects, {**line, "phase": "done", "t": time.time()})
         return n * 10
 
     return AgentDefinition(name="slow-file", model=StepModel(steps), tools=[effect])
