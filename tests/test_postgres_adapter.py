@@ -48,6 +48,7 @@ def test_url_options_and_redaction() -> None:
     assert options.dsn == "postgresql://app:s3cret@db:5433/agents?sslmode=disable"  # libpq's own options pass
     assert "s3cret" not in redacted("postgresql://app:s3cret@db/agents") and "s3cret" not in repr(
         open_store("postgres://app:s3cret@db/agents"))
+    assert redacted("postgresql://db/agents?password=s3cret&schema=x") == "postgresql://db/agents?password=%2A%2A%2A&schema=x"
     for bad in ("postgresql://db/x?schema=Bad-Name", "postgresql://db/x?schema=a;drop", "postgresql://db/x?pool_max=0",
                 "postgresql://db/x?statement_timeout=abc", "mysql://db/x"):
         with pytest.raises(InvalidRequestError):

@@ -94,10 +94,14 @@ class PostgresOptions:
 
 
 def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for logs and error messages)."""
+    """``url`` with any password (in the user part or a ``password=`` option) replaced by ``***``,
+    for logs, reprs and error messages."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    userinfo = netloc[0].split(":", 1)[0]
-    return urlunsplit((parts.scheme, f"{userinfo}:***@{netloc[1]}", parts.path, parts.query, parts.fragment))
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    query = parts.query
+    if "password=" in query:
+        query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(query, keep_blank_values=True)])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

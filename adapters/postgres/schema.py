@@ -27,6 +27,12 @@ Version 4: ``append_batch`` set-based for distinct existing streams (see ``_APPE
 
 from __future__ import annotations
 
+import asyncpg
+
+from durably.storage.errors import UnknownSchemaVersionError
+
+from .faults import PostgresSetupError
+
 #: The layout version this build writes and reads.
 SCHEMA_VERSION = 4
 
@@ -216,12 +222,6 @@ async def prepare(conn, schema: str, lock_timeout: float) -> int:
     a schema written by a newer durably (nothing is changed), and asyncpg's
     errors for the rest (the caller translates them).
     """
-    import asyncpg
-
-    from durably.storage.errors import UnknownSchemaVersionError
-
-    from .faults import PostgresSetupError
-
     in_recovery, read_only = await conn.fetchrow(
         "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")
     if in_recovery or read_only:
