@@ -55,8 +55,9 @@ async def wait_and_resume(feed: ChangeSubscription, poll_interval: float,
                           resume: Callable[[str], Awaitable[object]]) -> None:
     """Until ``poll_interval`` seconds have passed, ``resume(agent_id)`` each stream the feed names.
 
-    Returns early when the feed says notifications were missed: the caller
-    then looks at every stream, as on a poll.
+    Returns early when the feed says notifications were missed, or when a
+    resume meets an outage: the caller then scans every stream, as on a poll
+    (and rides the outage out with its backoff).
     """
     with anyio.move_on_after(poll_interval):
         while True:
@@ -64,4 +65,8 @@ async def wait_and_resume(feed: ChangeSubscription, poll_interval: float,
             if changed is None:
                 return
             for stream in sorted(changed):
-                await resume(stream.agent_id)
+                try:
+                    await resume(stream.agent_id)
+                except StoreError as exc:
+                    log.warning("woken for %s, but the store failed (%s): scanning instead", stream, exc)
+                    return

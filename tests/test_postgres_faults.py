@@ -90,12 +90,13 @@ async def test_append_committed_then_cut_is_resolved_by_read_back(server: Postgr
         url = server.url(pool_min=1, pool_max=1).replace(f":{server.port}/", f":{proxy.port}/")
         stream = StreamId("faults", "cut-after-commit")
         async with PostgresStore(url) as store:
-            assert await store.append(stream, 0, [b"warm-up"]) == 1  # prepares the statement on the connection
+            assert await store.append(stream, 0, [b"new stream"]) == 1
+            assert await store.append(stream, 1, [b"warm-up"]) == 2  # prepares the statement on the connection
             proxy.armed = True
-            assert await store.append(stream, 1, [b"r2", b"r3"]) == 3  # not a ConflictError with itself
+            assert await store.append(stream, 2, [b"r3", b"r4"]) == 4  # not a ConflictError with itself
             assert proxy.cut_answers and _answered_after_commit(proxy.cut_answers[0]), proxy.cut_answers
-            assert [r.data async for r in store.read(stream)] == [b"warm-up", b"r2", b"r3"]
-            assert await store.append(stream, 3, [b"r4"]) == 4
+            assert [r.data async for r in store.read(stream)] == [b"new stream", b"warm-up", b"r3", b"r4"]
+            assert await store.append(stream, 4, [b"r5"]) == 5
         group.cancel_scope.cancel()
 
 

@@ -4,11 +4,13 @@ Layout and the append function are in ``schema``; URL options in ``options``;
 fault mapping and retries in ``faults``; leases in ``leases``; change
 notifications (LISTEN/NOTIFY) in ``changes``.
 
-Appends. ``append_batch`` is one call of the database function
-``append_batch`` (see ``schema``): one round trip, one transaction, one WAL
-flush for the whole group commit; the expected-seq check is the function's
-``UPDATE ... WHERE last_seq = expected``, atomic in the database, never a
-read-then-write in the client. Each call carries a random token that the
+Appends. ``append_batch`` is one statement: one round trip, one transaction,
+one WAL flush for the whole group commit. To streams that all exist and are
+distinct (the steady state) it is ``schema.APPEND_FAST``; a batch that creates a
+stream or names one twice calls the schema's function ``append_batch`` (see
+``schema``), which goes request by request. Either way the expected-seq check
+is an ``UPDATE ... WHERE last_seq = expected``, atomic in the database, never
+a read-then-write in the client. Each call carries a random token that the
 function stores with its per-request results in the same transaction. When
 the connection fails while the call is in flight (dropped, server restarted,
 client-side timeout), the outcome is unknown: ``_resolve`` makes sure the
@@ -91,6 +93,7 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
         s = f'"{self.options.schema}"'
         self._sql = {
             "append": f"SELECT {s}.append_batch($1, $2, $3, $4, $5, $6, $7, $8)",
+            "append_fast": layout.APPEND_FAST.format(s=s),
             "commit": f"SELECT results FROM {s}.commits WHERE token = $1",
             "last_seq": f"SELECT last_seq FROM {s}.streams WHERE namespace = $1 AND agent_id = $2",
             "read": f"SELECT r.seq, r.data FROM {s}.records AS r JOIN {s}.streams AS st ON st.id = r.stream_id "
@@ -227,6 +230,10 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
             [offset for r in requests for offset in range(1, len(r.records) + 1)],  # and its place in it
             [data for r in requests for data in r.records],
         )
+        # Distinct streams that all exist (the steady state of a runtime): one statement; else the function.
+        keys = {(r.stream.namespace, r.stream.agent_id) for r in requests}
+        sql = self._sql["append_fast" if len(keys) == len(requests) and all(r.expected_seq > 0 for r in requests)
+                        else "append"]
         unknown: OutcomeUnknown | None = None  # an attempt whose outcome must be read back before any re-send
         try:
             async for state in retrying(self.options.deadline):
@@ -237,7 +244,7 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
                     else:
                         unknown = None  # never sent, or known not to have committed: (re)send
                         try:
-                            results = await self._append_once(args)
+                            results = await self._append_once(sql, args)
                         except OutcomeUnknown as exc:
                             unknown = exc
                             raise
@@ -251,12 +258,12 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
             for request, result in zip(requests, results, strict=True)
         ]
 
-    async def _append_once(self, args: tuple) -> list[int]:
-        """One call of the append function. Raises ``OutcomeUnknown`` when the connection failed mid-call."""
+    async def _append_once(self, sql: str, args: tuple) -> list[int]:
+        """One append statement. Raises ``OutcomeUnknown`` when the connection failed mid-call."""
         async with self._connection() as conn:
             pid = conn.get_server_pid()
             try:
-                return list(await conn.fetchval(self._sql["append"], *args))
+                return list(await conn.fetchval(sql, *args))
             except asyncpg.UniqueViolationError as exc:
                 if exc.constraint_name != "commits_pkey":
                     raise
