@@ -55,6 +55,7 @@ from .reencrypt import reencrypt as reencrypt_namespace
 from .restore import restore
 from .retention import RetentionPolicy, SweepItem, purge_stream
 from .retention import sweep as sweep_namespace
+from .scan import scan as scan_namespace
 from .single_flight import KeyedLock
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
@@ -308,17 +309,13 @@ class Runtime(Inspection):
         An agent whose journal cannot be read (corrupt, foreign bytes, written by
         a newer durably, or any other error restoring it) is logged and skipped,
         never resumed: one bad stream must not stop every other agent of the
-        namespace. ``StoreUnavailableError`` (an outage) is raised.
+        namespace. ``StoreUnavailableError`` (an outage) is raised. See ``durably.runtime.scan``.
         """
-        handles = []
-        async for stream in self.store.list_streams(self.namespace):
-            if (handle := await self._resume_if_runnable(stream.agent_id)) is not None:
-                handles.append(handle)
-        return handles
+        return (await scan_namespace(self)).handles
 
     async def _resume_if_runnable(self, agent_id: str) -> AgentHandle | None:
-        """``_resume`` for ``resume_all`` and wake-ups: None for an agent live here, not
-        ours to run, run by another runtime, or unreadable (logged)."""
+        """``_resume`` for a wake-up (``durably.runtime.wakeups``): None for an agent live
+        here, not ours to run, run by another runtime, or unreadable (logged), as in a scan."""
         if agent_id in self._live:
             return None
         try:
@@ -346,7 +343,7 @@ class Runtime(Inspection):
         return await handle.wait()
 
     async def serve(self, poll_interval: float = 1.0, *, drain_signals: Iterable[int] = (signal.SIGTERM,),
-                    drain_timeout: float = 30.0) -> None:
+                    drain_timeout: float = 30.0, max_agents: int | None = None) -> None:
         """Resume runnable agents forever, polling the store every ``poll_interval`` seconds.
 
         This is how an agent parked in one process runs on after another process
@@ -357,10 +354,14 @@ class Runtime(Inspection):
         carries on when the store is back. On one of ``drain_signals`` (main
         thread only; ``()`` for none) it drains (``drain(drain_timeout)``) and
         returns: a deploy's SIGTERM lets the steps in flight finish and hands the
-        agents to the other workers at once. Cancel the calling scope to stop
-        without draining. See ``durably.runtime.serving``.
+        agents to the other workers at once. ``max_agents``: most live agents in
+        this worker (None: no cap); scans also take no more than an even split of
+        what they saw among the workers. Cancel the calling scope to stop
+        without draining. See ``durably.runtime.serving``. Raises ``ValueError``
+        for ``max_agents`` < 1.
         """
-        await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout)
+        await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
+                            max_agents=max_agents)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Stop every live agent here after its current step, release its lease, resume nothing more.

@@ -19,6 +19,9 @@ Three promises a serving worker makes (issue 11 item 8, issue 12 item 3):
   PostgreSQL's LISTEN/NOTIFY) an agent another process approves, extends,
   messages or cancels is resumed as soon as the notification arrives, not at
   the next scan; the scans go on as the fallback (``durably.runtime.wakeups``).
+* **Fair shares.** Scans visit the agents in a random order and take no more
+  than ``FairShare`` allows (``max_agents``, an even split of what was seen:
+  see ``durably.runtime.scan``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from durably.storage.errors import StoreUnavailableError
 
 from . import wakeups
+from .scan import FairShare, scan
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -50,18 +54,20 @@ _outages = metrics.get_meter("durably").create_counter(
 MAX_BACKOFF = 30.0
 
 
-async def serve(runtime: Runtime, poll_interval: float, *, drain_signals: Iterable[int], drain_timeout: float) -> None:
+async def serve(runtime: Runtime, poll_interval: float, *, drain_signals: Iterable[int], drain_timeout: float,
+                max_agents: int | None = None) -> None:
     """Scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
 
     Signals are only handled in the main thread (where Python delivers them);
     elsewhere, cancel the caller's scope to stop and call ``Runtime.drain``.
     """
     signals = tuple(drain_signals)
+    fair = FairShare(max_agents)
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         if signals and threading.current_thread() is threading.main_thread():
             tg.start_soon(_stop_on_signal, signals, stop)
-        tg.start_soon(_scan_forever, runtime, poll_interval, stop)
+        tg.start_soon(_scan_forever, runtime, poll_interval, stop, fair)
         await stop.wait()
         tg.cancel_scope.cancel()
     await runtime.drain(drain_timeout)
@@ -76,20 +82,28 @@ async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
             return
 
 
-async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Event) -> None:
+async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Event, fair: FairShare) -> None:
     outage = _Outage(runtime)
     retrying = AsyncRetrying(retry=retry_if_exception_type(StoreUnavailableError), stop=stop_never, reraise=True,
                              wait=_backoff(poll_interval),
                              before_sleep=outage.report, sleep=anyio.sleep)
     # Between scans, the agents another process changes (a command to a parked agent) are
-    # resumed as soon as the store notifies us, where it can (``durably.runtime.wakeups``).
+    # resumed as soon as the store notifies us, where it can (``durably.runtime.wakeups``),
+    # within this worker's fair share.
+
+    async def woken(agent_id: str) -> object:
+        limit = fair.limit(len(runtime._live))
+        if limit is not None and limit < 1:
+            return None  # our share is full: the agent waits for a worker with room
+        return await runtime._resume_if_runnable(agent_id)
+
     async with wakeups.subscribe(runtime.store, runtime.namespace) as changes:
         while not stop.is_set():
             async for attempt in retrying:
                 with attempt:
-                    await runtime.resume_all()
+                    fair.observed(await scan(runtime, limit=fair.limit(len(runtime._live)), shuffle=True))
             outage.ended()
-            await wakeups.wait_and_resume(changes, poll_interval, runtime._resume_if_runnable)
+            await wakeups.wait_and_resume(changes, poll_interval, woken)
 
 
 def _backoff(poll_interval: float):
