@@ -25,7 +25,7 @@ from opentelemetry import trace
 
 from durably.schemas.records import Kind
 from durably.storage.codec import FrameCipher
-from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
+from durably.storage.errors import CodecError
 from durably.storage.journal import GroupCommitter
 from durably.storage.records import RecordCodec
 from durably.storage.registry import open_store
@@ -312,25 +312,6 @@ class Runtime(Inspection):
         namespace. ``StoreUnavailableError`` (an outage) is raised. See ``durably.runtime.scan``.
         """
         return (await scan_namespace(self)).handles
-
-    async def _resume_if_runnable(self, agent_id: str) -> AgentHandle | None:
-        """``_resume`` for a wake-up (``durably.runtime.wakeups``): None for an agent live
-        here, not ours to run, run by another runtime, or unreadable (logged), as in a scan."""
-        if agent_id in self._live:
-            return None
-        try:
-            return await self._resume(agent_id)
-        except (DefinitionNotRegisteredError, AgentLeasedError, AgentFencedError, AgentNotFoundError):
-            return None  # not ours to run, another runtime runs it, won the race to, or purged meanwhile
-        except CodecError as exc:
-            log.error("agent %s not resumed, its journal is unreadable: %s", self.stream(agent_id), exc)
-            return None
-        except (StoreUnavailableError, StoreClosedError):
-            raise  # an outage is the whole store's, not this stream's (serve() backs off)
-        except Exception:
-            # Whatever else one stream's bytes provoke must not stop every other agent.
-            log.exception("agent %s not resumed: unexpected error restoring it", self.stream(agent_id))
-            return None
 
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
         """Start ``agent_id`` (or resume it if its journal exists) and wait until it stops or parks."""

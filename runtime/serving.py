@@ -95,7 +95,7 @@ async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Even
         limit = fair.limit(len(runtime._live))
         if limit is not None and limit < 1:
             return None  # our share is full: the agent waits for a worker with room
-        return await runtime._resume_if_runnable(agent_id)
+        return await wakeups.resume_if_runnable(runtime, agent_id)
 
     async with wakeups.subscribe(runtime.store, runtime.namespace) as changes:
         while not stop.is_set():

@@ -16,8 +16,10 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from durably.storage.errors import StoreError
+from durably.storage.errors import CodecError, StoreClosedError, StoreError, StoreUnavailableError
 from durably.storage.spi import CAP_CHANGES, ChangeSubscription, Store, StreamId
+
+from .errors import AgentFencedError, AgentLeasedError, AgentNotFoundError, DefinitionNotRegisteredError
 
 log = logging.getLogger("durably.runtime")
 
@@ -49,6 +51,26 @@ async def publish(store: Store, stream: StreamId) -> None:
         await store.publish_change(stream)  # type: ignore[attr-defined]
     except StoreError as exc:
         log.warning("could not notify other processes of the change of %s (they will poll): %s", stream, exc)
+
+
+async def resume_if_runnable(runtime, agent_id: str) -> object:
+    """Resume ``agent_id`` in ``runtime`` after a wake-up; its handle, or None for an agent live
+    there, not its to run, run by another runtime, purged meanwhile or unreadable (logged), as a
+    scan would (``durably.runtime.scan``). Raises ``StoreUnavailableError``/``StoreClosedError``."""
+    if agent_id in runtime._live:
+        return None
+    try:
+        return await runtime._resume(agent_id)
+    except (DefinitionNotRegisteredError, AgentLeasedError, AgentFencedError, AgentNotFoundError):
+        return None
+    except CodecError as exc:
+        log.error("agent %s not resumed, its journal is unreadable: %s", runtime.stream(agent_id), exc)
+        return None
+    except (StoreUnavailableError, StoreClosedError):
+        raise  # an outage is the whole store's (serve() backs off)
+    except Exception:
+        log.exception("agent %s not resumed: unexpected error restoring it", runtime.stream(agent_id))
+        return None
 
 
 async def wait_and_resume(feed: ChangeSubscription, poll_interval: float,
