@@ -5,9 +5,11 @@ the public conformance kit in full, leases included, then what is particular to 
 from __future__ import annotations
 
 import hashlib
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import asyncpg
 import pytest
 
 from durably.adapters.postgres import PostgresSetupError, PostgresStore
@@ -25,13 +27,41 @@ GOLDEN = Path(__file__).parent / "golden" / "postgres"
 
 
 class TestPostgresConformance(StoreConformance):
+    """The kit in full. Not given: ``stored_bytes``, since PostgreSQL does not overwrite deleted
+    rows (their bytes stay in the table files until VACUUM reuses the space, and in WAL), so a
+    purge cannot promise that nothing is readable on disk (the README says so)."""
+
     @pytest.fixture(autouse=True)
     def _server(self, pg_server: PostgresTestServer) -> None:
         self.server = pg_server
 
+    def _schema(self, tmp_path) -> str:
+        return "c_" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:20]
+
+    def store_url(self, tmp_path):
+        # One schema per test location. A 2 s retry deadline and a 0.3 s lock_timeout
+        # keep the outage check short; no other check waits on a lock that long.
+        return self.server.url(self._schema(tmp_path), deadline=2, options="-c%20lock_timeout%3D300")
+
     def make_store(self, tmp_path):
-        # One schema per test location: two calls with the same tmp_path share it.
-        return PostgresStore(self.server.url("c_" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:20]))
+        return PostgresStore(self.store_url(tmp_path))
+
+    @asynccontextmanager
+    async def outage(self, tmp_path):
+        # Another session holds every table of the schema in ACCESS EXCLUSIVE mode: each
+        # statement of the store waits past its lock_timeout, is rolled back and retried
+        # until the deadline, then raises StoreUnavailableError.
+        schema = self._schema(tmp_path)
+        blocker = await asyncpg.connect(self.server.dsn)
+        try:
+            transaction = blocker.transaction()
+            await transaction.start()
+            tables = ", ".join(f'"{schema}".{t}' for t in ("streams", "records", "snapshots", "blobs", "commits", "leases"))
+            await blocker.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
+            yield
+            await transaction.rollback()
+        finally:
+            await blocker.close()
 
 
 pytestmark = pytest.mark.anyio
