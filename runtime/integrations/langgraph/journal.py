@@ -78,12 +78,12 @@ class ThreadJournal:
 
     In: an open ``store``, a ``codec`` (``Codec``, maybe encrypting),
     ``cipher`` (for the snapshot codec, which runs in a worker thread),
-    ``versions_of`` (stored checkpoint -> its channel versions, for snapshots),
+    ``versions_of`` ((stored checkpoint, thread id) -> its channel versions, for snapshots),
     ``ttl`` (seconds of inactivity after which a thread is purged, or None).
     """
 
     def __init__(self, store: Store, codec: Codec, cipher: FrameCipher | None, namespace: str,
-                 versions_of: Callable[[Any], dict[str, Any]], *, ttl: float | None, snapshot_min_bytes: int,
+                 versions_of: Callable[[Any, str], dict[str, Any]], *, ttl: float | None, snapshot_min_bytes: int,
                  cache_threads: int) -> None:
         self.store = store
         self.codec = codec
@@ -137,7 +137,8 @@ class ThreadJournal:
         for key in list(self._threads):
             if len(self._threads) <= self.cache_threads:
                 break
-            if not self._threads[key].lock.locked():
+            thread = self._threads[key]
+            if not thread.lock.locked() and not thread.pending:
                 del self._threads[key]
 
     async def _restore(self, thread: Thread) -> None:
@@ -265,7 +266,7 @@ class ThreadJournal:
         seq, stream = thread.state.seq, thread.stream
         if seq == 0:
             return
-        body = thread.state.body(self.versions_of)
+        body = thread.state.body(lambda stored: self.versions_of(stored, stream.agent_id))
         cipher = self.cipher
 
         def encode() -> bytes:  # CPU work off the event loop, with a codec of its own (not thread-safe)
