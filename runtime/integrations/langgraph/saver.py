@@ -44,7 +44,7 @@ from .journal import Thread, ThreadJournal
 from .redact import ValueRedactor
 from .sync import LoopBridge, SyncInterface
 from .thread import StoredCheckpoint, ThreadState
-from .values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, load_entry
+from .values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, load_entry, paused_gc
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -213,7 +213,10 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         async with self._journal.locked(thread_id) as thread:
             checkpoint_id = get_checkpoint_id(config) or thread.state.latest_id(ns)
             stored = thread.state.checkpoints.get(ns, {}).get(checkpoint_id) if checkpoint_id else None
-            return self._tuple(str(thread_id), thread, stored) if stored is not None else None
+            if stored is None:
+                return None
+            with paused_gc():
+                return self._tuple(str(thread_id), thread, stored)
 
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
