@@ -58,3 +58,30 @@ async def test_a_source_that_is_not_a_langgraph_database_is_refused(tmp_path) ->
         (tmp_path / "empty.db").write_bytes(b"")
         with pytest.raises(ImportSourceError):
             await import_sqlite_threads(tmp_path / "empty.db", saver)
+
+
+def test_the_cli_command_imports_through_the_same_function(tmp_path, capsys) -> None:
+    import anyio
+
+    from durably.runtime.cli import main
+
+    source, target = tmp_path / "langgraph.db", f"sqlite:///{tmp_path / 'durably.db'}"
+
+    async def make() -> int:
+        async with aiosqlite.connect(source) as conn:
+            saver = AsyncSqliteSaver(conn)
+            await saver.setup()
+            graph = build_agent(ScriptedChatModel(steps=2)).compile(checkpointer=saver)
+            await graph.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "cli"}})
+            return len(await _tuples(saver, "cli"))
+
+    count = anyio.run(make)
+    assert main(["import-langgraph", str(source), "--to", target]) == 0
+    assert f"cli: {count} checkpoints" in capsys.readouterr().out
+
+    async def check() -> int:
+        async with DurablySaver.from_url(target) as saver:
+            return len(await _tuples(saver, "cli"))
+
+    assert anyio.run(check) == count
+    assert main(["import-langgraph", str(tmp_path / "missing.db"), "--to", target]) == 1
