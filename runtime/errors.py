@@ -41,3 +41,18 @@ class AgentLeasedError(DurablyError):
         self.agent_id, self.owner, self.expires_at = agent_id, owner, expires_at
         holder = f"{owner} (lease until {expires_at:.0f})" if owner else "another runtime"
         super().__init__(f"agent {agent_id!r} is run by {holder}")
+
+
+class SeqOutOfRangeError(DurablyError, ValueError):
+    """A seq outside an agent's journal was asked for (``state_at``, ``fork``):
+    below 1, past its last record, or in a part compacted away with no snapshot
+    at or before it."""
+
+
+class WaitTimeoutError(DurablyError, TimeoutError):
+    """``Runtime.wait`` gave up: the agent did not reach one of the wanted
+    statuses in time. ``state`` holds the last state seen."""
+
+    def __init__(self, message: str, state) -> None:
+        super().__init__(message)
+        self.state = state

@@ -8,6 +8,7 @@ that fails to decode is never skipped: it raises, and the agent is not resumed.
 from __future__ import annotations
 
 import logging
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from durably.storage.codec import raw_size
@@ -32,8 +33,12 @@ class Restored:
     tail_bytes: int
 
 
-async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer) -> Restored | None:
+async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer, *, upto: int | None = None) -> Restored | None:
     """Rebuild an agent's state from ``store``; None when the stream has no records.
+
+    ``upto`` (a seq): the state as it was at that seq instead of now, from the
+    nearest snapshot at or before it plus the records up to it (time travel,
+    ``Runtime.state_at``); a seq past the end gives the current state.
 
     Raises ``CorruptRecordError`` (a damaged record, or a gap in the seqs, e.g.
     records compacted away behind a snapshot that no longer decodes) and
@@ -52,7 +57,7 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer) ->
                 newer.__cause__ = error
                 return newer
             return error
-        snapshot = await store.get_snapshot(stream)
+        snapshot = await store.get_snapshot(stream, upto)
         while snapshot is not None:
             try:
                 seq, wire, frame = codec.decode_snapshot(snapshot, stream)
@@ -69,14 +74,19 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer) ->
         state = state or AgentState()
         tail, tail_bytes = 0, 0
         last = await store.last_seq(stream)  # read first: appends racing the replay only add
-        async for stored in store.read(stream, state.last_seq):
-            record = codec.decode_record(stored, stream)
-            if record.seq != state.last_seq + 1:
-                raise cut_short(f"gap in the journal: seq {state.last_seq + 1} is missing", record.seq)
-            apply(state, record)
-            tail += 1
-            tail_bytes += len(stored.data)
-            raw_total += raw_size(stored.data)
+        if upto is not None:
+            last = min(last, upto)
+        async with aclosing(store.read(stream, state.last_seq)) as records:
+            async for stored in records:
+                if upto is not None and stored.seq > upto:
+                    break
+                record = codec.decode_record(stored, stream)
+                if record.seq != state.last_seq + 1:
+                    raise cut_short(f"gap in the journal: seq {state.last_seq + 1} is missing", record.seq)
+                apply(state, record)
+                tail += 1
+                tail_bytes += len(stored.data)
+                raw_total += raw_size(stored.data)
         if state.last_seq < last:
             raise cut_short(f"journal ends at seq {state.last_seq} but the stream's last seq is {last}", last)
         if state.last_seq == 0:

@@ -42,6 +42,7 @@ from .errors import (
     DefinitionNotRegisteredError,
 )
 from .journal import AgentJournal, JournalServices
+from .inspection import Inspection
 from .leases import LeaseKeeper
 from .migrate import definition_change_entries, hold_for_migration
 from .redaction import RedactionPolicy
@@ -79,7 +80,7 @@ class AgentHandle:
         return self._actor.state
 
 
-class Runtime:
+class Runtime(Inspection):
     """Runs durable agents on one store.
 
     In: ``store`` (a URL for ``open_store``, or a ``Store`` you opened; a URL's
@@ -95,7 +96,10 @@ class Runtime:
     agent runs only in the runtime holding its lease, renewed every third of
     this; a crashed runtime's agents can be resumed elsewhere after it).
     Use as ``async with``; leaving it cancels live actors (their journals are
-    already durable) and flushes pending snapshots.
+    already durable) and flushes pending snapshots. ``start`` launches an agent
+    without waiting for it; ``wait`` / ``watch`` follow it later, from any
+    process. Reading and branching journals (``history``, ``state_at``,
+    ``fork``, ``describe``) come from ``Inspection``.
     """
 
     def __init__(self, store: str | Store, *, agents: Iterable[AgentDefinition] = (), namespace: str = "default",

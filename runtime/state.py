@@ -55,6 +55,8 @@ class AgentState:
     budget: dict[str, Any] = field(default_factory=lambda: {"steps": None, "tokens": None, "cost_usd": None})
     result: Any = None
     last_seq: int = 0
+    # A fork's origin (namespace, agent_id, run_id, seq of the source), from its "forked" record.
+    forked_from: dict[str, Any] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """A plain dict for a snapshot; top-level containers are copied."""
@@ -206,6 +208,14 @@ def _cancelled(s: AgentState, d: dict) -> None:
     s.status, s.reason = CANCELLED, d.get("reason", "")
 
 
+def _forked(s: AgentState, d: dict) -> None:
+    s.forked_from = {"namespace": d["namespace"], "agent_id": d["agent_id"], "run_id": d["run_id"], "seq": d["seq"]}
+    renamed = d.get("keys") or {}
+    if renamed:
+        # Calls the source chose but had not started at the fork run anew here, under new keys.
+        s.pending_calls = [dict(c, key=renamed[c["key"]]) if c["key"] in renamed else c for c in s.pending_calls]
+
+
 def _definition_changed(s: AgentState, d: dict) -> None:
     s.definition = d["definition"]
     names = {f.name for f in fields(s)}
@@ -231,4 +241,5 @@ _HANDLERS = {
     Kind.FAILED: _failed,
     Kind.CANCELLED: _cancelled,
     Kind.DEFINITION_CHANGED: _definition_changed,
+    Kind.FORKED: _forked,
 }

@@ -20,7 +20,7 @@ SNAPSHOT_SCHEMA_ID = 2
 SCHEMA_NAMES = {RECORD_SCHEMA_ID: "durably.record", SNAPSHOT_SCHEMA_ID: "durably.snapshot"}
 
 #: The version this build writes for each schema id; it reads this and older ones.
-CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 1, SNAPSHOT_SCHEMA_ID: 1}
+CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 2, SNAPSHOT_SCHEMA_ID: 2}
 
 
 class Kind(StrEnum):
@@ -45,6 +45,9 @@ class Kind(StrEnum):
     # resumed under a changed definition (policy continue or migrate): old and new
     # definition info and, for migrate, the state fields the user's hook rewrote
     DEFINITION_CHANGED = "definition_changed"
+    # (version 2) the first record after a copied history: this agent is a fork of
+    # another one (its namespace, agent id, run id) at that agent's seq
+    FORKED = "forked"
 
 
 KINDS = frozenset(k.value for k in Kind)
@@ -95,6 +98,6 @@ def snapshot_from_wire(value: Any) -> tuple[int, dict[str, Any]]:
 
 
 #: Upcasters: ``(schema_id, version) -> fn(value) -> value at version + 1``.
-#: Empty while every schema is at version 1; each new version adds one entry,
-#: registered with ``durably.schemas.upcasters.upcaster`` (see that module).
+#: Each version after the first adds one entry, registered with
+#: ``durably.schemas.upcasters.upcaster`` (see that module, which holds them).
 UPCASTERS: dict[tuple[int, int], Any] = {}

@@ -110,3 +110,22 @@ def missing_upcasters() -> list[tuple[int, int]]:
         for version in range(1, current)
         if (schema_id, version) not in UPCASTERS
     ]
+
+
+# --- the registered steps -------------------------------------------------------------------------
+
+from .records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID  # noqa: E402  (the registry above comes first)
+
+
+@upcaster(RECORD_SCHEMA_ID, 1)
+def record_v1_to_v2(value: dict) -> dict:
+    """Record version 2 only adds the kind ``forked``: every version-1 record is a
+    version-2 record as it is (a copy, so the stored value is never touched)."""
+    return dict(value)
+
+
+@upcaster(SNAPSHOT_SCHEMA_ID, 1)
+def snapshot_v1_to_v2(value: dict) -> dict:
+    """Snapshot version 2 adds ``forked_from`` to the state; no version-1 agent
+    was a fork (forks came with version 2), so it is null."""
+    return {**value, "state": {**value["state"], "forked_from": None}}

@@ -256,22 +256,24 @@ def test_unknown_future_schema_version_is_refused() -> None:
     future = Codec().encode(RECORD_SCHEMA_ID, 99, wire)
     with pytest.raises(UnknownSchemaVersionError) as caught:
         RecordCodec().decode_record(StoredRecord(1, future), STREAM)
-    assert (caught.value.version, caught.value.supported, caught.value.seq) == (99, 1, 1)
+    assert (caught.value.version, caught.value.supported, caught.value.seq) == (99, schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID], 1)
     assert "left untouched" in str(caught.value)
     with pytest.raises(UnknownSchemaVersionError):
         RecordCodec().decode_record(StoredRecord(1, Codec().encode(RECORD_SCHEMA_ID, 0, wire)))
 
 
 def test_older_versions_are_lifted_through_upcasters(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Written at this build's version, read by a build of the next one.
+    now = schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID]
     v1 = RecordCodec().encode_record(Record(1, Kind.STARTED, {"task": "t"}, 0.0))
-    monkeypatch.setitem(schemas.CURRENT_VERSIONS, RECORD_SCHEMA_ID, 2)
+    monkeypatch.setitem(schemas.CURRENT_VERSIONS, RECORD_SCHEMA_ID, now + 1)
     with pytest.raises(UnknownSchemaVersionError):  # no migration path yet
         RecordCodec().decode_record(StoredRecord(1, v1))
 
     def v1_to_v2(value: dict) -> dict:
         return {**value, "d": {**value["d"], "upcast": True}}
 
-    monkeypatch.setitem(schemas.UPCASTERS, (RECORD_SCHEMA_ID, 1), v1_to_v2)
+    monkeypatch.setitem(schemas.UPCASTERS, (RECORD_SCHEMA_ID, now), v1_to_v2)
     assert RecordCodec().decode_record(StoredRecord(1, v1)).data == {"task": "t", "upcast": True}
 
 

@@ -1,9 +1,11 @@
-"""Schema evolution end to end: a v1 journal resumed by a v2 build, ``durably migrate``,
-and a journal from a newer durably that this build must refuse without touching it.
+"""Schema evolution end to end: a journal of this build's version (NOW) resumed by the next
+version's build (NEXT), ``durably migrate``, and a journal from a newer durably that this
+build must refuse without touching it.
 
-"Version 2" is simulated with temporary registrations: the plan, a list of
-strings in version 1, becomes a list of ``{"step", "done"}`` maps in records
-(``model_responded``, ``plan_updated``) and in snapshots.
+The next version is simulated with temporary registrations: the plan, a list of
+strings in version NOW, becomes a list of ``{"step", "done"}`` maps in records
+(``model_responded``, ``plan_updated``) and in snapshots. (The names ``v1_*`` and
+``v2_*`` below are from when NOW was 1; both schemas moved to 2 with forks.)
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from durably.storage.registry import open_store
 from durably.storage.spi import StreamId
 
 MODULES = ["colorsys", "bisect", "fnmatch"]
+NOW = schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID]  # what this build writes (both schemas)
+NEXT = NOW + 1
+assert schemas.CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID] == NOW
 STREAM = StreamId("default", "survey")
 
 
@@ -70,10 +75,10 @@ def v2_build(monkeypatch: pytest.MonkeyPatch):
     """Turn this process into a build whose record and snapshot schemas are at version 2."""
 
     def enable() -> None:
-        monkeypatch.setitem(schemas.CURRENT_VERSIONS, RECORD_SCHEMA_ID, 2)
-        monkeypatch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, 2)
-        monkeypatch.setitem(schemas.UPCASTERS, (RECORD_SCHEMA_ID, 1), record_plan_v1_to_v2)
-        monkeypatch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, 1), snapshot_plan_v1_to_v2)
+        monkeypatch.setitem(schemas.CURRENT_VERSIONS, RECORD_SCHEMA_ID, NEXT)
+        monkeypatch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, NEXT)
+        monkeypatch.setitem(schemas.UPCASTERS, (RECORD_SCHEMA_ID, NOW), record_plan_v1_to_v2)
+        monkeypatch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, NOW), snapshot_plan_v1_to_v2)
 
     return enable
 
@@ -109,7 +114,7 @@ async def test_a_v1_agent_resumes_correctly_under_a_v2_state_schema(tmp_path: Pa
     url = f"sqlite:///{tmp_path / 'agents.db'}"
     v1_state = await write_v1_survey(url, tmp_path / "work")
     v1_records, v1_snapshots = await frame_versions(url)
-    assert set(v1_records.values()) == {1} and set(v1_snapshots.values()) == {1}
+    assert set(v1_records.values()) == {NOW} and set(v1_snapshots.values()) == {NOW}
     v1_rows = await anyio.to_thread.run_sync(rows, tmp_path / "agents.db")
 
     v2_build()
@@ -127,8 +132,8 @@ async def test_a_v1_agent_resumes_correctly_under_a_v2_state_schema(tmp_path: Pa
     assert (tmp_path / "work" / "report.md").exists()
     records, snapshots = await frame_versions(url)
     # Old frames stay exactly as written; everything this build wrote is version 2.
-    assert all(records[seq] == 1 for seq in v1_records) and all(v == 2 for s, v in records.items() if s not in v1_records)
-    assert max(snapshots) > max(v1_snapshots) and snapshots[max(snapshots)] == 2
+    assert all(records[seq] == NOW for seq in v1_records) and all(v == NEXT for s, v in records.items() if s not in v1_records)
+    assert max(snapshots) > max(v1_snapshots) and snapshots[max(snapshots)] == NEXT
     after = await anyio.to_thread.run_sync(rows, tmp_path / "agents.db")
     assert after["records"][: len(v1_rows["records"])] == v1_rows["records"]
 
@@ -143,10 +148,10 @@ async def test_migrate_dry_run_reports_and_migrate_rewrites_only_snapshots(tmp_p
         expected = (await restore(store, RecordCodec(), STREAM, make_tracer(None))).state.to_wire()
         (report,) = await migrate_store(store, "default", dry_run=True)
     assert await anyio.to_thread.run_sync(rows, tmp_path / "agents.db") == before  # a dry run writes nothing
-    assert report.changes and report.record_versions == {1: len(v1_records)} and not report.problems
+    assert report.changes and report.record_versions == {NOW: len(v1_records)} and not report.problems
     line = report.describe(dry_run=True)
-    assert f"snapshot seq {max(v1_snapshots)} v1 would be rewritten as v2" in line
-    assert f"{len(v1_records)} records at v1 stay as written (upcast to v2 on read)" in line
+    assert f"snapshot seq {max(v1_snapshots)} v{NOW} would be rewritten as v{NEXT}" in line
+    assert f"{len(v1_records)} records at v{NOW} stay as written (upcast to v{NEXT} on read)" in line
 
     async with open_store(url) as store:
         (report,) = await migrate_store(store, "default", dry_run=False)
@@ -157,7 +162,7 @@ async def test_migrate_dry_run_reports_and_migrate_rewrites_only_snapshots(tmp_p
     after = await anyio.to_thread.run_sync(rows, tmp_path / "agents.db")
     assert after["records"] == before["records"] and after["streams"] == before["streams"]
     records, snapshots = await frame_versions(url)
-    assert records == v1_records and set(snapshots) == set(v1_snapshots) and set(snapshots.values()) == {2}
+    assert records == v1_records and set(snapshots) == set(v1_snapshots) and set(snapshots.values()) == {NEXT}
 
 
 async def cli(argv: list[str]) -> int:
@@ -166,10 +171,10 @@ async def cli(argv: list[str]) -> int:
 
 
 async def write_from_the_future(url: str, v2_build) -> int:
-    """Have a 'newer durably' (version 2, identity upcasters) append one record; return its seq."""
+    """Have a 'newer durably' (version NEXT, identity upcasters) append one record; return its seq."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(schemas.CURRENT_VERSIONS, RECORD_SCHEMA_ID, 2)
-        patch.setitem(schemas.UPCASTERS, (RECORD_SCHEMA_ID, 1), lambda value: value)
+        patch.setitem(schemas.CURRENT_VERSIONS, RECORD_SCHEMA_ID, NEXT)
+        patch.setitem(schemas.UPCASTERS, (RECORD_SCHEMA_ID, NOW), lambda value: value)
         async with Runtime(url) as newer:
             state = await newer.send("survey", "written by durably 2")
     return state.last_seq
@@ -190,8 +195,8 @@ async def test_a_record_from_a_newer_durably_stops_the_agent_and_leaves_its_byte
         with pytest.raises(UnknownSchemaVersionError):
             await rt.status("survey")
     error = caught.value
-    assert (error.stream, error.seq, error.version, error.supported) == (STREAM, future_seq, 2, 1)
-    assert f"default/survey at seq {future_seq}" in str(error) and "version 2" in str(error)
+    assert (error.stream, error.seq, error.version, error.supported) == (STREAM, future_seq, NEXT, NOW)
+    assert f"default/survey at seq {future_seq}" in str(error) and f"version {NEXT}" in str(error)
     assert await anyio.to_thread.run_sync(rows, path) == before  # nothing appended, snapshotted or compacted
 
     assert await cli(["migrate", "--dry-run", "--store", url, "--namespace", "default"]) == 1
@@ -209,10 +214,10 @@ async def test_the_migrate_command_reports_per_stream(tmp_path: Path, v2_build, 
     v2_build()
     assert await cli(["migrate", "--dry-run", "--store", url, "--namespace", "default"]) == 0
     out = capsys.readouterr().out
-    assert "would be rewritten as v2" in out and "records at v1 stay as written" in out and "1 would change" in out
+    assert f"would be rewritten as v{NEXT}" in out and f"records at v{NOW} stay as written" in out and "1 would change" in out
     assert await cli(["migrate", "--store", url, "--namespace", "default"]) == 0
     out = capsys.readouterr().out
-    assert "rewritten as v2" in out and "would be" not in out and "1 changed" in out
+    assert f"rewritten as v{NEXT}" in out and "would be" not in out and "1 changed" in out
     assert await cli(["migrate", "--store", url, "--namespace", "elsewhere"]) == 0
     assert "0 streams in namespace 'elsewhere'" in capsys.readouterr().out
 
@@ -220,9 +225,9 @@ async def test_the_migrate_command_reports_per_stream(tmp_path: Path, v2_build, 
 async def test_a_snapshot_from_a_newer_durably_over_compacted_records_is_named(tmp_path: Path) -> None:
     url, path = f"sqlite:///{tmp_path / 'agents.db'}", tmp_path / "agents.db"
     state = await write_v1_survey(url, tmp_path / "work")
-    with pytest.MonkeyPatch.context() as patch:  # a newer durably snapshots at v2 and compacts
-        patch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, 2)
-        patch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, 1), lambda value: value)
+    with pytest.MonkeyPatch.context() as patch:  # a newer durably snapshots at NEXT and compacts
+        patch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, NEXT)
+        patch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, NOW), lambda value: value)
         async with Runtime(url, snapshot_policy=SnapshotPolicy(every_records=1, keep=1, compact=True)) as newer:
             await newer.approve("survey", state.open_approvals()[0]["approval_id"])
     before = await anyio.to_thread.run_sync(rows, path)
@@ -232,6 +237,6 @@ async def test_a_snapshot_from_a_newer_durably_over_compacted_records_is_named(t
         with pytest.raises(UnknownSchemaVersionError) as caught:
             await rt.resume("survey")
     error = caught.value
-    assert (error.stream, error.version, error.supported) == (STREAM, 2, 1)
-    assert error.seq == before["snapshots"][-1][1] and "durably.snapshot version 2" in str(error)
+    assert (error.stream, error.version, error.supported) == (STREAM, NEXT, NOW)
+    assert error.seq == before["snapshots"][-1][1] and f"durably.snapshot version {NEXT}" in str(error)
     assert await anyio.to_thread.run_sync(rows, path) == before

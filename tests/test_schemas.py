@@ -4,7 +4,8 @@ Every frame a real run stores (records of every kind the runtime writes, and its
 snapshots) must validate against frame.cddl and the record/snapshot file of its
 version, so the docs and the bytes cannot drift apart. Hand-built records cover
 the kinds no runtime path writes yet. Upcasters are exercised with temporary
-registrations (version 1 is the only real one today).
+registrations on a registry emptied for the test, as a build at version 1 (the
+real steps, 1 -> 2 for forks, are checked by test_golden and test_inspection).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ EXAMPLES: dict[Kind, dict[str, Any]] = {
     Kind.CANCELLED: {"reason": "operator"},
     Kind.DEFINITION_CHANGED: {"previous": DEFINITION, "definition": {**DEFINITION, "version": "2", "digest": "ffeeddccbbaa9988"},
                               "policy": "migrate", "state": {"plan": ["publish"]}},
+    Kind.FORKED: {"namespace": "ns", "agent_id": "agent-6", "run_id": uuid.uuid4().hex, "seq": 12, "keys": {KEY: KEY[::-1]}},
 }
 
 
@@ -102,6 +104,14 @@ def _record_bytes(kind: Kind, data: dict[str, Any], **envelope: Any) -> bytes:
     pytest.param(cbor2.dumps({"s": 1, "k": "retried", "t": 1.5, "d": {"reason": ""}}), id="unknown kind"),
 ])
 def test_the_record_schema_is_strict(wire: bytes) -> None:
+    for name in ("record-v1.cddl", "record-v2.cddl"):
+        with pytest.raises(pycddl.ValidationError):
+            schema(name).validate_cbor(wire)
+
+
+def test_forked_is_a_version_2_kind() -> None:
+    wire = _record_bytes(Kind.FORKED, EXAMPLES[Kind.FORKED])
+    schema("record-v2.cddl").validate_cbor(wire)
     with pytest.raises(pycddl.ValidationError):
         schema("record-v1.cddl").validate_cbor(wire)
 
@@ -178,6 +188,10 @@ async def _run_every_runtime_path(store, workdir: Path) -> None:
                 await handle.wait()
             assert (await rt.status(agent_id)).status == "finished"
         assert (await rt.status("evolving")).status == "finished"
+        # A fork from the survey's third record runs the survey again up to its approval.
+        await rt.fork("survey", 3, "survey-fork")
+        state = await (await rt.resume("survey-fork")).wait()
+        assert state.status == "waiting_approval" and state.forked_from["agent_id"] == "survey"
 
 
 async def test_every_frame_the_runtime_writes_validates_against_the_cddl(tmp_path: Path) -> None:
@@ -207,10 +221,12 @@ async def test_every_frame_the_runtime_writes_validates_against_the_cddl(tmp_pat
 
 @pytest.fixture
 def registry(monkeypatch: pytest.MonkeyPatch):
-    """Temporary registrations: UPCASTERS and CURRENT_VERSIONS are restored afterwards."""
+    """Temporary registrations on an empty registry, as a build at version 1 of both
+    schemas: UPCASTERS and CURRENT_VERSIONS are restored afterwards."""
     saved = dict(schemas.UPCASTERS)
-    for schema_id, version in schemas.CURRENT_VERSIONS.items():
-        monkeypatch.setitem(schemas.CURRENT_VERSIONS, schema_id, version)
+    schemas.UPCASTERS.clear()
+    for schema_id in schemas.CURRENT_VERSIONS:
+        monkeypatch.setitem(schemas.CURRENT_VERSIONS, schema_id, 1)
     yield schemas.UPCASTERS
     schemas.UPCASTERS.clear()
     schemas.UPCASTERS.update(saved)

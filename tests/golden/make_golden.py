@@ -67,6 +67,8 @@ EXTRA: dict[Kind, dict[str, Any]] = {
         "definition": {"name": "stdlib-survey", "version": "2", "digest": "8899aabbccddeeff"},
         "policy": "migrate", "state": {"plan": ["publish"]},
     },
+    Kind.FORKED: {"namespace": "default", "agent_id": "survey-source", "run_id": "0" * 32, "seq": 7,
+                  "keys": {"1" * 32: "2" * 32}},
 }
 
 
