@@ -9,6 +9,7 @@
     durably sweep --ttl STATUS=30d    purge agents past their time-to-live
     durably reencrypt                 rewrite every frame under the current key ($DURABLY_KEYS)
     durably bench [--quick|--full]    checkpoint throughput suites (durably.bench)
+    durably torture --store URL       SIGKILL real agents at every journal boundary, check the invariants
     durably migrate [--dry-run]       rewrite old-version snapshots at the current schema version
 """
 
@@ -56,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     from durably.bench.cli import add_arguments as bench_arguments
 
     bench_arguments(sub.add_parser("bench", help="checkpoint throughput suites, side by side with the limit and peers"))
+
+    from .torture.cli import add_arguments as torture_arguments
+
+    torture_arguments(sub.add_parser("torture", help="SIGKILL real agents at every journal boundary and check the invariants"))
     cli_privacy.add_arguments(sub, _store_args)
 
     agents = sub.add_parser("agents", help="list agents and their status")
@@ -156,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         from durably.bench.cli import run as run_bench
 
         return run_bench(args, console)
+    if args.command == "torture":
+        from .torture.cli import run as run_torture
+
+        return run_torture(args, console)
     if args.command == "demo":
         from .demo.run import run_demo
 
