@@ -10,7 +10,9 @@ from .errors import (
     AgentExistsError,
     AgentFencedError,
     AgentLeasedError,
+    AgentLeaseLostError,
     AgentNotFoundError,
+    ApprovalAlreadyDecidedError,
     DefinitionNotRegisteredError,
     InvalidCommandError,
 )
@@ -21,7 +23,8 @@ from .state import AgentState
 from .tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
 
 __all__ = [
-    "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentLeasedError", "AgentHandle", "AgentNotFoundError", "AgentState",
+    "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentLeasedError", "AgentLeaseLostError", "AgentHandle", "AgentNotFoundError", "AgentState",
+    "ApprovalAlreadyDecidedError",
     "Budget", "DefinitionNotRegisteredError", "InvalidCommandError", "Model", "ModelResponse", "OnUnknownOutcome",
     "Reconciled", "Runtime", "SnapshotPolicy", "Tool", "ToolCall", "ToolContext", "Usage", "tool",
 ]

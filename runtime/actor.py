@@ -52,6 +52,7 @@ class AgentActor:
         self.done = anyio.Event()
         self.cancel_scope = anyio.CancelScope()  # the runtime cancels it on shutdown
         self.error: BaseException | None = None
+        self.stopping = False  # drain: leave the loop after the step in flight
         self._tool_specs = [t.spec() for t in definition.tools]
 
     @property
@@ -82,13 +83,17 @@ class AgentActor:
             self._close_mailbox()
             self.done.set()
 
+    def stop_after_step(self) -> None:
+        """Leave the step loop once the step in flight is journaled (a drain); the agent stays runnable."""
+        self.stopping = True
+
     async def _loop(self) -> None:
-        while self.state.status == RUNNING:
+        while self.state.status == RUNNING and not self.stopping:
             # A step whose model, tools and store never block must still let the
             # runtime's other actors and the snapshot writer run.
             await anyio.lowlevel.checkpoint()
             await self._drain_mailbox()
-            if self.state.status != RUNNING:
+            if self.state.status != RUNNING or self.stopping:
                 break
             if self.state.pending_calls:
                 await self._resolve(self.state.pending_calls[0])
@@ -132,6 +137,9 @@ class AgentActor:
                 continue
             try:
                 await self.journal.append(entry)
+            except InvalidCommandError as exc:  # lost a race to another process's command
+                command.finish(exc)
+                continue
             except BaseException as exc:
                 command.finish(exc)
                 raise

@@ -16,7 +16,7 @@ import anyio
 
 from durably.schemas.records import Kind
 
-from .errors import InvalidCommandError
+from .errors import ApprovalAlreadyDecidedError, InvalidCommandError
 from .state import TERMINAL, AgentState
 
 
@@ -88,7 +88,7 @@ def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]
         if request is None:
             raise InvalidCommandError(f"agent {state.agent_id} has no approval {command.approval_id!r}")
         if request.get("decision") is not None:
-            raise InvalidCommandError(f"approval {command.approval_id!r} of {state.agent_id} is already decided")
+            raise ApprovalAlreadyDecidedError(state.agent_id, command.approval_id, request["decision"])
         data = {"approval_id": command.approval_id, "approved": command.approved, "by": command.by, "note": command.note}
         return Kind.APPROVAL_DECIDED, data
     if isinstance(command, ExtendBudget):
@@ -106,3 +106,34 @@ def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]
     if isinstance(command, Cancel):
         return Kind.CANCELLED, {"reason": command.reason}
     raise InvalidCommandError(f"unknown command {type(command).__name__}")
+
+
+def rebase(state: AgentState, kind: str, data: dict[str, Any], limits_before: dict[str, Any]) -> dict[str, Any]:
+    """A command record's ``data`` made valid again after other commands were folded into ``state``.
+
+    The command was translated against an older state (whose budget was
+    ``limits_before``) and lost its expected-seq race to the records just
+    folded in. Decisions do not commute: one for an approval that is now
+    decided raises ``ApprovalAlreadyDecidedError`` (the race's loser is told, not
+    silently overruled). Extensions commute: the increment is re-applied on top
+    of the limits now in force, so two racing ``+10`` both count. Messages and
+    cancels stand unless the agent is now finished, failed or cancelled
+    (``InvalidCommandError``). The idea is the rebase of operational
+    transformation: re-apply the intent, not the computed result.
+    """
+    if state.status in TERMINAL:
+        raise InvalidCommandError(f"agent {state.agent_id} is {state.status}")
+    if kind == Kind.APPROVAL_DECIDED:
+        request = state.approvals.get(data["approval_id"])
+        if request is None:
+            raise InvalidCommandError(f"agent {state.agent_id} has no approval {data['approval_id']!r}")
+        if request.get("decision") is not None:
+            raise ApprovalAlreadyDecidedError(state.agent_id, data["approval_id"], request["decision"])
+    elif kind == Kind.BUDGET_EXTENDED:
+        budget = dict(state.budget)
+        for name, limit in data["budget"].items():
+            before = limits_before.get(name)
+            if limit is not None and before is not None and budget.get(name) is not None:
+                budget[name] = budget[name] + (limit - before)
+        return {**data, "budget": budget}
+    return data

@@ -21,7 +21,7 @@ from durably.storage.records import RecordCodec
 from durably.storage.spi import CAP_LEASES, Store, StreamId
 
 from .errors import AgentNotFoundError
-from .leases import _dead_local_process
+from .owner import Liveness, holder_liveness
 from .restore import restore
 from .state import AgentState
 
@@ -29,9 +29,10 @@ from .state import AgentState
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
     """Who runs the agent now: ``owner`` (the runtime's lease owner name,
-    ``host:pid/nonce`` by default), ``expires_at`` (unix seconds), ``token``
-    (the fencing token), ``dead`` (True when the owner is a process of this host
-    that no longer exists, so the lease only waits to lapse)."""
+    ``worker_id/nonce@host:pid:start:boot:pidns``, see ``durably.runtime.owner``),
+    ``expires_at`` (unix seconds), ``token`` (the fencing token), ``dead`` (True
+    when the owner is a process of this host that no longer exists, or an earlier
+    incarnation of a reused pid: the next resume or ``serve`` takes its agents at once)."""
 
     owner: str
     expires_at: float
@@ -99,7 +100,7 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
     supported = CAP_LEASES in getattr(store, "capabilities", ())
     lease = None
     if supported and (held := await store.get_lease(stream)) is not None:
-        lease = LeaseInfo(held.owner, held.expires_at, held.token, _dead_local_process(held.owner))
+        lease = LeaseInfo(held.owner, held.expires_at, held.token, holder_liveness(held.owner) is Liveness.DEAD)
     return AgentDescription(
         namespace=stream.namespace, agent_id=stream.agent_id, status=state.status, reason=state.reason,
         definition=dict(state.definition), run_id=state.run_id, task=state.task, seq=state.last_seq,

@@ -29,6 +29,21 @@ class InvalidCommandError(DurablyError, ValueError):
     """A command does not fit the agent's state (unknown approval, already decided, terminal agent...)."""
 
 
+class ApprovalAlreadyDecidedError(InvalidCommandError):
+    """The approval was decided already, perhaps a moment ago by another process.
+
+    Attributes: ``agent_id``, ``approval_id`` and ``decision`` (the journaled
+    decision: ``approved``, ``by``, ``note``). Of two racing decisions exactly
+    one is acknowledged; the other caller gets this error.
+    """
+
+    def __init__(self, agent_id: str, approval_id: str, decision: dict) -> None:
+        self.agent_id, self.approval_id, self.decision = agent_id, approval_id, decision
+        verdict = "approved" if decision.get("approved") else "denied"
+        by = f" by {decision['by']}" if decision.get("by") else ""
+        super().__init__(f"approval {approval_id!r} of {agent_id} is already decided ({verdict}{by})")
+
+
 class AgentLeasedError(DurablyError):
     """Another runtime holds the agent's lease: it runs the agent now.
 
@@ -56,3 +71,17 @@ class WaitTimeoutError(DurablyError, TimeoutError):
     def __init__(self, message: str, state) -> None:
         super().__init__(message)
         self.state = state
+
+
+class AgentLeaseLostError(AgentLeasedError):
+    """This runtime's activation of the agent stopped because another runtime took its lease.
+
+    This runtime paused (or lost the store) past the lease TTL, and another
+    worker took the lapsed lease: that one runs the agent now, and anything
+    this one would still append is fenced by the expected seq. Raised by
+    ``AgentHandle.wait`` and so ``Runtime.run``. Attributes as ``AgentLeasedError``.
+    """
+
+    def __init__(self, agent_id: str, owner: str | None, expires_at: float | None) -> None:
+        super().__init__(agent_id, owner, expires_at)
+        self.args = (f"agent {agent_id!r} lost its lease here; it is run by {owner or 'another runtime'} now",)

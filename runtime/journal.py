@@ -21,7 +21,7 @@ from durably.storage.records import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from . import telemetry as tm
-from .commands import COMMAND_KINDS
+from .commands import COMMAND_KINDS, rebase
 from .errors import AgentFencedError
 from .redaction import RedactionPolicy, Redactor
 from .snapshots import SnapshotPolicy, SnapshotWriter
@@ -78,10 +78,11 @@ class AgentJournal:
             try:
                 return await self._append_once(entries)
             except AgentFencedError:
+                limits_before = self.state.budget  # what a command entry was computed against
                 folded = await self._fold_in_commands()
                 if folded is None:
                     raise
-                entries = self._still_valid(entries, folded)
+                entries = self._still_valid(entries, folded, limits_before)
                 if not entries:
                     return  # every entry was a decision the commands overruled; the caller re-decides
         raise AgentFencedError(self.stream, self.state.last_seq, None)
@@ -98,14 +99,17 @@ class AgentJournal:
         self.records_since += len(newer)
         return {record.kind for record in newer}
 
-    def _still_valid(self, entries, folded: set[str]):
+    def _still_valid(self, entries, folded: set[str], limits_before: dict[str, Any]):
         """The entries that still hold after folding in commands: what already happened
-        (a model response, a tool result) always does; a decision (finish, ask, run a
-        tool, suspend) made before a cancel or a budget extension is dropped, and the
-        actor decides again from the new state."""
+        (a model response, a tool result) always does; a command is re-validated
+        (``commands.rebase``: raises ``InvalidCommandError`` for a lost decision race);
+        a decision (finish, ask, run a tool, suspend) made before a cancel or a budget
+        extension is dropped, and the actor decides again from the new state."""
         kept = []
         for kind, data in entries:
-            if kind in _FACTS:
+            if kind in COMMAND_KINDS:
+                kept.append((kind, rebase(self.state, kind, data, limits_before)))
+            elif kind in _FACTS:
                 kept.append((kind, data))
             elif kind == Kind.BUDGET_EXCEEDED and Kind.BUDGET_EXTENDED in folded:
                 continue
@@ -119,7 +123,7 @@ class AgentJournal:
         now = time.time()
         # Redacted before encoding: the codec, the store and the fold see only the redacted form.
         agent = self.state.definition.get("name")
-        records = [Record(first + i, kind, self.redactor.redact(kind, data, agent), now)
+        records = [Record(first + i, kind, self.redactor.redact(kind, data, agent, first + i), now)
                    for i, (kind, data) in enumerate(entries)]
         frames = [svc.codec.encode_record(r, self.stream) for r in records]
         stored = sum(map(len, frames))
@@ -134,7 +138,9 @@ class AgentJournal:
             except ConflictError as exc:
                 raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc
         for record in records:
+            before = (len(self.state.messages), len(self.state.inbox))
             apply(self.state, record)
+            self.redactor.placed(record, self.state, before)
         self.records_since += len(records)
         self.bytes_since += stored
         if svc.policy.due(self.records_since, self.bytes_since, self.snapshot_bytes):

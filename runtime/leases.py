@@ -12,14 +12,14 @@ Stores without ``CAP_LEASES`` run without them: every claim succeeds.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable
 
 import anyio
 
 from durably.storage.errors import StoreError
 from durably.storage.spi import CAP_LEASES, Lease, Store, StreamId
+
+from .owner import LeaseHolder, Liveness, holder_liveness, new_identity
 
 log = logging.getLogger("durably.leases")
 
@@ -28,39 +28,52 @@ class LeaseKeeper:
     """The leases one runtime holds. ``owner``: this runtime's unique name;
     ``ttl``: seconds a lease lasts unless renewed (renewed every ``ttl / 3``)."""
 
-    def __init__(self, store: Store, owner: str, ttl: float) -> None:
+    def __init__(self, store: Store, worker_id: str, ttl: float) -> None:
         self.store = store
-        self.owner = owner
+        self.identity = new_identity(worker_id, self)
+        self.owner = str(self.identity)
         self.ttl = ttl
         self.enabled = CAP_LEASES in getattr(store, "capabilities", ())
         self._held: dict[StreamId, Lease] = {}
-        self._wanted: set[StreamId] = set()  # run here, lease still with a dead holder
+        self._wanted: set[StreamId] = set()  # run here, lease to be taken once it lapses
 
-    async def claim(self, stream: StreamId, *, force: bool = False, take_dead: bool = False) -> Lease | None:
+    async def claim(self, stream: StreamId, *, force: bool = False) -> Lease | None:
         """Take the lease of ``stream``; None when another live owner holds it.
 
-        ``take_dead``: a lease whose holder is a process of this host that no
-        longer exists (a crash, a restart) does not make the agent wait for it to
-        expire: the claim succeeds at once, and the lease is taken over as soon
-        as it lapses. Only for an explicit resume: automatic ones (``serve`` on
-        several workers) would all see the same dead holder and race, so they
-        wait for the lease to lapse and let the store pick one. ``force`` claims
-        whoever holds it (an operator's decision). Without lease support, claims
-        always succeed. The returned lease has token 0 when it is not (yet) held
-        in the store.
+        A lease whose holder is dead (a process of this host that is gone, or a
+        previous incarnation of this one: see ``durably.runtime.owner``) is taken
+        at once: its exact lease (owner and token) is released, a no-op if it
+        changed meanwhile, then acquired as usual, so of several runtimes that
+        see the same dead holder the store lets exactly one win. ``force``
+        claims whoever holds it (an operator's decision): the claim succeeds and
+        the lease is taken over as soon as it lapses. Without lease support,
+        claims always succeed. The returned lease has token 0 when it is not
+        (yet) held in the store.
         """
         placeholder = Lease(stream, self.owner, 0, float("inf"))
         if not self.enabled:
             return placeholder
         lease = await self.store.acquire_lease(stream, self.owner, self.ttl)
-        if lease is not None:
-            self._held[stream] = lease
-            return lease
-        holder = await self.store.get_lease(stream)
-        if force or holder is None or (take_dead and _dead_local_process(holder.owner)):
-            self._wanted.add(stream)  # taken over by the renewal loop once it lapses
-            return placeholder
-        return None
+        if lease is None:
+            holder = await self.store.get_lease(stream)
+            if holder is not None and holder_liveness(holder.owner) is Liveness.DEAD:
+                log.info("lease of %s held by %s, a dead process: taken over", stream, holder.owner)
+                await self.store.release_lease(holder)
+                lease = await self.store.acquire_lease(stream, self.owner, self.ttl)
+                if lease is None:
+                    return None  # another runtime took it over first
+            elif force or holder is None:
+                self._wanted.add(stream)  # taken over by the renewal loop once it lapses
+                return placeholder
+            else:
+                return None
+        self._held[stream] = lease
+        return lease
+
+    async def holder_info(self, stream: StreamId) -> LeaseHolder | None:
+        """Who holds ``stream``'s lease, until when, and whether that holder is alive; None if nobody."""
+        lease = await self.holder(stream)
+        return None if lease is None else LeaseHolder.of(lease)
 
     async def holder(self, stream: StreamId) -> Lease | None:
         """The live lease of ``stream`` (whoever holds it), or None."""
@@ -78,9 +91,16 @@ class LeaseKeeper:
             except StoreError as exc:
                 log.warning("lease of %s not released (it will expire): %s", stream, exc)
 
-    async def renew_forever(self, on_lost: Callable[[StreamId], None]) -> None:
-        """Renew every held lease each ``ttl / 3`` seconds; ``on_lost(stream)`` for
-        one that another owner took meanwhile. Run it in the runtime's task group."""
+    async def release_all(self) -> None:
+        """Give up every lease held or wanted (a drain); errors are logged."""
+        self._wanted.clear()
+        for stream in list(self._held):
+            await self.release(stream)
+
+    async def renew_forever(self, on_lost: Callable[[StreamId, Lease | None], None]) -> None:
+        """Renew every held lease each ``ttl / 3`` seconds; ``on_lost(stream, holder)``
+        for one that another owner (``holder``, None if unknown) took meanwhile.
+        Run it in the runtime's task group."""
         if not self.enabled:
             return
         while True:
@@ -104,24 +124,13 @@ class LeaseKeeper:
                 if lease is None:
                     # Someone took it after it expired: that worker owns the agent now.
                     self._held.pop(stream, None)
-                    on_lost(stream)
+                    try:
+                        holder = await self.store.get_lease(stream)
+                    except StoreError:
+                        holder = None
+                    on_lost(stream, holder)
                 else:
                     # A new token means it lapsed and came back to us; anyone who
                     # acted meanwhile moved the seq, and our next append finds out.
                     self._held[stream] = lease
 
-
-def _dead_local_process(owner: str) -> bool:
-    """True when ``owner`` (``host:pid/nonce``, the runtime's default) names a
-    process of this host that is gone. Unknown formats count as alive."""
-    base = owner.rpartition("/")[0]
-    host, _, pid = base.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False

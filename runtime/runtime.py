@@ -10,9 +10,9 @@ resumes every agent where its journal ends.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
+import signal
 import socket
 import uuid
 from collections.abc import Iterable
@@ -29,21 +29,25 @@ from durably.storage.errors import CodecError
 from durably.storage.journal import GroupCommitter
 from durably.storage.records import RecordCodec
 from durably.storage.registry import open_store
-from durably.storage.spi import Store, StreamId
+from durably.storage.spi import Lease, Store, StreamId
 
 from . import commands as cmd
-from .actor import AgentActor, _Requeue
+from . import dispatch, serving
+from .actor import AgentActor
 from .agent import AgentDefinition, Budget
 from .errors import (
     AgentExistsError,
     AgentFencedError,
     AgentLeasedError,
+    AgentLeaseLostError,
     AgentNotFoundError,
     DefinitionNotRegisteredError,
 )
 from .journal import AgentJournal, JournalServices
 from .inspection import Inspection
 from .leases import LeaseKeeper
+from .owner import LeaseHolder
+from .placement import CommandResult
 from .migrate import definition_change_entries, hold_for_migration
 from .redaction import RedactionPolicy
 from .reencrypt import ReencryptReport
@@ -51,19 +55,22 @@ from .reencrypt import reencrypt as reencrypt_namespace
 from .restore import restore
 from .retention import RetentionPolicy, SweepItem, purge_stream
 from .retention import sweep as sweep_namespace
+from .single_flight import KeyedLock
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
 from .telemetry import tracer as make_tracer
 
 log = logging.getLogger("durably.runtime")
 
-_COMMAND_RETRIES = 8  # expected-seq retries for a command racing another writer
-
 
 class AgentHandle:
     """A live agent activation. ``await handle.wait()`` returns its state when it
     stops or parks; raises ``AgentFencedError`` / ``StoreUnavailableError`` if
-    that is what stopped it."""
+    that is what stopped it, and ``AgentLeaseLostError`` when another runtime
+    took the agent's lease (this one paused past its TTL, or lost the store for
+    that long): the agent runs there now, so a "running" state from here would
+    be a lie. A state with status ``running`` means this runtime stopped the
+    activation itself (``drain``, leaving ``async with``)."""
 
     def __init__(self, actor: AgentActor) -> None:
         self._actor = actor
@@ -73,8 +80,9 @@ class AgentHandle:
         return self._actor.state.agent_id
 
     async def wait(self) -> AgentState:
-        """The agent's state once this activation ends."""
+        """The agent's state once this activation ends and has given its lease back."""
         await self._actor.done.wait()
+        await self._actor.exited.wait()
         if self._actor.error is not None:
             raise self._actor.error
         return self._actor.state
@@ -120,6 +128,8 @@ class Runtime(Inspection):
         for definition in agents:
             self.register(definition)
         self._live: dict[str, AgentActor] = {}
+        self._activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
+        self.draining = False  # set by drain(): nothing more is resumed here
         self._exit: AsyncExitStack | None = None
 
     # lifecycle --------------------------------------------------------------
@@ -136,7 +146,7 @@ class Runtime(Inspection):
                                        codec_factory=partial(RecordCodec, cipher=self.encryption))
             self._services = JournalServices(self.store, self.codec, committer, snapshots, self.policy, self.tracer,
                                              redaction=self.redaction)
-            self._leases = LeaseKeeper(self.store, f"{self.worker_id}/{uuid.uuid4().hex[:8]}", self.lease_ttl)
+            self._leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(snapshots.run, self._snapshot_written)
             self._tg.start_soon(self._leases.renew_forever, self._lease_lost)
@@ -192,6 +202,10 @@ class Runtime(Inspection):
         """
         definition = agent if isinstance(agent, AgentDefinition) else self._definition(agent)
         self._definitions.setdefault(definition.name, definition)
+        async with self._activating.hold(agent_id):
+            return await self._start(definition, agent_id, task, budget)
+
+    async def _start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
         stream = self.stream(agent_id)
         if agent_id in self._live:  # running here: its lease is the live actor's, not ours to touch
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
@@ -234,16 +248,24 @@ class Runtime(Inspection):
         ``CorruptRecordError`` / ``UnknownSchemaVersionError`` (journal unreadable:
         not resumed, bytes untouched).
         """
-        if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
-            return AgentHandle(actor)
-        return await self._resume(agent_id, force=force, take_dead=True)
+        return await self._resume(agent_id, force=force)
 
-    async def _resume(self, agent_id: str, *, force: bool = False, take_dead: bool = False) -> AgentHandle | None:
-        """``resume``; ``take_dead`` only for an explicit one (see ``LeaseKeeper.claim``)."""
+    async def _resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
+        """``resume``, and the resumes of ``resume_all`` and commands.
+
+        Single-flight: holding the agent id's lock, a second caller finds the
+        first one's live actor and gets its handle instead of a second copy.
+        """
+        async with self._activating.hold(agent_id):
+            return await self._resume_held(agent_id, force=force)
+
+    async def _resume_held(self, agent_id: str, *, force: bool) -> AgentHandle | None:
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
+        if self.draining:
+            return None  # shutting down: another runtime resumes it
         stream = self.stream(agent_id)
-        await self._claim(stream, force=force, take_dead=take_dead)
+        await self._claim(stream, force=force)
         try:
             journal = await self._restore_journal(agent_id)
             if journal.state.status != RUNNING:
@@ -257,17 +279,27 @@ class Runtime(Inspection):
             raise
         return self._spawn(definition, journal)
 
-    async def _claim(self, stream: StreamId, *, force: bool = False, take_dead: bool = True) -> None:
-        """Take the agent's lease or raise ``AgentLeasedError`` naming who holds it."""
-        if await self._leases.claim(stream, force=force, take_dead=take_dead) is None:
+    async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
+        """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
+        if await self._leases.claim(stream, force=force) is None:
             holder = await self._leases.holder(stream)
             raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
                                    holder.expires_at if holder else None)
 
-    def _lease_lost(self, stream: StreamId) -> None:
+    async def lease_holder(self, agent_id: str) -> LeaseHolder | None:
+        """Who holds ``agent_id``'s lease now: owner, worker id, host and pid, expiry
+        (unix seconds) and liveness (``alive``, ``dead``: taken at once by the next
+        resume here or in ``serve``; ``remote``: only the expiry tells); None when
+        nobody does or the store has no leases. Raises ``StoreUnavailableError``."""
+        return await self._leases.holder_info(self.stream(agent_id))
+
+    def _lease_lost(self, stream: StreamId, holder: Lease | None) -> None:
         actor = self._live.get(stream.agent_id)
         if actor is not None and stream.namespace == self.namespace:
             log.warning("lease of %s lost to another runtime; stopping the agent here", stream)
+            # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
+            actor.error = AgentLeaseLostError(stream.agent_id, holder.owner if holder else None,
+                                              holder.expires_at if holder else None)
             actor.cancel_scope.cancel()
 
     async def resume_all(self) -> list[AgentHandle]:
@@ -302,15 +334,32 @@ class Runtime(Inspection):
                 return await self.status(agent_id)
         return await handle.wait()
 
-    async def serve(self, poll_interval: float = 1.0) -> None:
+    async def serve(self, poll_interval: float = 1.0, *, drain_signals: Iterable[int] = (signal.SIGTERM,),
+                    drain_timeout: float = 30.0) -> None:
         """Resume runnable agents forever, polling the store every ``poll_interval`` seconds.
 
         This is how an agent parked in one process runs on after another process
-        approved it or extended its budget. Cancel the calling scope to stop.
+        approved it or extended its budget, and how a dead worker's agents are
+        taken over (at once when it was a process of this host). A store outage
+        (``StoreUnavailableError``) does not end it: scans back off up to 30 s,
+        are logged, traced (``durably.serve.outage``) and counted, and serving
+        carries on when the store is back. On one of ``drain_signals`` (main
+        thread only; ``()`` for none) it drains (``drain(drain_timeout)``) and
+        returns: a deploy's SIGTERM lets the steps in flight finish and hands the
+        agents to the other workers at once. Cancel the calling scope to stop
+        without draining. See ``durably.runtime.serving``.
         """
-        while True:
-            await self.resume_all()
-            await anyio.sleep(poll_interval)
+        await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout)
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Stop every live agent here after its current step, release its lease, resume nothing more.
+
+        ``timeout``: seconds to wait for the steps in flight before cancelling
+        them (their intents then follow the tools' unknown-outcome policies where
+        they resume). Handles of drained activations return their state, whose
+        status is still ``running``: the agent goes on wherever it is resumed.
+        """
+        await serving.drain(self, timeout)
 
     async def status(self, agent_id: str) -> AgentState:
         """The agent's current state, read from the store. Raises ``AgentNotFoundError``."""
@@ -330,56 +379,34 @@ class Runtime(Inspection):
 
     # commands ---------------------------------------------------------------
 
-    async def approve(self, agent_id: str, approval_id: str, *, approved: bool = True, by: str = "", note: str = "") -> AgentState:
+    async def approve(self, agent_id: str, approval_id: str, *, approved: bool = True, by: str = "", note: str = "") -> CommandResult:
         """Decide an open approval; a parked agent then resumes here if its definition is registered.
 
-        Returns the state after the decision. Raises ``InvalidCommandError``
-        (unknown or already decided approval) and ``AgentNotFoundError``.
+        Returns the state after the decision as a ``CommandResult`` whose
+        ``placement`` says truthfully whether and where the agent runs now (here,
+        in another live runtime, after a remote holder's lease lapses, or not
+        yet: see ``durably.runtime.placement``); every command returns one.
+        Raises ``ApprovalAlreadyDecidedError`` (decided already, perhaps a moment
+        ago by another process), ``InvalidCommandError`` (unknown approval,
+        finished agent) and ``AgentNotFoundError``.
         """
         return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note))
 
-    async def extend_budget(self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0) -> AgentState:
+    async def extend_budget(self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0) -> CommandResult:
         """Raise a suspended (or running) agent's limits; a suspended one resumes."""
         return await self._command(agent_id, cmd.ExtendBudget(steps=steps, tokens=tokens, cost_usd=cost_usd))
 
-    async def send(self, agent_id: str, content: str, *, role: str = "user") -> AgentState:
+    async def send(self, agent_id: str, content: str, *, role: str = "user") -> CommandResult:
         """Add a message to the agent's conversation (seen by its next model call)."""
         return await self._command(agent_id, cmd.SendMessage(content=content, role=role))
 
-    async def cancel(self, agent_id: str, reason: str = "") -> AgentState:
+    async def cancel(self, agent_id: str, reason: str = "") -> CommandResult:
         """Stop the agent for good (after its current step)."""
         return await self._command(agent_id, cmd.Cancel(reason=reason))
 
-    async def _command(self, agent_id: str, command: cmd.Command) -> AgentState:
-        actor = self._live.get(agent_id)
-        if actor is not None and not actor.done.is_set():
-            try:
-                await actor.mailbox.send(command)
-                await command.done.wait()
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                command.finish(_Requeue())
-            if not isinstance(command.error, _Requeue):
-                if command.error is not None:
-                    raise command.error
-                return actor.state
-        # No live actor here: the journal is the agent. Append with the expected seq;
-        # if another writer got there first, re-read and decide again.
-        for _ in range(_COMMAND_RETRIES):
-            journal = await self._restore_journal(agent_id)
-            was_parked = journal.state.parked
-            entry = cmd.to_record(journal.state, command)
-            try:
-                await journal.append(entry)
-            except AgentFencedError:
-                continue
-            # Resume here only an agent this command un-parked: one that was running
-            # may be running elsewhere (a store without leases cannot tell), and
-            # that worker folds the command in.
-            if was_parked and journal.state.status == RUNNING and journal.state.definition.get("name") in self._definitions:
-                with contextlib.suppress(AgentLeasedError, AgentFencedError):
-                    await self._resume(agent_id)
-            return journal.state
-        raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
+    async def _command(self, agent_id: str, command: cmd.Command) -> CommandResult:
+        """Apply ``command``; the state after it and where the agent runs now (see ``dispatch``)."""
+        return await dispatch.submit(self, agent_id, command)
 
     # retention, purge, keys -------------------------------------------------
 
@@ -438,6 +465,7 @@ class Runtime(Inspection):
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal) -> AgentHandle:
         actor = AgentActor(definition, journal, self.tracer, mailbox_size=self._mailbox_size)
+        actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
         agent_id = journal.state.agent_id
         self._live[agent_id] = actor
 
@@ -448,7 +476,13 @@ class Runtime(Inspection):
             finally:
                 if self._live.get(agent_id) is actor:
                     del self._live[agent_id]  # parked or done: nothing of it stays in memory
-                await self._leases.release(journal.stream)
+                # Under the id's lock: a resume racing this exit renews the same lease,
+                # which must not be released under the activation it spawned.
+                with anyio.CancelScope(shield=True):
+                    async with self._activating.hold(agent_id):
+                        if agent_id not in self._live:
+                            await self._leases.release(journal.stream)
+                actor.exited.set()
 
         self._tg.start_soon(run_actor)
         return AgentHandle(actor)

@@ -214,6 +214,10 @@ def _forked(s: AgentState, d: dict) -> None:
     if renamed:
         # Calls the source chose but had not started at the fork run anew here, under new keys.
         s.pending_calls = [dict(c, key=renamed[c["key"]]) if c["key"] in renamed else c for c in s.pending_calls]
+        # An approval the copied history holds for such a call holds for it under its new key.
+        for approval_id, request in list(s.approvals.items()):
+            if request.get("key") in renamed:
+                s.approvals[approval_id] = {**request, "key": renamed[request["key"]]}
 
 
 def _definition_changed(s: AgentState, d: dict) -> None:

@@ -1,0 +1,119 @@
+"""How the ``durably`` command writes: untrusted text neutralised, one JSON document per read.
+
+Nearly everything the CLI shows was written by someone else: a model chose the
+call ids, tool names and arguments, a tool returned the results, a user wrote
+the task. Such text may carry terminal control sequences (erase line, move the
+cursor, write the clipboard with OSC 52, hyperlinks) or bidirectional overrides
+that make a line read differently than it is. ``neutralise`` turns every such
+character into a visible escape (``\\x1b``, ``\\u202e``) before it reaches a
+terminal, and rich is never asked to interpret markup in it. JSON output is
+written with ``ensure_ascii``: every control and non-ASCII character is a
+``\\uXXXX`` escape, so a JSON document is safe on a terminal too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import unicodedata
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# Categories shown escaped: controls (C0, DEL, C1), format characters (bidi
+# overrides and isolates, zero-width joiners), line and paragraph separators,
+# surrogates and private-use or unassigned code points.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def neutralise(text: Any, *, newlines: bool = False) -> str:
+    """``text`` (any value; non-strings via ``str``) with every control, format and
+    unassigned character replaced by a visible escape. ``newlines``: keep ``\\n``
+    (multi-line blocks); otherwise it is escaped too (one cell, one line). Never raises."""
+    text = text if isinstance(text, str) else str(text)
+    if text.isprintable() and (newlines or "\n" not in text):
+        return text  # the common case, checked in C
+    out = []
+    for ch in text:
+        if ch == "\n" and newlines:
+            out.append(ch)
+        elif ch == " " or (ch.isprintable() and unicodedata.category(ch) not in _UNSAFE_CATEGORIES):
+            out.append(ch)
+        else:
+            out.append(_escape(ch))
+    return "".join(out)
+
+
+def when(at: float | None) -> str:
+    """Unix seconds as ``2026-12-01 09:30:00Z`` (UTC); ``-`` for None."""
+    if at is None:
+        return "-"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def to_json(document: Any) -> str:
+    """``document`` as indented JSON, ASCII only (safe on a terminal), keys in the given order."""
+    return json.dumps(document, ensure_ascii=True, indent=2, default=_jsonable, allow_nan=False)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+class Output:
+    """The CLI's writer: ``line`` and ``table`` for people, ``json`` for programs.
+
+    In: ``json_mode`` (the command's ``--json``). Everything goes through
+    ``neutralise``; nothing is read as rich markup.
+    """
+
+    def __init__(self, json_mode: bool = False) -> None:
+        self.json_mode = json_mode
+        self.console = Console(highlight=False, soft_wrap=True)
+
+    def line(self, text: Any, *, style: str | None = None) -> None:
+        """Print one line of untrusted text, neutralised."""
+        self.console.print(Text(neutralise(text, newlines=True), style=style or ""), soft_wrap=True)
+
+    def block(self, text: str) -> None:
+        """Print text that is already safe (our own JSON)."""
+        self.console.file.write(text + "\n")
+        self.console.file.flush()
+
+    def json(self, document: Any) -> None:
+        """Print ``document`` as one JSON document."""
+        self.block(to_json(document))
+
+    def table(self, columns: list[str], rows: list[list[Any]], *, title: str | None = None,
+              caption: str | None = None) -> None:
+        """Print a table whose every cell is neutralised text."""
+        table = Table(*columns, title=Text(neutralise(title)) if title else None,
+                      caption=Text(neutralise(caption)) if caption else None)
+        for row in rows:
+            table.add_row(*(Text(neutralise(cell)) for cell in row))
+        self.console.print(table)
+
+    def error(self, exc: BaseException) -> None:
+        """Report a refused command: one line (or a JSON ``{"error": ...}`` document)."""
+        if self.json_mode:
+            self.json({"error": {"type": type(exc).__name__, "message": str(exc)}})
+        else:
+            self.console.print(Text.assemble(("error: ", "red"), neutralise(f"{type(exc).__name__}: {exc}")),
+                               soft_wrap=True)
+
+
+def stdin_is_terminal() -> bool:
+    """True when a person can answer a confirmation prompt."""
+    return sys.stdin.isatty()

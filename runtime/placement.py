@@ -1,0 +1,122 @@
+"""What a command answers: the agent's state, and truthfully whether and where it will run now.
+
+Issue 11 item 12: after a restart, ``approve()`` answered ``running`` while
+nothing ran until a dead process's lease lapsed. A folded status says what the
+journal implies (the agent *may* run); it cannot say whether a worker will run
+it. So every command (``approve``, ``extend_budget``, ``send``, ``cancel``)
+returns a ``CommandResult``: the ``AgentState`` after the command, as before,
+plus a ``Placement``:
+
+* ``here``: it runs in this runtime now (``handle`` waits for it);
+* ``elsewhere``: a live runtime holds its lease and runs it (``holder``);
+* ``after_lease``: a runtime this one cannot see holds its lease (another host):
+  it runs there, or after ``holder.expires_at`` wherever ``serve()`` polls;
+* ``unassigned``: runnable, and nobody runs it yet: the next ``serve()`` (or
+  ``resume``) with its definition registered will (e.g. this runtime does not
+  register the definition, or is draining, or its lease holder is dead);
+* ``not_running``: parked (waiting for a human) or finished, failed, cancelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from .errors import AgentFencedError, AgentLeasedError
+from .owner import LeaseHolder, Liveness
+from .state import RUNNING, AgentState
+
+if TYPE_CHECKING:
+    from .runtime import AgentHandle, Runtime
+
+
+class Where(str, Enum):
+    """Where an agent runs after a command (see the module docstring)."""
+
+    HERE = "here"
+    ELSEWHERE = "elsewhere"
+    AFTER_LEASE = "after_lease"
+    UNASSIGNED = "unassigned"
+    NOT_RUNNING = "not_running"
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """``where`` (a ``Where``), ``holder`` (the lease holder, when one is known),
+    ``handle`` (the activation, when ``where`` is ``here``), ``reason`` (one
+    sentence for an operator)."""
+
+    where: Where
+    reason: str
+    holder: LeaseHolder | None = None
+    handle: AgentHandle | None = None
+
+    @classmethod
+    def held_by(cls, holder: LeaseHolder | None, *, registered: bool) -> Placement:
+        """The placement of a runnable agent this runtime does not run, given its lease holder."""
+        if holder is None:
+            why = "nobody runs it yet: the next serve() with its definition resumes it"
+            if not registered:
+                why += " (its definition is not registered in this runtime)"
+            return cls(Where.UNASSIGNED, why)
+        if holder.liveness is Liveness.ALIVE:
+            return cls(Where.ELSEWHERE, f"run by {holder.worker_id} (pid {holder.pid})", holder)
+        if holder.liveness is Liveness.DEAD:
+            return cls(Where.UNASSIGNED, f"its lease holder {holder.worker_id} (pid {holder.pid}) is gone: "
+                                         "the next resume or serve() with its definition takes it at once", holder)
+        return cls(Where.AFTER_LEASE, f"leased by {holder.worker_id} until {holder.expires_at:.0f} (unix s); "
+                                      "it runs there, or after that wherever serve() polls", holder)
+
+
+@dataclass
+class CommandResult(AgentState):
+    """The ``AgentState`` after a command, plus ``placement``: where it runs now.
+
+    It is an ``AgentState`` in every respect (callers reading ``status`` keep
+    working); ``placement`` is never journaled or snapshotted.
+    """
+
+    placement: Placement | None = None
+
+    @classmethod
+    def of(cls, state: AgentState, placement: Placement) -> CommandResult:
+        """``state``'s fields (shared, not copied) with ``placement``."""
+        return cls(**{f.name: getattr(state, f.name) for f in fields(AgentState)}, placement=placement)
+
+    def to_wire(self) -> dict[str, Any]:
+        """As ``AgentState.to_wire``: the placement is not state."""
+        wire = super().to_wire()
+        wire.pop("placement", None)
+        return wire
+
+
+def live_here(state: AgentState, handle: AgentHandle) -> Placement:
+    """The placement after a command a live actor of this runtime took in."""
+    if state.status != RUNNING:
+        return Placement(Where.NOT_RUNNING, f"agent is {state.status}")
+    return Placement(Where.HERE, "runs in this runtime", handle=handle)
+
+
+async def place(runtime: Runtime, state: AgentState, *, was_parked: bool) -> Placement:
+    """Where the agent of ``state`` (just after a command appended to its journal) runs now.
+
+    An agent the command un-parked is resumed here when this runtime has its
+    definition (single-flight, lease taken; a dead holder's lease at once).
+    One that was runnable before may run elsewhere: its lease holder says where.
+    """
+    if state.status != RUNNING:
+        why = f"agent is {state.status}" + (f": {state.reason}" if state.reason else "")
+        return Placement(Where.NOT_RUNNING, why)
+    registered = state.definition.get("name") in runtime._definitions
+    if was_parked and registered and not runtime.draining:
+        try:
+            handle = await runtime._resume(state.agent_id)
+        except (AgentLeasedError, AgentFencedError):
+            handle = None  # another runtime holds it, or resumed it first: its lease says which
+        if handle is not None:
+            return Placement(Where.HERE, "resumed in this runtime", handle=handle)
+    if not runtime._leases.enabled:
+        return Placement(Where.UNASSIGNED, "this store has no leases: whether another runtime runs it cannot be "
+                                           "told; a serve() with its definition resumes it if none does")
+    return Placement.held_by(await runtime.lease_holder(state.agent_id), registered=registered)

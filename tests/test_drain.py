@@ -1,0 +1,59 @@
+"""Issue 12 item 3: a deploy is a graceful drain.
+
+Two serving worker processes share a SQLite store. On SIGTERM the one running
+the agents finishes the steps in flight, releases its leases and exits; the
+other worker's ``serve()`` takes every agent within a second. No step runs twice
+and none is left with an unknown outcome.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import anyio
+
+from durably.schemas.records import Kind
+from support_agents import read_lines
+from test_dead_holders import kinds, spawn, until
+
+
+def effects_of(effects, pid: int, phase: str) -> list[dict]:
+    return [e for e in read_lines(effects) if e["pid"] == pid and e["phase"] == phase]
+
+
+async def test_sigterm_drains_and_another_serve_takes_the_agents_within_a_second(tmp_path):
+    db, effects = tmp_path / "a.db", tmp_path / "effects.jsonl"
+    a = spawn(db, effects, "--start", "3", "--steps", "6", "--step-seconds", "0.3")
+    b = None
+    try:
+        await until(lambda: len({e["agent"] for e in effects_of(effects, a.pid, "start")}) == 3 or a.poll() is not None)
+        assert a.poll() is None, a.stderr.read()
+        b = spawn(db, effects, "--steps", "6", "--step-seconds", "0.3")
+        await anyio.sleep(1.0)  # b is serving: it must find every agent leased by a live worker
+        assert effects_of(effects, b.pid, "start") == []
+        a.send_signal(signal.SIGTERM)
+        with anyio.fail_after(10):
+            out, err = await anyio.to_thread.run_sync(a.communicate)
+        drained_at = time.time()
+        assert a.returncode == 0 and "drained" in out, err
+        await until(lambda: len({e["agent"] for e in effects_of(effects, b.pid, "start")}) == 3, timeout=10)
+        await until(lambda: len([e for e in read_lines(effects) if e["phase"] == "done"]) >= 3 * 6, timeout=30)
+    finally:
+        for worker in (a, b):
+            if worker is not None and worker.poll() is None:
+                worker.send_signal(signal.SIGKILL)
+                worker.wait()
+    lines = read_lines(effects)
+    taken = {}
+    for e in lines:
+        if e["pid"] == b.pid and e["phase"] == "start":
+            taken.setdefault(e["agent"], e["t"])
+    assert max(taken.values()) - drained_at < 1.0, {k: round(v - drained_at, 2) for k, v in taken.items()}
+    # Each step started once and finished once: a's steps in flight finished before it let go.
+    starts = [e["key"] for e in lines if e["phase"] == "start"]
+    dones = [e["key"] for e in lines if e["phase"] == "done"]
+    assert len(starts) == len(set(starts)) == len(dones) == 3 * 6
+    for i in range(3):
+        journal = await kinds(f"sqlite:///{db}", f"agent-{i}")
+        assert journal.count(Kind.RESUMED) == 1 and journal[-1] == Kind.FINISHED

@@ -1,0 +1,71 @@
+"""Issue 11 item 8: ``serve()`` survives a store outage.
+
+A SQLite lock held past the busy timeout makes every scan fail with
+``StoreUnavailableError``. The serving worker backs off, reports the outage
+(log, span, metric) and, once the lock is gone, runs an agent approved after
+the outage.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+import anyio
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from durably.runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+
+
+def gated(ran: list) -> AgentDefinition:
+    @tool(name="effect", requires_approval=True)
+    async def effect(n: int, *, ctx) -> int:
+        ran.append(n)
+        return n
+
+    class OneCall:
+        name = "one"
+
+        async def respond(self, messages, tools):
+            if messages[-1]["role"] == "tool":
+                return ModelResponse("done")
+            return ModelResponse("", (ToolCall("c1", "effect", {"n": 1}),))
+
+    return AgentDefinition(name="gated", model=OneCall(), tools=[effect])
+
+
+async def test_serve_backs_off_through_a_locked_database_and_carries_on(tmp_path, caplog):
+    path = tmp_path / "a.db"
+    url = f"sqlite:///{path}?busy_timeout=50"
+    ran: list = []
+    definition = gated(ran)
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    caplog.set_level(logging.WARNING, logger="durably.serve")
+    async with Runtime(url, agents=[definition]) as setup:
+        await setup.run(definition, "a1", "task")
+    async with Runtime(url, agents=[definition], tracer_provider=provider) as rt:
+        async with anyio.create_task_group() as tg:
+            blocker = sqlite3.connect(path, isolation_level=None)
+            blocker.execute("BEGIN EXCLUSIVE")  # holds the write lock past every busy timeout
+            tg.start_soon(rt.serve, 0.05)
+            with anyio.fail_after(10):
+                while not [s for s in spans.get_finished_spans() if s.name == "durably.serve.outage"]:
+                    await anyio.sleep(0.05)
+            await anyio.sleep(0.3)
+            blocker.execute("COMMIT")
+            blocker.close()
+            async with Runtime(url) as operator:  # approves; does not run the agent itself
+                await operator.approve("a1", "c1")
+            with anyio.fail_after(40):
+                while (await rt.status("a1")).status != "finished":
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    assert ran == [1]
+    outages = [s for s in spans.get_finished_spans() if s.name == "durably.serve.outage"]
+    assert outages and outages[0].attributes["error.type"] == "StoreUnavailableError"
+    assert any("store unavailable" in r.getMessage() for r in caplog.records)
+    assert any("available again" in r.getMessage() for r in caplog.records)
