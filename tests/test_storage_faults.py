@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -7,7 +7,10 @@ through the journal boundaries (before an append, after its acknowledgement,
 before and after a snapshot, before compaction, before and after a tool's
 effect, at a random occurrence) and random moments (killed by the harness after
 a random delay); when it dies, a new incarnation takes its place, and with K > 1
-the others take its agents over meanwhile. Once N workers died, a last worker
+the others take its agents over (through the store's leases: a dead holder's
+at once; on a store without leases the harness hands a dead worker's agents
+to another worker, as an operator would, since nothing else could tell that a
+worker is dead rather than slow). Once N workers died, a last worker
 that is never killed must finish every agent in time (nothing stuck), and the
 judge (``invariants``) reads the ledgers and the store. Jepsen's approach
 (Kingsbury) with ALICE's boundary crashes (Pillai et al., OSDI 2014), on the
@@ -30,7 +33,7 @@ import anyio
 
 from durably.storage.errors import DurablyError
 from durably.storage.registry import open_store
-from durably.storage.spi import CAP_SINGLE_PROCESS, Store
+from durably.storage.spi import CAP_LEASES, CAP_SINGLE_PROCESS, Store
 from durably.storage.torture import Ledger
 
 from ..errors import AgentNotFoundError
@@ -105,6 +108,12 @@ class _Run:
     rng: random.Random
     report: TortureReport
     store_class: list[str] | None = None
+    #: With leases every worker runs every agent and the store's leases decide who does; without
+    #: them, each agent is given to one worker slot at a time (``owner``), and a dead worker's
+    #: agents go to another slot: a takeover an operator would do, never two runners at once.
+    leases: bool = True
+    owner: dict[str, int] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
     plan_index: int = 0
 
     def spec(self, worker: str, agents: dict[str, str], crash: bool) -> tuple[dict[str, Any], str]:
@@ -153,25 +162,42 @@ class _Run:
             raise TortureError(f"worker {worker} exited with {code}: {errors[-3000:]}")
         return False
 
-    async def slot(self, slot: int, agents: dict[str, str], kills: int) -> None:
-        """Worker slot ``slot``: incarnations until one finishes the generation or the run has its kills."""
+    async def slot(self, slot: int, generation: dict[str, str], kills: int) -> None:
+        """Worker slot ``slot``: incarnations until the generation's agents are all done."""
         incarnation = 0
         while True:
+            agents = generation if self.leases else {
+                agent: policy for agent, policy in generation.items()
+                if agent not in self.done and self.owner.get(agent) == slot}
+            if not agents:
+                if self.done >= set(generation):
+                    return
+                await anyio.sleep(0.05)  # this slot's agents were handed to another: wait for more, or the end
+                continue
             incarnation += 1
             crash = self.report.kills < kills
-            if not await self.incarnation(f"w{slot}.{incarnation}", agents, crash):
+            if await self.incarnation(f"w{slot}.{incarnation}", agents, crash):
+                if not self.leases:
+                    for agent in agents:  # the dead worker's agents go to the next slot
+                        self.owner[agent] = (slot + 1) % self.workers
+            elif self.leases:
                 return
+            else:
+                self.done |= set(agents)
 
 
 async def run_torture(store: str, *, kills: int = 200, workers: int = 1, agents: int = 4, steps: int = 5,
-                      seed: int | None = None, ledger: Path | None = None, lease_ttl: float = 2.0,
+                      seed: int | None = None, ledger: Path | None = None, lease_ttl: float = 10.0,
                       store_class: type | None = None) -> TortureReport:
     """SIGKILL ``workers`` worker processes on ``store`` ``kills`` times in all, then judge the run.
 
     In: a store URL (not ``CAP_SINGLE_PROCESS``: workers are processes),
     ``kills`` >= 1, ``workers`` >= 1 (K > 1: takeovers between workers),
     ``agents`` per generation and ``steps`` per agent, a ``seed`` (None: random),
-    a ``ledger`` directory (None: a temporary one), ``lease_ttl`` seconds,
+    a ``ledger`` directory (None: a temporary one), ``lease_ttl`` seconds (a
+    dead worker's leases are taken at once; the ttl only bounds a live worker
+    too slow to renew: keep it well above the machine's worst stall, since a
+    takeover from a live worker mid-effect is the duplicate leases cannot stop),
     ``store_class`` (the adapter class the workers build as ``store_class(store)``,
     imported by module and name; None: ``open_store(store)``).
     Out: a ``TortureReport``; ``violations`` lists every broken invariant.
@@ -191,12 +217,14 @@ async def run_torture(store: str, *, kills: int = 200, workers: int = 1, agents:
         directory.mkdir(parents=True, exist_ok=True)
         report = TortureReport(store=store, workers=workers)
         run = _Run(store, directory, workers, steps, lease_ttl, random.Random(seed), report,
-                   [store_class.__module__, store_class.__qualname__] if store_class is not None else None)
+                   [store_class.__module__, store_class.__qualname__] if store_class is not None else None,
+                   leases=CAP_LEASES in probe.capabilities)
         policies: dict[str, str] = {}
         run_id = f"{run.rng.getrandbits(32):08x}"
         while report.kills < kills:
             generation = {f"g{run_id}-{report.generations}-{n}": POLICIES[n % len(POLICIES)] for n in range(agents)}
             policies.update(generation)
+            run.owner.update({agent: n % workers for n, agent in enumerate(generation)})
             report.generations += 1
             async with anyio.create_task_group() as group:
                 for slot in range(workers):
