@@ -18,7 +18,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from durably.storage.errors import StoreUnavailableError
+from durably.storage.errors import CorruptRecordError, StoreUnavailableError
 
 from .s3_batch import Batch
 from .s3_keys import StreamKeys, seq_from_name
@@ -46,7 +46,7 @@ class S3Compaction:
     async def compacted_through(self, keys: StreamKeys) -> int:
         """The stream's compaction mark (0 when never compacted): one GET."""
         found = await self._s3.get(keys.compacted)
-        return 0 if found is None else int(json.loads(found[0])["through"])
+        return 0 if found is None else _mark_through(found[0], keys.compacted)
 
     async def compact(self, keys: StreamKeys, through_seq: int) -> None:
         """Delete the records <= ``through_seq`` (>= 1): raise the mark, trim the holder, delete the rest.
@@ -114,3 +114,15 @@ class S3Compaction:
         except _Lost:
             raise StoreUnavailableError(f"{what} kept changing under a concurrent writer") from None
 
+
+
+def _mark_through(data: bytes, key: str) -> int:
+    """The ``through`` seq of a compaction mark's bytes. Raises ``CorruptRecordError``
+    for bytes no durably build wrote (a foreign object at the mark's key)."""
+    try:
+        through = json.loads(data)["through"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptRecordError(f"foreign object at the compaction mark {key!r}: {exc}") from None
+    if type(through) is not int or through < 0:
+        raise CorruptRecordError(f"foreign object at the compaction mark {key!r}: through={through!r}")
+    return through

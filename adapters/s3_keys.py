@@ -19,7 +19,7 @@ what the adapter needs without listing whole histories:
 
 from __future__ import annotations
 
-from durably.storage.errors import InvalidRequestError
+from durably.storage.errors import CorruptRecordError, InvalidRequestError
 from durably.storage.spi import StreamId
 
 SEQ_DIGITS = 20
@@ -71,8 +71,17 @@ def seq_name(seq: int) -> str:
 
 
 def seq_from_name(name: str) -> int:
-    """Invert ``seq_name`` for the last segment of a key."""
-    return _SEQ_SPAN - 1 - int(name[-SEQ_DIGITS:])
+    """Invert ``seq_name`` for the last segment of a key.
+
+    Raises ``CorruptRecordError`` for a key that no durably build wrote (a
+    foreign object among a stream's batches or snapshots), so one such object
+    makes that stream unreadable, never a ``ValueError`` that stops a scan.
+    """
+    digits = name[-SEQ_DIGITS:]
+    segment = name.rpartition("/")[2]
+    if len(segment) != SEQ_DIGITS or not (digits.isascii() and digits.isdigit()):
+        raise CorruptRecordError(f"foreign object {name!r} among the stream's keys")
+    return _SEQ_SPAN - 1 - int(digits)
 
 
 class StreamKeys:

@@ -51,7 +51,7 @@ from durably.storage.errors import (
 from durably.storage.spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
 
 from . import sqlite_layout as layout
-from .sqlite_file import path_from_url, prepare_file, translate, unavailable
+from .sqlite_file import daemonize, path_from_url, prepare_file, translate, unavailable
 from .sqlite_layout import SCHEMA_VERSION
 from .sqlite_leases import SQLiteLeases
 
@@ -77,6 +77,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         super().__init__()
         self.path, self.synchronous, self.busy_timeout_ms = path_from_url(url)
         self._db: aiosqlite.Connection | None = None
+        self._absent = False  # the file did not exist at open: the first write creates it
         self._lock = anyio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -87,6 +88,14 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                 f"the sqlite adapter needs SQLite >= {'.'.join(map(str, layout.MIN_SQLITE))} (RETURNING); "
                 f"this Python links {sqlite3.sqlite_version}"
             )
+        # A file that is not there yet is created by the first write, not here: reading
+        # through a mistyped path must not leave an empty database behind (issue 11 item 17).
+        self._absent = not await anyio.to_thread.run_sync(self.path.exists)
+        if not self._absent:
+            await self._connect()
+
+    async def _connect(self) -> None:
+        """Create the file (owner-only) if missing, connect, set it up."""
         try:
             await anyio.to_thread.run_sync(prepare_file, self.path)
         except OSError as exc:
@@ -94,9 +103,11 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         try:
             # isolation_level None: autocommit, so a lone write statement is its own
             # transaction (the fast append path); longer transactions BEGIN IMMEDIATE.
-            db = await aiosqlite.connect(
+            connecting = aiosqlite.connect(
                 self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
             )
+            daemonize(connecting)
+            db = await connecting
         except sqlite3.Error as exc:
             raise unavailable(exc) from exc
         try:
@@ -160,7 +171,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         ``StoreUnavailableError``.
         """
         async with self._lock:
-            db = self._connection()
+            db = await self._ready(create=True)
             with anyio.CancelScope(shield=True):
                 try:
                     await db.execute("BEGIN IMMEDIATE")
@@ -186,7 +197,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         durable on return); returns the rows it changed. Shielded from cancellation,
         so the caller always learns the outcome."""
         async with self._lock:
-            db = self._connection()
+            db = await self._ready(create=True)
             with anyio.CancelScope(shield=True):
                 try:
                     cursor = await db.execute(sql, params)
@@ -197,7 +208,9 @@ class SQLiteStore(SQLiteLeases, StoreBase):
     async def _fetch(self, sql: str, params: Sequence[object]) -> list:
         """Run one read statement (autocommit, so it sees only committed data)."""
         async with self._lock:
-            db = self._connection()
+            db = await self._ready(create=False)
+            if db is None:
+                return []  # no file yet: nothing stored
             try:
                 return list(await db.execute_fetchall(sql, params))
             except (sqlite3.Error, UnicodeEncodeError) as exc:
@@ -207,6 +220,17 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         if self._db is None:
             raise StoreClosedError("SQLiteStore is not open")
         return self._db
+
+    async def _ready(self, *, create: bool) -> aiosqlite.Connection | None:
+        """The connection, under ``self._lock``; for a file absent at open, None while it
+        still is (reads see an empty store), or connected now: created by a write
+        (``create``), or found because another process created it meanwhile."""
+        if self._db is None and self._absent and self._is_open:
+            if not create and not await anyio.to_thread.run_sync(self.path.exists):
+                return None
+            await self._connect()
+            self._absent = False
+        return self._connection()
 
     # -- journal -----------------------------------------------------------------
 
@@ -246,7 +270,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         padded = layout.fast_bucket(rows)
         params += layout.FAST_PAD * (padded - rows)
         async with self._lock:
-            db = self._connection()
+            db = await self._ready(create=True)
             with anyio.CancelScope(shield=True):  # the caller learns the outcome, always
                 try:
                     await db.execute(layout.fast_insert_sql(padded), params)
@@ -418,6 +442,27 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                 column = "id" if table == "streams" else "stream_id"
                 await db.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
         await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", ())
+
+    async def erase_freed(self) -> str | None:
+        """Leave no byte of deleted or overwritten rows in the files; None when done, else why not.
+
+        Deleted content is zeroed in its pages by ``secure_delete``, but the
+        WAL still holds the old page images until a checkpoint copies the new
+        ones over and truncates it. ``wal_checkpoint(TRUNCATE)`` waits up to the
+        busy timeout for other connections' transactions; one still open then
+        (a reader's snapshot of the old pages) makes it give up, and the reason
+        is returned instead (``durably reencrypt`` reports it).
+        """
+        self._check_open()
+        rows = await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", ())
+        if not rows:
+            return None  # no file: no bytes
+        ((busy, log_frames, checkpointed),) = rows
+        if busy or log_frames != checkpointed:
+            return (f"another connection to {self.path} holds an open transaction, so the write-ahead log "
+                    f"(which still holds the old bytes) could not be checkpointed and truncated "
+                    f"({checkpointed} of {log_frames} frames copied); close it and run again")
+        return None
 
     # -- blobs -------------------------------------------------------------------
 

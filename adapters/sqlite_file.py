@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -58,6 +59,22 @@ def prepare_file(path: Path) -> None:
         os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
+
+
+def daemonize(connection: object) -> None:
+    """Make an aiosqlite connection's worker thread a daemon, before it starts.
+
+    aiosqlite runs every connection on a non-daemon thread that waits for work
+    until the connection is closed, so a store left open (an exception before
+    ``close``, a ``Runtime`` entered and never exited) kept the interpreter from
+    exiting (issue 11 item 10). A daemon thread lets it exit; what was committed
+    is durable (SQLite's WAL), and a transaction cut short is rolled back on the
+    next open. aiosqlite >= 0.22 keeps the thread in ``_thread`` (no public
+    handle); older versions' connection is the thread itself.
+    """
+    thread = getattr(connection, "_thread", connection)
+    if isinstance(thread, threading.Thread) and not thread.is_alive():
+        thread.daemon = True
 
 
 def unavailable(exc: sqlite3.Error) -> StoreUnavailableError:

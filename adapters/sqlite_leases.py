@@ -81,12 +81,12 @@ class SQLiteLeases:
 
     async def _leases_table_exists(self) -> bool:
         """Whether the file has the ``leases`` table (cached per connection once true)."""
-        db = self._connection()  # type: ignore[attr-defined]
-        if self._leases_checked_on is db:
+        db = self._db  # type: ignore[attr-defined]  # None until a file absent at open exists
+        if db is not None and self._leases_checked_on is db:
             return True
         if not await self._fetch(_HAS_TABLE, ()):  # type: ignore[attr-defined]
             return False
-        self._leases_checked_on = db
+        self._leases_checked_on = self._db  # type: ignore[attr-defined]
         return True
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:

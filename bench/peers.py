@@ -107,9 +107,35 @@ async def run_langgraph_in_memory(steps: list[Step]) -> float:
     return time.perf_counter() - start
 
 
-async def run_langgraph(path: Path, steps: list[Step], *, thread_id: str = "bench", restore_repeats: int = 5) -> PeerRun:
-    """Run ``steps`` through the LangGraph agent on a fresh ``AsyncSqliteSaver`` at ``path``.
+async def _durably_saver(path: Path):
+    from durably.integrations.langgraph import DurablySaver
 
+    saver = DurablySaver.from_url(f"sqlite:///{path}")
+    await saver.__aenter__()  # opens the store now: connecting is not timed, as for AsyncSqliteSaver
+    return saver, saver.aclose
+
+
+async def _sqlite_saver(path: Path):
+    conn, saver = await _saver(path)
+    return saver, conn.close
+
+
+#: The checkpointers the bench compares, by the system name its figures carry.
+SAVERS = {"langgraph-AsyncSqliteSaver": _sqlite_saver, "langgraph-DurablySaver": _durably_saver}
+
+
+def _file_bytes(path: Path) -> int:
+    """Bytes of the database and every file beside it (-wal, -shm, -journal)."""
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+async def run_langgraph(path: Path, steps: list[Step], *, thread_id: str = "bench", restore_repeats: int = 5,
+                        saver: str = "langgraph-AsyncSqliteSaver") -> PeerRun:
+    """Run ``steps`` through the LangGraph agent on a fresh checkpointer at ``path``.
+
+    ``saver``: a key of ``SAVERS``. ``payload_bytes``: what the checkpointer
+    stored (AsyncSqliteSaver: checkpoint, metadata and write blobs; DurablySaver:
+    the same as the file). ``file_bytes``: every file of the database after close.
     Raises ``RuntimeError`` when the run did not store every message.
     """
     from langchain_core.messages import HumanMessage, SystemMessage
@@ -117,25 +143,32 @@ async def run_langgraph(path: Path, steps: list[Step], *, thread_id: str = "benc
     stamps: list[float] = []
     builder = _graph(steps, stamps)
     config = {"configurable": {"thread_id": thread_id}, "recursion_limit": 2 * len(steps) + 10}
-    conn, saver = await _saver(path)
+    open_saver = SAVERS[saver]
+    checkpointer, close = await open_saver(path)
     try:
-        graph = builder.compile(checkpointer=saver)
+        graph = builder.compile(checkpointer=checkpointer)
         start = time.perf_counter()
         inputs = {"messages": [SystemMessage("You are a careful software engineer. Use the tools."), HumanMessage(TASK)]}
         await graph.ainvoke(inputs, config, durability="sync")
         wall = time.perf_counter() - start
-        (payload,) = await (await conn.execute(
-            "SELECT (SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints) + "
-            "(SELECT coalesce(sum(length(value)), 0) FROM writes)")).fetchone()
-        (count,) = await (await conn.execute("SELECT count(*) FROM checkpoints")).fetchone()
-        await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if saver == "langgraph-AsyncSqliteSaver":
+            conn = checkpointer.conn
+            (payload,) = await (await conn.execute(
+                "SELECT (SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints) + "
+                "(SELECT coalesce(sum(length(value)), 0) FROM writes)")).fetchone()
+            (count,) = await (await conn.execute("SELECT count(*) FROM checkpoints")).fetchone()
+            await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        else:
+            payload = None
+            count = len([t async for t in checkpointer.alist({"configurable": {"thread_id": thread_id}})])
     finally:
-        await conn.close()
-    file_bytes = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+        await close()
+    file_bytes = _file_bytes(path)
+    payload = file_bytes if payload is None else payload
 
-    conn, saver = await _saver(path)  # cold: a new connection, nothing cached in it
+    checkpointer, close = await open_saver(path)  # cold: a new connection, nothing cached in it
     try:
-        graph = builder.compile(checkpointer=saver)
+        graph = builder.compile(checkpointer=checkpointer)
         t = time.perf_counter()
         snapshot = await graph.aget_state({"configurable": {"thread_id": thread_id}})
         cold = time.perf_counter() - t
@@ -145,9 +178,9 @@ async def run_langgraph(path: Path, steps: list[Step], *, thread_id: str = "benc
             await graph.aget_state({"configurable": {"thread_id": thread_id}})
             warm.append(time.perf_counter() - t)
     finally:
-        await conn.close()
+        await close()
     messages = len(snapshot.values["messages"])
     if messages != 2 + 2 * len(steps) + 1:
         raise RuntimeError(f"langgraph run stored {messages} messages, expected {2 + 2 * len(steps) + 1}")
     latencies = [b - a for a, b in zip(stamps, stamps[1:])]
-    return PeerRun(wall, latencies, int(payload), file_bytes, int(count), cold, warm, messages)
+    return PeerRun(wall, latencies, int(payload), file_bytes, count, cold, warm, messages)

@@ -83,6 +83,14 @@ def check_targets(results: Results) -> None:
     results.target("agent steps/s >= 50x LangGraph AsyncSqliteSaver (sync)", peers and peers.value, ">=", 50, basis)
     stored = pick("peers", "stored_bytes durably/langgraph")
     results.target("stored bytes <= 1/1,000 of LangGraph's", stored and stored.value, "<=", 0.001, basis)
+    bridge_bytes = pick("peers", "file_bytes DurablySaver/AsyncSqliteSaver")
+    bridge_basis = f"peers, LangGraph on both savers, {bridge_bytes.params['steps']}-step conversation" \
+        if bridge_bytes else "the peers suite"
+    results.target("LangGraph on DurablySaver: file bytes <= 1/200 of AsyncSqliteSaver's",
+                   bridge_bytes and bridge_bytes.value, "<=", 1 / 200, bridge_basis)
+    bridge_rate = pick("peers", "checkpoints_per_s DurablySaver/AsyncSqliteSaver")
+    results.target("LangGraph on DurablySaver: checkpoints/s >= 3x AsyncSqliteSaver's",
+                   bridge_rate and bridge_rate.value, ">=", 3, bridge_basis)
     for ratio in by_name.get(("agent-steps", "step_p50_last10/first10"), []):
         steps = ratio.params.get("steps")
         results.target(f"step p50, last 10% / first 10% <= 1.3 ({steps:,} steps)", ratio.value, "<=", 1.3,

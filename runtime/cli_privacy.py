@@ -171,7 +171,11 @@ def reencrypt(store: str, namespace: str, allow_plaintext: bool, out: Output) ->
     stale = [r for r in reports if set(r.after) - {encryption.current_key_id()}]
     out.line(f"{len(reports)} streams in namespace {namespace!r}; every frame now under key {encryption.current_key_id()!r}"
              if not stale else f"{len(stale)} streams still hold frames under other keys (written meanwhile?)")
-    return EXIT_REFUSED if stale else EXIT_OK
+    # True of the files' bytes too, or said: another connection may keep the old ones in the WAL.
+    residue = next((r for r in reports if r.files_scrubbed is False), None)
+    if residue is not None:
+        out.line(f"warning: the old bytes may still be in the store's files: {residue.residue}")
+    return EXIT_REFUSED if stale or residue is not None else EXIT_OK
 
 
 COMMANDS = [purge, sweep, reencrypt]

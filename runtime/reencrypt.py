@@ -23,9 +23,16 @@ record fences off a process still running the agent (its next append fails
 its expected-seq check; it stops and is resumed from the journal, as after
 any takeover). A stream whose records are all already under the current key
 but whose latest snapshot is not just gets that snapshot rewritten at the same
-seq (``put_snapshot`` overwrites) and the older ones deleted. What the store
-keeps of deleted objects (S3 object versions, backups, freed disk blocks) is
-outside what this command reaches.
+seq (``put_snapshot`` overwrites) and the older ones deleted.
+
+What is reported is true of the files' bytes (issue 11 item 4): afterwards
+``scrub_files`` asks the adapter to drop what it still keeps of the deleted
+frames (SQLite: checkpoint and truncate the WAL, whose old frames still hold
+them; freed pages are zeroed by ``secure_delete``). When another connection's
+open transaction prevents that, every report says so (``files_scrubbed``
+False, with the reason) rather than claiming success. What other stores keep
+of deleted objects (S3 object versions, backups, freed disk blocks) is outside
+what this command reaches, and the reports say that too (``None``).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from durably.schemas.records import Kind, Record
 from durably.storage.crypto import key_id_of
@@ -56,7 +63,12 @@ class ReencryptReport:
 
     ``before`` / ``after``: frames per key id (None: plaintext), records and
     snapshots together; ``action``: ``current`` (nothing to do), ``snapshot-rewritten``
-    or ``compacted``; ``seq``: the snapshot seq written (0 when none).
+    or ``compacted``; ``seq``: the snapshot seq written (0 when none);
+    ``files_scrubbed``: True when the store's files no longer hold the bytes of
+    the frames rewritten or deleted (old WAL frames, freed pages), False when
+    something prevented it (``residue`` says what: another connection's open
+    transaction), None when the adapter cannot tell (S3 object versions,
+    a filesystem's freed blocks: see the module docstring).
     """
 
     stream: StreamId
@@ -64,6 +76,8 @@ class ReencryptReport:
     after: dict[str | None, int]
     action: str
     seq: int = 0
+    files_scrubbed: bool | None = None
+    residue: str = ""
 
 
 async def key_census(store: Store, stream: StreamId) -> tuple[Counter, Counter]:
@@ -132,5 +146,24 @@ async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *
 
 
 async def reencrypt(store: Store, codec: RecordCodec, namespace: str, *, tracer) -> list[ReencryptReport]:
-    """``reencrypt_stream`` for every stream of ``namespace``, in ``list_streams`` order."""
-    return [await reencrypt_stream(store, codec, stream, tracer=tracer) async for stream in store.list_streams(namespace)]
+    """``reencrypt_stream`` for every stream of ``namespace``, in ``list_streams`` order,
+    then ``scrub_files``: every report carries whether the old bytes are gone from the files."""
+    reports = [await reencrypt_stream(store, codec, stream, tracer=tracer) async for stream in store.list_streams(namespace)]
+    scrubbed, residue = await scrub_files(store)
+    return [replace(report, files_scrubbed=scrubbed, residue=residue) for report in reports]
+
+
+async def scrub_files(store: Store) -> tuple[bool | None, str]:
+    """Make the store's files hold no byte of deleted or rewritten frames, if the adapter can.
+
+    Out: ``(True, "")`` when done; ``(False, why)`` when something prevented it
+    (retry once that is gone); ``(None, why)`` when the adapter has no such
+    operation (``erase_freed``, e.g. the SQLite adapter's WAL checkpoint and
+    truncation over pages ``secure_delete`` zeroed).
+    """
+    erase = getattr(store, "erase_freed", None)
+    if erase is None:
+        return None, (f"{type(store).__name__} cannot tell what it keeps of deleted frames "
+                      "(object versions, backups, freed disk blocks)")
+    residue = await erase()
+    return (True, "") if residue is None else (False, residue)

@@ -1,7 +1,8 @@
 """Restore = the latest valid snapshot + replay of the records after it.
 
-A snapshot that fails to decode (corrupt, or from an unknown version) is
-skipped for the one before it; the journal is the source of truth. A record
+A snapshot that fails to decode (corrupt, or from an unknown version), or that
+belongs to another run than the journal's (a purged run's write landing late),
+is skipped for the one before it; the journal is the source of truth. A record
 that fails to decode is never skipped: it raises, and the agent is not resumed.
 """
 
@@ -11,6 +12,7 @@ import logging
 from contextlib import aclosing
 from dataclasses import dataclass
 
+from durably.schemas.records import Kind
 from durably.storage.codec import raw_size
 from durably.storage.errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
 from durably.storage.records import RecordCodec
@@ -20,6 +22,37 @@ from . import telemetry as tm
 from .state import AgentState, apply
 
 log = logging.getLogger("durably.restore")
+
+
+_UNREAD = object()  # the journal's run id, not looked up yet
+
+
+async def _snapshot(store: Store, stream: StreamId, at_or_before: int | None):
+    """``store.get_snapshot``, with a snapshot the adapter cannot even list or
+    fetch (a foreign object where snapshots live) skipped like one that does not decode."""
+    try:
+        return await store.get_snapshot(stream, at_or_before)
+    except CorruptRecordError as exc:
+        log.warning("snapshots of %s unreadable, replaying the journal: %s", stream, exc)
+        return None
+
+
+async def _run_of_journal(store: Store, codec: RecordCodec, stream: StreamId) -> str | None:
+    """The run id in the stream's ``started`` record (seq 1), or None when that record
+    was compacted away (then the snapshots of its own run cover it) or names none.
+
+    A snapshot must belong to this run: a worker of a purged run may still have
+    had its snapshot write in flight when the same agent id was started anew
+    (issue 11 item 5), and that snapshot must never become the new run's state.
+    The window is the young new run's (one write), when seq 1 is still there.
+    """
+    async with aclosing(store.read(stream, 0, page_size=1)) as records:
+        async for stored in records:
+            if stored.seq != 1:
+                return None
+            first = codec.decode_record(stored, stream)
+            return first.data.get("run_id") if first.kind == Kind.STARTED else None
+    return None
 
 
 @dataclass
@@ -88,11 +121,19 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, trac
                 newer.__cause__ = error
                 return newer
             return error
-        snapshot = await store.get_snapshot(stream, upto)
+        snapshot = await _snapshot(store, stream, upto)
+        run = _UNREAD
         while snapshot is not None:
             try:
                 seq, wire, frame = codec.decode_snapshot(snapshot, stream)
-                state, snap_seq, snap_bytes = AgentState.from_wire(wire), seq, len(snapshot.data)
+                candidate = AgentState.from_wire(wire)
+                if run is _UNREAD:
+                    run = await _run_of_journal(store, codec, stream)
+                if run is not None and candidate.run_id != run:
+                    # Written by a worker of a purged run whose write landed after the purge.
+                    raise CorruptRecordError(f"snapshot of run {candidate.run_id}, the journal is run {run}",
+                                             stream=stream, seq=snapshot.seq)
+                state, snap_seq, snap_bytes = candidate, seq, len(snapshot.data)
                 state.last_seq = seq
                 raw_total = frame.raw_size
                 break
@@ -101,7 +142,7 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, trac
                     newer = exc
                 span.add_event("snapshot.skipped", {tm.SNAPSHOT_SEQ: snapshot.seq})
                 log.warning("snapshot of %s at seq %d unreadable, trying an older one: %s", stream, snapshot.seq, exc)
-                snapshot = await store.get_snapshot(stream, snapshot.seq - 1)
+                snapshot = await _snapshot(store, stream, snapshot.seq - 1)
         state = state or AgentState()
         tail, tail_bytes = 0, 0
         last = await store.last_seq(stream)  # read first: appends racing the replay only add

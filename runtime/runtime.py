@@ -25,7 +25,7 @@ from opentelemetry import trace
 
 from durably.schemas.records import Kind
 from durably.storage.codec import FrameCipher
-from durably.storage.errors import CodecError
+from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
 from durably.storage.journal import GroupCommitter
 from durably.storage.records import RecordCodec
 from durably.storage.registry import open_store
@@ -305,9 +305,10 @@ class Runtime(Inspection):
     async def resume_all(self) -> list[AgentHandle]:
         """Resume every runnable agent of the namespace whose definition is registered.
 
-        An agent whose journal cannot be read (corrupt, or written by a newer
-        durably) is logged and skipped, never resumed: one bad stream must not
-        stop every other agent of the namespace.
+        An agent whose journal cannot be read (corrupt, foreign bytes, written by
+        a newer durably, or any other error restoring it) is logged and skipped,
+        never resumed: one bad stream must not stop every other agent of the
+        namespace. ``StoreUnavailableError`` (an outage) is raised.
         """
         handles = []
         async for stream in self.store.list_streams(self.namespace):
@@ -319,6 +320,12 @@ class Runtime(Inspection):
                 continue  # not ours to run, another runtime runs it, or won the race to
             except CodecError as exc:
                 log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
+                continue
+            except (StoreUnavailableError, StoreClosedError):
+                raise  # an outage is the whole store's, not this stream's (serve() backs off)
+            except Exception:
+                # Whatever else one stream's bytes provoke must not stop every other agent.
+                log.exception("agent %s not resumed: unexpected error restoring it", stream)
                 continue
             if handle is not None:
                 handles.append(handle)

@@ -4,18 +4,27 @@ Every record and snapshot is stored as one frame::
 
     offset size  field
     0      2     magic b"dy"
-    2      1     format version (1)
+    2      1     format version (2; 1 is still read)
     3      1     flags: bit 0 = payload is zstd-compressed,
                         bit 1 = payload is AES-GCM encrypted (durably.storage.crypto)
     4      1     schema id (1 = record, 2 = snapshot)
     5      2     schema version, big-endian
     7      4     raw size: bytes of the CBOR payload before compression
     11     4     stored size: bytes of payload that follow the header
-    15     4     CRC-32 (zlib) of bytes 0..14 and the payload
+    15     4     CRC-32 (zlib) of the frame's place, bytes 0..14 and the payload
     19     ...   payload
 
 The checksum catches flipped bits; the stored size catches a torn (truncated)
 frame; raw size lets decoding refuse a decompression bomb before it inflates.
+Format 2 seeds the CRC with the frame's place (``place_seed``: namespace,
+agent id and seq), so a plaintext frame copied into another agent's stream at
+the same seq fails its checksum instead of replaying there: the binding the
+cipher's associated data gives encrypted frames. Format 1 frames (CRC of
+header and payload only) are still read and still written for an encrypted
+frame (its tag binds the place, and its CRC then tells bit rot from tampering)
+or one encoded without a place; every plaintext frame the runtime writes is
+format 2.
+Decoding a format 2 frame needs its place (``InvalidRequestError`` without it).
 
 With a ``FrameCipher`` the payload is compressed *then* encrypted (ciphertext
 looks random and does not compress). The cipher authenticates, as associated
@@ -45,12 +54,14 @@ from .errors import (
     DecryptionError,
     EncryptionRequiredError,
     FrameLimitError,
+    InvalidRequestError,
     TruncatedRecordError,
     UnencodableValueError,
 )
 
 MAGIC = b"dy"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # written when the frame's place is known (see place_seed)
+UNBOUND_FORMAT = 1  # CRC of header and payload only: written without a place, always read
 FLAG_ZSTD = 0x01
 FLAG_ENCRYPTED = 0x02
 _HEADER = struct.Struct(">2sBBBHII")  # magic, format, flags, schema id, schema version, raw, stored
@@ -60,6 +71,9 @@ HEADER_SIZE = _HEADER.size + _CRC.size
 _AAD_PREFIX = b"durably/frame-aad/1\x00"
 _AAD_FIELDS = struct.Struct(">BBBHIQ")  # format, flags, schema id, schema version, raw size, seq
 _AAD_LEN = struct.Struct(">H")
+
+_PLACE_PREFIX = b"durably/frame-place/2\x00"
+_SEQ = struct.Struct(">Q")
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -157,19 +171,36 @@ class FrameCipher(Protocol):
     def open(self, sealed: bytes, aad: bytes, *, stream=None, seq: int | None = None) -> bytes: ...
 
 
-def associated_data(flags: int, schema_id: int, schema_version: int, raw_size: int, stream, seq: int) -> bytes:
+def associated_data(flags: int, schema_id: int, schema_version: int, raw_size: int, stream, seq: int,
+                    fmt: int = UNBOUND_FORMAT) -> bytes:
     """The bytes an encrypted frame's tag authenticates besides its payload.
 
-    In: the header fields, ``stream`` (a ``StreamId``: namespace and agent id)
-    and ``seq`` (the record's seq, or the seq a snapshot covers). Ids are
+    In: the header fields (``fmt``: the frame's format version), ``stream`` (a
+    ``StreamId``: namespace and agent id) and ``seq`` (the record's seq, or the
+    seq a snapshot covers). Ids are
     length-prefixed so no two places share an encoding (RFC 5116's advice on
     associated data: it must identify the context unambiguously).
     """
-    parts = [_AAD_PREFIX, _AAD_FIELDS.pack(FORMAT_VERSION, flags, schema_id, schema_version, raw_size, seq)]
+    parts = [_AAD_PREFIX, _AAD_FIELDS.pack(fmt, flags, schema_id, schema_version, raw_size, seq)]
     for name in (stream.namespace, stream.agent_id):
         encoded = name.encode("utf-8", "surrogatepass")
         parts += (_AAD_LEN.pack(len(encoded)), encoded)
     return b"".join(parts)
+
+
+def place_seed(stream, seq: int) -> int:
+    """The CRC-32 a format 2 frame's checksum starts from: that of its place.
+
+    In: ``stream`` (a ``StreamId``) and ``seq`` (the record's seq, or the seq a
+    snapshot covers). Ids are length-prefixed, as in ``associated_data``, so no
+    two places share a seed input.
+    """
+    parts = [_PLACE_PREFIX]
+    for name in (stream.namespace, stream.agent_id):
+        encoded = name.encode("utf-8", "surrogatepass")
+        parts += (_AAD_LEN.pack(len(encoded)), encoded)
+    parts.append(_SEQ.pack(seq))
+    return zlib.crc32(b"".join(parts))
 
 
 def raw_size(frame: bytes) -> int:
@@ -228,9 +259,14 @@ class Codec:
             if stream is None or seq is None:
                 raise ValueError("an encrypting codec needs the stream and seq a frame is stored at")
             flags |= FLAG_ENCRYPTED
-            payload = self.cipher.seal(payload, associated_data(flags, schema_id, schema_version, len(raw), stream, seq))
-        header = _HEADER.pack(MAGIC, FORMAT_VERSION, flags, schema_id, schema_version, len(raw), len(payload))
-        crc = zlib.crc32(payload, zlib.crc32(header))
+            aad = associated_data(flags, schema_id, schema_version, len(raw), stream, seq, UNBOUND_FORMAT)
+            payload = self.cipher.seal(payload, aad)
+        # An encrypted frame's tag already binds its place; its CRC stays over the stored
+        # bytes alone, so bit rot (CRC) is told apart from tampering or a move (tag).
+        bound = stream is not None and seq is not None and not flags & FLAG_ENCRYPTED
+        fmt = FORMAT_VERSION if bound else UNBOUND_FORMAT
+        header = _HEADER.pack(MAGIC, fmt, flags, schema_id, schema_version, len(raw), len(payload))
+        crc = zlib.crc32(payload, zlib.crc32(header, place_seed(stream, seq) if bound else 0))
         return b"".join((header, _CRC.pack(crc), payload))
 
     def decode(self, data: bytes, *, stream=None, seq: int | None = None) -> Frame:
@@ -238,29 +274,39 @@ class Codec:
         frame, are the place its associated data must name.
 
         Raises ``TruncatedRecordError`` for a frame shorter than its header says,
-        ``CorruptRecordError`` for bad magic, an unknown format version, a checksum
-        mismatch, trailing bytes or invalid CBOR/zstd, and ``FrameLimitError`` when
+        ``CorruptRecordError`` for a value that is not bytes, bad magic, an unknown
+        format version, a checksum mismatch (for format 2 also: a frame copied from
+        another place), trailing bytes or invalid CBOR/zstd, ``InvalidRequestError``
+        for a format 2 frame decoded without its stream and seq, and ``FrameLimitError`` when
         the size or depth bounds would be passed. With encryption: ``DecryptionError``
         (tampered, moved, wrong key, no cipher, no place given), ``UnknownKeyError``
         (its key id is not available) and ``EncryptionRequiredError`` (a plaintext
         frame while the cipher requires encryption).
         """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            # A foreign value where an adapter keeps frames (a TEXT cell, a number).
+            raise CorruptRecordError(f"a frame must be bytes, the store holds a {type(data).__name__}",
+                                     stream=stream, seq=seq)
         view = memoryview(data)
         if len(view) < HEADER_SIZE:
             raise TruncatedRecordError(f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE}-byte header", stream=stream, seq=seq)
         magic, fmt, flags, schema_id, schema_version, raw_size, stored_size = _HEADER.unpack_from(view)
         if magic != MAGIC:
             raise CorruptRecordError("not a durably frame (bad magic)", stream=stream, seq=seq)
-        if fmt != FORMAT_VERSION:
+        if fmt not in (FORMAT_VERSION, UNBOUND_FORMAT):
             raise CorruptRecordError(f"unknown frame format version {fmt}", stream=stream, seq=seq)
+        if fmt == FORMAT_VERSION and (stream is None or seq is None):
+            raise InvalidRequestError("a format 2 frame is bound to its place: decoding it needs its stream and seq")
         payload = view[HEADER_SIZE:]
         if len(payload) < stored_size:
             raise TruncatedRecordError(f"frame payload has {len(payload)} of {stored_size} bytes", stream=stream, seq=seq)
         if len(payload) > stored_size:
             raise CorruptRecordError(f"{len(payload) - stored_size} unexpected bytes after the frame", stream=stream, seq=seq)
         (crc,) = _CRC.unpack_from(view, _HEADER.size)
-        if zlib.crc32(payload, zlib.crc32(view[: _HEADER.size])) != crc:
-            raise CorruptRecordError("checksum mismatch", stream=stream, seq=seq)
+        seed = place_seed(stream, seq) if fmt == FORMAT_VERSION else 0
+        if zlib.crc32(payload, zlib.crc32(view[: _HEADER.size], seed)) != crc:
+            where = " (or the frame was copied from another stream or seq)" if seed else ""
+            raise CorruptRecordError(f"checksum mismatch{where}", stream=stream, seq=seq)
         if raw_size > self.limits.max_raw_size:
             raise FrameLimitError(f"frame would decode to {raw_size} bytes, over the {self.limits.max_raw_size}-byte limit", stream=stream, seq=seq)
         if flags & FLAG_ENCRYPTED:
@@ -268,7 +314,7 @@ class Codec:
                 raise DecryptionError("frame is encrypted and this codec has no cipher (key provider)", stream=stream, seq=seq)
             if stream is None or seq is None:
                 raise DecryptionError("an encrypted frame cannot be decrypted without the stream and seq it is stored at")
-            aad = associated_data(flags, schema_id, schema_version, raw_size, stream, seq)
+            aad = associated_data(flags, schema_id, schema_version, raw_size, stream, seq, fmt)
             payload = memoryview(self.cipher.open(bytes(payload), aad, stream=stream, seq=seq))
         elif self.cipher is not None and self.cipher.required:
             raise EncryptionRequiredError("plaintext frame where encryption is required", stream=stream, seq=seq)

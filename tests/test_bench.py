@@ -116,6 +116,13 @@ def test_peers_side_by_side_or_a_clear_note(tiny_run):
     assert {"steps_per_s", "stored_bytes", "restore_cold", "checkpoints"} <= {f["name"] for f in lg}
     names = {r["name"] for r in tiny_run["ratios"] if r["suite"] == "peers"}
     assert "stored_bytes durably/langgraph" in names and "steps_per_s durably/langgraph" in names
+    bridge = {f["name"]: f for f in figures(tiny_run, "peers", system="langgraph-DurablySaver")}
+    assert {"checkpoints_per_s", "file_bytes_after_close", "aget_state_cold", "checkpoints"} <= set(bridge)
+    theirs = {f["name"]: f for f in lg}
+    assert bridge["checkpoints"]["value"] == theirs["checkpoints"]["value"] > 0  # the same graph, the same run
+    assert 0 < bridge["file_bytes_after_close"]["value"]
+    assert {"checkpoints_per_s DurablySaver/AsyncSqliteSaver", "file_bytes DurablySaver/AsyncSqliteSaver"} <= names
+    assert any("DurablySaver" in t["name"] for t in tiny_run["targets"])
 
 
 def test_targets_are_checked_with_their_basis(tiny_run):

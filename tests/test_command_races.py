@@ -36,7 +36,8 @@ def gated() -> AgentDefinition:
 async def records(url: str, agent_id: str):
     codec = RecordCodec()
     async with open_store(url) as store:
-        return [codec.decode_record(r) async for r in store.read(StreamId("default", agent_id))]
+        stream = StreamId("default", agent_id)
+        return [codec.decode_record(r, stream) async for r in store.read(stream)]
 
 
 @pytest.mark.parametrize("second", [True, False], ids=["approve-vs-approve", "approve-vs-deny"])

@@ -59,7 +59,8 @@ async def kill_mid_run(db: Path, effects: Path, *args: str) -> int:
 async def kinds(url: str, agent_id: str) -> list[str]:
     codec = RecordCodec()
     async with open_store(url) as store:
-        return [codec.decode_record(r).kind async for r in store.read(StreamId("default", agent_id))]
+        stream = StreamId("default", agent_id)
+        return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
 
 
 async def test_a_restart_with_the_same_stable_worker_id_is_not_locked_out_by_its_ghost(tmp_path):

@@ -26,7 +26,7 @@ from durably.storage.crypto import (
     generate_key,
     key_id_of,
 )
-from durably.storage.errors import DecryptionError, EncryptionRequiredError, UnknownKeyError
+from durably.storage.errors import CorruptRecordError, DecryptionError, EncryptionRequiredError, UnknownKeyError
 from durably.storage.records import RecordCodec
 from durably.storage.spi import StoredRecord, StoredSnapshot
 from privacy_support import ScriptModel, files_bytes, s3_bytes, spi_frames
@@ -202,8 +202,11 @@ async def test_a_row_copied_to_another_stream_or_seq_fails_to_decrypt(tmp_path) 
             db.execute("UPDATE records SET data = ? WHERE stream_id = ? AND seq = 1", (row[0], ids["a2"]))
         async with Runtime(f"sqlite:///{path}", agents=[echo_agent(1)], encryption=encryption) as rt:
             if encryption is None:
-                # Without encryption the copy goes unnoticed: a2 now claims a1's task.
-                assert (await rt.status("a2")).task == "first task"
+                # Issue 11 item 14 changed this: the copy used to go unnoticed (a2 claimed a1's
+                # task); frame format 2 seeds the plaintext CRC with the frame's place.
+                with pytest.raises(CorruptRecordError, match="copied from another stream or seq"):
+                    await rt.status("a2")
+                assert (await rt.status("a1")).task == "first task"
             else:
                 with pytest.raises(DecryptionError):
                     await rt.status("a2")

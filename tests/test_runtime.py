@@ -34,7 +34,8 @@ def store_url(request, tmp_path):
 async def kinds(url: str, agent_id: str, namespace: str = "default") -> list[str]:
     codec = RecordCodec()
     async with open_store(url) as store:
-        return [codec.decode_record(r).kind async for r in store.read(StreamId(namespace, agent_id))]
+        stream = StreamId(namespace, agent_id)
+        return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
 
 
 async def wait_status(rt: Runtime, agent_id: str, *statuses: str) -> None:

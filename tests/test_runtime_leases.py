@@ -35,7 +35,8 @@ def slow_agent(calls: list, effects: list, steps: int = 4) -> AgentDefinition:
 async def journal_kinds(url: str, agent_id: str) -> list[str]:
     codec = RecordCodec()
     async with open_store(url) as store:
-        return [codec.decode_record(r).kind async for r in store.read(StreamId("default", agent_id))]
+        stream = StreamId("default", agent_id)
+        return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
 
 
 async def test_two_serving_runtimes_never_take_live_agents_from_each_other(tmp_path):

@@ -118,7 +118,7 @@ def test_forked_is_a_version_2_kind() -> None:
 
 def test_the_snapshot_and_frame_schemas_are_strict() -> None:
     good = Codec().encode(SNAPSHOT_SCHEMA_ID, 1, {"s": 1})
-    for change in ({"format": 2}, {"flags": 4}, {"schema-id": 3}, {"schema-version": 0}, {"raw-size": 2**32}):
+    for change in ({"format": 3}, {"format": 0}, {"flags": 4}, {"schema-id": 3}, {"schema-version": 0}, {"raw-size": 2**32}):
         with pytest.raises(pycddl.ValidationError):
             schema("frame.cddl").validate_cbor(cbor2.dumps({**header_fields(good), **change}))
     with pytest.raises(pycddl.ValidationError):  # needs_migration is reported, never stored

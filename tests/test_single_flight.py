@@ -39,7 +39,8 @@ def gated_agent(ran: list, policy: str) -> AgentDefinition:
 async def kinds(url: str, agent_id: str) -> list[str]:
     codec = RecordCodec()
     async with open_store(url) as store:
-        return [codec.decode_record(r).kind async for r in store.read(StreamId("default", agent_id))]
+        stream = StreamId("default", agent_id)
+        return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
 
 
 @pytest.mark.parametrize("scheme", ["sqlite", "memory"])

@@ -311,9 +311,16 @@ async def sqlite_store(db_path: Path):
         yield opened
 
 
+async def connection(store: SQLiteStore):
+    """The store's aiosqlite connection; a file absent at open is created by the
+    first write, so this makes it exist (issue 11 item 17) the way a write would."""
+    async with store._lock:
+        return await store._ready(create=True)
+
+
 def pragma(store: SQLiteStore, name: str):
     async def read():
-        ((value,),) = await store._db.execute_fetchall(f"PRAGMA {name}")
+        ((value,),) = await (await connection(store)).execute_fetchall(f"PRAGMA {name}")
         return value
 
     return read()
@@ -441,7 +448,7 @@ async def test_an_error_mid_batch_rolls_the_whole_batch_back(sqlite_store: SQLit
 
 
 async def test_cancelling_the_caller_mid_transaction_leaves_a_usable_store(sqlite_store: SQLiteStore) -> None:
-    db = sqlite_store._db
+    db = await connection(sqlite_store)
     original = db.executemany
     inside, release = anyio.Event(), anyio.Event()
 
@@ -571,7 +578,7 @@ def calls_to_the_connection(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch)
     """``(method, sql)`` of every call the store makes on its aiosqlite connection from
     now on: each is one hop to the connection's thread."""
     calls: list[tuple[str, str]] = []
-    db = store._db
+    db = store._db  # connected: the caller has written already
     for name in ("execute", "execute_fetchall", "executemany", "commit", "rollback"):
         original = getattr(db, name)
 
@@ -744,7 +751,7 @@ async def test_a_lone_surrogate_on_the_fast_path_is_an_invalid_request(sqlite_st
 
 async def test_cancelling_the_caller_during_the_one_statement_append(sqlite_store: SQLiteStore) -> None:
     await sqlite_store.append(S, 0, [b"a"])
-    db = sqlite_store._db
+    db = await connection(sqlite_store)
     original = db.execute
     inside, release = anyio.Event(), anyio.Event()
 

@@ -20,7 +20,7 @@ from durably.runtime.state import AgentState, apply
 from durably.schemas.records import Record
 from durably.storage.codec import raw_size
 from durably.storage.records import RecordCodec
-from durably.storage.spi import StoredRecord, StoredSnapshot
+from durably.storage.spi import StoredRecord, StreamId, StoredSnapshot
 
 from ..context import Bench
 from ..workload import journal_entries
@@ -52,11 +52,12 @@ async def run(bench: Bench) -> None:
     entries = journal_entries(bench.conversation(steps), "bench", "agent-0")
     records = [Record(seq, kind, data, 1_700_000_000.0 + seq) for seq, (kind, data) in enumerate(entries, start=1)]
     codec = RecordCodec()
-    frames = [codec.encode_record(rec) for rec in records]
+    place = StreamId("bench", "agent-0")  # frames as the runtime writes them: format 2, bound to their place
+    frames = [codec.encode_record(rec, place) for rec in records]
     stored_frames = [StoredRecord(rec.seq, f) for rec, f in zip(records, frames)]
     raw = sum(map(raw_size, frames))
-    encode_s = _timed(lambda: [codec.encode_record(rec) for rec in records])
-    decode_s = _timed(lambda: [codec.decode_record(s) for s in stored_frames])
+    encode_s = _timed(lambda: [codec.encode_record(rec, place) for rec in records])
+    decode_s = _timed(lambda: [codec.decode_record(s, place) for s in stored_frames])
     _speed_figures(bench, "record", raw, sum(map(len, frames)), encode_s, decode_s, records=len(records))
     bench.progress.advance(task)
 

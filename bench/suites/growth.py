@@ -26,8 +26,9 @@ async def _step_ends(bench: Bench, namespace: str, agent_id: str) -> list[int]:
     starts: list[int] = []
     last = 0
     async with open_store(bench.store) as store:
-        async for stored in store.read(StreamId(namespace, agent_id)):
-            if codec.decode_record(stored).kind == Kind.MODEL_RESPONDED:
+        stream = StreamId(namespace, agent_id)
+        async for stored in store.read(stream):
+            if codec.decode_record(stored, stream).kind == Kind.MODEL_RESPONDED:
                 starts.append(stored.seq)
             last = stored.seq
     return [s - 1 for s in starts[1:]] + [last]

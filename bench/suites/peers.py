@@ -9,6 +9,13 @@ lower is better). Stored bytes are payload bytes on both sides: the frames
 durably's store holds, and LangGraph's checkpoint, metadata and write blobs.
 The same graph with no checkpointer is timed too, to separate LangGraph's own
 cost per step from its checkpointer's.
+
+"LangGraph on DurablySaver" is the same graph and conversation again with one
+line changed: ``checkpointer=DurablySaver.from_url("sqlite:///...")``. Its
+figures beside AsyncSqliteSaver's: checkpoints/s (checkpoints stored / the
+run's wall time), file bytes after close (the database and every file beside
+it) and the cold ``aget_state`` restore; the ratios are DurablySaver /
+AsyncSqliteSaver.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from .agent_steps import step_figures
 
 SUITE = "peers"
 SYSTEM = "langgraph-AsyncSqliteSaver"
+BRIDGE = "langgraph-DurablySaver"
 
 
 def _remove(path: Path) -> None:
@@ -42,14 +50,19 @@ async def run(bench: Bench) -> None:
     conv = await conversation(bench, steps)
     if not bench.is_sqlite:
         r.note(f"peers: durably ran on {bench.store}, LangGraph on SQLite; the ratios compare different backends")
-    path = bench.scratch / f"langgraph-{bench.run_id}.db"
-    task = bench.progress.start(f"LangGraph, {steps:,} steps", 1)  # one ainvoke: no finer progress
-    try:
-        lg = await peers.run_langgraph(path, bench.conversation(steps), restore_repeats=bench.sizes.restore_repeats)
-    finally:
-        # A LangGraph thread of 1,000 steps takes gigabytes: free them now (off the loop).
-        await anyio.to_thread.run_sync(_remove, path)
-    bench.progress.advance(task)
+    runs = {}
+    for system in (SYSTEM, BRIDGE):
+        path = bench.scratch / f"{system}-{bench.run_id}.db"
+        task = bench.progress.start(f"LangGraph on {system.split('-', 1)[1]}, {steps:,} steps", 1)
+        try:
+            runs[system] = await peers.run_langgraph(path, bench.conversation(steps), saver=system,
+                                                     restore_repeats=bench.sizes.restore_repeats)
+        finally:
+            # A LangGraph thread of 1,000 steps takes gigabytes: free them now (off the loop).
+            await anyio.to_thread.run_sync(_remove, path)
+        bench.progress.advance(task)
+    lg = runs[SYSTEM]
+    _bridge_figures(bench, runs[SYSTEM], runs[BRIDGE], steps)
     lg_store = "sqlite (LangGraph AsyncSqliteSaver, WAL, synchronous=FULL)"
     params = {"steps": steps}
     mine = {
@@ -77,3 +90,30 @@ async def run(bench: Bench) -> None:
     for name in mine:
         better = "higher" if name == "steps_per_s" else "lower"
         r.ratio(SUITE, f"{name} durably/langgraph", mine[name], theirs[name], better=better, **params)
+
+
+def _bridge_figures(bench: Bench, lg: "peers.PeerRun", bridge: "peers.PeerRun", steps: int) -> None:
+    """LangGraph on DurablySaver beside LangGraph on AsyncSqliteSaver: same graph, same conversation."""
+    r = bench.results
+    params = {"steps": steps}
+    lg_store = "sqlite (LangGraph AsyncSqliteSaver, WAL, synchronous=FULL)"
+    bridge_store = "sqlite (durably SQLiteStore, WAL, synchronous=FULL)"
+    pair = {}
+    for system, run, store in ((SYSTEM, lg, lg_store), (BRIDGE, bridge, bridge_store)):
+        pair[system] = {
+            "checkpoints_per_s": r.add(SUITE, "checkpoints_per_s", run.checkpoints / run.wall_s, "checkpoints/s",
+                                       system=system, store=store, **params),
+            "file_bytes": r.add(SUITE, "file_bytes_after_close", run.file_bytes, "B", system=system, store=store,
+                                **params),
+            "restore_cold": r.add(SUITE, "aget_state_cold", run.restore_cold_s * 1e3, "ms", system=system,
+                                  store=store, **params),
+            "restore_warm_p50": r.add(SUITE, "aget_state_warm_p50", percentile(run.restore_warm_s, 50) * 1e3, "ms",
+                                      system=system, store=store, **params),
+        }
+        if system == BRIDGE:
+            r.add(SUITE, "checkpoints", run.checkpoints, "count", system=system, store=store, **params)
+            step_figures(bench, SUITE, run.latencies, system=system, store=store, **params)
+    for name in pair[BRIDGE]:
+        better = "higher" if name == "checkpoints_per_s" else "lower"
+        r.ratio(SUITE, f"{name} DurablySaver/AsyncSqliteSaver", pair[BRIDGE][name], pair[SYSTEM][name],
+                better=better, **params)

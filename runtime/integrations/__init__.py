@@ -1,0 +1,6 @@
+"""durably.integrations: bridges that give other agent frameworks durably's journal.
+
+Each bridge is its own subpackage with its own optional extra, e.g.
+``durably.integrations.langgraph`` (``pip install 'durably[langgraph]'``).
+The core runtime never imports them.
+"""

@@ -1,0 +1,25 @@
+"""durably.integrations.langgraph: LangGraph checkpoints on durably's journal.
+
+``DurablySaver`` is a LangGraph ``BaseCheckpointSaver`` over any durably store::
+
+    from durably.integrations.langgraph import DurablySaver
+    graph = builder.compile(checkpointer=DurablySaver.from_url("sqlite:///agents.db"))
+
+``import_sqlite_threads`` copies the threads of a LangGraph SQLite checkpoint
+database (``AsyncSqliteSaver`` / ``SqliteSaver``) into a ``DurablySaver``.
+Needs the ``langgraph`` extra: ``pip install 'durably[langgraph]'``.
+"""
+
+from .errors import (
+    CheckpointValueError,
+    ForeignLoopError,
+    InvalidPruneStrategyError,
+    InvalidThreadIdError,
+    SyncCallOnLoopError,
+)
+from .saver import DurablySaver
+
+__all__ = [
+    "CheckpointValueError", "DurablySaver", "ForeignLoopError", "InvalidPruneStrategyError",
+    "InvalidThreadIdError", "SyncCallOnLoopError",
+]

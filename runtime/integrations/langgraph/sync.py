@@ -1,0 +1,109 @@
+"""One event loop per saver: the async methods run on it, the sync ones reach it from other threads.
+
+A durably store's connections belong to the loop that opened them, so the
+saver binds itself to the first loop that awaits it (``enter``). A sync call
+from another thread is handed to that loop (``asyncio.run_coroutine_threadsafe``,
+as LangGraph's ``AsyncSqliteSaver`` does) and waits; a sync call *on* that
+loop's thread would wait for the loop it blocks, so it raises
+``SyncCallOnLoopError`` at once. With no loop yet (a purely synchronous app:
+``graph.invoke``) the saver starts its own loop in a daemon thread, stopped by
+``close()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from .errors import ForeignLoopError, SyncCallOnLoopError
+
+T = TypeVar("T")
+
+
+class LoopBridge:
+    """Binds a saver to one loop and opens its store there once.
+
+    ``open`` / ``close``: coroutine functions run on that loop.
+    """
+
+    def __init__(self, open: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]]) -> None:
+        self._open_fn, self._close_fn = open, close
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._opened: asyncio.Future | None = None
+        self._own: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    async def enter(self) -> None:
+        """Bind to the running loop (first call) and open the store once.
+
+        Raises ``ForeignLoopError`` on another loop than the bound one."""
+        loop = asyncio.get_running_loop()
+        if self.loop is None:
+            self.loop = loop
+        elif loop is not self.loop:
+            raise ForeignLoopError("this DurablySaver runs on another event loop; create one saver per loop "
+                                   "(its store's connections belong to the loop that opened them)")
+        if self._opened is None:
+            self._opened = loop.create_future()
+            try:
+                await self._open_fn()
+            except BaseException as exc:
+                self._opened.set_exception(exc)
+                self._opened.exception()  # retrieved: the waiters below re-raise it
+                self._opened = None
+                raise
+            self._opened.set_result(None)
+        elif not self._opened.done():
+            await asyncio.shield(self._opened)
+
+    async def aclose(self) -> None:
+        """Close the store if it was opened (on the bound loop)."""
+        if self._opened is not None and self._opened.done():
+            self._opened = None
+            await self._close_fn()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the bound loop from this (other) thread and return its result.
+
+        Raises ``SyncCallOnLoopError`` on the loop's own thread (or inside any
+        running loop before the saver is bound) and ``ForeignLoopError`` when
+        the bound loop is no longer running.
+        """
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None and (self.loop is None or running is self.loop):
+            coro.close()
+            raise SyncCallOnLoopError(
+                "synchronous DurablySaver methods would block the event loop they need: on the loop's "
+                "thread, use the async ones (await saver.aget_tuple(...), await graph.ainvoke(...))")
+        with self._guard:
+            if self.loop is None:
+                self._start_own_loop()
+        loop = self.loop
+        if loop.is_closed() or not loop.is_running():
+            coro.close()
+            raise ForeignLoopError("the event loop this DurablySaver runs on has stopped")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def _start_own_loop(self) -> None:
+        loop = asyncio.new_event_loop()
+        started = threading.Event()
+        loop.call_soon(started.set)
+        self._own = threading.Thread(target=loop.run_forever, name="durably-langgraph-saver", daemon=True)
+        self._own.start()
+        started.wait()
+        self.loop = loop
+
+    def close(self) -> None:
+        """Close the store from another thread; stop and close the loop if it is the bridge's own."""
+        if self.loop is not None and self.loop.is_running():
+            self.run(self.aclose())
+        if self._own is not None and self.loop is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._own.join()
+            self.loop.close()
+            self._own, self.loop = None, None
