@@ -30,7 +30,7 @@ import click
 
 from durably.storage.registry import open_store
 
-from . import cli_console, cli_operate, cli_privacy, cli_read, cli_verify
+from . import cli_console, cli_langgraph, cli_operate, cli_privacy, cli_read, cli_verify
 from .cli_options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
 from .cli_output import Output
 from .torture import cli as torture_cli
@@ -113,7 +113,7 @@ def migrate(store: str, namespace: str, dry_run: bool, out: Output) -> int:
     return EXIT_REFUSED if any(r.problems for r in reports) else EXIT_OK
 
 
-for _module in (cli_read, cli_operate, cli_privacy, cli_console, cli_verify, torture_cli):
+for _module in (cli_read, cli_operate, cli_privacy, cli_console, cli_verify, cli_langgraph, torture_cli):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

@@ -7,6 +7,7 @@ runtime with its definition registered (``serve()``): this process has none.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import math
@@ -18,7 +19,8 @@ import click
 from .cli_options import run_async, store_command
 from .cli_output import Output
 from .cli_privacy import encryption_from_env
-from .errors import InvalidCommandError
+from .agent import AgentDefinition
+from .errors import DefinitionNotRegisteredError, InvalidCommandError
 from .runtime import Runtime
 from .state import AgentState
 
@@ -132,21 +134,50 @@ def send(store: str, namespace: str, agent_id: str, text: str, role: str, out: O
     _said(out, agent_id, "message sent", run_async(go))
 
 
+def load_definitions(specs: tuple[str, ...]) -> list[AgentDefinition]:
+    """The agent definitions named by ``MODULE:ATTR`` specs (an ``AgentDefinition`` or an
+    iterable of them, as ``uvicorn`` names an app). Raises ``click.BadParameter``."""
+    found: list[AgentDefinition] = []
+    for spec in specs:
+        module_name, sep, attr = spec.partition(":")
+        if not sep or not module_name or not attr:
+            raise click.BadParameter(f"{spec!r} is not MODULE:ATTR", param_hint="--agents")
+        try:
+            value = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise click.BadParameter(f"{spec}: {exc}", param_hint="--agents") from None
+        items = [value] if isinstance(value, AgentDefinition) else list(value) if isinstance(value, (list, tuple)) else []
+        if not items or not all(isinstance(item, AgentDefinition) for item in items):
+            raise click.BadParameter(f"{spec} is not an AgentDefinition or a list of them", param_hint="--agents")
+        found.extend(items)
+    return found
+
+
 @click.command()
 @click.argument("agent_id", metavar="AGENT")
+@click.option("--agents", "agent_specs", multiple=True, metavar="MODULE:ATTR",
+              help="import the agent's definition (an AgentDefinition, or a list of them) to run it here")
 @store_command
-def retry(store: str, namespace: str, agent_id: str, out: Output) -> None:
-    """Make a failed agent run again from its journal (Runtime.retry)."""
+def retry(store: str, namespace: str, agent_id: str, agent_specs: tuple[str, ...], out: Output) -> None:
+    """Run a failed agent again from its journal (Runtime.retry), here, until it stops or parks.
+
+    The retry runs the agent, so its definition must be importable: --agents
+    myapp.agents:support. Without it the command says which definition is missing.
+    """
     if not hasattr(Runtime, "retry"):
         raise InvalidCommandError("this durably has no Runtime.retry")
+    definitions = load_definitions(agent_specs)
 
     async def go() -> AgentState:
-        async with _runtime(store, namespace) as rt:
-            await rt.retry(agent_id)
-            # No definition is registered here: a worker runs it; the journal says it may.
-            return await rt.status(agent_id)
+        async with Runtime(store, namespace=namespace, agents=definitions, encryption=encryption_from_env()) as rt:
+            handle = await rt.retry(agent_id)
+            return await handle.wait() if handle is not None else await rt.status(agent_id)
 
-    _said(out, agent_id, "retried", run_async(go))
+    try:
+        state = run_async(go)
+    except DefinitionNotRegisteredError as exc:
+        raise DefinitionNotRegisteredError(f"{exc}: name it with --agents MODULE:ATTR") from None
+    _said(out, agent_id, "retried", state)
 
 
 @click.command()

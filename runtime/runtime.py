@@ -25,7 +25,7 @@ from opentelemetry import trace
 
 from durably.schemas.records import Kind
 from durably.storage.codec import FrameCipher
-from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
+from durably.storage.errors import CodecError
 from durably.storage.journal import GroupCommitter
 from durably.storage.records import RecordCodec
 from durably.storage.registry import open_store
@@ -55,6 +55,7 @@ from .reencrypt import reencrypt as reencrypt_namespace
 from .restore import restore
 from .retention import RetentionPolicy, SweepItem, purge_stream
 from .retention import sweep as sweep_namespace
+from .scan import scan as scan_namespace
 from .single_flight import KeyedLock
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
@@ -308,28 +309,9 @@ class Runtime(Inspection):
         An agent whose journal cannot be read (corrupt, foreign bytes, written by
         a newer durably, or any other error restoring it) is logged and skipped,
         never resumed: one bad stream must not stop every other agent of the
-        namespace. ``StoreUnavailableError`` (an outage) is raised.
+        namespace. ``StoreUnavailableError`` (an outage) is raised. See ``durably.runtime.scan``.
         """
-        handles = []
-        async for stream in self.store.list_streams(self.namespace):
-            if stream.agent_id in self._live:
-                continue
-            try:
-                handle = await self._resume(stream.agent_id)
-            except (DefinitionNotRegisteredError, AgentLeasedError, AgentFencedError):
-                continue  # not ours to run, another runtime runs it, or won the race to
-            except CodecError as exc:
-                log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
-                continue
-            except (StoreUnavailableError, StoreClosedError):
-                raise  # an outage is the whole store's, not this stream's (serve() backs off)
-            except Exception:
-                # Whatever else one stream's bytes provoke must not stop every other agent.
-                log.exception("agent %s not resumed: unexpected error restoring it", stream)
-                continue
-            if handle is not None:
-                handles.append(handle)
-        return handles
+        return (await scan_namespace(self)).handles
 
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
         """Start ``agent_id`` (or resume it if its journal exists) and wait until it stops or parks."""
@@ -342,7 +324,7 @@ class Runtime(Inspection):
         return await handle.wait()
 
     async def serve(self, poll_interval: float = 1.0, *, drain_signals: Iterable[int] = (signal.SIGTERM,),
-                    drain_timeout: float = 30.0) -> None:
+                    drain_timeout: float = 30.0, max_agents: int | None = None) -> None:
         """Resume runnable agents forever, polling the store every ``poll_interval`` seconds.
 
         This is how an agent parked in one process runs on after another process
@@ -353,10 +335,14 @@ class Runtime(Inspection):
         carries on when the store is back. On one of ``drain_signals`` (main
         thread only; ``()`` for none) it drains (``drain(drain_timeout)``) and
         returns: a deploy's SIGTERM lets the steps in flight finish and hands the
-        agents to the other workers at once. Cancel the calling scope to stop
-        without draining. See ``durably.runtime.serving``.
+        agents to the other workers at once. ``max_agents``: most live agents in
+        this worker (None: no cap); scans also take no more than an even split of
+        what they saw among the workers. Cancel the calling scope to stop
+        without draining. See ``durably.runtime.serving``. Raises ``ValueError``
+        for ``max_agents`` < 1.
         """
-        await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout)
+        await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
+                            max_agents=max_agents)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Stop every live agent here after its current step, release its lease, resume nothing more.

@@ -15,6 +15,9 @@ Three promises a serving worker makes (issue 11 item 8, issue 12 item 3):
   the agents at once. Steps still running after ``drain_timeout`` seconds are
   cancelled: their intents without results follow each tool's unknown-outcome
   policy where they resume, as after a crash.
+* **Fair shares.** Scans visit the agents in a random order and take no more
+  than ``FairShare`` allows (``max_agents``, an even split of what was seen:
+  see ``durably.runtime.scan``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from durably.storage.errors import StoreUnavailableError
 
+from .scan import FairShare, scan
+
 if TYPE_CHECKING:
     from .runtime import Runtime
 
@@ -44,18 +49,20 @@ _outages = metrics.get_meter("durably").create_counter(
 MAX_BACKOFF = 30.0
 
 
-async def serve(runtime: Runtime, poll_interval: float, *, drain_signals: Iterable[int], drain_timeout: float) -> None:
+async def serve(runtime: Runtime, poll_interval: float, *, drain_signals: Iterable[int], drain_timeout: float,
+                max_agents: int | None = None) -> None:
     """Scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
 
     Signals are only handled in the main thread (where Python delivers them);
     elsewhere, cancel the caller's scope to stop and call ``Runtime.drain``.
     """
     signals = tuple(drain_signals)
+    fair = FairShare(max_agents)
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         if signals and threading.current_thread() is threading.main_thread():
             tg.start_soon(_stop_on_signal, signals, stop)
-        tg.start_soon(_scan_forever, runtime, poll_interval, stop)
+        tg.start_soon(_scan_forever, runtime, poll_interval, stop, fair)
         await stop.wait()
         tg.cancel_scope.cancel()
     await runtime.drain(drain_timeout)
@@ -70,7 +77,7 @@ async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
             return
 
 
-async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Event) -> None:
+async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Event, fair: FairShare) -> None:
     outage = _Outage(runtime)
     retrying = AsyncRetrying(retry=retry_if_exception_type(StoreUnavailableError), stop=stop_never, reraise=True,
                              wait=_backoff(poll_interval),
@@ -78,7 +85,7 @@ async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Even
     while not stop.is_set():
         async for attempt in retrying:
             with attempt:
-                await runtime.resume_all()
+                fair.observed(await scan(runtime, limit=fair.limit(len(runtime._live)), shuffle=True))
         outage.ended()
         await anyio.sleep(poll_interval)
 

@@ -85,9 +85,9 @@ async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, 
             if len(batch) == _COPY_BATCH:
                 written = await _append(store, target, written, batch)
                 batch = []
-    started = {e["call_id"] for e in at.ledger.values()}
+    # Chosen but not started at the fork (no ledger entry under its key): runs anew, under a new key.
     keys = {c["key"]: idempotency_key(target.namespace, target.agent_id, run_id, f"fork:{c['key']}")
-            for c in at.pending_calls if c["key"] not in at.ledger and c["id"] not in started}
+            for c in at.pending_calls if c["key"] not in at.ledger}
     origin = {"namespace": source.namespace, "agent_id": source.agent_id, "run_id": at.run_id, "seq": at_seq, "keys": keys}
     batch.append(codec.encode_record(Record(at_seq + 1, Kind.FORKED, origin, time.time()), target))
     await _append(store, target, written, batch)

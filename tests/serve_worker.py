@@ -49,7 +49,7 @@ async def main(args: argparse.Namespace) -> None:
                        lease_ttl=args.lease_ttl) as rt:
         for i in range(args.start):
             await rt.start(definition, f"agent-{i}", "count")
-        await rt.serve(args.poll)
+        await rt.serve(args.poll, max_agents=args.max_agents)
     print("drained", flush=True)
 
 
@@ -63,4 +63,5 @@ if __name__ == "__main__":
     parser.add_argument("--worker-id")
     parser.add_argument("--lease-ttl", type=float, default=30.0)
     parser.add_argument("--poll", type=float, default=0.1)
+    parser.add_argument("--max-agents", type=int)
     anyio.run(main, parser.parse_args())

@@ -179,3 +179,28 @@ async def test_record_content_reaches_the_page_only_when_allowed(demo_store) -> 
                 state = (await client.get(f"/agents/{DEMO_AGENT}/state?seq=3")).text
         assert (task_words in timeline) is show and (task_words in state) is show
         assert ("<th>content</th>" in timeline) is show  # the browser test sees approval arguments hidden
+
+
+async def test_a_long_timeline_is_paged(tmp_path) -> None:
+    from durably.runtime import Runtime
+    from durably.schemas.records import Kind, Record
+
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    async with Runtime(url) as rt:
+        stream = rt.stream("long")
+        start = {"namespace": "default", "agent_id": "long", "run_id": "r" * 32, "task": "t",
+                 "definition": {"name": "d", "version": "1", "digest": "0" * 16}, "instructions": "",
+                 "budget": {"steps": None, "tokens": None, "cost_usd": None}, "worker": "w"}
+        frames = [rt.codec.encode_record(Record(1, Kind.STARTED, start, 1.0), stream)]
+        frames += [rt.codec.encode_record(Record(seq, Kind.MESSAGE_RECEIVED, {"role": "user", "content": "hi"}, 1.0), stream)
+                   for seq in range(2, 1201)]
+        await rt.store.append(stream, 0, frames)
+    app = create_app(url)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
+            latest = (await client.get("/agents/long")).text
+            first = (await client.get("/agents/long?after=0")).text
+    assert latest.count('<tr class="row-') == 500 and ">1200<" in latest and "earlier records" in latest
+    assert "?after=200" in latest  # the page before this one: records 201..700
+    assert first.count('<tr class="row-') == 500 and ">1<" in first and ">501<" not in first
+    assert "later records" in first and "?after=500" in first

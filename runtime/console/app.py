@@ -41,6 +41,7 @@ _HERE = files("durably.runtime.console")
 #: State fields that describe the run rather than quote a model, a tool or a user.
 _NOT_CONTENT = frozenset({"namespace", "agent_id", "run_id", "definition", "status", "usage", "budget", "last_seq",
                           "forked_from"})
+TIMELINE_ROWS = 500  # rows of one timeline page
 STATUSES = ("running", "waiting_approval", "suspended", "finished", "failed", "cancelled", "unreadable")
 
 
@@ -93,11 +94,17 @@ def create_app(store: str, *, namespace: str = "default", token: str | None = No
             info = await runtime.describe(agent_id)
         except AgentNotFoundError as exc:
             return page(request, "error.html", code=404, message=str(exc))
-        rows = await timeline(runtime.history(agent_id, payload=True), content, info.definition.get("name"))
+        after = request.query_params.get("after")
+        after_seq = int(after) if after is not None and after.isdigit() else None
+        entries = runtime.history(agent_id, after_seq=after_seq or 0, payload=True)
+        rows = await timeline(entries, content, info.definition.get("name"), TIMELINE_ROWS, newest=after_seq is None)
         name = info.definition.get("name")
         approvals = [dict(a, arguments=(content.view("approval_requested", a, name) or {}).get("arguments"))
                      for a in info.open_approvals]
-        return page(request, "agent.html", info=info, rows=rows, approvals=approvals,
+        earlier = max(rows[0].seq - 1 - TIMELINE_ROWS, 0) if rows and rows[0].seq > 1 else None
+        full = after_seq is not None and len(rows) >= TIMELINE_ROWS
+        later = (rows[-1].result_seq or rows[-1].seq) if full else None
+        return page(request, "agent.html", info=info, rows=rows, approvals=approvals, earlier=earlier, later=later,
                     notice=request.query_params.get("notice", ""), can_answer=_can_answer())
 
     async def state(request: Request) -> Response:

@@ -62,8 +62,9 @@ class Row:
 
 
 async def timeline(entries: AsyncIterator[HistoryEntry], content: ContentPolicy, agent: str | None,
-                   limit: int = 500) -> list[Row]:
-    """The rows of ``entries`` (a ``history`` with payloads), the last ``limit`` of them.
+                   limit: int = 500, *, newest: bool = True) -> list[Row]:
+    """The rows of ``entries`` (a ``history`` with payloads): the last ``limit`` of them
+    (``newest``), or the first ``limit``.
 
     Memory: the rows kept (``limit``) and the calls still open.
     """
@@ -102,6 +103,8 @@ async def timeline(entries: AsyncIterator[HistoryEntry], content: ContentPolicy,
             running_since_resume, row.mark = False, "park"
         elif entry.kind in (Kind.FAILED, Kind.CANCELLED):
             row.mark = "failed"
+        if not newest and len(rows) >= limit:
+            break
         rows.append(row)
         if len(rows) > limit:
             dropped = rows.pop(0)

@@ -17,9 +17,10 @@ from .errors import (
     InvalidThreadIdError,
     SyncCallOnLoopError,
 )
+from .importer import ImportedThread, ImportSourceError, import_sqlite_threads
 from .saver import DurablySaver
 
 __all__ = [
-    "CheckpointValueError", "DurablySaver", "ForeignLoopError", "InvalidPruneStrategyError",
-    "InvalidThreadIdError", "SyncCallOnLoopError",
+    "CheckpointValueError", "DurablySaver", "ForeignLoopError", "ImportSourceError", "ImportedThread",
+    "InvalidPruneStrategyError", "InvalidThreadIdError", "SyncCallOnLoopError", "import_sqlite_threads",
 ]

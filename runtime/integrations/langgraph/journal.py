@@ -9,9 +9,9 @@ query); a gap (records compacted away by another process) or a stream that went
 back (deleted) makes it restore again from the latest snapshot.
 
 Snapshots follow a geometric policy: one is written when the records since
-the last one hold a quarter of its bytes (and ``snapshot_min_bytes``), so the
-replay after a snapshot is at most a quarter of it, and all snapshots ever
-written sum to at most five times the last one: O(N) bytes written in all.
+the last one hold an eighth of its bytes (and ``snapshot_min_bytes``), so the
+replay after a snapshot is at most an eighth of it, and all snapshots ever
+written sum to at most nine times the last one: O(N) bytes written in all.
 Each snapshot compacts the stream (the records it covers are deleted), so the
 store holds one snapshot plus a short tail.
 """
@@ -34,14 +34,14 @@ from durably.storage.journal import GroupCommitter
 from durably.storage.spi import Store, StreamId
 
 from .errors import InvalidThreadIdError
-from .values import PrefixIndex
+from .values import PrefixIndex, paused_gc
 from .thread import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
 
 _REBASE_ATTEMPTS = 16
-#: A snapshot is due when the records since the last one hold 1/4 of its bytes:
-#: restore replays at most that much, and all snapshots ever written sum to 5x
+#: A snapshot is due when the records since the last one hold 1/8 of its bytes:
+#: restore replays at most that much, and all snapshots ever written sum to 9x
 #: the last one (a geometric series), so writing stays O(N).
-SNAPSHOT_TAIL_RATIO = 4
+SNAPSHOT_TAIL_RATIO = 8
 
 
 @dataclass
@@ -78,12 +78,12 @@ class ThreadJournal:
 
     In: an open ``store``, a ``codec`` (``Codec``, maybe encrypting),
     ``cipher`` (for the snapshot codec, which runs in a worker thread),
-    ``versions_of`` (stored checkpoint -> its channel versions, for snapshots),
+    ``versions_of`` ((stored checkpoint, thread id) -> its channel versions, for snapshots),
     ``ttl`` (seconds of inactivity after which a thread is purged, or None).
     """
 
     def __init__(self, store: Store, codec: Codec, cipher: FrameCipher | None, namespace: str,
-                 versions_of: Callable[[Any], dict[str, Any]], *, ttl: float | None, snapshot_min_bytes: int,
+                 versions_of: Callable[[Any, str], dict[str, Any]], *, ttl: float | None, snapshot_min_bytes: int,
                  cache_threads: int) -> None:
         self.store = store
         self.codec = codec
@@ -137,7 +137,8 @@ class ThreadJournal:
         for key in list(self._threads):
             if len(self._threads) <= self.cache_threads:
                 break
-            if not self._threads[key].lock.locked():
+            thread = self._threads[key]
+            if not thread.lock.locked() and not thread.pending:
                 del self._threads[key]
 
     async def _restore(self, thread: Thread) -> None:
@@ -149,8 +150,9 @@ class ThreadJournal:
         if stored is None:
             thread.state, thread.snapshot_bytes = ThreadState(), 0
         else:
-            frame = self._decode(stored.data, thread.stream, stored.seq, SNAPSHOT_SCHEMA)
-            thread.state = ThreadState.from_snapshot(stored.seq, frame)
+            with paused_gc():
+                frame = self._decode(stored.data, thread.stream, stored.seq, SNAPSHOT_SCHEMA)
+                thread.state = ThreadState.from_snapshot(stored.seq, frame)
             thread.snapshot_bytes = len(stored.data)
         await self.catch_up(thread, restoring=True)
         thread.loaded = True
@@ -158,16 +160,20 @@ class ThreadJournal:
     async def catch_up(self, thread: Thread, *, restoring: bool = False) -> None:
         """Fold the records appended after the thread's seq; restore on a gap."""
         expected = thread.state.seq + 1
-        async for stored in self.store.read(thread.stream, thread.state.seq):
-            if stored.seq != expected:
-                if restoring:
-                    raise CorruptRecordError(f"records {expected}..{stored.seq - 1} are missing after the snapshot",
-                                             stream=thread.stream, seq=expected)
-                return await self._restore(thread)
-            thread.state.apply(self._decode(stored.data, thread.stream, stored.seq, RECORD_SCHEMA), stored.seq)
-            thread.bytes_since += len(stored.data)
-            expected += 1
-        if not restoring and expected == thread.state.seq + 1 and thread.state.seq:
+        tail = [stored async for stored in self.store.read(thread.stream, thread.state.seq)]
+        with paused_gc():  # decoded and folded in one synchronous block (see paused_gc)
+            for stored in tail:
+                if stored.seq != expected:
+                    break
+                thread.state.apply(self._decode(stored.data, thread.stream, stored.seq, RECORD_SCHEMA), stored.seq)
+                thread.bytes_since += len(stored.data)
+                expected += 1
+        if tail and tail[-1].seq != thread.state.seq:  # a gap: records compacted away meanwhile
+            if restoring:
+                raise CorruptRecordError(f"records from {expected} on are missing after the snapshot",
+                                         stream=thread.stream, seq=expected)
+            return await self._restore(thread)
+        if not restoring and not tail and thread.state.seq:
             # Nothing new: still make sure the stream was not deleted or compacted meanwhile.
             last = await self.store.last_seq(thread.stream)
             if last != thread.state.seq:
@@ -265,7 +271,7 @@ class ThreadJournal:
         seq, stream = thread.state.seq, thread.stream
         if seq == 0:
             return
-        body = thread.state.body(self.versions_of)
+        body = thread.state.body(lambda stored: self.versions_of(stored, stream.agent_id))
         cipher = self.cipher
 
         def encode() -> bytes:  # CPU work off the event loop, with a codec of its own (not thread-safe)

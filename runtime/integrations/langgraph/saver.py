@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import cbor2
@@ -42,9 +42,9 @@ from durably.storage.spi import Store
 from .errors import CheckpointValueError, InvalidPruneStrategyError
 from .journal import Thread, ThreadJournal
 from .redact import ValueRedactor
-from .sync import LoopBridge
+from .sync import LoopBridge, SyncInterface
 from .thread import StoredCheckpoint, ThreadState
-from .values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, load_entry
+from .values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, load_entry, paused_gc
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -72,7 +72,7 @@ def _copy(value: Any) -> Any:
     return value
 
 
-class DurablySaver(BaseCheckpointSaver[str]):
+class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
     """A LangGraph ``BaseCheckpointSaver`` whose threads are durably streams.
 
     Args:
@@ -147,10 +147,11 @@ class DurablySaver(BaseCheckpointSaver[str]):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _versions_of(self, stored: StoredCheckpoint) -> dict[str, Any]:
+    def _versions_of(self, stored: StoredCheckpoint, thread_id: str) -> dict[str, Any]:
         if stored.versions is None:
             wire = stored.wire
-            skeleton = self._skeleton(wire, lambda r: CheckpointValueError("?", wire["ns"], wire["id"], "(checkpoint)", r))
+            skeleton = self._skeleton(
+                wire, lambda r: CheckpointValueError(thread_id, wire["ns"], wire["id"], "(checkpoint)", r))
             stored.versions = dict(skeleton.get("channel_versions", {}))
         return stored.versions
 
@@ -212,7 +213,10 @@ class DurablySaver(BaseCheckpointSaver[str]):
         async with self._journal.locked(thread_id) as thread:
             checkpoint_id = get_checkpoint_id(config) or thread.state.latest_id(ns)
             stored = thread.state.checkpoints.get(ns, {}).get(checkpoint_id) if checkpoint_id else None
-            return self._tuple(str(thread_id), thread, stored) if stored is not None else None
+            if stored is None:
+                return None
+            with paused_gc():
+                return self._tuple(str(thread_id), thread, stored)
 
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
@@ -376,7 +380,7 @@ class DurablySaver(BaseCheckpointSaver[str]):
         async with self._journal.locked(source_thread_id) as source:
             if not any(source.state.checkpoints.values()):
                 return
-            body = source.state.body(self._versions_of)
+            body = source.state.body(lambda stored: self._versions_of(stored, str(source_thread_id)))
         await self._journal.append(target_thread_id, lambda state: [{"k": "i", **body, "t": time.time()}])
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -412,44 +416,3 @@ class DurablySaver(BaseCheckpointSaver[str]):
         fraction, so two forks of one thread never give different values one version."""
         number = 0 if current is None else current if isinstance(current, int) else int(str(current).split(".")[0])
         return f"{number + 1:032}.{random.random():016}"
-
-    # -- the synchronous interface -------------------------------------------------------
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """``aget_tuple`` from a thread that is not the saver's event loop."""
-        return self._bridge.run(self.aget_tuple(config))
-
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
-        """``alist``, collected on the saver's loop, from another thread."""
-
-        async def collect() -> list[CheckpointTuple]:
-            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
-
-        return iter(self._bridge.run(collect()))
-
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
-        """``aput`` from a thread that is not the saver's event loop."""
-        return self._bridge.run(self.aput(config, checkpoint, metadata, new_versions))
-
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                   task_path: str = "") -> None:
-        """``aput_writes`` from a thread that is not the saver's event loop."""
-        return self._bridge.run(self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        """``adelete_thread`` from a thread that is not the saver's event loop."""
-        return self._bridge.run(self.adelete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """``adelete_for_runs`` from a thread that is not the saver's event loop."""
-        return self._bridge.run(self.adelete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """``acopy_thread`` from a thread that is not the saver's event loop."""
-        return self._bridge.run(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``aprune`` from a thread that is not the saver's event loop."""
-        return self._bridge.run(self.aprune(thread_ids, strategy=strategy))

@@ -15,7 +15,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from .errors import ForeignLoopError, SyncCallOnLoopError
 
@@ -107,3 +111,49 @@ class LoopBridge:
             self._own.join()
             self.loop.close()
             self._own, self.loop = None, None
+
+
+class SyncInterface:
+    """LangGraph's synchronous checkpointer methods, each the async one run through
+    ``self._bridge`` (a ``LoopBridge``). Mixed into ``DurablySaver``."""
+
+    _bridge: LoopBridge
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """``aget_tuple`` from a thread that is not the saver's event loop."""
+        return self._bridge.run(self.aget_tuple(config))
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        """``alist``, collected on the saver's loop, from another thread."""
+
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        return iter(self._bridge.run(collect()))
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        """``aput`` from a thread that is not the saver's event loop."""
+        return self._bridge.run(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        """``aput_writes`` from a thread that is not the saver's event loop."""
+        return self._bridge.run(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """``adelete_thread`` from a thread that is not the saver's event loop."""
+        return self._bridge.run(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """``adelete_for_runs`` from a thread that is not the saver's event loop."""
+        return self._bridge.run(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """``acopy_thread`` from a thread that is not the saver's event loop."""
+        return self._bridge.run(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``aprune`` from a thread that is not the saver's event loop."""
+        return self._bridge.run(self.aprune(thread_ids, strategy=strategy))

@@ -1,0 +1,54 @@
+"""Issue 11 item 17: serving workers share the agents instead of the first scan taking them all.
+
+Three worker processes serve one store with ``max_agents=4``; twelve runnable
+agents end up spread over all three (one worker of eight used to take 969 of
+1,000 tool effects). ``FairShare`` alone (no cap) splits what it has seen evenly.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+from durably.runtime import Runtime
+from serve_worker import slow_file_agent
+from support_agents import read_lines
+from test_dead_holders import spawn, until
+
+
+async def test_three_serving_workers_split_twelve_agents(tmp_path):
+    db, effects = tmp_path / "a.db", tmp_path / "effects.jsonl"
+    definition = slow_file_agent(4, effects, 0.2)
+    async with Runtime(f"sqlite:///{db}", agents=[definition]) as setup:
+        for i in range(12):
+            await setup.start(definition, f"agent-{i}", "count")
+        await setup.drain(0)  # stop them at once: runnable, and nobody runs them
+    workers = [spawn(db, effects, "--steps", "4", "--step-seconds", "0.2", "--max-agents", "4") for _ in range(3)]
+    try:
+        await until(lambda: len({e["agent"] for e in read_lines(effects) if e["phase"] == "done" and e["n"] == 4}) == 12
+                    or any(w.poll() is not None for w in workers), timeout=60)
+        assert all(w.poll() is None for w in workers), [w.stderr.read() for w in workers if w.poll() is not None]
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+    ran_by: dict[str, int] = {}
+    for e in read_lines(effects):
+        if e["phase"] == "start" and e["pid"] in {w.pid for w in workers}:
+            ran_by.setdefault(e["agent"], e["pid"])
+    per_worker = Counter(ran_by.values())
+    assert len(per_worker) == 3 and min(per_worker.values()) >= 2, per_worker  # main: one worker took them
+
+
+def test_fair_share_splits_what_it_has_seen():
+    from durably.runtime.scan import FairShare, ScanResult
+
+    fair = FairShare()
+    assert fair.limit(0) == 1  # first scan: one, until the others are seen
+    fair.observed(ScanResult(holders=Counter({"w2": 6, "w3": 5})))
+    assert fair.limit(1) == 4  # (1 + 11 + 1) over 3 workers is 5 each; 1 runs here already
+    fair.observed(ScanResult())
+    assert fair.limit(3) is None  # alone, as far as it can see
+    capped = FairShare(max_agents=4)
+    capped.observed(ScanResult())
+    assert capped.limit(3) == 1 and capped.limit(4) == 0
