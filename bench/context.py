@@ -99,6 +99,11 @@ class Bench:
         """True when the store under test is a SQLite file."""
         return urlsplit(self.store).scheme == "sqlite"
 
+    @property
+    def is_postgres(self) -> bool:
+        """True when the store under test is PostgreSQL (its limit is then plain asyncpg on that server)."""
+        return urlsplit(self.store).scheme in ("postgresql", "postgres")
+
 
 def shareable_url(url: str, run_id: str) -> str:
     """``url`` such that a second handle sees the first one's data.

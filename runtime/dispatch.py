@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 import anyio
 
 from . import commands as cmd
-from . import placement
+from . import placement, wakeups
 from .actor import _Requeue
 from .errors import AgentFencedError
+from .state import RUNNING
 from .placement import CommandResult
 
 if TYPE_CHECKING:
@@ -54,5 +55,7 @@ async def submit(runtime: Runtime, agent_id: str, command: cmd.Command) -> Comma
         except AgentFencedError:
             continue
         where = await placement.place(runtime, journal.state, was_parked=was_parked)
+        if was_parked and where.where is not placement.Where.HERE and journal.state.status == RUNNING:
+            await wakeups.publish(runtime.store, journal.stream)  # a serve() elsewhere resumes it now
         return CommandResult.of(journal.state, where)
     raise AgentFencedError(runtime.stream(agent_id), journal.state.last_seq, None)

@@ -15,6 +15,10 @@ Three promises a serving worker makes (issue 11 item 8, issue 12 item 3):
   the agents at once. Steps still running after ``drain_timeout`` seconds are
   cancelled: their intents without results follow each tool's unknown-outcome
   policy where they resume, as after a crash.
+* **A command wakes it.** On a store with change notifications (``CAP_CHANGES``:
+  PostgreSQL's LISTEN/NOTIFY) an agent another process approves, extends,
+  messages or cancels is resumed as soon as the notification arrives, not at
+  the next scan; the scans go on as the fallback (``durably.runtime.wakeups``).
 * **Fair shares.** Scans visit the agents in a random order and take no more
   than ``FairShare`` allows (``max_agents``, an even split of what was seen:
   see ``durably.runtime.scan``).
@@ -35,6 +39,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from durably.storage.errors import StoreUnavailableError
 
+from . import wakeups
 from .scan import FairShare, scan
 
 if TYPE_CHECKING:
@@ -82,12 +87,23 @@ async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Even
     retrying = AsyncRetrying(retry=retry_if_exception_type(StoreUnavailableError), stop=stop_never, reraise=True,
                              wait=_backoff(poll_interval),
                              before_sleep=outage.report, sleep=anyio.sleep)
-    while not stop.is_set():
-        async for attempt in retrying:
-            with attempt:
-                fair.observed(await scan(runtime, limit=fair.limit(len(runtime._live)), shuffle=True))
-        outage.ended()
-        await anyio.sleep(poll_interval)
+    # Between scans, the agents another process changes (a command to a parked agent) are
+    # resumed as soon as the store notifies us, where it can (``durably.runtime.wakeups``),
+    # within this worker's fair share.
+
+    async def woken(agent_id: str) -> object:
+        limit = fair.limit(len(runtime._live))
+        if limit is not None and limit < 1:
+            return None  # our share is full: the agent waits for a worker with room
+        return await wakeups.resume_if_runnable(runtime, agent_id)
+
+    async with wakeups.subscribe(runtime.store, runtime.namespace) as changes:
+        while not stop.is_set():
+            async for attempt in retrying:
+                with attempt:
+                    fair.observed(await scan(runtime, limit=fair.limit(len(runtime._live)), shuffle=True))
+            outage.ended()
+            await wakeups.wait_and_resume(changes, poll_interval, woken)
 
 
 def _backoff(poll_interval: float):

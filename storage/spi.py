@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -32,6 +33,8 @@ CAP_LEASES = "leases"
 #: commands from another process, several workers and ``durably torture`` need a
 #: store without it; the conformance kit skips its cross-process checks for it.
 CAP_SINGLE_PROCESS = "single-process"
+#: Optional capability: ``publish_change`` / ``subscribe_changes`` (wake other processes up).
+CAP_CHANGES = "changes"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -294,3 +297,40 @@ class LeaseStore(Store, Protocol):
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
         """The unexpired lease of ``stream``, or None."""
+
+
+class ChangeSubscription(Protocol):
+    """What ``ChangeStore.subscribe_changes`` yields: the streams of one namespace said to have changed."""
+
+    async def wait(self) -> frozenset[StreamId] | None:
+        """Wait for the next notifications; return the streams named since the last call.
+
+        None means notifications may have been missed (the feed was down and is
+        back): whatever waits on it must look at every stream once, as it would
+        on a poll. Never raises for an outage: the feed reconnects by itself.
+        """
+
+
+@runtime_checkable
+class ChangeStore(Store, Protocol):
+    """A ``Store`` that also declares ``CAP_CHANGES``: wake-ups across processes.
+
+    A writer that changed a stream in a way another process waits for (a
+    command appended to a parked agent) calls ``publish_change``; every
+    subscriber of that namespace, in any process, is told within moments
+    instead of at its next poll. Notifications are hints, at most once: a
+    subscriber must still poll now and then (``Runtime.serve`` does), since a
+    publisher may die between its append and its publish.
+    """
+
+    async def publish_change(self, stream: StreamId) -> None:
+        """Notify the subscribers of ``stream.namespace`` that ``stream`` changed.
+
+        Raises ``StoreUnavailableError`` when the notification could not be sent.
+        """
+
+    def subscribe_changes(self, namespace: str) -> AbstractAsyncContextManager[ChangeSubscription]:
+        """``async with store.subscribe_changes(ns) as changes:``; ``await changes.wait()`` inside.
+
+        The subscription listens for its whole block and stops when the block ends.
+        """

@@ -184,6 +184,18 @@ def test_purge_asks_on_a_terminal_and_takes_yes_and_dry_run(tmp_path) -> None:
         os.close(follower)
     assert proc.returncode == 1 and "for good?" in out and "nothing purged" in out
     assert durably("show", "only", "--store", url).returncode == 0
+    # sweep asks the same way, after listing what it would purge.
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "durably.runtime.cli", "sweep", "--default", "0s", "--store", url],
+                                stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        os.write(leader, b"n\n")
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert proc.returncode == 1 and "only: expired" in out and "for good?" in out and "nothing purged" in out
+    assert durably("show", "only", "--store", url).returncode == 0
     gone = durably("purge", "only", "--store", url, "--yes")
     assert gone.returncode == 0 and "purged" in gone.stdout
     assert durably("show", "only", "--store", url).returncode == 1

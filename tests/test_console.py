@@ -204,3 +204,31 @@ async def test_a_long_timeline_is_paged(tmp_path) -> None:
     assert "?after=200" in latest  # the page before this one: records 201..700
     assert first.count('<tr class="row-') == 500 and ">1<" in first and ">501<" not in first
     assert "later records" in first and "?after=500" in first
+
+
+async def test_untrusted_text_is_neutralised_on_every_page(tmp_path) -> None:
+    from test_cli import HOSTILE, _one_agent
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    await _one_agent(url, "victim", safe=False)
+    app = create_app(url, content=ContentPolicy(show=True))  # content shown: the hostile text reaches the page
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
+            pages = [await client.get(path) for path in ("/", "/agents/victim", "/agents/victim/state", "/agents/victim/state?seq=2")]
+    for page in pages:
+        assert page.status_code == 200
+        for raw in ("\x1b", "\x07", "\x9b", "\u202e"):
+            assert raw not in page.text, (page.url, repr(raw))
+    assert "\\x1b]52;c;" in pages[1].text and "\\u202eevil" in pages[1].text  # shown, as escapes
+    assert HOSTILE not in pages[1].text
+
+
+def test_neutralise_escapes_controls_bidi_and_separators_only() -> None:
+    from durably.runtime.cli_output import neutralise
+
+    assert neutralise("plain text, ünïcode ✓ 漢字") == "plain text, ünïcode ✓ 漢字"
+    assert neutralise("a\x1b[2Kb\x07c\x9bd\x7f") == "a\\x1b[2Kb\\x07c\\x9bd\\x7f"
+    assert neutralise("x\u202ey\u2066z\u200bw\u2028") == "x\\u202ey\\u2066z\\u200bw\\u2028"
+    assert neutralise("one\ntwo\tthree") == "one\\x0atwo\\x09three"
+    assert neutralise("one\ntwo", newlines=True) == "one\ntwo"
+    assert neutralise(42) == "42" and neutralise("\ud800") == "\\ud800"

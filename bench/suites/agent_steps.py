@@ -49,6 +49,9 @@ async def run(bench: Bench) -> None:
         r.add(SUITE, "records_per_s", records / conv.run.wall_s, "records/s", agents=1, steps=steps)
         r.add(SUITE, "stored_bytes_per_step", conv.stored.total / steps, "B/step", agents=1, steps=steps)
         step_figures(bench, SUITE, conv.run.latencies[0], agents=1, steps=steps)
+        limit = r.find("append", "records_per_s", "limit-group-commit", agents=1)
+        r.ratio(SUITE, "durably/limit-group-commit", r.find(SUITE, "records_per_s", agents=1, steps=steps), limit,
+                agents=1, steps=steps)
 
     agents, steps = bench.sizes.agents, bench.sizes.agent_steps
     task = bench.progress.start(f"{agents} agents x {steps} steps", agents * steps)

@@ -5,8 +5,9 @@ record per append, waiting for each to be durable before the next: a closed
 loop, as an agent's step loop is. durably's path is the runtime's: encode the
 record (``RecordCodec``: CBOR, zstd, checksum) and ``GroupCommitter.append``
 with the expected seq, on the store under test. The limit (``durably.bench.limit``)
-inserts the same frames with plain aiosqlite, one row per commit and with
-group commit, at the same concurrency; ratios are durably / limit.
+inserts the same frames with plain aiosqlite (plain asyncpg on the same server
+when the store is PostgreSQL: ``durably.bench.limit_postgres``), one row per
+commit and with group commit, at the same concurrency; ratios are durably / limit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from durably.storage.spi import Store, StreamId
 
 from ..context import Bench
 from ..limit import RawSQLite, run_writers
+
 from ..results import percentile
 from ..workload import journal_entries
 
@@ -57,6 +59,20 @@ async def _durably(store: Store, namespace: str, entries: list[list[tuple[str, d
     return wall, latencies, stored, committer.batches
 
 
+def _raw_limit(bench: Bench):
+    """The limit's journal and its description: plain asyncpg on the same server when the
+    store is PostgreSQL (imported only then: asyncpg is an extra), else plain aiosqlite."""
+    if bench.is_postgres:
+        from durably.adapters.postgres.options import redacted
+
+        from ..limit_postgres import RawPostgres
+
+        raw = RawPostgres(bench.store)
+        return raw, f"{redacted(bench.store)}, schema {raw.schema} (plain asyncpg)"
+    limit_path = bench.scratch / f"limit-{bench.run_id}.db"
+    return RawSQLite(limit_path), f"sqlite:///{limit_path} (plain aiosqlite)"
+
+
 async def run(bench: Bench) -> None:
     """Measure every concurrency level of ``bench.sizes.append_concurrency``."""
     sizes, r = bench.sizes, bench.results
@@ -64,9 +80,8 @@ async def run(bench: Bench) -> None:
     task = bench.progress.start("append", 3 * sum(max(MIN_PER_AGENT, sizes.append_records // n) * n for n in levels))
     advance = lambda: bench.progress.advance(task)  # noqa: E731
     codec = RecordCodec()
-    limit_path = bench.scratch / f"limit-{bench.run_id}.db"
-    limit_url = f"sqlite:///{limit_path} (plain aiosqlite)"
-    async with open_store(bench.store) as store, RawSQLite(limit_path) as raw:
+    raw_limit, limit_url = _raw_limit(bench)
+    async with open_store(bench.store) as store, raw_limit as raw:
         for level, agents in enumerate(levels):
             namespace = bench.namespace(SUITE, agents)
             entries = _entries(bench, namespace, agents, max(MIN_PER_AGENT, sizes.append_records // agents))

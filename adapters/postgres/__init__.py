@@ -1,0 +1,16 @@
+"""The PostgreSQL adapter: ``postgresql://user@host:port/db?schema=durably``, on asyncpg.
+
+A fleet of worker processes on several hosts shares one database: appends are
+fenced by their expected seq inside the database, leases hand agents to one
+worker at a time with fencing tokens from a sequence, and LISTEN/NOTIFY wakes
+a ``Runtime.serve()`` worker as soon as another process approves, extends,
+messages or cancels one of its agents. Install with ``pip install
+'durably[postgres]'``. Modules: ``store`` (``PostgresStore``, the SPI),
+``schema`` (tables, version row, migrations), ``options`` (the URL),
+``faults`` (errors and retries), ``leases``, ``changes`` (LISTEN/NOTIFY).
+"""
+
+from .faults import PostgresSetupError
+from .store import PostgresStore
+
+__all__ = ["PostgresSetupError", "PostgresStore"]
