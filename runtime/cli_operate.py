@@ -159,10 +159,11 @@ def load_definitions(specs: tuple[str, ...]) -> list[AgentDefinition]:
               help="import the agent's definition (an AgentDefinition, or a list of them) to run it here")
 @store_command
 def retry(store: str, namespace: str, agent_id: str, agent_specs: tuple[str, ...], out: Output) -> None:
-    """Run a failed agent again from its journal (Runtime.retry), here, until it stops or parks.
+    """Run a failed agent again from its journal (Runtime.retry).
 
-    The retry runs the agent, so its definition must be importable: --agents
-    myapp.agents:support. Without it the command says which definition is missing.
+    With --agents MODULE:ATTR (its definition, importable) it runs here until
+    it stops or parks; without, it is made runnable for a serve() worker that
+    has its definition.
     """
     if not hasattr(Runtime, "retry"):
         raise InvalidCommandError("this durably has no Runtime.retry")

@@ -274,14 +274,15 @@ def test_approve_happened_passes_the_result_to_the_runtime(tmp_path) -> None:
     assert any(r["kind"] == "approval_decided" and r["payload"].get("result") == {"sent": True} for r in history)
 
 
-async def test_retry_runs_a_failed_agent_again_with_its_definition(tmp_path, monkeypatch) -> None:
+async def test_retry_runs_a_failed_agent_again_here_or_in_a_worker(tmp_path, monkeypatch) -> None:
     import cli_agents
 
     url, marker = f"sqlite:///{tmp_path / 'a.db'}", tmp_path / "broken"
     marker.write_text("x")
     monkeypatch.setenv("FLAKY_FAIL", str(marker))
     async with Runtime(url, agents=[cli_agents.flaky]) as rt:
-        assert (await rt.run(cli_agents.flaky, "a1", "task")).status == "failed"
+        for agent_id in ("a1", "a2"):
+            assert (await rt.run(cli_agents.flaky, agent_id, "task")).status == "failed"
     marker.unlink()
     env = {"PYTHONPATH": str(Path(__file__).parent), "FLAKY_FAIL": str(marker)}
     run = lambda *argv: durably(*argv, "--store", url, env=env)  # noqa: E731
@@ -291,9 +292,13 @@ async def test_retry_runs_a_failed_agent_again_with_its_definition(tmp_path, mon
         pytest.skip("Runtime.retry is not in this build yet")
     bad = await anyio.to_thread.run_sync(run, "retry", "a1", "--agents", "cli_agents:nope")
     assert bad.returncode == 2 and "--agents" in bad.stderr
-    missing = await anyio.to_thread.run_sync(run, "retry", "a1")
-    assert missing.returncode == 1 and "--agents MODULE:ATTR" in missing.stdout
-    proc = await anyio.to_thread.run_sync(run, "retry", "a1", "--agents", "cli_agents:flaky")
-    assert proc.returncode == 0 and "status now finished" in proc.stdout, proc.stdout + proc.stderr
-    again = await anyio.to_thread.run_sync(run, "retry", "a1", "--agents", "cli_agents:flaky")
+    # Without the definition the agent is made runnable for a worker that has it ...
+    elsewhere = await anyio.to_thread.run_sync(run, "retry", "a1")
+    assert elsewhere.returncode == 0 and "status now running" in elsewhere.stdout, elsewhere.stdout
+    async with Runtime(url, agents=[cli_agents.flaky]) as rt:
+        assert (await (await rt.resume("a1")).wait()).status == "finished"
+    # ... with it, the command runs the agent itself until it stops or parks.
+    here = await anyio.to_thread.run_sync(run, "retry", "a2", "--agents", "cli_agents:flaky")
+    assert here.returncode == 0 and "status now finished" in here.stdout, here.stdout + here.stderr
+    again = await anyio.to_thread.run_sync(run, "retry", "a2", "--agents", "cli_agents:flaky")
     assert again.returncode == 1 and "InvalidCommandError" in again.stdout  # not failed: nothing to retry

@@ -39,6 +39,9 @@ async def test_sigterm_drains_and_another_serve_takes_the_agents_within_a_second
         assert a.returncode == 0 and "drained" in out, err
         await until(lambda: len({e["agent"] for e in effects_of(effects, b.pid, "start")}) == 3, timeout=10)
         await until(lambda: len([e for e in read_lines(effects) if e["phase"] == "done"]) >= 3 * 6, timeout=30)
+        with anyio.fail_after(30):  # and b journals the last results and finishes, before it is stopped
+            while [(await kinds(f"sqlite:///{db}", f"agent-{i}"))[-1:] for i in range(3)] != [[Kind.FINISHED]] * 3:
+                await anyio.sleep(0.1)
     finally:
         for worker in (a, b):
             if worker is not None and worker.poll() is None:

@@ -26,6 +26,7 @@ async def test_a_snapshot_of_a_purged_run_landing_late_is_never_restored(tmp_pat
         assert stale is not None
         await rt.purge("a1")
         new = await rt.run(definition, "a1", "the new task")
+        await rt._services.snapshots.flush()  # the new run's own snapshot first: the stale one lands last
         assert new.run_id != old.run_id and new.last_seq >= stale.seq
         await rt.store.put_snapshot(rt.stream("a1"), stale.seq, stale.data)  # the old write lands now
         restored = await rt.status("a1")
