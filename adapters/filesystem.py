@@ -57,6 +57,7 @@ from durably.storage.errors import (
     ConflictError,
     CorruptRecordError,
     InvalidRequestError,
+    StoreUnavailableError,
     UnsafeCompactionError,
 )
 from durably.storage.spi import CAP_BLOBS, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
@@ -65,6 +66,15 @@ _BATCH_HEADER = struct.Struct(">4sI")  # magic, record count
 _RECORD_LENGTH = struct.Struct(">Q")
 _MAGIC = b"DRB1"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+async def _io(function, *args):
+    """``function(*args)`` in a worker thread; an ``OSError`` (disk full, I/O error, the
+    directory gone) becomes ``StoreUnavailableError``, the SPI's outage, cause attached."""
+    try:
+        return await run_sync(function, *args)
+    except OSError as exc:
+        raise StoreUnavailableError(f"filesystem store: {exc}") from exc
 
 
 def _name(seq: int) -> str:
@@ -139,7 +149,7 @@ class FileSystemStore(StoreBase):
             (self.root / "streams").mkdir(parents=True, exist_ok=True)
             (self.root / "tmp").mkdir(exist_ok=True)
 
-        await run_sync(create)
+        await _io(create)
 
     # -- the one durable write -----------------------------------------------
 
@@ -210,7 +220,7 @@ class FileSystemStore(StoreBase):
         self._check_open()
         for request in requests:
             check_append(request)  # reject malformed requests before any I/O
-        return await run_sync(lambda: [self._append_one(request) for request in requests])
+        return await _io(lambda: [self._append_one(request) for request in requests])
 
     def _append_one(self, request: AppendRequest) -> int | Exception:
         directory = self._stream_dir(request.stream)
@@ -235,7 +245,7 @@ class FileSystemStore(StoreBase):
     async def last_seq(self, stream: StreamId) -> int:
         """The highest seq ever appended, 0 for an unknown stream; see ``Store.last_seq``."""
         self._check_open()
-        return await run_sync(self._last_seq, self._stream_dir(stream))
+        return await _io(self._last_seq, self._stream_dir(stream))
 
     # -- reads ---------------------------------------------------------------
 
@@ -245,7 +255,7 @@ class FileSystemStore(StoreBase):
         directory = self._stream_dir(stream)
         page_size = max(1, page_size)
         while True:
-            page = await run_sync(self._read_page, directory, after_seq, page_size)
+            page = await _io(self._read_page, directory, after_seq, page_size)
             for record in page:
                 yield record
             if len(page) < page_size:
@@ -282,7 +292,7 @@ class FileSystemStore(StoreBase):
                 raise InvalidRequestError(f"snapshot seq {seq} is outside 1..{last} of {stream}")
             self._write(directory / "snapshots" / _name(seq), [data], replace=True)
 
-        await run_sync(put)
+        await _io(put)
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
         """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
@@ -296,7 +306,7 @@ class FileSystemStore(StoreBase):
                     return StoredSnapshot(seq, (directory / _name(seq)).read_bytes())
             return None
 
-        return await run_sync(get)
+        return await _io(get)
 
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
         """Delete snapshots with seq < ``before_seq``, always keeping the latest."""
@@ -311,7 +321,7 @@ class FileSystemStore(StoreBase):
             if directory.exists():
                 _fsync_dir(directory)
 
-        await run_sync(delete)
+        await _io(delete)
 
     # -- compaction ----------------------------------------------------------
 
@@ -342,7 +352,7 @@ class FileSystemStore(StoreBase):
                         os.unlink(directory / "records" / _name(first))
             _fsync_dir(directory / "records")
 
-        await run_sync(compact)
+        await _io(compact)
 
     # -- listing and purge ---------------------------------------------------
 
@@ -362,7 +372,7 @@ class FileSystemStore(StoreBase):
                     found.append(StreamId(ns, agent))
             return sorted(found)
 
-        for stream in await run_sync(scan):
+        for stream in await _io(scan):
             yield stream
 
     async def delete_stream(self, stream: StreamId) -> None:
@@ -380,7 +390,7 @@ class FileSystemStore(StoreBase):
             _fsync_dir(directory.parent)
             shutil.rmtree(trash, ignore_errors=True)
 
-        await run_sync(purge)
+        await _io(purge)
 
     # -- blobs (CAP_BLOBS) ---------------------------------------------------
 
@@ -393,7 +403,7 @@ class FileSystemStore(StoreBase):
             directory = self._ensure_stream(stream)
             self._write(directory / "blobs" / digest, [data], replace=False)  # exists: same bytes
 
-        await run_sync(put)
+        await _io(put)
         return digest
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
@@ -402,7 +412,14 @@ class FileSystemStore(StoreBase):
         if not _DIGEST.fullmatch(digest):  # never let a caller's string become a path
             raise BlobNotFoundError(f"no blob {digest!r} in {stream}")
         path = self._stream_dir(stream) / "blobs" / digest
-        try:
-            return await run_sync(path.read_bytes)
-        except FileNotFoundError:
-            raise BlobNotFoundError(f"no blob {digest} in {stream}") from None
+
+        def get() -> bytes | None:
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                return None
+
+        found = await _io(get)
+        if found is None:
+            raise BlobNotFoundError(f"no blob {digest} in {stream}")
+        return found

@@ -18,6 +18,7 @@ from durably.storage.errors import BlobNotFoundError, ConflictError, InvalidRequ
 from durably.storage.spi import (
     CAP_BLOBS,
     CAP_LEASES,
+    CAP_SINGLE_PROCESS,
     AppendRequest,
     Lease,
     StoredRecord,
@@ -45,7 +46,8 @@ _shared_leases: dict[str, dict[StreamId, Lease]] = {}
 class MemoryStore(StoreBase):
     """A ``Store`` held in a dict. ``url``: ``memory://`` or ``memory://name`` (shared by name)."""
 
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES})
+    #: Its data lives in this process's memory: another process sees another store.
+    capabilities = frozenset({CAP_BLOBS, CAP_LEASES, CAP_SINGLE_PROCESS})
 
     def __init__(self, url: str = "memory://") -> None:
         super().__init__()
@@ -81,7 +83,11 @@ class MemoryStore(StoreBase):
         found = self._streams.get(stream)
         if found is None:
             return
-        for seq in sorted(s for s in list(found.records) if s > after_seq):
+        # Seqs are gapless up to last_seq and compaction removes a prefix, so walking
+        # seqs from after_seq costs the records read, not the stream's length.
+        seq = after_seq
+        while seq < found.last_seq:
+            seq += 1
             data = found.records.get(seq)
             if data is not None:
                 yield StoredRecord(seq, data)
@@ -131,8 +137,11 @@ class MemoryStore(StoreBase):
     async def delete_stream(self, stream: StreamId) -> None:
         self._check_open()
         self._streams.pop(stream, None)
-        # The token sequence goes with the stream: a re-created stream's leases start at 1.
-        self._leases.pop(stream, None)
+        # The lease ends, but its token stays as the floor of the next one: a holder
+        # from before the purge must never outrank a new one (tokens never decrease).
+        held = self._leases.get(stream)
+        if held is not None:
+            self._leases[stream] = Lease(stream, "", held.token, 0.0)  # the owner's name goes with the stream
 
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
         self._check_open()

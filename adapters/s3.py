@@ -400,8 +400,10 @@ class S3Store(StoreBase):
 
     async def delete_stream(self, stream: StreamId) -> None:
         """See ``Store.delete_stream`` and ``s3_streams.delete_stream``: aborts its unfinished uploads,
-        deletes every object under it, then its index entry (so an interrupted purge stays listed and can be redone)."""
+        deletes every object under it, then its index entry (so an interrupted purge stays listed and can be redone).
+        The lease is ended first and its object kept: fencing tokens never decrease for a stream id."""
         self._check_open()
+        await self._leases.end(stream)
         await s3_streams.delete_stream(self._s3, self._keys(stream))
         self._known_ends.pop(stream, None)
 

@@ -65,6 +65,8 @@ from .s3_retry import RetryPolicy, retrying
 LEASE_VERSION = 1
 #: Others treat a lease as expired ``ttl * SKEW_FRACTION`` seconds after its ``expires_at``.
 SKEW_FRACTION = 0.1
+#: The owner a purged stream's lease object names: the holder's name goes with the stream, the token stays.
+PURGED_OWNER = "(purged)"
 
 #: ``call(operation, *, expect=(), **params)``: one retried S3 request (see ``S3Requests.call``).
 Call = Callable[..., Awaitable[dict[str, Any]]]
@@ -217,6 +219,33 @@ class S3Leases:
         except _Lost:
             pass
         raise StoreUnavailableError(f"the lease of {lease.stream} kept changing under concurrent writers")
+
+    async def end(self, stream: StreamId) -> None:
+        """End the lease of ``stream`` whoever holds it, keeping its token (a purge calls this).
+
+        The object stays, marked released, so the next lease of the stream id
+        gets a greater token: a holder from before the purge never outranks a
+        new one. No lease object: a no-op. Raises ``CorruptRecordError`` for a
+        malformed lease object, ``StoreUnavailableError`` as ``acquire`` does.
+        """
+        key = self._key(stream)
+        state = await self._read(key, stream)
+        try:
+            async for attempt in retrying(self.policy, lambda exc: isinstance(exc, _Lost)):
+                with attempt:
+                    if state is None or state[0].owner == PURGED_OWNER:
+                        return
+                    current, etag = state
+                    try:
+                        ended = replace(current, owner=PURGED_OWNER, expires_at=0.0, nonce=_fresh_nonce())
+                        await self._swap(key, stream, etag, ended)
+                    except _Lost as lost:
+                        state = lost.state
+                        raise
+                    return
+        except _Lost:
+            pass
+        raise StoreUnavailableError(f"the lease of {stream} kept changing under concurrent writers")
 
     async def current(self, stream: StreamId) -> Lease | None:
         """The lease of ``stream`` others must treat as held now, or None; see ``LeaseStore.get_lease``.

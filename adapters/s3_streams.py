@@ -19,7 +19,8 @@ from .s3_requests import S3Requests
 
 
 async def delete_stream(s3: S3Requests, keys: StreamKeys) -> None:
-    """Purge a stream: abort its unfinished uploads, delete every object under it, then its index entry
+    """Purge a stream: abort its unfinished uploads, delete every object under it but its lease
+    object (ended beforehand by the store, kept for its fencing token), then its index entry
     (last, so an interrupted purge stays listed and can be redone).
 
     Must not race writers of the stream (see "Limits" in ``durably.adapters.s3``).
@@ -39,7 +40,8 @@ async def delete_stream(s3: S3Requests, keys: StreamKeys) -> None:
             break
         markers = {"KeyMarker": uploads["NextKeyMarker"], "UploadIdMarker": uploads["NextUploadIdMarker"]}
     while True:
-        names, _token = await s3.list_page(keys.root)
+        # The lease object stays (ended by the caller): its token is the floor of the next lease.
+        names = [name for name in (await s3.list_page(keys.root))[0] if name != keys.lease]
         if not names:
             break
         await s3.delete_keys(names)

@@ -426,10 +426,11 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         frames still hold the rows. (A reader of another connection holding an old
         snapshot past the busy timeout makes that checkpoint give up; the WAL is
         then emptied by a later purge or when the last connection closes.)
-        The stream's lease and its token sequence go first (``SQLiteLeases._delete_lease``).
+        The stream's lease ends first; its token stays as the floor of the next
+        one, so fencing tokens never decrease for a stream id (``SQLiteLeases._end_lease``).
         """
         self._check_open()
-        await self._delete_lease(stream)
+        await self._end_lease(stream)
         async with self._transaction() as db:
             found = await db.execute_fetchall(
                 "SELECT id FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id)

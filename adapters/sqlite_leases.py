@@ -58,7 +58,9 @@ RETURNING token, expires_at"""
 # Releasing ends the lease now but keeps the row: its token is the floor of the next one.
 _RELEASE = "UPDATE leases SET expires_at = 0 WHERE namespace = ? AND agent_id = ? AND owner = ? AND token = ?"
 _GET = "SELECT owner, token, expires_at FROM leases WHERE namespace = ? AND agent_id = ? AND expires_at > ?"
-_DELETE = "DELETE FROM leases WHERE namespace = ? AND agent_id = ?"
+# A purge ends whoever's lease and forgets its owner, but keeps the row's token:
+# tokens never decrease for a stream id, purge included.
+_END = "UPDATE leases SET expires_at = 0, owner = '' WHERE namespace = ? AND agent_id = ?"
 _HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leases'"
 
 
@@ -130,9 +132,10 @@ class SQLiteLeases:
         ((owner, token, expires_at),) = rows
         return Lease(stream, owner, token, expires_at)
 
-    async def _delete_lease(self, stream: StreamId) -> None:
-        """Forget ``stream``'s lease and its token (``delete_stream`` calls this before purging)."""
+    async def _end_lease(self, stream: StreamId) -> None:
+        """End ``stream``'s lease, whoever holds it, keeping its token as the floor of the next
+        one (``delete_stream`` calls this before purging: tokens never decrease, purge included)."""
         if not await self._leases_table_exists():
             return
         async with self._transaction() as db:  # type: ignore[attr-defined]
-            await db.execute(_DELETE, (stream.namespace, stream.agent_id))
+            await db.execute(_END, (stream.namespace, stream.agent_id))

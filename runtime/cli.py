@@ -10,6 +10,7 @@
     durably purge / sweep / reencrypt    retention, erasure, keys (cli_privacy)
     durably migrate / bench              schema upkeep, checkpoint throughput
     durably verify                       read every frame of a namespace, report damage (changes nothing)
+    durably torture --store URL          SIGKILL real agents at every journal boundary, check the invariants
     durably ui                           the web console (extra durably[ui])
 
 Every command reads ``--store`` from ``$DURABLY_STORE`` when it is not given,
@@ -32,6 +33,7 @@ from durably.storage.registry import open_store
 from . import cli_console, cli_langgraph, cli_operate, cli_privacy, cli_read, cli_verify
 from .cli_options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
 from .cli_output import Output
+from .torture import cli as torture_cli
 
 def _version() -> str:
     try:
@@ -111,7 +113,7 @@ def migrate(store: str, namespace: str, dry_run: bool, out: Output) -> int:
     return EXIT_REFUSED if any(r.problems for r in reports) else EXIT_OK
 
 
-for _module in (cli_read, cli_operate, cli_privacy, cli_console, cli_verify, cli_langgraph):
+for _module in (cli_read, cli_operate, cli_privacy, cli_console, cli_verify, cli_langgraph, torture_cli):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

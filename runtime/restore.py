@@ -66,6 +66,14 @@ class Restored:
     tail_bytes: int
 
 
+#: Restores begun again when another writer's compaction removed the tail being read.
+_COMPACTION_RETRIES = 3
+
+
+class _CompactedMeanwhile(Exception):
+    """The records after the snapshot read were compacted away behind a newer snapshot, during the read."""
+
+
 async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer, *, upto: int | None = None) -> Restored | None:
     """Rebuild an agent's state from ``store``; None when the stream has no records.
 
@@ -78,7 +86,30 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer, *,
     ``UnknownSchemaVersionError`` (written by a newer durably; also when the gap
     is behind a skipped snapshot from a newer durably, since that is its cause);
     the stored bytes are left as they are.
+
+    A gap that another writer's compaction opened while this restore read (a
+    newer snapshot now covers it: the snapshot writer keeps two and compacts
+    behind the older) is not damage: the restore begins again from the newer
+    snapshot, up to ``_COMPACTION_RETRIES`` times. Found by ``durably torture``.
     """
+    for _ in range(_COMPACTION_RETRIES):
+        try:
+            return await _restore_once(store, codec, stream, tracer, upto)
+        except _CompactedMeanwhile:
+            continue
+    return await _restore_once(store, codec, stream, tracer, upto, retry=False)
+
+
+async def _newer_snapshot_covers(store: Store, stream: StreamId, upto: int | None, used: int, missing: int) -> bool:
+    """Whether a snapshot newer than the ``used`` one now covers seqs up to ``missing``."""
+    newest = await store.get_snapshot(stream, upto)
+    return newest is not None and newest.seq > used and newest.seq >= missing
+
+
+async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, tracer, upto: int | None,
+                        *, retry: bool = True) -> Restored | None:
+    """One attempt of ``restore``; raises ``_CompactedMeanwhile`` (when ``retry``) instead of a gap error
+    for a gap behind a snapshot newer than the one it read."""
     with tracer.start_as_current_span("durably.checkpoint.restore") as span:
         span.set_attribute(tm.AGENT_ID, stream.agent_id)
         state, snap_seq, snap_bytes, raw_total = None, 0, 0, 0
@@ -123,12 +154,16 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer, *,
                     break
                 record = codec.decode_record(stored, stream)
                 if record.seq != state.last_seq + 1:
+                    if retry and await _newer_snapshot_covers(store, stream, upto, snap_seq, record.seq - 1):
+                        raise _CompactedMeanwhile()
                     raise cut_short(f"gap in the journal: seq {state.last_seq + 1} is missing", record.seq)
                 apply(state, record)
                 tail += 1
                 tail_bytes += len(stored.data)
                 raw_total += raw_size(stored.data)
         if state.last_seq < last:
+            if retry and await _newer_snapshot_covers(store, stream, upto, snap_seq, last):
+                raise _CompactedMeanwhile()
             raise cut_short(f"journal ends at seq {state.last_seq} but the stream's last seq is {last}", last)
         if state.last_seq == 0:
             return None

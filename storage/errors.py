@@ -25,7 +25,9 @@ class ConflictError(StoreError):
     before it may act again. Nothing of the rejected batch was written.
 
     Attributes: ``stream`` (StreamId), ``expected_seq`` (int), ``actual_seq``
-    (int or None when the store could not tell).
+    (int or None when the store could not tell). An adapter builds it as
+    ``ConflictError(request.stream, request.expected_seq, actual_seq)`` and
+    returns it (not raises it) in ``append_batch``'s result list.
     """
 
     def __init__(self, stream, expected_seq: int, actual_seq: int | None) -> None:

@@ -28,6 +28,11 @@ from .errors import InvalidRequestError
 CAP_BLOBS = "blobs"
 #: Optional capability: ``acquire_lease`` / ``release_lease`` (which worker runs a stream now).
 CAP_LEASES = "leases"
+#: A declared limitation: one OS process at a time may use a location (``memory://``, an
+#: embedded database another process cannot open while this one writes). Operator
+#: commands from another process, several workers and ``durably torture`` need a
+#: store without it; the conformance kit skips its cross-process checks for it.
+CAP_SINGLE_PROCESS = "single-process"
 #: Optional capability: ``publish_change`` / ``subscribe_changes`` (wake other processes up).
 CAP_CHANGES = "changes"
 
@@ -36,8 +41,10 @@ CAP_CHANGES = "changes"
 class StreamId:
     """The address of one agent's journal: ``namespace`` (a tenant or app) and ``agent_id``.
 
-    Both are non-empty strings of at most 200 characters without NUL or '/'
-    in the namespace, so every backend can use them in keys and paths.
+    Both are non-empty strings of at most 200 characters without NUL; the
+    namespace also has no '/'. The agent id may hold '/', '..', spaces and any
+    Unicode, and ids differing only in case are different: an adapter whose
+    backend has key or path rules encodes or hashes them. Raises ``ValueError``.
     """
 
     namespace: str
@@ -75,7 +82,8 @@ class Lease:
     """A time-bounded claim of one worker (``owner``) on a ``stream``.
 
     ``token`` is a fencing token: it increases every time the lease passes to a
-    new owner (a renewal by the same owner keeps it). ``expires_at`` is in unix
+    new owner (a renewal by the same owner keeps it), and it never decreases for
+    a stream id, across releases, expiry, reopen and ``delete_stream``. ``expires_at`` is in unix
     seconds of the store's clock. A lease says who *should* run a stream; the
     expected-seq check on every append is what makes a stale owner harmless
     (Kleppmann, "How to do distributed locking", 2016: leases need fencing).
@@ -97,7 +105,7 @@ class AppendRequest:
 
 
 def check_append(request: AppendRequest) -> None:
-    """Reject a malformed append before any I/O.
+    """Reject a malformed append before any I/O (call it first in ``append_batch``).
 
     Raises ``InvalidRequestError`` for an empty batch, a negative expected seq or a
     record that is not ``bytes``. Adapters call this; it keeps the checks in one place.
@@ -130,11 +138,22 @@ class Store(Protocol):
 
     Lifecycle: build it from a URL with ``durably.storage.open_store`` (no I/O),
     then ``async with store:`` (or ``await store.open()`` ... ``await store.close()``).
-    Any method called outside that window raises ``StoreClosedError``. Closing
-    and reopening the same location keeps everything acknowledged.
+    The class takes the URL as its only positional argument; the URL's form after
+    the scheme is the adapter's to define and document (durably's own:
+    ``sqlite:///relative.db`` and ``sqlite:////absolute.db`` as SQLAlchemy,
+    ``file:///absolute/dir`` as RFC 8089, ``s3://bucket/prefix?option=value``).
+    Any method called outside the open window raises ``StoreClosedError``.
+    Closing and reopening the same location keeps everything acknowledged, and
+    so does a SIGKILL of the process: nothing is acknowledged from a cache.
+    Unless the store declares ``CAP_SINGLE_PROCESS``, any number of OS processes
+    may open the same location at once and see one store.
 
     Errors common to every method: ``StoreUnavailableError`` when the backend
-    cannot be reached or times out; ``InvalidRequestError`` for a malformed call.
+    cannot be reached, times out or is full (never the backend's own exception
+    types), after which everything acknowledged before is still there;
+    ``InvalidRequestError`` for a malformed call (an empty batch, a negative
+    expected seq, a record that is not ``bytes``, a bad lease argument), raised
+    before any I/O by ``check_append`` / ``check_lease``.
     """
 
     #: Names of the optional capabilities this adapter supports (see ``CAP_*``).
@@ -180,8 +199,9 @@ class Store(Protocol):
         """Yield the stored records with seq > ``after_seq`` in seq order.
 
         Pages through the backend ``page_size`` records at a time, so memory is
-        bounded whatever the stream's length. An unknown stream yields nothing.
-        Records deleted by compaction are not yielded.
+        bounded by the page, whatever the stream's length, and a read of the tail
+        of a long stream costs about what it costs on a short one. An unknown
+        stream yields nothing. Records deleted by compaction are not yielded.
         """
 
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
@@ -191,7 +211,10 @@ class Store(Protocol):
         """
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
-        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
+        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None.
+
+        Found without scanning the stream's records: as fast on a long stream as on a short one.
+        """
 
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
         """Delete snapshots with seq < ``before_seq``; the latest snapshot is always kept."""
@@ -211,10 +234,13 @@ class Store(Protocol):
         """
 
     async def delete_stream(self, stream: StreamId) -> None:
-        """Purge: delete the stream's records, snapshots, blobs and last seq.
+        """Purge: delete the stream's records, snapshots, blobs and last seq, and end its lease.
 
-        Afterwards the stream is unknown (last seq 0) and may be started anew.
-        Deleting an unknown stream is not an error.
+        Afterwards the stream is unknown (last seq 0) and may be started anew;
+        nothing of its data stays readable in the backend's files or objects.
+        The lease's fencing token is the one thing kept (not its owner), so the
+        next lease of the stream id gets a greater token. Deleting an unknown
+        stream is not an error.
         """
 
 
@@ -234,7 +260,12 @@ class BlobStore(Store, Protocol):
         """
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
-        """The blob's bytes (``CAP_BLOBS``). Raises ``BlobNotFoundError``."""
+        """The blob's bytes (``CAP_BLOBS``).
+
+        Raises ``BlobNotFoundError`` when the stream has no blob with that digest,
+        also for a digest that is not 64 lowercase hex characters (it names no
+        blob; it never reaches a path or key).
+        """
 
 
 @runtime_checkable
@@ -251,11 +282,14 @@ class LeaseStore(Store, Protocol):
         """Take, or renew, the lease of ``stream`` for ``owner`` for ``ttl`` seconds.
 
         Returns the lease held now; None when another owner holds one that has
-        not expired. Taking it from an expired owner (or for the first time)
-        gives a token greater than any before for this stream; a renewal by the
-        same owner keeps the token and moves ``expires_at``. Atomic: of two
-        workers racing for a free lease exactly one gets it. Raises
-        ``InvalidRequestError`` for ``ttl`` <= 0 or an empty owner.
+        not expired (nothing changed). Taking it when free, released or expired
+        (also by its former owner) gives a token greater than any before for this
+        stream id, also across reopen and ``delete_stream``; a renewal of an
+        unexpired lease by its owner keeps the token and moves ``expires_at``
+        (unix seconds: now + ``ttl``). Atomic: of workers racing for a free
+        lease, also in other processes, exactly one gets it. A lease never makes
+        the stream appear in ``list_streams`` nor changes ``last_seq``. Raises
+        ``InvalidRequestError`` for ``ttl`` <= 0 or an empty owner (``check_lease``).
         """
 
     async def release_lease(self, lease: Lease) -> None:

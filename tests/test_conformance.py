@@ -7,7 +7,10 @@ the local S3 server fixture it needs; running it here as well would only double 
 from __future__ import annotations
 
 import hashlib
+import os
+import sqlite3
 import sys
+from contextlib import asynccontextmanager
 
 import anyio
 
@@ -15,7 +18,7 @@ from durably.adapters.filesystem import FileSystemStore
 from durably.adapters.memory import MemoryStore
 from durably.adapters.sqlite import SQLiteStore
 from durably.storage import StreamId
-from durably.storage.conformance import StoreConformance
+from durably.storage.conformance import StoreConformance, files_bytes
 
 
 class TestMemoryStore(StoreConformance):
@@ -25,13 +28,45 @@ class TestMemoryStore(StoreConformance):
 
 
 class TestFileSystemStore(StoreConformance):
-    def make_store(self, tmp_path):
-        return FileSystemStore(tmp_path.as_uri())
+    def store_url(self, tmp_path):
+        return (tmp_path / "store").as_uri()
+
+    async def stored_bytes(self, tmp_path):
+        return files_bytes(tmp_path / "store")
+
+    @asynccontextmanager
+    async def outage(self, tmp_path):
+        # The directory is taken away and a plain file put in its place: every path through it fails.
+        root = tmp_path / "store"
+        away = tmp_path / "store-away"
+        os.rename(root, away)
+        root.write_bytes(b"not a directory")
+        try:
+            yield
+        finally:
+            root.unlink()
+            os.rename(away, root)
 
 
 class TestSQLiteStore(StoreConformance):
-    def make_store(self, tmp_path):
-        return SQLiteStore(f"sqlite:///{tmp_path / 'store.db'}")
+    def store_url(self, tmp_path):
+        # A busy timeout of 1 s (default 10 s) keeps the outage check short; racing
+        # transactions last milliseconds, far below it.
+        return f"sqlite:///{tmp_path / 'store.db'}?busy_timeout=1000"
+
+    async def stored_bytes(self, tmp_path):
+        return files_bytes(*(tmp_path / name for name in ("store.db", "store.db-wal", "store.db-shm")))
+
+    @asynccontextmanager
+    async def outage(self, tmp_path):
+        # Another connection holds the write lock past the busy timeout: SQLite's outage.
+        blocker = sqlite3.connect(tmp_path / "store.db", isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            yield
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
 
 
 CHILD = """

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
+import broken_adapters
 import durably.storage.registry as registry
 from durably.adapters.memory import MemoryStore
 from durably.storage.spi import AppendRequest, StoredRecord, StreamId
@@ -131,3 +132,92 @@ def test_healthy_memory_store_passes_the_whole_kit(pytester, monkeypatch, asynci
 def test_the_kit_catches_a_broken_adapter(pytester, monkeypatch, store_class, must_fail) -> None:
     failed, _passed = run_kit(pytester, monkeypatch, store_class)
     assert must_fail <= failed, f"{store_class.__name__}: the kit should have failed {must_fail - failed}"
+
+
+# -- issue 17: one broken promise per item 1-7, each caught by the check that names it -------------
+
+HOOKED_KIT = """
+import hashlib
+from contextlib import asynccontextmanager
+from durably.storage.conformance import StoreConformance
+import broken_adapters
+
+class TestKit(StoreConformance):
+    def store_url(self, tmp_path):
+        return {url}
+
+    def make_store(self, tmp_path):
+        return broken_adapters.{name}(self.store_url(tmp_path))
+
+    async def stored_bytes(self, tmp_path):
+        if not issubclass(broken_adapters.{name}, broken_adapters.KeepsPurgedBytes):
+            return None
+        return bytes(broken_adapters.journal_files.get(self.store_url(tmp_path), b""))
+
+    @asynccontextmanager
+    async def outage(self, tmp_path):
+        broken_adapters.down.add(self.store_url(tmp_path))
+        try:
+            yield
+        finally:
+            broken_adapters.down.discard(self.store_url(tmp_path))
+"""
+MEMORY_URL = '"memory://" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]'
+FILE_URL = '(tmp_path / "store").as_uri()'
+
+
+def run_hooked_kit(pytester: pytest.Pytester, store_class: type, url: str, checks: str) -> dict[str, str]:
+    """Run the kit's checks matching ``checks`` (a -k expression) against ``store_class``.
+
+    Out: each check's outcome ("passed", "failed", "skipped") and, for a failure,
+    its message: the promise it names.
+    """
+    pytester.makepyfile(test_hooked_kit=HOOKED_KIT.format(url=url, name=store_class.__name__))
+    result = pytester.inline_run("-p", "no:cacheprovider", "-p", "anyio", "-p", "no:asyncio", "-k", checks)
+    outcomes: dict[str, str] = {}
+    for report in result.getreports("pytest_runtest_logreport"):
+        name = report.nodeid.rsplit("::", 1)[-1]
+        if report.when == "call" or report.outcome != "passed":
+            outcomes[name] = report.outcome if report.passed or report.skipped else f"failed: {report.longreprtext}"
+    return outcomes
+
+
+BROKEN_PROMISES = [
+    # (adapter, its URL, the checks to run, the check that must fail, words its message must hold)
+    (broken_adapters.ClaimsMultiProcess, MEMORY_URL, "second_process", "test_a_second_process_sees_one_store",
+     "a second OS process reads what the first acknowledged"),
+    (broken_adapters.WritesBehind, FILE_URL, "sigkill", "test_acknowledged_records_survive_sigkill",
+     "nothing is acknowledged from a cache"),
+    (broken_adapters.KeepsPurgedBytes, MEMORY_URL, "purge_leaves", "test_purge_leaves_no_readable_bytes",
+     "a purge leaves nothing readable behind"),
+    (broken_adapters.RestartsTokensAfterPurge, MEMORY_URL, "never_decrease", "test_lease_tokens_never_decrease_across_purge",
+     "fencing tokens never decrease for a stream id, purge included"),
+    (broken_adapters.LoadsWholeStream, MEMORY_URL, "paged_read_memory", "test_paged_read_memory_is_bounded",
+     "read pages through the stream with bounded memory"),
+    (broken_adapters.RaisesRawErrors, MEMORY_URL, "outage", "test_outage_raises_typed_errors_and_loses_nothing",
+     "an unreachable backend raises StoreUnavailableError, never its own exceptions"),
+    (broken_adapters.ScansTheStream, MEMORY_URL, "long_streams", "test_long_streams_are_as_fast_at_the_tail",
+     "lookups and tail reads must not scan the stream"),
+]
+
+
+@pytest.mark.parametrize(
+    ("store_class", "url", "checks", "must_fail", "promise"),
+    BROKEN_PROMISES,
+    ids=[case[0].__name__ for case in BROKEN_PROMISES],
+)
+def test_the_kit_names_each_broken_promise(pytester, store_class, url, checks, must_fail, promise) -> None:
+    outcomes = run_hooked_kit(pytester, store_class, url, checks)
+    assert outcomes.get(must_fail, "").startswith("failed"), f"{store_class.__name__}: {must_fail} did not fail: {outcomes}"
+    assert promise in outcomes[must_fail], f"the failure names the promise {promise!r}: {outcomes[must_fail][-1500:]}"
+
+
+def test_the_new_checks_pass_on_stores_that_keep_their_promises(pytester) -> None:
+    """The controls: a healthy store passes each new check that can run on it, none skipped silently."""
+    healthy = run_hooked_kit(pytester, broken_adapters.GoesDown, MEMORY_URL, "outage or never_decrease or paged or long_streams")
+    assert {name: outcome for name, outcome in healthy.items() if outcome != "passed"} == {}
+    assert {"test_outage_raises_typed_errors_and_loses_nothing", "test_lease_tokens_never_decrease_across_purge",
+            "test_paged_read_memory_is_bounded", "test_long_streams_are_as_fast_at_the_tail"} <= set(healthy)
+    single = run_hooked_kit(pytester, MemoryStore, MEMORY_URL, "process or sigkill")
+    assert set(single.values()) == {"skipped"}, f"a store declaring single-process skips the process checks: {single}"
+

@@ -89,14 +89,15 @@ async def test_an_owner_must_be_a_non_empty_str(url: str, owner: object) -> None
             await store.acquire_lease(S, owner, LONG)
 
 
-async def test_a_purged_stream_starts_its_tokens_again(url: str) -> None:
+async def test_a_purged_stream_keeps_its_token_sequence(url: str) -> None:
     async with open_store(url) as store:
         await store.append(S, 0, [b"r"])
         for owner in ("a", "b"):
             await store.release_lease(await store.acquire_lease(S, owner, LONG))
         await store.delete_stream(S)
         reborn = await store.acquire_lease(S, "c", LONG)
-        assert reborn is not None and reborn.token == 1, "delete_stream forgets the token sequence (documented)"
+        # Changed with issue 17 item 4: a holder from before the purge must never outrank the new one.
+        assert reborn is not None and reborn.token == 3, "tokens never decrease for a stream id, purge included"
 
 
 # -- SQLite only -------------------------------------------------------------------------
@@ -128,7 +129,7 @@ async def test_the_golden_v1_database_takes_leases(tmp_path: Path) -> None:
         assert await store.last_seq(stream) == info["facts"]["last_seq"], "a lease leaves the journal alone"
 
 
-async def test_purge_leaves_no_lease_row(tmp_path: Path) -> None:
+async def test_purge_leaves_no_lease_owner(tmp_path: Path) -> None:
     path = tmp_path / "purge.db"
     bystander = StreamId("tenant", "agent-2")
     async with SQLiteStore(f"sqlite:///{path}") as store:
@@ -139,7 +140,8 @@ async def test_purge_leaves_no_lease_row(tmp_path: Path) -> None:
         assert (await store.get_lease(bystander)).owner == "b", "other streams' leases stay"
     with sqlite3.connect(path) as db:
         rows = db.execute("SELECT namespace, agent_id, owner FROM leases").fetchall()
-    assert rows == [("tenant", "agent-2", "b")]
+    # The row stays for its token (tokens never decrease, issue 17 item 4); the holder's name goes.
+    assert sorted(rows) == [("tenant", "agent-1", ""), ("tenant", "agent-2", "b")]
 
 
 async def test_an_owner_sqlite_cannot_store_is_an_invalid_request(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ was applied), so aiohttp, botocore and the adapter's retries all take part.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
@@ -91,9 +92,35 @@ class TestS3Conformance(StoreConformance):
     def _local_s3(self, s3_server) -> None:
         self.server = s3_server
 
+    def _prefix(self, tmp_path) -> str:
+        return hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
+
     def make_store(self, tmp_path):
-        prefix = hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
-        return make(self.server, prefix, multipart_threshold=MIN_PART_SIZE, part_size=MIN_PART_SIZE)
+        return make(self.server, self._prefix(tmp_path), multipart_threshold=MIN_PART_SIZE, part_size=MIN_PART_SIZE)
+
+    def store_url(self, tmp_path):
+        return self.server.url(self._prefix(tmp_path), multipart_threshold=MIN_PART_SIZE, part_size=MIN_PART_SIZE,
+                               max_attempts=5, deadline=15)
+
+    async def stored_bytes(self, tmp_path):
+        def fetch() -> bytes:
+            client, chunks = self.server.client(), []
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=self._prefix(tmp_path)):
+                for item in page.get("Contents", []):
+                    chunks.append(client.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read())
+            return b"\x00".join(chunks)
+
+        return await anyio.to_thread.run_sync(fetch)
+
+    @contextlib.asynccontextmanager
+    async def outage(self, tmp_path):
+        # Every request answers 500 InternalError until the outage ends: the retries run out.
+        for method in ("GET", "HEAD", "PUT", "POST", "DELETE"):
+            self.server.inject(Fault(method, "", "internal", times=1 << 30))
+        try:
+            yield
+        finally:
+            self.server.clear_faults()
 
 
 # --------------------------------------------------------------------------- pure parts

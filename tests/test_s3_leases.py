@@ -227,10 +227,13 @@ async def test_leases_are_per_stream_unlisted_and_purged_with_the_stream(s3_serv
         await store.release_lease(mine)
         assert (await store.acquire_lease(STREAM, "w5", 10)).token == 2
         await store.delete_stream(STREAM)
-        listed = s3_server.client().list_objects_v2(Bucket=BUCKET, Prefix=StreamKeys(store.options.prefix, STREAM).root)
-        assert listed.get("KeyCount") == 0, "delete_stream removed the lease object with the rest of the stream"
+        keys = StreamKeys(store.options.prefix, STREAM)
+        listed = s3_server.client().list_objects_v2(Bucket=BUCKET, Prefix=keys.root)
+        # Changed with issue 17 item 4: the lease object stays (ended, owner forgotten) for its token.
+        assert [item["Key"] for item in listed.get("Contents", [])] == [keys.lease], "only the ended lease object stays"
+        assert b"w5" not in s3_server.client().get_object(Bucket=BUCKET, Key=keys.lease)["Body"].read()
         assert await store.get_lease(STREAM) is None
-        assert (await store.acquire_lease(STREAM, "w6", 10)).token == 1, "a purged stream starts anew"
+        assert (await store.acquire_lease(STREAM, "w6", 10)).token == 3, "tokens never decrease, purge included"
         for stream, owner in ((other_agent, "w2"), (other_ns, "w3")):
             assert (await store.get_lease(stream)).owner == owner, "other streams' leases are untouched"
         assert (await elsewhere.get_lease(STREAM)).owner == "w4"

@@ -99,6 +99,7 @@ def test_the_third_party_project_passes_the_kit(pytester, monkeypatch) -> None:
     outcomes = result.parseoutcomes()
     assert result.ret == 0, result.stdout.str()
     assert outcomes.get("failed", 0) == 0 and outcomes["passed"] >= 35
+    assert "PytestDeprecationWarning" not in result.stdout.str() + result.stderr.str(), "the kit's run is warning-free"
     # Its optional parts are skipped, each with the reason shown.
     result.stdout.fnmatch_lines(
         [

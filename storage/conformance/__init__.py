@@ -21,17 +21,25 @@ import pytest
 # The checks live in this package, not in the user's test module, so ask pytest to
 # rewrite their asserts too: failures then show the compared values.
 pytest.register_assert_rewrite(
-    *(f"{__name__}.{name}" for name in ("appends", "blobs", "compaction", "concurrency", "harness", "leases", "lifecycle", "reads", "snapshots"))
+    *(f"{__name__}.{name}" for name in (
+        "appends", "blobs", "compaction", "concurrency", "crash", "faults", "harness", "leases", "lifecycle",
+        "processes", "purge", "reads", "scale", "snapshots",
+    ))
 )
 
 from .appends import AppendChecks  # noqa: E402
 from .blobs import BlobChecks  # noqa: E402
 from .compaction import CompactionChecks  # noqa: E402
 from .concurrency import ConcurrencyChecks  # noqa: E402
-from .harness import StoreHarness  # noqa: E402
+from .crash import CrashChecks  # noqa: E402
+from .faults import FaultChecks  # noqa: E402
+from .harness import StoreHarness, files_bytes  # noqa: E402
 from .leases import LeaseChecks  # noqa: E402
 from .lifecycle import LifecycleChecks  # noqa: E402
+from .processes import ProcessChecks  # noqa: E402
+from .purge import PurgeChecks  # noqa: E402
 from .reads import ReadChecks  # noqa: E402
+from .scale import ScaleChecks  # noqa: E402
 from .snapshots import SnapshotChecks  # noqa: E402
 
 
@@ -44,18 +52,27 @@ class StoreConformance(
     CompactionChecks,
     BlobChecks,
     LeaseChecks,
+    ProcessChecks,
+    CrashChecks,
+    PurgeChecks,
+    ScaleChecks,
+    FaultChecks,
 ):
     """Every conformance check; subclass it as ``Test<YourStore>`` and override ``make_store``.
 
     Hooks and settings (see ``StoreHarness``): ``make_store(tmp_path) -> Store``
-    (required: a new, unopened store of the location ``tmp_path``; two calls with
-    the same path give two stores of the same location), ``concurrent_instances``
-    (default True), ``race_tasks`` (16), ``large_size`` (5 MiB), ``many_streams``
-    (100), ``lease_short_ttl`` (0.2 s), and the ``anyio_backend`` fixture
-    ("asyncio"). Optional capabilities are read from ``store.capabilities``; their
+    (a new, unopened store of the location ``tmp_path``; two calls with the same
+    path give two stores of the same location) and ``store_url(tmp_path) -> str``
+    (that location's URL, for other OS processes; give either, or both),
+    the optional ``stored_bytes(tmp_path)`` and ``outage(tmp_path)``,
+    ``concurrent_instances`` (default True), ``race_tasks`` (16), ``large_size``
+    (5 MiB), ``many_streams`` (100), ``lease_short_ttl`` (0.2 s),
+    ``huge_record_size`` (16 MiB), ``huge_snapshot_size`` (64 MiB),
+    ``scale_records`` (100,000), ``crash_kills`` (8), ``race_processes`` (4), and
+    the ``anyio_backend`` fixture ("asyncio"). Optional capabilities are read from ``store.capabilities``; their
     checks skip with the reason when a capability is not declared. Not collected
     itself: its name has no ``Test`` prefix.
     """
 
 
-__all__ = ["StoreConformance", "StoreHarness"]
+__all__ = ["StoreConformance", "StoreHarness", "files_bytes"]

@@ -11,12 +11,13 @@ its modes.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from durably.storage.spi import Store, StoredRecord, StoredSnapshot, StreamId
+from durably.storage.registry import open_store
+from durably.storage.spi import CAP_SINGLE_PROCESS, Store, StoredRecord, StoredSnapshot, StreamId
 
 #: Namespace of the streams the checks create.
 NAMESPACE = "conformance"
@@ -57,8 +58,25 @@ def snapshot_seq(snapshot: StoredSnapshot | None) -> int | None:
     return None if snapshot is None else snapshot.seq
 
 
+def files_bytes(*roots: Path) -> bytes:
+    """Every byte of every regular file under ``roots`` (files or directories), concatenated.
+
+    A ready-made body for the ``stored_bytes`` hook of an adapter that keeps its
+    data in files: ``return files_bytes(tmp_path)``. Missing paths are skipped.
+    """
+    chunks: list[bytes] = []
+    for root in roots:
+        paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+        for path in paths:
+            try:
+                chunks.append(path.read_bytes())
+            except FileNotFoundError:
+                continue  # removed while we looked: it holds nothing any more
+    return b"\x00".join(chunks)
+
+
 class StoreHarness:
-    """Hooks and settings of the conformance kit. Override ``make_store``; the rest is optional.
+    """Hooks and settings of the conformance kit. Override ``make_store`` or ``store_url``; the rest is optional.
 
     ``make_store(tmp_path)`` returns a new, not yet opened ``Store`` for the
     location ``tmp_path`` (a fresh empty directory per test). Called twice with
@@ -66,6 +84,20 @@ class StoreHarness:
     kit uses that to check that data survives close and reopen, and (when
     ``concurrent_instances`` is true) that two open instances, like two
     processes, still let exactly one writer win each seq.
+
+    ``store_url(tmp_path)`` returns the URL of that location, the one your
+    class takes as its only argument. The kit passes it to other OS processes
+    (they build ``YourClass(url)``, importing your class by module and name) to
+    check that a second process sees one store, and to SIGKILL a writer. Without
+    it those checks fail, unless the store declares ``CAP_SINGLE_PROCESS``. When
+    you define only ``store_url``, ``make_store`` is ``open_store(store_url(tmp_path))``.
+
+    Optional hooks, each check skipped with the reason when the hook is not given:
+    ``stored_bytes(tmp_path)`` (async: every byte your backend holds for the
+    location, e.g. ``files_bytes(tmp_path)``; the purge check looks for a planted
+    value in them) and ``outage(tmp_path)`` (an async context manager during which
+    the backend is unreachable: stop the server, hold a lock, remove the directory;
+    the fault check wants typed errors during it and nothing lost after it).
     """
 
     #: Two open stores from ``make_store(tmp_path)`` share data like two processes would.
@@ -78,6 +110,15 @@ class StoreHarness:
     large_size: int = 5 * 1024 * 1024
     #: Streams written in the many-streams check.
     many_streams: int = 100
+    #: Sizes in bytes of the largest record and snapshot the scale checks round-trip.
+    huge_record_size: int = 16 * 1024 * 1024
+    huge_snapshot_size: int = 64 * 1024 * 1024
+    #: Records of the long stream on which tail reads and snapshot lookups must stay fast.
+    scale_records: int = 100_000
+    #: SIGKILLs of a writer process in the crash-durability check.
+    crash_kills: int = 8
+    #: OS processes racing in the cross-process checks.
+    race_processes: int = 4
 
     @pytest.fixture
     def anyio_backend(self) -> str:
@@ -85,8 +126,25 @@ class StoreHarness:
         return "asyncio"
 
     def make_store(self, tmp_path: Path) -> Store:
-        """Return a new, unopened store for the location ``tmp_path``. Override this."""
-        raise NotImplementedError(f"{type(self).__name__} must define make_store(self, tmp_path) -> Store")
+        """Return a new, unopened store for the location ``tmp_path``. Override this (or ``store_url``)."""
+        url = self.store_url(tmp_path)
+        if url is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} must define make_store(self, tmp_path) -> Store or store_url(self, tmp_path) -> str"
+            )
+        return open_store(url)
+
+    def store_url(self, tmp_path: Path) -> str | None:
+        """The URL of the location ``tmp_path`` for other processes, or None (not given). Override this."""
+        return None
+
+    async def stored_bytes(self, tmp_path: Path) -> bytes | None:
+        """Every byte the backend holds for ``tmp_path`` (files, objects, pages), or None: cannot say."""
+        return None
+
+    def outage(self, tmp_path: Path) -> AbstractAsyncContextManager[None] | None:
+        """An async context manager making the backend of ``tmp_path`` unreachable while entered, or None."""
+        return None
 
     @asynccontextmanager
     async def opened(self, tmp_path: Path) -> AsyncIterator[Store]:
@@ -105,6 +163,20 @@ class StoreHarness:
                 f"optional capability {capability!r} not declared by {type(store).__name__} "
                 f"(capabilities: {sorted(store.capabilities)})"
             )
+
+    def require_processes(self, tmp_path: Path) -> tuple[type, str]:
+        """Skip for a single-process store; fail without ``store_url``; return (class, url) for peers."""
+        store = self.make_store(tmp_path)
+        if CAP_SINGLE_PROCESS in store.capabilities:
+            pytest.skip(f"{type(store).__name__} declares {CAP_SINGLE_PROCESS!r}: one OS process per location")
+        url = self.store_url(tmp_path)
+        if url is None:
+            pytest.fail(
+                f"the promise that other OS processes see one store is unchecked: define "
+                f"{type(self).__name__}.store_url(tmp_path) (the URL {type(store).__name__} takes), "
+                f"or declare {CAP_SINGLE_PROCESS!r} in its capabilities"
+            )
+        return type(store), url
 
     def require_concurrent_instances(self) -> None:
         """Skip the current check unless the adapter allows two open instances per location."""

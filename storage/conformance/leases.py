@@ -286,3 +286,24 @@ class LeaseChecks(StoreHarness):
             await store.delete_stream(bare)
             assert await store.get_lease(bare) is None, "delete_stream removes the lease of a stream with no records"
             assert await list_all(store) == []
+
+    @pytest.mark.anyio
+    async def test_lease_tokens_never_decrease_across_purge(self, tmp_path: Path) -> None:
+        self.require_leases(tmp_path)
+        stream = sid("purged-lease")
+        async with self.opened(tmp_path) as store:
+            await store.append(stream, 0, [b"r"])
+            released = await self._take_lease(store, stream, "a")
+            await store.release_lease(released)
+            held = await self._take_lease(store, stream, "b")
+            await store.delete_stream(stream)
+            assert await store.get_lease(stream) is None, "delete_stream ends the stream's lease"
+            reborn = await self._take_lease(store, stream, "c")
+            assert reborn.token > held.token > released.token, (
+                "fencing tokens never decrease for a stream id, purge included: a holder from before the purge "
+                f"(token {held.token}) must not outrank the new one (token {reborn.token})"
+            )
+            await store.delete_stream(stream)
+        async with self.opened(tmp_path) as store:
+            again = await self._take_lease(store, stream, "d")
+            assert again.token > reborn.token, f"also after a purge and a reopen: {again.token} after {reborn.token}"

@@ -20,7 +20,7 @@ from anyio.to_thread import run_sync
 
 from durably.storage.base import StoreBase
 from durably.storage.errors import ConflictError, InvalidRequestError, StoreUnavailableError, UnsafeCompactionError
-from durably.storage.spi import AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage.spi import CAP_SINGLE_PROCESS, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
 
 
 def _empty() -> dict:
@@ -30,7 +30,8 @@ def _empty() -> dict:
 class OneFileStore(StoreBase):
     """All streams in one file. ``url``: ``onefile:///abs/path``; raises ``ValueError`` for anything else."""
 
-    capabilities = frozenset()  # no blobs
+    # No blobs; and the whole store is held in the memory of the one process that has it open.
+    capabilities = frozenset({CAP_SINGLE_PROCESS})
 
     def __init__(self, url: str) -> None:
         super().__init__()

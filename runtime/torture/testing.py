@@ -1,0 +1,57 @@
+"""The torture harness as a pytest check for an adapter's own test suite.
+
+    from durably.runtime.torture.testing import TortureConformance
+
+    class TestMyStoreUnderTorture(TortureConformance):
+        torture_kills = 200
+
+        def store_url(self, tmp_path):
+            return f"myscheme://{tmp_path}"
+
+It lives on the runtime side (the storage conformance kit never imports the
+runtime); its storage-level sibling is the kit's crash check. The test is a
+plain (synchronous) pytest test running its own event loop, so it needs no
+async plugin.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from durably.storage.spi import Store
+
+from .harness import run_torture
+
+
+class TortureConformance:
+    """SIGKILL worker processes of a real agent on your store; every invariant must hold.
+
+    Override ``store_url(tmp_path) -> str`` (a fresh location per test). Settings:
+    ``torture_kills`` (200), ``torture_workers`` (2: takeovers between them),
+    ``torture_seed`` (0), ``torture_agents`` (4 per generation), ``torture_steps``
+    (5 tool calls per agent) and ``store_class`` (None: ``open_store(url)`` finds
+    your adapter by its scheme; else the class, importable by module and name).
+    """
+
+    torture_kills: int = 200
+    torture_workers: int = 2
+    torture_seed: int = 0
+    torture_agents: int = 4
+    torture_steps: int = 5
+    store_class: type[Store] | None = None
+
+    def store_url(self, tmp_path: Path) -> str:
+        """The URL of a fresh location for ``tmp_path``. Override this."""
+        raise NotImplementedError(f"{type(self).__name__} must define store_url(self, tmp_path) -> str")
+
+    def test_torture_keeps_every_invariant(self, tmp_path: Path) -> None:
+        report = anyio.run(lambda: run_torture(
+            self.store_url(tmp_path), kills=self.torture_kills, workers=self.torture_workers,
+            agents=self.torture_agents, steps=self.torture_steps, seed=self.torture_seed, ledger=tmp_path / "ledger",
+            store_class=self.store_class))
+        assert report.kills >= self.torture_kills, report.summary()
+        assert not report.violations, f"{report.summary()}\n" + "\n".join(report.violations[:20])
+        if self.torture_workers > 1:
+            assert report.takeovers > 0, f"workers never took an agent over from each other: {report.summary()}"

@@ -1,0 +1,115 @@
+"""One worker process under torture: runs its agents to the end, or SIGKILLs itself at a boundary.
+
+``process_main(spec, error_path)`` (or ``python -m durably.runtime.torture.worker SPEC``,
+SPEC as JSON): the store URL (and optionally the adapter class, as module and
+qualified name, for one no entry point names), the environment, the ledger directory, the worker's id, the agents (id and tool
+policy), steps per agent, the snapshot policy, the lease ttl, and the crash
+plan (``boundary`` and ``at``: die at the ``at``-th occurrence of that
+boundary in this process; none: run to the end). It starts the agents that do
+not exist yet, resumes the others (an explicit resume takes over an agent whose
+lease holder is a dead process at once; a live worker's agents are left to it)
+and exits 0 once every agent has stopped for good, printing their states.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from durably.storage.errors import StoreUnavailableError
+from durably.storage.registry import open_store
+from durably.storage.torture import Ledger
+from durably.storage.torture.spawn import load_class
+
+from ..errors import AgentExistsError, AgentFencedError, AgentLeasedError, AgentNotFoundError
+from ..runtime import Runtime
+from ..snapshots import SnapshotPolicy
+from ..state import TERMINAL
+from .agents import NAMESPACE, definition_name, torture_definitions
+from .ledgered_store import LedgeredStore
+
+#: Seconds before a worker looks again at an agent another live worker runs.
+POLL = 0.2
+
+
+class Boundaries:
+    """Counts boundaries as they are hit; SIGKILLs this process at the planned occurrence."""
+
+    def __init__(self, boundary: str | None, at: int) -> None:
+        self.boundary = boundary
+        self.at = at
+        self.counts: dict[str, int] = {}
+
+    def hit(self, boundary: str) -> None:
+        self.counts[boundary] = self.counts.get(boundary, 0) + 1
+        if boundary == self.boundary and self.counts[boundary] == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run ``spec``'s agents until each is finished, failed or cancelled; return their final states."""
+    plan = Boundaries(spec.get("boundary"), spec.get("at", 0))
+    ledger = Path(spec["ledger"])
+    effects, acks = Ledger(ledger / "effects.jsonl"), Ledger(ledger / "acks.jsonl")
+    definitions = torture_definitions(spec["steps"], effects, plan.hit)
+    policy = SnapshotPolicy(every_records=spec["snapshot_every"], tail_ratio=0.0, compact=spec["compact"])
+    inner = load_class(*spec["store_class"])(spec["store"]) if spec.get("store_class") else open_store(spec["store"])
+    store = LedgeredStore(inner, acks, spec["worker"], plan.hit)
+    final: dict[str, Any] = {}
+    async with store, Runtime(store, agents=definitions, namespace=NAMESPACE, snapshot_policy=policy,
+                              lease_ttl=spec["lease_ttl"]) as rt:
+        # The runtime's own owner identity (host:pid): a killed worker's leases are then seen as a
+        # dead local holder's, taken over at once by an explicit resume instead of after their ttl.
+
+        async def drive(agent_id: str, tool_policy: str) -> None:
+            while True:
+                try:
+                    state = await rt.status(agent_id)
+                except AgentNotFoundError:
+                    try:
+                        await (await rt.start(definition_name(tool_policy), agent_id, "count to the end")).wait()
+                    except (AgentExistsError, AgentFencedError, StoreUnavailableError):
+                        pass  # another worker started it first, or the store blinked: look again
+                    continue
+                if state.status in TERMINAL:
+                    final[agent_id] = {"status": state.status, "result": state.result, "reason": state.reason}
+                    return
+                try:
+                    handle = await rt.resume(agent_id)
+                    if handle is not None:
+                        await handle.wait()
+                        continue
+                except (AgentLeasedError, AgentFencedError, StoreUnavailableError):
+                    pass  # a live worker runs it, or just took it over: look again in a while
+                await anyio.sleep(POLL)
+
+        async with anyio.create_task_group() as group:
+            for agent_id, tool_policy in spec["agents"].items():
+                group.start_soon(drive, agent_id, tool_policy)
+    return final
+
+
+def process_main(spec: dict[str, Any], error_path: str) -> None:
+    """A worker process's entry (``multiprocessing``): run ``spec``; on an error, its traceback to ``error_path``."""
+    # Fenced agents and lost leases are the point of the exercise here, not news.
+    logging.getLogger("durably").setLevel(logging.ERROR)
+    # The fork server started with the environment of its day; the worker gets today's (credentials...).
+    os.environ.clear()
+    os.environ.update(spec["environ"])
+    try:
+        anyio.run(run_worker, spec)
+    except BaseException:
+        Path(error_path).write_text(traceback.format_exc())
+        raise
+
+
+if __name__ == "__main__":
+    print(json.dumps(anyio.run(run_worker, json.loads(sys.argv[1]))), flush=True)
