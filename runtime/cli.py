@@ -60,13 +60,16 @@ def cli() -> None:
 @click.option("--seed", type=int, help="seed for the module choice and the crash point (default: random)")
 @click.option("--modules", type=click.IntRange(1, 60), default=24, show_default=True,
               help="how many standard-library modules to survey")
-def demo(store: str, out: Path, seed: int | None, modules: int) -> int:
+@click.option("--model", metavar="PROVIDER:MODEL",
+              help="run the survey with a real LLM, e.g. openai:gpt-4.1-mini (key from the provider's usual "
+                   "environment variable); default: the scripted model, checked against a reference run")
+def demo(store: str, out: Path, seed: int | None, modules: int, model: str | None) -> int:
     """Run a real agent, SIGKILL it mid-run, resume it, approve it from another process and verify."""
     from rich.console import Console
 
     from .demo.run import run_demo  # imported here: the demo pulls in its survey agent
 
-    return run_demo(store, out, seed, modules, Console())
+    return run_demo(store, out, seed, modules, Console(), model=model)
 
 
 def build_parser() -> argparse.ArgumentParser:

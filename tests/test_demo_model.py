@@ -59,20 +59,38 @@ def _json_or_text(text: str):
         return text
 
 
-def test_demo_runs_with_a_model_behind_the_real_openai_client(tmp_path, monkeypatch) -> None:
+def _serve_chat_completions(monkeypatch) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", 0), SurveyChatHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-demo")
+    return server
+
+
+def test_demo_runs_with_a_model_behind_the_real_openai_client(tmp_path, monkeypatch) -> None:
+    server = _serve_chat_completions(monkeypatch)
     try:
-        monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-demo")
         out = io.StringIO()
         status = run_demo(f"sqlite:///{tmp_path / 'demo.db'}", tmp_path / "out", 11, 3, Console(file=out, width=200),
                           model="openai:gpt-demo")
     finally:
         server.shutdown()
-        thread.join()
     printed = out.getvalue()
     assert status == 0, printed
     assert "model openai:gpt-demo: no reference run" in printed and "all 5 checks passed" in printed
     assert len(list((tmp_path / "out" / "run" / "summaries").glob("*.md"))) == 3
+
+
+def test_durably_demo_takes_the_model_option(tmp_path, monkeypatch, capsys) -> None:
+    from durably.runtime.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps at the terminal width it is told
+    server = _serve_chat_completions(monkeypatch)
+    try:
+        status = main(["demo", "--store", f"sqlite:///{tmp_path / 'demo.db'}", "--out", str(tmp_path / "out"),
+                       "--seed", "11", "--modules", "3", "--model", "openai:gpt-demo"])
+    finally:
+        server.shutdown()
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "model openai:gpt-demo: no reference run" in printed and "all 5 checks passed" in printed
