@@ -224,7 +224,7 @@ async def test_untrusted_text_is_neutralised_on_every_page(tmp_path) -> None:
 
 
 def test_neutralise_escapes_controls_bidi_and_separators_only() -> None:
-    from durably.runtime.cli_output import neutralise
+    from durably.cli.output import neutralise
 
     assert neutralise("plain text, ünïcode ✓ 漢字") == "plain text, ünïcode ✓ 漢字"
     assert neutralise("a\x1b[2Kb\x07c\x9bd\x7f") == "a\\x1b[2Kb\\x07c\\x9bd\\x7f"
