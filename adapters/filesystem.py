@@ -57,6 +57,7 @@ from durably.storage.errors import (
     ConflictError,
     CorruptRecordError,
     InvalidRequestError,
+    InvalidStoreURLError,
     StoreUnavailableError,
     UnsafeCompactionError,
 )
@@ -130,7 +131,7 @@ class FileSystemStore(StoreBase):
     with hard links and atomic rename: ext4, xfs, apfs, ntfs). Not for network
     filesystems whose ``link`` or ``rename`` are not atomic. Purging a stream
     while another writer appends to it leaves either outcome; don't race them.
-    Raises ``ValueError`` for a URL that names a remote host or no path.
+    Raises ``InvalidStoreURLError`` (a ``ValueError``) for a URL that names a remote host or no path.
     """
 
     capabilities = frozenset({CAP_BLOBS})
@@ -139,7 +140,7 @@ class FileSystemStore(StoreBase):
         super().__init__()
         parts = urlsplit(url)
         if parts.scheme != "file" or parts.netloc not in ("", "localhost") or not parts.path:
-            raise ValueError(f"expected file:///path/to/dir, got {url!r}")
+            raise InvalidStoreURLError(f"expected file:///path/to/dir, got {url!r}", url=url)
         self.root = Path(url2pathname(parts.path))
 
     # -- lifecycle -----------------------------------------------------------

@@ -21,24 +21,10 @@ import docstring_parser
 import pydantic
 from pydantic import ConfigDict, Field, TypeAdapter
 
-from durably.storage.errors import DurablyError
+from durably.errors import ToolArgumentsError
 
 #: The parameter a tool declares to receive its ``ToolContext``.
 CONTEXT_PARAMETER = "ctx"
-
-
-class ToolArgumentsError(DurablyError, ValueError):
-    """The model's arguments for a tool call do not fit the tool's schema.
-
-    ``tool``: the tool's name; ``problems``: ``(field path, message)`` pairs,
-    the path dotted from the argument (``order.lines[0].qty``). The message
-    (``str(error)``) is what the model is told, so it can correct the call.
-    """
-
-    def __init__(self, tool: str, problems: list[tuple[str, str]]) -> None:
-        self.tool, self.problems = tool, problems
-        said = "; ".join(f"{path or 'arguments'}: {message}" for path, message in problems)
-        super().__init__(f"invalid arguments for tool {tool!r}: {said}")
 
 
 @dataclass(frozen=True)

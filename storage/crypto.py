@@ -39,17 +39,13 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from .codec import _HEADER, FLAG_ENCRYPTED, HEADER_SIZE, MAGIC
 from .errors import CorruptRecordError, DecryptionError, UnknownKeyError
 from .spi import StreamId
+from durably.errors import KeyConfigError
 
 KEY_SIZE = 32  # bytes: AES-256
 NONCE_SIZE = 12  # bytes: the 96-bit nonce GCM is specified for (SP 800-38D, 8.2)
 TAG_SIZE = 16
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _AAD_KEY_ID = struct.Struct(">B")
-
-
-class KeyConfigError(ValueError):
-    """A key provider was given a malformed key id, a key of the wrong size, or
-    an environment variable it cannot parse. The message never holds key bytes."""
 
 
 @runtime_checkable

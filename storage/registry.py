@@ -45,7 +45,8 @@ def open_store(url: str) -> Store:
     ``url`` is ``scheme://...``: ``memory://name``, ``sqlite:///path/to.db``,
     ``s3://bucket/prefix?endpoint_url=...`` or any scheme an installed package
     registers. Raises ``UnknownSchemeError`` (listing the known schemes) when no
-    adapter handles the scheme, and ``ValueError`` when the adapter rejects the URL.
+    adapter handles the scheme, and ``InvalidStoreURLError`` (its base class, a
+    ``ValueError``) when the adapter rejects the URL.
     """
     scheme = urlsplit(url).scheme.lower()
     if not scheme:

@@ -29,6 +29,8 @@ import dataclasses
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
+from durably.storage.errors import InvalidStoreURLError
+
 from .retry import RetryPolicy
 
 MIN_PART_SIZE = 5 * 1024 * 1024
@@ -56,14 +58,14 @@ class S3Options:
     def from_url(cls, url: str, **overrides: object) -> "S3Options":
         """Parse ``url``; keyword ``overrides`` replace fields (``retry=RetryPolicy(...)`` too).
 
-        Raises ``ValueError`` for another scheme, a missing bucket, an unknown
-        query parameter or a value out of range.
+        Raises ``InvalidStoreURLError`` (a ``ValueError``) for another scheme, a
+        missing bucket, an unknown query parameter or a value out of range.
         """
         parts = urlsplit(url)
         if parts.scheme.lower() != "s3":
-            raise ValueError(f"not an s3:// URL: {url!r}")
+            raise InvalidStoreURLError(f"not an s3:// URL: {url!r}", url=url)
         if not parts.netloc:
-            raise ValueError(f"{url!r} names no bucket (s3://bucket/prefix)")
+            raise InvalidStoreURLError(f"{url!r} names no bucket (s3://bucket/prefix)", url=url)
         prefix = parts.path.strip("/")
         fields: dict[str, object] = {"bucket": parts.netloc, "prefix": f"{prefix}/" if prefix else ""}
         retry: dict[str, object] = {}
@@ -79,15 +81,16 @@ class S3Options:
             "part_size": int,
         }
         for name, raw in parse_qsl(parts.query, keep_blank_values=True):
-            if name in converters:
-                fields[name] = converters[name](raw)
-            elif name == "max_attempts":
-                retry["max_attempts"] = int(raw)
-            elif name == "deadline":
-                retry["deadline"] = float(raw)
-            else:
-                raise ValueError(f"unknown s3:// URL parameter {name!r}; known: {', '.join(sorted(converters))}, "
-                                 "max_attempts, deadline")
+            if name not in converters and name not in ("max_attempts", "deadline"):
+                raise InvalidStoreURLError(f"unknown s3:// URL parameter {name!r}; known: {', '.join(sorted(converters))}, "
+                                           "max_attempts, deadline", url=url)
+            try:
+                if name in converters:
+                    fields[name] = converters[name](raw)
+                else:
+                    retry[name] = int(raw) if name == "max_attempts" else float(raw)
+            except ValueError:
+                raise InvalidStoreURLError(f"s3:// URL parameter {name}={raw!r} is not a valid value", url=url) from None
         if retry:
             fields["retry"] = RetryPolicy(**retry)
         options = dataclasses.replace(cls(**fields), **overrides)
@@ -96,11 +99,11 @@ class S3Options:
 
     def _validate(self) -> None:
         if self.concurrency < 1 or self.retry.max_attempts < 1:
-            raise ValueError("concurrency and max_attempts must be >= 1")
+            raise InvalidStoreURLError("concurrency and max_attempts must be >= 1")
         if min(self.connect_timeout, self.read_timeout, self.retry.deadline) <= 0:
-            raise ValueError("timeouts and deadline must be > 0 seconds")
+            raise InvalidStoreURLError("timeouts and deadline must be > 0 seconds")
         if self.part_size < MIN_PART_SIZE or self.multipart_threshold < 1:
-            raise ValueError(f"part_size must be >= {MIN_PART_SIZE} bytes and multipart_threshold >= 1")
+            raise InvalidStoreURLError(f"part_size must be >= {MIN_PART_SIZE} bytes and multipart_threshold >= 1")
 
 
 def _flag(raw: str) -> bool:
@@ -109,4 +112,4 @@ def _flag(raw: str) -> bool:
         return True
     if value in ("0", "false", "no", "off", ""):
         return False
-    raise ValueError(f"not a boolean flag: {raw!r}")
+    raise InvalidStoreURLError(f"not a boolean flag: {raw!r}")

@@ -9,18 +9,18 @@ import threading
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from durably.storage.errors import CorruptRecordError, InvalidRequestError, StoreUnavailableError
+from durably.storage.errors import CorruptRecordError, InvalidRequestError, InvalidStoreURLError, StoreUnavailableError
 
 from .layout import SYNCHRONOUS
 
 def path_from_url(url: str) -> tuple[Path, str, int]:
-    """``(path, synchronous, busy_timeout_ms)`` from a ``sqlite:///`` URL; ValueError if malformed."""
+    """``(path, synchronous, busy_timeout_ms)`` from a ``sqlite:///`` URL; ``InvalidStoreURLError`` (a ValueError) if malformed."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "sqlite" or parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
-        raise InvalidRequestError(f"{url!r} is not a sqlite:///path/to.db URL")
+        raise InvalidStoreURLError(f"{url!r} is not a sqlite:///path/to.db URL", url=url)
     raw_path = unquote(parts.path[1:])
     if raw_path == ":memory:" or raw_path.startswith("file:"):
-        raise InvalidRequestError("the sqlite adapter needs a database file path, not :memory: or a file: URI")
+        raise InvalidStoreURLError("the sqlite adapter needs a database file path, not :memory: or a file: URI", url=url)
     synchronous, busy_timeout = "FULL", 10_000
     for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
         if key == "synchronous" and value.upper() in SYNCHRONOUS:
@@ -28,8 +28,8 @@ def path_from_url(url: str) -> tuple[Path, str, int]:
         elif key == "busy_timeout" and value.isdigit():
             busy_timeout = int(value)
         else:
-            raise InvalidRequestError(
-                f"unsupported sqlite URL option {key}={value!r} (known: synchronous=FULL|NORMAL, busy_timeout=<ms>)"
+            raise InvalidStoreURLError(
+                f"unsupported sqlite URL option {key}={value!r} (known: synchronous=FULL|NORMAL, busy_timeout=<ms>)", url=url
             )
     return Path(raw_path), synchronous, busy_timeout
 
