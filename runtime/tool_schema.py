@@ -15,11 +15,11 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import docstring_parser
-import pydantic
-from pydantic import ConfigDict, Field, TypeAdapter
+if TYPE_CHECKING:  # imported where a tool is built: ``import durably`` does not load pydantic
+    import pydantic
+    from pydantic import TypeAdapter
 
 from durably.errors import ToolArgumentsError
 
@@ -51,6 +51,8 @@ class ToolSignature:
         """
         if not isinstance(arguments, dict):
             raise ToolArgumentsError(tool, [("", f"expected an object, got {type(arguments).__name__}")])
+        import pydantic  # loaded already: read_signature built the model
+
         try:
             parsed = self._model.model_validate(arguments)
         except pydantic.ValidationError as exc:
@@ -69,6 +71,10 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
     (positional-only parameters, ``*args``), an annotation that cannot be
     resolved or has no JSON Schema.
     """
+    import docstring_parser
+    import pydantic
+    from pydantic import ConfigDict, Field, TypeAdapter
+
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:

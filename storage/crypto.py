@@ -31,10 +31,10 @@ import os
 import re
 import struct
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .codec import _HEADER, FLAG_ENCRYPTED, HEADER_SIZE, MAGIC
 from .errors import CorruptRecordError, DecryptionError, UnknownKeyError
@@ -72,7 +72,7 @@ def _check_key(key_id: str, key: bytes) -> None:
 
 def generate_key() -> bytes:
     """A fresh random 32-byte AES-256 key (from the OS's CSPRNG)."""
-    return AESGCM.generate_key(bit_length=256)
+    return os.urandom(KEY_SIZE)
 
 
 class StaticKeyProvider:
@@ -168,6 +168,9 @@ class AESGCMCipher:
         if aead is None:
             key = self.keys.get(key_id)  # KeyError for an unknown id
             _check_key(key_id, key)
+            # Imported at the first key used: a runtime without encryption never loads cryptography.
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
             aead = self._aeads[key_id] = AESGCM(key)
         return aead
 
@@ -190,6 +193,8 @@ class AESGCMCipher:
             aead = self._aead(key_id)
         except KeyError:
             raise UnknownKeyError(f"no key {key_id!r} in the key provider", key_id=key_id, stream=stream, seq=seq) from None
+        from cryptography.exceptions import InvalidTag
+
         kid = key_id.encode("ascii")
         try:
             return aead.decrypt(body[:NONCE_SIZE], body[NONCE_SIZE:], aad + _AAD_KEY_ID.pack(len(kid)) + kid)
