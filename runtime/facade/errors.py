@@ -52,7 +52,11 @@ the names their audience needs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for annotations only: this module imports nothing of durably when it runs
+    from durably.runtime.state import AgentState
+    from durably.storage.spi import StreamId
 
 
 class DurablyError(Exception):
@@ -80,7 +84,7 @@ class ConflictError(StoreError):
     returns it (not raises it) in ``append_batch``'s result list.
     """
 
-    def __init__(self, stream, expected_seq: int, actual_seq: int | None) -> None:
+    def __init__(self, stream: StreamId, expected_seq: int, actual_seq: int | None) -> None:
         self.stream = stream
         self.expected_seq = expected_seq
         self.actual_seq = actual_seq
@@ -180,7 +184,7 @@ class CorruptRecordError(CodecError):
     Attributes: ``stream`` and ``seq`` when known, else None.
     """
 
-    def __init__(self, message: str, *, stream=None, seq: int | None = None) -> None:
+    def __init__(self, message: str, *, stream: StreamId | None = None, seq: int | None = None) -> None:
         self.stream = stream
         self.seq = seq
         where = f" ({stream} seq {seq})" if stream is not None else ""
@@ -210,7 +214,7 @@ class UnknownKeyError(DecryptionError):
     """An encrypted frame names a key id the key provider does not have
     (a retired key, or the wrong provider). Attribute: ``key_id`` (str)."""
 
-    def __init__(self, message: str, *, key_id: str, stream=None, seq: int | None = None) -> None:
+    def __init__(self, message: str, *, key_id: str, stream: StreamId | None = None, seq: int | None = None) -> None:
         self.key_id = key_id
         super().__init__(message, stream=stream, seq=seq)
 
@@ -238,7 +242,8 @@ class UnknownSchemaVersionError(CodecError):
     Attributes: ``schema``, ``version``, ``supported`` (highest known), ``stream``, ``seq``.
     """
 
-    def __init__(self, schema: str, version: int, supported: int, *, stream=None, seq=None) -> None:
+    def __init__(self, schema: str, version: int, supported: int, *, stream: StreamId | None = None,
+                 seq: int | None = None) -> None:
         self.schema = schema
         self.version = version
         self.supported = supported
@@ -258,7 +263,8 @@ class MissingUpcasterError(UnknownSchemaVersionError):
     Like its base class it stops that agent and leaves the data untouched.
     """
 
-    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream=None, seq=None) -> None:
+    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream: StreamId | None = None,
+                 seq: int | None = None) -> None:
         super().__init__(schema, version, supported, stream=stream, seq=seq)
         self.missing = missing
         where = f" in {stream} at seq {seq}" if stream is not None else ""
@@ -316,7 +322,7 @@ class ApprovalAlreadyDecidedError(InvalidCommandError):
     one is acknowledged; the other caller gets this error.
     """
 
-    def __init__(self, agent_id: str, approval_id: str, decision: dict) -> None:
+    def __init__(self, agent_id: str, approval_id: str, decision: dict[str, Any]) -> None:
         self.agent_id, self.approval_id, self.decision = agent_id, approval_id, decision
         verdict = "approved" if decision.get("approved") else "denied"
         by = f" by {decision['by']}" if decision.get("by") else ""
@@ -361,7 +367,7 @@ class WaitTimeoutError(DurablyError, TimeoutError):
     """``Runtime.wait`` gave up: the agent did not reach one of the wanted
     statuses in time. ``state`` holds the last state seen."""
 
-    def __init__(self, message: str, state) -> None:
+    def __init__(self, message: str, state: AgentState) -> None:
         super().__init__(message)
         self.state = state
 
