@@ -141,3 +141,17 @@ def test_storage_re_exports_are_the_same_classes():
     for name in durably.storage.errors.__all__:
         assert getattr(durably.storage.errors, name) is getattr(durably.errors, name)
         assert getattr(durably.storage, name) is getattr(durably.errors, name)
+
+
+@pytest.mark.parametrize("url", [
+    "sqlite:///a.db?synchronus=FULL", "sqlite:///a.db?busy_timeout=soon", "sqlite:///a.db?create=1&create=1",
+    "s3://bucket?concurency=4", "s3://bucket?concurrency=x", "s3://?region=x", "file:///tmp/x?creat=1",
+    "memory://x?a=1", "memory://x/path", "postgresql://h/db?pool_max=ten", "postgresql://h/db?schema=a&schema=b",
+    "nosuch://x",
+])
+def test_every_adapter_refuses_a_bad_url_with_the_same_error(url):
+    from durably.storage import open_store
+
+    with pytest.raises(durably.InvalidStoreURLError) as caught:
+        open_store(url)
+    assert isinstance(caught.value, ValueError) and caught.value.url

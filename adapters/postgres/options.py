@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from durably.storage.errors import InvalidStoreURLError
+from durably.storage.urls import parse_store_url
 
 SCHEMES = ("postgresql", "postgres")
 #: A schema name durably accepts: an unquoted PostgreSQL identifier (lower case, so
@@ -59,23 +60,13 @@ class PostgresOptions:
     def from_url(cls, url: str) -> "PostgresOptions":
         """Parse ``url``. Raises ``InvalidStoreURLError`` (a ValueError) for another scheme, a
         schema name that is not a plain identifier, or an option out of range."""
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in SCHEMES:
-            raise InvalidStoreURLError(f"not a postgresql:// URL: {redacted(url)!r}", url=redacted(url))
-        fields: dict[str, object] = {}
-        passed: list[tuple[str, str]] = []
         numbers = {"pool_min": int, "pool_max": int, "statement_timeout": float, "connect_timeout": float,
                    "deadline": float, "lock_timeout": float}
-        for name, raw in parse_qsl(parts.query, keep_blank_values=True):
-            try:
-                if name in ("schema", "listen_dsn"):
-                    fields[name] = raw
-                elif name in numbers:
-                    fields[name] = numbers[name](raw)
-                else:
-                    passed.append((name, raw))  # libpq's own (sslmode...), for asyncpg
-            except ValueError:
-                raise InvalidStoreURLError(f"postgresql URL option {name}={raw!r} is not a number") from None
+        parsed = parse_store_url(url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url),
+                                 passthrough=True)  # libpq's own options (sslmode...) go on to asyncpg
+        fields: dict[str, object] = parsed.options
+        passed = parsed.passthrough
+        parts = urlsplit(url)
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
         fields.setdefault("listen_dsn", dsn)
         options = cls(dsn=dsn, **fields)  # type: ignore[arg-type]

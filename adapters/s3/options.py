@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlsplit
 
 from durably.storage.errors import InvalidStoreURLError
+from durably.storage.urls import flag, parse_store_url
 
 from .retry import RetryPolicy
 
@@ -61,36 +61,26 @@ class S3Options:
         Raises ``InvalidStoreURLError`` (a ``ValueError``) for another scheme, a
         missing bucket, an unknown query parameter or a value out of range.
         """
-        parts = urlsplit(url)
-        if parts.scheme.lower() != "s3":
-            raise InvalidStoreURLError(f"not an s3:// URL: {url!r}", url=url)
-        if not parts.netloc:
-            raise InvalidStoreURLError(f"{url!r} names no bucket (s3://bucket/prefix)", url=url)
-        prefix = parts.path.strip("/")
-        fields: dict[str, object] = {"bucket": parts.netloc, "prefix": f"{prefix}/" if prefix else ""}
-        retry: dict[str, object] = {}
         converters = {
             "endpoint_url": str,
             "region": str,
-            "path_style": _flag,
-            "create_bucket": _flag,
+            "path_style": flag,
+            "create_bucket": flag,
             "connect_timeout": float,
             "read_timeout": float,
             "concurrency": int,
             "multipart_threshold": int,
             "part_size": int,
+            "max_attempts": int,
+            "deadline": float,
         }
-        for name, raw in parse_qsl(parts.query, keep_blank_values=True):
-            if name not in converters and name not in ("max_attempts", "deadline"):
-                raise InvalidStoreURLError(f"unknown s3:// URL parameter {name!r}; known: {', '.join(sorted(converters))}, "
-                                           "max_attempts, deadline", url=url)
-            try:
-                if name in converters:
-                    fields[name] = converters[name](raw)
-                else:
-                    retry[name] = int(raw) if name == "max_attempts" else float(raw)
-            except ValueError:
-                raise InvalidStoreURLError(f"s3:// URL parameter {name}={raw!r} is not a valid value", url=url) from None
+        parsed = parse_store_url(url, ("s3",), converters)
+        if not parsed.netloc:
+            raise InvalidStoreURLError(f"{url!r} names no bucket (s3://bucket/prefix)", url=url)
+        prefix = parsed.path.strip("/")
+        fields: dict[str, object] = {"bucket": parsed.netloc, "prefix": f"{prefix}/" if prefix else ""}
+        retry = {name: parsed.options.pop(name) for name in ("max_attempts", "deadline") if name in parsed.options}
+        fields.update(parsed.options)
         if retry:
             fields["retry"] = RetryPolicy(**retry)
         options = dataclasses.replace(cls(**fields), **overrides)
@@ -104,12 +94,3 @@ class S3Options:
             raise InvalidStoreURLError("timeouts and deadline must be > 0 seconds")
         if self.part_size < MIN_PART_SIZE or self.multipart_threshold < 1:
             raise InvalidStoreURLError(f"part_size must be >= {MIN_PART_SIZE} bytes and multipart_threshold >= 1")
-
-
-def _flag(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise InvalidStoreURLError(f"not a boolean flag: {raw!r}")
