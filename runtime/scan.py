@@ -1,5 +1,9 @@
 """A scan of a namespace for agents to resume: what ``resume_all`` does, and ``serve()`` every poll.
 
+On a store with a status index (``CAP_STATUS_INDEX``, see
+``durably.runtime.status_index``) a scan visits only the streams whose entry
+says ``running`` or that have no entry; on others, every stream.
+
 One bad stream never stops a scan: an agent whose journal cannot be read
 (corrupt, foreign bytes, written by a newer durably, any error restoring it)
 is logged and skipped. An outage (``StoreUnavailableError``) is the whole
@@ -26,6 +30,8 @@ from typing import TYPE_CHECKING
 from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
 
 from .errors import AgentFencedError, AgentLeasedError, DefinitionNotRegisteredError
+from .state import RUNNING
+from .status_index import listing
 
 if TYPE_CHECKING:
     from .runtime import AgentHandle, Runtime
@@ -50,7 +56,9 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
     Raises ``StoreUnavailableError`` and ``StoreClosedError``; nothing else.
     """
     result = ScanResult()
-    streams = runtime.store.list_streams(runtime.namespace)
+    # With a status index only the streams it says may run (and those it has no
+    # entry for) are restored and leased: an idle poll costs what is runnable.
+    streams = listing(runtime.store, runtime.namespace, {RUNNING}) or runtime.store.list_streams(runtime.namespace)
     if shuffle:
         listed = [stream async for stream in streams]
         random.shuffle(listed)

@@ -18,7 +18,8 @@ from .errors import (
     UnsafeCompactionError,
 )
 from .registry import known_schemes, open_store, register_store
-from .spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId
+from .spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId
+from .spi import IndexedStream, IndexEntry, IndexStore
 
 __all__ = [
     "CAP_BLOBS", "CAP_CHANGES", "CAP_LEASES", "CAP_SINGLE_PROCESS", "ChangeStore", "ChangeSubscription", "AppendRequest", "Lease", "LeaseStore", "BlobNotFoundError", "BlobStore", "CodecError", "ConflictError", "CorruptRecordError",
@@ -26,4 +27,5 @@ __all__ = [
     "StoreUnavailableError", "StoredRecord", "StoredSnapshot", "StreamId", "TruncatedRecordError",
     "UnencodableValueError", "UnknownSchemaVersionError", "UnknownSchemeError", "UnsafeCompactionError",
     "known_schemes", "open_store", "register_store",
+    "CAP_STATUS_INDEX", "IndexEntry", "IndexStore", "IndexedStream",
 ]
