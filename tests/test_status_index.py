@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import anyio
 import pytest
@@ -18,7 +23,7 @@ from support_agents import StepModel, list_agent
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["memory"])
+@pytest.fixture(params=["memory", "sqlite"])
 def store_url(request, tmp_path):
     if request.param == "memory":
         return f"memory://{uuid.uuid4().hex}"
@@ -193,3 +198,42 @@ async def test_a_live_agent_answers_status_from_its_actor(store_url):
         assert len((await rt.status("live")).messages) == len(state.messages) - 1
         gate.set()
         assert (await handle.wait()).status == "finished"
+
+
+def durably_cli(*args: str) -> subprocess.CompletedProcess:
+    durably = Path(sys.executable).parent / "durably"
+    return subprocess.run([str(durably), *args], capture_output=True, text=True, timeout=120)
+
+
+async def test_the_cli_lists_by_status_from_the_index_and_rebuilds_it(tmp_path):
+    path = tmp_path / "agents.db"
+    url = f"sqlite:///{path}"
+    parked = list_agent(1, [], requires_approval=True)
+    async with Runtime(url, agents=[parked, list_agent(1, [], name="quick")]) as rt:
+        await rt.run(parked, "waits", "task")
+        await rt.run("quick", "done", "task")
+    with sqlite3.connect(path) as db:  # an index lost or damaged outside durably
+        db.execute("UPDATE streams SET status = NULL WHERE agent_id = 'done'")
+        db.execute("UPDATE streams SET status = 'finished' WHERE agent_id = 'waits'")
+    listed = durably_cli("agents", "--store", url, "--status", "waiting_approval", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [a["agent_id"] for a in json.loads(listed.stdout)["agents"]] == [], "a stale entry hides until rebuilt"
+    rebuilt = durably_cli("verify", "--store", url, "--rebuild-index", "--json")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    report = {r["agent_id"]: r for r in json.loads(rebuilt.stdout)["rebuilt"]}
+    assert report["waits"]["status"] == "waiting_approval" and report["waits"]["changed"]
+    assert report["done"]["status"] == "finished" and report["done"]["changed"]
+    listed = durably_cli("agents", "--store", url, "--status", "waiting_approval", "--json")
+    (row,) = json.loads(listed.stdout)["agents"]
+    assert row["agent_id"] == "waits" and row["status"] == "waiting_approval" and len(row["open_approvals"]) == 1
+    plain = durably_cli("verify", "--store", f"file://{tmp_path}/files", "--rebuild-index")
+    assert plain.returncode == 1 and "keeps no status index" in plain.stdout
+
+
+async def test_sqlite_reads_do_not_queue_behind_the_writer(tmp_path):
+    async with Runtime(f"sqlite:///{tmp_path}/a.db", agents=[list_agent(1, [])]) as rt:
+        await rt.run("list-agent", "a1", "task")
+        async with rt.store._lock:  # the writer connection busy (a commit waiting on its fsync)
+            with anyio.fail_after(5):
+                assert (await rt.status("a1")).status == "finished"
+                assert [s.agent_id for s in await rt.agents(statuses=["finished"])] == ["a1"]
