@@ -4,7 +4,7 @@ scratch folder, the workload, the results and a progress bar."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -33,6 +33,7 @@ class Sizes:
     codec_steps: int
     overhead_steps: int
     peer_steps: int
+    scan_agents: int = 2_000  # finished agents the scan suite seeds into one SQLite store
 
 
 #: Under a minute on 2 cores, every suite included.
@@ -47,6 +48,7 @@ MEDIUM = Sizes(append_records=2_000, append_concurrency=(1, 4, 16, 64), conversa
 FULL = Sizes(append_records=8_000, append_concurrency=(1, 4, 16, 64), conversations=(1_000, 10_000), agents=16,
              agent_steps=300, growth_steps=10_000, restore_records=(100, 1_000, 10_000, 100_000), restore_repeats=10,
              codec_steps=2_000, overhead_steps=2_000, peer_steps=1_000)
+FULL = replace(FULL, scan_agents=100_000)  # the scan suite's target size
 MODES = {"quick": QUICK, "medium": MEDIUM, "full": FULL}
 
 

@@ -27,6 +27,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import anyio
+
 from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
 
 from .errors import AgentFencedError, AgentLeasedError, DefinitionNotRegisteredError
@@ -53,9 +55,12 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
 
     ``limit``: resume at most that many (None: all); ``shuffle``: visit the
     streams in a random order (their ids are then held in memory for the scan).
+    Up to ``RESUME_CONCURRENCY`` agents are resumed at once.
     Raises ``StoreUnavailableError`` and ``StoreClosedError``; nothing else.
     """
     result = ScanResult()
+    if limit is not None and limit < 1:
+        return result
     # With a status index only the streams it says may run (and those it has no
     # entry for) are restored and leased: an idle poll costs what is runnable.
     streams = listing(runtime.store, runtime.namespace, {RUNNING}) or runtime.store.list_streams(runtime.namespace)
@@ -63,30 +68,63 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
         listed = [stream async for stream in streams]
         random.shuffle(listed)
         streams = _aiter(listed)
-    async for stream in streams:
-        if limit is not None and len(result.handles) >= limit:
-            break
-        if stream.agent_id in runtime._live:
-            continue
+    outage: list[BaseException] = []
+
+    async def attempt(stream) -> None:
         try:
-            handle = await runtime._resume(stream.agent_id)
-        except AgentLeasedError as exc:
-            result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
-            continue
-        except (DefinitionNotRegisteredError, AgentFencedError):
-            continue  # not ours to run, or another runtime won the race to
-        except CodecError as exc:
-            log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
-            continue
-        except (StoreUnavailableError, StoreClosedError):
-            raise  # an outage is the whole store's, not this stream's (serve() backs off)
-        except Exception:
-            # Whatever else one stream's bytes provoke must not stop every other agent.
-            log.exception("agent %s not resumed: unexpected error restoring it", stream)
-            continue
+            handle = await _resume_one(runtime, stream, result)
+        except (StoreUnavailableError, StoreClosedError) as exc:
+            outage.append(exc)  # an outage is the whole store's, not this stream's (serve() backs off)
+            return
         if handle is not None:
             result.handles.append(handle)
+
+    # Up to RESUME_CONCURRENCY resumes at once: their leases, restores and ``resumed``
+    # appends overlap, and the appends share group commits.
+    chunk: list = []
+    async for stream in streams:
+        if stream.agent_id in runtime._live:
+            continue
+        chunk.append(stream)
+        room = RESUME_CONCURRENCY if limit is None else min(RESUME_CONCURRENCY, limit - len(result.handles))
+        if len(chunk) >= room:
+            await _resume_chunk(chunk, attempt, outage)
+            chunk = []
+            if limit is not None and len(result.handles) >= limit:
+                return result
+    if chunk:
+        await _resume_chunk(chunk, attempt, outage)
     return result
+
+
+#: Resumes a scan runs at once.
+RESUME_CONCURRENCY = 16
+
+
+async def _resume_chunk(chunk: list, attempt, outage: list[BaseException]) -> None:
+    async with anyio.create_task_group() as tg:
+        for stream in chunk:
+            tg.start_soon(attempt, stream)
+    if outage:
+        raise outage[0]
+
+
+async def _resume_one(runtime: Runtime, stream, result: ScanResult) -> AgentHandle | None:
+    """Resume one stream's agent; None when it is not ours to run now (logged when unreadable)."""
+    try:
+        return await runtime._resume(stream.agent_id)
+    except AgentLeasedError as exc:
+        result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
+    except (DefinitionNotRegisteredError, AgentFencedError):
+        pass  # not ours to run, or another runtime won the race to
+    except CodecError as exc:
+        log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
+    except (StoreUnavailableError, StoreClosedError):
+        raise
+    except Exception:
+        # Whatever else one stream's bytes provoke must not stop every other agent.
+        log.exception("agent %s not resumed: unexpected error restoring it", stream)
+    return None
 
 
 async def _aiter(items):

@@ -1,6 +1,6 @@
 """The bench suites, in the order a full run takes them. Each is ``async run(bench)``."""
 
-from . import agent_steps, append, codec, growth, overhead, peers, restore
+from . import agent_steps, append, codec, growth, overhead, peers, restore, scan
 
 SUITES = {
     "codec": codec.run,
@@ -10,4 +10,5 @@ SUITES = {
     "overhead": overhead.run,
     "restore": restore.run,
     "peers": peers.run,
+    "scan": scan.run,
 }
