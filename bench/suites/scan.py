@@ -20,7 +20,9 @@ journal ends in a tool intent (a crash mid-tool, policy ``retry``) and
 * ``status_p95`` / ``status_p50``: ``Runtime.status()`` of random agents
   among 50 running concurrently in the process (scripted model, instant
   tools; live agents answer from their actor, finished ones are restored
-  on the reader connection), and ``approve_p50`` for agents parked meanwhile;
+  on the reader connection), ``thread_hop_p95`` (a bare thread hop timed
+  between them: the loaded loop's own delay, the floor), and ``approve_p50``
+  for agents parked meanwhile;
 * ``idle_serve_cpu``: process CPU (every thread) over wall time of
   ``serve(poll_interval=1.0)`` with 1,000 finished agents and nothing
   runnable, in % of one core, and ``idle_serve_lease_calls``: lease
@@ -163,13 +165,19 @@ class _StepModel:
         return ModelResponse("done", (), usage)
 
 
-async def _status_latency(url: str, steps: int) -> tuple[list[float], list[float]]:
-    """status() latencies of random agents while ``_CONCURRENT`` agents run; approve() latencies."""
+def _nothing() -> None:
+    return None
+
+
+async def _status_latency(url: str, steps: int) -> tuple[list[float], list[float], list[float]]:
+    """status() latencies of random agents while ``_CONCURRENT`` agents run, the latencies of a
+    bare thread hop measured between them (the loop's own delay: a floor), approve() latencies."""
     definition = _definition(_StepModel(steps))
     asking = AgentDefinition(name="asking", model=_StepModel(1), tools=[
         tool(name="effect", requires_approval=True)(_approved_effect)])
     ids = [f"busy-{i}" for i in range(_CONCURRENT)]
     statuses: list[float] = []
+    hops: list[float] = []
     approvals: list[float] = []
     async with Runtime(url, agents=[definition, asking], namespace="status") as rt:
         handles = [await rt.start(definition, agent_id, "task") for agent_id in ids]
@@ -182,6 +190,9 @@ async def _status_latency(url: str, steps: int) -> tuple[list[float], list[float
                 t = time.perf_counter()
                 await rt.status(rng.choice(ids))
                 statuses.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await anyio.to_thread.run_sync(_nothing)  # the floor: one thread hop, same loop, same moment
+                hops.append(time.perf_counter() - t)
                 await anyio.sleep(0.005)
 
         async def approve() -> None:
@@ -198,7 +209,7 @@ async def _status_latency(url: str, steps: int) -> tuple[list[float], list[float
             tg.start_soon(approve)
         for handle in handles:
             await handle.wait()
-    return statuses, approvals
+    return statuses, hops, approvals
 
 
 async def _approved_effect(n: int, *, ctx) -> int:
@@ -250,9 +261,12 @@ async def run(bench: Bench) -> None:
         r.add(SUITE, "agents_status", (time.perf_counter() - t) * 1e3, "ms", found=len(described), **params)
     cli, found = await anyio.to_thread.run_sync(_cli_times, url, "scan")
     r.add(SUITE, "agents_status_cli", statistics.median(cli) * 1e3, "ms", found=found, **params)
-    statuses, approvals = await _status_latency(url, steps=20)
+    statuses, hops, approvals = await _status_latency(url, steps=20)
     r.add(SUITE, "status_p50", percentile(statuses, 50) * 1e3, "ms", agents=_CONCURRENT, calls=len(statuses))
-    r.add(SUITE, "status_p95", percentile(statuses, 95) * 1e3, "ms", agents=_CONCURRENT, calls=len(statuses))
+    status_p95 = r.add(SUITE, "status_p95", percentile(statuses, 95) * 1e3, "ms", agents=_CONCURRENT,
+                       calls=len(statuses))
+    hop_p95 = r.add(SUITE, "thread_hop_p95", percentile(hops, 95) * 1e3, "ms", agents=_CONCURRENT, calls=len(hops))
+    r.ratio(SUITE, "status_p95 / thread_hop_p95", status_p95, hop_p95, better="lower")
     r.add(SUITE, "approve_p50", percentile(approvals, 50) * 1e3, "ms", agents=_CONCURRENT)
     cpu, calls = await _idle_serve(url, "idle")
     r.add(SUITE, "idle_serve_cpu", cpu, "%", agents=_IDLE_AGENTS, poll_interval=1.0)
