@@ -11,7 +11,10 @@ journal ends in a tool intent (a crash mid-tool, policy ``retry``) and
 
 * ``resume_all``: ``Runtime.resume_all()`` on a fresh runtime (lease,
   restore and ``resumed`` append of each runnable agent included; their
-  model then blocks, so nothing else runs), median of ``ROUNDS``;
+  model then blocks, so nothing else runs), median of ``ROUNDS``, beside
+  ``resume_floor``: two sequential fsynced commits on the same file (a
+  resume's lease, then its ``resumed`` record; the leases and records of
+  the ten share those commits);
   ``resume_all_idle``: the same with nothing runnable (the pure scan);
 * ``agents_status_cli``: wall time of the ``durably agents --status
   waiting_approval --json`` process (interpreter start and imports
@@ -32,6 +35,7 @@ journal ends in a tool intent (a crash mid-tool, policy ``retry``) and
 from __future__ import annotations
 
 import random
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -132,6 +136,26 @@ async def _resume_all_rounds(url: str, namespace: str, expected: int) -> list[fl
             if len(handles) != expected:
                 raise RuntimeError(f"resume_all resumed {len(handles)} agents, expected {expected}")
     return times
+
+
+def _commit_floor(path: Path, commits: int = 2, rounds: int = ROUNDS) -> float:
+    """Median seconds of ``commits`` sequential fsynced SQLite commits on ``path`` (WAL,
+    synchronous=FULL, as the store): the floor of a resume, which must make its lease and
+    its ``resumed`` record durable, one after the other. Blocking: run it in a thread."""
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("CREATE TABLE IF NOT EXISTS bench_floor (n INTEGER)")
+        times = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            for _ in range(commits):
+                db.execute("INSERT INTO bench_floor VALUES (1)")
+            times.append(time.perf_counter() - t)
+        db.execute("DROP TABLE bench_floor")
+    finally:
+        db.close()
+    return statistics.median(times)
 
 
 def _cli_times(url: str, namespace: str) -> tuple[list[float], int]:
@@ -252,7 +276,10 @@ async def run(bench: Bench) -> None:
     await seed(url, "idle", definition, {"finished": _IDLE_AGENTS}, lambda n: bench.progress.advance(task, n))
     params = {"agents": finished, "runnable": RUNNABLE}
     times = await _resume_all_rounds(url, "scan", RUNNABLE)
-    r.add(SUITE, "resume_all", statistics.median(times) * 1e3, "ms", **params)
+    resumed = r.add(SUITE, "resume_all", statistics.median(times) * 1e3, "ms", **params)
+    floor = r.add(SUITE, "resume_floor", await anyio.to_thread.run_sync(_commit_floor, path) * 1e3, "ms",
+                  commits=2)
+    r.ratio(SUITE, "resume_all / two fsynced commits", resumed, floor, better="lower")
     idle = await _resume_all_rounds(url, "idle", 0)
     r.add(SUITE, "resume_all_idle", statistics.median(idle) * 1e3, "ms", agents=_IDLE_AGENTS, runnable=0)
     async with Runtime(url, namespace="scan") as rt:
