@@ -185,7 +185,8 @@ class FileSystemStatusIndex:
             keys = {d for d in (os.listdir(base) if base.exists() else []) if (base / d / name).exists()}
             return entry if entry is not None and keys == {_key(entry.status)} else None
 
-        return await self._io(get)  # type: ignore[attr-defined]
+        found: IndexEntry | None = await self._io(get)  # type: ignore[attr-defined]  # the host's
+        return found
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
         """See ``IndexStore.put_index``; the compare-and-set is ``_settle``'s read-back."""
@@ -196,4 +197,5 @@ class FileSystemStatusIndex:
                 return False
             return self._settle(stream, entry, at_seq)
 
-        return await self._io(put)  # type: ignore[attr-defined]
+        written: bool = await self._io(put)  # type: ignore[attr-defined]  # the host's
+        return written

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Collection
 
+import aiosqlite
+
 from durably.storage.errors import InvalidRequestError
 from durably.storage.spi import IndexedStream, IndexEntry, StreamId
 
@@ -36,14 +38,14 @@ def entry_params(entry: IndexEntry | None) -> tuple[object, ...]:
     return (entry.status, entry.definition, entry.seq, entry.updated_at, json.dumps(list(entry.open_approvals)))
 
 
-def _entry(status, definition, seq, updated_at, approvals) -> IndexEntry | None:
+def _entry(status: str | None, definition: str, seq: int, updated_at: float, approvals: str) -> IndexEntry | None:
     if status is None:
         return None
     return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at,
                       open_approvals=tuple(json.loads(approvals)))
 
 
-async def upgrade(db) -> None:
+async def upgrade(db: aiosqlite.Connection) -> None:
     """Add the index columns and their index to a file's ``streams`` table (inside ``open``'s transaction)."""
     have = {row[1] for row in await db.execute_fetchall("PRAGMA table_info(streams)")}
     for name, kind in COLUMNS:
@@ -76,8 +78,8 @@ class SQLiteStatusIndex:
             after = ""
             while True:
                 rows = await self._fetch(sql, (namespace, *params, after, page_size))  # type: ignore[attr-defined]
-                for agent_id, *fields in rows:
-                    yield IndexedStream(StreamId(namespace, agent_id), _entry(*fields))
+                for agent_id, status, definition, seq, updated_at, approvals in rows:
+                    yield IndexedStream(StreamId(namespace, agent_id), _entry(status, definition, seq, updated_at, approvals))
                 if len(rows) < page_size:
                     break
                 after = rows[-1][0]
@@ -87,7 +89,10 @@ class SQLiteStatusIndex:
         self._check_open()  # type: ignore[attr-defined]
         rows = await self._fetch(  # type: ignore[attr-defined]
             f"SELECT {_FIELDS} FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id))
-        return _entry(*rows[0][1:]) if rows else None
+        if not rows:
+            return None
+        _, status, definition, seq, updated_at, approvals = rows[0]
+        return _entry(status, definition, seq, updated_at, approvals)
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
         """See ``IndexStore.put_index``: one ``UPDATE ... WHERE last_seq = at_seq`` (the compare-and-set)."""
@@ -96,4 +101,4 @@ class SQLiteStatusIndex:
             "UPDATE streams SET status = ?, definition = ?, index_seq = ?, updated_at = ?, approvals = ? "
             "WHERE namespace = ? AND agent_id = ? AND last_seq = ? AND last_seq > 0",
             (*entry_params(entry), stream.namespace, stream.agent_id, at_seq))
-        return changed == 1
+        return bool(changed == 1)

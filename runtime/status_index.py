@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Collection, Sequence
-from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Any, cast
 
 from durably.schemas.records import Kind, Record
 from durably.storage.errors import CodecError
@@ -49,6 +49,11 @@ JOURNALED = frozenset({RUNNING, "waiting_approval", "suspended", "finished", "fa
 def indexed(store: Store) -> bool:
     """True when ``store`` declares ``CAP_STATUS_INDEX``."""
     return CAP_STATUS_INDEX in getattr(store, "capabilities", ())
+
+
+def index_store(store: Store) -> IndexStore | None:
+    """``store`` as an ``IndexStore`` when it declares ``CAP_STATUS_INDEX``, else None."""
+    return cast(IndexStore, store) if indexed(store) else None
 
 
 def entry_of(state: AgentState, updated_at: float) -> IndexEntry:
@@ -90,15 +95,15 @@ def entry_after(state: AgentState, records: Sequence[Record]) -> IndexEntry | No
 def listing(store: Store, namespace: str, statuses: Collection[str] | None) -> AsyncIterator[StreamId] | None:
     """The streams of ``namespace`` that may have one of ``statuses``, from the index; None
     when the store has none or a status is one only a restore can tell (then list every stream)."""
-    if not indexed(store) or (statuses is not None and not set(statuses) <= JOURNALED):
+    found = index_store(store)
+    if found is None or (statuses is not None and not set(statuses) <= JOURNALED):
         return None
-    return _streams(store, namespace, statuses)
+    return _streams(found, namespace, statuses)
 
 
 async def _streams(store: IndexStore, namespace: str, statuses: Collection[str] | None) -> AsyncIterator[StreamId]:
-    async with aclosing(store.list_index(namespace, statuses)) as rows:
-        async for row in rows:
-            yield row.stream
+    async for row in store.list_index(namespace, statuses):
+        yield row.stream
 
 
 async def repair(store: Store, stream: StreamId, state: AgentState) -> None:
@@ -107,11 +112,12 @@ async def repair(store: Store, stream: StreamId, state: AgentState) -> None:
     Compare-and-set on the last seq: a record appended meanwhile wins (its
     writer knows better). ``updated_at`` of a repaired entry is the repair's time.
     """
-    if not indexed(store) or not state.last_seq:
+    found = index_store(store)
+    if found is None or not state.last_seq:
         return
     wanted = entry_of(state, time.time())
-    if not _same(await store.get_index(stream), wanted):
-        await store.put_index(stream, wanted, state.last_seq)
+    if not _same(await found.get_index(stream), wanted):
+        await found.put_index(stream, wanted, state.last_seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +133,7 @@ class RebuildReport:
     error: str = ""
 
 
-async def rebuild(store: Store, codec: RecordCodec, namespace: str, tracer) -> AsyncIterator[RebuildReport]:
+async def rebuild(store: Store, codec: RecordCodec, namespace: str, tracer: Any) -> AsyncIterator[RebuildReport]:
     """Rewrite every entry of ``namespace`` from the journals (``durably verify --rebuild-index``).
 
     Each stream is restored; its entry gets the time of its last record. A
@@ -135,26 +141,26 @@ async def rebuild(store: Store, codec: RecordCodec, namespace: str, tracer) -> A
     reports it) as before the index. Raises ``ValueError`` for a store without
     ``CAP_STATUS_INDEX`` and ``StoreUnavailableError``.
     """
-    if not indexed(store):
+    found = index_store(store)
+    if found is None:
         raise ValueError(f"{type(store).__name__} has no status index (CAP_STATUS_INDEX)")
-    async for stream in store.list_streams(namespace):
-        stored = await store.get_index(stream)
+    async for stream in found.list_streams(namespace):
+        stored = await found.get_index(stream)
         try:
             restored = await restore(store, codec, stream, tracer)
         except CodecError as exc:
-            written = await store.put_index(stream, None, await store.last_seq(stream))
+            written = await found.put_index(stream, None, await found.last_seq(stream))
             yield RebuildReport(stream, None, stored is not None, not written, f"{type(exc).__name__}: {exc}")
             continue
         if restored is None:
             continue  # purged meanwhile, or holds only blobs
         wanted = entry_of(restored.state, await _last_record_time(store, codec, stream, restored.state.last_seq))
         changed = not _same(stored, wanted)
-        written = await store.put_index(stream, wanted, restored.state.last_seq)
+        written = await found.put_index(stream, wanted, restored.state.last_seq)
         yield RebuildReport(stream, wanted, changed, not written)
 
 
 async def _last_record_time(store: Store, codec: RecordCodec, stream: StreamId, last_seq: int) -> float:
-    async with aclosing(store.read(stream, last_seq - 1, page_size=1)) as records:
-        async for stored in records:
-            return codec.decode_record(stored, stream).at
+    async for stored in store.read(stream, last_seq - 1, page_size=1):
+        return codec.decode_record(stored, stream).at  # one page of one record: nothing left open
     return time.time()  # compacted away under a snapshot: the rebuild's time

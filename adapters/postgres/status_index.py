@@ -54,7 +54,7 @@ def _columns(entry: IndexEntry | None) -> tuple[object, ...]:
     return (entry.status, entry.definition, entry.seq, entry.updated_at, json.dumps(list(entry.open_approvals)))
 
 
-def entry_rows(requests: Sequence[AppendRequest], results: Sequence[int]) -> tuple[list, ...] | None:
+def entry_rows(requests: Sequence[AppendRequest], results: Sequence[int]) -> tuple[list[object], ...] | None:
     """The ``set_entries`` arguments for the requests that carry an entry and did not conflict
     (``results[i] >= 0``); the last one of a stream wins. None when there are none."""
     last: dict[tuple[str, str], IndexEntry] = {}
@@ -74,7 +74,7 @@ def check_entries(requests: Sequence[AppendRequest]) -> None:
             _columns(request.index)
 
 
-def _entry(status, definition, seq, updated_at, approvals) -> IndexEntry | None:
+def _entry(status: str | None, definition: str, seq: int, updated_at: float, approvals: str) -> IndexEntry | None:
     if status is None:
         return None
     return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at,
@@ -102,8 +102,8 @@ class PostgresStatusIndex:
             after = ""
             while True:
                 rows = await self._fetch("list_index", self._sql[name], namespace, after, page_size, *extra)  # type: ignore[attr-defined]
-                for agent_id, *fields in rows:
-                    yield IndexedStream(StreamId(namespace, agent_id), _entry(*fields))
+                for agent_id, status, definition, seq, updated_at, approvals in rows:
+                    yield IndexedStream(StreamId(namespace, agent_id), _entry(status, definition, seq, updated_at, approvals))
                 if len(rows) < page_size:
                     break
                 after = rows[-1][0]
@@ -112,11 +112,14 @@ class PostgresStatusIndex:
         """See ``IndexStore.get_index``."""
         self._check_open()  # type: ignore[attr-defined]
         rows = await self._fetch("get_index", self._sql["get_index"], stream.namespace, stream.agent_id)  # type: ignore[attr-defined]
-        return _entry(*tuple(rows[0])[1:]) if rows else None
+        if not rows:
+            return None
+        _, status, definition, seq, updated_at, approvals = tuple(rows[0])
+        return _entry(status, definition, seq, updated_at, approvals)
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
         """See ``IndexStore.put_index``: one ``UPDATE ... WHERE last_seq = at_seq`` (the compare-and-set)."""
         self._check_open()  # type: ignore[attr-defined]
         done = await self._execute("put_index", self._sql["put_index"], stream.namespace, stream.agent_id,  # type: ignore[attr-defined]
                                    at_seq, *_columns(entry))
-        return done == "UPDATE 1"
+        return bool(done == "UPDATE 1")

@@ -42,7 +42,8 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import anyio
 
@@ -52,7 +53,7 @@ from durably.runtime.status_index import entry_after
 from durably.schemas.records import Kind, Record
 from durably.storage.records import RecordCodec
 from durably.storage.registry import open_store
-from durably.storage.spi import AppendRequest, StreamId
+from durably.storage.spi import AppendRequest, Lease, LeaseStore, StreamId
 
 from ..context import Bench
 from ..results import percentile
@@ -74,14 +75,14 @@ class _Blocked:
     def __init__(self) -> None:
         self.never = anyio.Event()
 
-    async def respond(self, messages, tools) -> ModelResponse:
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
         await self.never.wait()
         raise AssertionError("unreachable")
 
 
 def _definition(model: Any, name: str = "scan-agent") -> AgentDefinition:
     @tool(name="effect", on_unknown_outcome="retry")
-    async def effect(n: int, *, ctx) -> int:
+    async def effect(n: int, *, ctx: Any) -> int:
         return n
 
     return AgentDefinition(name=name, model=model, tools=[effect])
@@ -108,7 +109,8 @@ def _journal(agent_id: str, namespace: str, definition: AgentDefinition, kind: s
     return records
 
 
-async def seed(url: str, namespace: str, definition: AgentDefinition, counts: dict[str, int], progress=None) -> None:
+async def seed(url: str, namespace: str, definition: AgentDefinition, counts: dict[str, int],
+               progress: Callable[[int], object] | None = None) -> None:
     """Write ``counts`` agents of each kind (finished, runnable, waiting) into ``namespace`` through the SPI."""
     codec = RecordCodec()
     plan = [(kind, i) for kind, n in counts.items() for i in range(n)]
@@ -180,7 +182,7 @@ class _StepModel:
     def __init__(self, steps: int) -> None:
         self.steps = steps
 
-    async def respond(self, messages, tools) -> ModelResponse:
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
         await anyio.sleep(0.002)  # a model call's wait, so agents interleave
         done = sum(1 for m in messages if m["role"] == "tool")
         usage = Usage(10, 10, 0.0)
@@ -236,7 +238,7 @@ async def _status_latency(url: str, steps: int) -> tuple[list[float], list[float
     return statuses, hops, approvals
 
 
-async def _approved_effect(n: int, *, ctx) -> int:
+async def _approved_effect(n: int, *, ctx: Any) -> int:
     return n
 
 
@@ -244,14 +246,15 @@ async def _idle_serve(url: str, namespace: str) -> tuple[float, int]:
     """(% of one core, lease calls) of ``serve()`` over ``_IDLE_SECONDS`` with nothing runnable."""
     async with Runtime(url, agents=[_definition(_Blocked())], namespace=namespace) as rt:
         calls = 0
-        acquire = rt.store.acquire_lease
+        store = cast(LeaseStore, rt.store)
+        acquire = store.acquire_lease
 
-        async def counted(*args, **kwargs):
+        async def counted(stream: StreamId, owner: str, ttl: float) -> Lease | None:
             nonlocal calls
             calls += 1
-            return await acquire(*args, **kwargs)
+            return await acquire(stream, owner, ttl)
 
-        rt.store.acquire_lease = counted
+        store.acquire_lease = counted  # type: ignore[method-assign]  # counting the lease transactions
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: rt.serve(1.0, drain_signals=()))
             await anyio.sleep(1.5)  # the first scans (startup) are not the idle cost
@@ -274,7 +277,7 @@ async def run(bench: Bench) -> None:
     await seed(url, "scan", definition, {"finished": finished, "runnable": RUNNABLE, "waiting": RUNNABLE},
                lambda n: bench.progress.advance(task, n))
     await seed(url, "idle", definition, {"finished": _IDLE_AGENTS}, lambda n: bench.progress.advance(task, n))
-    params = {"agents": finished, "runnable": RUNNABLE}
+    params: dict[str, Any] = {"agents": finished, "runnable": RUNNABLE}
     times = await _resume_all_rounds(url, "scan", RUNNABLE)
     resumed = r.add(SUITE, "resume_all", statistics.median(times) * 1e3, "ms", **params)
     floor = r.add(SUITE, "resume_floor", await anyio.to_thread.run_sync(_commit_floor, path) * 1e3, "ms",

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import anyio
 import pytest
 
-from durably.storage.spi import CAP_BLOBS, CAP_STATUS_INDEX, AppendRequest, IndexEntry, StreamId
+from typing import cast
+
+from durably.storage.spi import CAP_BLOBS, CAP_STATUS_INDEX, AppendRequest, BlobStore, IndexEntry, IndexStore, Store, StreamId
 
 from .harness import StoreHarness, sid
+
+
+def ix(store: Store) -> IndexStore:
+    """``store`` as the ``IndexStore`` it declared to be (``require`` checked ``CAP_STATUS_INDEX``)."""
+    return cast(IndexStore, store)
 
 
 def entry(status: str, seq: int, *approvals: str, definition: str = "agent") -> IndexEntry:
@@ -17,9 +25,10 @@ def entry(status: str, seq: int, *approvals: str, definition: str = "agent") -> 
                       open_approvals=tuple(approvals))
 
 
-async def listed(store, namespace: str = "conformance", statuses=None) -> dict[StreamId, IndexEntry | None]:
+async def listed(store: Store, namespace: str = "conformance",
+                 statuses: Collection[str] | None = None) -> dict[StreamId, IndexEntry | None]:
     found: dict[StreamId, IndexEntry | None] = {}
-    async for row in store.list_index(namespace, statuses, page_size=2):
+    async for row in ix(store).list_index(namespace, statuses, page_size=2):
         assert row.stream not in found, f"list_index yielded {row.stream} twice"
         found[row.stream] = row.entry
     return found
@@ -35,15 +44,15 @@ class StatusIndexChecks(StoreHarness):
             stream = sid("indexed")
             running = entry("running", 1)
             await store.append_batch([AppendRequest(stream, 0, [b"started"], running)])
-            assert await store.get_index(stream) == running, "an append's entry is stored exactly"
+            assert await ix(store).get_index(stream) == running, "an append's entry is stored exactly"
             await store.append_batch([AppendRequest(stream, 1, [b"step", b"step"])])
-            assert await store.get_index(stream) == running, "an append without an entry leaves the entry as it was"
+            assert await ix(store).get_index(stream) == running, "an append without an entry leaves the entry as it was"
             waiting = entry("waiting_approval", 5, "a-1", "a-2")
             await store.append_batch([AppendRequest(stream, 3, [b"x", b"asked"], waiting)])
-            assert await store.get_index(stream) == waiting
-            assert await store.get_index(sid("never-written")) is None, "an unknown stream has no entry"
+            assert await ix(store).get_index(stream) == waiting
+            assert await ix(store).get_index(sid("never-written")) is None, "an unknown stream has no entry"
         async with self.opened(tmp_path) as store:
-            assert await store.get_index(stream) == waiting, "an acknowledged entry survives reopen"
+            assert await ix(store).get_index(stream) == waiting, "an acknowledged entry survives reopen"
 
     @pytest.mark.anyio
     async def test_a_conflicting_append_writes_no_entry(self, tmp_path: Path) -> None:
@@ -56,11 +65,11 @@ class StatusIndexChecks(StoreHarness):
                 AppendRequest(other, 0, [b"new"], entry("suspended", 1)),
             ])
             assert isinstance(results[0], Exception) and results[1] == 1
-            assert await store.get_index(stream) == entry("running", 2), "a conflict writes no entry"
-            assert await store.get_index(other) == entry("suspended", 1), "the batch's other requests keep theirs"
+            assert await ix(store).get_index(stream) == entry("running", 2), "a conflict writes no entry"
+            assert await ix(store).get_index(other) == entry("suspended", 1), "the batch's other requests keep theirs"
             results = await store.append_batch([AppendRequest(sid("fresh"), 3, [b"x"], entry("running", 4))])
             assert isinstance(results[0], Exception)
-            assert await store.get_index(sid("fresh")) is None
+            assert await ix(store).get_index(sid("fresh")) is None
             assert sid("fresh") not in await listed(store), "a refused append to a new stream leaves no trace"
 
     @pytest.mark.anyio
@@ -74,7 +83,7 @@ class StatusIndexChecks(StoreHarness):
             await store.append(sid("legacy"), 0, [b"written without an entry"])
             await store.append_batch([AppendRequest(sid("r1", "elsewhere"), 0, [b"x"], entry("running", 1))])
             if CAP_BLOBS in store.capabilities:
-                await store.put_blob(sid("only-blobs"), b"artifact")
+                await cast(BlobStore, store).put_blob(sid("only-blobs"), b"artifact")
             every = await listed(store)
             assert set(every) == {sid(n) for n in statuses} | {sid("legacy")}, (
                 "list_index(ns) yields every stream with records of ns (not blob-only ones, not other namespaces)")
@@ -92,14 +101,14 @@ class StatusIndexChecks(StoreHarness):
             self.require(store, CAP_STATUS_INDEX)
             stream = sid("repaired")
             await store.append(stream, 0, [b"a", b"b"])
-            assert await store.put_index(stream, entry("finished", 2), 1) is False, "a stale at_seq writes nothing"
-            assert await store.get_index(stream) is None
-            assert await store.put_index(stream, entry("finished", 2), 2) is True
-            assert await store.get_index(stream) == entry("finished", 2)
-            assert await store.put_index(stream, None, 2) is True, "None removes the entry"
-            assert await store.get_index(stream) is None
+            assert await ix(store).put_index(stream, entry("finished", 2), 1) is False, "a stale at_seq writes nothing"
+            assert await ix(store).get_index(stream) is None
+            assert await ix(store).put_index(stream, entry("finished", 2), 2) is True
+            assert await ix(store).get_index(stream) == entry("finished", 2)
+            assert await ix(store).put_index(stream, None, 2) is True, "None removes the entry"
+            assert await ix(store).get_index(stream) is None
             assert set(await listed(store, statuses={"finished"})) == {stream}, "without an entry it is listed anyway"
-            assert await store.put_index(sid("unknown"), entry("running", 0), 0) is False, "no entry for an unknown stream"
+            assert await ix(store).put_index(sid("unknown"), entry("running", 0), 0) is False, "no entry for an unknown stream"
             assert sid("unknown") not in await listed(store)
 
     @pytest.mark.anyio
@@ -112,11 +121,11 @@ class StatusIndexChecks(StoreHarness):
             await store.put_snapshot(kept, 3, b"state")
             await store.delete_records(kept, 3)
             await store.delete_stream(stream)
-            assert await store.get_index(stream) is None, "delete_stream removes the entry"
-            assert await store.get_index(kept) == entry("finished", 3), "compaction keeps it"
+            assert await ix(store).get_index(stream) is None, "delete_stream removes the entry"
+            assert await ix(store).get_index(kept) == entry("finished", 3), "compaction keeps it"
             assert set(await listed(store)) == {kept}
             await store.append_batch([AppendRequest(stream, 0, [b"anew"], entry("running", 1))])
-            assert await store.get_index(stream) == entry("running", 1), "a stream started anew gets its new entry"
+            assert await ix(store).get_index(stream) == entry("running", 1), "a stream started anew gets its new entry"
 
     @pytest.mark.anyio
     async def test_concurrent_appends_leave_the_last_acknowledged_entry(self, tmp_path: Path) -> None:
@@ -132,4 +141,4 @@ class StatusIndexChecks(StoreHarness):
                 for stream in streams:
                     tg.start_soon(writer, stream)
             for stream in streams:
-                assert await store.get_index(stream) == entry("running", 5, "a5")
+                assert await ix(store).get_index(stream) == entry("running", 5, "a5")
