@@ -137,7 +137,7 @@ class AgentJournal:
             span.set_attribute(tm.RAW_BYTES, sum(map(raw_size, frames)))
             span.set_attribute(tm.STORED_BYTES, stored)
             try:
-                await svc.committer.append(self.stream, first - 1, frames, index)
+                await svc.committer.append(self.stream, first - 1, frames, index=index)
             except ConflictError as exc:
                 raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc
         for record in records:
