@@ -67,6 +67,11 @@ from .sqlite_index import SQLiteStatusIndex
 from .sqlite_leases import SQLiteLeases
 
 
+#: Reader connections per store (each one aiosqlite thread): restores of several agents at
+#: once (a scan resuming them, ``status()`` under load) overlap their reads.
+READERS = 2
+
+
 class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
     """A ``Store`` in one SQLite database file (see the module docstring for the URL).
 
@@ -78,9 +83,9 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
     (cause attached) for SQLite errors such as "database is locked" past the busy
     timeout or I/O errors; the failed transaction is rolled back first.
 
-    Two connections per store, each used by one task at a time (an ``anyio.Lock``
-    each): the writer, and a reader for the reads (``_fetch``), so a read never
-    queues behind a write's fsync (WAL lets readers see the last commit while
+    ``1 + READERS`` connections per store, each used by one task at a time (an
+    ``anyio.Lock`` each): the writer, and readers for the reads (``_fetch``), so a
+    read never queues behind a write's fsync, nor much behind other reads (WAL lets readers see the last commit while
     a writer works). Several stores, in one process or many, may share the file.
     """
 
@@ -91,8 +96,10 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
         super().__init__()
         self.path, self.synchronous, self.busy_timeout_ms = path_from_url(url)
         self._db: aiosqlite.Connection | None = None
-        self._reader: aiosqlite.Connection | None = None  # reads only: WAL readers do not wait for the writer
-        self._read_lock = anyio.Lock()
+        # Reads only (WAL readers do not wait for the writer), each used by one task at a time.
+        self._readers: list[aiosqlite.Connection] = []
+        self._read_locks = [anyio.Lock() for _ in range(READERS)]
+        self._next_reader = 0
         self._absent = False  # the file did not exist at open: the first write creates it
         self._lock = anyio.Lock()
 
@@ -128,12 +135,20 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
             raise unavailable(exc) from exc
         try:
             await self._prepare_connection(db)
-            reader = await self._connect_reader()
+            readers: list[aiosqlite.Connection] = []
+            try:
+                for _ in range(READERS):
+                    readers.append(await self._connect_reader())
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    for reader in readers:
+                        await reader.close()
+                raise
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await db.close()
             raise
-        self._db, self._reader = db, reader
+        self._db, self._readers = db, readers
 
     async def _connect_reader(self) -> aiosqlite.Connection:
         """The reader connection (to a file the writer has set up): autocommit, so each
@@ -195,9 +210,9 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
         # Taking the lock lets an in-flight transaction finish before the connection
         # goes; shielded so a cancelled close still joins aiosqlite's thread.
         with anyio.CancelScope(shield=True):
-            async with self._read_lock:
-                reader, self._reader = self._reader, None
-                if reader is not None:
+            readers, self._readers = self._readers, []
+            for reader, lock in zip(readers, self._read_locks):
+                async with lock:
                     await reader.close()
             async with self._lock:
                 db, self._db = self._db, None
@@ -252,17 +267,22 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
     async def _fetch(self, sql: str, params: Sequence[object], *, writer: bool = False) -> list:
         """Run one read statement (autocommit, so it sees only committed data) on the
         reader connection, or on the writer's (``writer``: a WAL checkpoint)."""
-        if writer or self._reader is None:  # also: a file absent at open, connected (or not) here
+        if writer or not self._readers:  # also: a file absent at open, connected (or not) here
             async with self._lock:
                 db = await self._ready(create=False)
                 if db is None:
                     return []  # no file yet: nothing stored
                 return await self._run_read(db, sql, params)
-        async with self._read_lock:
-            reader = self._reader
-            if reader is None:
+        # A free reader if there is one, else the next in turn.
+        free = [i for i, lock in enumerate(self._read_locks) if not lock.locked()]
+        if free:
+            choice = free[0]
+        else:
+            choice = self._next_reader = (self._next_reader + 1) % READERS
+        async with self._read_locks[choice]:
+            if not self._readers:
                 raise StoreClosedError("SQLiteStore is not open")
-            return await self._run_read(reader, sql, params)
+            return await self._run_read(self._readers[choice], sql, params)
 
     @staticmethod
     async def _run_read(db: aiosqlite.Connection, sql: str, params: Sequence[object]) -> list:

@@ -256,16 +256,17 @@ class Runtime(Inspection):
         """
         return await self._resume(agent_id, force=force)
 
-    async def _resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
-        """``resume``, and the resumes of ``resume_all`` and commands.
+    async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = status_index.UNSEEN) -> AgentHandle | None:
+        """``resume``, and the resumes of ``resume_all`` and commands (``seen``: the status
+        index entry a scan just listed for it, so it is not read again).
 
         Single-flight: holding the agent id's lock, a second caller finds the
         first one's live actor and gets its handle instead of a second copy.
         """
         async with self._activating.hold(agent_id):
-            return await self._resume_held(agent_id, force=force)
+            return await self._resume_held(agent_id, force=force, seen=seen)
 
-    async def _resume_held(self, agent_id: str, *, force: bool) -> AgentHandle | None:
+    async def _resume_held(self, agent_id: str, *, force: bool, seen: Any = status_index.UNSEEN) -> AgentHandle | None:
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
         if self.draining:
@@ -274,7 +275,7 @@ class Runtime(Inspection):
         await self._claim(stream, force=force)
         try:
             journal = await self._restore_journal(agent_id)
-            await status_index.repair(self.store, stream, journal.state)  # a missing or stale entry is put right
+            await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
             if journal.state.status != RUNNING:
                 await self._leases.release(stream)
                 return None

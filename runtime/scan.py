@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING
 import anyio
 
 from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
+from durably.storage.spi import IndexedStream
 
 from .errors import AgentFencedError, AgentLeasedError, DefinitionNotRegisteredError
 from .state import RUNNING
-from .status_index import listing
+from .status_index import runnable_rows
 
 if TYPE_CHECKING:
     from .runtime import AgentHandle, Runtime
@@ -63,16 +64,17 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
         return result
     # With a status index only the streams it says may run (and those it has no
     # entry for) are restored and leased: an idle poll costs what is runnable.
-    streams = listing(runtime.store, runtime.namespace, {RUNNING}) or runtime.store.list_streams(runtime.namespace)
+    rows = runnable_rows(runtime.store, runtime.namespace)
+    streams = rows if rows is not None else _unindexed(runtime.store.list_streams(runtime.namespace))
     if shuffle:
         listed = [stream async for stream in streams]
         random.shuffle(listed)
         streams = _aiter(listed)
     outage: list[BaseException] = []
 
-    async def attempt(stream) -> None:
+    async def attempt(row: IndexedStream) -> None:
         try:
-            handle = await _resume_one(runtime, stream, result)
+            handle = await _resume_one(runtime, row, result)
         except (StoreUnavailableError, StoreClosedError) as exc:
             outage.append(exc)  # an outage is the whole store's, not this stream's (serve() backs off)
             return
@@ -82,10 +84,10 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
     # Up to RESUME_CONCURRENCY resumes at once: their leases, restores and ``resumed``
     # appends overlap, and the appends share group commits.
     chunk: list = []
-    async for stream in streams:
-        if stream.agent_id in runtime._live:
+    async for row in streams:
+        if row.stream.agent_id in runtime._live:
             continue
-        chunk.append(stream)
+        chunk.append(row)
         room = RESUME_CONCURRENCY if limit is None else min(RESUME_CONCURRENCY, limit - len(result.handles))
         if len(chunk) >= room:
             await _resume_chunk(chunk, attempt, outage)
@@ -109,10 +111,11 @@ async def _resume_chunk(chunk: list, attempt, outage: list[BaseException]) -> No
         raise outage[0]
 
 
-async def _resume_one(runtime: Runtime, stream, result: ScanResult) -> AgentHandle | None:
+async def _resume_one(runtime: Runtime, row: IndexedStream, result: ScanResult) -> AgentHandle | None:
     """Resume one stream's agent; None when it is not ours to run now (logged when unreadable)."""
+    stream = row.stream
     try:
-        return await runtime._resume(stream.agent_id)
+        return await runtime._resume(stream.agent_id, seen=row.entry)  # the entry just listed: not read again
     except AgentLeasedError as exc:
         result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
     except (DefinitionNotRegisteredError, AgentFencedError):
@@ -130,6 +133,12 @@ async def _resume_one(runtime: Runtime, stream, result: ScanResult) -> AgentHand
 async def _aiter(items):
     for item in items:
         yield item
+
+
+async def _unindexed(streams):
+    """A store without an index: every stream, as a row without an entry."""
+    async for stream in streams:
+        yield IndexedStream(stream, None)
 
 
 class FairShare:

@@ -27,7 +27,7 @@ from typing import Any, cast
 from durably.schemas.records import Kind, Record
 from durably.storage.errors import CodecError
 from durably.storage.records import RecordCodec
-from durably.storage.spi import CAP_STATUS_INDEX, IndexEntry, IndexStore, Store, StreamId
+from durably.storage.spi import CAP_STATUS_INDEX, IndexedStream, IndexEntry, IndexStore, Store, StreamId
 
 from .restore import restore
 from .state import RUNNING, AgentState, apply
@@ -106,8 +106,20 @@ async def _streams(store: IndexStore, namespace: str, statuses: Collection[str] 
         yield row.stream
 
 
-async def repair(store: Store, stream: StreamId, state: AgentState) -> None:
-    """After a restore of ``stream`` to ``state``: put its entry if the stored one is missing or says otherwise.
+#: ``repair``'s "the caller has not read the entry": it reads it itself.
+UNSEEN: Any = object()
+
+
+def runnable_rows(store: Store, namespace: str) -> AsyncIterator[IndexedStream] | None:
+    """The index rows of the streams of ``namespace`` that may run (status ``running``, or no
+    entry), with the entries seen; None when ``store`` has no index."""
+    found = index_store(store)
+    return None if found is None else found.list_index(namespace, {RUNNING})
+
+
+async def repair(store: Store, stream: StreamId, state: AgentState, seen: IndexEntry | None = UNSEEN) -> None:
+    """After a restore of ``stream`` to ``state``: put its entry if the stored one (``seen``, when
+    the caller read it just now, e.g. in a listing) is missing or says otherwise.
 
     Compare-and-set on the last seq: a record appended meanwhile wins (its
     writer knows better). ``updated_at`` of a repaired entry is the repair's time.
@@ -116,7 +128,8 @@ async def repair(store: Store, stream: StreamId, state: AgentState) -> None:
     if found is None or not state.last_seq:
         return
     wanted = entry_of(state, time.time())
-    if not _same(await found.get_index(stream), wanted):
+    stored = await found.get_index(stream) if seen is UNSEEN else seen
+    if not _same(stored, wanted):
         await found.put_index(stream, wanted, state.last_seq)
 
 
