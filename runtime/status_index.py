@@ -22,12 +22,12 @@ import logging
 import time
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from durably.schemas.records import Kind, Record
 from durably.storage.errors import CodecError
 from durably.storage.records import RecordCodec
-from durably.storage.spi import CAP_STATUS_INDEX, IndexedStream, IndexEntry, IndexStore, Store, StreamId
+from durably.storage.spi import IndexedStream, IndexEntry, IndexStore, Store, StreamId, supports_status_index
 
 from .restore import restore
 from .state import RUNNING, AgentState, apply
@@ -48,12 +48,12 @@ JOURNALED = frozenset({RUNNING, "waiting_approval", "suspended", "finished", "fa
 
 def indexed(store: Store) -> bool:
     """True when ``store`` declares ``CAP_STATUS_INDEX``."""
-    return CAP_STATUS_INDEX in getattr(store, "capabilities", ())
+    return supports_status_index(store)
 
 
 def index_store(store: Store) -> IndexStore | None:
     """``store`` as an ``IndexStore`` when it declares ``CAP_STATUS_INDEX``, else None."""
-    return cast(IndexStore, store) if indexed(store) else None
+    return store if supports_status_index(store) else None
 
 
 def entry_of(state: AgentState, updated_at: float) -> IndexEntry:

@@ -18,8 +18,9 @@ from .errors import (
     UnsafeCompactionError,
 )
 from .registry import known_schemes, open_store, register_store
+from .spi import OPTIONAL_PROTOCOLS, declared_capabilities, supports_blobs, supports_changes, supports_leases
 from .spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId
-from .spi import IndexedStream, IndexEntry, IndexStore
+from .spi import IndexedStream, IndexEntry, IndexStore, supports_status_index
 
 __all__ = [
     "CAP_BLOBS", "CAP_CHANGES", "CAP_LEASES", "CAP_SINGLE_PROCESS", "ChangeStore", "ChangeSubscription", "AppendRequest", "Lease", "LeaseStore", "BlobNotFoundError", "BlobStore", "CodecError", "ConflictError", "CorruptRecordError",
@@ -27,5 +28,6 @@ __all__ = [
     "StoreUnavailableError", "StoredRecord", "StoredSnapshot", "StreamId", "TruncatedRecordError",
     "UnencodableValueError", "UnknownSchemaVersionError", "UnknownSchemeError", "UnsafeCompactionError",
     "known_schemes", "open_store", "register_store",
-    "CAP_STATUS_INDEX", "IndexEntry", "IndexStore", "IndexedStream",
+    "OPTIONAL_PROTOCOLS", "declared_capabilities", "supports_blobs", "supports_changes", "supports_leases",
+    "CAP_STATUS_INDEX", "IndexEntry", "IndexStore", "IndexedStream", "supports_status_index",
 ]
