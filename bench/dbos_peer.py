@@ -37,13 +37,15 @@ def available() -> bool:
 
 @dataclass
 class DbosRun:
-    """One DBOS run: ``wall_s``, per-step seconds, steps and the database's file bytes after close."""
+    """One DBOS run: ``wall_s``, per-step seconds, steps, the database's file bytes after close,
+    checkpoints (rows of ``operation_outputs``) and the child's CPU seconds over the run (all threads)."""
 
     wall_s: float
     latencies: list[float]
     steps: int
     file_bytes: int
     checkpoints: int
+    cpu_s: float
 
 
 def file_bytes(path: Path) -> int:
@@ -66,7 +68,7 @@ async def run_dbos(path: Path, steps: int, seed: int, agent: int = 0) -> DbosRun
     doc = json.loads(out.read_text(encoding="utf-8"))
     out.unlink()
     # Counted here, after the child exited: every connection is closed.
-    return DbosRun(doc["wall_s"], doc["latencies"], doc["steps"], file_bytes(path), doc["checkpoints"])
+    return DbosRun(doc["wall_s"], doc["latencies"], doc["steps"], file_bytes(path), doc["checkpoints"], doc["cpu_s"])
 
 
 def _child(db: Path, steps_count: int, seed: int, agent: int) -> dict[str, Any]:
@@ -117,12 +119,12 @@ def _child(db: Path, steps_count: int, seed: int, agent: int) -> dict[str, Any]:
     event.listen(engine.pool, "connect", durable)
     engine.dispose()  # the connections made from now on get the pragmas
 
-    async def main() -> tuple[float, int]:
-        start = time.perf_counter()
+    async def main() -> tuple[float, float, int]:
+        start, cpu = time.perf_counter(), time.process_time()
         messages = await agent_loop(TASK)
-        return time.perf_counter() - start, messages
+        return time.perf_counter() - start, time.process_time() - cpu, messages
 
-    wall, messages = asyncio.run(main())
+    wall, cpu, messages = asyncio.run(main())
     with engine.connect() as conn:
         checkpoints = conn.execute(text("SELECT count(*) FROM operation_outputs")).scalar_one()
         journal_mode = conn.execute(text("PRAGMA journal_mode")).scalar_one()
@@ -132,7 +134,7 @@ def _child(db: Path, steps_count: int, seed: int, agent: int) -> dict[str, Any]:
     if messages != 2 + 2 * len(steps) + 1:
         raise RuntimeError(f"DBOS run ended with {messages} messages, expected {2 + 2 * len(steps) + 1}")
     latencies = [b - a for a, b in zip(stamps, stamps[1:])]
-    return {"wall_s": wall, "latencies": latencies, "steps": len(steps), "checkpoints": checkpoints}
+    return {"wall_s": wall, "cpu_s": cpu, "latencies": latencies, "steps": len(steps), "checkpoints": checkpoints}
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ SQLite file in the scratch folder with WAL and ``synchronous=FULL``:
 * ``langgraph-DurablySaver`` (at ``sizes.peer_steps`` only): LangGraph's graph
   again with one line changed, ``checkpointer=DurablySaver.from_url(...)``.
 
-Bytes are counted the same way for every system: every file of the database
+Time is reported two ways: steps/s (wall) and CPU per step (the process's CPU
+time over the run, every thread; DBOS's in its child process), which a loaded
+machine does not inflate. Bytes are counted the same way for every system: every file of the database
 after it was closed (the database, ``-wal``, ``-shm``, ``-journal``). Each
 length of ``sizes.peer_series`` is run for every system in turn
 (interleaved), for the bytes-vs-N and steps/s-vs-N charts; the ratios are
@@ -26,6 +28,7 @@ own cost per step from its checkpointer's.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import anyio
@@ -60,9 +63,10 @@ def _remove(path: Path) -> None:
 class _Run:
     """What every system reports for one length: wall, latencies, file bytes, restore (or None)."""
 
-    def __init__(self, wall_s: float, latencies: list[float], file_bytes: int, restore_cold_s: float | None = None,
-                 restore_warm_s: list[float] | None = None, checkpoints: int | None = None) -> None:
-        self.wall_s, self.latencies, self.file_bytes = wall_s, latencies, file_bytes
+    def __init__(self, wall_s: float, cpu_s: float, latencies: list[float], file_bytes: int,
+                 restore_cold_s: float | None = None, restore_warm_s: list[float] | None = None,
+                 checkpoints: int | None = None) -> None:
+        self.wall_s, self.cpu_s, self.latencies, self.file_bytes = wall_s, cpu_s, latencies, file_bytes
         self.restore_cold_s, self.restore_warm_s, self.checkpoints = restore_cold_s, restore_warm_s, checkpoints
 
 
@@ -70,21 +74,23 @@ async def _durably(bench: Bench, path: Path, steps: int, restore: bool) -> _Run:
     url = f"sqlite:///{path}"
     namespace = bench.namespace(SUITE, steps)
     async with open_store(url) as store:
+        cpu = time.process_time()
         run = await run_agents(store, namespace, [bench.conversation(steps)])
+        cpu = time.process_time() - cpu
     cold, warm = (await measure_restore(url, namespace, run.streams[0].agent_id, bench.sizes.restore_repeats)
                   if restore else (None, None))
-    return _Run(run.wall_s, run.latencies[0], dbos_peer.file_bytes(path), cold, warm)
+    return _Run(run.wall_s, cpu, run.latencies[0], dbos_peer.file_bytes(path), cold, warm)
 
 
 async def _langgraph(bench: Bench, path: Path, steps: int, saver: str) -> _Run:
     lg = await peers.run_langgraph(path, bench.conversation(steps), saver=saver,
                                    restore_repeats=bench.sizes.restore_repeats)
-    return _Run(lg.wall_s, lg.latencies, lg.file_bytes, lg.restore_cold_s, lg.restore_warm_s, lg.checkpoints)
+    return _Run(lg.wall_s, lg.cpu_s, lg.latencies, lg.file_bytes, lg.restore_cold_s, lg.restore_warm_s, lg.checkpoints)
 
 
 async def _dbos(bench: Bench, path: Path, steps: int) -> _Run:
     run = await dbos_peer.run_dbos(path, steps, bench.workload.seed)
-    return _Run(run.wall_s, run.latencies, dbos_peer.file_bytes(path), checkpoints=run.checkpoints)
+    return _Run(run.wall_s, run.cpu_s, run.latencies, dbos_peer.file_bytes(path), checkpoints=run.checkpoints)
 
 
 async def _one(bench: Bench, system: str, steps: int, headline: bool) -> _Run:
@@ -136,6 +142,7 @@ async def run(bench: Bench) -> None:
             params = {"steps": steps}
             r.add(SUITE, "steps_per_s", steps / run_.wall_s, "steps/s", system=system, store=STORES[system], **params)
             r.add(SUITE, "file_bytes", run_.file_bytes, "B", system=system, store=STORES[system], **params)
+            r.add(SUITE, "cpu_per_step", run_.cpu_s / steps * 1e3, "ms", system=system, store=STORES[system], **params)
             if steps == headline:
                 runs[system] = run_
     if SYSTEM in systems:
@@ -154,6 +161,7 @@ def _headline(bench: Bench, runs: dict[str, _Run], steps: int) -> None:
         if system == BRIDGE:
             r.add(SUITE, "steps_per_s", steps / run_.wall_s, "steps/s", system=system, store=store, **params)
             r.add(SUITE, "file_bytes", run_.file_bytes, "B", system=system, store=store, **params)
+            r.add(SUITE, "cpu_per_step", run_.cpu_s / steps * 1e3, "ms", system=system, store=store, **params)
         if run_.checkpoints is not None:
             r.add(SUITE, "checkpoints", run_.checkpoints, "count", system=system, store=store, **params)
             r.add(SUITE, "checkpoints_per_s", run_.checkpoints / run_.wall_s, "checkpoints/s", system=system,
@@ -165,8 +173,8 @@ def _headline(bench: Bench, runs: dict[str, _Run], steps: int) -> None:
     for peer, short in ((SYSTEM, "langgraph"), (DBOS, "dbos")):
         if peer not in runs:
             continue
-        for name, better in (("steps_per_s", "higher"), ("file_bytes", "lower"), ("restore_cold", "lower"),
-                             ("restore_warm_p50", "lower")):
+        for name, better in (("steps_per_s", "higher"), ("cpu_per_step", "lower"), ("file_bytes", "lower"),
+                             ("restore_cold", "lower"), ("restore_warm_p50", "lower")):
             r.ratio(SUITE, f"{name} durably/{short}", r.find(SUITE, name, DURABLY, **params),
                     r.find(SUITE, name, peer, **params), better=better, **params)
     if BRIDGE in runs:
