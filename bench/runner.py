@@ -68,6 +68,8 @@ async def run_bench(store: str | None, suites: Iterable[str], sizes: Sizes, *, m
             results.note(f"the limit is plain aiosqlite on {scratch}; durably runs on {bench.store}")
         if requests is not None:
             results.note("requests per step are counted at the bench's own S3 server (durably.bench.s3_server)")
+        elif urlsplit(bench.store).scheme == "s3":
+            results.note("requests per step are counted only at the bench's own server: durably bench --local-s3")
         for name in names:
             await SUITES[name](bench)
         check_targets(results)
