@@ -64,8 +64,12 @@ def _only(scheme: tuple[str, ...], inner: Value, elsewhere: str) -> Value:
     return measure
 
 
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _between(ratio: Ratio) -> str:
-    return f"{ratio.numerator['value']:,.4g} / {ratio.denominator['value']:,.4g} {ratio.numerator['unit']}"
+    return f"{_number(ratio.numerator['value'])} / {_number(ratio.denominator['value'])} {ratio.numerator['unit']}"
 
 
 def _restore_note(figure: Figure, results: Results) -> str:
