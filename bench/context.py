@@ -59,7 +59,6 @@ FULL = Sizes(append_records=8_000, append_concurrency=(1, 4, 16, 64), conversati
              agent_steps=300, growth_steps=10_000, restore_records=(100, 1_000, 10_000, 100_000), restore_repeats=10,
              codec_steps=2_000, overhead_steps=2_000, peer_steps=1_000, peer_series=(100, 250, 500, 1_000),
              many_agents=1_000, many_steps=20, parked_agents=10_000)
-             codec_steps=2_000, overhead_steps=2_000, peer_steps=1_000)
 FULL = replace(FULL, scan_agents=100_000)  # the scan suite's target size
 MODES = {"quick": QUICK, "medium": MEDIUM, "full": FULL}
 
