@@ -19,7 +19,10 @@ from durably.storage.spi import (
     CAP_BLOBS,
     CAP_LEASES,
     CAP_SINGLE_PROCESS,
+    CAP_STATUS_INDEX,
     AppendRequest,
+    IndexedStream,
+    IndexEntry,
     Lease,
     StoredRecord,
     StoredSnapshot,
@@ -35,6 +38,7 @@ class _Stream:
     records: dict[int, bytes] = field(default_factory=dict)
     snapshots: dict[int, bytes] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
+    index: IndexEntry | None = None  # CAP_STATUS_INDEX: set in the same step as the records
 
 
 _shared: dict[str, dict[StreamId, _Stream]] = {}
@@ -50,7 +54,7 @@ class MemoryStore(StoreBase):
     """
 
     #: Its data lives in this process's memory: another process sees another store.
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES, CAP_SINGLE_PROCESS})
+    capabilities = frozenset({CAP_BLOBS, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX})
 
     def __init__(self, url: str = "memory://") -> None:
         super().__init__()
@@ -76,6 +80,8 @@ class MemoryStore(StoreBase):
             for offset, data in enumerate(request.records, start=1):
                 stream.records[actual + offset] = data
             stream.last_seq = actual + len(request.records)
+            if request.index is not None:
+                stream.index = request.index
             results.append(stream.last_seq)
         return results
 
@@ -161,6 +167,36 @@ class MemoryStore(StoreBase):
         if found is None or digest not in found.blobs:
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         return found.blobs[digest]
+
+    # -- status index (CAP_STATUS_INDEX) -----------------------------------------
+    # Entries sit on the stream's own entry, changed with its records in one step
+    # of the event loop: as atomic as the appends. A listing walks the namespace
+    # (this store is for tests; its cost follows the namespace, not the index).
+
+    async def list_index(self, namespace: str, statuses=None, *, page_size: int = 512) -> AsyncIterator[IndexedStream]:
+        """See ``IndexStore.list_index``. Raises ``StoreClosedError``."""
+        self._check_open()
+        wanted = None if statuses is None else frozenset(statuses)
+        found = [IndexedStream(stream, held.index) for stream, held in self._streams.items()
+                 if stream.namespace == namespace and held.last_seq > 0
+                 and (held.index is None or wanted is None or held.index.status in wanted)]
+        for row in found:
+            yield row
+
+    async def get_index(self, stream: StreamId) -> IndexEntry | None:
+        """See ``IndexStore.get_index``. Raises ``StoreClosedError``."""
+        self._check_open()
+        found = self._streams.get(stream)
+        return found.index if found is not None else None
+
+    async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
+        """See ``IndexStore.put_index``. Raises ``StoreClosedError``."""
+        self._check_open()
+        found = self._streams.get(stream)
+        if found is None or found.last_seq == 0 or found.last_seq != at_seq:
+            return False
+        found.index = entry
+        return True
 
     # -- leases (CAP_LEASES) ----------------------------------------------------
     # No await between the check and the write in these methods, so each is atomic

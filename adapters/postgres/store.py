@@ -47,7 +47,7 @@ from durably.storage.errors import (
     UnsafeCompactionError,
 )
 from durably.storage.spi import (
-    CAP_BLOBS, CAP_CHANGES, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append,
+    CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_STATUS_INDEX, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append,
 )
 
 from . import schema as layout
@@ -55,6 +55,7 @@ from .changes import PostgresChanges
 from .faults import OutcomeUnknown, connection_lost, retrying, translate, with_retries
 from .leases import PostgresLeases
 from .options import PostgresOptions, redacted
+from .status_index import PostgresStatusIndex, check_entries, entry_rows, index_sql
 
 T = TypeVar("T")
 log = logging.getLogger("durably.adapters.postgres")
@@ -62,7 +63,7 @@ log = logging.getLogger("durably.adapters.postgres")
 _MAX_SEQ = (1 << 63) - 1
 
 
-class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
+class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreBase):
     """A ``Store`` in a PostgreSQL schema, shared by any number of processes on any hosts.
 
     In: ``url`` such as ``postgresql://app@db:5432/agents?schema=durably`` (see
@@ -80,7 +81,7 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
     Message DB, a stream row per stream carrying its version.
     """
 
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES, CAP_CHANGES})
+    capabilities = frozenset({CAP_BLOBS, CAP_LEASES, CAP_CHANGES, CAP_STATUS_INDEX})  # index: status_index.py
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -126,6 +127,7 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
                         "WHERE st.namespace = $1 AND st.agent_id = $2 AND b.digest = $3",
         }
         self._sql.update(self._lease_sql(s))
+        self._sql.update(index_sql(s))
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._url!r})"
@@ -218,8 +220,10 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
         self._check_open()
         for request in requests:
             check_append(request)
+        check_entries(requests)
         if not requests:
             return []
+        indexed = any(r.index is not None for r in requests)
         args = (
             uuid.uuid4(),
             [r.stream.namespace for r in requests],
@@ -244,7 +248,7 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
                     else:
                         unknown = None  # never sent, or known not to have committed: (re)send
                         try:
-                            results = await self._append_once(sql, args)
+                            results = await self._append_once(sql, args, requests if indexed else None)
                         except OutcomeUnknown as exc:
                             unknown = exc
                             raise
@@ -258,12 +262,19 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase):
             for request, result in zip(requests, results, strict=True)
         ]
 
-    async def _append_once(self, sql: str, args: tuple) -> list[int]:
-        """One append statement. Raises ``OutcomeUnknown`` when the connection failed mid-call."""
+    async def _append_once(self, sql: str, args: tuple, indexed: Sequence[AppendRequest] | None = None) -> list[int]:
+        """One append statement (with ``indexed``, the requests, in one transaction with their
+        index entries: ``status_index``). Raises ``OutcomeUnknown`` when the connection failed mid-call."""
         async with self._connection() as conn:
             pid = conn.get_server_pid()
             try:
-                return list(await conn.fetchval(sql, *args))
+                if indexed is None:
+                    return list(await conn.fetchval(sql, *args))
+                async with conn.transaction():
+                    results = list(await conn.fetchval(sql, *args))
+                    if (rows := entry_rows(indexed, results)) is not None:
+                        await conn.execute(self._sql["set_entries"], *rows)
+                return results
             except asyncpg.UniqueViolationError as exc:
                 if exc.constraint_name != "commits_pkey":
                     raise

@@ -11,11 +11,11 @@ before compaction); the worker SIGKILLs itself at the chosen occurrence.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 
 import anyio
 
-from durably.storage.spi import AppendRequest, Lease, Store, StoredRecord, StoredSnapshot, StreamId
+from durably.storage.spi import AppendRequest, IndexedStream, IndexEntry, Lease, Store, StoredRecord, StoredSnapshot, StreamId
 from durably.storage.torture import Ledger
 
 
@@ -102,3 +102,15 @@ class LedgeredStore:
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
         return await self.inner.get_lease(stream)  # type: ignore[attr-defined]
+
+    # The status index (CAP_STATUS_INDEX), when the store keeps one: forwarded as it is.
+
+    def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
+                   page_size: int = 512) -> AsyncIterator[IndexedStream]:
+        return self.inner.list_index(namespace, statuses, page_size=page_size)  # type: ignore[attr-defined]
+
+    async def get_index(self, stream: StreamId) -> IndexEntry | None:
+        return await self.inner.get_index(stream)  # type: ignore[attr-defined]
+
+    async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
+        return await self.inner.put_index(stream, entry, at_seq)  # type: ignore[attr-defined]
