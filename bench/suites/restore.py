@@ -22,6 +22,7 @@ from durably.runtime.agent import HistoryPolicy
 from durably.runtime.snapshots import SnapshotPolicy
 from durably.runtime.state import AgentState, apply
 from durably.schemas.records import Kind, Record
+from durably.storage.codec import raw_size
 from durably.storage.records import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import Store, StoredSnapshot, StreamId
@@ -75,12 +76,12 @@ async def build_history(store: Store, stream: StreamId, entries: list[tuple[str,
         apply(state, record)
         pending.append(frame)
         since_records += 1
-        since_bytes += len(frame)
+        since_bytes += raw_size(frame)  # the policy weighs raw bytes, as AgentJournal does
         if policy.due(since_records, since_bytes, snapshot_bytes):
             await flush()
             snapshot = codec.encode_snapshot(seq, state.to_wire())
             await store.put_snapshot(stream, seq, snapshot)
-            snapshot_bytes, since_records, since_bytes = len(snapshot), 0, 0
+            snapshot_bytes, since_records, since_bytes = raw_size(snapshot), 0, 0
         if len(pending) >= _BATCH:
             await flush()
     await flush()
