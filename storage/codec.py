@@ -14,6 +14,20 @@ Every record and snapshot is stored as one frame::
     15     4     CRC-32 (zlib) of the frame's place, bytes 0..14 and the payload
     19     ...   payload
 
+Format 3 (plaintext record frames compressed with a shipped zstd dictionary,
+``durably.storage.dictionaries``) adds a 4-byte dictionary id before the CRC,
+a 23-byte header::
+
+    15     4     dictionary id: the zstd dictionary id of the payload's dictionary
+    19     4     CRC-32 as in format 2 (bytes 0..18, seeded with the place)
+    23     ...   payload: a zstd frame without its 4-byte magic number and
+                 dictionary id (the header names both), with its content size
+
+A frame naming a dictionary this build does not ship fails with
+``UnknownDictionaryError`` (an ``UnknownSchemaVersionError``): the agent stops,
+the data stays. Formats 1 and 2 are still read; snapshots, encrypted frames
+and frames encoded without a place are written as before.
+
 The checksum catches flipped bits; the stored size catches a torn (truncated)
 frame; raw size lets decoding refuse a decompression bomb before it inflates.
 Format 2 seeds the CRC with the frame's place (``place_seed``: namespace,
@@ -59,7 +73,7 @@ from typing import Any, Protocol
 import cbor2
 import zstandard
 
-from . import values
+from . import dictionaries, values
 
 from .errors import (
     CorruptRecordError,
@@ -69,16 +83,22 @@ from .errors import (
     InvalidRequestError,
     TruncatedRecordError,
     UnencodableValueError,
+    UnknownDictionaryError,
 )
 
 MAGIC = b"dy"
 FORMAT_VERSION = 2  # written when the frame's place is known (see place_seed)
 UNBOUND_FORMAT = 1  # CRC of header and payload only: written without a place, always read
+FORMAT_DICTIONARY = 3  # format 2 plus the id of the zstd dictionary the payload was compressed with
 FLAG_ZSTD = 0x01
 FLAG_ENCRYPTED = 0x02
 _HEADER = struct.Struct(">2sBBBHII")  # magic, format, flags, schema id, schema version, raw, stored
+_HEADER_DICT = struct.Struct(">2sBBBHIII")  # the same, then the dictionary id (format 3)
 _CRC = struct.Struct(">I")
 HEADER_SIZE = _HEADER.size + _CRC.size
+HEADER_SIZE_DICT = _HEADER_DICT.size + _CRC.size
+_DICT_ID_SIZE = _HEADER_DICT.size - _HEADER.size
+_SHIPPED = object()  # Codec's default dictionary: dictionaries.DEFAULT as it is when the codec is made
 
 _AAD_PREFIX = b"durably/frame-aad/1\x00"
 _AAD_FIELDS = struct.Struct(">BBBHIQ")  # format, flags, schema id, schema version, raw size, seq
@@ -255,18 +275,24 @@ class Codec:
     overhead outweighs the gain on tiny records. ``limits`` bound decoding.
     ``cipher``: encrypt every frame written and decrypt those read (a
     ``FrameCipher``, shareable between codecs and threads); None: plaintext.
+    ``dictionary``: the id of the shipped zstd dictionary small frames are
+    compressed with (default ``dictionaries.DEFAULT``; None: none). Frames
+    naming any shipped dictionary are read whatever it says.
     """
 
     def __init__(self, *, level: int = 3, min_compress_size: int = 256, limits: CodecLimits | None = None,
-                 cipher: FrameCipher | None = None) -> None:
+                 cipher: FrameCipher | None = None, dictionary: int | None | object = _SHIPPED) -> None:
         self.limits = limits or CodecLimits()
         self.cipher = cipher
+        self.dictionary: int | None = dictionaries.DEFAULT if dictionary is _SHIPPED else dictionary  # type: ignore[assignment]
+        self._level = level
         self._min_compress = min_compress_size
         self._compressor = zstandard.ZstdCompressor(level=level)
         self._decompressor = zstandard.ZstdDecompressor()
+        self._dictionaries = dictionaries.DictionaryFrames(self.dictionary, level)
 
     def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str = "value", check: bool = True,
-               tagged: bool = True, stream=None, seq: int | None = None) -> bytes:
+               tagged: bool = True, stream=None, seq: int | None = None, small: bool = False) -> bytes:
         """Encode ``value`` as a frame (bytes).
 
         Raises ``UnencodableValueError`` with the field path (rooted at ``path``)
@@ -277,7 +303,9 @@ class Codec:
         plain data only, no tag conversion needed).
         ``stream`` (``StreamId``) and ``seq`` say where the frame will be stored;
         an encrypting codec binds the ciphertext to them and raises ``ValueError``
-        without them.
+        without them. ``small``: the value is one of many small ones (a record);
+        a plaintext frame with a place is then compressed with the codec's
+        ``dictionary`` (format 3) when that makes it smaller.
         """
         if check:
             tagged = check_encodable(value, path, self.limits.max_depth)
@@ -292,6 +320,13 @@ class Codec:
                                         f"{self.limits.max_raw_size}-byte limit that decoding allows")
         flags = 0
         payload = raw
+        if small and self.dictionary is not None and self.cipher is None and stream is not None and seq is not None:
+            compressed = self._dictionaries.compress(raw)
+            if len(compressed) + _DICT_ID_SIZE < len(raw):
+                header = _HEADER_DICT.pack(MAGIC, FORMAT_DICTIONARY, FLAG_ZSTD, schema_id, schema_version, len(raw),
+                                           len(compressed), self.dictionary)
+                crc = zlib.crc32(compressed, zlib.crc32(header, place_seed(stream, seq)))
+                return b"".join((header, _CRC.pack(crc), compressed))
         if len(raw) >= self._min_compress:
             compressed = self._compressor.compress(raw)
             if len(compressed) < len(raw):
@@ -331,25 +366,48 @@ class Codec:
         view = memoryview(data)
         if len(view) < HEADER_SIZE:
             raise TruncatedRecordError(f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE}-byte header", stream=stream, seq=seq)
-        magic, fmt, flags, schema_id, schema_version, raw_size, stored_size = _HEADER.unpack_from(view)
+        header, dictionary = _HEADER, 0
+        if view[2] == FORMAT_DICTIONARY:
+            if len(view) < HEADER_SIZE_DICT:
+                raise TruncatedRecordError(f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE_DICT}-byte "
+                                           "header of format 3", stream=stream, seq=seq)
+            header = _HEADER_DICT
+            magic, fmt, flags, schema_id, schema_version, raw_size, stored_size, dictionary = header.unpack_from(view)
+        else:
+            magic, fmt, flags, schema_id, schema_version, raw_size, stored_size = header.unpack_from(view)
         if magic != MAGIC:
             raise CorruptRecordError("not a durably frame (bad magic)", stream=stream, seq=seq)
-        if fmt not in (FORMAT_VERSION, UNBOUND_FORMAT):
+        if fmt not in (FORMAT_DICTIONARY, FORMAT_VERSION, UNBOUND_FORMAT):
             raise CorruptRecordError(f"unknown frame format version {fmt}", stream=stream, seq=seq)
-        if fmt == FORMAT_VERSION and (stream is None or seq is None):
-            raise InvalidRequestError("a format 2 frame is bound to its place: decoding it needs its stream and seq")
-        payload = view[HEADER_SIZE:]
+        if fmt != UNBOUND_FORMAT and (stream is None or seq is None):
+            raise InvalidRequestError(f"a format {fmt} frame is bound to its place: decoding it needs its stream and seq")
+        payload = view[header.size + _CRC.size:]
         if len(payload) < stored_size:
             raise TruncatedRecordError(f"frame payload has {len(payload)} of {stored_size} bytes", stream=stream, seq=seq)
         if len(payload) > stored_size:
             raise CorruptRecordError(f"{len(payload) - stored_size} unexpected bytes after the frame", stream=stream, seq=seq)
-        (crc,) = _CRC.unpack_from(view, _HEADER.size)
-        seed = place_seed(stream, seq) if fmt == FORMAT_VERSION else 0
-        if zlib.crc32(payload, zlib.crc32(view[: _HEADER.size], seed)) != crc:
+        (crc,) = _CRC.unpack_from(view, header.size)
+        seed = place_seed(stream, seq) if fmt != UNBOUND_FORMAT else 0
+        if zlib.crc32(payload, zlib.crc32(view[: header.size], seed)) != crc:
             where = " (or the frame was copied from another stream or seq)" if seed else ""
             raise CorruptRecordError(f"checksum mismatch{where}", stream=stream, seq=seq)
         if raw_size > self.limits.max_raw_size:
             raise FrameLimitError(f"frame would decode to {raw_size} bytes, over the {self.limits.max_raw_size}-byte limit", stream=stream, seq=seq)
+        if fmt == FORMAT_DICTIONARY:
+            if flags != FLAG_ZSTD:  # this format is only written for plaintext frames compressed with a dictionary
+                raise CorruptRecordError(f"format 3 frame with flags {flags:#x}", stream=stream, seq=seq)
+            if self.cipher is not None and self.cipher.required:
+                raise EncryptionRequiredError("plaintext frame where encryption is required", stream=stream, seq=seq)
+            try:
+                raw = self._dictionaries.decompress(payload, dictionary, raw_size)
+                value = self._loads(raw, stream, seq)
+            except UnknownDictionaryError as exc:
+                raise UnknownDictionaryError(dictionary, exc.known, stream=stream, seq=seq) from None
+            except (ValueError, zstandard.ZstdError) as exc:  # CBORDecodeError is a ValueError
+                cls = FrameLimitError if "depth" in str(exc) else CorruptRecordError
+                raise cls(f"{'cbor' if isinstance(exc, cbor2.CBORDecodeError) else 'zstd'}: {exc}",
+                          stream=stream, seq=seq) from exc
+            return Frame(schema_id, schema_version, value, raw_size, len(payload))
         if flags & FLAG_ENCRYPTED:
             if self.cipher is None:
                 raise DecryptionError("frame is encrypted and this codec has no cipher (key provider)", stream=stream, seq=seq)

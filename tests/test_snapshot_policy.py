@@ -72,7 +72,10 @@ async def test_tail_ratio_compares_raw_tail_with_the_raw_snapshot(tmp_path, rati
     assert len(seqs) >= 2
     for before, after in zip(seqs, seqs[1:]):
         tail = sum(raw[before:after])  # records before+1 .. after (seq s is raw[s - 1])
-        assert tail >= ratio * sizes[before], (before, after, tail, sizes[before])
+        # Until the background writer reports a snapshot's size, the journal estimates it as the
+        # last size plus the tail, while the state grows by up to twice that (a tool result sits in
+        # the conversation and in the ledger): hence the factor 2. Stored sizes gave 0.008 here.
+        assert tail >= ratio * sizes[before] / 2, (before, after, tail, sizes[before])
     # What a restore hands the policy is raw too: the newest snapshot's size and the tail after it.
     assert restored.snapshot_raw == sizes[seqs[-1]]
     assert restored.tail_raw == sum(raw[seqs[-1]:])
