@@ -214,11 +214,13 @@ def journal_entries(steps: list[Step], namespace: str, agent_id: str, run_id: st
         "instructions": "You are a careful software engineer. Use the tools.",
         "budget": {"steps": None, "tokens": None, "cost_usd": None}, "worker": "bench",
     })]
-    for step in steps:
-        key = idempotency_key(namespace, agent_id, run_id, step.call_id)
+    for turn, step in enumerate(steps, start=1):
+        # As the actor journals it (AgentActor._journal_calls): the key from the turn and the
+        # call's position, written into the call, so restore never derives it again.
+        key = idempotency_key(namespace, agent_id, run_id, f"{turn}:0:{step.call_id}")
         usage = {"input_tokens": step.input_tokens, "output_tokens": step.output_tokens,
                  "cost_usd": round(step.input_tokens * 3e-6 + step.output_tokens * 15e-6, 6)}
-        call = {"id": step.call_id, "name": step.tool, "arguments": step.arguments}
+        call = {"id": step.call_id, "name": step.tool, "arguments": step.arguments, "key": key}
         entries.append((Kind.MODEL_RESPONDED, {"text": step.text, "tool_calls": [call], "usage": usage,
                                                 "plan": None, "model": MODEL_NAME}))
         entries.append((Kind.TOOL_INTENT, {"key": key, "call_id": step.call_id, "tool": step.tool, "attempt": 1}))
