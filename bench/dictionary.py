@@ -29,7 +29,7 @@ from durably.storage import values
 from durably.storage import dictionaries
 from durably.storage.codec import Codec
 from durably.storage.dictionaries import DICTIONARY_SIZE, RECORDS_V1
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 
 from .agent import run_agents

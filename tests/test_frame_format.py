@@ -36,7 +36,7 @@ from durably.storage.errors import (
     UnknownDictionaryError,
     UnknownSchemaVersionError,
 )
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
 
 FORMAT2 = Path(__file__).resolve().parent / "golden" / "format2"

@@ -15,7 +15,7 @@ from durably.runtime import AgentDefinition, Runtime, tool
 from durably.runtime.restore import restore
 from durably.runtime.snapshots import SnapshotPolicy
 from durably.storage.codec import raw_size
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import StreamId
 from opentelemetry import trace

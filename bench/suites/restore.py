@@ -29,7 +29,7 @@ from durably.runtime.state import AgentState, apply
 from durably.schemas.records import Kind, Record
 from durably.storage.codec import FLAG_ZSTD, FORMAT_DICTIONARY, HEADER_SIZE, HEADER_SIZE_DICT, raw_size
 from durably.storage.dictionaries import DictionaryFrames
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import Store, StoredSnapshot, StreamId
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from durably.schemas.records import Kind, Record
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import StreamId
 
 OUT = Path(__file__).resolve().parent / "format3"

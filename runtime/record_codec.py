@@ -1,0 +1,146 @@
+"""Records and snapshots to frames and back, with the schema version checks.
+
+This is where the codec meets the schemas: it stamps the current schema
+version on write, lifts older versions through the registered upcasters on
+read, and refuses versions from the future, never guessing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durably.schemas.records import (
+    CURRENT_VERSIONS,
+    KINDS,
+    RECORD_SCHEMA_ID,
+    SCHEMA_NAMES,
+    SNAPSHOT_SCHEMA_ID,
+    Record,
+    WireShapeError,
+    snapshot_from_wire,
+    snapshot_to_wire,
+)
+from durably.schemas.upcasters import NoUpcastPathError, upcast
+
+from durably.storage.codec import Codec, Frame, FrameCipher, check_encodable
+from durably.storage.errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
+from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
+
+#: Levels a record's data may end up below the top of a snapshot (e.g.
+#: ``state.messages[i].content``): records get that much less depth than
+#: snapshots, so a record that was accepted never makes later snapshots fail.
+STATE_NESTING = 8
+
+
+class MissingUpcasterError(UnknownSchemaVersionError):
+    """A frame's schema version is older than this build's and no upcaster chain
+    lifts it (``missing``: the first version without a step), or it is below 1.
+
+    Like its base class it stops that agent and leaves the data untouched.
+    """
+
+    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream=None, seq=None) -> None:
+        super().__init__(schema, version, supported, stream=stream, seq=seq)
+        self.missing = missing
+        where = f" in {stream} at seq {seq}" if stream is not None else ""
+        self.args = (f"{schema} version {version}{where} has no upcaster from version {missing} to the "
+                     f"current version {supported}; the data was left untouched",)
+
+
+class RecordCodec:
+    """Encodes ``Record`` objects and state snapshots as frames, and decodes them.
+
+    In: ``codec`` (a ``Codec``; a new one by default), ``cipher`` (a
+    ``FrameCipher`` for the default codec: encryption at rest, see
+    ``durably.storage.crypto``). Not thread-safe.
+    """
+
+    def __init__(self, codec: Codec | None = None, *, cipher: FrameCipher | None = None) -> None:
+        self.codec = codec or Codec(cipher=cipher)
+
+    def encode_record(self, record: Record, stream: StreamId | None = None) -> bytes:
+        """Frame bytes of ``record``, to be stored in ``stream`` (required, and bound
+        into the ciphertext, when the codec encrypts). Raises ``UnencodableValueError``
+        naming the field."""
+        # The envelope is checked too: a record that encodes must also decode, so a
+        # bad kind or a non-dict data fails here, at save time, not at restore.
+        if record.kind not in KINDS:
+            raise UnencodableValueError("record.kind", f"unknown record kind {record.kind!r}")
+        if type(record.seq) is not int or record.seq < 1:
+            raise UnencodableValueError("record.seq", f"seq must be an int >= 1, got {record.seq!r}")
+        if type(record.at) not in (int, float):
+            raise UnencodableValueError("record.at", f"at must be unix seconds (float), got {type(record.at).__name__}")
+        if type(record.data) is not dict:
+            raise UnencodableValueError(f"{record.kind}.data", f"{type(record.data).__name__} is not supported (use a dict)")
+        tagged = check_encodable(record.data, f"{record.kind}.data", self.codec.limits.max_depth - STATE_NESTING)
+        label = f"{record.kind}.data"
+        try:
+            return self._encode(RECORD_SCHEMA_ID, record.to_wire(), stream, record.seq, label, tagged, small=True)
+        except UnencodableValueError as exc:
+            # Found on the wire map, whose "d" is the record's data: name it as the caller knows it.
+            if exc.path.startswith(f"{label}.d"):
+                raise UnencodableValueError(label + exc.path[len(label) + 2:], exc.reason) from exc
+            raise
+
+    def _encode(self, schema_id: int, value: dict[str, Any], stream: StreamId | None, seq: int, path: str,
+                tagged: bool, small: bool = False) -> bytes:
+        # The caller checked the user part with a meaningful path; the envelope is ours.
+        # Records are small and many: they use the codec's zstd dictionary; snapshots do not.
+        return self.codec.encode(schema_id, CURRENT_VERSIONS[schema_id], value, path=path, check=False,
+                                 tagged=tagged, stream=stream, seq=seq, small=small)
+
+    def decode_record(self, stored: StoredRecord, stream: StreamId | None = None) -> Record:
+        """The ``Record`` in ``stored``. Raises ``CorruptRecordError`` (and subclasses)
+        for bad bytes or a seq that differs from the stored one, and
+        ``UnknownSchemaVersionError`` for a version newer than this build."""
+        frame = self.codec.decode(stored.data, stream=stream, seq=stored.seq)
+        value = self._upcast(frame, RECORD_SCHEMA_ID, stream, stored.seq)
+        try:
+            record = Record.from_wire(value)
+        except WireShapeError as exc:
+            raise CorruptRecordError(str(exc), stream=stream, seq=stored.seq) from exc
+        if record.seq != stored.seq:
+            raise CorruptRecordError(f"frame says seq {record.seq}: record was moved", stream=stream, seq=stored.seq)
+        return record
+
+    def encode_snapshot(self, seq: int, state: dict[str, Any], stream: StreamId | None = None) -> bytes:
+        """Frame bytes of a snapshot of ``state`` (plain dict) at ``seq``, to be stored
+        in ``stream`` (as in ``encode_record``).
+
+        Raises ``UnencodableValueError`` naming the field (``state...``)."""
+        if type(seq) is not int or seq < 0:
+            raise UnencodableValueError("snapshot.seq", f"seq must be an int >= 0, got {seq!r}")
+        if type(state) is not dict:
+            raise UnencodableValueError("state", f"{type(state).__name__} is not supported (use a dict)")
+        tagged = check_encodable(state, "state", self.codec.limits.max_depth - 1)
+        return self._encode(SNAPSHOT_SCHEMA_ID, snapshot_to_wire(seq, state), stream, seq, "state", tagged)
+
+    def decode_snapshot(self, stored: StoredSnapshot, stream: StreamId | None = None) -> tuple[int, dict[str, Any], Frame]:
+        """``(seq, state, frame)`` of a stored snapshot; errors as ``decode_record``."""
+        frame = self.codec.decode(stored.data, stream=stream, seq=stored.seq)
+        value = self._upcast(frame, SNAPSHOT_SCHEMA_ID, stream, stored.seq)
+        try:
+            seq, state = snapshot_from_wire(value)
+        except WireShapeError as exc:
+            raise CorruptRecordError(str(exc), stream=stream, seq=stored.seq) from exc
+        if seq != stored.seq:
+            raise CorruptRecordError(f"snapshot frame says seq {seq}", stream=stream, seq=stored.seq)
+        return seq, state, frame
+
+    @staticmethod
+    def _upcast(frame: Frame, expected_schema: int, stream: StreamId | None, seq: int) -> Any:
+        if frame.schema_id != expected_schema:
+            raise CorruptRecordError(
+                f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[expected_schema]}", stream=stream, seq=seq
+            )
+        name, current, version = SCHEMA_NAMES[expected_schema], CURRENT_VERSIONS[expected_schema], frame.schema_version
+        if version > current:
+            raise UnknownSchemaVersionError(name, version, current, stream=stream, seq=seq)
+        try:
+            return upcast(expected_schema, version, frame.value, current)
+        except NoUpcastPathError as exc:
+            raise MissingUpcasterError(name, version, current, exc.missing, stream=stream, seq=seq) from None
+        except Exception as exc:
+            # The value is not what the version's upcaster expects: refuse it, never guess.
+            raise CorruptRecordError(f"{name} version {version} could not be upcast: {type(exc).__name__}: {exc}",
+                                     stream=stream, seq=seq) from exc
