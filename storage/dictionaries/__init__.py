@@ -93,7 +93,7 @@ class DictionaryFrames:
             self._compressor = zstandard.ZstdCompressor(dict_data=trained, compression_params=params)
         return self._compressor.compress(raw)
 
-    def decompress(self, payload, dictionary: int, raw_size: int) -> bytes:
+    def decompress(self, payload: bytes | memoryview, dictionary: int, raw_size: int) -> bytes:
         """The ``raw_size`` bytes of ``payload``, compressed with ``dictionary``.
 
         Raises ``UnknownDictionaryError`` for a dictionary this build does not
