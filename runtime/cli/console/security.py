@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from durably.storage.errors import DurablyError
+from durably.errors import CSRFError, ConsoleConfigError
 
 TOKEN_COOKIE = "durably_ui_token"
 CSRF_COOKIE = "durably_csrf"
@@ -41,10 +41,6 @@ HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
-
-
-class ConsoleConfigError(DurablyError, ValueError):
-    """The console was asked to listen where it must not (another address and no token)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -69,10 +65,6 @@ def check_binding(host: str, token: str | None) -> None:
 def csrf_token(request: Request) -> str:
     """The CSRF token of this browser (set as a cookie by the middleware)."""
     return request.scope["state"]["csrf"]
-
-
-class CSRFError(DurablyError, PermissionError):
-    """A state-changing request without the CSRF token of the page it claims to come from."""
 
 
 async def require_csrf(request: Request) -> dict[str, str]:

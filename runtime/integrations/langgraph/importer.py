@@ -15,13 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durably.storage.errors import DurablyError
 
 from .saver import DurablySaver
-
-
-class ImportSourceError(DurablyError):
-    """The source is not a LangGraph SQLite checkpoint database (missing file or tables)."""
+from durably.errors import ImportSourceError
 
 
 @dataclass(frozen=True, slots=True)
