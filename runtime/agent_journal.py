@@ -52,7 +52,8 @@ class AgentJournal:
     """Appends records to ``stream`` on behalf of ``state`` (kept in step with the journal).
 
     ``records_since`` / ``bytes_since``: the tail after the last snapshot;
-    ``snapshot_bytes``: that snapshot's stored size (both for the snapshot policy).
+    ``snapshot_bytes``: that snapshot's size (both for the snapshot policy; bytes
+    are raw, the frames' CBOR sizes before compression).
     ``redactor`` holds, for this activation only, what redaction took out.
     """
 
@@ -130,11 +131,12 @@ class AgentJournal:
         frames = [svc.codec.encode_record(r, self.stream) for r in records]
         index = entry_after(self.state, records) if svc.indexed else None  # committed with the records
         stored = sum(map(len, frames))
+        raw = sum(map(raw_size, frames))  # what the snapshot policy weighs (runtime.snapshots)
         with svc.tracer.start_as_current_span("durably.checkpoint.save") as span:
             span.set_attribute(tm.AGENT_ID, self.stream.agent_id)
             span.set_attribute(tm.SEQ, records[-1].seq)
             span.set_attribute(tm.RECORD_COUNT, len(records))
-            span.set_attribute(tm.RAW_BYTES, sum(map(raw_size, frames)))
+            span.set_attribute(tm.RAW_BYTES, raw)
             span.set_attribute(tm.STORED_BYTES, stored)
             try:
                 await svc.committer.append(self.stream, first - 1, frames, index=index)
@@ -145,7 +147,7 @@ class AgentJournal:
             apply(self.state, record)
             self.redactor.placed(record, self.state, before)
         self.records_since += len(records)
-        self.bytes_since += stored
+        self.bytes_since += raw
         if svc.policy.due(self.records_since, self.bytes_since, self.snapshot_bytes):
             self.snapshot_submitted()
 

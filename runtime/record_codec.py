@@ -61,7 +61,7 @@ class RecordCodec:
         tagged = check_encodable(record.data, f"{record.kind}.data", self.codec.limits.max_depth - STATE_NESTING)
         label = f"{record.kind}.data"
         try:
-            return self._encode(RECORD_SCHEMA_ID, record.to_wire(), stream, record.seq, label, tagged)
+            return self._encode(RECORD_SCHEMA_ID, record.to_wire(), stream, record.seq, label, tagged, small=True)
         except UnencodableValueError as exc:
             # Found on the wire map, whose "d" is the record's data: name it as the caller knows it.
             if exc.path.startswith(f"{label}.d"):
@@ -69,10 +69,11 @@ class RecordCodec:
             raise
 
     def _encode(self, schema_id: int, value: dict[str, Any], stream: StreamId | None, seq: int, path: str,
-                tagged: bool) -> bytes:
+                tagged: bool, small: bool = False) -> bytes:
         # The caller checked the user part with a meaningful path; the envelope is ours.
+        # Records are small and many: they use the codec's zstd dictionary; snapshots do not.
         return self.codec.encode(schema_id, CURRENT_VERSIONS[schema_id], value, path=path, check=False,
-                                 tagged=tagged, stream=stream, seq=seq)
+                                 tagged=tagged, stream=stream, seq=seq, small=small)
 
     def decode_record(self, stored: StoredRecord, stream: StreamId | None = None) -> Record:
         """The ``Record`` in ``stored``. Raises ``CorruptRecordError`` (and subclasses)

@@ -57,13 +57,19 @@ async def _run_of_journal(store: Store, codec: RecordCodec, stream: StreamId) ->
 
 @dataclass
 class Restored:
-    """A restored ``state`` and the tail after its snapshot (for the snapshot policy)."""
+    """A restored ``state`` and the tail after its snapshot (for the snapshot policy).
+
+    ``snapshot_bytes`` / ``tail_bytes``: stored bytes read; ``snapshot_raw`` /
+    ``tail_raw``: the same as raw CBOR bytes, which the snapshot policy compares.
+    """
 
     state: AgentState
     snapshot_seq: int
     snapshot_bytes: int
     tail_records: int
     tail_bytes: int
+    snapshot_raw: int = 0
+    tail_raw: int = 0
 
 
 #: Restores begun again when another writer's compaction removed the tail being read.
@@ -112,7 +118,7 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, trac
     for a gap behind a snapshot newer than the one it read."""
     with tracer.start_as_current_span("durably.checkpoint.restore") as span:
         span.set_attribute(tm.AGENT_ID, stream.agent_id)
-        state, snap_seq, snap_bytes, raw_total = None, 0, 0, 0
+        state, snap_seq, snap_bytes, raw_total, snap_raw = None, 0, 0, 0, 0
         newer: UnknownSchemaVersionError | None = None  # the first snapshot skipped for its version
 
         def cut_short(message: str, seq: int) -> Exception:
@@ -135,7 +141,7 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, trac
                                              stream=stream, seq=snapshot.seq)
                 state, snap_seq, snap_bytes = candidate, seq, len(snapshot.data)
                 state.last_seq = seq
-                raw_total = frame.raw_size
+                raw_total = snap_raw = frame.raw_size
                 break
             except CodecError as exc:
                 if newer is None and isinstance(exc, UnknownSchemaVersionError):
@@ -172,4 +178,4 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, trac
         span.set_attribute(tm.RECORD_COUNT, tail)
         span.set_attribute(tm.STORED_BYTES, snap_bytes + tail_bytes)
         span.set_attribute(tm.RAW_BYTES, raw_total)
-        return Restored(state, snap_seq, snap_bytes, tail, tail_bytes)
+        return Restored(state, snap_seq, snap_bytes, tail, tail_bytes, snap_raw, raw_total - snap_raw)

@@ -538,7 +538,7 @@ class Runtime(Inspection):
             # Its status (needs_migration) is not the fold of its journal: never snapshot it.
             services = replace(services, policy=SnapshotPolicy(every_records=0))
         return AgentJournal(services, stream, restored.state, records_since=restored.tail_records,
-                            bytes_since=restored.tail_bytes, snapshot_bytes=restored.snapshot_bytes)
+                            bytes_since=restored.tail_raw, snapshot_bytes=restored.snapshot_raw)
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal) -> AgentHandle:
         actor = AgentActor(definition, journal, self.tracer, mailbox_size=self._mailbox_size)

@@ -1,12 +1,19 @@
 """When to snapshot, and the background writer that does it off the hot path.
 
-Policy: snapshot after ``every_records`` records or ``every_bytes`` stored bytes
+Policy: snapshot after ``every_records`` records or ``every_bytes`` raw bytes
 since the last snapshot, *and* once the tail is at least ``tail_ratio`` of the
 last snapshot's size. The second condition makes snapshot cost geometric: each
 snapshot is paid for by a tail at least ``tail_ratio`` of its size, so the
 amortised cost per appended byte stays constant however long the conversation
 grows (the same argument as a growing array's doubling), while restore reads
 at most a snapshot plus a tail bounded by ``every_records`` or that ratio.
+
+Sizes are raw: CBOR bytes before compression (the frame header's raw size),
+because both costs the ratio weighs, encoding a snapshot and decoding the tail
+on restore, follow raw bytes. Compressed sizes would mislead: one large
+snapshot frame compresses about 3x better than the small record frames of its
+tail (zstd finds the repeats across records), so comparing stored bytes took
+snapshots about 3x more often than the ratio says (issue 16).
 """
 
 from __future__ import annotations
@@ -31,29 +38,39 @@ log = logging.getLogger("durably.snapshots")
 
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
-    """``every_records`` (count), ``every_bytes`` (stored bytes), ``tail_ratio``
-    (tail bytes / last snapshot bytes); ``keep``: snapshots kept per stream
-    (older ones are deleted: restore reads the newest, and falls back to the
-    one before if the newest is damaged); ``compact``: once ``keep`` snapshots
-    exist, delete the records covered by the oldest of them (the journal before
-    it is then gone: keep it off for an audit trail). Set ``every_records=0`` to
-    turn snapshots off."""
+    """``every_records`` (count), ``every_bytes`` (raw bytes of the tail),
+    ``tail_ratio`` (raw tail bytes / raw bytes of the last snapshot); ``keep``:
+    snapshots kept per stream (older ones are deleted: restore reads the newest,
+    and falls back to the one before if the newest is damaged, then to the
+    journal); None (the default): 2 with ``compact``, else 1. ``compact``: once
+    ``keep`` snapshots exist, delete the records covered by the oldest of them
+    (the journal before it is then gone: keep it off for an audit trail). Set
+    ``every_records=0`` to turn snapshots off.
+
+    Why one snapshot without compaction: the journal is then whole, so a
+    damaged newest snapshot falls back to replaying it (slower, as correct),
+    and a second full copy of the state only costs bytes (issue 16: it was a
+    third of the file after 1,000 steps). With compaction the records the
+    older snapshot covers are gone, so it must stay."""
 
     every_records: int = 200
     every_bytes: int = 1 << 20
     tail_ratio: float = 0.5
-    keep: int = 2
+    keep: int | None = None
     compact: bool = False
 
     def __post_init__(self) -> None:
         check_figure("SnapshotPolicy", "every_records", self.every_records, integer=True, optional=False)
         check_figure("SnapshotPolicy", "every_bytes", self.every_bytes, integer=True, optional=False)
         check_figure("SnapshotPolicy", "tail_ratio", self.tail_ratio, optional=False)
-        if self.keep < 1:
+        if self.keep is None:
+            object.__setattr__(self, "keep", 2 if self.compact else 1)
+        elif self.keep < 1:
             raise ValueError("SnapshotPolicy.keep must be at least 1")
 
     def due(self, records_since: int, bytes_since: int, last_snapshot_bytes: int) -> bool:
-        """True when a snapshot should be taken now."""
+        """True when a snapshot should be taken now. In: the tail's record count and raw
+        bytes since the last snapshot, and that snapshot's raw bytes (0: none yet)."""
         if self.every_records <= 0:
             return False
         if records_since < self.every_records and bytes_since < self.every_bytes:
@@ -108,7 +125,8 @@ class SnapshotWriter:
             await writing[1].wait()
 
     async def run(self, on_written) -> None:
-        """Worker loop; ``on_written(stream, seq, stored_bytes)`` is called after each write."""
+        """Worker loop; ``on_written(stream, seq, raw_bytes)`` is called after each write
+        (``raw_bytes``: the snapshot's CBOR size, what the policy compares)."""
         codec = self._codec_factory()  # a thread's own codec: zstd contexts are not shareable
         while True:
             await self._wake.wait()
@@ -157,4 +175,4 @@ class SnapshotWriter:
             span.set_attribute(tm.RAW_BYTES, raw_size(data))
             span.set_attribute(tm.STORED_BYTES, len(data))
             self.written += 1
-            return len(data)
+            return raw_size(data)

@@ -14,6 +14,20 @@ Every record and snapshot is stored as one frame::
     15     4     CRC-32 (zlib) of the frame's place, bytes 0..14 and the payload
     19     ...   payload
 
+Format 3 (plaintext record frames compressed with a shipped zstd dictionary,
+``durably.storage.dictionaries``) adds a 4-byte dictionary id before the CRC,
+a 23-byte header::
+
+    15     4     dictionary id: the zstd dictionary id of the payload's dictionary
+    19     4     CRC-32 as in format 2 (bytes 0..18, seeded with the place)
+    23     ...   payload: a zstd frame without its 4-byte magic number and
+                 dictionary id (the header names both), with its content size
+
+A frame naming a dictionary this build does not ship fails with
+``UnknownDictionaryError`` (an ``UnknownSchemaVersionError``): the agent stops,
+the data stays. Formats 1 and 2 are still read; snapshots, encrypted frames
+and frames encoded without a place are written as before.
+
 The checksum catches flipped bits; the stored size catches a torn (truncated)
 frame; raw size lets decoding refuse a decompression bomb before it inflates.
 Format 2 seeds the CRC with the frame's place (``place_seed``: namespace,
@@ -50,6 +64,7 @@ into more values than its bytes hold.
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 import zlib
@@ -59,7 +74,7 @@ from typing import Any, Protocol
 import cbor2
 import zstandard
 
-from . import values
+from . import dictionaries, values
 
 from .errors import (
     CorruptRecordError,
@@ -69,16 +84,23 @@ from .errors import (
     InvalidRequestError,
     TruncatedRecordError,
     UnencodableValueError,
+    UnknownDictionaryError,
 )
 
 MAGIC = b"dy"
 FORMAT_VERSION = 2  # written when the frame's place is known (see place_seed)
 UNBOUND_FORMAT = 1  # CRC of header and payload only: written without a place, always read
+FORMAT_DICTIONARY = 3  # format 2 plus the id of the zstd dictionary the payload was compressed with
 FLAG_ZSTD = 0x01
 FLAG_ENCRYPTED = 0x02
 _HEADER = struct.Struct(">2sBBBHII")  # magic, format, flags, schema id, schema version, raw, stored
+_HEADER_DICT = struct.Struct(">2sBBBHIII")  # the same, then the dictionary id (format 3)
 _CRC = struct.Struct(">I")
 HEADER_SIZE = _HEADER.size + _CRC.size
+HEADER_SIZE_DICT = _HEADER_DICT.size + _CRC.size
+_DICT_ID_SIZE = _HEADER_DICT.size - _HEADER.size
+_MAX_WINDOW_LOG = 27  # 128 MiB: zstd's default decoder limit (ZSTD_WINDOWLOG_LIMIT_DEFAULT)
+_SHIPPED = object()  # Codec's default dictionary: dictionaries.DEFAULT as it is when the codec is made
 
 _AAD_PREFIX = b"durably/frame-aad/1\x00"
 _AAD_FIELDS = struct.Struct(">BBBHIQ")  # format, flags, schema id, schema version, raw size, seq
@@ -237,11 +259,17 @@ def place_seed(stream, seq: int) -> int:
     snapshot covers). Ids are length-prefixed, as in ``associated_data``, so no
     two places share a seed input.
     """
+    # CRC-32 runs on: the CRC of prefix + ids, cached per stream, continued over the seq's bytes.
+    return zlib.crc32(_SEQ.pack(seq), _stream_crc(stream.namespace, stream.agent_id))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stream_crc(namespace: str, agent_id: str) -> int:
+    """The CRC-32 of a place seed's prefix and ids (``place_seed`` continues it with the seq)."""
     parts = [_PLACE_PREFIX]
-    for name in (stream.namespace, stream.agent_id):
+    for name in (namespace, agent_id):
         encoded = name.encode("utf-8", "surrogatepass")
         parts += (_AAD_LEN.pack(len(encoded)), encoded)
-    parts.append(_SEQ.pack(seq))
     return zlib.crc32(b"".join(parts))
 
 
@@ -258,18 +286,42 @@ class Codec:
     overhead outweighs the gain on tiny records. ``limits`` bound decoding.
     ``cipher``: encrypt every frame written and decrypt those read (a
     ``FrameCipher``, shareable between codecs and threads); None: plaintext.
+    ``dictionary``: the id of the shipped zstd dictionary small frames are
+    compressed with (default ``dictionaries.DEFAULT``; None: none). Frames
+    naming any shipped dictionary are read whatever it says.
     """
 
     def __init__(self, *, level: int = 3, min_compress_size: int = 256, limits: CodecLimits | None = None,
-                 cipher: FrameCipher | None = None) -> None:
+                 cipher: FrameCipher | None = None, dictionary: int | None | object = _SHIPPED) -> None:
         self.limits = limits or CodecLimits()
         self.cipher = cipher
+        self.dictionary: int | None = dictionaries.DEFAULT if dictionary is _SHIPPED else dictionary  # type: ignore[assignment]
+        self._level = level
         self._min_compress = min_compress_size
         self._compressor = zstandard.ZstdCompressor(level=level)
+        self._default_window_log = zstandard.ZstdCompressionParameters.from_level(level).window_log
+        self._wide: dict[int, zstandard.ZstdCompressor] = {}  # by window log, see _compressor_for
         self._decompressor = zstandard.ZstdDecompressor()
+        self._dictionaries = dictionaries.DictionaryFrames(self.dictionary, level)
+        self._decoder: cbor2.CBORDecoder | None = None  # see _loads
+
+    def _compressor_for(self, size: int) -> zstandard.ZstdCompressor:
+        """The compressor for ``size`` raw bytes: above zstd's window at this level (2 MiB
+        at 3) one whose window spans the whole value, up to 128 MiB, which every zstd
+        decoder accepts by default. A snapshot holds each tool result twice (in the
+        conversation and in the ledger), further apart than 2 MiB once it grows:
+        measured 7% smaller at the same speed (issue 16)."""
+        window_log = min(_MAX_WINDOW_LOG, max(size - 1, 1).bit_length())
+        if window_log <= self._default_window_log:
+            return self._compressor
+        found = self._wide.get(window_log)
+        if found is None:
+            params = zstandard.ZstdCompressionParameters.from_level(self._level, window_log=window_log)
+            found = self._wide[window_log] = zstandard.ZstdCompressor(compression_params=params)
+        return found
 
     def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str = "value", check: bool = True,
-               tagged: bool = True, stream=None, seq: int | None = None) -> bytes:
+               tagged: bool = True, stream=None, seq: int | None = None, small: bool = False) -> bytes:
         """Encode ``value`` as a frame (bytes).
 
         Raises ``UnencodableValueError`` with the field path (rooted at ``path``)
@@ -280,7 +332,9 @@ class Codec:
         plain data only, no tag conversion needed).
         ``stream`` (``StreamId``) and ``seq`` say where the frame will be stored;
         an encrypting codec binds the ciphertext to them and raises ``ValueError``
-        without them.
+        without them. ``small``: the value is one of many small ones (a record);
+        a plaintext frame with a place is then compressed with the codec's
+        ``dictionary`` (format 3) when that makes it smaller.
         """
         if check:
             tagged = check_encodable(value, path, self.limits.max_depth)
@@ -295,8 +349,15 @@ class Codec:
                                         f"{self.limits.max_raw_size}-byte limit that decoding allows")
         flags = 0
         payload = raw
+        if small and self.dictionary is not None and self.cipher is None and stream is not None and seq is not None:
+            compressed = self._dictionaries.compress(raw)
+            if len(compressed) + _DICT_ID_SIZE < len(raw):
+                header = _HEADER_DICT.pack(MAGIC, FORMAT_DICTIONARY, FLAG_ZSTD, schema_id, schema_version, len(raw),
+                                           len(compressed), self.dictionary)
+                crc = zlib.crc32(compressed, zlib.crc32(header, place_seed(stream, seq)))
+                return b"".join((header, _CRC.pack(crc), compressed))
         if len(raw) >= self._min_compress:
-            compressed = self._compressor.compress(raw)
+            compressed = self._compressor_for(len(raw)).compress(raw)
             if len(compressed) < len(raw):
                 payload, flags = compressed, FLAG_ZSTD
         if self.cipher is not None:
@@ -334,25 +395,48 @@ class Codec:
         view = memoryview(data)
         if len(view) < HEADER_SIZE:
             raise TruncatedRecordError(f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE}-byte header", stream=stream, seq=seq)
-        magic, fmt, flags, schema_id, schema_version, raw_size, stored_size = _HEADER.unpack_from(view)
+        header, dictionary = _HEADER, 0
+        if view[2] == FORMAT_DICTIONARY:
+            if len(view) < HEADER_SIZE_DICT:
+                raise TruncatedRecordError(f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE_DICT}-byte "
+                                           "header of format 3", stream=stream, seq=seq)
+            header = _HEADER_DICT
+            magic, fmt, flags, schema_id, schema_version, raw_size, stored_size, dictionary = header.unpack_from(view)
+        else:
+            magic, fmt, flags, schema_id, schema_version, raw_size, stored_size = header.unpack_from(view)
         if magic != MAGIC:
             raise CorruptRecordError("not a durably frame (bad magic)", stream=stream, seq=seq)
-        if fmt not in (FORMAT_VERSION, UNBOUND_FORMAT):
+        if fmt not in (FORMAT_DICTIONARY, FORMAT_VERSION, UNBOUND_FORMAT):
             raise CorruptRecordError(f"unknown frame format version {fmt}", stream=stream, seq=seq)
-        if fmt == FORMAT_VERSION and (stream is None or seq is None):
-            raise InvalidRequestError("a format 2 frame is bound to its place: decoding it needs its stream and seq")
-        payload = view[HEADER_SIZE:]
+        if fmt != UNBOUND_FORMAT and (stream is None or seq is None):
+            raise InvalidRequestError(f"a format {fmt} frame is bound to its place: decoding it needs its stream and seq")
+        payload = view[header.size + _CRC.size:]
         if len(payload) < stored_size:
             raise TruncatedRecordError(f"frame payload has {len(payload)} of {stored_size} bytes", stream=stream, seq=seq)
         if len(payload) > stored_size:
             raise CorruptRecordError(f"{len(payload) - stored_size} unexpected bytes after the frame", stream=stream, seq=seq)
-        (crc,) = _CRC.unpack_from(view, _HEADER.size)
-        seed = place_seed(stream, seq) if fmt == FORMAT_VERSION else 0
-        if zlib.crc32(payload, zlib.crc32(view[: _HEADER.size], seed)) != crc:
+        (crc,) = _CRC.unpack_from(view, header.size)
+        seed = place_seed(stream, seq) if fmt != UNBOUND_FORMAT else 0
+        if zlib.crc32(payload, zlib.crc32(view[: header.size], seed)) != crc:
             where = " (or the frame was copied from another stream or seq)" if seed else ""
             raise CorruptRecordError(f"checksum mismatch{where}", stream=stream, seq=seq)
         if raw_size > self.limits.max_raw_size:
             raise FrameLimitError(f"frame would decode to {raw_size} bytes, over the {self.limits.max_raw_size}-byte limit", stream=stream, seq=seq)
+        if fmt == FORMAT_DICTIONARY:
+            if flags != FLAG_ZSTD:  # this format is only written for plaintext frames compressed with a dictionary
+                raise CorruptRecordError(f"format 3 frame with flags {flags:#x}", stream=stream, seq=seq)
+            if self.cipher is not None and self.cipher.required:
+                raise EncryptionRequiredError("plaintext frame where encryption is required", stream=stream, seq=seq)
+            try:
+                raw = self._dictionaries.decompress(payload, dictionary, raw_size)
+                value = self._loads(raw, stream, seq)
+            except UnknownDictionaryError as exc:
+                raise UnknownDictionaryError(dictionary, exc.known, stream=stream, seq=seq) from None
+            except (ValueError, zstandard.ZstdError) as exc:  # CBORDecodeError is a ValueError
+                cls = FrameLimitError if "depth" in str(exc) else CorruptRecordError
+                raise cls(f"{'cbor' if isinstance(exc, cbor2.CBORDecodeError) else 'zstd'}: {exc}",
+                          stream=stream, seq=seq) from exc
+            return Frame(schema_id, schema_version, value, raw_size, len(payload))
         if flags & FLAG_ENCRYPTED:
             if self.cipher is None:
                 raise DecryptionError("frame is encrypted and this codec has no cipher (key provider)", stream=stream, seq=seq)
@@ -370,11 +454,14 @@ class Codec:
                 declared = zstandard.frame_content_size(payload)
                 if declared != raw_size:  # our frames always declare it; unknown (-1) is not ours
                     raise CorruptRecordError(f"zstd frame declares {declared} bytes, header says {raw_size}", stream=stream, seq=seq)
-                # One frame, and nothing after it: decompress() alone ignores a second frame or junk.
-                inflate = self._decompressor.decompressobj()
-                raw = inflate.decompress(payload)
-                if not inflate.eof or inflate.unused_data:
-                    raise CorruptRecordError("zstd payload is not exactly one frame", stream=stream, seq=seq)
+                # One frame, and nothing after it (allow_extra_data=False refuses a second frame or
+                # junk); one call into an output sized from the content size (issue 16: for a large
+                # snapshot, 1.7x faster than a decompressobj growing its output).
+                try:
+                    raw = self._decompressor.decompress(payload, max_output_size=raw_size, allow_extra_data=False)
+                except zstandard.ZstdError as exc:
+                    raise CorruptRecordError(f"zstd payload is not exactly one frame: {exc}", stream=stream,
+                                             seq=seq) from exc
             else:
                 raw = payload
             if len(raw) != raw_size:
@@ -390,10 +477,16 @@ class Codec:
     def _loads(self, raw, stream, seq: int | None) -> Any:
         """Exactly one CBOR item, consuming every byte, with durably's tags only."""
         source = io.BytesIO(raw)
-        decoder = cbor2.CBORDecoder(source, tag_hook=values.refuse_unknown, semantic_decoders=values.SEMANTIC_DECODERS,
-                                    max_depth=self.limits.max_depth, allow_indefinite=False,
-                                    allow_duplicate_keys=False, strict_hashable_types=True)
+        decoder = self._decoder
+        if decoder is None:  # made once per codec (a third of a small record's decode time), reused
+            decoder = cbor2.CBORDecoder(source, tag_hook=values.refuse_unknown, semantic_decoders=values.SEMANTIC_DECODERS,
+                                        max_depth=self.limits.max_depth, allow_indefinite=False,
+                                        allow_duplicate_keys=False, strict_hashable_types=True)
+        else:
+            decoder.fp = source
+        self._decoder = None  # an item that fails leaves no half-used decoder behind
         value = decoder.decode()
+        self._decoder = decoder
         if source.tell() != len(raw):
             raise CorruptRecordError(f"{len(raw) - source.tell()} bytes after the CBOR item", stream=stream, seq=seq)
         return value

@@ -19,6 +19,7 @@ import zstandard
 from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
 
 HEADER = struct.Struct(">2sBBBHIII")  # magic, format, flags, schema id, version, raw, stored, crc
+HEADER_V3 = struct.Struct(">2sBBBHIIII")  # format 3: ... stored, dictionary id, crc
 FILE_PREFIX = {RECORD_SCHEMA_ID: "record", SNAPSHOT_SCHEMA_ID: "snapshot"}
 
 
@@ -40,18 +41,34 @@ def schema(name: str) -> pycddl.Schema:
 
 def header_fields(frame: bytes) -> dict[str, Any]:
     """The frame header as the map ``frame.cddl`` describes."""
+    if frame[2] == 3:
+        magic, fmt, flags, schema_id, version, raw, stored, dictionary, crc = HEADER_V3.unpack_from(frame)
+        return {"magic": magic, "format": fmt, "flags": flags, "schema-id": schema_id, "schema-version": version,
+                "raw-size": raw, "stored-size": stored, "dictionary-id": dictionary, "crc32": crc}
     magic, fmt, flags, schema_id, version, raw, stored, crc = HEADER.unpack_from(frame)
     return {"magic": magic, "format": fmt, "flags": flags, "schema-id": schema_id, "schema-version": version,
             "raw-size": raw, "stored-size": stored, "crc32": crc}
 
 
+@cache
+def shipped_dictionaries() -> dict[int, bytes]:
+    """Every ``*.zdict`` file durably ships, by the id its own zstd header names (as ``frame.cddl`` says)."""
+    folder = importlib.resources.files("durably.storage") / "dictionaries"
+    files = [entry.read_bytes() for entry in folder.iterdir() if entry.name.endswith(".zdict")]
+    return {zstandard.ZstdCompressionDict(data).dict_id(): data for data in files}
+
+
 def payload(frame: bytes) -> bytes:
     """The frame's CBOR payload, decompressed when flag bit 0 says so."""
     header = header_fields(frame)
-    body = frame[HEADER.size:]
+    body = frame[HEADER_V3.size if header["format"] == 3 else HEADER.size:]
     assert len(body) == header["stored-size"]
     assert not header["flags"] & 2, "an encrypted payload cannot be checked without its key"
-    if header["flags"] & 1:
+    if header["format"] == 3:
+        dictionary = zstandard.ZstdCompressionDict(shipped_dictionaries()[header["dictionary-id"]])
+        inflate = zstandard.ZstdDecompressor(dict_data=dictionary, format=zstandard.FORMAT_ZSTD1_MAGICLESS)
+        body = inflate.decompress(body, max_output_size=header["raw-size"])
+    elif header["flags"] & 1:
         body = zstandard.ZstdDecompressor().decompress(body, max_output_size=header["raw-size"])
     assert len(body) == header["raw-size"]
     return body

@@ -119,7 +119,9 @@ async def test_a_v1_agent_resumes_correctly_under_a_v2_state_schema(tmp_path: Pa
 
     v2_build()
     agent = survey_agent(tmp_path / "work", latency=0)
-    async with Runtime(url, agents=[agent], snapshot_policy=SnapshotPolicy(every_records=4)) as rt:
+    # tail_ratio 0: a snapshot every 4 records whatever their size (the policy weighs raw bytes, and
+    # the survey's short tail after the resume never reaches half of its state's raw size).
+    async with Runtime(url, agents=[agent], snapshot_policy=SnapshotPolicy(every_records=4, tail_ratio=0.0)) as rt:
         restored = await rt.status("survey")
         assert restored.plan == plan_steps(v1_state.plan)  # lifted from the v1 snapshot and records
         assert restored.ledger == v1_state.ledger and restored.open_approvals() == v1_state.open_approvals()
@@ -228,7 +230,7 @@ async def test_a_snapshot_from_a_newer_durably_over_compacted_records_is_named(t
     with pytest.MonkeyPatch.context() as patch:  # a newer durably snapshots at NEXT and compacts
         patch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, NEXT)
         patch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, NOW), lambda value: value)
-        async with Runtime(url, snapshot_policy=SnapshotPolicy(every_records=1, keep=1, compact=True)) as newer:
+        async with Runtime(url, snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0, keep=1, compact=True)) as newer:
             await newer.approve("survey", state.open_approvals()[0]["approval_id"])
     before = await anyio.to_thread.run_sync(rows, path)
     assert all(seq > 1 for _, seq, _ in before["records"])  # the start of the journal is gone

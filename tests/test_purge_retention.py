@@ -31,6 +31,17 @@ from durably.storage import BlobNotFoundError, StreamId
 from durably.storage.crypto import AESGCMCipher, StaticKeyProvider, generate_key
 from privacy_support import ScriptModel, files_bytes, s3_bytes, s3_keys, spi_frames
 from support_agents import list_agent
+from durably.storage import dictionaries
+
+
+@pytest.fixture(autouse=True)
+def greppable_frames(monkeypatch):
+    """These tests prove by grepping stored bytes for plaintext that a secret is (or is no longer)
+    there, so their controls need small records stored as before the shipped zstd dictionary:
+    uncompressed. Compression hides nothing from an attacker (anyone can decompress), only from
+    the grep; with the dictionary on, these greps would pass without meaning anything."""
+    monkeypatch.setattr(dictionaries, "DEFAULT", None)
+
 
 try:
     from .s3_server import BUCKET, s3_server  # noqa: F401 - s3_server is a fixture

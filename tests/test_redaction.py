@@ -37,6 +37,17 @@ from privacy_support import (
     s3_bytes,
     spi_frames,
 )
+from durably.storage import dictionaries
+
+
+@pytest.fixture(autouse=True)
+def greppable_frames(monkeypatch):
+    """These tests prove by grepping stored bytes for plaintext that a secret is (or is no longer)
+    there, so their controls need small records stored as before the shipped zstd dictionary:
+    uncompressed. Compression hides nothing from an attacker (anyone can decompress), only from
+    the grep; with the dictionary on, these greps would pass without meaning anything."""
+    monkeypatch.setattr(dictionaries, "DEFAULT", None)
+
 
 try:
     from .s3_server import BUCKET, s3_server  # noqa: F401 - s3_server is a fixture

@@ -12,10 +12,22 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from test_encryption import PLAIN, cipher, echo_agent, files_bytes
 
 from durably.runtime import Runtime
 from durably.storage import StreamId, open_store
+from durably.storage import dictionaries
+
+
+@pytest.fixture(autouse=True)
+def greppable_frames(monkeypatch):
+    """These tests prove by grepping stored bytes for plaintext that a secret is (or is no longer)
+    there, so their controls need small records stored as before the shipped zstd dictionary:
+    uncompressed. Compression hides nothing from an attacker (anyone can decompress), only from
+    the grep; with the dictionary on, these greps would pass without meaning anything."""
+    monkeypatch.setattr(dictionaries, "DEFAULT", None)
 
 
 async def test_reencrypt_leaves_no_plaintext_in_the_files_with_another_connection_open(tmp_path):

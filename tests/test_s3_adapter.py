@@ -241,7 +241,12 @@ async def test_independent_writers_race_exactly_one_wins(s3_server) -> None:
 
 
 async def test_stale_writer_is_fenced_even_after_compaction(s3_server) -> None:
-    """A writer that slept through a takeover and a compaction that freed its next key cannot append."""
+    """A writer that slept through a takeover and a compaction of its next key cannot append.
+
+    Compaction keeps every key taken (a tombstone where the batch was), so the
+    stale writer's one conditional PUT fails like any other conflict; no read of
+    the compaction mark is needed on the append path (issue 16 item 8).
+    """
     prefix = fresh_prefix()
     async with make(s3_server, prefix) as stale, make(s3_server, prefix) as taker:
         assert await stale.append(STREAM, 0, [b"old-1", b"old-2"]) == 2  # stale now trusts "2 is the end"
@@ -249,7 +254,7 @@ async def test_stale_writer_is_fenced_even_after_compaction(s3_server) -> None:
         assert await taker.append(STREAM, 2, [b"new-3"]) == 3
         assert await taker.append(STREAM, 3, [b"new-4"]) == 4
         await taker.put_snapshot(STREAM, 4, b"state@4")
-        await taker.delete_records(STREAM, 4)  # deletes the batch at seq 3: its key is free again
+        await taker.delete_records(STREAM, 4)  # the batch at seq 3 becomes a tombstone: its key stays taken
         with pytest.raises(ConflictError) as caught:
             await stale.append(STREAM, 2, [b"zombie"])
         assert caught.value.actual_seq == 4
@@ -257,11 +262,36 @@ async def test_stale_writer_is_fenced_even_after_compaction(s3_server) -> None:
         assert await read_pairs(taker, STREAM) == []
         assert await taker.append(STREAM, 4, [b"new-5"]) == 5
         assert await read_pairs(stale, STREAM) == [(5, b"new-5")], "the zombie's batch left nothing behind"
-        assert len(batch_objects(s3_server, taker, STREAM)) == 2, "kept: the trimmed newest-at-compaction and seq 5"
+        keys = StreamKeys(taker.options.prefix, STREAM)
+        assert sorted(batch_objects(s3_server, taker, STREAM)) == sorted(keys.batch(s) for s in (1, 3, 4, 5))
+        for first, last in ((1, 2), (3, 3), (4, 4)):  # two tombstones and the trimmed newest-at-compaction
+            body = s3_server.client().get_object(Bucket=BUCKET, Key=keys.batch(first))["Body"].read()
+            batch = Batch.decode(body)
+            assert (batch.first_seq, batch.last_seq, batch.records) == (first, last, ()), "no record bytes kept"
+
+
+async def test_compaction_rewrites_only_what_the_previous_mark_left(s3_server, store) -> None:
+    """Each compaction lists and rewrites the batches above the previous mark, not the whole history."""
+    for seq in range(12):
+        await store.append(STREAM, seq, [f"r{seq + 1}".encode()])
+    await store.put_snapshot(STREAM, 6, b"state@6")
+    await store.delete_records(STREAM, 6)
+    await store.put_snapshot(STREAM, 10, b"state@10")
+    s3_server.requests.clear()
+    await store.delete_records(STREAM, 10)
+    rewritten = sorted(seq_from_name(r.path) for r in s3_server.requests if r.method == "PUT" and "/r/" in r.path)
+    assert rewritten == [7, 8, 9, 10], "7..10 tombstoned; 11 starts after the mark; nothing at or below 6 again"
+    assert await read_pairs(store, STREAM) == [(11, b"r11"), (12, b"r12")]
 
 
 async def test_reads_below_the_compaction_mark_never_see_a_stale_writers_batch(s3_server, store) -> None:
-    """Between a stale writer's PUT into a compacted range and its clean-up, readers must not see it."""
+    """A batch object below the mark (an older build's stale writer recreating a key that build's
+    compaction freed) is never read; ``delete_stream`` removes it.
+
+    Before tombstones, the next compaction deleted such a leftover; now a
+    compaction lists only above the previous mark (below it, keys hold
+    tombstones), so the leftover stays, unread, until the stream is purged.
+    """
     for seq in range(10):
         await store.append(STREAM, seq, [f"r{seq + 1}".encode()])
     await store.put_snapshot(STREAM, 8, b"state@8")
@@ -275,7 +305,9 @@ async def test_reads_below_the_compaction_mark_never_see_a_stale_writers_batch(s
     assert await store.last_seq(STREAM) == 10
     await store.put_snapshot(STREAM, 10, b"state@10")
     await store.delete_records(STREAM, 9)
-    assert key not in batch_objects(s3_server, store, STREAM), "the next compaction removes the leftover"
+    assert await read_pairs(store, STREAM) == [(10, b"r10")]
+    await store.delete_stream(STREAM)
+    assert key not in batch_objects(s3_server, store, STREAM), "a purge removes the leftover"
 
 
 # --------------------------------------------------------------------------- faults
@@ -372,7 +404,7 @@ async def test_multipart_blob_and_snapshot(s3_server) -> None:
 
 
 async def test_request_cost_of_a_step_and_of_a_restore(s3_server) -> None:
-    """The README's cost model: an append is one PUT and one small GET; a restore reads only the tail."""
+    """The README's cost model: an append is one conditional PUT and no read; a restore reads only the tail."""
     prefix = fresh_prefix()
     async with make(s3_server, prefix) as writer:
         last = 0
@@ -381,7 +413,7 @@ async def test_request_cost_of_a_step_and_of_a_restore(s3_server) -> None:
         await writer.put_snapshot(STREAM, 27, b"state@27")
         s3_server.requests.clear()
         await writer.append(STREAM, last, [b"step"])
-        assert sorted(r.method for r in s3_server.requests) == ["GET", "PUT"]
+        assert [r.method for r in s3_server.requests] == ["PUT"]
     async with make(s3_server, prefix) as restorer:
         s3_server.requests.clear()
         snapshot = await restorer.get_snapshot(STREAM)
@@ -391,7 +423,7 @@ async def test_request_cost_of_a_step_and_of_a_restore(s3_server) -> None:
         methods = [r.method for r in s3_server.requests]
         lists = [r for r in s3_server.requests if "list-type=2" in r.query]
         assert len(lists) == 2, [r.query for r in lists]  # the latest snapshot; the window after it
-        assert methods.count("GET") - len(lists) == 1 + 4 + 2, "snapshot, 4 tail batches, the mark (read, append)"
+        assert methods.count("GET") - len(lists) == 1 + 4 + 1, "snapshot, 4 tail batches, the mark (the read's)"
         assert methods.count("PUT") == 1
 
 

@@ -122,9 +122,19 @@ def test_forked_is_a_version_2_kind() -> None:
 
 def test_the_snapshot_and_frame_schemas_are_strict() -> None:
     good = Codec().encode(SNAPSHOT_SCHEMA_ID, 1, {"s": 1})
-    for change in ({"format": 3}, {"format": 0}, {"flags": 4}, {"schema-id": 3}, {"schema-version": 0}, {"raw-size": 2**32}):
+    for change in ({"format": 3}, {"format": 4}, {"format": 0}, {"flags": 4}, {"schema-id": 3}, {"schema-version": 0},
+                   {"raw-size": 2**32}, {"dictionary-id": 1}):
         with pytest.raises(pycddl.ValidationError):
             schema("frame.cddl").validate_cbor(cbor2.dumps({**header_fields(good), **change}))
+    # Format 3 (a record compressed with a shipped dictionary): its id is required, flags are exactly "zstd".
+    record = RecordCodec().encode_record(Record(1, Kind.FAILED, {"reason": "the tool call failed: timeout"}, 1.0),
+                                         StreamId("n", "a"))
+    fields = header_fields(record)
+    assert fields["format"] == 3 and validate_frame(record)["dictionary-id"] == fields["dictionary-id"]
+    without_id = {k: v for k, v in fields.items() if k != "dictionary-id"}
+    for bad in (without_id, {**fields, "flags": 3}, {**fields, "flags": 0}, {**fields, "dictionary-id": 2**32}):
+        with pytest.raises(pycddl.ValidationError):
+            schema("frame.cddl").validate_cbor(cbor2.dumps(bad))
     with pytest.raises(pycddl.ValidationError):  # needs_migration is reported, never stored
         schema("snapshot-v1.cddl").validate_cbor(cbor2.dumps({"s": 1, "state": {"status": "needs_migration"}}))
 

@@ -22,6 +22,7 @@ alone with a ranged GET to learn a batch's last seq.
 
 from __future__ import annotations
 
+import secrets
 import struct
 import zlib
 from dataclasses import dataclass
@@ -107,6 +108,15 @@ class Batch:
     def seqs(self) -> range:
         """The seqs of ``records``, in order."""
         return range(self.records_from, self.last_seq + 1)
+
+    @classmethod
+    def tombstone(cls, first_seq: int, last_seq: int) -> "Batch":
+        """The batch ``first_seq``..``last_seq`` with every record compacted away.
+
+        It keeps the key taken (see ``durably.adapters.s3.compaction``). Its token is fresh: the
+        token only tells a writer its own PUT, and nobody reads one back here.
+        """
+        return cls(first_seq, last_seq, last_seq + 1, secrets.token_bytes(TOKEN_SIZE), ())
 
     def trimmed(self, through_seq: int) -> "Batch":
         """This batch without the records at or below ``through_seq`` (compaction of a straddling batch)."""

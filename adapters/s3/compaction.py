@@ -1,13 +1,16 @@
-"""Compaction of the S3 adapter: the compaction mark, trimming and deleting batches.
+"""Compaction of the S3 adapter: the compaction mark, trimming, and tombstones for covered batches.
 
 ``delete_records(through)`` (after ``S3Store`` checked that a snapshot
 covers ``through``) raises the stream's compaction mark
 ``data/N/A/compacted`` = ``{"through": C, "generation": g}`` by
 compare-and-swap, trims the batch holding ``through + 1`` (or the newest
-one), then deletes the batches wholly <= ``through``. Appends read the mark
-after their PUT to fence stale writers, and readers restart at it. Why this
-order and what it guards against: "Compaction" and "Fencing after
-compaction" in the ``durably.adapters.s3`` module docstring.
+one), then overwrites each batch wholly <= ``through`` with its tombstone:
+the same key, a batch header with no records (``Batch.tombstone``). A key
+is never freed, so a stale writer's conditional PUT of a compacted batch
+key still gets 412: appends need no read of the mark (issue 16 item 8:
+one PUT per append, no GET). Readers restart at the mark. Why this order
+and what it guards against: "Compaction" and "Fencing after compaction" in
+the ``durably.adapters.s3`` module docstring.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import secrets
 from typing import Any
 
+import anyio
 from botocore.exceptions import ClientError
 
 from durably.storage.errors import CorruptRecordError, StoreUnavailableError
@@ -49,32 +53,63 @@ class S3Compaction:
         return 0 if found is None else _mark_through(found[0], keys.compacted)
 
     async def compact(self, keys: StreamKeys, through_seq: int) -> None:
-        """Delete the records <= ``through_seq`` (>= 1): raise the mark, trim the holder, delete the rest.
+        """Drop the records <= ``through_seq`` (>= 1): raise the mark, trim the holder, tombstone the rest.
 
         The caller has checked that a snapshot at or after ``through_seq`` exists.
+        Only the batches above the previous mark are listed: those at or below
+        it are tombstones already (or, written by a build before tombstones,
+        deleted). A compaction interrupted after raising the mark leaves the
+        batches it did not reach whole; their keys stay taken, which is what
+        fences, and ``delete_stream`` removes their bytes.
         """
-        await self._raise_compaction_mark(keys, through_seq)
+        previous = await self._raise_compaction_mark(keys, through_seq)
         token: str | None = None
-        first = True
+        above: int | None = None  # first seq of the batch listed just before (the next higher one)
         while True:
             names, token = await self._s3.list_page(
                 keys.batches, start_after=keys.batch(through_seq + 2), token=token
             )
-            if first and names:
-                first = False
-                holder = names.pop(0)
-                if seq_from_name(holder) != through_seq + 1:
-                    await self._trim(holder, through_seq)  # holds through+1, or is the newest: keep, trimmed
-            await self._s3.delete_keys(names)
-            if token is None:
+            covered: list[tuple[str, int, int]] = []  # key, first seq, last seq of batches wholly <= through
+            done = False
+            for name in names:
+                first = seq_from_name(name)
+                done = first <= previous  # this one holds the previous mark's next seq, or lies below it
+                if above is None:
+                    if first != through_seq + 1:
+                        await self._trim(name, through_seq)  # holds through+1, or is the newest: keep, trimmed
+                elif not (done and above == previous + 1):  # else wholly <= the previous mark: a tombstone already
+                    covered.append((name, first, above - 1))
+                above = first
+                if done:
+                    break  # below it, every batch is a tombstone already
+            await self._tombstone(covered)
+            if done or token is None:
                 return
 
-    async def _raise_compaction_mark(self, keys: StreamKeys, through_seq: int) -> None:
-        """Raise the compaction mark to ``through_seq`` (never lower it), by compare-and-swap."""
+    async def _tombstone(self, covered: list[tuple[str, int, int]]) -> None:
+        """Overwrite each ``(key, first, last)`` batch with its tombstone, concurrently (the store's limiter bounds it).
+
+        Unconditional: a batch wholly below the mark has no other writer, and
+        its tombstone is the same whoever writes it.
+        """
+        async def put(key: str, first: int, last: int) -> None:
+            await self._s3.call("put_object", Key=key, Body=Batch.tombstone(first, last).encode())
+
+        async with anyio.create_task_group() as group:
+            for key, first, last in covered:
+                group.start_soon(put, key, first, last)
+
+    async def _raise_compaction_mark(self, keys: StreamKeys, through_seq: int) -> int:
+        """Raise the compaction mark to ``through_seq`` (never lower it), by compare-and-swap.
+
+        Returns the mark before (``through_seq`` itself when it was already there or higher:
+        then there is nothing left to do below it)."""
+        before = [0]
 
         async def attempt() -> None:
             found = await self._s3.get(keys.compacted)
             current = json.loads(found[0]) if found else {"through": 0, "generation": 0}
+            before[0] = min(current["through"], through_seq)
             if current["through"] >= through_seq:
                 return
             body = json.dumps({"through": through_seq, "generation": current["generation"] + 1,
@@ -86,6 +121,7 @@ class S3Compaction:
                 raise _Lost() from None
 
         await self._retry_lost(attempt, "the compaction mark")
+        return before[0]
 
     async def _trim(self, key: str, through_seq: int) -> None:
         """Rewrite the batch at ``key`` without its records <= ``through_seq`` (If-Match on the version read)."""

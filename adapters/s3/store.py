@@ -53,16 +53,18 @@ Why this layout:
   its seq and a generation, so an ETag never repeats), then rewrites the batch
   holding ``through + 1`` (or the newest one) without its records <= through
   (``If-Match`` on the version read: the trimmed bytes carry the new first
-  stored seq, so they differ from every earlier version), then deletes the
-  batches wholly <= through with ``DeleteObjects``.
-* **Fencing after compaction.** A deleted batch frees its key, so a writer
-  whose view predates a compaction could create it again. Every append
-  therefore reads the compaction mark after its PUT succeeded: a first seq at
-  or below the mark can only be such a stale writer, whose object is deleted
-  again and who gets ``ConflictError``. (Readers never look below the mark,
-  so they do not see it; the mark is raised before the deletions.) This costs
-  one small GET per append, which is cheaper than leaving a tombstone PUT per
-  compacted batch.
+  stored seq, so they differ from every earlier version), then overwrites
+  each batch wholly <= through with its tombstone: the same key, a header and
+  no records. Only batches above the previous mark are listed and rewritten.
+* **Fencing after compaction.** A deleted batch would free its key, and a
+  writer whose view predates the compaction could create it again and
+  believe it appended. Compaction therefore never frees a key: a tombstone
+  keeps it taken, so that writer's conditional PUT gets 412 like any other
+  conflict, and an append is one PUT with no read (issue 16 item 8; builds
+  before it deleted covered batches and read the mark after every append,
+  one GET each). A fleet that compacts must not mix those builds with this
+  one: an older build's compaction frees keys that this one does not check.
+  ``delete_stream`` frees every key of a stream; it must not race its writers.
 * ``open()`` checks that the server honours ``If-None-Match`` (a probe object
   created twice must get 412) and refuses one that does not.
 
@@ -288,11 +290,8 @@ class S3Store(StoreBase):
                 {"namespace": stream.namespace, "agent_id": stream.agent_id}).encode())
         token = secrets.token_bytes(TOKEN_SIZE)
         body = Batch(first, last, first, token, tuple(request.records)).encode()
+        # One PUT, no read: compaction never frees a key (see "Fencing after compaction").
         await self._put_new_batch(stream, keys, expected, first, body, token)
-        if first <= await self._compaction.compacted_through(keys):
-            # Our view predated a compaction that freed this key: we are a stale writer.
-            await self._s3.call("delete_object", Key=keys.batch(first))
-            raise ConflictError(stream, expected, await self._last_seq_or_none(stream, keys))
         self._remember_end(stream, last)
         return last
 

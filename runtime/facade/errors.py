@@ -272,6 +272,27 @@ class MissingUpcasterError(UnknownSchemaVersionError):
                      f"current version {supported}; the data was left untouched",)
 
 
+class UnknownDictionaryError(UnknownSchemaVersionError):
+    """A frame names a zstd dictionary this build does not ship (a newer durably wrote it).
+
+    Like its base class it stops that agent and leaves the data untouched;
+    upgrade durably to read it. Attributes: ``dictionary_id``, ``known`` (the
+    ids this build ships), ``stream``, ``seq``; ``schema`` is
+    ``"durably.frame dictionary"`` and ``version`` the id, for callers that
+    report every unreadable version alike.
+    """
+
+    def __init__(self, dictionary_id: int, known: frozenset[int] = frozenset(), reason: str = "", *,
+                 stream: StreamId | None = None, seq: int | None = None) -> None:
+        super().__init__("durably.frame dictionary", dictionary_id, max(known, default=0), stream=stream, seq=seq)
+        self.dictionary_id = dictionary_id
+        self.known = known
+        where = f" in {stream} at seq {seq}" if stream is not None else ""
+        ids = ", ".join(f"{i:#x}" for i in sorted(known)) or "none"
+        self.args = (reason or f"frame{where} names zstd dictionary {dictionary_id:#x}, which this build does not ship "
+                               f"(it ships {ids}); the data was left untouched",)
+
+
 class KeyConfigError(DurablyError, ValueError):
     """A key provider was given a malformed key id, a key of the wrong size, or
     an environment variable it cannot parse. The message never holds key bytes."""
@@ -550,6 +571,7 @@ __all__ = [
     "UnencodableValueError",
     "UnfoldableRecordError",
     "UnknownKeyError",
+    "UnknownDictionaryError",
     "UnknownSchemaVersionError",
     "UnknownSchemeError",
     "UnsafeCompactionError",
