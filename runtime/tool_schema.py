@@ -15,7 +15,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import docstring_parser
 import pydantic
@@ -54,7 +54,7 @@ class ToolSignature:
     schema: dict[str, Any]
     description: str
     takes_context: bool
-    returns: TypeAdapter | None
+    returns: TypeAdapter[Any] | None
     _model: type[pydantic.BaseModel]
     _names: tuple[str, ...]
 
@@ -90,7 +90,8 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
     doc = docstring_parser.parse(inspect.getdoc(fn) or "", docstring_parser.DocstringStyle.GOOGLE)
     described = {p.arg_name: p.description or "" for p in doc.params}
     fields: dict[str, Any] = {}
-    takes_context, extra = False, "forbid"
+    takes_context = False
+    extra: Literal["allow", "forbid"] = "forbid"
     for param in inspect.signature(fn).parameters.values():
         if param.name == CONTEXT_PARAMETER:
             takes_context = True
