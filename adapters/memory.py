@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from durably.storage.base import StoreBase
 from durably.storage.errors import BlobNotFoundError, ConflictError, InvalidRequestError, UnsafeCompactionError
 from durably.storage.spi import (
-    CAP_BLOBS,
-    CAP_LEASES,
     CAP_SINGLE_PROCESS,
     AppendRequest,
+    BlobStore,
     Lease,
+    LeaseStore,
     StoredRecord,
     StoredSnapshot,
     StreamId,
@@ -43,11 +43,11 @@ _shared: dict[str, dict[StreamId, _Stream]] = {}
 _shared_leases: dict[str, dict[StreamId, Lease]] = {}
 
 
-class MemoryStore(StoreBase):
+class MemoryStore(StoreBase, BlobStore, LeaseStore):
     """A ``Store`` held in a dict. ``url``: ``memory://`` or ``memory://name`` (shared by name)."""
 
     #: Its data lives in this process's memory: another process sees another store.
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES, CAP_SINGLE_PROCESS})
+    capabilities = frozenset({CAP_SINGLE_PROCESS})  # + the protocols above, by StoreBase
 
     def __init__(self, url: str = "memory://") -> None:
         super().__init__()
@@ -78,7 +78,7 @@ class MemoryStore(StoreBase):
         found = self._streams.get(stream)
         return found.last_seq if found else 0
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         self._check_open()
         found = self._streams.get(stream)
         if found is None:

@@ -80,9 +80,9 @@ class ChangeFeed:
     def _wake(self) -> None:
         self._event.set()
 
-    def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         try:
-            namespace, agent_id = json.loads(payload)
+            namespace, agent_id = json.loads(str(payload))
             stream = StreamId(namespace, agent_id)
         except (ValueError, TypeError):
             log.warning("ignoring a malformed durably notification on %s", self._channel)

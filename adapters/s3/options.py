@@ -26,7 +26,9 @@ the URL, so URLs can be logged.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from .retry import RetryPolicy
@@ -53,7 +55,7 @@ class S3Options:
     retry: RetryPolicy = RetryPolicy()
 
     @classmethod
-    def from_url(cls, url: str, **overrides: object) -> "S3Options":
+    def from_url(cls, url: str, **overrides: Any) -> "S3Options":
         """Parse ``url``; keyword ``overrides`` replace fields (``retry=RetryPolicy(...)`` too).
 
         Raises ``ValueError`` for another scheme, a missing bucket, an unknown
@@ -65,9 +67,10 @@ class S3Options:
         if not parts.netloc:
             raise ValueError(f"{url!r} names no bucket (s3://bucket/prefix)")
         prefix = parts.path.strip("/")
-        fields: dict[str, object] = {"bucket": parts.netloc, "prefix": f"{prefix}/" if prefix else ""}
-        retry: dict[str, object] = {}
-        converters = {
+        # Each value converted to its field's type below; the dataclass checks the rest (_validate).
+        fields: dict[str, Any] = {"bucket": parts.netloc, "prefix": f"{prefix}/" if prefix else ""}
+        retry: dict[str, Any] = {}
+        converters: dict[str, Callable[[str], object]] = {
             "endpoint_url": str,
             "region": str,
             "path_style": _flag,

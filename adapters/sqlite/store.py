@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any, Literal, overload
 
 import aiosqlite
 import anyio
@@ -48,7 +49,7 @@ from durably.storage.errors import (
     UnknownSchemaVersionError,
     UnsafeCompactionError,
 )
-from durably.storage.spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage.spi import AppendRequest, BlobStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append
 
 from . import layout
 from .file import daemonize, path_from_url, prepare_file, translate, unavailable
@@ -56,7 +57,7 @@ from .layout import SCHEMA_VERSION
 from .leases import SQLiteLeases
 
 
-class SQLiteStore(SQLiteLeases, StoreBase):
+class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: adapters/sqlite/leases.py
     """A ``Store`` in one SQLite database file (see the module docstring for the URL).
 
     In: ``url`` such as ``sqlite:///agents.db?synchronous=FULL&busy_timeout=10000``;
@@ -71,7 +72,6 @@ class SQLiteStore(SQLiteLeases, StoreBase):
     several stores, in one process or many, may share the file.
     """
 
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES})  # leases: adapters/sqlite/leases.py
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -149,7 +149,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         ((version,),) = await db.execute_fetchall("PRAGMA user_version")
         if version > SCHEMA_VERSION:
             raise UnknownSchemaVersionError(f"durably sqlite schema of {self.path}", version, SCHEMA_VERSION)
-        return version
+        return int(version)
 
     async def _close(self) -> None:
         # Taking the lock lets an in-flight transaction finish before the connection
@@ -163,7 +163,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
     # -- connection access -------------------------------------------------------
 
     @asynccontextmanager
-    async def _transaction(self):
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """Hold the connection for one ``BEGIN IMMEDIATE`` write transaction; commit on success.
 
         Shielded from cancellation: a transaction, once started, ends in COMMIT or
@@ -203,9 +203,9 @@ class SQLiteStore(SQLiteLeases, StoreBase):
                     cursor = await db.execute(sql, params)
                 except (sqlite3.Error, UnicodeEncodeError) as exc:
                     raise translate(exc) from exc
-                return cursor.rowcount
+            return cursor.rowcount  # after the scope: mypy cannot know a shield never swallows
 
-    async def _fetch(self, sql: str, params: Sequence[object]) -> list:
+    async def _fetch(self, sql: str, params: Sequence[object]) -> list[Any]:
         """Run one read statement (autocommit, so it sees only committed data)."""
         async with self._lock:
             db = await self._ready(create=False)
@@ -220,6 +220,12 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         if self._db is None:
             raise StoreClosedError("SQLiteStore is not open")
         return self._db
+
+    @overload
+    async def _ready(self, *, create: Literal[True]) -> aiosqlite.Connection: ...
+
+    @overload
+    async def _ready(self, *, create: bool) -> aiosqlite.Connection | None: ...
 
     async def _ready(self, *, create: bool) -> aiosqlite.Connection | None:
         """The connection, under ``self._lock``; for a file absent at open, None while it
@@ -323,7 +329,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         )
         return max(rows[0][0], 0) if rows else 0
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         """Yield records with seq > ``after_seq`` in order, ``page_size`` rows per query.
 
         The connection is held for one page at a time, never across a yield.
@@ -497,7 +503,8 @@ class SQLiteStore(SQLiteLeases, StoreBase):
         )
         if not rows:
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
-        return rows[0][0]
+        data: bytes = rows[0][0]
+        return data
 
 
 def _prefix_successor(prefix: str) -> str | None:
