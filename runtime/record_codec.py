@@ -39,7 +39,8 @@ class MissingUpcasterError(UnknownSchemaVersionError):
     Like its base class it stops that agent and leaves the data untouched.
     """
 
-    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream=None, seq=None) -> None:
+    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream: StreamId | None = None,
+                 seq: int | None = None) -> None:
         super().__init__(schema, version, supported, stream=stream, seq=seq)
         self.missing = missing
         where = f" in {stream} at seq {seq}" if stream is not None else ""

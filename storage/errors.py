@@ -7,6 +7,11 @@ parse a message: a stale writer gets ``ConflictError``, bit rot gets
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # spi imports this module: the name is for annotations only
+    from .spi import StreamId
+
 
 class DurablyError(Exception):
     """Base class of every error durably raises on purpose."""
@@ -30,7 +35,7 @@ class ConflictError(StoreError):
     returns it (not raises it) in ``append_batch``'s result list.
     """
 
-    def __init__(self, stream, expected_seq: int, actual_seq: int | None) -> None:
+    def __init__(self, stream: StreamId, expected_seq: int, actual_seq: int | None) -> None:
         self.stream = stream
         self.expected_seq = expected_seq
         self.actual_seq = actual_seq
@@ -96,7 +101,7 @@ class CorruptRecordError(CodecError):
     Attributes: ``stream`` and ``seq`` when known, else None.
     """
 
-    def __init__(self, message: str, *, stream=None, seq: int | None = None) -> None:
+    def __init__(self, message: str, *, stream: StreamId | None = None, seq: int | None = None) -> None:
         self.stream = stream
         self.seq = seq
         where = f" ({stream} seq {seq})" if stream is not None else ""
@@ -126,7 +131,7 @@ class UnknownKeyError(DecryptionError):
     """An encrypted frame names a key id the key provider does not have
     (a retired key, or the wrong provider). Attribute: ``key_id`` (str)."""
 
-    def __init__(self, message: str, *, key_id: str, stream=None, seq: int | None = None) -> None:
+    def __init__(self, message: str, *, key_id: str, stream: StreamId | None = None, seq: int | None = None) -> None:
         self.key_id = key_id
         super().__init__(message, stream=stream, seq=seq)
 
@@ -143,7 +148,8 @@ class UnknownSchemaVersionError(CodecError):
     Attributes: ``schema``, ``version``, ``supported`` (highest known), ``stream``, ``seq``.
     """
 
-    def __init__(self, schema: str, version: int, supported: int, *, stream=None, seq=None) -> None:
+    def __init__(self, schema: str, version: int, supported: int, *, stream: StreamId | None = None,
+                 seq: int | None = None) -> None:
         self.schema = schema
         self.version = version
         self.supported = supported
