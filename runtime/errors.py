@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from durably.storage.errors import ConflictError, DurablyError
+
+if TYPE_CHECKING:  # state imports this module
+    from .state import AgentState
 
 
 class AgentFencedError(ConflictError):
@@ -37,7 +42,7 @@ class ApprovalAlreadyDecidedError(InvalidCommandError):
     one is acknowledged; the other caller gets this error.
     """
 
-    def __init__(self, agent_id: str, approval_id: str, decision: dict) -> None:
+    def __init__(self, agent_id: str, approval_id: str, decision: dict[str, Any]) -> None:
         self.agent_id, self.approval_id, self.decision = agent_id, approval_id, decision
         verdict = "approved" if decision.get("approved") else "denied"
         by = f" by {decision['by']}" if decision.get("by") else ""
@@ -68,7 +73,7 @@ class WaitTimeoutError(DurablyError, TimeoutError):
     """``Runtime.wait`` gave up: the agent did not reach one of the wanted
     statuses in time. ``state`` holds the last state seen."""
 
-    def __init__(self, message: str, state) -> None:
+    def __init__(self, message: str, state: AgentState) -> None:
         super().__init__(message)
         self.state = state
 
