@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from durably.storage.errors import InvalidRequestError
@@ -62,7 +63,7 @@ class PostgresOptions:
         parts = urlsplit(url)
         if parts.scheme.lower() not in SCHEMES:
             raise InvalidRequestError(f"not a postgresql:// URL: {redacted(url)!r}")
-        fields: dict[str, object] = {}
+        fields: dict[str, Any] = {}  # each value converted to its field's type; _validate checks ranges
         passed: list[tuple[str, str]] = []
         numbers = {"pool_min": int, "pool_max": int, "statement_timeout": float, "connect_timeout": float,
                    "deadline": float, "lock_timeout": float}
@@ -78,7 +79,7 @@ class PostgresOptions:
                 raise InvalidRequestError(f"postgresql URL option {name}={raw!r} is not a number") from None
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
         fields.setdefault("listen_dsn", dsn)
-        options = cls(dsn=dsn, **fields)  # type: ignore[arg-type]
+        options = cls(dsn=dsn, **fields)
         options._validate()
         return options
 

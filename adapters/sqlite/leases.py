@@ -28,8 +28,14 @@ process or several, exactly one gets it.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
 
 from durably.storage.spi import Lease, StreamId, check_lease
+
+if TYPE_CHECKING:
+    import aiosqlite
 
 _CREATE_TABLE = """CREATE TABLE IF NOT EXISTS leases (
     namespace TEXT NOT NULL,
@@ -79,14 +85,23 @@ class SQLiteLeases:
     #: checked yet). Compared by identity, so a reopened store checks again.
     _leases_checked_on: object | None = None
 
+    if TYPE_CHECKING:  # the host's (SQLiteStore), declared for the type checker
+        _db: aiosqlite.Connection | None
+
+        def _check_open(self) -> None: ...
+
+        async def _fetch(self, sql: str, params: Sequence[object]) -> list[Any]: ...
+
+        def _transaction(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
     async def _leases_table_exists(self) -> bool:
         """Whether the file has the ``leases`` table (cached per connection once true)."""
-        db = self._db  # type: ignore[attr-defined]  # None until a file absent at open exists
+        db = self._db  # None until a file absent at open exists
         if db is not None and self._leases_checked_on is db:
             return True
-        if not await self._fetch(_HAS_TABLE, ()):  # type: ignore[attr-defined]
+        if not await self._fetch(_HAS_TABLE, ()):
             return False
-        self._leases_checked_on = self._db  # type: ignore[attr-defined]
+        self._leases_checked_on = self._db
         return True
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
@@ -96,13 +111,13 @@ class SQLiteLeases:
         an unexpired one. A lease that expired is taken anew with the next token,
         also by its former owner; only an unexpired lease is renewed in place.
         """
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         check_lease(owner, ttl)
         now = time.time()
         params = {
             "namespace": stream.namespace, "agent_id": stream.agent_id, "owner": owner, "now": now, "expires_at": now + ttl
         }
-        async with self._transaction() as db:  # type: ignore[attr-defined]
+        async with self._transaction() as db:
             if self._leases_checked_on is not db:
                 await db.execute(_CREATE_TABLE)
             rows = await db.execute_fetchall(_ACQUIRE, params)
@@ -114,19 +129,19 @@ class SQLiteLeases:
 
     async def release_lease(self, lease: Lease) -> None:
         """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) no-op."""
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         if not await self._leases_table_exists():
             return
         stream = lease.stream
-        async with self._transaction() as db:  # type: ignore[attr-defined]
+        async with self._transaction() as db:
             await db.execute(_RELEASE, (stream.namespace, stream.agent_id, lease.owner, lease.token))
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
         """The unexpired lease of ``stream`` (by this process's clock), or None."""
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         if not await self._leases_table_exists():
             return None
-        rows = await self._fetch(_GET, (stream.namespace, stream.agent_id, time.time()))  # type: ignore[attr-defined]
+        rows = await self._fetch(_GET, (stream.namespace, stream.agent_id, time.time()))
         if not rows:
             return None
         ((owner, token, expires_at),) = rows
@@ -137,5 +152,5 @@ class SQLiteLeases:
         one (``delete_stream`` calls this before purging: tokens never decrease, purge included)."""
         if not await self._leases_table_exists():
             return
-        async with self._transaction() as db:  # type: ignore[attr-defined]
+        async with self._transaction() as db:
             await db.execute(_END, (stream.namespace, stream.agent_id))
