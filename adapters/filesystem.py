@@ -47,17 +47,18 @@ from bisect import bisect_right
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import TypeVar, TypeVarTuple
 from pathlib import Path
-from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 from anyio.to_thread import run_sync
 
 from durably.storage.base import StoreBase
+from durably.storage.urls import CREATE, check_parent, flag, parse_store_url
 from durably.storage.errors import (
     BlobNotFoundError,
     ConflictError,
     CorruptRecordError,
     InvalidRequestError,
+    InvalidStoreURLError,
     StoreUnavailableError,
     UnsafeCompactionError,
 )
@@ -133,21 +134,25 @@ class FileSystemStore(StoreBase, BlobStore):
     with hard links and atomic rename: ext4, xfs, apfs, ntfs). Not for network
     filesystems whose ``link`` or ``rename`` are not atomic. Purging a stream
     while another writer appends to it leaves either outcome; don't race them.
-    Raises ``ValueError`` for a URL that names a remote host or no path.
+    Raises ``InvalidStoreURLError`` (a ``ValueError``) for a URL that names a remote host or no path,
+    or an unknown option; ``open()`` raises it when the directory's parent does not exist and the
+    URL lacks ``?create=1``.
     """
 
 
     def __init__(self, url: str) -> None:
         super().__init__()
-        parts = urlsplit(url)
-        if parts.scheme != "file" or parts.netloc not in ("", "localhost") or not parts.path:
-            raise ValueError(f"expected file:///path/to/dir, got {url!r}")
-        self.root = Path(url2pathname(parts.path))
+        parsed = parse_store_url(url, ("file",), {CREATE: flag})
+        if parsed.netloc not in ("", "localhost") or not parsed.path:
+            raise InvalidStoreURLError(f"expected file:///path/to/dir, got {url!r}", url=url)
+        self.root = Path(url2pathname(parsed.path))
+        self.create = parsed.options.get(CREATE, False)
 
     # -- lifecycle -----------------------------------------------------------
 
     async def _open(self) -> None:
         def create() -> None:
+            check_parent(self.root, create=self.create, url=str(self.root))  # a mistyped folder is refused
             (self.root / "streams").mkdir(parents=True, exist_ok=True)
             (self.root / "tmp").mkdir(exist_ok=True)
 

@@ -11,10 +11,10 @@ import hashlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from durably.storage.base import StoreBase
-from durably.storage.errors import BlobNotFoundError, ConflictError, InvalidRequestError, UnsafeCompactionError
+from durably.storage.errors import BlobNotFoundError, ConflictError, InvalidRequestError, InvalidStoreURLError, UnsafeCompactionError
+from durably.storage.urls import parse_store_url
 from durably.storage.spi import (
     CAP_SINGLE_PROCESS,
     AppendRequest,
@@ -44,14 +44,20 @@ _shared_leases: dict[str, dict[StreamId, Lease]] = {}
 
 
 class MemoryStore(StoreBase, BlobStore, LeaseStore):
-    """A ``Store`` held in a dict. ``url``: ``memory://`` or ``memory://name`` (shared by name)."""
+    """A ``Store`` held in a dict. ``url``: ``memory://`` or ``memory://name`` (shared by name).
+
+    Raises ``InvalidStoreURLError`` for another scheme, a path or a query option.
+    """
 
     #: Its data lives in this process's memory: another process sees another store.
     capabilities = frozenset({CAP_SINGLE_PROCESS})  # + the protocols above, by StoreBase
 
     def __init__(self, url: str = "memory://") -> None:
         super().__init__()
-        name = urlsplit(url).netloc
+        parsed = parse_store_url(url, None, {})  # any scheme (subclasses register theirs); no options
+        if parsed.path not in ("", "/"):
+            raise InvalidStoreURLError(f"expected memory:// or memory://name, got {url!r}", url=url)
+        name = parsed.netloc
         self._streams: dict[StreamId, _Stream] = _shared.setdefault(name, {}) if name else {}
         self._leases: dict[StreamId, Lease] = _shared_leases.setdefault(name, {}) if name else {}
 

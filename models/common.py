@@ -10,18 +10,12 @@ import pydantic_core
 
 from durably.runtime.model import TransientModelError
 from durably.runtime.model_retry import parse_retry_after
+from durably.errors import MalformedToolCallError as MalformedToolCallError  # re-exported: the old import path
 
 #: Provider stop reasons in durably's words (the provider's own word is kept otherwise).
 STOP_REASONS = {"stop": "end", "end_turn": "end", "tool_calls": "tool_use", "tool_use": "tool_use",
                 "length": "max_tokens", "max_tokens": "max_tokens", "content_filter": "refused", "refusal": "refused",
                 "stop_sequence": "end"}
-
-
-class MalformedToolCallError(TransientModelError):
-    """The model's tool call does not parse (its arguments are not a JSON object).
-
-    Transient: the reply is sampled, so the next attempt usually parses; the
-    retry policy retries it and journals each failed attempt."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
-"""durably.runtime: durable agent actors, the step loop, tools, approvals and budgets.
+"""durably.runtime (internal): durable agent actors, the step loop, tools, approvals and budgets.
 
-The names most programs need are re-exported here::
-
-    from durably.runtime import Runtime, AgentDefinition, tool, ModelResponse, ToolCall
+Import the public names from ``durably`` (``from durably import Runtime, tool``);
+this package and its modules are the implementation and may change in any
+release. The names below stay importable from here for the code that used them.
 """
 
 from .agent import AgentDefinition, Budget

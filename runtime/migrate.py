@@ -32,33 +32,14 @@ from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from .agent import AgentDefinition, OnDefinitionChange
-from .errors import DefinitionNotRegisteredError
 from .state import NEEDS_MIGRATION, RUNNING, AgentState
+from durably.errors import DefinitionMigrationError
 
 log = logging.getLogger("durably.migrate")
 
 #: State fields the runtime owns; a migrate hook that changes them is refused.
 RUNTIME_FIELDS = frozenset({"namespace", "agent_id", "run_id", "definition", "status", "last_seq"})
 _STATE_FIELDS = frozenset(f.name for f in fields(AgentState))
-
-
-class DefinitionMigrationError(DefinitionNotRegisteredError):
-    """The registered definition differs from the journal's and cannot take it over.
-
-    Raised by ``Runtime.resume`` when the ``migrate`` hook raised, returned
-    something that is not a state, or changed fields it may not (``RUNTIME_FIELDS``,
-    unknown names, a value of another type, unencodable data). Nothing was
-    appended. It is a ``DefinitionNotRegisteredError`` because that is what it
-    means to a runtime: no registered definition can run this journal, so
-    ``resume_all`` skips the agent instead of stopping every other one.
-    Attributes: ``agent_id``, ``previous`` and ``current`` definition info.
-    """
-
-    def __init__(self, message: str, *, agent_id: str, previous: dict[str, Any], current: dict[str, Any]) -> None:
-        self.agent_id = agent_id
-        self.previous = previous
-        self.current = current
-        super().__init__(message)
 
 
 def definition_changed(recorded: Mapping[str, Any], definition: AgentDefinition) -> bool:

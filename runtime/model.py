@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from durably.storage.errors import DurablyError
+from durably.errors import ModelReplyError as ModelReplyError, TransientModelError as TransientModelError  # re-exported: the old import path
 
 #: Bounds on one model reply, checked before it is journaled (a reply past them
 #: is refused, never cut): characters of text, tool calls, plan steps, id/name length.
@@ -74,31 +74,6 @@ class Model(Protocol):
     name: str
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse: ...
-
-
-class TransientModelError(DurablyError):
-    """A model call failed in a way worth retrying (rate limit, overload, outage).
-
-    Adapters raise it; ``retry_after`` (seconds, or None) is the provider's
-    ``Retry-After``, which the retry policy honours. ``status`` is the HTTP
-    status when there was one.
-    """
-
-    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = None) -> None:
-        super().__init__(message)
-        self.retry_after, self.status = retry_after, status
-
-
-class ModelReplyError(DurablyError, ValueError):
-    """A model adapter returned something that is not a valid ``ModelResponse``.
-
-    ``path`` names the field (``usage.cost_usd``, ``tool_calls[2].arguments``)
-    and ``problem`` what is wrong with it. Nothing of the reply is journaled.
-    """
-
-    def __init__(self, path: str, problem: str) -> None:
-        self.path, self.problem = path, problem
-        super().__init__(f"invalid model reply: {path}: {problem}")
 
 
 def check_reply(response: Any) -> None:

@@ -10,7 +10,6 @@ so the journal says what happened while no content leaves the process.
 
 from __future__ import annotations
 
-import email.utils
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -82,6 +80,9 @@ class RetryPolicy:
                 replayed = True
                 raise first
             return await fn()
+
+        # Imported here: a runtime whose model never fails never loads tenacity (import time).
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
         backoff = wait_exponential_jitter(multiplier=self.initial_s, max=self.max_s, jitter=self.jitter_s)
 
@@ -157,6 +158,8 @@ def parse_retry_after(value: Any) -> float | None:
         seconds = float(text)
     except ValueError:
         try:
+            import email.utils  # only for an HTTP-date Retry-After (rare)
+
             when = email.utils.parsedate_to_datetime(text)
         except (TypeError, ValueError):
             return None

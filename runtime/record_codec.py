@@ -25,27 +25,12 @@ from durably.schemas.upcasters import NoUpcastPathError, upcast
 from durably.storage.codec import Codec, Frame, FrameCipher, check_encodable
 from durably.storage.errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
 from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
+from durably.errors import MissingUpcasterError
 
 #: Levels a record's data may end up below the top of a snapshot (e.g.
 #: ``state.messages[i].content``): records get that much less depth than
 #: snapshots, so a record that was accepted never makes later snapshots fail.
 STATE_NESTING = 8
-
-
-class MissingUpcasterError(UnknownSchemaVersionError):
-    """A frame's schema version is older than this build's and no upcaster chain
-    lifts it (``missing``: the first version without a step), or it is below 1.
-
-    Like its base class it stops that agent and leaves the data untouched.
-    """
-
-    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream: StreamId | None = None,
-                 seq: int | None = None) -> None:
-        super().__init__(schema, version, supported, stream=stream, seq=seq)
-        self.missing = missing
-        where = f" in {stream} at seq {seq}" if stream is not None else ""
-        self.args = (f"{schema} version {version}{where} has no upcaster from version {missing} to the "
-                     f"current version {supported}; the data was left untouched",)
 
 
 class RecordCodec:

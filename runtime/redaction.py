@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from durably.storage.errors import DurablyError
+from durably.errors import RedactedArgumentError
 
 MARKER = "$redacted"
 _MAX_DEPTH = 128  # deeper than the codec accepts: the codec rejects it with the field path
@@ -228,23 +228,6 @@ class RedactionPolicy:
         for name, regex, _hints in self._candidates(text):
             text = regex.sub(f"[REDACTED:{name}]", text)
         return text
-
-
-class RedactedArgumentError(DurablyError):
-    """A tool call's arguments hold redaction markers and the originals are gone
-    (they lived only in the activation that received them, which ended).
-
-    ``tool`` (str) and ``paths`` (list of dotted argument paths).
-    """
-
-    def __init__(self, tool: str, paths: list[str]) -> None:
-        self.tool = tool
-        self.paths = paths
-        names = ", ".join(repr(p) for p in paths)
-        verb = "was" if len(paths) == 1 else "were"
-        noun = "argument" if len(paths) == 1 else "arguments"
-        super().__init__(f"{noun} {names} of tool {tool!r} {verb} redacted and {'is' if len(paths) == 1 else 'are'} "
-                         "not available after a restart; the call was not run")
 
 
 # The per-activation half lives in its own module; the name stays importable from here.

@@ -19,11 +19,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from durably.storage.errors import CodecError, StoreError
+from durably.storage.errors import CodecError
 from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from .restore import restore
+from durably.errors import PurgeIncompleteError
 
 DAY = 86_400.0  # seconds
 
@@ -130,10 +131,6 @@ async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: Retent
             await purge(stream)
         items.append(SweepItem(stream, status, last_at, age, EXPIRED if dry_run else PURGED))
     return items
-
-
-class PurgeIncompleteError(StoreError):
-    """``delete_stream`` returned but the store still shows some of the stream."""
 
 
 async def purge_stream(store: Store, stream: StreamId) -> None:

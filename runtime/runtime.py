@@ -251,8 +251,8 @@ class Runtime(Inspection):
         when another runtime holds it (it runs the agent). ``force=True`` takes
         the agent over anyway, for an operator who knows that runtime is dead
         (it is fenced by the expected seq, and this run holds no lease).
-        Raises ``AgentNotFoundError``, ``DefinitionNotRegisteredError`` (and its
-        ``DefinitionMigrationError``: the migrate hook failed, nothing appended),
+        Raises ``AgentNotFoundError``, ``DefinitionNotRegisteredError``,
+        ``DefinitionMigrationError`` (the migrate hook failed, nothing appended),
         ``CorruptRecordError`` / ``UnknownSchemaVersionError`` (journal unreadable:
         not resumed, bytes untouched).
         """

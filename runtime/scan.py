@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
 
-from .errors import AgentFencedError, AgentLeasedError, DefinitionNotRegisteredError
+from .errors import AgentFencedError, AgentLeasedError, DefinitionMigrationError, DefinitionNotRegisteredError
 
 if TYPE_CHECKING:
     from .runtime import AgentHandle, Runtime
@@ -65,8 +65,8 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
         except AgentLeasedError as exc:
             result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
             continue
-        except (DefinitionNotRegisteredError, AgentFencedError):
-            continue  # not ours to run, or another runtime won the race to
+        except (DefinitionNotRegisteredError, DefinitionMigrationError, AgentFencedError):
+            continue  # no registered definition can run it, or another runtime won the race to
         except CodecError as exc:
             log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
             continue

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 
 import anyio
 from opentelemetry import metrics
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_never, wait_exponential, wait_random
 
 from durably.storage.errors import StoreUnavailableError
 
@@ -43,6 +42,8 @@ from . import wakeups
 from .scan import FairShare, scan
 
 if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
     from .runtime import Runtime
 
 log = logging.getLogger("durably.serve")
@@ -83,6 +84,8 @@ async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
 
 
 async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Event, fair: FairShare) -> None:
+    from tenacity import AsyncRetrying, retry_if_exception_type, stop_never  # only serve() needs it (import time)
+
     outage = _Outage(runtime)
     retrying = AsyncRetrying(retry=retry_if_exception_type(StoreUnavailableError), stop=stop_never, reraise=True,
                              wait=_backoff(poll_interval),
@@ -108,6 +111,8 @@ async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Even
 
 def _backoff(poll_interval: float):
     """Exponential from one poll interval, capped at ``MAX_BACKOFF``, plus up to one interval of jitter."""
+    from tenacity import wait_exponential, wait_random
+
     step = max(poll_interval, 0.05)
     return wait_exponential(multiplier=step, max=MAX_BACKOFF) + wait_random(0, step)
 

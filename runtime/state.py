@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from durably.schemas.records import Kind, Record
-from durably.storage.errors import CorruptRecordError
 
 from .tools import idempotency_key
+from durably.errors import UnfoldableRecordError
 
 # Statuses. Parked ones hold no memory in the runtime; terminal ones never run again.
 RUNNING = "running"
@@ -82,17 +82,6 @@ class AgentState:
     def open_approvals(self) -> list[dict[str, Any]]:
         """Approval requests with no decision yet."""
         return [a for a in self.approvals.values() if a.get("decision") is None]
-
-
-class UnfoldableRecordError(CorruptRecordError):
-    """A record decoded but does not fit the state it follows (a field missing
-    or of the wrong type, e.g. a usage figure that is not a number).
-
-    The fold is total: this is the only error it raises for bad data, so the
-    agent whose journal holds the record is reported unreadable (``status``,
-    ``agents``, ``resume_all``) and its neighbours in the namespace carry on.
-    ``seq`` names the record; nothing stored is changed.
-    """
 
 
 def apply(state: AgentState, record: Record) -> AgentState:

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 from typing import Any
-
-import pydantic
 
 _PLAIN = (str, int, float, bool, bytes, type(None))
 _MAX_DEPTH = 64  # deeper values are left as they are: the codec reports the depth with its path
@@ -38,7 +37,8 @@ def journal_form(value: Any, _depth: int = 0) -> Any:
         return value
     if isinstance(value, enum.Enum):
         return journal_form(value.value, _depth + 1)
-    if isinstance(value, pydantic.BaseModel):
+    pydantic = sys.modules.get("pydantic")  # a value can be a pydantic model only once pydantic is loaded
+    if pydantic is not None and isinstance(value, pydantic.BaseModel):
         data = {name: getattr(value, name) for name in type(value).model_fields}
         data.update(value.model_extra or {})
         return journal_form(data, _depth + 1)

@@ -15,30 +15,16 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import docstring_parser
-import pydantic
-from pydantic import ConfigDict, Field, TypeAdapter
+if TYPE_CHECKING:  # imported where a tool is built: ``import durably`` does not load pydantic
+    import pydantic
+    from pydantic import TypeAdapter
 
-from durably.storage.errors import DurablyError
+from durably.errors import ToolArgumentsError as ToolArgumentsError  # re-exported: the old import path
 
 #: The parameter a tool declares to receive its ``ToolContext``.
 CONTEXT_PARAMETER = "ctx"
-
-
-class ToolArgumentsError(DurablyError, ValueError):
-    """The model's arguments for a tool call do not fit the tool's schema.
-
-    ``tool``: the tool's name; ``problems``: ``(field path, message)`` pairs,
-    the path dotted from the argument (``order.lines[0].qty``). The message
-    (``str(error)``) is what the model is told, so it can correct the call.
-    """
-
-    def __init__(self, tool: str, problems: list[tuple[str, str]]) -> None:
-        self.tool, self.problems = tool, problems
-        said = "; ".join(f"{path or 'arguments'}: {message}" for path, message in problems)
-        super().__init__(f"invalid arguments for tool {tool!r}: {said}")
 
 
 @dataclass(frozen=True)
@@ -65,6 +51,8 @@ class ToolSignature:
         """
         if not isinstance(arguments, dict):
             raise ToolArgumentsError(tool, [("", f"expected an object, got {type(arguments).__name__}")])
+        import pydantic  # loaded already: read_signature built the model
+
         try:
             parsed = self._model.model_validate(arguments)
         except pydantic.ValidationError as exc:
@@ -83,6 +71,10 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
     (positional-only parameters, ``*args``), an annotation that cannot be
     resolved or has no JSON Schema.
     """
+    import docstring_parser
+    import pydantic
+    from pydantic import ConfigDict, Field, TypeAdapter
+
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:

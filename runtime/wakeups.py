@@ -20,7 +20,7 @@ import anyio
 from durably.storage.errors import CodecError, StoreClosedError, StoreError, StoreUnavailableError
 from durably.storage.spi import ChangeSubscription, Store, StreamId, supports_changes
 
-from .errors import AgentFencedError, AgentLeasedError, AgentNotFoundError, DefinitionNotRegisteredError
+from .errors import AgentFencedError, AgentLeasedError, AgentNotFoundError, DefinitionMigrationError, DefinitionNotRegisteredError
 
 if TYPE_CHECKING:  # runtime imports this module
     from .runtime import AgentHandle, Runtime
@@ -65,7 +65,7 @@ async def resume_if_runnable(runtime: Runtime, agent_id: str) -> AgentHandle | N
         return None
     try:
         return await runtime._resume(agent_id)
-    except (DefinitionNotRegisteredError, AgentLeasedError, AgentFencedError, AgentNotFoundError):
+    except (DefinitionNotRegisteredError, DefinitionMigrationError, AgentLeasedError, AgentFencedError, AgentNotFoundError):
         return None
     except CodecError as exc:
         log.error("agent %s not resumed, its journal is unreadable: %s", runtime.stream(agent_id), exc)

@@ -1,31 +1,42 @@
-"""durably.storage: the storage SPI, its errors, the frame codec and the group-commit journal writer."""
+"""durably.storage: what an adapter author needs: the storage SPI, its errors, the URL registry.
 
+``StoreBase`` (lifecycle and the closed-store guard), ``check_append`` and
+``check_lease`` (the SPI's argument checks) are here too; the conformance kit
+is ``durably.storage.conformance``. The frame codec and group commit are
+internal to durably.
+"""
+
+from .base import StoreBase
 from .errors import (
     BlobNotFoundError,
     CodecError,
     ConflictError,
     CorruptRecordError,
+    DecryptionError,
     DurablyError,
+    EncryptionRequiredError,
     FrameLimitError,
     InvalidRequestError,
+    InvalidStoreURLError,
     StoreClosedError,
     StoreError,
     StoreUnavailableError,
     TruncatedRecordError,
     UnencodableValueError,
+    UnknownKeyError,
     UnknownSchemaVersionError,
     UnknownSchemeError,
     UnsafeCompactionError,
 )
 from .registry import known_schemes, open_store, register_store
 from .spi import OPTIONAL_PROTOCOLS, declared_capabilities, supports_blobs, supports_changes, supports_leases
-from .spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId
+from .spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId, check_append, check_lease
 
 __all__ = [
     "CAP_BLOBS", "CAP_CHANGES", "CAP_LEASES", "CAP_SINGLE_PROCESS", "ChangeStore", "ChangeSubscription", "AppendRequest", "Lease", "LeaseStore", "BlobNotFoundError", "BlobStore", "CodecError", "ConflictError", "CorruptRecordError",
-    "DurablyError", "FrameLimitError", "InvalidRequestError", "Store", "StoreClosedError", "StoreError",
+    "DecryptionError", "DurablyError", "EncryptionRequiredError", "FrameLimitError", "InvalidRequestError", "InvalidStoreURLError", "Store", "StoreBase", "StoreClosedError", "StoreError",
     "StoreUnavailableError", "StoredRecord", "StoredSnapshot", "StreamId", "TruncatedRecordError",
-    "UnencodableValueError", "UnknownSchemaVersionError", "UnknownSchemeError", "UnsafeCompactionError",
-    "known_schemes", "open_store", "register_store",
+    "UnencodableValueError", "UnknownKeyError", "UnknownSchemaVersionError", "UnknownSchemeError", "UnsafeCompactionError",
+    "check_append", "check_lease", "known_schemes", "open_store", "register_store",
     "OPTIONAL_PROTOCOLS", "declared_capabilities", "supports_blobs", "supports_changes", "supports_leases",
 ]

@@ -31,25 +31,21 @@ import os
 import re
 import struct
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .codec import _HEADER, FLAG_ENCRYPTED, HEADER_SIZE, MAGIC
 from .errors import CorruptRecordError, DecryptionError, UnknownKeyError
 from .spi import StreamId
+from durably.errors import KeyConfigError
 
 KEY_SIZE = 32  # bytes: AES-256
 NONCE_SIZE = 12  # bytes: the 96-bit nonce GCM is specified for (SP 800-38D, 8.2)
 TAG_SIZE = 16
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _AAD_KEY_ID = struct.Struct(">B")
-
-
-class KeyConfigError(ValueError):
-    """A key provider was given a malformed key id, a key of the wrong size, or
-    an environment variable it cannot parse. The message never holds key bytes."""
 
 
 @runtime_checkable
@@ -76,7 +72,7 @@ def _check_key(key_id: str, key: bytes) -> None:
 
 def generate_key() -> bytes:
     """A fresh random 32-byte AES-256 key (from the OS's CSPRNG)."""
-    return AESGCM.generate_key(bit_length=256)
+    return os.urandom(KEY_SIZE)
 
 
 class StaticKeyProvider:
@@ -172,6 +168,9 @@ class AESGCMCipher:
         if aead is None:
             key = self.keys.get(key_id)  # KeyError for an unknown id
             _check_key(key_id, key)
+            # Imported at the first key used: a runtime without encryption never loads cryptography.
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
             aead = self._aeads[key_id] = AESGCM(key)
         return aead
 
@@ -194,6 +193,8 @@ class AESGCMCipher:
             aead = self._aead(key_id)
         except KeyError:
             raise UnknownKeyError(f"no key {key_id!r} in the key provider", key_id=key_id, stream=stream, seq=seq) from None
+        from cryptography.exceptions import InvalidTag
+
         kid = key_id.encode("ascii")
         try:
             return aead.decrypt(body[:NONCE_SIZE], body[NONCE_SIZE:], aad + _AAD_KEY_ID.pack(len(kid)) + kid)

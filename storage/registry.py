@@ -13,11 +13,14 @@ the URL as its only positional argument and implement the SPI.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .errors import UnknownSchemeError
 from .spi import Store
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 ENTRY_POINT_GROUP = "durably.stores"
 
@@ -35,7 +38,7 @@ def register_store(scheme: str, factory: type) -> None:
 
 def known_schemes() -> list[str]:
     """Every scheme ``open_store`` can handle now, sorted."""
-    names = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    names = {ep.name for ep in _entry_points()}
     return sorted(names | set(_registered))
 
 
@@ -45,18 +48,28 @@ def open_store(url: str) -> Store:
     ``url`` is ``scheme://...``: ``memory://name``, ``sqlite:///path/to.db``,
     ``s3://bucket/prefix?endpoint_url=...`` or any scheme an installed package
     registers. Raises ``UnknownSchemeError`` (listing the known schemes) when no
-    adapter handles the scheme, and ``ValueError`` when the adapter rejects the URL.
+    adapter handles the scheme, and ``InvalidStoreURLError`` (its base class, a
+    ``ValueError``) when the adapter rejects the URL.
     """
     scheme = urlsplit(url).scheme.lower()
     if not scheme:
-        raise UnknownSchemeError(f"{url!r} has no scheme; known schemes: {', '.join(known_schemes())}")
+        raise UnknownSchemeError(f"{url!r} has no scheme; known schemes: {', '.join(known_schemes())}", url=url)
     factory = _registered.get(scheme)
     if factory is None:
-        matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == scheme]
+        matches = [ep for ep in _entry_points() if ep.name == scheme]
         if not matches:
             raise UnknownSchemeError(
-                f"no durably store adapter handles {scheme!r} URLs; known schemes: {', '.join(known_schemes())}"
+                f"no durably store adapter handles {scheme!r} URLs; known schemes: {', '.join(known_schemes())}", url=url
             )
         factory = matches[0].load()
     store: Store = factory(url)
     return store
+
+
+def _entry_points() -> list[EntryPoint]:
+    """The installed ``durably.stores`` entry points. ``importlib.metadata`` is imported
+    here, at the first ``open_store``, not with durably (it costs more than the rest of
+    ``import durably.runtime``'s dependencies)."""
+    from importlib.metadata import entry_points
+
+    return list(entry_points(group=ENTRY_POINT_GROUP))

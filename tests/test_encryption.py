@@ -169,7 +169,7 @@ def test_key_providers_parse_the_environment_and_never_echo_keys() -> None:
 
 
 async def test_an_encrypted_sqlite_store_holds_no_plaintext_and_restores(tmp_path) -> None:
-    url = f"sqlite:///{tmp_path}/db/agents.db"
+    url = f"sqlite:///{tmp_path}/db/agents.db?create=1"
     policy = SnapshotPolicy(every_records=1, tail_ratio=0.0)
     async with Runtime(url, agents=[echo_agent()], encryption=cipher("k1"), snapshot_policy=policy) as rt:
         state = await rt.run("echo", "a1", f"summarise {PLAIN}")

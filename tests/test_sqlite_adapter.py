@@ -351,7 +351,7 @@ def test_malformed_urls_are_refused(bad: str) -> None:
 
 async def test_relative_and_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    async with SQLiteStore("sqlite:///rel/j.db") as store:
+    async with SQLiteStore("sqlite:///rel/j.db?create=1") as store:  # a new folder: asked for
         await store.append(S, 0, [b"x"])
     assert (tmp_path / "rel" / "j.db").is_file()
     absolute = tmp_path / "abs dir" / "j.db"
@@ -361,7 +361,7 @@ async def test_relative_and_absolute_paths(tmp_path: Path, monkeypatch: pytest.M
 
 async def test_new_files_and_directories_are_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "new" / "nested" / "journal.db"
-    async with SQLiteStore(f"sqlite:///{path}") as store:
+    async with SQLiteStore(f"sqlite:///{path}?create=1") as store:
         await store.append(S, 0, [b"x"])
         for directory in (tmp_path / "new", tmp_path / "new" / "nested"):
             assert stat.S_IMODE(directory.stat().st_mode) == 0o700

@@ -30,15 +30,9 @@ import asyncpg
 import tenacity
 
 from durably.storage.errors import InvalidRequestError, StoreError, StoreUnavailableError
+from durably.errors import PostgresSetupError as PostgresSetupError  # re-exported: the old import path
 
 T = TypeVar("T")
-
-
-class PostgresSetupError(StoreError):
-    """The database cannot serve as a durably store as set up: read-only (a replica),
-    permission denied, durably's tables altered or dropped, or the schema's lock
-    held by another transaction past ``lock_timeout`` at ``open()``. Not retryable:
-    an operator must act. The message says what was found."""
 
 
 class OutcomeUnknown(Exception):

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from durably.storage.errors import InvalidRequestError
+from durably.storage.errors import InvalidStoreURLError
+from durably.storage.urls import parse_store_url
 
 SCHEMES = ("postgresql", "postgres")
 #: A schema name durably accepts: an unquoted PostgreSQL identifier (lower case, so
@@ -58,25 +59,15 @@ class PostgresOptions:
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresOptions":
-        """Parse ``url``. Raises ``InvalidRequestError`` (a ValueError) for another scheme, a
+        """Parse ``url``. Raises ``InvalidStoreURLError`` (a ValueError) for another scheme, a
         schema name that is not a plain identifier, or an option out of range."""
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in SCHEMES:
-            raise InvalidRequestError(f"not a postgresql:// URL: {redacted(url)!r}")
-        fields: dict[str, Any] = {}  # each value converted to its field's type; _validate checks ranges
-        passed: list[tuple[str, str]] = []
         numbers = {"pool_min": int, "pool_max": int, "statement_timeout": float, "connect_timeout": float,
                    "deadline": float, "lock_timeout": float}
-        for name, raw in parse_qsl(parts.query, keep_blank_values=True):
-            try:
-                if name in ("schema", "listen_dsn"):
-                    fields[name] = raw
-                elif name in numbers:
-                    fields[name] = numbers[name](raw)
-                else:
-                    passed.append((name, raw))  # libpq's own (sslmode...), for asyncpg
-            except ValueError:
-                raise InvalidRequestError(f"postgresql URL option {name}={raw!r} is not a number") from None
+        parsed = parse_store_url(url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url),
+                                 passthrough=True)  # libpq's own options (sslmode...) go on to asyncpg
+        fields: dict[str, Any] = parsed.options  # each converted to its field's type; _validate checks ranges
+        passed = parsed.passthrough
+        parts = urlsplit(url)
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
         fields.setdefault("listen_dsn", dsn)
         options = cls(dsn=dsn, **fields)
@@ -85,13 +76,13 @@ class PostgresOptions:
 
     def _validate(self) -> None:
         if not _SCHEMA_NAME.fullmatch(self.schema):
-            raise InvalidRequestError(
+            raise InvalidStoreURLError(
                 f"schema {self.schema!r} must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 chars)")
         if self.pool_min < 0 or self.pool_max < 1 or self.pool_min > self.pool_max:
-            raise InvalidRequestError(f"need 0 <= pool_min <= pool_max and pool_max >= 1 (got {self.pool_min}, {self.pool_max})")
+            raise InvalidStoreURLError(f"need 0 <= pool_min <= pool_max and pool_max >= 1 (got {self.pool_min}, {self.pool_max})")
         for name in ("statement_timeout", "connect_timeout", "deadline", "lock_timeout"):
             if not getattr(self, name) > 0:
-                raise InvalidRequestError(f"{name} must be > 0 seconds")
+                raise InvalidStoreURLError(f"{name} must be > 0 seconds")
 
 
 def redacted(url: str) -> str:

@@ -29,7 +29,9 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+
+from durably.storage.errors import InvalidStoreURLError
+from durably.storage.urls import flag, parse_store_url
 
 from .retry import RetryPolicy
 
@@ -58,39 +60,30 @@ class S3Options:
     def from_url(cls, url: str, **overrides: Any) -> "S3Options":
         """Parse ``url``; keyword ``overrides`` replace fields (``retry=RetryPolicy(...)`` too).
 
-        Raises ``ValueError`` for another scheme, a missing bucket, an unknown
-        query parameter or a value out of range.
+        Raises ``InvalidStoreURLError`` (a ``ValueError``) for another scheme, a
+        missing bucket, an unknown query parameter or a value out of range.
         """
-        parts = urlsplit(url)
-        if parts.scheme.lower() != "s3":
-            raise ValueError(f"not an s3:// URL: {url!r}")
-        if not parts.netloc:
-            raise ValueError(f"{url!r} names no bucket (s3://bucket/prefix)")
-        prefix = parts.path.strip("/")
-        # Each value converted to its field's type below; the dataclass checks the rest (_validate).
-        fields: dict[str, Any] = {"bucket": parts.netloc, "prefix": f"{prefix}/" if prefix else ""}
-        retry: dict[str, Any] = {}
         converters: dict[str, Callable[[str], object]] = {
             "endpoint_url": str,
             "region": str,
-            "path_style": _flag,
-            "create_bucket": _flag,
+            "path_style": flag,
+            "create_bucket": flag,
             "connect_timeout": float,
             "read_timeout": float,
             "concurrency": int,
             "multipart_threshold": int,
             "part_size": int,
+            "max_attempts": int,
+            "deadline": float,
         }
-        for name, raw in parse_qsl(parts.query, keep_blank_values=True):
-            if name in converters:
-                fields[name] = converters[name](raw)
-            elif name == "max_attempts":
-                retry["max_attempts"] = int(raw)
-            elif name == "deadline":
-                retry["deadline"] = float(raw)
-            else:
-                raise ValueError(f"unknown s3:// URL parameter {name!r}; known: {', '.join(sorted(converters))}, "
-                                 "max_attempts, deadline")
+        parsed = parse_store_url(url, ("s3",), converters)
+        if not parsed.netloc:
+            raise InvalidStoreURLError(f"{url!r} names no bucket (s3://bucket/prefix)", url=url)
+        prefix = parsed.path.strip("/")
+        # Each value converted to its field's type above; the dataclass checks the rest (_validate).
+        fields: dict[str, Any] = {"bucket": parsed.netloc, "prefix": f"{prefix}/" if prefix else ""}
+        retry: dict[str, Any] = {name: parsed.options.pop(name) for name in ("max_attempts", "deadline") if name in parsed.options}
+        fields.update(parsed.options)
         if retry:
             fields["retry"] = RetryPolicy(**retry)
         options = dataclasses.replace(cls(**fields), **overrides)
@@ -99,17 +92,8 @@ class S3Options:
 
     def _validate(self) -> None:
         if self.concurrency < 1 or self.retry.max_attempts < 1:
-            raise ValueError("concurrency and max_attempts must be >= 1")
+            raise InvalidStoreURLError("concurrency and max_attempts must be >= 1")
         if min(self.connect_timeout, self.read_timeout, self.retry.deadline) <= 0:
-            raise ValueError("timeouts and deadline must be > 0 seconds")
+            raise InvalidStoreURLError("timeouts and deadline must be > 0 seconds")
         if self.part_size < MIN_PART_SIZE or self.multipart_threshold < 1:
-            raise ValueError(f"part_size must be >= {MIN_PART_SIZE} bytes and multipart_threshold >= 1")
-
-
-def _flag(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"not a boolean flag: {raw!r}")
+            raise InvalidStoreURLError(f"part_size must be >= {MIN_PART_SIZE} bytes and multipart_threshold >= 1")

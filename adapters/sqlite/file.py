@@ -7,31 +7,40 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote
 
-from durably.storage.errors import CorruptRecordError, InvalidRequestError, StoreUnavailableError
+from durably.storage.errors import CorruptRecordError, InvalidRequestError, InvalidStoreURLError, StoreUnavailableError
+from durably.storage.urls import CREATE, flag, parse_store_url
 
 from .layout import SYNCHRONOUS
 
-def path_from_url(url: str) -> tuple[Path, str, int]:
-    """``(path, synchronous, busy_timeout_ms)`` from a ``sqlite:///`` URL; ValueError if malformed."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "sqlite" or parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
-        raise InvalidRequestError(f"{url!r} is not a sqlite:///path/to.db URL")
-    raw_path = unquote(parts.path[1:])
+def path_from_url(url: str) -> tuple[Path, str, int, bool]:
+    """``(path, synchronous, busy_timeout_ms, create)`` from a ``sqlite:///`` URL.
+
+    Parsed by ``durably.storage.urls`` like every adapter's URL: options
+    ``synchronous=FULL|NORMAL``, ``busy_timeout=<ms>``, ``create=1`` (make missing
+    parent directories). Raises ``InvalidStoreURLError`` (a ValueError) if malformed.
+    """
+    parsed = parse_store_url(url, ("sqlite",), {"synchronous": _synchronous, "busy_timeout": _milliseconds, CREATE: flag})
+    if parsed.netloc or not parsed.path.startswith("/") or len(parsed.path) < 2:
+        raise InvalidStoreURLError(f"{url!r} is not a sqlite:///path/to.db URL", url=url)
+    raw_path = unquote(parsed.path[1:])
     if raw_path == ":memory:" or raw_path.startswith("file:"):
-        raise InvalidRequestError("the sqlite adapter needs a database file path, not :memory: or a file: URI")
-    synchronous, busy_timeout = "FULL", 10_000
-    for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
-        if key == "synchronous" and value.upper() in SYNCHRONOUS:
-            synchronous = value.upper()
-        elif key == "busy_timeout" and value.isdigit():
-            busy_timeout = int(value)
-        else:
-            raise InvalidRequestError(
-                f"unsupported sqlite URL option {key}={value!r} (known: synchronous=FULL|NORMAL, busy_timeout=<ms>)"
-            )
-    return Path(raw_path), synchronous, busy_timeout
+        raise InvalidStoreURLError("the sqlite adapter needs a database file path, not :memory: or a file: URI", url=url)
+    options = parsed.options
+    return Path(raw_path), options.get("synchronous", "FULL"), options.get("busy_timeout", 10_000), options.get(CREATE, False)
+
+
+def _synchronous(raw: str) -> str:
+    if raw.upper() not in SYNCHRONOUS:
+        raise ValueError("known: FULL, NORMAL")
+    return raw.upper()
+
+
+def _milliseconds(raw: str) -> int:
+    if not raw.isdigit():
+        raise ValueError("a whole number of milliseconds")
+    return int(raw)
 
 
 def prepare_file(path: Path) -> None:
@@ -40,6 +49,19 @@ def prepare_file(path: Path) -> None:
     Blocking; run in a worker thread. SQLite gives its -wal and -shm files the
     database file's permissions, so the whole journal stays owner-only.
     """
+    make_parents(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def make_parents(path: Path) -> None:
+    """Create the missing parent directories of ``path``, owner-only (0o700). Blocking."""
     missing: list[Path] = []
     parent = path.absolute().parent
     while not parent.exists():
@@ -51,14 +73,6 @@ def prepare_file(path: Path) -> None:
         except FileExistsError:
             continue
         os.chmod(directory, 0o700)  # exact, whatever the umask
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
 
 
 def daemonize(connection: object) -> None:

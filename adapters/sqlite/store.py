@@ -11,7 +11,9 @@ URL (SQLAlchemy's convention): ``sqlite:///relative/path.db`` or
 ``sqlite:////absolute/path.db`` (the path is what follows ``sqlite:///``), with
 optional query options ``synchronous=FULL|NORMAL`` (default FULL; NORMAL may lose
 the last commits on power loss, never on a process crash) and ``busy_timeout``
-(milliseconds to wait for another process's write lock, default 10000).
+(milliseconds to wait for another process's write lock, default 10000), and
+``create=1``: make the file's missing parent directories (owner-only); without
+it a path whose folder does not exist is refused at ``open()``.
 In-memory databases are not supported: they would not be durable.
 
 Every call of the connection is a hop to aiosqlite's thread, so a group commit
@@ -34,6 +36,7 @@ import hashlib
 import sqlite3
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Literal, overload
 
 import aiosqlite
@@ -50,9 +53,10 @@ from durably.storage.errors import (
     UnsafeCompactionError,
 )
 from durably.storage.spi import AppendRequest, BlobStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage.urls import check_parent
 
 from . import layout
-from .file import daemonize, path_from_url, prepare_file, translate, unavailable
+from .file import daemonize, make_parents, path_from_url, prepare_file, translate, unavailable
 from .layout import SCHEMA_VERSION
 from .leases import SQLiteLeases
 
@@ -61,8 +65,9 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
     """A ``Store`` in one SQLite database file (see the module docstring for the URL).
 
     In: ``url`` such as ``sqlite:///agents.db?synchronous=FULL&busy_timeout=10000``;
-    building the store does no I/O. Raises ``InvalidRequestError`` (a ValueError)
-    for a malformed URL. ``open`` raises ``UnknownSchemaVersionError`` for a file
+    building the store does no I/O. Raises ``InvalidStoreURLError`` (a ValueError)
+    for a malformed URL; ``open`` raises it too for a missing parent directory
+    without ``?create=1``, and ``UnknownSchemaVersionError`` for a file
     written by a newer durably and ``StoreUnavailableError`` when the file cannot
     be opened or put in WAL mode. Data methods raise ``StoreUnavailableError``
     (cause attached) for SQLite errors such as "database is locked" past the busy
@@ -75,7 +80,7 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
 
     def __init__(self, url: str) -> None:
         super().__init__()
-        self.path, self.synchronous, self.busy_timeout_ms = path_from_url(url)
+        self.path, self.synchronous, self.busy_timeout_ms, self.create = path_from_url(url)
         self._db: aiosqlite.Connection | None = None
         self._absent = False  # the file did not exist at open: the first write creates it
         self._lock = anyio.Lock()
@@ -91,6 +96,10 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
         # A file that is not there yet is created by the first write, not here: reading
         # through a mistyped path must not leave an empty database behind (issue 11 item 17).
         self._absent = not await anyio.to_thread.run_sync(self.path.exists)
+        if self._absent:  # a mistyped folder is refused, not created (unless ?create=1)
+            await anyio.to_thread.run_sync(partial(check_parent, self.path, create=self.create, url=str(self.path)))
+            if self.create:
+                await anyio.to_thread.run_sync(make_parents, self.path)
         if not self._absent:
             await self._connect()
 

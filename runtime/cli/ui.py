@@ -7,11 +7,7 @@ import click
 from .options import store_command
 from .output import Output
 from .privacy import encryption_from_env
-from durably.runtime.errors import DefinitionNotRegisteredError
-
-
-class ConsoleNotInstalledError(DefinitionNotRegisteredError):
-    """``durably ui`` without the ``ui`` extra (Starlette, Jinja2, uvicorn)."""
+from durably.errors import ConsoleNotInstalledError
 
 
 @click.command()

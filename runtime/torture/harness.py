@@ -31,7 +31,6 @@ from typing import Any
 
 import anyio
 
-from durably.storage.errors import DurablyError
 from durably.storage.registry import open_store
 from durably.storage.spi import CAP_SINGLE_PROCESS, Store, supports_leases
 from durably.storage.torture import Ledger
@@ -41,6 +40,7 @@ from ..runtime import Runtime
 from .agents import NAMESPACE, POLICIES
 from .worker import process_main
 from .invariants import check_acknowledged, check_effects, check_states, count_takeovers
+from durably.errors import TortureError as TortureError  # re-exported: the old import path
 
 #: Crash plans: a boundary and the highest occurrence it may be chosen at; None is a random moment.
 #: Low occurrences on purpose: a worker dies soon after it starts, so most of a run's time is
@@ -66,10 +66,6 @@ async def _exited(process: multiprocessing.process.BaseProcess) -> None:
     """Wait, without blocking the event loop, until ``process`` has exited (and is reaped)."""
     while process.exitcode is None:
         await anyio.sleep(0.01)
-
-
-class TortureError(DurablyError):
-    """The torture run could not be carried out (a single-process store, a worker that failed)."""
 
 
 @dataclass

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from durably.storage.errors import DurablyError
+from durably.errors import CSRFError as CSRFError, ConsoleConfigError as ConsoleConfigError  # re-exported: the old import path
 
 TOKEN_COOKIE = "durably_ui_token"
 CSRF_COOKIE = "durably_csrf"
@@ -41,10 +41,6 @@ HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
-
-
-class ConsoleConfigError(DurablyError, ValueError):
-    """The console was asked to listen where it must not (another address and no token)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -70,10 +66,6 @@ def csrf_token(request: Request) -> str:
     """The CSRF token of this browser (set as a cookie by the middleware)."""
     token: str = request.scope["state"]["csrf"]
     return token
-
-
-class CSRFError(DurablyError, PermissionError):
-    """A state-changing request without the CSRF token of the page it claims to come from."""
 
 
 async def require_csrf(request: Request) -> dict[str, str]:

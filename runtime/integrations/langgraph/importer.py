@@ -17,13 +17,8 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from durably.storage.errors import DurablyError
-
 from .saver import DurablySaver
-
-
-class ImportSourceError(DurablyError):
-    """The source is not a LangGraph SQLite checkpoint database (missing file or tables)."""
+from durably.errors import ImportSourceError as ImportSourceError  # re-exported: the old import path
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,228 @@
+"""durably: durable execution for long-running LLM agents.
+
+Every step an agent takes is written to a journal before it is acknowledged, so
+a crash, a deploy or a long approval wait becomes a pause, not a restart. Service
+builders import everything from here::
+
+    from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+
+Adapter authors import from ``durably.storage`` (the SPI, its errors, the URL
+registry) and ``durably.storage.conformance`` (the test kit). Model adapters are
+in ``durably.models.openai`` and ``durably.models.anthropic``, the LangGraph
+bridge in ``durably.integrations.langgraph``. Every other module (``durably.runtime.*``,
+the adapters' parts, ``durably.cli``) is internal and may change in any release.
+
+The runtime's names are imported on first use (PEP 562), so ``import durably``
+costs little and ``import durably.storage`` does not load the runtime; errors are
+always here (``durably.errors``, one hierarchy rooted at ``DurablyError``).
+``__version__`` is the installed distribution's version (``pyproject.toml`` is
+its only source).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    AgentExistsError,
+    AgentFencedError,
+    AgentLeasedError,
+    AgentLeaseLostError,
+    AgentNotFoundError,
+    ApprovalAlreadyDecidedError,
+    BlobNotFoundError,
+    CodecError,
+    ConflictError,
+    CorruptRecordError,
+    DecryptionError,
+    DefinitionMigrationError,
+    DefinitionNotRegisteredError,
+    DurablyError,
+    EncryptionRequiredError,
+    FrameLimitError,
+    InvalidCommandError,
+    InvalidRequestError,
+    InvalidStoreURLError,
+    KeyConfigError,
+    MissingUpcasterError,
+    ModelReplyError,
+    PurgeIncompleteError,
+    RedactedArgumentError,
+    SeqOutOfRangeError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+    ToolArgumentsError,
+    TransientModelError,
+    TruncatedRecordError,
+    UnencodableValueError,
+    UnfoldableRecordError,
+    UnknownKeyError,
+    UnknownSchemaVersionError,
+    UnknownSchemeError,
+    UnsafeCompactionError,
+    WaitTimeoutError,
+)
+
+#: Public name -> the internal module that defines it (imported on first use).
+_LAZY: dict[str, str] = {
+    "Runtime": "durably.runtime.runtime",
+    "AgentHandle": "durably.runtime.runtime",
+    "AgentDefinition": "durably.runtime.agent",
+    "Budget": "durably.runtime.agent",
+    "HistoryPolicy": "durably.runtime.agent",
+    "OnDefinitionChange": "durably.runtime.agent",
+    "AgentState": "durably.runtime.state",
+    "Model": "durably.runtime.model",
+    "ModelResponse": "durably.runtime.model",
+    "ToolCall": "durably.runtime.model",
+    "Usage": "durably.runtime.model",
+    "RetryPolicy": "durably.runtime.model_retry",
+    "SnapshotPolicy": "durably.runtime.snapshots",
+    "Tool": "durably.runtime.tools",
+    "ToolContext": "durably.runtime.tools",
+    "Reconciled": "durably.runtime.tools",
+    "OnUnknownOutcome": "durably.runtime.tools",
+    "tool": "durably.runtime.tools",
+    "RetentionPolicy": "durably.runtime.retention",
+    "SweepItem": "durably.runtime.retention",
+    "Redact": "durably.runtime.redaction",
+    "RedactionPolicy": "durably.runtime.redaction",
+    "ephemeral": "durably.runtime.redaction",
+    "AgentDescription": "durably.runtime.describe",
+    "HistoryEntry": "durably.runtime.history",
+    "StatusChange": "durably.runtime.watch",
+    "CommandResult": "durably.runtime.placement",
+    "LeaseHolder": "durably.runtime.owner",
+    "ReencryptReport": "durably.runtime.reencrypt",
+    "AESGCMCipher": "durably.storage.crypto",
+    "EnvKeyProvider": "durably.storage.crypto",
+    "StaticKeyProvider": "durably.storage.crypto",
+    "KeyProvider": "durably.storage.crypto",
+    "generate_key": "durably.storage.crypto",
+    "open_store": "durably.storage.registry",
+}
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the API reference
+    from durably.runtime.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
+    from durably.runtime.describe import AgentDescription
+    from durably.runtime.history import HistoryEntry
+    from durably.runtime.model import Model, ModelResponse, ToolCall, Usage
+    from durably.runtime.model_retry import RetryPolicy
+    from durably.runtime.owner import LeaseHolder
+    from durably.runtime.placement import CommandResult
+    from durably.runtime.redaction import Redact, RedactionPolicy, ephemeral
+    from durably.runtime.reencrypt import ReencryptReport
+    from durably.runtime.retention import RetentionPolicy, SweepItem
+    from durably.runtime.runtime import AgentHandle, Runtime
+    from durably.runtime.snapshots import SnapshotPolicy
+    from durably.runtime.state import AgentState
+    from durably.runtime.tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
+    from durably.runtime.watch import StatusChange
+    from durably.storage.crypto import AESGCMCipher, EnvKeyProvider, KeyProvider, StaticKeyProvider, generate_key
+    from durably.storage.registry import open_store
+
+    __version__: str
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: import a public name's module the first time the name is used.
+
+    ``__version__`` comes from the installed distribution's metadata. Raises
+    ``AttributeError`` for a name that is not public here.
+    """
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value: Any = version("durably")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            value = "0+unknown"
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'durably' has no attribute {name!r}")
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | {"__version__"})
+
+
+__all__ = [
+    "AESGCMCipher",
+    "AgentDefinition",
+    "AgentDescription",
+    "AgentExistsError",
+    "AgentFencedError",
+    "AgentHandle",
+    "AgentLeaseLostError",
+    "AgentLeasedError",
+    "AgentNotFoundError",
+    "AgentState",
+    "ApprovalAlreadyDecidedError",
+    "BlobNotFoundError",
+    "Budget",
+    "CodecError",
+    "CommandResult",
+    "ConflictError",
+    "CorruptRecordError",
+    "DecryptionError",
+    "DefinitionMigrationError",
+    "DefinitionNotRegisteredError",
+    "DurablyError",
+    "EncryptionRequiredError",
+    "EnvKeyProvider",
+    "FrameLimitError",
+    "HistoryEntry",
+    "HistoryPolicy",
+    "InvalidCommandError",
+    "InvalidRequestError",
+    "InvalidStoreURLError",
+    "KeyConfigError",
+    "KeyProvider",
+    "LeaseHolder",
+    "MissingUpcasterError",
+    "Model",
+    "ModelReplyError",
+    "ModelResponse",
+    "OnDefinitionChange",
+    "OnUnknownOutcome",
+    "PurgeIncompleteError",
+    "Reconciled",
+    "Redact",
+    "RedactedArgumentError",
+    "RedactionPolicy",
+    "ReencryptReport",
+    "RetentionPolicy",
+    "RetryPolicy",
+    "Runtime",
+    "SeqOutOfRangeError",
+    "SnapshotPolicy",
+    "StaticKeyProvider",
+    "StatusChange",
+    "StoreClosedError",
+    "StoreError",
+    "StoreUnavailableError",
+    "SweepItem",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolCall",
+    "ToolContext",
+    "TransientModelError",
+    "TruncatedRecordError",
+    "UnencodableValueError",
+    "UnfoldableRecordError",
+    "UnknownKeyError",
+    "UnknownSchemaVersionError",
+    "UnknownSchemeError",
+    "UnsafeCompactionError",
+    "Usage",
+    "WaitTimeoutError",
+    "ephemeral",
+    "generate_key",
+    "open_store",
+    "tool",
+]
