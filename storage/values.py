@@ -191,8 +191,12 @@ def _refuse(tag: int) -> Callable[[Any, bool], Any]:
     return refuse
 
 
-def refuse_unknown(decoder: Any, tag: cbor2.CBORTag) -> Any:
-    """``tag_hook``: every tag without a decoder of its own is refused."""
+def refuse_unknown(tag: cbor2.CBORTag, immutable: bool) -> Any:
+    """``tag_hook``: every tag without a decoder of its own is refused.
+
+    cbor2 6 calls it as ``tag_hook(tag, immutable)`` (mypy --strict found the
+    old ``(decoder, tag)`` signature, which raised ``AttributeError`` instead).
+    """
     raise RefusedTagError(f"tag {tag.tag} is not one durably writes")
 
 

@@ -8,6 +8,7 @@ bounded in size and depth; schema versions from the future are refused.
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 import zlib
@@ -18,6 +19,8 @@ import pytest
 import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from durably.storage import values
 
 from durably.schemas import records as schemas
 from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind, Record
@@ -375,3 +378,13 @@ def test_str_and_int_subclasses_are_refused_with_their_path_not_stored_as_plain_
         with pytest.raises(UnencodableValueError) as caught:
             codec.encode(1, 1, {"outer": [{"v": value}]})
         assert caught.value.path == "value.outer[0].v" and kind in caught.value.reason
+
+
+def test_an_unknown_cbor_tag_is_refused_by_its_number() -> None:
+    """cbor2 6 calls ``tag_hook(tag, immutable)``: the refusal names the tag (mypy --strict found
+    the hook written for ``(decoder, tag)``, which failed with an AttributeError instead)."""
+    data = cbor2.dumps(cbor2.CBORTag(9999, 1))
+    with pytest.raises(cbor2.CBORDecodeError) as caught:
+        cbor2.CBORDecoder(io.BytesIO(data), tag_hook=values.refuse_unknown).decode()
+    assert isinstance(caught.value.__cause__, values.RefusedTagError)
+    assert "tag 9999 is not one durably writes" in str(caught.value.__cause__)
