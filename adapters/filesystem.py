@@ -62,7 +62,9 @@ from durably.storage.errors import (
     StoreUnavailableError,
     UnsafeCompactionError,
 )
-from durably.storage.spi import AppendRequest, BlobStore, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage.spi import AppendRequest, BlobStore, IndexStore, StoredRecord, StoredSnapshot, StreamId, check_append
+
+from .filesystem_index import FileSystemStatusIndex
 
 _BATCH_HEADER = struct.Struct(">4sI")  # magic, record count
 _RECORD_LENGTH = struct.Struct(">Q")
@@ -127,7 +129,7 @@ def _read_batch(path: Path) -> list[bytes]:
     return records
 
 
-class FileSystemStore(StoreBase, BlobStore):
+class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore):  # the index: adapters/filesystem_index.py
     """A ``Store`` in a local directory: ``file:///abs/path`` or ``file:relative/path``.
 
     Safe for many tasks and many processes on one directory (a local filesystem
@@ -139,6 +141,7 @@ class FileSystemStore(StoreBase, BlobStore):
     URL lacks ``?create=1``.
     """
 
+    _io = staticmethod(_io)  # for the index mixin
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -155,6 +158,7 @@ class FileSystemStore(StoreBase, BlobStore):
             check_parent(self.root, create=self.create, url=str(self.root))  # a mistyped folder is refused
             (self.root / "streams").mkdir(parents=True, exist_ok=True)
             (self.root / "tmp").mkdir(exist_ok=True)
+            self._hint_old_streams()
 
         await _io(create)
 
@@ -236,6 +240,7 @@ class FileSystemStore(StoreBase, BlobStore):
             return ConflictError(request.stream, request.expected_seq, actual)
         if actual == 0:
             directory = self._ensure_stream(request.stream)
+        self._index_before(request)
         header = _BATCH_HEADER.pack(_MAGIC, len(request.records))
         chunks = [header]
         for data in request.records:
@@ -247,6 +252,7 @@ class FileSystemStore(StoreBase, BlobStore):
             won = False
         if not won:
             return ConflictError(request.stream, request.expected_seq, self._last_seq(directory))
+        self._index_after(request, actual + len(request.records))
         return actual + len(request.records)
 
     async def last_seq(self, stream: StreamId) -> int:
@@ -396,6 +402,7 @@ class FileSystemStore(StoreBase, BlobStore):
                 return
             _fsync_dir(directory.parent)
             shutil.rmtree(trash, ignore_errors=True)
+            self._drop_hints(stream)
 
         await _io(purge)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from dataclasses import dataclass, field
 
 from durably.storage.base import StoreBase
@@ -19,6 +19,9 @@ from durably.storage.spi import (
     CAP_SINGLE_PROCESS,
     AppendRequest,
     BlobStore,
+    IndexedStream,
+    IndexEntry,
+    IndexStore,
     Lease,
     LeaseStore,
     StoredRecord,
@@ -35,6 +38,7 @@ class _Stream:
     records: dict[int, bytes] = field(default_factory=dict)
     snapshots: dict[int, bytes] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
+    index: IndexEntry | None = None  # CAP_STATUS_INDEX: set in the same step as the records
 
 
 _shared: dict[str, dict[StreamId, _Stream]] = {}
@@ -43,7 +47,7 @@ _shared: dict[str, dict[StreamId, _Stream]] = {}
 _shared_leases: dict[str, dict[StreamId, Lease]] = {}
 
 
-class MemoryStore(StoreBase, BlobStore, LeaseStore):
+class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
     """A ``Store`` held in a dict. ``url``: ``memory://`` or ``memory://name`` (shared by name).
 
     Raises ``InvalidStoreURLError`` for another scheme, a path or a query option.
@@ -76,6 +80,8 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore):
             for offset, data in enumerate(request.records, start=1):
                 stream.records[actual + offset] = data
             stream.last_seq = actual + len(request.records)
+            if request.index is not None:
+                stream.index = request.index
             results.append(stream.last_seq)
         return results
 
@@ -161,6 +167,37 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore):
         if found is None or digest not in found.blobs:
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         return found.blobs[digest]
+
+    # -- status index (CAP_STATUS_INDEX) -----------------------------------------
+    # Entries sit on the stream's own entry, changed with its records in one step
+    # of the event loop: as atomic as the appends. A listing walks the namespace
+    # (this store is for tests; its cost follows the namespace, not the index).
+
+    async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
+                         page_size: int = 512) -> AsyncIterator[IndexedStream]:
+        """See ``IndexStore.list_index``. Raises ``StoreClosedError``."""
+        self._check_open()
+        wanted = None if statuses is None else frozenset(statuses)
+        found = [IndexedStream(stream, held.index) for stream, held in self._streams.items()
+                 if stream.namespace == namespace and held.last_seq > 0
+                 and (held.index is None or wanted is None or held.index.status in wanted)]
+        for row in found:
+            yield row
+
+    async def get_index(self, stream: StreamId) -> IndexEntry | None:
+        """See ``IndexStore.get_index``. Raises ``StoreClosedError``."""
+        self._check_open()
+        found = self._streams.get(stream)
+        return found.index if found is not None else None
+
+    async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
+        """See ``IndexStore.put_index``. Raises ``StoreClosedError``."""
+        self._check_open()
+        found = self._streams.get(stream)
+        if found is None or found.last_seq == 0 or found.last_seq != at_seq:
+            return False
+        found.index = entry
+        return True
 
     # -- leases (CAP_LEASES) ----------------------------------------------------
     # No await between the check and the write in these methods, so each is atomic

@@ -4,11 +4,16 @@
     durably bench                                  the 1,000-step conversation, LangGraph on it
     durably bench --full --json bench.json         adds 10,000 steps and 100,000-record restore
     durably bench --store sqlite:///my.db --suite append --suite restore
+    durably bench --plot charts/                   charts of the run (pip install 'durably[plot]')
+    durably bench --plot charts/ --from bench.json charts of an earlier run, without running one
+    durably bench --local-s3 --suite agent-steps   on the bench's own S3 server, requests counted there
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run only this suite (repeatable; default: all)")
     parser.add_argument("--json", type=Path, dest="json_path", help="write every figure to this JSON file")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default: %(default)s)")
+    parser.add_argument("--plot", type=Path, dest="plot_dir", metavar="DIR",
+                        help="write PNG charts of the run into DIR (needs the 'plot' extra: matplotlib)")
+    parser.add_argument("--from", type=Path, dest="from_json", metavar="JSON",
+                        help="with --plot: chart this earlier --json file instead of running the bench")
+    parser.add_argument("--local-s3", action="store_true", dest="local_s3",
+                        help="run a local S3-compatible server on 127.0.0.1 (moto) and measure s3:// on it; "
+                             "requests per step are counted at that server (needs the 'bench-s3' extra)")
 
 
 class _RichProgress:
@@ -52,17 +64,40 @@ class _RichProgress:
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
-    """Run the bench for parsed ``args``; returns the exit status (0)."""
+    """Run the bench for parsed ``args`` (or, with ``--plot`` and ``--from``, only chart a
+    saved run); returns the exit status (0, or 2 for options that do not go together)."""
     console = console or Console()
+    if args.from_json is not None:
+        if args.plot_dir is None:
+            console.print("--from needs --plot DIR")
+            return 2
+        return _plot(json.loads(args.from_json.read_text(encoding="utf-8")), args.plot_dir, console)
     suites = args.suites or list(SUITES)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as bar:
-        results = anyio.run(lambda: run_bench(args.store, suites, MODES[args.mode], mode=args.mode, seed=args.seed,
-                                              progress=_RichProgress(bar), argv=sys.argv[1:]))
+    with contextlib.ExitStack() as stack:
+        store, requests = args.store, None
+        if args.local_s3:
+            from .s3_server import BenchS3Server
+
+            server = stack.enter_context(BenchS3Server())
+            store, requests = server.url(args.store), server.counts
+        with Progress(*columns, console=console, transient=False) as bar:
+            results = anyio.run(lambda: run_bench(store, suites, MODES[args.mode], mode=args.mode, seed=args.seed,
+                                                  progress=_RichProgress(bar), argv=sys.argv[1:], requests=requests))
     print_report(results, console)
     if args.json_path:
         write_json(results, args.json_path)
         console.print(f"wrote {args.json_path}")
+    if args.plot_dir is not None:
+        return _plot(results.to_json(), args.plot_dir, console)
+    return 0
+
+
+def _plot(doc: dict[str, Any], folder: Path, console: Console) -> int:
+    from .plot import plot
+
+    for path in plot(doc, folder):
+        console.print(f"wrote {path}")
     return 0
 
 

@@ -4,7 +4,8 @@ scratch folder, the workload, the results and a progress bar."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -19,7 +20,10 @@ class Sizes:
 
     ``conversations``: steps of the single-agent conversations of agent-steps
     (the target figures use the 1,000-step one); ``agents``/``agent_steps``:
-    the concurrent run; ``restore_records``: history lengths to restore.
+    the concurrent run; ``restore_records``: history lengths to restore;
+    ``peer_series``: conversation lengths every peer runs (the bytes-vs-N chart);
+    ``many_agents`` x ``many_steps``: the many suite's concurrent run,
+    ``parked_agents`` its parked one.
     """
 
     append_records: int
@@ -33,20 +37,29 @@ class Sizes:
     codec_steps: int
     overhead_steps: int
     peer_steps: int
+    peer_series: tuple[int, ...] = ()
+    many_agents: int = 100
+    many_steps: int = 5
+    parked_agents: int = 200
+    scan_agents: int = 2_000  # finished agents the scan suite seeds into one SQLite store
 
 
 #: Under a minute on 2 cores, every suite included.
 QUICK = Sizes(append_records=1_024, append_concurrency=(1, 4, 16, 64), conversations=(300,), agents=16, agent_steps=30,
               growth_steps=300, restore_records=(100, 1_000, 10_000), restore_repeats=5, codec_steps=300,
-              overhead_steps=300, peer_steps=200)
+              overhead_steps=300, peer_steps=200, peer_series=(50, 200), many_agents=100, many_steps=10,
+              parked_agents=300)
 #: The default: the 1,000-step conversation the targets name, LangGraph on it.
 MEDIUM = Sizes(append_records=2_000, append_concurrency=(1, 4, 16, 64), conversations=(1_000,), agents=16,
                agent_steps=100, growth_steps=1_000, restore_records=(100, 1_000, 10_000), restore_repeats=10,
-               codec_steps=1_000, overhead_steps=1_000, peer_steps=1_000)
+               codec_steps=1_000, overhead_steps=1_000, peer_steps=1_000, peer_series=(100, 300, 1_000),
+               many_agents=300, many_steps=20, parked_agents=2_000)
 #: Adds the 10,000-step conversation and the 100,000-record restore.
 FULL = Sizes(append_records=8_000, append_concurrency=(1, 4, 16, 64), conversations=(1_000, 10_000), agents=16,
              agent_steps=300, growth_steps=10_000, restore_records=(100, 1_000, 10_000, 100_000), restore_repeats=10,
-             codec_steps=2_000, overhead_steps=2_000, peer_steps=1_000)
+             codec_steps=2_000, overhead_steps=2_000, peer_steps=1_000, peer_series=(100, 250, 500, 1_000),
+             many_agents=1_000, many_steps=20, parked_agents=10_000)
+FULL = replace(FULL, scan_agents=100_000)  # the scan suite's target size
 MODES = {"quick": QUICK, "medium": MEDIUM, "full": FULL}
 
 
@@ -82,10 +95,18 @@ class Bench:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     _conversations: dict[tuple[int, int], list[Step]] = field(default_factory=dict)
     memo: dict[Any, Any] = field(default_factory=dict)  # results shared between suites of one run
+    #: Requests the store's server has answered so far, by HTTP method (the bench's own S3
+    #: server, ``--local-s3``); None when they cannot be counted at the server.
+    requests: Callable[[], dict[str, int]] | None = None
 
     def namespace(self, suite: str, *parts: object) -> str:
         """A namespace no earlier run used, so suites can share one store."""
         return "-".join(["bench", self.run_id, suite, *map(str, parts)])
+
+    def series(self, suite: str, name: str, seconds: list[float], unit: str = "ms", *, scale: float = 1e3,
+               system: str = "durably", **params: Any) -> None:
+        """Record per-step ``seconds`` (times ``scale``, in ``unit``) as a chart series."""
+        self.results.add_series(suite, name, [v * scale for v in seconds], unit, system=system, **params)
 
     def conversation(self, steps: int, agent: int = 0) -> list[Step]:
         """The seeded conversation of ``agent`` (cached: the same steps for every suite)."""

@@ -9,7 +9,9 @@ keyed by (stream, seq). Two ways to insert:
 * ``group``: leader/follower group commit over one connection, as durably's
   ``GroupCommitter`` does: whoever takes the lock inserts every queued row
   with one multi-row INSERT, autocommitted: one hop and one fsync per batch,
-  the fewest plain aiosqlite can get for closed-loop writers.
+  the fewest plain aiosqlite can get for closed-loop writers;
+* ``group_rows``: the same, each append carrying several rows (an agent
+  step's records): the floor of a durable step is one such commit.
 
 ``run_writers`` drives either with the same closed loop as durably's append
 suite: each writer awaits its append before making the next.
@@ -70,22 +72,29 @@ class RawSQLite:
             self.commits += 1
 
     async def group(self, stream: int, seq: int, data: bytes) -> None:
-        """Insert one row; rows queued meanwhile share the transaction (group commit).
+        """Insert one row; rows queued meanwhile share the transaction (group commit)."""
+        await self.group_rows(stream, seq, [data])
 
-        A failed commit fails every append of its batch (``RuntimeError`` for the followers).
+    async def group_rows(self, stream: int, seq: int, datas: Sequence[bytes]) -> None:
+        """Insert ``datas`` as rows ``seq, seq + 1, ...`` of ``stream`` in one append: what
+        one durable agent step needs (its records in one commit). Appends queued meanwhile
+        share the transaction (group commit). A failed commit fails every append of its
+        batch (``RuntimeError`` for the followers).
         """
-        entry: list = [(stream, seq, data), None]  # row, outcome (None: pending, True: done, or the error)
+        entry: list = [[(stream, seq + i, data) for i, data in enumerate(datas)], None]  # rows, outcome
         self._queue.append(entry)
         async with self._lock:
             if entry[1] is None:
                 batch, self._queue = self._queue, []
+                rows = [row for item in batch for row in item[0]]
                 try:
-                    for start in range(0, len(batch), _ROWS_PER_STATEMENT):
-                        rows = batch[start : start + _ROWS_PER_STATEMENT]
-                        if len(batch) > _ROWS_PER_STATEMENT and start == 0:
-                            await self._db.execute("BEGIN")  # a batch too big for one statement
-                        await self._db.execute(_insert_many(len(rows)), [v for row, _ in rows for v in row])
-                    if len(batch) > _ROWS_PER_STATEMENT:
+                    many = len(rows) > _ROWS_PER_STATEMENT
+                    if many:
+                        await self._db.execute("BEGIN")  # a batch too big for one statement
+                    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+                        chunk = rows[start : start + _ROWS_PER_STATEMENT]
+                        await self._db.execute(_insert_many(len(chunk)), [v for row in chunk for v in row])
+                    if many:
                         await self._db.execute("COMMIT")
                 except BaseException as exc:
                     for item in batch:

@@ -17,6 +17,7 @@ dropped at the end). The table is what any journal needs, a ``bytea`` keyed by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -62,16 +63,20 @@ class RawPostgres:
             self.commits += 1
 
     async def group(self, stream: int, seq: int, data: bytes) -> None:
-        """Insert one row; rows queued meanwhile share the statement and its transaction (group commit).
+        """Insert one row; rows queued meanwhile share the statement and its transaction (group commit)."""
+        await self.group_rows(stream, seq, [data])
 
+    async def group_rows(self, stream: int, seq: int, datas: Sequence[bytes]) -> None:
+        """Insert ``datas`` as rows ``seq, seq + 1, ...`` of ``stream`` in one append (an agent
+        step's records); appends queued meanwhile share the statement and its transaction.
         A failed commit fails every append of its batch (``RuntimeError`` for the followers).
         """
-        entry: list[Any] = [(stream, seq, data), None]  # row, outcome (None: pending, True: done, or the error)
+        entry: list[Any] = [[(stream, seq + i, data) for i, data in enumerate(datas)], None]  # rows, outcome
         self._queue.append(entry)
         async with self._lock:
             if entry[1] is None:
                 batch, self._queue = self._queue, []
-                rows = [row for row, _ in batch]
+                rows = [row for item in batch for row in item[0]]
                 try:
                     await self._conn.execute(
                         f'INSERT INTO "{self.schema}".journal SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])',

@@ -45,6 +45,7 @@ class PeerRun:
     restore_cold_s: float
     restore_warm_s: list[float]
     messages: int
+    cpu_s: float = 0.0  # the process's CPU time (all threads) over the run
 
 
 def _graph(steps: list[Step], stamps: list[float]):
@@ -147,10 +148,10 @@ async def run_langgraph(path: Path, steps: list[Step], *, thread_id: str = "benc
     checkpointer, close = await open_saver(path)
     try:
         graph = builder.compile(checkpointer=checkpointer)
-        start = time.perf_counter()
         inputs = {"messages": [SystemMessage("You are a careful software engineer. Use the tools."), HumanMessage(TASK)]}
+        start, cpu = time.perf_counter(), time.process_time()
         await graph.ainvoke(inputs, config, durability="sync")
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         if saver == "langgraph-AsyncSqliteSaver":
             conn = checkpointer.conn
             (payload,) = await (await conn.execute(
@@ -183,4 +184,4 @@ async def run_langgraph(path: Path, steps: list[Step], *, thread_id: str = "benc
     if messages != 2 + 2 * len(steps) + 1:
         raise RuntimeError(f"langgraph run stored {messages} messages, expected {2 + 2 * len(steps) + 1}")
     latencies = [b - a for a, b in zip(stamps, stamps[1:])]
-    return PeerRun(wall, latencies, int(payload), file_bytes, count, cold, warm, messages)
+    return PeerRun(wall, latencies, int(payload), file_bytes, count, cold, warm, messages, cpu)

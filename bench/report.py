@@ -11,6 +11,14 @@ from rich.table import Table
 from .results import Results
 
 
+#: Table titles that say what a suite measures where its name alone could mislead.
+TITLES = {
+    "append": "append (storage only: codec + GroupCommitter, no Runtime)",
+    "agent-steps": "agent-steps (the full Runtime)",
+}
+MET = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]not measured[/]"}
+
+
 def _params(params: dict) -> str:
     return ", ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in params.items())
 
@@ -34,7 +42,7 @@ def print_report(results: Results, console: Console) -> None:
     for figure in results.figures:
         suites.setdefault(figure.suite, []).append(figure)
     for suite, figures in suites.items():
-        table = Table(title=f"{suite}", title_justify="left", show_lines=False)
+        table = Table(title=TITLES.get(suite, suite), title_justify="left", show_lines=False)
         table.add_column("system")
         table.add_column("metric")
         table.add_column("parameters")
@@ -50,12 +58,12 @@ def print_report(results: Results, console: Console) -> None:
             table.add_row(r.suite, r.name, _params(r.params), f"{r.value:.4g}", r.better)
         console.print(table)
     if results.targets:
-        table = Table(title="targets (issue 5)", title_justify="left")
-        for column in ("target", "measured", "needed", "met", "measured on"):
+        table = Table(title="targets", title_justify="left")
+        for column in ("issue", "target", "measured", "target value", "met", "measured on"):
             table.add_column(column)
         for t in results.targets:
-            met = "[green]yes[/]" if t.met else "[red]no[/]"
-            table.add_row(t.name, f"{t.measured:.4g}", f"{t.op} {t.threshold:g}", met, t.basis + (f"; {t.note}" if t.note else ""))
+            table.add_row(t.issue, t.name, "-" if t.measured is None else f"{t.measured:.4g}", f"{t.op} {t.threshold:.4g}",
+                          MET[t.met], t.basis + (f"; {t.note}" if t.note else ""))
         console.print(table)
     m = results.machine
     console.print(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, SQLite {m['sqlite']}, "

@@ -62,15 +62,42 @@ class Ratio:
 
 @dataclass
 class Target:
-    """A goal from the issue: ``measured`` compared with ``threshold`` by ``op`` ("<=" or ">=")."""
+    """A goal from an issue: ``measured`` compared with ``threshold`` by ``op`` ("<=" or ">=").
+
+    ``measured`` and ``met`` are None when this run did not measure it (``note`` says where it is).
+    """
 
     name: str
-    measured: float
+    measured: float | None
     op: str
     threshold: float
-    met: bool
+    met: bool | None
     basis: str
     note: str = ""
+    issue: str = ""
+
+
+@dataclass
+class Series:
+    """A figure over a run, for the charts: ``y[i]`` (``unit``) at ``x[i]`` (e.g. step index).
+
+    Long series are cut into at most ``MAX_POINTS`` buckets of ``bucket`` values:
+    ``y`` is each bucket's median and ``y_p99`` its 99th percentile.
+    """
+
+    suite: str
+    name: str
+    unit: str
+    system: str
+    params: dict[str, Any]
+    x: list[float]
+    y: list[float]
+    y_p99: list[float]
+    bucket: int
+
+
+#: Points per series at most (a 10,000-step run keeps one point per 20 steps).
+MAX_POINTS = 500
 
 
 def machine() -> dict[str, Any]:
@@ -107,6 +134,7 @@ class Results:
         self.ratios: list[Ratio] = []
         self.targets: list[Target] = []
         self.notes: list[str] = []
+        self.series: list[Series] = []
         self.machine = machine()
 
     def add(self, suite: str, name: str, value: float, unit: str, *, system: str = "durably",
@@ -134,13 +162,27 @@ class Results:
         self.ratios.append(ratio)
         return ratio
 
-    def target(self, name: str, measured: float | None, op: str, threshold: float, basis: str, note: str = "") -> None:
-        """Check a target; skipped (with a note) when its measurement was not made in this run."""
-        if measured is None:
-            self.notes.append(f"target not checked in this run: {name} (needs {basis})")
-            return
-        met = measured <= threshold if op == "<=" else measured >= threshold
-        self.targets.append(Target(name, measured, op, threshold, met, basis, note))
+    def target(self, name: str, measured: float | None, op: str, threshold: float, basis: str, note: str = "",
+               *, issue: str = "") -> Target:
+        """Check a target; listed as not measured (``met`` None) when this run did not make its figure."""
+        met = None if measured is None else (measured <= threshold if op == "<=" else measured >= threshold)
+        target = Target(name, measured, op, threshold, met, basis, note, issue)
+        self.targets.append(target)
+        return target
+
+    def add_series(self, suite: str, name: str, values: list[float], unit: str, *, system: str = "durably",
+                   **params: Any) -> Series:
+        """Record ``values`` (one per step, in order) as a series of at most ``MAX_POINTS`` points."""
+        bucket = max(1, -(-len(values) // MAX_POINTS))
+        x, y, y_p99 = [], [], []
+        for start in range(0, len(values), bucket):
+            part = values[start : start + bucket]
+            x.append(start + (len(part) + 1) / 2)
+            y.append(percentile(part, 50))
+            y_p99.append(percentile(part, 99))
+        series = Series(suite, name, unit, system, params, x, y, y_p99, bucket)
+        self.series.append(series)
+        return series
 
     def note(self, text: str) -> None:
         """A line of context shown under the table and stored in the JSON."""
@@ -155,6 +197,7 @@ class Results:
             "argv": self.argv, "mode": self.mode, "seed": self.seed, "store": self.store, "machine": info,
             "figures": [asdict(f) for f in self.figures], "ratios": [asdict(r) for r in self.ratios],
             "targets": [asdict(t) for t in self.targets], "notes": self.notes,
+            "series": [asdict(s) for s in self.series],
         }
 
 

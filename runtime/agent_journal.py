@@ -26,6 +26,7 @@ from .errors import AgentFencedError
 from .redaction import RedactionPolicy, Redactor
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState, apply
+from .status_index import entry_after
 
 
 _REBASE_ATTEMPTS = 8  # commands racing one append: each retry folds in what came first
@@ -44,6 +45,7 @@ class JournalServices:
     policy: SnapshotPolicy
     tracer: Any
     redaction: RedactionPolicy | None = None
+    indexed: bool = False  # the store keeps a status index: appends carry its entry (status_index)
 
 
 class AgentJournal:
@@ -126,6 +128,7 @@ class AgentJournal:
         records = [Record(first + i, kind, self.redactor.redact(kind, data, agent, first + i), now)
                    for i, (kind, data) in enumerate(entries)]
         frames = [svc.codec.encode_record(r, self.stream) for r in records]
+        index = entry_after(self.state, records) if svc.indexed else None  # committed with the records
         stored = sum(map(len, frames))
         with svc.tracer.start_as_current_span("durably.checkpoint.save") as span:
             span.set_attribute(tm.AGENT_ID, self.stream.agent_id)
@@ -134,7 +137,7 @@ class AgentJournal:
             span.set_attribute(tm.RAW_BYTES, sum(map(raw_size, frames)))
             span.set_attribute(tm.STORED_BYTES, stored)
             try:
-                await svc.committer.append(self.stream, first - 1, frames)
+                await svc.committer.append(self.stream, first - 1, frames, index=index)
             except ConflictError as exc:
                 raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc
         for record in records:

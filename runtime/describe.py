@@ -11,7 +11,7 @@ it was forked from. ``to_json`` is the stable shape of ``durably show --json``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,6 +20,7 @@ from durably.storage.errors import CodecError
 from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId, supports_leases
 
+from . import status_index
 from .errors import AgentNotFoundError
 from .owner import Liveness, holder_liveness
 from .restore import restore
@@ -112,21 +113,28 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
         leases_supported=supported, lease=lease, state=state)
 
 
-async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, tracer) -> AsyncIterator[AgentDescription]:
-    """``describe`` every agent of ``namespace``, in the store's listing order.
+async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, tracer, *,
+                             statuses: Iterable[str] | None = None) -> AsyncIterator[AgentDescription]:
+    """``describe`` every agent of ``namespace`` (``statuses``: only those with one of these), in the store's listing order.
 
     An agent whose journal cannot be read is described with status
     ``unreadable`` and the error as its reason, never stopping the listing.
+    With ``statuses`` on a store with a status index only the streams the
+    index names (and those it has no entry for) are read.
     """
-    async for stream in store.list_streams(namespace):
+    wanted = None if statuses is None else frozenset(statuses)
+    streams = status_index.listing(store, namespace, wanted) or store.list_streams(namespace)
+    async for stream in streams:
         try:
-            yield await describe(store, codec, stream, tracer)
+            found = await describe(store, codec, stream, tracer)
         except AgentNotFoundError:
             continue  # purged between the listing and the read
         except CodecError as exc:
             state = AgentState(namespace=namespace, agent_id=stream.agent_id, status="unreadable",
                                reason=f"{type(exc).__name__}: {exc}")
-            yield await describe_state(store, codec, stream, state)
+            found = await describe_state(store, codec, stream, state)
+        if wanted is None or found.status in wanted:
+            yield found
 
 
 def budget_left(state: AgentState) -> dict[str, Any]:

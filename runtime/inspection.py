@@ -53,9 +53,11 @@ class Inspection:
         Raises ``AgentNotFoundError`` and the journal's read errors."""
         return await describe(self.store, self.codec, self.stream(agent_id), self.tracer)
 
-    async def describe_all(self) -> list[AgentDescription]:
-        """``describe`` of every agent of the namespace (unreadable ones with status ``unreadable``)."""
-        return [d async for d in describe_namespace(self.store, self.codec, self.namespace, self.tracer)]
+    async def describe_all(self, *, statuses: Iterable[str] | None = None) -> list[AgentDescription]:
+        """``describe`` of every agent of the namespace (unreadable ones with status ``unreadable``);
+        ``statuses``: only agents with one of these (read from the status index where the store has one)."""
+        return [d async for d in describe_namespace(self.store, self.codec, self.namespace, self.tracer,
+                                                    statuses=statuses)]
 
     def watch(self, agent_id: str, *, poll_interval: float = 0.2) -> AsyncIterator[watching.StatusChange]:
         """Status changes (``StatusChange``) of the agent from now on, wherever it runs:

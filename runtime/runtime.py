@@ -34,7 +34,7 @@ from durably.storage.registry import open_store
 from durably.storage.spi import Lease, Store, StreamId
 
 from . import commands as cmd
-from . import dispatch, serving
+from . import dispatch, serving, status_index
 from .actor import AgentActor
 from .agent import AgentDefinition, Budget
 from .figures import check_figure
@@ -152,7 +152,7 @@ class Runtime(Inspection):
             snapshots = SnapshotWriter(self.store, policy=self.policy, tracer=self.tracer,
                                        codec_factory=partial(RecordCodec, cipher=self.encryption))
             self._services = JournalServices(self.store, self.codec, committer, snapshots, self.policy, self.tracer,
-                                             redaction=self.redaction)
+                                             redaction=self.redaction, indexed=status_index.indexed(self.store))
             self._leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(snapshots.run, self._snapshot_written)
@@ -258,16 +258,17 @@ class Runtime(Inspection):
         """
         return await self._resume(agent_id, force=force)
 
-    async def _resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
-        """``resume``, and the resumes of ``resume_all`` and commands.
+    async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = status_index.UNSEEN) -> AgentHandle | None:
+        """``resume``, and the resumes of ``resume_all`` and commands (``seen``: the status
+        index entry a scan just listed for it, so it is not read again).
 
         Single-flight: holding the agent id's lock, a second caller finds the
         first one's live actor and gets its handle instead of a second copy.
         """
         async with self._activating.hold(agent_id):
-            return await self._resume_held(agent_id, force=force)
+            return await self._resume_held(agent_id, force=force, seen=seen)
 
-    async def _resume_held(self, agent_id: str, *, force: bool) -> AgentHandle | None:
+    async def _resume_held(self, agent_id: str, *, force: bool, seen: Any = status_index.UNSEEN) -> AgentHandle | None:
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
         if self.draining:
@@ -276,6 +277,7 @@ class Runtime(Inspection):
         await self._claim(stream, force=force)
         try:
             journal = await self._restore_journal(agent_id)
+            await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
             if journal.state.status != RUNNING:
                 await self._leases.release(stream)
                 return None
@@ -376,20 +378,41 @@ class Runtime(Inspection):
         await serving.drain(self, timeout)
 
     async def status(self, agent_id: str) -> AgentState:
-        """The agent's current state, read from the store. Raises ``AgentNotFoundError``."""
+        """The agent's current state. Raises ``AgentNotFoundError``.
+
+        An agent live in this runtime answers from its actor's state (a copy:
+        everything in it is durable, nothing is replayed); any other is
+        restored from the store (its latest snapshot and the records after it).
+        A command another process appended to a live agent shows once that
+        agent folds it in, at its next append.
+        """
+        actor = self._live.get(agent_id)
+        if actor is not None and not actor.done.is_set():
+            return AgentState.from_wire(actor.state.to_wire())
         return (await self._restore_journal(agent_id)).state
 
-    async def agents(self) -> list[AgentState]:
-        """The states of every agent in the namespace. An agent whose journal
-        cannot be read is listed with status ``unreadable`` and the error as reason."""
+    async def agents(self, *, statuses: Iterable[str] | None = None) -> list[AgentState]:
+        """The states of the namespace's agents (``statuses``: only those with one of these statuses).
+
+        An agent whose journal cannot be read is listed with status
+        ``unreadable`` and the error as reason. With ``statuses`` on a store with
+        a status index only the agents it names (and those it has no entry for)
+        are restored, so the call costs what it returns, not the namespace.
+        """
+        wanted = None if statuses is None else frozenset(statuses)
+        streams = status_index.listing(self.store, self.namespace, wanted) or self.store.list_streams(self.namespace)
         states = []
-        async for stream in self.store.list_streams(self.namespace):
+        async for stream in streams:
             try:
-                states.append(await self.status(stream.agent_id))
+                state = await self.status(stream.agent_id)
+            except AgentNotFoundError:
+                continue  # purged between the listing and the read
             except CodecError as exc:
-                states.append(AgentState(namespace=self.namespace, agent_id=stream.agent_id, status="unreadable",
-                                         reason=f"{type(exc).__name__}: {exc}"))
-        return states
+                state = AgentState(namespace=self.namespace, agent_id=stream.agent_id, status="unreadable",
+                                   reason=f"{type(exc).__name__}: {exc}")
+            if wanted is None or state.status in wanted:
+                states.append(state)
+        return sorted(states, key=lambda state: state.agent_id)
 
     # commands ---------------------------------------------------------------
 

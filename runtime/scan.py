@@ -1,5 +1,9 @@
 """A scan of a namespace for agents to resume: what ``resume_all`` does, and ``serve()`` every poll.
 
+On a store with a status index (``CAP_STATUS_INDEX``, see
+``durably.runtime.status_index``) a scan visits only the streams whose entry
+says ``running`` or that have no entry; on others, every stream.
+
 One bad stream never stops a scan: an agent whose journal cannot be read
 (corrupt, foreign bytes, written by a newer durably, any error restoring it)
 is logged and skipped. An outage (``StoreUnavailableError``) is the whole
@@ -23,9 +27,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import anyio
+
 from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
+from durably.storage.spi import IndexedStream
 
 from .errors import AgentFencedError, AgentLeasedError, DefinitionMigrationError, DefinitionNotRegisteredError
+from .state import RUNNING
+from .status_index import runnable_rows
 
 if TYPE_CHECKING:
     from .runtime import AgentHandle, Runtime
@@ -47,43 +56,89 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
 
     ``limit``: resume at most that many (None: all); ``shuffle``: visit the
     streams in a random order (their ids are then held in memory for the scan).
+    Up to ``RESUME_CONCURRENCY`` agents are resumed at once.
     Raises ``StoreUnavailableError`` and ``StoreClosedError``; nothing else.
     """
     result = ScanResult()
-    streams = runtime.store.list_streams(runtime.namespace)
+    if limit is not None and limit < 1:
+        return result
+    # With a status index only the streams it says may run (and those it has no
+    # entry for) are restored and leased: an idle poll costs what is runnable.
+    rows = runnable_rows(runtime.store, runtime.namespace)
+    streams = rows if rows is not None else _unindexed(runtime.store.list_streams(runtime.namespace))
     if shuffle:
         listed = [stream async for stream in streams]
         random.shuffle(listed)
         streams = _aiter(listed)
-    async for stream in streams:
-        if limit is not None and len(result.handles) >= limit:
-            break
-        if stream.agent_id in runtime._live:
-            continue
+    outage: list[BaseException] = []
+
+    async def attempt(row: IndexedStream) -> None:
         try:
-            handle = await runtime._resume(stream.agent_id)
-        except AgentLeasedError as exc:
-            result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
-            continue
-        except (DefinitionNotRegisteredError, DefinitionMigrationError, AgentFencedError):
-            continue  # no registered definition can run it, or another runtime won the race to
-        except CodecError as exc:
-            log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
-            continue
-        except (StoreUnavailableError, StoreClosedError):
-            raise  # an outage is the whole store's, not this stream's (serve() backs off)
-        except Exception:
-            # Whatever else one stream's bytes provoke must not stop every other agent.
-            log.exception("agent %s not resumed: unexpected error restoring it", stream)
-            continue
+            handle = await _resume_one(runtime, row, result)
+        except (StoreUnavailableError, StoreClosedError) as exc:
+            outage.append(exc)  # an outage is the whole store's, not this stream's (serve() backs off)
+            return
         if handle is not None:
             result.handles.append(handle)
+
+    # Up to RESUME_CONCURRENCY resumes at once: their leases, restores and ``resumed``
+    # appends overlap, and the appends share group commits.
+    chunk: list = []
+    async for row in streams:
+        if row.stream.agent_id in runtime._live:
+            continue
+        chunk.append(row)
+        room = RESUME_CONCURRENCY if limit is None else min(RESUME_CONCURRENCY, limit - len(result.handles))
+        if len(chunk) >= room:
+            await _resume_chunk(chunk, attempt, outage)
+            chunk = []
+            if limit is not None and len(result.handles) >= limit:
+                return result
+    if chunk:
+        await _resume_chunk(chunk, attempt, outage)
     return result
+
+
+#: Resumes a scan runs at once.
+RESUME_CONCURRENCY = 16
+
+
+async def _resume_chunk(chunk: list, attempt, outage: list[BaseException]) -> None:
+    async with anyio.create_task_group() as tg:
+        for stream in chunk:
+            tg.start_soon(attempt, stream)
+    if outage:
+        raise outage[0]
+
+
+async def _resume_one(runtime: Runtime, row: IndexedStream, result: ScanResult) -> AgentHandle | None:
+    """Resume one stream's agent; None when it is not ours to run now (logged when unreadable)."""
+    stream = row.stream
+    try:
+        return await runtime._resume(stream.agent_id, seen=row.entry)  # the entry just listed: not read again
+    except AgentLeasedError as exc:
+        result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
+    except (DefinitionNotRegisteredError, DefinitionMigrationError, AgentFencedError):
+        pass  # no registered definition can run it, or another runtime won the race to
+    except CodecError as exc:
+        log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
+    except (StoreUnavailableError, StoreClosedError):
+        raise
+    except Exception:
+        # Whatever else one stream's bytes provoke must not stop every other agent.
+        log.exception("agent %s not resumed: unexpected error restoring it", stream)
+    return None
 
 
 async def _aiter(items):
     for item in items:
         yield item
+
+
+async def _unindexed(streams):
+    """A store without an index: every stream, as a row without an entry."""
+    async for stream in streams:
+        yield IndexedStream(stream, None)
 
 
 class FairShare:

@@ -26,6 +26,7 @@ from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from .errors import AgentExistsError, AgentNotFoundError, SeqOutOfRangeError
+from . import status_index
 from .restore import restore
 from .state import AgentState
 from .tools import idempotency_key
@@ -93,6 +94,7 @@ async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, 
     await _append(store, target, written, batch)
     restored = await restore(store, codec, target, tracer)
     assert restored is not None  # we just wrote it
+    await status_index.repair(store, target, restored.state)  # written by copy, not by an agent: no entry yet
     return restored.state
 
 

@@ -30,7 +30,8 @@ from .errors import (
 )
 from .registry import known_schemes, open_store, register_store
 from .spi import OPTIONAL_PROTOCOLS, declared_capabilities, supports_blobs, supports_changes, supports_leases
-from .spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId, check_append, check_lease
+from .spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId, check_append, check_lease
+from .spi import IndexedStream, IndexEntry, IndexStore, supports_status_index
 
 __all__ = [
     "CAP_BLOBS", "CAP_CHANGES", "CAP_LEASES", "CAP_SINGLE_PROCESS", "ChangeStore", "ChangeSubscription", "AppendRequest", "Lease", "LeaseStore", "BlobNotFoundError", "BlobStore", "CodecError", "ConflictError", "CorruptRecordError",
@@ -39,4 +40,5 @@ __all__ = [
     "UnencodableValueError", "UnknownKeyError", "UnknownSchemaVersionError", "UnknownSchemeError", "UnsafeCompactionError",
     "check_append", "check_lease", "known_schemes", "open_store", "register_store",
     "OPTIONAL_PROTOCOLS", "declared_capabilities", "supports_blobs", "supports_changes", "supports_leases",
+    "CAP_STATUS_INDEX", "IndexEntry", "IndexStore", "IndexedStream", "supports_status_index",
 ]

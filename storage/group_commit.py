@@ -18,7 +18,7 @@ import anyio
 from opentelemetry import trace
 
 from .errors import DurablyError, StoreUnavailableError
-from .spi import AppendRequest, Store, StreamId, check_append
+from .spi import AppendRequest, IndexEntry, Store, StreamId, check_append
 
 
 @dataclass(slots=True)
@@ -45,14 +45,18 @@ class GroupCommitter:
         self._lock = anyio.Lock()
         self.batches = 0  # commits made; appends / batches is the grouping factor
 
-    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
+    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes],
+                     index: IndexEntry | None = None) -> int:
         """Append ``records`` after ``expected_seq``; return the new last seq once durable.
+
+        ``index``: the stream's new status index entry, committed with the records
+        (``AppendRequest.index``; ignored by stores without ``CAP_STATUS_INDEX``).
 
         Raises ``ConflictError`` (stale expected seq, nothing written),
         ``StoreUnavailableError`` (outcome unknown: re-read before retrying) and
         ``InvalidRequestError``.
         """
-        request = AppendRequest(stream, expected_seq, records)
+        request = AppendRequest(stream, expected_seq, records, index)
         check_append(request)  # here, so one malformed append cannot fail its whole batch
         pending = _Pending(request)
         self._queue.append(pending)

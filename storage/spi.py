@@ -17,7 +17,7 @@ Vocabulary, as in event stores (EventStoreDB, Marten, Akka Persistence):
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeGuard, runtime_checkable
@@ -39,6 +39,10 @@ CAP_LEASES = "leases"
 CAP_SINGLE_PROCESS = "single-process"
 #: Optional capability ``ChangeStore``: ``publish_change`` / ``subscribe_changes`` (wake other processes up).
 CAP_CHANGES = "changes"
+#: Optional capability: a status index per stream (``IndexStore``): ``AppendRequest.index`` is
+#: written with its records, ``list_index`` answers "which streams have status S" without
+#: reading journals. Without it the runtime scans and restores every stream, as before.
+CAP_STATUS_INDEX = "status-index"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -100,12 +104,47 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """A stream's status index entry (``CAP_STATUS_INDEX``): what scans need without the journal.
+
+    ``status`` (the agent's status after record ``seq``: ``running``,
+    ``waiting_approval``, ``suspended``, ``finished``, ...), ``definition`` (the
+    agent definition's name), ``seq`` and ``updated_at`` (unix seconds): the
+    record that last changed the entry, ``open_approvals``: the ids of
+    approvals with no decision yet. The runtime computes it; an adapter stores
+    it as given and never decodes frames to make one.
+    """
+
+    status: str
+    definition: str
+    seq: int
+    updated_at: float
+    open_approvals: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedStream:
+    """One row of ``IndexStore.list_index``: ``stream`` and its ``entry`` (None: it has none)."""
+
+    stream: StreamId
+    entry: IndexEntry | None
+
+
+@dataclass(frozen=True, slots=True)
 class AppendRequest:
-    """One stream's part of a group commit: append ``records`` after ``expected_seq``."""
+    """One stream's part of a group commit: append ``records`` after ``expected_seq``.
+
+    ``index``: the stream's new status index entry, written with the records
+    (same transaction, or see ``IndexStore`` for what a store without
+    transactions may lag by) when the request succeeds, and not at all when it
+    conflicts; None leaves the entry as it is. Stores without
+    ``CAP_STATUS_INDEX`` ignore it.
+    """
 
     stream: StreamId
     expected_seq: int
     records: Sequence[bytes]
+    index: IndexEntry | None = None
 
 
 def check_append(request: AppendRequest) -> None:
@@ -342,9 +381,53 @@ class ChangeStore(Store, Protocol):
         """
 
 
+@runtime_checkable
+class IndexStore(Store, Protocol):
+    """A ``Store`` that also declares ``CAP_STATUS_INDEX``: one status entry per stream.
+
+    The journal stays the truth; the index is what lets ``resume_all``,
+    ``serve`` and ``durably agents --status S`` touch only the streams that
+    matter instead of restoring every stream ever run. An entry is written by
+    ``append_batch`` from ``AppendRequest.index``: in the same transaction as
+    the records in a store that has transactions. A store that has none (S3,
+    a filesystem) may lag, but only in the safe direction: an entry that
+    makes a stream *runnable* (status ``running``) is written before the
+    records, one that makes it not runnable after them, so a crash in between
+    leaves an entry that claims a stream runnable when it is not (it costs one
+    restore, which corrects it), never the reverse. ``delete_stream`` removes
+    the entry; ``delete_records`` keeps it.
+    """
+
+    def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
+                   page_size: int = 512) -> AsyncIterator[IndexedStream]:
+        """Yield the streams of ``namespace`` whose entry's status is in ``statuses`` (None: every status).
+
+        Also yields, with ``entry`` None, every stream with records but no entry
+        (written before the index existed, or by a writer that does not keep it),
+        whatever ``statuses`` says: the caller must read those journals, so no
+        missing entry ever hides a stream. Never yields a stream of another
+        namespace, nor one that holds only blobs. Costs what it yields, not the
+        namespace's size (an index on status), paged by ``page_size``, in no
+        particular order.
+        """
+
+    async def get_index(self, stream: StreamId) -> IndexEntry | None:
+        """The stream's entry, or None (unknown stream, or no entry)."""
+
+    async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
+        """Set (None: remove) the stream's entry if its last seq is still ``at_seq``; True if written.
+
+        For an entry computed from a journal read up to ``at_seq`` (a rebuild,
+        a restore that found the entry stale): a record appended meanwhile
+        makes it a no-op returning False, so it never overwrites a newer
+        entry. An unknown stream (``at_seq`` 0 included) is never given one.
+        """
+
+
 #: Each optional capability's name in ``Store.capabilities`` and the protocol a store declaring it
 #: implements (``type``, not ``type[Store]``: a type checker takes only concrete classes there).
-OPTIONAL_PROTOCOLS: dict[str, type] = {CAP_BLOBS: BlobStore, CAP_LEASES: LeaseStore, CAP_CHANGES: ChangeStore}
+OPTIONAL_PROTOCOLS: dict[str, type] = {CAP_BLOBS: BlobStore, CAP_LEASES: LeaseStore, CAP_CHANGES: ChangeStore,
+                                        CAP_STATUS_INDEX: IndexStore}
 
 
 def declared_capabilities(cls: type) -> frozenset[str]:
@@ -369,3 +452,8 @@ def supports_leases(store: Store) -> TypeGuard[LeaseStore]:
 def supports_changes(store: Store) -> TypeGuard[ChangeStore]:
     """Whether ``store`` declares ``CAP_CHANGES``; if so a type checker sees it as a ``ChangeStore``."""
     return CAP_CHANGES in store.capabilities
+
+
+def supports_status_index(store: Store) -> TypeGuard[IndexStore]:
+    """Whether ``store`` declares ``CAP_STATUS_INDEX``; if so a type checker sees it as an ``IndexStore``."""
+    return CAP_STATUS_INDEX in store.capabilities

@@ -28,8 +28,8 @@ from durably.adapters.postgres import PostgresStore  # noqa: E402
 def install_postgres_hooks() -> None:
     original_append_once = PostgresStore._append_once
 
-    async def append_once(self, sql, args):
-        results = await original_append_once(self, sql, args)
+    async def append_once(self, sql, args, indexed=None):
+        results = await original_append_once(self, sql, args, indexed)
         base.hit("put_landed")
         return results
 

@@ -9,23 +9,27 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 
 import aiosqlite
 import pytest
 
-from durably.bench import peers
+from durably.bench import dbos_peer, peers
 from durably.bench.cli import main as bench_main
 from durably.bench.context import Sizes
 from durably.bench.limit import RawSQLite, run_writers
+from durably.bench.plot import plot
+from durably.bench.results import MAX_POINTS
 from durably.bench.report import write_json
 from durably.bench.runner import run_bench
 from durably.bench.suites import SUITES
+from durably.bench.targets import GOALS
 from durably.bench.workload import MAX_RESULT_CHARS, TOOL_NAMES, Workload, journal_entries
 from durably.cli.main import build_parser
 
 TINY = Sizes(append_records=8, append_concurrency=(1, 16), conversations=(24,), agents=3, agent_steps=4,
              growth_steps=24, restore_records=(10, 250), restore_repeats=2, codec_steps=40, overhead_steps=12,
-             peer_steps=6)
+             peer_steps=6, peer_series=(3, 6), many_agents=5, many_steps=3, parked_agents=7)
 
 RATE_UNITS = {"records/s", "steps/s", "MB/s"}
 
@@ -42,8 +46,9 @@ def tiny_run(tmp_path_factory):
 
 
 def figures(doc, suite, name=None, system="durably"):
+    """The figures of ``suite`` (and ``name``) of ``system`` (None: of every system)."""
     return [f for f in doc["figures"] if f["suite"] == suite and (name is None or f["name"] == name)
-            and f["system"] == system]
+            and (system is None or f["system"] == system)]
 
 
 def test_json_names_the_run_and_the_machine(tiny_run):
@@ -110,26 +115,129 @@ def test_codec_and_overhead(tiny_run):
 
 def test_peers_side_by_side_or_a_clear_note(tiny_run):
     if not peers.available():
-        assert any("peers skipped" in note for note in tiny_run["notes"])
+        assert any("LangGraph skipped" in note for note in tiny_run["notes"])
         return
     lg = figures(tiny_run, "peers", system="langgraph-AsyncSqliteSaver")
-    assert {"steps_per_s", "stored_bytes", "restore_cold", "checkpoints"} <= {f["name"] for f in lg}
+    assert {"steps_per_s", "file_bytes", "restore_cold", "checkpoints"} <= {f["name"] for f in lg}
     names = {r["name"] for r in tiny_run["ratios"] if r["suite"] == "peers"}
-    assert "stored_bytes durably/langgraph" in names and "steps_per_s durably/langgraph" in names
+    assert "file_bytes durably/langgraph" in names and "steps_per_s durably/langgraph" in names
     bridge = {f["name"]: f for f in figures(tiny_run, "peers", system="langgraph-DurablySaver")}
-    assert {"checkpoints_per_s", "file_bytes_after_close", "aget_state_cold", "checkpoints"} <= set(bridge)
+    assert {"checkpoints_per_s", "file_bytes", "restore_cold", "checkpoints"} <= set(bridge)
     theirs = {f["name"]: f for f in lg}
     assert bridge["checkpoints"]["value"] == theirs["checkpoints"]["value"] > 0  # the same graph, the same run
-    assert 0 < bridge["file_bytes_after_close"]["value"]
     assert {"checkpoints_per_s DurablySaver/AsyncSqliteSaver", "file_bytes DurablySaver/AsyncSqliteSaver"} <= names
     assert any("DurablySaver" in t["name"] for t in tiny_run["targets"])
 
 
-def test_targets_are_checked_with_their_basis(tiny_run):
+def test_every_peer_runs_every_length_and_counts_every_file(tiny_run):
+    systems = ["durably", "langgraph-AsyncSqliteSaver"] + (["dbos-sqlite"] if dbos_peer.available() else [])
+    for system in systems:
+        sizes = {f["params"]["steps"]: f["value"] for f in figures(tiny_run, "peers", "file_bytes", system)}
+        assert sorted(sizes) == sorted(set(TINY.peer_series) | {TINY.peer_steps}), system
+        assert all(v > 0 for v in sizes.values())
+        assert sizes[max(sizes)] >= sizes[min(sizes)]  # more steps never store less
+        assert {f["params"]["steps"] for f in figures(tiny_run, "peers", "steps_per_s", system)} == set(sizes)
+    if dbos_peer.available():
+        dbos = {f["name"]: f["value"] for f in figures(tiny_run, "peers", system="dbos-sqlite")
+                if f["params"]["steps"] == TINY.peer_steps}
+        assert dbos["checkpoints"] == 2 * TINY.peer_steps + 1  # a model and a tool step each, the final answer
+        names = {r["name"] for r in tiny_run["ratios"] if r["suite"] == "peers"}
+        assert {"file_bytes durably/dbos", "steps_per_s durably/dbos", "cpu_per_step durably/dbos"} <= names
+
+
+async def test_file_bytes_count_the_wal_and_shm_beside_the_database(tmp_path):
+    (tmp_path / "x.db").write_bytes(b"1" * 10)
+    (tmp_path / "x.db-wal").write_bytes(b"2" * 5)
+    (tmp_path / "x.db-shm").write_bytes(b"3" * 3)
+    (tmp_path / "other.db").write_bytes(b"4" * 100)
+    assert dbos_peer.file_bytes(tmp_path / "x.db") == 18
+
+
+def test_agent_steps_has_its_one_commit_floor(tiny_run):
+    for agents, steps in ((1, TINY.conversations[0]), (TINY.agents, TINY.agent_steps)):
+        (floor,) = [f for f in figures(tiny_run, "agent-steps", "steps_per_s", "floor-step-commit")
+                    if f["params"] == {"agents": agents, "steps": steps}]
+        assert floor["value"] > 0 and "plain aiosqlite" in floor["store"]
+        (commits,) = [f for f in figures(tiny_run, "agent-steps", "commits", "floor-step-commit")
+                      if f["params"]["agents"] == agents]
+        assert 1 <= commits["value"] <= agents * (steps + 1)  # at most one per step: group commit may join them
+        ratios = [r for r in tiny_run["ratios"] if r["name"] == "steps_per_s durably/floor"
+                  and r["params"]["agents"] == agents]
+        assert len(ratios) == 1 and ratios[0]["value"] > 0
+    (mean,) = [r for r in tiny_run["ratios"] if r["name"] == "step_mean durably/floor"]
+    assert mean["better"] == "lower" and mean["value"] > 0
+
+
+def test_many_reports_rss_and_the_parked_scan(tiny_run):
+    found = {f["name"]: f for f in figures(tiny_run, "many")}
+    assert found["steps_per_s"]["params"] == {"agents": TINY.many_agents, "steps": TINY.many_steps}
+    assert found["peak_rss"]["unit"] == "B" and found["peak_rss"]["value"] > 10e6  # a Python process and more
+    assert found["rss_per_parked_agent"]["params"] == {"agents": TINY.parked_agents}
+    assert found["resume_all_scan_cold"]["value"] > 0 and found["resume_all_scan_warm"]["value"] > 0
+    assert found["park_per_s"]["value"] > 0
+
+
+def test_overhead_reports_cpu_per_step_and_imports_their_ratio(tiny_run):
+    cpu = {f["system"]: f["value"] for f in figures(tiny_run, "overhead", system=None) if f["name"] == "cpu_per_step"}
+    assert set(cpu) == {"plain-loop", "durably-memory", "durably"} and all(v >= 0 for v in cpu.values())
+    (ratio,) = [r for r in tiny_run["ratios"] if r["suite"] == "imports"]
+    assert ratio["name"] == "durably.runtime/dependencies" and ratio["value"] > 0
+
+
+def test_series_are_bounded_and_ordered(tiny_run):
+    series = tiny_run["series"]
+    assert any(s["suite"] == "agent-steps" and s["params"]["agents"] == 1 for s in series)
+    for s in series:
+        assert len(s["x"]) == len(s["y"]) == len(s["y_p99"]) <= MAX_POINTS
+        assert s["x"] == sorted(s["x"]) and all(lo <= hi for lo, hi in zip(s["y"], s["y_p99"]))
+
+
+def test_long_series_are_cut_into_buckets():
+    from durably.bench.results import Results
+
+    series = Results(store="memory://", mode="t", seed=0).add_series("s", "n", [float(i) for i in range(2_000)], "ms")
+    assert len(series.x) == MAX_POINTS and series.bucket == 4
+    assert series.y[0] == 1.5 and series.y[-1] == 1997.5
+
+
+def test_plot_writes_valid_pngs(tiny_run, tmp_path):
+    paths = plot(tiny_run, tmp_path / "charts")
+    names = {p.name for p in paths}
+    assert {"bytes_vs_steps.png", "steps_per_s_vs_steps.png", "step_latency.png"} <= names
+    for path in paths:
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+        width, height = struct.unpack(">II", data[16:24])
+        assert width > 300 and height > 200
+        assert data[-8:-4] == b"IEND"
+
+
+def test_cli_plots_an_earlier_run_without_running(tiny_run, tmp_path, capsys):
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps(tiny_run), encoding="utf-8")
+    assert bench_main(["--plot", str(tmp_path / "out"), "--from", str(saved)]) == 0
+    assert (tmp_path / "out" / "bytes_vs_steps.png").exists()
+    assert bench_main(["--from", str(saved)]) == 2  # --from alone has nothing to do
+
+
+def test_targets_list_every_goal_measured_or_not(tiny_run):
+    # Every target is listed in every run; one this run did not measure says so (met None),
+    # instead of being left out of the table.
     names = [t["name"] for t in tiny_run["targets"]]
-    assert any("70%" in n for n in names) and any("last 10%" in n for n in names) and any("100,000" in n for n in names)
+    assert names == [goal.name for goal in GOALS]
+    issues = {t["issue"] for t in tiny_run["targets"]}
+    assert {"16", "15"} <= issues
     for target in tiny_run["targets"]:
-        assert target["op"] in ("<=", ">=") and target["basis"] and isinstance(target["met"], bool)
+        assert target["op"] in ("<=", ">=") and target["basis"]
+        assert (target["met"] is None) == (target["measured"] is None), target
+        if target["met"] is not None:
+            assert target["met"] == (target["measured"] <= target["threshold"] if target["op"] == "<="
+                                     else target["measured"] >= target["threshold"])
+    by_name = {t["name"]: t for t in tiny_run["targets"]}
+    assert by_name["runtime CPU per step on memory:// <= 0.15 ms"]["measured"] is not None
+    assert any(n.startswith("(storage only)") for n in names)  # the append suite's figure, labelled
+    postgres = [t for t in tiny_run["targets"] if t["issue"] == "15"]
+    assert postgres[0]["measured"] is None and "postgresql" in postgres[0]["note"]  # a SQLite run
 
 
 def test_cli_quick_codec_on_memory_writes_json(tmp_path, capsys):
@@ -172,3 +280,39 @@ async def test_limit_group_commit_stores_every_row(tmp_path):
         ((rows,),) = await db.execute_fetchall("SELECT count(*) FROM journal")
         ((mode,),) = await db.execute_fetchall("PRAGMA journal_mode")
     assert rows == 100 and mode == "wal"
+
+
+async def test_limit_group_rows_commits_a_step_as_one_append(tmp_path):
+    steps = [[[f"w{w}-s{s}-r{r}".encode() for r in range(3)] for s in range(5)] for w in range(4)]
+
+    async with RawSQLite(tmp_path / "rows.db") as raw:
+        async def sink(index, step, frames):
+            await raw.group_rows(index, 3 * (step - 1) + 1, frames)
+
+        await run_writers(sink, steps)
+        assert raw.commits <= 20
+    async with aiosqlite.connect(tmp_path / "rows.db") as db:
+        rows = await db.execute_fetchall("SELECT stream, seq, data FROM journal ORDER BY stream, seq")
+    assert len(rows) == 60 and rows[:3] == [(0, 1, b"w0-s0-r0"), (0, 2, b"w0-s0-r1"), (0, 3, b"w0-s0-r2")]
+
+
+def test_local_s3_counts_requests_per_step_at_the_server():
+    import anyio
+
+    from durably.bench.s3_server import BenchS3Server
+
+    sizes = Sizes(append_records=8, append_concurrency=(1,), conversations=(5,), agents=2, agent_steps=3,
+                  growth_steps=5, restore_records=(10,), restore_repeats=1, codec_steps=10, overhead_steps=5,
+                  peer_steps=3)
+    with BenchS3Server() as server:
+        results = anyio.run(lambda: run_bench(server.url(), ["agent-steps"], sizes, requests=server.counts))
+        total = sum(server.counts().values())
+    per_step = [f for f in results.figures if f.name == "requests_per_step"]
+    assert {f.params["agents"] for f in per_step} == {1, 2}
+    assert all(f.value > 0 and f.params["counted"] == "at the server" for f in per_step)
+    puts = [f for f in results.figures if f.name == "put_per_step"]
+    assert puts and all(f.value > 0 for f in puts)
+    one = next(f for f in per_step if f.params["agents"] == 1)
+    assert one.value * 5 < total  # the run's own requests, not everything the server ever saw
+    s3 = next(t for t in results.targets if t.name.startswith("S3:"))
+    assert s3.measured is not None and s3.met == (s3.measured <= 1.2)

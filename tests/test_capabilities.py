@@ -22,9 +22,11 @@ from durably.storage.spi import (
     CAP_CHANGES,
     CAP_LEASES,
     CAP_SINGLE_PROCESS,
+    CAP_STATUS_INDEX,
     OPTIONAL_PROTOCOLS,
     BlobStore,
     ChangeStore,
+    IndexStore,
     Lease,
     LeaseStore,
     StreamId,
@@ -66,7 +68,8 @@ def test_storebase_derives_capabilities_from_the_protocols_it_subclasses() -> No
 
 
 def test_each_cap_name_has_its_protocol() -> None:
-    assert OPTIONAL_PROTOCOLS == {CAP_BLOBS: BlobStore, CAP_LEASES: LeaseStore, CAP_CHANGES: ChangeStore}
+    assert OPTIONAL_PROTOCOLS == {CAP_BLOBS: BlobStore, CAP_LEASES: LeaseStore, CAP_CHANGES: ChangeStore,
+                                  CAP_STATUS_INDEX: IndexStore}
 
 
 def test_supports_answers_from_the_declaration_not_the_shape(tmp_path: Path) -> None:

@@ -75,11 +75,19 @@ def test_sigkilled_worker_is_taken_over_by_the_others(pg_server: PostgresTestSer
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    finished_by: dict[str, int] = {}
     for proc, (out, err) in zip(others, outputs):
         assert proc.returncode == 0, err[-3000:]
         states = last_json(out)
-        assert {s["status"] for s in states.values()} == {"finished"}, states
-        assert all(s["result"] == EXPECTED_RESULT for s in states.values()), states
+        # A survivor whose lease lapsed (a loop stalled past the 2 s TTL on a loaded machine) loses the
+        # agent to another survivor: it must find itself fenced, having written nothing, and never
+        # report any other end. Every agent is finished, with the right result, by some survivor.
+        assert {s["status"] for s in states.values()} <= {"finished", "fenced"}, states
+        for agent, state in states.items():
+            if state["status"] == "finished":
+                assert state["result"] == EXPECTED_RESULT, states
+                finished_by[agent] = finished_by.get(agent, 0) + 1
+    assert sorted(finished_by) == [f"agent-{i}" for i in range(AGENTS)], finished_by
 
     effects = assert_each_effect_once(tmp_path, AGENTS)
     assert len({e["pid"] for e in effects}) >= 2, "A acted before dying and a survivor after"

@@ -50,7 +50,7 @@ def backend(request, tmp_path):
         name = uuid.uuid4().hex
         return "memory", f"memory://{name}", None, name
     if request.param == "sqlite":
-        return "sqlite", f"sqlite:///{tmp_path}/db/agents.db", lambda: files_bytes(tmp_path / "db"), None
+        return "sqlite", f"sqlite:///{tmp_path}/db/agents.db?create=1", lambda: files_bytes(tmp_path / "db"), None
     if request.param == "file":
         return "file", f"file://{tmp_path}/store", lambda: files_bytes(tmp_path / "store"), None
     server = request.getfixturevalue("s3_server")
@@ -95,7 +95,7 @@ async def test_purge_leaves_nothing_readable_behind(backend) -> None:
 
 async def test_a_plain_sqlite_delete_would_leave_the_bytes_but_purge_does_not(tmp_path) -> None:
     """The control for the SQLite grep: rows deleted without secure_delete stay in the file."""
-    url = f"sqlite:///{tmp_path}/db/agents.db"
+    url = f"sqlite:///{tmp_path}/db/agents.db?create=1"
     async with Runtime(url, agents=[list_agent(1, [])], redaction=KEEP_ALL) as rt:
         for i in range(4):
             await rt.run("list-agent", f"before-{i}", "padding")

@@ -193,7 +193,7 @@ def backend(request, tmp_path):
     if request.param == "memory":
         return f"memory://{uuid.uuid4().hex}", None
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/db/agents.db", lambda: files_bytes(tmp_path / "db")
+        return f"sqlite:///{tmp_path}/db/agents.db?create=1", lambda: files_bytes(tmp_path / "db")
     if request.param == "file":
         return f"file://{tmp_path}/store", lambda: files_bytes(tmp_path / "store")
     server = request.getfixturevalue("s3_server")
@@ -252,7 +252,7 @@ async def test_the_grep_finds_the_secrets_when_redaction_is_off(backend) -> None
 async def test_the_sqlite_wal_holds_no_secret_while_the_runtime_is_open(tmp_path) -> None:
     received: list = []
     definition, _model = secretive_agent(received)
-    url = f"sqlite:///{tmp_path}/db/agents.db"
+    url = f"sqlite:///{tmp_path}/db/agents.db?create=1"
     async with Runtime(url, agents=[definition], redaction=POLICY, snapshot_policy=EVERY_SNAPSHOT) as rt:
         await rt.run("secretive", "a1", f"key {OPENAI_KEY}")
         await rt._services.snapshots.flush()

@@ -46,7 +46,11 @@ async def test_serve_backs_off_through_a_locked_database_and_carries_on(tmp_path
     provider.add_span_processor(SimpleSpanProcessor(spans))
     caplog.set_level(logging.WARNING, logger="durably.serve")
     async with Runtime(url, agents=[definition]) as setup:
-        await setup.run(definition, "a1", "task")
+        parked = await setup.run(definition, "a1", "task")
+        # A parked agent's status index entry keeps idle scans off the write lock (issue 16
+        # item 7), so no scan would meet the lock below; without its entry (a journal from
+        # before the index) every scan restores it and takes its lease, a write.
+        assert await setup.store.put_index(setup.stream("a1"), None, parked.last_seq)
     async with Runtime(url, agents=[definition], tracer_provider=provider) as rt:
         async with anyio.create_task_group() as tg:
             blocker = sqlite3.connect(path, isolation_level=None)

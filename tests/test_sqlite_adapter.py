@@ -708,15 +708,19 @@ PRAGMA user_version = 1;
 
 
 async def test_a_v1_file_is_upgraded_in_place(db_path: Path) -> None:
-    """Version 1 (the AFTER INSERT trigger) becomes version 2 on open: same rows, the checking trigger."""
+    """Version 1 (the AFTER INSERT trigger) becomes version 3 on open: same rows, the checking trigger,
+    and the status index columns (version 3), NULL for every old stream, so scans read their journals."""
     with sqlite3.connect(db_path) as raw:
         raw.executescript(V1_SCHEMA)
     raw.close()
     assert triggers(db_path) == {"records_advance_last_seq"}
     compacted = StreamId("tenant", "compacted")
     async with SQLiteStore(f"sqlite:///{db_path}") as store:
-        assert await pragma(store, "user_version") == SCHEMA_VERSION == 2
+        assert await pragma(store, "user_version") == SCHEMA_VERSION == 3
         assert await records(store) == [(1, b"a"), (2, b"b")]
+        assert await store.get_index(S) is None
+        assert {(r.stream, r.entry) async for r in store.list_index("tenant", {"finished"})} == {
+            (S, None), (compacted, None)}, "streams from before the index are listed as having no entry"
         assert (await store.last_seq(S), await store.last_seq(compacted)) == (2, 2)
         assert await records(store, compacted) == []
         assert await store.get_snapshot(compacted) == StoredSnapshot(2, b"s")

@@ -23,6 +23,7 @@ listing requires.
 Version 2: ``leases`` and the sequence ``lease_tokens`` (``CAP_LEASES``).
 Version 3: ``append_batch`` locks the batch's stream rows in id order first (no deadlocks).
 Version 4: ``append_batch`` set-based for distinct existing streams (see ``_APPEND_BATCH_V4``).
+Version 5: the status index, five columns of ``streams`` and ``streams_by_status`` (``status_index``).
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import asyncpg
 
 from durably.storage.errors import UnknownSchemaVersionError
 
+from . import status_index
 from .faults import PostgresSetupError
 
 #: The layout version this build writes and reads.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # One group commit is one call of this function: one round trip and one
 # transaction for the whole batch. Per request, in order: advance the stream's
@@ -202,6 +204,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     3: (_APPEND_BATCH.replace("{lock_in_order}", _LOCK_IN_ORDER),),
     4: ("DROP FUNCTION {s}.append_batch(uuid, text[], text[], bigint[], integer[], bytea[])", _APPEND_BATCH_V4),
+    5: status_index.MIGRATION,
 }
 
 

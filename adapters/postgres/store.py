@@ -47,7 +47,7 @@ from durably.storage.errors import (
     UnsafeCompactionError,
 )
 from durably.storage.spi import (
-    AppendRequest, BlobStore, ChangeStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
+    AppendRequest, BlobStore, ChangeStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
 )
 
 from . import schema as layout
@@ -55,6 +55,7 @@ from .changes import PostgresChanges
 from .faults import OutcomeUnknown, connection_lost, retrying, translate, with_retries
 from .leases import PostgresLeases
 from .options import PostgresOptions, redacted
+from .status_index import PostgresStatusIndex, check_entries, entry_rows, index_sql
 
 T = TypeVar("T")
 
@@ -66,7 +67,7 @@ log = logging.getLogger("durably.adapters.postgres")
 _MAX_SEQ = (1 << 63) - 1
 
 
-class PostgresStore(PostgresLeases, PostgresChanges, StoreBase, BlobStore, LeaseStore, ChangeStore):
+class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreBase, BlobStore, LeaseStore, ChangeStore, IndexStore):
     """A ``Store`` in a PostgreSQL schema, shared by any number of processes on any hosts.
 
     In: ``url`` such as ``postgresql://app@db:5432/agents?schema=durably`` (see
@@ -83,7 +84,6 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase, BlobStore, Lease
     backend), as asyncpg does. Idea: event-store tables as in Marten and
     Message DB, a stream row per stream carrying its version.
     """
-
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -127,6 +127,7 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase, BlobStore, Lease
                         "WHERE st.namespace = $1 AND st.agent_id = $2 AND b.digest = $3",
         }
         self._sql.update(self._lease_sql(s))
+        self._sql.update(index_sql(s))
         # delete_stream's statements, in order: the stream's rows, then the stream.
         self._purge_sql = [f"DELETE FROM {s}.{table} WHERE stream_id = $1" for table in ("records", "snapshots", "blobs")] + [
             f"DELETE FROM {s}.streams WHERE id = $1"]
@@ -222,8 +223,10 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase, BlobStore, Lease
         self._check_open()
         for request in requests:
             check_append(request)
+        check_entries(requests)
         if not requests:
             return []
+        indexed = any(r.index is not None for r in requests)
         args = (
             uuid.uuid4(),
             [r.stream.namespace for r in requests],
@@ -248,7 +251,7 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase, BlobStore, Lease
                     else:
                         unknown = None  # never sent, or known not to have committed: (re)send
                         try:
-                            results = await self._append_once(sql, args)
+                            results = await self._append_once(sql, args, requests if indexed else None)
                         except OutcomeUnknown as exc:
                             unknown = exc
                             raise
@@ -262,12 +265,19 @@ class PostgresStore(PostgresLeases, PostgresChanges, StoreBase, BlobStore, Lease
             for request, result in zip(requests, results, strict=True)
         ]
 
-    async def _append_once(self, sql: str, args: tuple[Any, ...]) -> list[int]:
-        """One append statement. Raises ``OutcomeUnknown`` when the connection failed mid-call."""
+    async def _append_once(self, sql: str, args: tuple[Any, ...], indexed: Sequence[AppendRequest] | None = None) -> list[int]:
+        """One append statement (with ``indexed``, the requests, in one transaction with their
+        index entries: ``status_index``). Raises ``OutcomeUnknown`` when the connection failed mid-call."""
         async with self._connection() as conn:
             pid = conn.get_server_pid()
             try:
-                return list(await conn.fetchval(sql, *args))
+                if indexed is None:
+                    return list(await conn.fetchval(sql, *args))
+                async with conn.transaction():
+                    results = list(await conn.fetchval(sql, *args))
+                    if (rows := entry_rows(indexed, results)) is not None:
+                        await conn.execute(self._sql["set_entries"], *rows)
+                return results
             except asyncpg.UniqueViolationError as exc:
                 if exc.constraint_name != "commits_pkey":
                     raise

@@ -13,7 +13,9 @@ import functools
 #: trigger ``records_continue_stream`` also checks each seq continues its stream
 #: (what the one-statement fast path relies on). ``open`` upgrades a v1 file in
 #: place (same tables and rows; the trigger is swapped) in one transaction.
-SCHEMA_VERSION = 2
+#: 3, the status index: five columns on ``streams`` and the index ``streams_by_status``
+#: (``sqlite_index.upgrade``, also in ``open``'s transaction; a v2 file's entries start NULL).
+SCHEMA_VERSION = 3
 
 #: The whole schema, applied in one transaction by ``open`` to a file of a lower
 #: version: every statement is idempotent, so it creates a new file and upgrades a v1 one.

@@ -52,16 +52,26 @@ from durably.storage.errors import (
     UnknownSchemaVersionError,
     UnsafeCompactionError,
 )
-from durably.storage.spi import AppendRequest, BlobStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage.spi import (
+    AppendRequest, BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
+)
 from durably.storage.urls import check_parent
 
+from . import index as sqlite_index
 from . import layout
 from .file import daemonize, make_parents, path_from_url, prepare_file, translate, unavailable
+from .index import SQLiteStatusIndex
 from .layout import SCHEMA_VERSION
 from .leases import SQLiteLeases
 
 
-class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: adapters/sqlite/leases.py
+#: Reader connections per store (each one aiosqlite thread): restores of several agents at
+#: once (a scan resuming them, ``status()`` under load) overlap their reads.
+READERS = 2
+
+
+# leases: adapters/sqlite/leases.py; the status index: adapters/sqlite/index.py
+class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore, IndexStore):
     """A ``Store`` in one SQLite database file (see the module docstring for the URL).
 
     In: ``url`` such as ``sqlite:///agents.db?synchronous=FULL&busy_timeout=10000``;
@@ -73,15 +83,20 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
     (cause attached) for SQLite errors such as "database is locked" past the busy
     timeout or I/O errors; the failed transaction is rolled back first.
 
-    One connection per store, used by one task at a time (an ``anyio.Lock``);
-    several stores, in one process or many, may share the file.
+    ``1 + READERS`` connections per store, each used by one task at a time (an
+    ``anyio.Lock`` each): the writer, and readers for the reads (``_fetch``), so a
+    read never queues behind a write's fsync, nor much behind other reads (WAL lets readers see the last commit while
+    a writer works). Several stores, in one process or many, may share the file.
     """
-
 
     def __init__(self, url: str) -> None:
         super().__init__()
         self.path, self.synchronous, self.busy_timeout_ms, self.create = path_from_url(url)
         self._db: aiosqlite.Connection | None = None
+        # Reads only (WAL readers do not wait for the writer), each used by one task at a time.
+        self._readers: list[aiosqlite.Connection] = []
+        self._read_locks = [anyio.Lock() for _ in range(READERS)]
+        self._next_reader = 0
         self._absent = False  # the file did not exist at open: the first write creates it
         self._lock = anyio.Lock()
 
@@ -121,11 +136,42 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
             raise unavailable(exc) from exc
         try:
             await self._prepare_connection(db)
+            readers: list[aiosqlite.Connection] = []
+            try:
+                for _ in range(READERS):
+                    readers.append(await self._connect_reader())
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    for reader in readers:
+                        await reader.close()
+                raise
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await db.close()
             raise
-        self._db = db
+        self._db, self._readers = db, readers
+
+    async def _connect_reader(self) -> aiosqlite.Connection:
+        """The reader connection (to a file the writer has set up): autocommit, so each
+        read is its own read transaction and sees every commit before it; query_only."""
+        try:
+            connecting = aiosqlite.connect(
+                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
+            )
+            daemonize(connecting)
+            reader = await connecting
+        except sqlite3.Error as exc:
+            raise unavailable(exc) from exc
+        try:
+            await reader.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await reader.close()
+            if isinstance(exc, sqlite3.Error):
+                raise unavailable(exc) from exc
+            raise
+        return reader
 
     async def _prepare_connection(self, db: aiosqlite.Connection) -> None:
         """Check the schema version, set the pragmas, create the schema if missing."""
@@ -145,6 +191,7 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
                 if await self._schema_version(db) < SCHEMA_VERSION:
                     for statement in layout.SCHEMA:
                         await db.execute(statement)
+                    await sqlite_index.upgrade(db)
                     await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 await db.commit()
             except BaseException:
@@ -164,6 +211,10 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
         # Taking the lock lets an in-flight transaction finish before the connection
         # goes; shielded so a cancelled close still joins aiosqlite's thread.
         with anyio.CancelScope(shield=True):
+            readers, self._readers = self._readers, []
+            for reader, lock in zip(readers, self._read_locks):
+                async with lock:
+                    await reader.close()
             async with self._lock:
                 db, self._db = self._db, None
                 if db is not None:
@@ -214,16 +265,32 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
                     raise translate(exc) from exc
             return cursor.rowcount  # after the scope: mypy cannot know a shield never swallows
 
-    async def _fetch(self, sql: str, params: Sequence[object]) -> list[Any]:
-        """Run one read statement (autocommit, so it sees only committed data)."""
-        async with self._lock:
-            db = await self._ready(create=False)
-            if db is None:
-                return []  # no file yet: nothing stored
-            try:
-                return list(await db.execute_fetchall(sql, params))
-            except (sqlite3.Error, UnicodeEncodeError) as exc:
-                raise translate(exc) from exc
+    async def _fetch(self, sql: str, params: Sequence[object], *, writer: bool = False) -> list[Any]:
+        """Run one read statement (autocommit, so it sees only committed data) on the
+        reader connection, or on the writer's (``writer``: a WAL checkpoint)."""
+        if writer or not self._readers:  # also: a file absent at open, connected (or not) here
+            async with self._lock:
+                db = await self._ready(create=False)
+                if db is None:
+                    return []  # no file yet: nothing stored
+                return await self._run_read(db, sql, params)
+        # A free reader if there is one, else the next in turn.
+        free = [i for i, lock in enumerate(self._read_locks) if not lock.locked()]
+        if free:
+            choice = free[0]
+        else:
+            choice = self._next_reader = (self._next_reader + 1) % READERS
+        async with self._read_locks[choice]:
+            if not self._readers:
+                raise StoreClosedError("SQLiteStore is not open")
+            return await self._run_read(self._readers[choice], sql, params)
+
+    @staticmethod
+    async def _run_read(db: aiosqlite.Connection, sql: str, params: Sequence[object]) -> list[Any]:
+        try:
+            return list(await db.execute_fetchall(sql, params))
+        except (sqlite3.Error, UnicodeEncodeError) as exc:
+            raise translate(exc) from exc
 
     def _connection(self) -> aiosqlite.Connection:
         if self._db is None:
@@ -261,7 +328,8 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
             check_append(request)
         if not requests:
             return []
-        if all(request.expected_seq > 0 for request in requests):
+        # An index entry must commit with its records: such (rare) batches take the slow path.
+        if all(request.expected_seq > 0 and request.index is None for request in requests):
             if sum(len(request.records) for request in requests) <= layout.FAST_MAX_ROWS:
                 results = await self._append_fast(requests)
                 if results is not None:
@@ -299,7 +367,9 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
         """The batch in one ``BEGIN IMMEDIATE`` transaction that reads every stream's
         ``last_seq`` first, so each conflicting request is told apart and skipped."""
         keys = list(dict.fromkeys((r.stream.namespace, r.stream.agent_id) for r in requests))
+        entries = [sqlite_index.entry_params(r.index) if r.index is not None else None for r in requests]
         results: list[int | Exception] = []
+        indexed: list[tuple[object, ...]] = []
         async with self._transaction() as db:
             streams: dict[tuple[str, str], list[int]] = {}  # key -> [stream id, last seq]
             for start in range(0, len(keys), layout.KEYS_PER_STATEMENT):
@@ -310,13 +380,15 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
                 for sid, namespace, agent_id, last in await db.execute_fetchall(layout.lock_streams_sql(padded), params):
                     streams[(namespace, agent_id)] = [sid, last]
             rows: list[tuple[int, int, bytes]] = []
-            for request in requests:
+            for request, index in zip(requests, entries, strict=True):
                 entry = streams[(request.stream.namespace, request.stream.agent_id)]
                 actual = max(entry[1], 0)
                 if actual != request.expected_seq:
                     results.append(ConflictError(request.stream, request.expected_seq, actual))
                     continue
                 sid = entry[0]
+                if index is not None:
+                    indexed.append((*index, sid))  # a later request of the same stream wins: set in order
                 rows.extend((sid, actual + offset, data) for offset, data in enumerate(request.records, start=1))
                 entry[1] = actual + len(request.records)
                 results.append(entry[1])
@@ -328,6 +400,8 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
             if orphans:  # unknown streams whose every request conflicted: leave no trace
                 await db.executemany("DELETE FROM streams WHERE id = ?", orphans)
             await db.executemany(layout.INSERT_RECORD, rows)
+            if indexed:
+                await db.executemany(sqlite_index.SET_ENTRY, indexed)
         return results
 
     async def last_seq(self, stream: StreamId) -> int:
@@ -456,7 +530,7 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
             for table in ("records", "snapshots", "blobs", "streams"):
                 column = "id" if table == "streams" else "stream_id"
                 await db.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
-        await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", ())
+        await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", (), writer=True)
 
     async def erase_freed(self) -> str | None:
         """Leave no byte of deleted or overwritten rows in the files; None when done, else why not.
@@ -469,7 +543,7 @@ class SQLiteStore(SQLiteLeases, StoreBase, BlobStore, LeaseStore):  # leases: ad
         is returned instead (``durably reencrypt`` reports it).
         """
         self._check_open()
-        rows = await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", ())
+        rows = await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", (), writer=True)
         if not rows:
             return None  # no file: no bytes
         ((busy, log_frames, checkpointed),) = rows

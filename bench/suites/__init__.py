@@ -1,6 +1,6 @@
 """The bench suites, in the order a full run takes them. Each is ``async run(bench)``."""
 
-from . import agent_steps, append, codec, growth, overhead, peers, restore
+from . import agent_steps, append, codec, growth, imports, many, overhead, peers, restore, scan
 
 SUITES = {
     "codec": codec.run,
@@ -9,5 +9,8 @@ SUITES = {
     "growth": growth.run,
     "overhead": overhead.run,
     "restore": restore.run,
+    "many": many.run,
     "peers": peers.run,
+    "scan": scan.run,
+    "imports": imports.run,
 }

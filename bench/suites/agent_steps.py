@@ -8,8 +8,15 @@ last 10 % of the steps of one conversation: a cost that grows with history
 shows as last/first above 1.
 
 Also: 16 agents at once, each on its own conversation, to show group commit
-across agents; its record rate is compared with the limit's group-commit
-rate at the same concurrency from the append suite, when that ran.
+across agents. The headline ratios are against the one-commit floor
+(``durably.bench.floor``): the frames each run stored, replayed per step
+through plain group commit right after the run, one writer per agent. One
+agent: durably's step cost / the floor's (lower is better); 16 agents: steps/s
+durably / floor. The record rate is also compared with the append suite's
+one-row-per-append limit at the same concurrency, when that ran.
+
+With ``bench.requests`` (the bench's own S3 server, ``--local-s3``), the
+requests each run sent are counted at the server: requests per step.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from durably.storage.registry import open_store
 
 from ..agent import run_agents
 from ..context import Bench
+from ..floor import run_floor
 from ..conversation import conversation
 from ..results import percentile
 
@@ -39,29 +47,77 @@ def step_figures(bench: Bench, suite: str, latencies: list[float], system: str =
             r.find(suite, "step_p50_first10", system, **params), better="lower", system=system, **params)
 
 
+def _floor_figures(bench: Bench, run_wall: float, floor, url: str, agents: int, steps: int) -> None:
+    """The floor's figures beside durably's, and the two headline ratios."""
+    r, params = bench.results, {"agents": agents, "steps": steps}
+    total = agents * steps
+    mine = r.add(SUITE, "steps_per_s", total / run_wall, "steps/s", **params) if agents > 1 else \
+        r.find(SUITE, "steps_per_s", agents=1, steps=steps)
+    theirs = r.add(SUITE, "steps_per_s", floor.steps / floor.wall_s, "steps/s", system="floor-step-commit",
+                   store=url, **params)
+    r.add(SUITE, "commits", floor.commits, "count", system="floor-step-commit", store=url, **params)
+    if agents == 1:
+        mean = r.add(SUITE, "step_mean", run_wall / steps * 1e3, "ms", **params)
+        floor_mean = r.add(SUITE, "step_mean", floor.wall_s / floor.steps * 1e3, "ms", system="floor-step-commit",
+                           store=url, **params)
+        r.ratio(SUITE, "step_mean durably/floor", mean, floor_mean, better="lower", **params)
+    r.ratio(SUITE, "steps_per_s durably/floor", mine, theirs, **params)
+
+
+def _request_figures(bench: Bench, before: dict[str, int], total_steps: int, **params) -> None:
+    """Requests the server saw since ``before`` (by method), per step of the ``total_steps`` run."""
+    if bench.requests is None:
+        return
+    now = bench.requests()
+    spent = {method: now.get(method, 0) - before.get(method, 0) for method in now}
+    total = sum(spent.values())
+    r = bench.results
+    r.add(SUITE, "requests_per_step", total / total_steps, "requests/step", counted="at the server", **params)
+    for method, count in sorted(spent.items()):
+        if count:
+            r.add(SUITE, f"{method.lower()}_per_step", count / total_steps, "requests/step", counted="at the server",
+                  **params)
+
+
+def _counts(bench: Bench) -> dict[str, int]:
+    return bench.requests() if bench.requests is not None else {}
+
+
 async def run(bench: Bench) -> None:
-    """The single-agent conversations of ``sizes.conversations``, then the concurrent run."""
+    """The single-agent conversations of ``sizes.conversations``, then the concurrent run, each with its floor."""
     r = bench.results
     for steps in bench.sizes.conversations:
+        before = _counts(bench)
         conv = await conversation(bench, steps)
+        _request_figures(bench, before, steps, agents=1, steps=steps)
         records = conv.stored.records
         r.add(SUITE, "steps_per_s", steps / conv.run.wall_s, "steps/s", agents=1, steps=steps)
         r.add(SUITE, "records_per_s", records / conv.run.wall_s, "records/s", agents=1, steps=steps)
         r.add(SUITE, "stored_bytes_per_step", conv.stored.total / steps, "B/step", agents=1, steps=steps)
         step_figures(bench, SUITE, conv.run.latencies[0], agents=1, steps=steps)
+        bench.series(SUITE, "step_latency", conv.run.latencies[0], "ms", scale=1e3, agents=1, steps=steps)
         limit = r.find("append", "records_per_s", "limit-group-commit", agents=1)
         r.ratio(SUITE, "durably/limit-group-commit", r.find(SUITE, "records_per_s", agents=1, steps=steps), limit,
                 agents=1, steps=steps)
+        task = bench.progress.start(f"floor: {steps:,} steps, one commit each", steps + 1)
+        async with open_store(bench.store) as store:
+            floor, url = await run_floor(bench, store, conv.run.streams, "floor-1",
+                                         on_step=lambda: bench.progress.advance(task))
+        _floor_figures(bench, conv.run.wall_s, floor, url, 1, steps)
 
     agents, steps = bench.sizes.agents, bench.sizes.agent_steps
     task = bench.progress.start(f"{agents} agents x {steps} steps", agents * steps)
     conversations = [bench.conversation(steps, agent) for agent in range(1, agents + 1)]
+    before = _counts(bench)
     async with open_store(bench.store) as store:
         run_ = await run_agents(store, bench.namespace(SUITE, "concurrent"), conversations,
                                 on_step=lambda: bench.progress.advance(task))
-    total_steps = agents * steps
+        _request_figures(bench, before, agents * steps, agents=agents, steps=steps)
+        task = bench.progress.start(f"floor: {agents} writers x {steps} steps", agents * (steps + 1))
+        floor, url = await run_floor(bench, store, run_.streams, f"floor-{agents}",
+                                     on_step=lambda: bench.progress.advance(task))
     total_records = agents * (3 * steps + 3)  # + started, the final response and finished
-    r.add(SUITE, "steps_per_s", total_steps / run_.wall_s, "steps/s", agents=agents, steps=steps)
+    _floor_figures(bench, run_.wall_s, floor, url, agents, steps)
     rate = r.add(SUITE, "records_per_s", total_records / run_.wall_s, "records/s", agents=agents, steps=steps)
     all_latencies = [lat for own in run_.latencies for lat in own]
     for q in (50, 99):

@@ -5,7 +5,9 @@ run the tool, append the result) with the same scripted model and tools.
 With durably: the Runtime on the store under test, and on ``memory://``
 (what the runtime itself costs, without storage). The difference per step
 is durably's overhead; the model and tools here take no time, so in a real
-agent it is to be set against seconds of model latency.
+agent it is to be set against seconds of model latency. CPU per step is the
+process's CPU time (``time.process_time``, all threads) over the run / steps:
+unlike wall time, it does not grow when other work shares the cores.
 """
 
 from __future__ import annotations
@@ -46,21 +48,26 @@ async def run(bench: Bench) -> None:
     steps = bench.conversation(bench.sizes.overhead_steps)
     r = bench.results
     task = bench.progress.start("overhead", 3 * len(steps))
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     model = await plain_loop(steps)
     wall = time.perf_counter() - t
+    cpus = {"plain-loop": time.process_time() - cpu}
     bench.progress.advance(task, len(steps))
     variants = {"plain-loop": (model.step_latencies(), wall, "none (a list in memory)")}
     stores = {"durably-memory": f"memory://bench-{bench.run_id}-overhead", "durably": bench.store}
     for system, url in stores.items():
         async with open_store(url) as store:
+            cpu = time.process_time()
             run_ = await run_agents(store, bench.namespace(SUITE, system), [steps],
                                     on_step=lambda: bench.progress.advance(task))
+            cpus[system] = time.process_time() - cpu
         variants[system] = (run_.latencies[0], run_.wall_s, url)
     for system, (latencies, wall, url) in variants.items():
         params = {"steps": len(steps)}
         r.add(SUITE, "step_mean", wall / len(steps) * 1e3, "ms", system=system, store=url, **params)
         r.add(SUITE, "step_p50", percentile(latencies, 50) * 1e3, "ms", system=system, store=url, **params)
+        # CPU time of the whole process (every thread) per step: what load on the machine does not inflate.
+        r.add(SUITE, "cpu_per_step", cpus[system] / len(steps) * 1e3, "ms", system=system, store=url, **params)
     plain = r.find(SUITE, "step_mean", "plain-loop")
     for system in stores:
         durably = r.find(SUITE, "step_mean", system)

@@ -69,7 +69,7 @@ def agents(store: str, namespace: str, statuses: tuple[str, ...], definitions: t
 
     async def go() -> list[AgentDescription]:
         async with _runtime(store, namespace) as rt:
-            return await rt.describe_all()
+            return await rt.describe_all(statuses=statuses or None)  # the status index, where the store has one
 
     found = [d for d in run_async(go) if (not statuses or d.status in statuses)
              and (not definitions or d.definition.get("name") in definitions)]

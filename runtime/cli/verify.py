@@ -1,6 +1,6 @@
 """The ``durably verify`` command: read every frame of a namespace, report damage, change nothing.
 
-    durably verify [--store URL] [--namespace NS] [--json]
+    durably verify [--store URL] [--namespace NS] [--json] [--rebuild-index]
 
 Exit status 0 when every stream is sound, 1 when any has a problem (the
 report names the stream, what is wrong and at which seq). The logic is
@@ -10,22 +10,29 @@ report names the stream, what is wrong and at which seq). The logic is
 from __future__ import annotations
 
 import click
+from opentelemetry import trace
 
 from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 
+from durably.runtime.status_index import RebuildReport, indexed, rebuild
+from durably.runtime.verify import StreamReport, verify_namespace
+
 from .options import EXIT_OK, EXIT_REFUSED, json_option, run_async, store_command
 from .output import Output
 from .privacy import encryption_from_env
-from durably.runtime.verify import StreamReport, verify_namespace
 
 
 @click.command()
+@click.option("--rebuild-index", is_flag=True,
+              help="then rewrite the namespace's status index from the journals (stores with one; the only write)")
 @json_option
 @store_command
-def verify(store: str, namespace: str, json_mode: bool, out: Output) -> int:
-    """Read every record and snapshot of a namespace and report damage, changing nothing."""
+def verify(store: str, namespace: str, rebuild_index: bool, json_mode: bool, out: Output) -> int:
+    """Read every record and snapshot of a namespace and report damage, changing nothing (but --rebuild-index)."""
     codec = RecordCodec(cipher=encryption_from_env(allow_plaintext=True))
+    if rebuild_index:
+        return _rebuild(store, namespace, codec, json_mode, out)
 
     async def go() -> list[StreamReport]:
         async with open_store(store) as opened:
@@ -44,6 +51,31 @@ def verify(store: str, namespace: str, json_mode: bool, out: Output) -> int:
     out.line(f"{len(reports)} streams in namespace {namespace!r}: "
              + (f"{len(bad)} damaged" if bad else "every frame reads back"))
     return EXIT_REFUSED if bad else EXIT_OK
+
+
+def _rebuild(store: str, namespace: str, codec: RecordCodec, json_mode: bool, out: Output) -> int:
+    async def go() -> list[RebuildReport] | None:
+        async with open_store(store) as opened:
+            if not indexed(opened):
+                return None
+            return [report async for report in rebuild(opened, codec, namespace, trace.get_tracer("durably"))]
+
+    reports = run_async(go)
+    if reports is None:
+        out.line(f"{store} keeps no status index (CAP_STATUS_INDEX): its scans read every journal; nothing to rebuild")
+        return EXIT_REFUSED
+    if json_mode:
+        out.json({"store": store, "namespace": namespace, "rebuilt": [
+            {"agent_id": r.stream.agent_id, "status": r.entry.status if r.entry else None, "changed": r.changed,
+             "raced": r.raced, "error": r.error} for r in reports]})
+        return EXIT_OK
+    for r in reports:
+        if r.changed or r.raced or r.error:
+            what = r.error or (f"now {r.entry.status}" if r.entry else "removed")
+            out.line(f"{r.stream.agent_id}: {what}{' (appended meanwhile: left to its writer)' if r.raced else ''}")
+    changed = sum(r.changed for r in reports)
+    out.line(f"status index of namespace {namespace!r} rebuilt: {len(reports)} streams, {changed} entries corrected")
+    return EXIT_OK
 
 
 COMMANDS = [verify]

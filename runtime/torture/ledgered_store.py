@@ -11,13 +11,13 @@ before compaction); the worker SIGKILLs itself at the chosen occurrence.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
 
 import anyio
 
 from durably.storage.spi import (
-    AppendRequest, BlobStore, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId, supports_blobs,
-    supports_leases,
+    AppendRequest, BlobStore, IndexedStream, IndexEntry, IndexStore, Lease, LeaseStore, Store, StoredRecord,
+    StoredSnapshot, StreamId, supports_blobs, supports_leases, supports_status_index,
 )
 from durably.storage.torture import Ledger
 
@@ -120,3 +120,19 @@ class LedgeredStore:
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
         return await self._leases().get_lease(stream)
+
+    # The status index (CAP_STATUS_INDEX), when the store keeps one: forwarded as it is.
+    def _index(self) -> IndexStore:
+        if not supports_status_index(self.inner):
+            raise TypeError(f"{type(self.inner).__name__} does not declare a status index")
+        return self.inner
+
+    def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
+                   page_size: int = 512) -> AsyncIterator[IndexedStream]:
+        return self._index().list_index(namespace, statuses, page_size=page_size)
+
+    async def get_index(self, stream: StreamId) -> IndexEntry | None:
+        return await self._index().get_index(stream)
+
+    async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
+        return await self._index().put_index(stream, entry, at_seq)

@@ -23,7 +23,7 @@ import pytest
 pytest.register_assert_rewrite(
     *(f"{__name__}.{name}" for name in (
         "appends", "blobs", "compaction", "concurrency", "crash", "faults", "harness", "leases", "lifecycle",
-        "processes", "purge", "reads", "scale", "snapshots",
+        "processes", "purge", "reads", "scale", "snapshots", "status_index",
     ))
 )
 
@@ -41,6 +41,7 @@ from .purge import PurgeChecks  # noqa: E402
 from .reads import ReadChecks  # noqa: E402
 from .scale import ScaleChecks  # noqa: E402
 from .snapshots import SnapshotChecks  # noqa: E402
+from .status_index import StatusIndexChecks  # noqa: E402
 
 
 class StoreConformance(
@@ -57,6 +58,7 @@ class StoreConformance(
     PurgeChecks,
     ScaleChecks,
     FaultChecks,
+    StatusIndexChecks,
 ):
     """Every conformance check; subclass it as ``Test<YourStore>`` and override ``make_store``.
 
