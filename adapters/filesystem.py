@@ -44,7 +44,8 @@ import struct
 import tempfile
 import uuid
 from bisect import bisect_right
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import TypeVar, TypeVarTuple
 from pathlib import Path
 from urllib.request import url2pathname
 
@@ -61,7 +62,7 @@ from durably.storage.errors import (
     StoreUnavailableError,
     UnsafeCompactionError,
 )
-from durably.storage.spi import CAP_BLOBS, CAP_STATUS_INDEX, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage.spi import AppendRequest, BlobStore, IndexStore, StoredRecord, StoredSnapshot, StreamId, check_append
 
 from .filesystem_index import FileSystemStatusIndex
 
@@ -69,9 +70,11 @@ _BATCH_HEADER = struct.Struct(">4sI")  # magic, record count
 _RECORD_LENGTH = struct.Struct(">Q")
 _MAGIC = b"DRB1"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
-async def _io(function, *args):
+async def _io(function: Callable[[*Args], T], *args: *Args) -> T:
     """``function(*args)`` in a worker thread; an ``OSError`` (disk full, I/O error, the
     directory gone) becomes ``StoreUnavailableError``, the SPI's outage, cause attached."""
     try:
@@ -109,7 +112,7 @@ def _batch_count(path: Path) -> int:
         magic, count = _BATCH_HEADER.unpack(file.read(_BATCH_HEADER.size))
     if magic != _MAGIC:
         raise CorruptRecordError(f"{path} is not a batch file")
-    return count
+    return int(count)
 
 
 def _read_batch(path: Path) -> list[bytes]:
@@ -126,7 +129,7 @@ def _read_batch(path: Path) -> list[bytes]:
     return records
 
 
-class FileSystemStore(FileSystemStatusIndex, StoreBase):
+class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore):  # the index: adapters/filesystem_index.py
     """A ``Store`` in a local directory: ``file:///abs/path`` or ``file:relative/path``.
 
     Safe for many tasks and many processes on one directory (a local filesystem
@@ -138,7 +141,6 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase):
     URL lacks ``?create=1``.
     """
 
-    capabilities = frozenset({CAP_BLOBS, CAP_STATUS_INDEX})  # the index: adapters/filesystem_index.py
     _io = staticmethod(_io)  # for the index mixin
 
     def __init__(self, url: str) -> None:
@@ -260,7 +262,7 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase):
 
     # -- reads ---------------------------------------------------------------
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         """Yield records with seq > ``after_seq``, ``page_size`` per thread hop; see ``Store.read``."""
         self._check_open()
         directory = self._stream_dir(stream)

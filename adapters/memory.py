@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from dataclasses import dataclass, field
 
 from durably.storage.base import StoreBase
 from durably.storage.errors import BlobNotFoundError, ConflictError, InvalidRequestError, InvalidStoreURLError, UnsafeCompactionError
 from durably.storage.urls import parse_store_url
 from durably.storage.spi import (
-    CAP_BLOBS,
-    CAP_LEASES,
     CAP_SINGLE_PROCESS,
-    CAP_STATUS_INDEX,
     AppendRequest,
+    BlobStore,
     IndexedStream,
     IndexEntry,
+    IndexStore,
     Lease,
+    LeaseStore,
     StoredRecord,
     StoredSnapshot,
     StreamId,
@@ -47,14 +47,14 @@ _shared: dict[str, dict[StreamId, _Stream]] = {}
 _shared_leases: dict[str, dict[StreamId, Lease]] = {}
 
 
-class MemoryStore(StoreBase):
+class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
     """A ``Store`` held in a dict. ``url``: ``memory://`` or ``memory://name`` (shared by name).
 
     Raises ``InvalidStoreURLError`` for another scheme, a path or a query option.
     """
 
     #: Its data lives in this process's memory: another process sees another store.
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX})
+    capabilities = frozenset({CAP_SINGLE_PROCESS})  # + the protocols above, by StoreBase
 
     def __init__(self, url: str = "memory://") -> None:
         super().__init__()
@@ -90,7 +90,7 @@ class MemoryStore(StoreBase):
         found = self._streams.get(stream)
         return found.last_seq if found else 0
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         self._check_open()
         found = self._streams.get(stream)
         if found is None:
@@ -173,7 +173,8 @@ class MemoryStore(StoreBase):
     # of the event loop: as atomic as the appends. A listing walks the namespace
     # (this store is for tests; its cost follows the namespace, not the index).
 
-    async def list_index(self, namespace: str, statuses=None, *, page_size: int = 512) -> AsyncIterator[IndexedStream]:
+    async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
+                         page_size: int = 512) -> AsyncIterator[IndexedStream]:
         """See ``IndexStore.list_index``. Raises ``StoreClosedError``."""
         self._check_open()
         wanted = None if statuses is None else frozenset(statuses)

@@ -15,14 +15,17 @@ retries, so that each failed attempt is journaled and ``Retry-After`` is honoure
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import MalformedToolCallError, Price
+
+if TYPE_CHECKING:
+    from durably.runtime.model import Model
 
 __all__ = ["MalformedToolCallError", "Price", "from_spec"]
 
 
-def from_spec(spec: str, **options: Any):
+def from_spec(spec: str, **options: Any) -> Model:
     """A model adapter for ``"provider:model"`` (providers: ``openai``, ``anthropic``).
 
     ``options`` go to the adapter's constructor. Raises ``ValueError`` for an

@@ -10,7 +10,7 @@ import pydantic_core
 
 from durably.runtime.model import TransientModelError
 from durably.runtime.model_retry import parse_retry_after
-from durably.errors import MalformedToolCallError
+from durably.errors import MalformedToolCallError as MalformedToolCallError  # re-exported: the old import path
 
 #: Provider stop reasons in durably's words (the provider's own word is kept otherwise).
 STOP_REASONS = {"stop": "end", "end_turn": "end", "tool_calls": "tool_use", "tool_use": "tool_use",

@@ -28,7 +28,7 @@ class Budget:
         check_figure("Budget", "tokens", self.tokens, integer=True)
         check_figure("Budget", "cost_usd", self.cost_usd)
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         """As a plain dict for the journal."""
         return {"steps": self.steps, "tokens": self.tokens, "cost_usd": self.cost_usd}
 
@@ -144,6 +144,8 @@ class AgentDefinition:
     history: HistoryPolicy | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_parallel_tools: int = 8
+    # Set by __post_init__: the tools by name.
+    _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"agent definition {self.name!r}"

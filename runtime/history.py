@@ -14,7 +14,7 @@ LangGraph's ``get_state_history``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +106,7 @@ def call_text(name: Any, arguments: Any) -> str:
     return f"{name}({clip(arguments, _CLIP)})"
 
 
-def _model(d: dict) -> str:
+def _model(d: dict[str, Any]) -> str:
     calls = ", ".join(call_text(c["name"], c["arguments"]) for c in d["tool_calls"])
     usage = d["usage"]
     head = f"{d.get('model', 'model')}: {clip(d['text'], 60)!s}" if d["text"] else f"{d.get('model', 'model')}"
@@ -114,19 +114,19 @@ def _model(d: dict) -> str:
     return f"{head} -> {calls} {tokens}" if calls else f"{head} {tokens}"
 
 
-def _result(d: dict) -> str:
+def _result(d: dict[str, Any]) -> str:
     outcome = f"error: {clip(d['error'])}" if d.get("error") is not None else f"ok: {clip(d.get('result'))}"
     return f"{d['tool']} call {d['call_id']} {'reconciled ' if d.get('reconciled') else ''}{outcome}"
 
 
-def _decided(d: dict) -> str:
+def _decided(d: dict[str, Any]) -> str:
     by = f" by {d['by']}" if d.get("by") else ""
     note = f": {clip(d['note'])}" if d.get("note") else ""
     happened = " (it happened; result given)" if "result" in d else ""
     return f"approval {d['approval_id']} {'approved' if d['approved'] else 'denied'}{by}{happened}{note}"
 
 
-_SUMMARIES = {
+_SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
     Kind.STARTED: lambda d: f"started {d['definition']['name']} v{d['definition']['version']}: {clip(d['task'])}",
     Kind.RESUMED: lambda d: f"resumed by {d['worker']} (pid {d['pid']})",
     Kind.MESSAGE_RECEIVED: lambda d: f"{d['role']} message: {clip(d['content'])}",

@@ -14,9 +14,12 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 from .model import TransientModelError
 
@@ -83,16 +86,16 @@ class RetryPolicy:
 
         backoff = wait_exponential_jitter(multiplier=self.initial_s, max=self.max_s, jitter=self.jitter_s)
 
-        def wait(state) -> float:
-            return max(backoff(state), retry_after(state.outcome.exception()) or 0.0)
+        def wait(state: RetryCallState) -> float:
+            return max(backoff(state), retry_after(_failure(state)) or 0.0)
 
         def retryable(exc: BaseException) -> bool:
             after = retry_after(exc)
             return is_transient(exc) and (after is None or after <= self.max_retry_after_s)
 
-        async def before_sleep(state) -> None:
+        async def before_sleep(state: RetryCallState) -> None:
             try:
-                await on_failure(state.attempt_number, state.outcome.exception(), state.upcoming_sleep)
+                await on_failure(state.attempt_number, _failure(state), state.upcoming_sleep)
             except Exception as exc:
                 raise _ReportFailed(exc) from exc
 
@@ -171,3 +174,11 @@ def _status(exc: BaseException) -> int | None:
             if type(value) is int:
                 return value
     return None
+
+
+def _failure(state: RetryCallState) -> BaseException:
+    """The error of the attempt that just failed: tenacity calls ``wait`` and
+    ``before_sleep`` only after one (``retry_if_exception``: results never retry)."""
+    error = state.outcome.exception() if state.outcome is not None else None
+    assert isinstance(error, BaseException), "tenacity waits only after a failed attempt"
+    return error

@@ -80,15 +80,15 @@ class ReencryptReport:
     residue: str = ""
 
 
-async def key_census(store: Store, stream: StreamId) -> tuple[Counter, Counter]:
+async def key_census(store: Store, stream: StreamId) -> tuple[Counter[str | None], Counter[str | None]]:
     """``(records, snapshots)``: how many frames of each kind name each key id (None: plaintext).
 
     Reads every remaining record and snapshot header; decrypts nothing.
     """
-    records: Counter = Counter()
+    records: Counter[str | None] = Counter()
     async for stored in store.read(stream):
         records[key_id_of(stored.data)] += 1
-    snapshots: Counter = Counter()
+    snapshots: Counter[str | None] = Counter()
     snapshot = await store.get_snapshot(stream)
     while snapshot is not None:
         snapshots[key_id_of(snapshot.data)] += 1

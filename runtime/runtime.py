@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 import anyio
 from opentelemetry import trace
@@ -160,7 +161,8 @@ class Runtime(Inspection):
             self._exit = stack.pop_all()
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> Literal[False]:  # never swallows the body's exception
         exit_stack, self._exit = self._exit, None
         if exit_stack is None:
             return False

@@ -12,6 +12,7 @@ snapshot being encoded in another thread shares only elements that never change.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from collections.abc import Callable
 from typing import Any
 
 from durably.schemas.records import Kind, Record
@@ -103,7 +104,7 @@ def apply(state: AgentState, record: Record) -> AgentState:
     return state
 
 
-def _started(s: AgentState, d: dict) -> None:
+def _started(s: AgentState, d: dict[str, Any]) -> None:
     s.namespace, s.agent_id, s.run_id = d["namespace"], d["agent_id"], d["run_id"]
     s.definition, s.task, s.status = d["definition"], d["task"], RUNNING
     s.budget = d["budget"]
@@ -111,12 +112,12 @@ def _started(s: AgentState, d: dict) -> None:
     s.messages = messages + [{"role": "user", "content": d["task"]}]
 
 
-def _message_received(s: AgentState, d: dict) -> None:
+def _message_received(s: AgentState, d: dict[str, Any]) -> None:
     message = {"role": d.get("role", "user"), "content": d["content"]}
     (s.inbox if s.pending_calls else s.messages).append(message)
 
 
-def _model_responded(s: AgentState, d: dict) -> None:
+def _model_responded(s: AgentState, d: dict[str, Any]) -> None:
     calls = d["tool_calls"]
     s.messages.append({"role": "assistant", "content": d["text"], "tool_calls": calls})
     s.pending_calls = [c if "key" in c else dict(c, key=_legacy_key(s, c)) for c in calls]
@@ -131,12 +132,12 @@ def _model_responded(s: AgentState, d: dict) -> None:
         s.plan = d["plan"]
 
 
-def _tool_intent(s: AgentState, d: dict) -> None:
+def _tool_intent(s: AgentState, d: dict[str, Any]) -> None:
     entry = s.ledger.get(d["key"], {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0, "done": False})
     s.ledger[d["key"]] = {**entry, "attempts": d["attempt"]}
 
 
-def _tool_result(s: AgentState, d: dict) -> None:
+def _tool_result(s: AgentState, d: dict[str, Any]) -> None:
     key = d["key"]
     entry = s.ledger.get(key, {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0})
     outcome = {"result": d.get("result"), "error": d.get("error"), "reconciled": d.get("reconciled", False)}
@@ -149,7 +150,7 @@ def _tool_result(s: AgentState, d: dict) -> None:
         s.inbox = []
 
 
-def _place_result(s: AgentState, call_id: str, message: dict) -> None:
+def _place_result(s: AgentState, call_id: str, message: dict[str, Any]) -> None:
     """Append a tool message so the results of one turn keep the model's call
     order, whatever order its calls (run concurrently) finished in. Only that
     turn's results follow its assistant message, so the search is short."""
@@ -166,42 +167,42 @@ def _place_result(s: AgentState, call_id: str, message: dict) -> None:
     messages.insert(at, message)
 
 
-def _plan_updated(s: AgentState, d: dict) -> None:
+def _plan_updated(s: AgentState, d: dict[str, Any]) -> None:
     s.plan = d["plan"]
 
 
-def _artifact_stored(s: AgentState, d: dict) -> None:
+def _artifact_stored(s: AgentState, d: dict[str, Any]) -> None:
     s.artifacts.append(d)
 
 
-def _approval_requested(s: AgentState, d: dict) -> None:
+def _approval_requested(s: AgentState, d: dict[str, Any]) -> None:
     s.approvals[d["approval_id"]] = {**d, "decision": None}
     s.status, s.reason = WAITING_APPROVAL, f"approval {d['approval_id']}: {d['reason']}"
 
 
-def _approval_decided(s: AgentState, d: dict) -> None:
+def _approval_decided(s: AgentState, d: dict[str, Any]) -> None:
     request = s.approvals[d["approval_id"]]
     s.approvals[d["approval_id"]] = {**request, "decision": d}
     if s.status == WAITING_APPROVAL and not s.open_approvals():
         s.status, s.reason = RUNNING, ""
 
 
-def _budget_exceeded(s: AgentState, d: dict) -> None:
+def _budget_exceeded(s: AgentState, d: dict[str, Any]) -> None:
     s.status, s.reason = SUSPENDED, f"budget: {d['limit']} limit {d['allowed']} reached ({d['spent']})"
 
 
-def _budget_extended(s: AgentState, d: dict) -> None:
+def _budget_extended(s: AgentState, d: dict[str, Any]) -> None:
     s.budget = d["budget"]
     if s.status == SUSPENDED:
         s.status, s.reason = RUNNING, ""
 
 
-def _legacy_key(s: AgentState, call: dict) -> str:
+def _legacy_key(s: AgentState, call: dict[str, Any]) -> str:
     # Records written before keys were journaled derive them from the call id.
     return idempotency_key(s.namespace, s.agent_id, s.run_id, call["id"])
 
 
-def _history_compacted(s: AgentState, d: dict) -> None:
+def _history_compacted(s: AgentState, d: dict[str, Any]) -> None:
     if "messages" in d:
         s.messages = d["messages"]
         return
@@ -219,19 +220,19 @@ def _history_compacted(s: AgentState, d: dict) -> None:
         del s.approvals[approval_id]
 
 
-def _finished(s: AgentState, d: dict) -> None:
+def _finished(s: AgentState, d: dict[str, Any]) -> None:
     s.status, s.result, s.reason = FINISHED, d["result"], ""
 
 
-def _failed(s: AgentState, d: dict) -> None:
+def _failed(s: AgentState, d: dict[str, Any]) -> None:
     s.status, s.reason = FAILED, d["reason"]
 
 
-def _cancelled(s: AgentState, d: dict) -> None:
+def _cancelled(s: AgentState, d: dict[str, Any]) -> None:
     s.status, s.reason = CANCELLED, d.get("reason", "")
 
 
-def _forked(s: AgentState, d: dict) -> None:
+def _forked(s: AgentState, d: dict[str, Any]) -> None:
     s.forked_from = {"namespace": d["namespace"], "agent_id": d["agent_id"], "run_id": d["run_id"], "seq": d["seq"]}
     renamed = d.get("keys") or {}
     if renamed:
@@ -243,12 +244,12 @@ def _forked(s: AgentState, d: dict) -> None:
                 s.approvals[approval_id] = {**request, "key": renamed[request["key"]]}
 
 
-def _retried(s: AgentState, d: dict) -> None:
+def _retried(s: AgentState, d: dict[str, Any]) -> None:
     if s.status == FAILED:
         s.status, s.reason = RUNNING, ""
 
 
-def _definition_changed(s: AgentState, d: dict) -> None:
+def _definition_changed(s: AgentState, d: dict[str, Any]) -> None:
     s.definition = d["definition"]
     names = {f.name for f in fields(s)}
     for name, value in d.get("state", {}).items():
@@ -256,7 +257,7 @@ def _definition_changed(s: AgentState, d: dict) -> None:
             setattr(s, name, value)
 
 
-_HANDLERS = {
+_HANDLERS: dict[str, Callable[[AgentState, dict[str, Any]], None]] = {
     Kind.STARTED: _started,
     Kind.MESSAGE_RECEIVED: _message_received,
     Kind.MODEL_RESPONDED: _model_responded,

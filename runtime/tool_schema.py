@@ -15,13 +15,13 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # imported where a tool is built: ``import durably`` does not load pydantic
     import pydantic
     from pydantic import TypeAdapter
 
-from durably.errors import ToolArgumentsError
+from durably.errors import ToolArgumentsError as ToolArgumentsError  # re-exported: the old import path
 
 #: The parameter a tool declares to receive its ``ToolContext``.
 CONTEXT_PARAMETER = "ctx"
@@ -40,7 +40,7 @@ class ToolSignature:
     schema: dict[str, Any]
     description: str
     takes_context: bool
-    returns: TypeAdapter | None
+    returns: TypeAdapter[Any] | None
     _model: type[pydantic.BaseModel]
     _names: tuple[str, ...]
 
@@ -82,7 +82,8 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
     doc = docstring_parser.parse(inspect.getdoc(fn) or "", docstring_parser.DocstringStyle.GOOGLE)
     described = {p.arg_name: p.description or "" for p in doc.params}
     fields: dict[str, Any] = {}
-    takes_context, extra = False, "forbid"
+    takes_context = False
+    extra: Literal["allow", "forbid"] = "forbid"
     for param in inspect.signature(fn).parameters.values():
         if param.name == CONTEXT_PARAMETER:
             takes_context = True

@@ -15,7 +15,7 @@ import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
 from typing import Any, overload
@@ -111,6 +111,9 @@ class Tool:
     on_unknown_outcome: OnUnknownOutcome = OnUnknownOutcome.ASK
     reconcile: Reconciler | None = None
     sequential: bool = False
+    # Set by __post_init__: the function's signature as read once, and whether it is async.
+    _read: ToolSignature = field(init=False, repr=False, compare=False)
+    _is_async: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.fn, Tool) or not callable(self.fn):
@@ -182,8 +185,10 @@ def tool(name: str | None = None, *, description: str | None = None, parameters:
          reconcile: Reconciler | None = None, sequential: bool = False) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
-def tool(name=None, *, description=None, parameters=None, requires_approval=False,
-         on_unknown_outcome=OnUnknownOutcome.ASK, reconcile=None, sequential=False):
+def tool(name: str | Callable[..., Any] | None = None, *, description: str | None = None,
+         parameters: dict[str, Any] | None = None, requires_approval: bool = False,
+         on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.ASK, reconcile: Reconciler | None = None,
+         sequential: bool = False) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator turning a function (``async def`` or ``def``) into a ``Tool``.
 
     Use bare (``@tool``) or with options (``@tool(requires_approval=True)``).
@@ -198,7 +203,7 @@ def tool(name=None, *, description=None, parameters=None, requires_approval=Fals
             raise TypeError(f"{fn.name!r} is already a tool")
         if not callable(fn):
             raise TypeError(f"@tool decorates a function, got {type(fn).__name__}")
-        return Tool(name=name or fn.__name__, fn=fn, description=description, parameters=parameters,
+        return Tool(name=name if isinstance(name, str) and name else fn.__name__, fn=fn, description=description, parameters=parameters,
                     requires_approval=requires_approval, on_unknown_outcome=OnUnknownOutcome(on_unknown_outcome),
                     reconcile=reconcile, sequential=sequential)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -20,6 +21,9 @@ from durably.storage.errors import CodecError, StoreClosedError, StoreError, Sto
 from durably.storage.spi import ChangeSubscription, Store, StreamId, supports_changes
 
 from .errors import AgentFencedError, AgentLeasedError, AgentNotFoundError, DefinitionMigrationError, DefinitionNotRegisteredError
+
+if TYPE_CHECKING:  # runtime imports this module
+    from .runtime import AgentHandle, Runtime
 
 log = logging.getLogger("durably.runtime")
 
@@ -53,7 +57,7 @@ async def publish(store: Store, stream: StreamId) -> None:
         log.warning("could not notify other processes of the change of %s (they will poll): %s", stream, exc)
 
 
-async def resume_if_runnable(runtime, agent_id: str) -> object:
+async def resume_if_runnable(runtime: Runtime, agent_id: str) -> AgentHandle | None:
     """Resume ``agent_id`` in ``runtime`` after a wake-up; its handle, or None for an agent live
     there, not its to run, run by another runtime, purged meanwhile or unreadable (logged), as a
     scan would (``durably.runtime.scan``). Raises ``StoreUnavailableError``/``StoreClosedError``."""

@@ -36,7 +36,7 @@ STATUSES = frozenset({RUNNING, WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CA
 #: ``wait``'s default: the agent stopped or parked (nothing more happens without a human).
 STOPPED_OR_PARKED = frozenset({WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CANCELLED})
 
-_EVENTS = {
+_EVENTS: dict[str, str] = {
     Kind.STARTED: "started", Kind.RESUMED: "resumed", Kind.APPROVAL_REQUESTED: "approval_requested",
     Kind.APPROVAL_DECIDED: "approval_decided", Kind.BUDGET_EXCEEDED: "suspended",
     Kind.BUDGET_EXTENDED: "budget_extended", Kind.FINISHED: "finished", Kind.FAILED: "failed",

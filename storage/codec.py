@@ -69,12 +69,15 @@ import io
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import cbor2
 import zstandard
 
 from . import dictionaries, values
+
+if TYPE_CHECKING:  # spi does not import the codec; the name is for annotations only
+    from .spi import StreamId
 
 from .errors import (
     CorruptRecordError,
@@ -232,10 +235,10 @@ class FrameCipher(Protocol):
 
     def seal(self, payload: bytes, aad: bytes) -> bytes: ...
 
-    def open(self, sealed: bytes, aad: bytes, *, stream=None, seq: int | None = None) -> bytes: ...
+    def open(self, sealed: bytes, aad: bytes, *, stream: StreamId | None = None, seq: int | None = None) -> bytes: ...
 
 
-def associated_data(flags: int, schema_id: int, schema_version: int, raw_size: int, stream, seq: int,
+def associated_data(flags: int, schema_id: int, schema_version: int, raw_size: int, stream: StreamId, seq: int,
                     fmt: int = UNBOUND_FORMAT) -> bytes:
     """The bytes an encrypted frame's tag authenticates besides its payload.
 
@@ -252,7 +255,7 @@ def associated_data(flags: int, schema_id: int, schema_version: int, raw_size: i
     return b"".join(parts)
 
 
-def place_seed(stream, seq: int) -> int:
+def place_seed(stream: StreamId, seq: int) -> int:
     """The CRC-32 a format 2 frame's checksum starts from: that of its place.
 
     In: ``stream`` (a ``StreamId``) and ``seq`` (the record's seq, or the seq a
@@ -275,7 +278,8 @@ def _stream_crc(namespace: str, agent_id: str) -> int:
 
 def raw_size(frame: bytes) -> int:
     """Bytes of a frame's CBOR payload before compression, read from its header."""
-    return _HEADER.unpack_from(frame)[5]
+    size: int = _HEADER.unpack_from(frame)[5]
+    return size
 
 
 class Codec:
@@ -321,7 +325,7 @@ class Codec:
         return found
 
     def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str = "value", check: bool = True,
-               tagged: bool = True, stream=None, seq: int | None = None, small: bool = False) -> bytes:
+               tagged: bool = True, stream: StreamId | None = None, seq: int | None = None, small: bool = False) -> bytes:
         """Encode ``value`` as a frame (bytes).
 
         Raises ``UnencodableValueError`` with the field path (rooted at ``path``)
@@ -371,10 +375,10 @@ class Codec:
         bound = stream is not None and seq is not None and not flags & FLAG_ENCRYPTED
         fmt = FORMAT_VERSION if bound else UNBOUND_FORMAT
         header = _HEADER.pack(MAGIC, fmt, flags, schema_id, schema_version, len(raw), len(payload))
-        crc = zlib.crc32(payload, zlib.crc32(header, place_seed(stream, seq) if bound else 0))
+        crc = zlib.crc32(payload, zlib.crc32(header, place_seed(stream, seq) if bound and stream is not None and seq is not None else 0))
         return b"".join((header, _CRC.pack(crc), payload))
 
-    def decode(self, data: bytes, *, stream=None, seq: int | None = None) -> Frame:
+    def decode(self, data: bytes, *, stream: StreamId | None = None, seq: int | None = None) -> Frame:
         """Decode a frame. ``stream``/``seq`` label errors and, for an encrypted
         frame, are the place its associated data must name.
 
@@ -416,7 +420,8 @@ class Codec:
         if len(payload) > stored_size:
             raise CorruptRecordError(f"{len(payload) - stored_size} unexpected bytes after the frame", stream=stream, seq=seq)
         (crc,) = _CRC.unpack_from(view, header.size)
-        seed = place_seed(stream, seq) if fmt != UNBOUND_FORMAT else 0
+        # (stream and seq are known for a bound format: refused above otherwise; the test narrows them for mypy)
+        seed = place_seed(stream, seq) if fmt != UNBOUND_FORMAT and stream is not None and seq is not None else 0
         if zlib.crc32(payload, zlib.crc32(view[: header.size], seed)) != crc:
             where = " (or the frame was copied from another stream or seq)" if seed else ""
             raise CorruptRecordError(f"checksum mismatch{where}", stream=stream, seq=seq)
@@ -428,7 +433,7 @@ class Codec:
             if self.cipher is not None and self.cipher.required:
                 raise EncryptionRequiredError("plaintext frame where encryption is required", stream=stream, seq=seq)
             try:
-                raw = self._dictionaries.decompress(payload, dictionary, raw_size)
+                raw: bytes | memoryview = self._dictionaries.decompress(payload, dictionary, raw_size)
                 value = self._loads(raw, stream, seq)
             except UnknownDictionaryError as exc:
                 raise UnknownDictionaryError(dictionary, exc.known, stream=stream, seq=seq) from None
@@ -474,7 +479,7 @@ class Codec:
             raise cls(f"cbor: {exc}", stream=stream, seq=seq) from exc
         return Frame(schema_id, schema_version, value, raw_size, len(payload))
 
-    def _loads(self, raw, stream, seq: int | None) -> Any:
+    def _loads(self, raw: bytes | memoryview, stream: StreamId | None, seq: int | None) -> Any:
         """Exactly one CBOR item, consuming every byte, with durably's tags only."""
         source = io.BytesIO(raw)
         decoder = self._decoder

@@ -17,7 +17,7 @@ Vocabulary, as in event stores (EventStoreDB, Marten, Akka Persistence):
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeGuard, runtime_checkable
@@ -238,13 +238,15 @@ class Store(Protocol):
         It never decreases, also after ``delete_records`` removed every record.
         """
 
-    def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+    def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         """Yield the stored records with seq > ``after_seq`` in seq order.
 
         Pages through the backend ``page_size`` records at a time, so memory is
         bounded by the page, whatever the stream's length, and a read of the tail
         of a long stream costs about what it costs on a short one. An unknown
         stream yields nothing. Records deleted by compaction are not yielded.
+        An async generator (``async def`` with ``yield``): readers that stop early
+        close it (``aclose``) so its page or cursor is released at once.
         """
 
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:

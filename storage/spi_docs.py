@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from . import spi
@@ -28,11 +29,11 @@ def _markdown(text: str) -> str:
     return text.replace("``", "`").replace("|", "\\|")
 
 
-def _signature(function: object) -> str:
-    parameters = list(inspect.signature(function).parameters.values())  # type: ignore[arg-type]
+def _signature(function: Callable[..., object]) -> str:
+    parameters = list(inspect.signature(function).parameters.values())
     shown = [p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
              for p in parameters if p.name != "self"]
-    return f"{function.__name__}({', '.join(shown)})"  # type: ignore[attr-defined]
+    return f"{function.__name__}({', '.join(shown)})"
 
 
 def contract_rows() -> list[tuple[str, str]]:

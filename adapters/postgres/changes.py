@@ -24,12 +24,16 @@ import logging
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import asyncpg
 from anyio.abc import TaskStatus
 
 from durably.storage.spi import StreamId
+
+if TYPE_CHECKING:
+    from .options import PostgresOptions
 
 log = logging.getLogger("durably.adapters.postgres")
 
@@ -80,9 +84,9 @@ class ChangeFeed:
     def _wake(self) -> None:
         self._event.set()
 
-    def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         try:
-            namespace, agent_id = json.loads(payload)
+            namespace, agent_id = json.loads(str(payload))
             stream = StreamId(namespace, agent_id)
         except (ValueError, TypeError):
             log.warning("ignoring a malformed durably notification on %s", self._channel)
@@ -145,15 +149,23 @@ class PostgresChanges:
     and ``_application_name``.
     """
 
+    if TYPE_CHECKING:  # the host's (PostgresStore), declared for the type checker
+        options: PostgresOptions
+        _application_name: str
+
+        def _check_open(self) -> None: ...
+
+        async def _execute(self, what: str, sql: str, *args: Any) -> str: ...
+
     @property
     def _channel(self) -> str:
-        return channel_of(self.options.schema)  # type: ignore[attr-defined]
+        return channel_of(self.options.schema)
 
     async def publish_change(self, stream: StreamId) -> None:
         """NOTIFY the store's channel that ``stream`` changed. Raises ``StoreUnavailableError`` past the deadline."""
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         payload = json.dumps([stream.namespace, stream.agent_id])
-        await self._execute("publish_change", "SELECT pg_notify($1, $2)", self._channel, payload)  # type: ignore[attr-defined]
+        await self._execute("publish_change", "SELECT pg_notify($1, $2)", self._channel, payload)
 
     @asynccontextmanager
     async def subscribe_changes(self, namespace: str) -> AsyncIterator[ChangeFeed]:
@@ -163,9 +175,9 @@ class PostgresChanges:
         published after entering is seen when the database is up); an outage never
         raises here, the feed reconnects and ``wait()`` reports the gap.
         """
-        self._check_open()  # type: ignore[attr-defined]
-        options = self.options  # type: ignore[attr-defined]
-        feed = ChangeFeed(options.listen_dsn, options.connect_timeout, f"{self._application_name}-listen",  # type: ignore[attr-defined]
+        self._check_open()
+        options = self.options
+        feed = ChangeFeed(options.listen_dsn, options.connect_timeout, f"{self._application_name}-listen",
                           self._channel, namespace)
         async with anyio.create_task_group() as group:
             await group.start(feed.run)

@@ -30,7 +30,7 @@ import asyncpg
 import tenacity
 
 from durably.storage.errors import InvalidRequestError, StoreError, StoreUnavailableError
-from durably.errors import PostgresSetupError
+from durably.errors import PostgresSetupError as PostgresSetupError  # re-exported: the old import path
 
 T = TypeVar("T")
 

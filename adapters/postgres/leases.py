@@ -19,7 +19,12 @@ agent id, not by the ``streams`` row, so a lease never makes a stream exist.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from durably.storage.spi import Lease, StreamId, check_lease
+
+if TYPE_CHECKING:
+    import asyncpg
 
 _NOW = "extract(epoch FROM clock_timestamp())::double precision"
 
@@ -33,6 +38,15 @@ class PostgresLeases:
     A retried acquire is safe: if the first attempt took the lease, the retry finds
     its own unexpired lease and renews it with the same token.
     """
+
+    if TYPE_CHECKING:  # the host's (PostgresStore), declared for the type checker
+        _sql: dict[str, str]
+
+        def _check_open(self) -> None: ...
+
+        async def _fetch(self, what: str, sql: str, *args: Any) -> list[asyncpg.Record]: ...
+
+        async def _execute(self, what: str, sql: str, *args: Any) -> str: ...
 
     @staticmethod
     def _lease_sql(s: str) -> dict[str, str]:
@@ -60,9 +74,9 @@ class PostgresLeases:
         unexpired one. An expired lease is taken anew with a new token, also by its
         former owner; only an unexpired lease is renewed in place.
         """
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         check_lease(owner, ttl)
-        rows = await self._fetch("acquire_lease", self._sql["acquire_lease"],  # type: ignore[attr-defined]
+        rows = await self._fetch("acquire_lease", self._sql["acquire_lease"],
                                  stream.namespace, stream.agent_id, owner, float(ttl))
         if not rows:
             return None
@@ -71,15 +85,15 @@ class PostgresLeases:
 
     async def release_lease(self, lease: Lease) -> None:
         """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) no-op."""
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         stream = lease.stream
-        await self._execute("release_lease", self._sql["release_lease"],  # type: ignore[attr-defined]
+        await self._execute("release_lease", self._sql["release_lease"],
                             stream.namespace, stream.agent_id, lease.owner, lease.token)
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
         """The unexpired lease of ``stream`` (by the database's clock), or None."""
-        self._check_open()  # type: ignore[attr-defined]
-        rows = await self._fetch("get_lease", self._sql["get_lease"], stream.namespace, stream.agent_id)  # type: ignore[attr-defined]
+        self._check_open()
+        rows = await self._fetch("get_lease", self._sql["get_lease"], stream.namespace, stream.agent_id)
         if not rows:
             return None
         owner, token, expires_at = rows[0]

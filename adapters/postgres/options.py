@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from durably.storage.errors import InvalidStoreURLError
@@ -64,12 +65,12 @@ class PostgresOptions:
                    "deadline": float, "lock_timeout": float}
         parsed = parse_store_url(url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url),
                                  passthrough=True)  # libpq's own options (sslmode...) go on to asyncpg
-        fields: dict[str, object] = parsed.options
+        fields: dict[str, Any] = parsed.options  # each converted to its field's type; _validate checks ranges
         passed = parsed.passthrough
         parts = urlsplit(url)
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
         fields.setdefault("listen_dsn", dsn)
-        options = cls(dsn=dsn, **fields)  # type: ignore[arg-type]
+        options = cls(dsn=dsn, **fields)
         options._validate()
         return options
 

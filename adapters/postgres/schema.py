@@ -247,7 +247,8 @@ def statements(schema: str, from_version: int, to_version: int = SCHEMA_VERSION)
     return [sql.format(s=quoted) for version in range(from_version + 1, to_version + 1) for sql in MIGRATIONS[version]]
 
 
-async def prepare(conn, schema: str, lock_timeout: float) -> int:
+async def prepare(conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy[asyncpg.Record], schema: str,
+                  lock_timeout: float) -> int:
     """Check the server can hold a store and bring ``schema`` to ``SCHEMA_VERSION``; returns the version found.
 
     In: an asyncpg connection outside any transaction. Raises
@@ -258,8 +259,9 @@ async def prepare(conn, schema: str, lock_timeout: float) -> int:
     a schema written by a newer durably (nothing is changed), and asyncpg's
     errors for the rest (the caller translates them).
     """
-    in_recovery, read_only = await conn.fetchrow(
-        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")
+    row = await conn.fetchrow("SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")
+    assert row is not None, "a SELECT without FROM returns one row"
+    in_recovery, read_only = row
     if in_recovery or read_only:
         where = "a hot standby (read-only replica)" if in_recovery else "read-only (default_transaction_read_only)"
         raise PostgresSetupError(f"the database is {where}: a durably store needs the primary, writable")
@@ -289,8 +291,9 @@ async def prepare(conn, schema: str, lock_timeout: float) -> int:
     return found
 
 
-async def _version(conn, schema: str) -> int:
+async def _version(conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy[asyncpg.Record], schema: str) -> int:
     """The schema's recorded version; 0 when it has no ``schema_version`` table yet."""
     if await conn.fetchval("SELECT to_regclass($1)", f'"{schema}".schema_version') is None:
         return 0
-    return await conn.fetchval(f'SELECT coalesce(max(version), 0) FROM "{schema}".schema_version')
+    version: int = await conn.fetchval(f'SELECT coalesce(max(version), 0) FROM "{schema}".schema_version')
+    return version

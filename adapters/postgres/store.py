@@ -31,9 +31,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import anyio
 import asyncpg
@@ -47,7 +47,7 @@ from durably.storage.errors import (
     UnsafeCompactionError,
 )
 from durably.storage.spi import (
-    CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_STATUS_INDEX, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append,
+    AppendRequest, BlobStore, ChangeStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
 )
 
 from . import schema as layout
@@ -58,12 +58,16 @@ from .options import PostgresOptions, redacted
 from .status_index import PostgresStatusIndex, check_entries, entry_rows, index_sql
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    #: What the pool hands out: a proxy with every method of ``asyncpg.Connection``.
+    PooledConnection: TypeAlias = asyncpg.pool.PoolConnectionProxy[asyncpg.Record]
 log = logging.getLogger("durably.adapters.postgres")
 
 _MAX_SEQ = (1 << 63) - 1
 
 
-class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreBase):
+class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreBase, BlobStore, LeaseStore, ChangeStore, IndexStore):
     """A ``Store`` in a PostgreSQL schema, shared by any number of processes on any hosts.
 
     In: ``url`` such as ``postgresql://app@db:5432/agents?schema=durably`` (see
@@ -81,8 +85,6 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
     Message DB, a stream row per stream carrying its version.
     """
 
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES, CAP_CHANGES, CAP_STATUS_INDEX})  # index: status_index.py
-
     def __init__(self, url: str) -> None:
         super().__init__()
         self.options = PostgresOptions.from_url(url)
@@ -92,7 +94,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         # terminates a backend of this store (a pid alone may be reused).
         self._application_name = f"durably-{uuid.uuid4().hex[:12]}"
         s = f'"{self.options.schema}"'
-        self._sql = {
+        self._sql: dict[str, str] = {
             "append": f"SELECT {s}.append_batch($1, $2, $3, $4, $5, $6, $7, $8)",
             "append_fast": layout.APPEND_FAST.format(s=s),
             "commit": f"SELECT results FROM {s}.commits WHERE token = $1",
@@ -117,8 +119,6 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             "list_next": f"SELECT agent_id FROM {s}.streams WHERE namespace = $1 AND agent_id > $2 "
                          "AND ($3::text IS NULL OR agent_id < $3) ORDER BY agent_id LIMIT $4",
             "lock_stream": f"SELECT id FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 FOR UPDATE",
-            "purge": [f"DELETE FROM {s}.{table} WHERE stream_id = $1" for table in ("records", "snapshots", "blobs")]
-                     + [f"DELETE FROM {s}.streams WHERE id = $1"],
             "ensure_stream": f"INSERT INTO {s}.streams (namespace, agent_id) VALUES ($1, $2) "
                              "ON CONFLICT (namespace, agent_id) DO NOTHING",
             "put_blob": f"INSERT INTO {s}.blobs (stream_id, digest, data) SELECT id, $3::text, $4::bytea "
@@ -128,6 +128,9 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         }
         self._sql.update(self._lease_sql(s))
         self._sql.update(index_sql(s))
+        # delete_stream's statements, in order: the stream's rows, then the stream.
+        self._purge_sql = [f"DELETE FROM {s}.{table} WHERE stream_id = $1" for table in ("records", "snapshots", "blobs")] + [
+            f"DELETE FROM {s}.streams WHERE id = $1"]
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._url!r})"
@@ -177,7 +180,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         return self._pool
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _connection(self) -> AsyncIterator[PooledConnection]:
         """A pooled connection for the block. A failure to give it back (the server went away
         after the block's work was done) is not the block's failure: once a statement
         returned, its outcome is known, and the pool replaces the broken connection."""
@@ -191,7 +194,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
                 log.debug("a pooled connection broke on release (the pool drops it): %s", exc)
 
-    async def _call(self, what: str, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    async def _call(self, what: str, work: Callable[[PooledConnection], Awaitable[T]]) -> T:
         """Run ``work(connection)`` (idempotent), retrying transient failures; errors translated."""
         self._connections()
 
@@ -201,7 +204,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
 
         return await with_retries(self.options.deadline, what, attempt)
 
-    async def _fetch(self, what: str, sql: str, *args: Any) -> list:
+    async def _fetch(self, what: str, sql: str, *args: Any) -> list[asyncpg.Record]:
         return await self._call(what, lambda conn: conn.fetch(sql, *args))
 
     async def _execute(self, what: str, sql: str, *args: Any) -> str:
@@ -262,7 +265,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             for request, result in zip(requests, results, strict=True)
         ]
 
-    async def _append_once(self, sql: str, args: tuple, indexed: Sequence[AppendRequest] | None = None) -> list[int]:
+    async def _append_once(self, sql: str, args: tuple[Any, ...], indexed: Sequence[AppendRequest] | None = None) -> list[int]:
         """One append statement (with ``indexed``, the requests, in one transaction with their
         index entries: ``status_index``). Raises ``OutcomeUnknown`` when the connection failed mid-call."""
         async with self._connection() as conn:
@@ -295,7 +298,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             found = await conn.fetchval(self._sql["commit"], token)
         return None if found is None else list(found)
 
-    async def _end_backend(self, conn: asyncpg.Connection, pid: int) -> None:
+    async def _end_backend(self, conn: PooledConnection, pid: int) -> None:
         """Terminate this store's backend ``pid`` if it still runs, and wait until it is gone."""
         sql = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND application_name = $2"
         with anyio.fail_after(self.options.statement_timeout + 5):
@@ -308,7 +311,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         rows = await self._fetch("last_seq", self._sql["last_seq"], stream.namespace, stream.agent_id)
         return rows[0][0] if rows else 0
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         """Yield records with seq > ``after_seq`` in order, ``page_size`` rows per query
         (a connection is held for one page at a time, never across a yield)."""
         self._check_open()
@@ -383,12 +386,12 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         """
         self._check_open()
 
-        async def purge(conn: asyncpg.Connection) -> None:
+        async def purge(conn: PooledConnection) -> None:
             async with conn.transaction():
                 await conn.execute(self._sql["delete_lease"], stream.namespace, stream.agent_id)
                 sid = await conn.fetchval(self._sql["lock_stream"], stream.namespace, stream.agent_id)
                 if sid is not None:
-                    for sql in self._sql["purge"]:
+                    for sql in self._purge_sql:
                         await conn.execute(sql, sid)
 
         await self._call("delete_stream", purge)
@@ -405,7 +408,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         else:
             digest = hashlib.sha256(data).hexdigest()
 
-        async def put(conn: asyncpg.Connection) -> None:
+        async def put(conn: PooledConnection) -> None:
             async with conn.transaction():
                 await conn.execute(self._sql["ensure_stream"], stream.namespace, stream.agent_id)
                 await conn.execute(self._sql["put_blob"], stream.namespace, stream.agent_id, digest, data)
@@ -419,7 +422,8 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         rows = await self._fetch("get_blob", self._sql["get_blob"], stream.namespace, stream.agent_id, str(digest))
         if not rows:
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
-        return rows[0][0]
+        data: bytes = rows[0][0]
+        return data
 
 
 async def _end_transaction(conn: asyncpg.Connection) -> None:

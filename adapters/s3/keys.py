@@ -23,7 +23,7 @@ from durably.storage.errors import CorruptRecordError, InvalidRequestError
 from durably.storage.spi import StreamId
 
 SEQ_DIGITS = 20
-_SEQ_SPAN = 10**SEQ_DIGITS
+_SEQ_SPAN: int = 10**SEQ_DIGITS
 #: Highest seq a key can name (the batch header stores seqs as unsigned 64-bit ints).
 MAX_SEQ = 2**64 - 2
 #: S3's limit on a key's length, in UTF-8 bytes.

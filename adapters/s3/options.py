@@ -26,7 +26,9 @@ the URL, so URLs can be logged.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from durably.storage.errors import InvalidStoreURLError
 from durably.storage.urls import flag, parse_store_url
@@ -55,13 +57,13 @@ class S3Options:
     retry: RetryPolicy = RetryPolicy()
 
     @classmethod
-    def from_url(cls, url: str, **overrides: object) -> "S3Options":
+    def from_url(cls, url: str, **overrides: Any) -> "S3Options":
         """Parse ``url``; keyword ``overrides`` replace fields (``retry=RetryPolicy(...)`` too).
 
         Raises ``InvalidStoreURLError`` (a ``ValueError``) for another scheme, a
         missing bucket, an unknown query parameter or a value out of range.
         """
-        converters = {
+        converters: dict[str, Callable[[str], object]] = {
             "endpoint_url": str,
             "region": str,
             "path_style": flag,
@@ -78,8 +80,9 @@ class S3Options:
         if not parsed.netloc:
             raise InvalidStoreURLError(f"{url!r} names no bucket (s3://bucket/prefix)", url=url)
         prefix = parsed.path.strip("/")
-        fields: dict[str, object] = {"bucket": parsed.netloc, "prefix": f"{prefix}/" if prefix else ""}
-        retry = {name: parsed.options.pop(name) for name in ("max_attempts", "deadline") if name in parsed.options}
+        # Each value converted to its field's type above; the dataclass checks the rest (_validate).
+        fields: dict[str, Any] = {"bucket": parsed.netloc, "prefix": f"{prefix}/" if prefix else ""}
+        retry: dict[str, Any] = {name: parsed.options.pop(name) for name in ("max_attempts", "deadline") if name in parsed.options}
         fields.update(parsed.options)
         if retry:
             fields["retry"] = RetryPolicy(**retry)

@@ -82,21 +82,24 @@ class S3Requests:
     async def call(self, operation: str, /, *, expect: tuple[int, ...] = (), **params: Any) -> dict[str, Any]:
         """One S3 request on this bucket, retried (see ``s3_retry.call_with_retries``)."""
         method = getattr(self.client, operation)
-        assert self.limiter is not None
+        limiter = self.limiter
+        assert limiter is not None
 
         async def attempt() -> dict[str, Any]:
-            async with self.limiter:
-                return await method(Bucket=self.options.bucket, **params)
+            async with limiter:
+                response: dict[str, Any] = await method(Bucket=self.options.bucket, **params)
+                return response
 
         return await call_with_retries(self.options.retry, operation, attempt, expect=expect)
 
     async def get(self, key: str, *, byte_range: str | None = None) -> tuple[bytes, str] | None:
         """GET ``key`` (optionally a ``bytes=a-b`` range): its bytes and ETag, or None if absent."""
         extra = {"Range": byte_range} if byte_range else {}
-        assert self.limiter is not None
+        limiter = self.limiter
+        assert limiter is not None
 
         async def attempt() -> tuple[bytes, str] | None:
-            async with self.limiter:
+            async with limiter:
                 try:
                     response = await self.client.get_object(Bucket=self.options.bucket, Key=key, **extra)
                 except ClientError as exc:

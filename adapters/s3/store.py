@@ -120,7 +120,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -136,7 +136,7 @@ from durably.storage.errors import (
     UnsafeCompactionError,
 )
 from durably.storage.spi import (
-    CAP_BLOBS, CAP_LEASES, AppendRequest, Lease, StoredRecord, StoredSnapshot, StreamId, check_append,
+    AppendRequest, BlobStore, Lease, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
 )
 
 from . import blobs as s3_blobs, snapshots as s3_snapshots, streams as s3_streams
@@ -153,7 +153,7 @@ from .window import read_window
 _KNOWN_ENDS_MAX = 65_536  # streams whose latest batch end this store remembers (LRU)
 
 
-class S3Store(StoreBase):
+class S3Store(StoreBase, BlobStore, LeaseStore):
     """A ``Store`` in an S3 bucket; see the module docstring for layout, batching and faults.
 
     In: ``url`` (``s3://bucket/prefix?...``, parsed by ``S3Options.from_url``)
@@ -162,7 +162,6 @@ class S3Store(StoreBase):
     malformed URL. No I/O until ``open()``.
     """
 
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES})
 
     def __init__(self, url: str, **overrides: Any) -> None:
         super().__init__()
@@ -275,7 +274,7 @@ class S3Store(StoreBase):
                     f"{len(failures)} of {len(requests)} appends have an unknown outcome; re-read before retrying"
                 ) from failures[0]
             raise failures[0]
-        return results  # type: ignore[return-value]
+        return results  # type: ignore[return-value]  # no None left: each request got its result or error above
 
     async def _append_one(self, request: AppendRequest, keys: StreamKeys) -> int:
         stream, expected = request.stream, request.expected_seq
@@ -333,7 +332,7 @@ class S3Store(StoreBase):
         except StoreUnavailableError:
             return None
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         """See ``Store.read``. A page is a window of ``page_size`` seqs: one list call, then
         its batches fetched concurrently."""
         self._check_open()

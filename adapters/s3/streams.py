@@ -9,6 +9,7 @@ they stand for (``s3_keys``), so the listing comes out in agent-id order.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -26,7 +27,7 @@ async def delete_stream(s3: S3Requests, keys: StreamKeys) -> None:
     Must not race writers of the stream (see "Limits" in ``durably.adapters.s3``).
     Raises ``StoreUnavailableError`` when S3 stays unreachable.
     """
-    markers: dict[str, str] = {}
+    markers: dict[str, Any] = {}
     while True:
         uploads = await s3.call("list_multipart_uploads", Prefix=keys.root, **markers)
         for item in uploads.get("Uploads", []):

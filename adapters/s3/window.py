@@ -62,7 +62,7 @@ async def read_window(
             break
     names.reverse()
     holder = first and below is not None and not (names and seq_from_name(names[0]) == position + 1)
-    if holder:
+    if holder and below is not None:
         names.insert(0, below)  # the batch holding position + 1, or the newest if the stream ends before
     check_mark = first
     fetched: list[Batch | Exception | None] = [None] * len(names)

@@ -33,12 +33,17 @@ fsyncs for their leases, not ten. Each statement keeps its own outcome.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from durably.storage.spi import Lease, StreamId, check_lease
+
+if TYPE_CHECKING:
+    import aiosqlite
 
 _CREATE_TABLE = """CREATE TABLE IF NOT EXISTS leases (
     namespace TEXT NOT NULL,
@@ -79,7 +84,7 @@ class _Queued:
 
     sql: str
     params: Any
-    rows: list | None = None
+    rows: list[Any] | None = None
     error: BaseException | None = None
 
 
@@ -100,7 +105,7 @@ class SQLiteLeases:
     _lease_queue: list[_Queued] | None = None
     _lease_lock: anyio.Lock | None = None
 
-    async def _lease_statement(self, sql: str, params: Any) -> list:
+    async def _lease_statement(self, sql: str, params: Any) -> list[Any]:
         """Run ``sql`` in the next lease transaction, shared with every lease statement
         queued meanwhile (one commit, one fsync); its rows. Errors as ``_transaction``'s."""
         if self._lease_lock is None:
@@ -126,7 +131,7 @@ class SQLiteLeases:
 
     async def _commit_leases(self, batch: list[_Queued]) -> None:
         try:
-            async with self._transaction() as db:  # type: ignore[attr-defined]
+            async with self._transaction() as db:
                 if self._leases_checked_on is not db:
                     await db.execute(_CREATE_TABLE)
                 for queued in batch:
@@ -142,14 +147,23 @@ class SQLiteLeases:
             self._lease_queue[:0] = [queued for queued in batch if queued.rows is None]
             raise
 
+    if TYPE_CHECKING:  # the host's (SQLiteStore), declared for the type checker
+        _db: aiosqlite.Connection | None
+
+        def _check_open(self) -> None: ...
+
+        async def _fetch(self, sql: str, params: Sequence[object]) -> list[Any]: ...
+
+        def _transaction(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
     async def _leases_table_exists(self) -> bool:
         """Whether the file has the ``leases`` table (cached per connection once true)."""
-        db = self._db  # type: ignore[attr-defined]  # None until a file absent at open exists
+        db = self._db  # None until a file absent at open exists
         if db is not None and self._leases_checked_on is db:
             return True
-        if not await self._fetch(_HAS_TABLE, ()):  # type: ignore[attr-defined]
+        if not await self._fetch(_HAS_TABLE, ()):
             return False
-        self._leases_checked_on = self._db  # type: ignore[attr-defined]
+        self._leases_checked_on = self._db
         return True
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
@@ -159,7 +173,7 @@ class SQLiteLeases:
         an unexpired one. A lease that expired is taken anew with the next token,
         also by its former owner; only an unexpired lease is renewed in place.
         """
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         check_lease(owner, ttl)
         now = time.time()
         params = {
@@ -173,7 +187,7 @@ class SQLiteLeases:
 
     async def release_lease(self, lease: Lease) -> None:
         """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) no-op."""
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         if not await self._leases_table_exists():
             return
         stream = lease.stream
@@ -181,10 +195,10 @@ class SQLiteLeases:
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
         """The unexpired lease of ``stream`` (by this process's clock), or None."""
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         if not await self._leases_table_exists():
             return None
-        rows = await self._fetch(_GET, (stream.namespace, stream.agent_id, time.time()))  # type: ignore[attr-defined]
+        rows = await self._fetch(_GET, (stream.namespace, stream.agent_id, time.time()))
         if not rows:
             return None
         ((owner, token, expires_at),) = rows
@@ -195,5 +209,5 @@ class SQLiteLeases:
         one (``delete_stream`` calls this before purging: tokens never decrease, purge included)."""
         if not await self._leases_table_exists():
             return
-        async with self._transaction() as db:  # type: ignore[attr-defined]
+        async with self._transaction() as db:
             await db.execute(_END, (stream.namespace, stream.agent_id))

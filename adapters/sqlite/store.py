@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any, Literal, overload
 
 import aiosqlite
 import anyio
@@ -52,14 +53,7 @@ from durably.storage.errors import (
     UnsafeCompactionError,
 )
 from durably.storage.spi import (
-    CAP_BLOBS,
-    CAP_LEASES,
-    CAP_STATUS_INDEX,
-    AppendRequest,
-    StoredRecord,
-    StoredSnapshot,
-    StreamId,
-    check_append,
+    AppendRequest, BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
 )
 from durably.storage.urls import check_parent
 
@@ -76,7 +70,8 @@ from .leases import SQLiteLeases
 READERS = 2
 
 
-class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
+# leases: adapters/sqlite/leases.py; the status index: adapters/sqlite/index.py
+class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore, IndexStore):
     """A ``Store`` in one SQLite database file (see the module docstring for the URL).
 
     In: ``url`` such as ``sqlite:///agents.db?synchronous=FULL&busy_timeout=10000``;
@@ -93,9 +88,6 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
     read never queues behind a write's fsync, nor much behind other reads (WAL lets readers see the last commit while
     a writer works). Several stores, in one process or many, may share the file.
     """
-
-    # leases: adapters/sqlite/leases.py; the status index: adapters/sqlite/index.py
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES, CAP_STATUS_INDEX})
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -213,7 +205,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
         ((version,),) = await db.execute_fetchall("PRAGMA user_version")
         if version > SCHEMA_VERSION:
             raise UnknownSchemaVersionError(f"durably sqlite schema of {self.path}", version, SCHEMA_VERSION)
-        return version
+        return int(version)
 
     async def _close(self) -> None:
         # Taking the lock lets an in-flight transaction finish before the connection
@@ -231,7 +223,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
     # -- connection access -------------------------------------------------------
 
     @asynccontextmanager
-    async def _transaction(self):
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """Hold the connection for one ``BEGIN IMMEDIATE`` write transaction; commit on success.
 
         Shielded from cancellation: a transaction, once started, ends in COMMIT or
@@ -271,9 +263,9 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
                     cursor = await db.execute(sql, params)
                 except (sqlite3.Error, UnicodeEncodeError) as exc:
                     raise translate(exc) from exc
-                return cursor.rowcount
+            return cursor.rowcount  # after the scope: mypy cannot know a shield never swallows
 
-    async def _fetch(self, sql: str, params: Sequence[object], *, writer: bool = False) -> list:
+    async def _fetch(self, sql: str, params: Sequence[object], *, writer: bool = False) -> list[Any]:
         """Run one read statement (autocommit, so it sees only committed data) on the
         reader connection, or on the writer's (``writer``: a WAL checkpoint)."""
         if writer or not self._readers:  # also: a file absent at open, connected (or not) here
@@ -294,7 +286,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
             return await self._run_read(self._readers[choice], sql, params)
 
     @staticmethod
-    async def _run_read(db: aiosqlite.Connection, sql: str, params: Sequence[object]) -> list:
+    async def _run_read(db: aiosqlite.Connection, sql: str, params: Sequence[object]) -> list[Any]:
         try:
             return list(await db.execute_fetchall(sql, params))
         except (sqlite3.Error, UnicodeEncodeError) as exc:
@@ -304,6 +296,12 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
         if self._db is None:
             raise StoreClosedError("SQLiteStore is not open")
         return self._db
+
+    @overload
+    async def _ready(self, *, create: Literal[True]) -> aiosqlite.Connection: ...
+
+    @overload
+    async def _ready(self, *, create: bool) -> aiosqlite.Connection | None: ...
 
     async def _ready(self, *, create: bool) -> aiosqlite.Connection | None:
         """The connection, under ``self._lock``; for a file absent at open, None while it
@@ -414,7 +412,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
         )
         return max(rows[0][0], 0) if rows else 0
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         """Yield records with seq > ``after_seq`` in order, ``page_size`` rows per query.
 
         The connection is held for one page at a time, never across a yield.
@@ -588,7 +586,8 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase):
         )
         if not rows:
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
-        return rows[0][0]
+        data: bytes = rows[0][0]
+        return data
 
 
 def _prefix_successor(prefix: str) -> str | None:

@@ -33,10 +33,11 @@ def import_langgraph(source: Path, store: str, namespace: str, threads: tuple[st
     out = Output(json_mode)
     try:
         from durably.integrations.langgraph import DurablySaver, import_sqlite_threads
+        from durably.integrations.langgraph.importer import ImportedThread
     except ImportError as exc:
         raise click.ClickException(f"LangGraph is not installed (pip install 'durably[langgraph]'): {exc}") from exc
 
-    async def go():
+    async def go() -> list[ImportedThread]:
         async with DurablySaver.from_url(store, namespace=namespace, cipher=encryption_from_env()) as saver:
             return await import_sqlite_threads(source, saver, thread_ids=list(threads) or None)
 

@@ -102,9 +102,9 @@ def bench(options: tuple[str, ...]) -> int:
 @store_command
 def migrate(store: str, namespace: str, dry_run: bool, out: Output) -> int:
     """Rewrite snapshots written at an older schema version (records are upcast on read)."""
-    from durably.runtime.migrate import migrate_store
+    from durably.runtime.migrate import StreamReport, migrate_store
 
-    async def go() -> list:
+    async def go() -> list[StreamReport]:
         async with open_store(store) as opened:
             return await migrate_store(opened, namespace, dry_run=dry_run)
 

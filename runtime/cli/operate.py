@@ -69,7 +69,7 @@ def approve(store: str, namespace: str, agent_id: str, approval_id: str, deny: b
         raise click.UsageError("--result goes with --happened")
     extra: dict[str, Any] = {}
     if happened:
-        extra["result"] = parse_result(result_json)
+        extra["result"] = parse_result(result_json or "")  # --happened requires --result (checked above)
         if "result" not in inspect.signature(Runtime.approve).parameters:
             raise InvalidCommandError("this durably cannot record 'it happened' answers (Runtime.approve has no result=)")
 

@@ -40,7 +40,7 @@ def neutralise(text: Any, *, newlines: bool = False) -> str:
     (multi-line blocks); otherwise it is escaped too (one cell, one line). Never raises."""
     text = text if isinstance(text, str) else str(text)
     if text.isprintable() and (newlines or "\n" not in text):
-        return text  # the common case, checked in C
+        return str(text)  # the common case, checked in C (str of a str is that str)
     out = []
     for ch in text:
         if ch == "\n" and newlines:

@@ -26,6 +26,7 @@ from durably.storage.crypto import AESGCMCipher, EnvKeyProvider
 from .options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
 from .output import Output, stdin_is_terminal, when
 from durably.runtime.retention import RetentionPolicy, SweepItem, parse_duration
+from durably.runtime.reencrypt import ReencryptReport
 from durably.runtime.runtime import Runtime
 
 
@@ -39,8 +40,8 @@ def encryption_from_env(*, allow_plaintext: bool = False) -> AESGCMCipher | None
     return AESGCMCipher(EnvKeyProvider(), allow_plaintext=allow_plaintext)
 
 
-def _ttl(ctx, param, values: tuple[str, ...]) -> dict[str, float]:
-    ttls = {}
+def _ttl(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
+    ttls: dict[str, float] = {}
     for text in values:
         status, sep, duration = text.partition("=")
         if not sep or not status.strip():
@@ -52,7 +53,7 @@ def _ttl(ctx, param, values: tuple[str, ...]) -> dict[str, float]:
     return ttls
 
 
-def _duration(ctx, param, value: str | None) -> float | None:
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     try:
         return None if value is None else parse_duration(value)
     except ValueError as exc:
@@ -160,7 +161,7 @@ def reencrypt(store: str, namespace: str, allow_plaintext: bool, out: Output) ->
         out.line("error: reencrypt needs keys: set DURABLY_KEYS (and DURABLY_KEY_ID)")
         return EXIT_USAGE
 
-    async def go():
+    async def go() -> list[ReencryptReport]:
         async with Runtime(store, namespace=namespace, encryption=encryption) as rt:
             return await rt.reencrypt()
 

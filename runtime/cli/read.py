@@ -20,6 +20,7 @@ from .privacy import encryption_from_env
 from durably.runtime.describe import AgentDescription
 from durably.runtime.history import clip
 from durably.runtime.runtime import Runtime
+from durably.runtime.state import AgentState
 
 
 def _runtime(store: str, namespace: str) -> Runtime:
@@ -177,7 +178,7 @@ def history(store: str, namespace: str, agent_id: str, kinds: tuple[str, ...], a
 def state(store: str, namespace: str, agent_id: str, seq: int | None, json_mode: bool, out: Output) -> None:
     """The agent's folded state at a seq: nearest snapshot plus replay, as restore does."""
 
-    async def go():
+    async def go() -> AgentState:
         async with _runtime(store, namespace) as rt:
             return await (rt.status(agent_id) if seq is None else rt.state_at(agent_id, seq))
 

@@ -22,7 +22,7 @@ from durably.storage.torture import Ledger
 
 from ..agent import AgentDefinition
 from ..model import ModelResponse, ToolCall, Usage
-from ..tools import Reconciled, tool
+from ..tools import Reconciled, ToolContext, tool
 
 #: Namespace of the tortured agents.
 NAMESPACE = "torture"
@@ -56,7 +56,7 @@ def torture_definitions(steps: int, effects: Ledger, hit: Callable[[str], None] 
                         ) -> list[AgentDefinition]:
     """The ``reconcile`` and ``fail`` definitions; ``hit(boundary)`` is called before and after each effect."""
 
-    async def already_done(ctx) -> Reconciled | None:
+    async def already_done(ctx: ToolContext) -> Reconciled | None:
         entries = await anyio.to_thread.run_sync(effects.entries)
         found = [e for e in entries if e.get("key") == ctx.idempotency_key]
         return Reconciled(found[0]["n"] * 10) if found else None
@@ -65,7 +65,7 @@ def torture_definitions(steps: int, effects: Ledger, hit: Callable[[str], None] 
     for policy in POLICIES:
 
         @tool(name="effect", on_unknown_outcome=policy, reconcile=already_done if policy == "reconcile" else None)
-        async def effect(n: int, *, ctx) -> int:
+        async def effect(n: int, *, ctx: ToolContext) -> int:
             hit("before_effect")
             line = {"key": ctx.idempotency_key, "agent": ctx.agent_id, "n": n, "pid": os.getpid()}
             await anyio.to_thread.run_sync(effects.append, line)

@@ -40,7 +40,7 @@ from ..runtime import Runtime
 from .agents import NAMESPACE, POLICIES
 from .worker import process_main
 from .invariants import check_acknowledged, check_effects, check_states, count_takeovers
-from durably.errors import TortureError
+from durably.errors import TortureError as TortureError  # re-exported: the old import path
 
 #: Crash plans: a boundary and the highest occurrence it may be chosen at; None is a random moment.
 #: Low occurrences on purpose: a worker dies soon after it starts, so most of a run's time is

@@ -11,11 +11,14 @@ before compaction); the worker SIGKILLs itself at the chosen occurrence.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
 
 import anyio
 
-from durably.storage.spi import AppendRequest, IndexedStream, IndexEntry, Lease, Store, StoredRecord, StoredSnapshot, StreamId
+from durably.storage.spi import (
+    AppendRequest, BlobStore, IndexedStream, IndexEntry, IndexStore, Lease, LeaseStore, Store, StoredRecord,
+    StoredSnapshot, StreamId, supports_blobs, supports_leases, supports_status_index,
+)
 from durably.storage.torture import Ledger
 
 
@@ -51,7 +54,11 @@ class LedgeredStore:
             for request, result in zip(requests, results) if isinstance(result, int)
         ]
         if acknowledged:
-            await anyio.to_thread.run_sync(lambda: [self.acks.append(entry) for entry in acknowledged])
+            def log_acknowledged() -> None:
+                for entry in acknowledged:
+                    self.acks.append(entry)
+
+            await anyio.to_thread.run_sync(log_acknowledged)
             self.hit("after_ack")
         return results
 
@@ -64,7 +71,7 @@ class LedgeredStore:
     async def last_seq(self, stream: StreamId) -> int:
         return await self.inner.last_seq(stream)
 
-    def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+    def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         return self.inner.read(stream, after_seq, page_size=page_size)
 
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
@@ -88,29 +95,44 @@ class LedgeredStore:
     async def delete_stream(self, stream: StreamId) -> None:
         await self.inner.delete_stream(stream)
 
+    # The optional methods: called only when ``capabilities`` (the wrapped store's) names them.
+    def _blobs(self) -> BlobStore:
+        if not supports_blobs(self.inner):
+            raise TypeError(f"{type(self.inner).__name__} does not declare blobs")
+        return self.inner
+
+    def _leases(self) -> LeaseStore:
+        if not supports_leases(self.inner):
+            raise TypeError(f"{type(self.inner).__name__} does not declare leases")
+        return self.inner
+
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
-        return await self.inner.put_blob(stream, data)  # type: ignore[attr-defined]
+        return await self._blobs().put_blob(stream, data)
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
-        return await self.inner.get_blob(stream, digest)  # type: ignore[attr-defined]
+        return await self._blobs().get_blob(stream, digest)
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
-        return await self.inner.acquire_lease(stream, owner, ttl)  # type: ignore[attr-defined]
+        return await self._leases().acquire_lease(stream, owner, ttl)
 
     async def release_lease(self, lease: Lease) -> None:
-        await self.inner.release_lease(lease)  # type: ignore[attr-defined]
+        await self._leases().release_lease(lease)
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
-        return await self.inner.get_lease(stream)  # type: ignore[attr-defined]
+        return await self._leases().get_lease(stream)
 
     # The status index (CAP_STATUS_INDEX), when the store keeps one: forwarded as it is.
+    def _index(self) -> IndexStore:
+        if not supports_status_index(self.inner):
+            raise TypeError(f"{type(self.inner).__name__} does not declare a status index")
+        return self.inner
 
     def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
                    page_size: int = 512) -> AsyncIterator[IndexedStream]:
-        return self.inner.list_index(namespace, statuses, page_size=page_size)  # type: ignore[attr-defined]
+        return self._index().list_index(namespace, statuses, page_size=page_size)
 
     async def get_index(self, stream: StreamId) -> IndexEntry | None:
-        return await self.inner.get_index(stream)  # type: ignore[attr-defined]
+        return await self._index().get_index(stream)
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
-        return await self.inner.put_index(stream, entry, at_seq)  # type: ignore[attr-defined]
+        return await self._index().put_index(stream, entry, at_seq)

@@ -21,7 +21,7 @@ import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from durably.storage.errors import ConflictError
-from durably.storage.spi import Lease, Store, StreamId
+from durably.storage.spi import Lease, Store, StreamId, supports_leases
 from durably.storage.torture.spawn import child_environment, load_class, read_all
 
 #: Seconds a peer may take to start and open the store, and to answer one request.
@@ -48,10 +48,12 @@ async def _serve(store: Store, request: dict[str, Any]) -> Any:
     if op == "snapshot":
         found = await store.get_snapshot(stream)
         return None if found is None else [found.seq, found.data.hex()]
-    if op == "acquire_lease":
-        return _lease(await store.acquire_lease(stream, request["owner"], request["ttl"]))  # type: ignore[attr-defined]
-    if op == "get_lease":
-        return _lease(await store.get_lease(stream))  # type: ignore[attr-defined]
+    if op in ("acquire_lease", "get_lease") and not supports_leases(store):
+        raise ValueError(f"peer op {op!r} on {type(store).__name__}, which does not declare leases")
+    if op == "acquire_lease" and supports_leases(store):
+        return _lease(await store.acquire_lease(stream, request["owner"], request["ttl"]))
+    if op == "get_lease" and supports_leases(store):
+        return _lease(await store.get_lease(stream))
     raise ValueError(f"unknown peer op {op!r}")
 
 
@@ -77,7 +79,9 @@ class Peer:
 
     def __init__(self, process: anyio.abc.Process) -> None:
         self.process = process
-        self._lines = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
+        assert process.stdout is not None and process.stdin is not None, "peer_process opens both pipes"
+        self._stdin = process.stdin
+        self._lines = BufferedByteReceiveStream(process.stdout)
 
     async def _answer(self) -> dict[str, Any]:
         with anyio.fail_after(PEER_TIMEOUT):
@@ -93,7 +97,7 @@ class Peer:
 
     async def call(self, op: str, **arguments: Any) -> dict[str, Any]:
         """Send one request; return the peer's answer (``ok``, ``conflict`` or ``error``)."""
-        await self.process.stdin.send((json.dumps({"op": op, **arguments}) + "\n").encode())  # type: ignore[union-attr]
+        await self._stdin.send((json.dumps({"op": op, **arguments}) + "\n").encode())
         return await self._answer()
 
 
@@ -109,7 +113,7 @@ async def peer_process(store_class: type, url: str) -> AsyncIterator[Peer]:
         yield peer
     finally:
         with anyio.CancelScope(shield=True):
-            await process.stdin.aclose()  # type: ignore[union-attr]
+            await peer._stdin.aclose()
             with anyio.move_on_after(10):
                 await process.wait()
             if process.returncode is None:

@@ -18,6 +18,7 @@ import contextlib
 import inspect
 import json
 import os
+from collections.abc import AsyncIterator
 from importlib.resources import files
 from typing import Any
 from urllib.parse import quote
@@ -69,7 +70,7 @@ def create_app(store: str, *, namespace: str = "default", token: str | None = No
     runtime = Runtime(store, namespace=namespace, encryption=encryption)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with runtime:
             yield
 

@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from durably.errors import CSRFError, ConsoleConfigError
+from durably.errors import CSRFError as CSRFError, ConsoleConfigError as ConsoleConfigError  # re-exported: the old import path
 
 TOKEN_COOKIE = "durably_ui_token"
 CSRF_COOKIE = "durably_csrf"
@@ -64,7 +64,8 @@ def check_binding(host: str, token: str | None) -> None:
 
 def csrf_token(request: Request) -> str:
     """The CSRF token of this browser (set as a cookie by the middleware)."""
-    return request.scope["state"]["csrf"]
+    token: str = request.scope["state"]["csrf"]
+    return token
 
 
 async def require_csrf(request: Request) -> dict[str, str]:
@@ -105,7 +106,7 @@ class ConsoleSecurity:
                                      scope, receive, send)
             return
 
-        async def send_with_headers(message) -> None:
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]

@@ -17,14 +17,15 @@ record was stored without redaction.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from durably.schemas.records import Kind
 
 from durably.runtime.history import HistoryEntry, call_text, clip
-from durably.runtime.redaction import RedactionPolicy, Redactor
+from durably.runtime.redaction import RedactionPolicy
+from durably.runtime.redactor import Redactor
 
 _PARKING = {Kind.APPROVAL_REQUESTED, Kind.BUDGET_EXCEEDED}
 
@@ -114,7 +115,8 @@ async def timeline(entries: AsyncIterator[HistoryEntry], content: ContentPolicy,
 
 def _row(entry: HistoryEntry, data: dict[str, Any], shown: dict[str, Any] | None) -> Row:
     kind, d = entry.kind, data
-    title = _TITLES.get(kind, lambda d: kind.replace("_", " "))(d)
+    title_of = _TITLES.get(kind)
+    title = title_of(d) if title_of is not None else kind.replace("_", " ")
     detail = _detail(kind, shown) if shown is not None else ""
     return Row(entry.seq, entry.at, "call" if kind == Kind.TOOL_INTENT else kind, title, detail)
 
@@ -125,7 +127,7 @@ def _detail(kind: str, d: dict[str, Any]) -> str:
         return clip(d.get("text", ""), 200) + (f" -> {calls}" if calls else "")
     if kind == Kind.APPROVAL_REQUESTED:
         return call_text(d.get("tool"), d.get("arguments"))
-    keys = {Kind.STARTED: "task", Kind.MESSAGE_RECEIVED: "content", Kind.FINISHED: "result", Kind.FAILED: "reason",
+    keys: dict[str, str] = {Kind.STARTED: "task", Kind.MESSAGE_RECEIVED: "content", Kind.FINISHED: "result", Kind.FAILED: "reason",
             Kind.CANCELLED: "reason", Kind.APPROVAL_DECIDED: "note", Kind.PLAN_UPDATED: "plan"}
     return clip(d.get(keys[kind]), 200) if kind in keys and d.get(keys[kind]) not in (None, "") else ""
 
@@ -134,7 +136,7 @@ def _safe(d: dict[str, Any], key: str) -> str:
     return str(d.get(key, "?"))
 
 
-_TITLES = {
+_TITLES: dict[str, Callable[[dict[str, Any]], str]] = {
     Kind.STARTED: lambda d: f"started {_safe(d.get('definition') or {}, 'name')}",
     Kind.RESUMED: lambda d: f"resumed by {_safe(d, 'worker')}",
     Kind.MESSAGE_RECEIVED: lambda d: f"{_safe(d, 'role')} message",

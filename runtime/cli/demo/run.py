@@ -21,6 +21,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 from rich.console import Console
@@ -42,20 +43,21 @@ class Check:
     detail: str
 
 
-def _worker(store: str, agent_id: str, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+def _worker(store: str, agent_id: str, workdir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "durably.cli.demo.worker", "--store", store, "--namespace", NAMESPACE,
            "--agent-id", agent_id, "--workdir", str(workdir), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-def _last_json(proc: subprocess.CompletedProcess) -> dict:
+def _last_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if not lines:
         raise RuntimeError(f"worker printed no state (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(lines[-1])
+    state: dict[str, Any] = json.loads(lines[-1])
+    return state
 
 
-async def _reference(workdir: Path, agent_id: str, modules: list[str]) -> dict:
+async def _reference(workdir: Path, agent_id: str, modules: list[str]) -> dict[str, Any]:
     """The same run, never interrupted, approved in-process."""
     definition = survey_agent(workdir)
     async with Runtime("memory://", agents=[definition], namespace=NAMESPACE) as rt:
@@ -148,7 +150,9 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
     return 0
 
 
-def verify(ref_dir, run_dir, ref_calls, reference, final, w1, w2, w3, approver) -> list[Check]:
+def verify(ref_dir: Path, run_dir: Path, ref_calls: list[dict[str, Any]], reference: dict[str, Any] | None,
+           final: dict[str, Any], w1: subprocess.CompletedProcess[str], w2: subprocess.CompletedProcess[str],
+           w3: subprocess.CompletedProcess[str], approver: subprocess.CompletedProcess[str] | None) -> list[Check]:
     """Compare the crashed run's effects on disk with the reference run's."""
     calls = _read_lines(run_dir / "model_calls.jsonl")
     by_pid = Counter(c["pid"] for c in calls)

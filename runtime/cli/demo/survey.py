@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from durably.runtime import AgentDefinition, ModelResponse, Reconciled, ToolCall, ToolContext, Usage, tool
+from durably.runtime import AgentDefinition, ModelResponse, Reconciled, Tool, ToolCall, ToolContext, Usage, tool
 
 #: Pure-Python standard-library modules present in every CPython >= 3.11.
 CANDIDATES = [
@@ -99,7 +99,7 @@ class SurveyTools:
     def _effect(self, tool_name: str, ctx: ToolContext, detail: str) -> None:
         _append_line(self.effects, {"tool": tool_name, "key": ctx.idempotency_key, "detail": detail, "pid": os.getpid()})
 
-    def definitions(self) -> list:
+    def definitions(self) -> list[Tool]:
         """The four ``Tool`` objects bound to this workdir."""
 
         @tool(on_unknown_outcome="retry")
@@ -197,6 +197,7 @@ class ScriptedSurveyModel:
             module, info = modules[index], facts[index] if index < len(facts) else None
             if phase == 0:
                 return ModelResponse("", (ToolCall(f"t{turn}", "read_module", {"name": module}),))
+            assert info is not None, "phases 1 and 2 follow the read_module result of that module"
             if phase == 1:
                 return ModelResponse(f"Summarising {module}.", (ToolCall(f"t{turn}", "write_summary", {"module": module, "text": summarise(info)}),))
             note = f"{module}: {info['lines']} lines, {len(info['functions'])} functions, {len(info['classes'])} classes"
@@ -244,7 +245,7 @@ class LoggedModel:
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
         self.crash("model:before_call")
         turn = sum(1 for m in messages if m["role"] == "assistant")
-        response = await self.model.respond(messages, tools)
+        response: ModelResponse = await self.model.respond(messages, tools)
         await anyio.to_thread.run_sync(_append_line, self.log, {"turn": turn, "pid": os.getpid()})
         return response
 

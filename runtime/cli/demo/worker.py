@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -24,7 +25,8 @@ class CrashPlan:
 
     def __init__(self, spec: str | None) -> None:
         self.calls = 0
-        self.at, self.point = (int(spec.split(":", 1)[0]), spec.split(":", 1)[1]) if spec else (None, None)
+        self.at: int | None = int(spec.split(":", 1)[0]) if spec else None
+        self.point: str | None = spec.split(":", 1)[1] if spec else None
 
     def __call__(self, point: str) -> None:
         if point == "model:before_call":
@@ -34,7 +36,7 @@ class CrashPlan:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def work(args: argparse.Namespace) -> dict:
+async def work(args: argparse.Namespace) -> dict[str, Any]:
     definition = survey_agent(Path(args.workdir), CrashPlan(args.crash_at), model=args.model)
     policy = SnapshotPolicy(every_records=args.snapshot_every)
     async with Runtime(args.store, agents=[definition], namespace=args.namespace, snapshot_policy=policy) as rt:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 
 from .saver import DurablySaver
-from durably.errors import ImportSourceError
+from durably.errors import ImportSourceError as ImportSourceError  # re-exported: the old import path
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ async def _copy_thread(conn: Any, source: Any, saver: DurablySaver, thread_id: s
         before = versions_by_id.get((ns, parent), {}) if parent else {}
         new_versions = {ch: v for ch, v in versions.items() if before.get(ch) != v}
         versions_by_id[(ns, checkpoint_id)] = dict(versions)
-        target = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        target: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
         if parent:
             target["configurable"]["checkpoint_id"] = parent
         stored = await saver.aput(target, tup.checkpoint, tup.metadata, new_versions)

@@ -26,8 +26,9 @@ class ValueRedactor:
         try:
             from langchain_core.messages import BaseMessage
         except ImportError:  # pragma: no cover - langgraph depends on langchain_core
-            BaseMessage = ()  # noqa: N806
-        self._message = BaseMessage
+            self._message: type | None = None
+        else:
+            self._message = BaseMessage
 
     def __call__(self, value: Any) -> Any:
         return self._walk(value, 0)
@@ -50,7 +51,7 @@ class ValueRedactor:
             if all(a is b for a, b in zip(items, value)):
                 return value
             return items if type(value) is list else type(value)(items) if type(value) is tuple else items
-        if self._message and isinstance(value, self._message):
+        if self._message is not None and isinstance(value, self._message):
             return self._message_copy(value, depth)
         return value
 

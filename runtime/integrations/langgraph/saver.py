@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, cast
 
 import cbor2
 from langchain_core.runnables import RunnableConfig
@@ -155,22 +155,25 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             stored.versions = dict(skeleton.get("channel_versions", {}))
         return stored.versions
 
-    def _skeleton(self, wire: dict[str, Any], where) -> dict[str, Any]:
+    def _skeleton(self, wire: dict[str, Any], where: Callable[[str], CheckpointValueError]) -> dict[str, Any]:
         """The stored checkpoint without its values: CBOR bytes (decoded only when
         read, so restoring a long thread does not decode every checkpoint), or
         LangGraph's serde for one holding non-plain data."""
         if wire.get("ck") is not None:
             try:
-                return cbor2.loads(wire["ck"])
+                decoded: dict[str, Any] = cbor2.loads(wire["ck"])
+                return decoded
             except (cbor2.CBORDecodeError, ValueError) as exc:
                 raise where(f"checkpoint does not decode: {exc}") from exc
-        return self.values.loads(*wire["ckt"], where)
+        type_, data = wire["ckt"]
+        skeleton: dict[str, Any] = self.values.loads(type_, data, where)
+        return skeleton
 
     def _tuple(self, thread_id: str, thread: Thread, stored: StoredCheckpoint) -> CheckpointTuple:
         wire, state = stored.wire, thread.state
         ns, checkpoint_id = wire["ns"], wire["id"]
 
-        def where(channel: str):
+        def where(channel: str) -> Callable[[str], CheckpointValueError]:
             return lambda reason: CheckpointValueError(thread_id, ns, checkpoint_id, channel, reason)
 
         checkpoint = self._skeleton(wire, where("(checkpoint)"))
@@ -190,18 +193,20 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
                 thread.values[(ns, channel)] = (version, list(value))  # the next delta's base
             values[channel] = value
         checkpoint["channel_values"] = values
-        metadata = _copy(wire["m"]) if wire.get("m") is not None else self.values.loads(*wire["mt"], where("(metadata)"))
+        metadata = _copy(wire["m"]) if wire.get("m") is not None else self.values.loads(
+            wire["mt"][0], wire["mt"][1], where("(metadata)"))
         stored_writes = state.writes.get((ns, checkpoint_id), {})
         order = sorted(stored_writes, key=lambda k: writes_sort_key(stored_writes[k][3], *k))
         pending = [(task, stored_writes[(task, idx)][0],
                     self.values.loads(stored_writes[(task, idx)][1], stored_writes[(task, idx)][2],
                                       where(stored_writes[(task, idx)][0])))
                    for task, idx in order]
-        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
         parent = wire.get("p")
-        parent_config = ({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
-                         if parent else None)
-        return CheckpointTuple(config, checkpoint, metadata, parent_config, pending)
+        parent_config: RunnableConfig | None = (
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}} if parent else None)
+        # The skeleton is a stored Checkpoint (a TypedDict LangGraph wrote) with its values put back.
+        return CheckpointTuple(config, cast(Checkpoint, checkpoint), metadata, parent_config, pending)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``, else the thread's
@@ -258,7 +263,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
     def _matches(self, thread_id: str, stored: StoredCheckpoint, filter: dict[str, Any]) -> bool:
         wire = stored.wire
         metadata = wire["m"] if wire.get("m") is not None else self.values.loads(
-            *wire["mt"], lambda r: CheckpointValueError(thread_id, wire["ns"], wire["id"], "(metadata)", r))
+            wire["mt"][0], wire["mt"][1], lambda r: CheckpointValueError(thread_id, wire["ns"], wire["id"], "(metadata)", r))
         return all(metadata.get(k) == v for k, v in filter.items())
 
     # -- writing ---------------------------------------------------------------------------
@@ -333,7 +338,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id, ns, checkpoint_id = conf.get("thread_id"), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
 
-        serialized = []
+        serialized: list[list[Any]] = []
         for idx, (channel, value) in enumerate(writes):  # now: the graph may change its objects later
             typed = self.values.dumps(self._redact(value) if self._redact is not None else value)
             serialized.append([WRITES_IDX_MAP.get(channel, idx), channel, *typed])

@@ -16,10 +16,10 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from .errors import ForeignLoopError, SyncCallOnLoopError
 
@@ -35,7 +35,7 @@ class LoopBridge:
     def __init__(self, open: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]]) -> None:
         self._open_fn, self._close_fn = open, close
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._opened: asyncio.Future | None = None
+        self._opened: asyncio.Future[None] | None = None
         self._own: threading.Thread | None = None
         self._guard = threading.Lock()
 
@@ -88,7 +88,7 @@ class LoopBridge:
             if self.loop is None:
                 self._start_own_loop()
         loop = self.loop
-        if loop.is_closed() or not loop.is_running():
+        if loop is None or loop.is_closed() or not loop.is_running():
             coro.close()
             raise ForeignLoopError("the event loop this DurablySaver runs on has stopped")
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
@@ -113,7 +113,15 @@ class LoopBridge:
             self._own, self.loop = None, None
 
 
-class SyncInterface:
+# For a type checker the mixin is the saver it is mixed into (the async methods it calls are
+# ``BaseCheckpointSaver``'s); at run time it stays a plain mixin, so the MRO is unchanged.
+if TYPE_CHECKING:
+    _Saver = BaseCheckpointSaver[str]
+else:
+    _Saver = object
+
+
+class SyncInterface(_Saver):
     """LangGraph's synchronous checkpointer methods, each the async one run through
     ``self._bridge`` (a ``LoopBridge``). Mixed into ``DurablySaver``."""
 

@@ -25,6 +25,7 @@ latest snapshot and the records after it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from durably.storage.errors import CorruptRecordError
@@ -106,7 +107,7 @@ class ThreadState:
         ids = self.checkpoints.get(ns)
         return max(ids) if ids else None
 
-    def live_blobs(self, versions_of) -> dict[BlobKey, list[Any]]:
+    def live_blobs(self, versions_of: Callable[[StoredCheckpoint], dict[str, Any]]) -> dict[BlobKey, list[Any]]:
         """The blobs some live checkpoint reads, with the bases their deltas need.
 
         ``versions_of(stored_checkpoint)`` returns its channel versions."""
@@ -122,7 +123,7 @@ class ThreadState:
                         key = (ns, channel, entry[1])
         return keep
 
-    def body(self, versions_of) -> dict[str, Any]:
+    def body(self, versions_of: Callable[[StoredCheckpoint], dict[str, Any]]) -> dict[str, Any]:
         """The live part of the thread as a snapshot / copy body (see the module docstring)."""
         return {
             "t": self.at,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,7 +116,7 @@ class ThreadJournal:
         return thread
 
     @asynccontextmanager
-    async def locked(self, thread_id: Any):
+    async def locked(self, thread_id: Any) -> AsyncIterator[Thread]:
         """The thread, restored or caught up with the store, held under its lock."""
         thread = self.thread(thread_id)
         async with thread.lock:

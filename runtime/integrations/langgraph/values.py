@@ -27,7 +27,7 @@ import contextvars
 import gc
 import importlib
 from contextlib import contextmanager
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from operator import is_
 from typing import Any
 
@@ -48,9 +48,9 @@ def _install_listener() -> None:
     global _listener_installed
     if _listener_installed:
         return
-    from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
+    from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 
-    def listener(event: dict[str, Any]) -> None:
+    def listener(event: SerdeEvent) -> None:
         found = _blocked.get()
         if found is not None and event.get("kind") == "msgpack_blocked":
             found.append(f"{event.get('module')}.{event.get('name')}")
@@ -60,7 +60,7 @@ def _install_listener() -> None:
 
 
 @contextmanager
-def paused_gc():
+def paused_gc() -> Iterator[None]:
     """Hold the cyclic garbage collector during a synchronous bulk decode.
 
     Rebuilding a long thread allocates tens of thousands of containers that all
@@ -130,7 +130,8 @@ class StrictSerde:
 
     def dumps(self, value: Any) -> tuple[str, bytes]:
         """``(type, bytes)`` of ``value`` through the wrapped serializer."""
-        return self.serde.dumps_typed(value)
+        typed: tuple[str, bytes] = self.serde.dumps_typed(value)
+        return typed
 
     def loads(self, type_: str, data: bytes, where: Callable[[str], CheckpointValueError]) -> Any:
         """The value of ``(type_, data)``; ``where(reason)`` builds the error to raise."""
