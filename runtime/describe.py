@@ -79,14 +79,14 @@ class AgentDescription:
         return out
 
 
-async def describe(store: Store, codec: RecordCodec, stream: StreamId, tracer) -> AgentDescription:
+async def describe(store: Store, codec: RecordCodec, stream: StreamId, telemetry) -> AgentDescription:
     """Describe the agent of ``stream`` as it is now.
 
     Raises ``AgentNotFoundError`` (no records), ``CorruptRecordError`` /
     ``UnknownSchemaVersionError`` (its journal cannot be read) and
     ``StoreUnavailableError``.
     """
-    restored = await restore(store, codec, stream, tracer)
+    restored = await restore(store, codec, stream, telemetry)
     if restored is None:
         raise AgentNotFoundError(f"no agent {stream.agent_id!r} in namespace {stream.namespace!r}")
     return await describe_state(store, codec, stream, restored.state)
@@ -112,7 +112,7 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
         leases_supported=supported, lease=lease, state=state)
 
 
-async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, tracer) -> AsyncIterator[AgentDescription]:
+async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry) -> AsyncIterator[AgentDescription]:
     """``describe`` every agent of ``namespace``, in the store's listing order.
 
     An agent whose journal cannot be read is described with status
@@ -120,7 +120,7 @@ async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, t
     """
     async for stream in store.list_streams(namespace):
         try:
-            yield await describe(store, codec, stream, tracer)
+            yield await describe(store, codec, stream, telemetry)
         except AgentNotFoundError:
             continue  # purged between the listing and the read
         except CodecError as exc:

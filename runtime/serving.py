@@ -127,10 +127,10 @@ class _Outage:
         log.warning("serve(): store unavailable (scan %d failed: %s); next scan in %.1f s",
                     state.attempt_number, exc, pause)
         _outages.add(1, {"durably.namespace": self._runtime.namespace})
-        with self._runtime.tracer.start_as_current_span("durably.serve.outage") as span:
-            span.set_attribute("durably.serve.attempt", state.attempt_number)
-            span.set_attribute("durably.serve.backoff_s", pause)
-            span.set_attribute("error.type", type(exc).__qualname__)
+        with self._runtime.telemetry.span("durably.serve.outage") as span:
+            if span is not None:
+                span.set_attributes({"durably.serve.attempt": state.attempt_number, "durably.serve.backoff_s": pause,
+                                     "error.type": type(exc).__qualname__})
 
     def ended(self) -> None:
         if self._since is not None:

@@ -12,6 +12,7 @@ at most a snapshot plus a tail bounded by ``every_records`` or that ratio.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from durably.storage.records import RecordCodec
 from durably.storage.spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm
+from .telemetry import Telemetry
 from .figures import check_figure
 
 log = logging.getLogger("durably.snapshots")
@@ -68,14 +70,15 @@ class SnapshotWriter:
     same stream still waiting (only the newest matters). ``run`` is the
     worker; start it in the runtime's task group. A failed snapshot is logged
     and skipped: the journal alone is enough for restore. ``codec_factory``
-    builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts).
+    builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts);
+    ``telemetry`` gets a ``durably.snapshot.save`` span and the snapshot metrics.
     """
 
-    def __init__(self, store: Store, *, policy: SnapshotPolicy, tracer,
+    def __init__(self, store: Store, *, policy: SnapshotPolicy, telemetry: Telemetry | None = None,
                  codec_factory: Callable[[], RecordCodec] = RecordCodec) -> None:
         self._store = store
         self._policy = policy
-        self._tracer = tracer
+        self._telemetry = telemetry or Telemetry.disabled()
         self._codec_factory = codec_factory
         self._writing: tuple[StreamId, anyio.Event] | None = None
         self._waiting: dict[StreamId, tuple[int, dict[str, Any]]] = {}
@@ -141,9 +144,12 @@ class SnapshotWriter:
             await self._store.delete_records(stream, oldest_kept)
 
     async def _write(self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> int | None:
-        with self._tracer.start_as_current_span("durably.snapshot.save") as span:
-            span.set_attribute(tm.AGENT_ID, stream.agent_id)
-            span.set_attribute(tm.SEQ, seq)
+        telemetry = self._telemetry
+        meters = telemetry.metrics
+        started = time.perf_counter() if meters is not None else 0.0
+        with telemetry.span("durably.snapshot.save") as span:
+            if span is not None:
+                span.set_attributes({tm.AGENT_ID: stream.agent_id, tm.SEQ: seq})
             try:
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
                 data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
@@ -151,10 +157,13 @@ class SnapshotWriter:
                     await self._store.put_snapshot(stream, seq, data)
                     await self._prune(codec, stream, seq, data)
             except DurablyError as exc:
-                span.record_exception(exc)
+                tm.record_exception(span, exc)
                 log.warning("snapshot of %s at seq %d skipped: %s", stream, seq, exc)
                 return None
-            span.set_attribute(tm.RAW_BYTES, raw_size(data))
-            span.set_attribute(tm.STORED_BYTES, len(data))
-            self.written += 1
-            return len(data)
+            if span is not None:
+                span.set_attributes({tm.RAW_BYTES: raw_size(data), tm.STORED_BYTES: len(data)})
+        if meters is not None:
+            meters.snapshot_duration.record(time.perf_counter() - started, telemetry.attributes)
+            meters.snapshot_size.record(len(data), telemetry.attributes)
+        self.written += 1
+        return len(data)
