@@ -98,26 +98,38 @@ class AgentHandle:
 class Runtime(Inspection):
     """Runs durable agents on one store.
 
-    In: ``store`` (a URL for ``open_store``, or a ``Store`` you opened; a URL's
-    store is opened and closed by the runtime), ``agents`` (definitions to
-    register), ``namespace`` (a tenant: the runtime sees only its streams),
-    ``snapshot_policy``, ``worker_id`` (recorded on resume; host:pid by default),
-    ``tracer_provider`` / ``meter_provider`` (default: the global OpenTelemetry
-    ones, read here; spans and metrics by the GenAI semantic conventions, see
-    ``durably.runtime.telemetry``; with no SDK installed nothing is recorded
-    and the step loop does no telemetry work), ``mailbox_size``,
-    ``redaction`` (a ``RedactionPolicy``: what never reaches the store; None: the
-    default policy, secret names and token patterns; ``RedactionPolicy.disabled()``
-    stores everything), ``encryption`` (a ``FrameCipher`` such as
-    ``durably.storage.crypto.AESGCMCipher``: records and snapshots encrypted at
-    rest; None: plaintext), ``lease_ttl`` (seconds: on a store with leases, an
-    agent runs only in the runtime holding its lease, renewed every third of
-    this; a crashed runtime's agents can be resumed elsewhere after it).
     Use as ``async with``; leaving it cancels live actors (their journals are
     already durable) and flushes pending snapshots. ``start`` launches an agent
     without waiting for it; ``wait`` / ``watch`` follow it later, from any
     process. Reading and branching journals (``history``, ``state_at``,
-    ``fork``, ``describe``) come from ``Inspection``.
+    ``fork``, ``describe``) come from ``Inspection``. The design is the actor
+    model over an event-sourced journal (see the Concepts page of the docs).
+
+    Args:
+        store: A URL for ``open_store`` (``sqlite:///agents.db``, ``s3://...``),
+            opened and closed by the runtime, or a ``Store`` you opened.
+        agents: Definitions to register (more with ``register``).
+        namespace: The tenant: the runtime sees only its streams; every span
+            and measurement carries it as ``durably.namespace``.
+        snapshot_policy: When snapshots are written (default ``SnapshotPolicy()``).
+        worker_id: Recorded on resume and in leases; ``host:pid`` by default.
+        tracer_provider: OpenTelemetry tracer provider (default: the global one,
+            read here). Spans follow the GenAI semantic conventions; with no SDK
+            installed nothing is recorded and the step loop does no span work.
+        mailbox_size: Commands queued per live agent before senders wait.
+        redaction: A ``RedactionPolicy``, what never reaches the store; None:
+            the default policy (secret names and token patterns);
+            ``RedactionPolicy.disabled()`` stores everything.
+        encryption: A ``FrameCipher`` such as ``AESGCMCipher``: records and
+            snapshots encrypted at rest; None: plaintext.
+        lease_ttl: Seconds. On a store with leases an agent runs only in the
+            runtime holding its lease, renewed every third of this; a crashed
+            runtime's agents are resumed elsewhere after it.
+        meter_provider: OpenTelemetry meter provider (default: the global one,
+            read here) for the metrics listed in ``durably.runtime.telemetry``.
+
+    Raises:
+        ValueError: ``lease_ttl`` is not a finite number >= 0.
     """
 
     def __init__(self, store: str | Store, *, agents: Iterable[AgentDefinition] = (), namespace: str = "default",

@@ -33,13 +33,26 @@ log = logging.getLogger("durably.snapshots")
 
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
-    """``every_records`` (count), ``every_bytes`` (stored bytes), ``tail_ratio``
-    (tail bytes / last snapshot bytes); ``keep``: snapshots kept per stream
-    (older ones are deleted: restore reads the newest, and falls back to the
-    one before if the newest is damaged); ``compact``: once ``keep`` snapshots
-    exist, delete the records covered by the oldest of them (the journal before
-    it is then gone: keep it off for an audit trail). Set ``every_records=0`` to
-    turn snapshots off."""
+    """When snapshots of an agent's state are written, and how many are kept.
+
+    A snapshot is due after ``every_records`` records or ``every_bytes`` bytes
+    *and* once the tail is at least ``tail_ratio`` of the last snapshot, so the
+    cost per appended byte stays constant however long the run grows (the
+    geometric policy of log-structured stores).
+
+    Attributes:
+        every_records: Records since the last snapshot (0 turns snapshots off).
+        every_bytes: Stored bytes since the last snapshot.
+        tail_ratio: Tail bytes / last snapshot bytes.
+        keep: Snapshots kept per stream; restore reads the newest and falls back
+            to the one before if the newest is damaged.
+        compact: Once ``keep`` snapshots exist, delete the records covered by the
+            oldest of them (the journal before it is then gone: keep it off for
+            an audit trail).
+
+    Raises:
+        ValueError: A figure that is not a finite number >= 0, or ``keep`` < 1.
+    """
 
     every_records: int = 200
     every_bytes: int = 1 << 20
