@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from opentelemetry.trace import SpanKind
 
 from durably.schemas.records import Kind
 from durably.storage.errors import StoreUnavailableError, UnencodableValueError
@@ -244,7 +243,7 @@ class AgentActor(ToolCalls):
             meters = telemetry.metrics
             started = time.perf_counter() if meters is not None else 0.0
             failure = None
-            with telemetry.span(f"chat {model.name}", kind=SpanKind.CLIENT) as span:
+            with telemetry.span(f"chat {model.name}", client=True) as span:
                 if span is not None:
                     span.set_attributes({tm.OPERATION: "chat", tm.PROVIDER: provider, tm.MODEL: model.name,
                                          tm.AGENT_ID: self.state.agent_id, tm.CONVERSATION_ID: self.state.agent_id})

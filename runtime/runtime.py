@@ -19,10 +19,9 @@ from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from opentelemetry import metrics, trace
 
 from durably.schemas.records import Kind
 from durably.storage.codec import FrameCipher
@@ -65,7 +64,9 @@ from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
 from . import telemetry as tm
 from .telemetry import Telemetry
-from .telemetry import tracer as make_tracer
+
+if TYPE_CHECKING:
+    from opentelemetry import metrics, trace
 
 log = logging.getLogger("durably.runtime")
 
@@ -145,7 +146,6 @@ class Runtime(Inspection):
         self.encryption = encryption
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.policy = snapshot_policy or SnapshotPolicy()
-        self.tracer = make_tracer(tracer_provider)
         self.telemetry = Telemetry(namespace, tracer_provider, meter_provider)
         self._mailbox_size = mailbox_size
         self._definitions: dict[str, AgentDefinition] = {}

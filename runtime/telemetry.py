@@ -25,6 +25,8 @@ arguments and results may hold personal data.
 When nothing records (no SDK configured: the API's no-op or proxy providers),
 ``Telemetry`` says so once, at construction, and the runtime then creates no
 span or instrument object at all: the step loop pays one ``is None`` test.
+OpenTelemetry itself is imported when the first ``Telemetry`` is built, not
+when durably is imported (it is a tenth of ``import durably.runtime``).
 See https://opentelemetry.io/docs/specs/semconv/gen-ai/ for the conventions.
 """
 
@@ -32,10 +34,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry import metrics, trace
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+if TYPE_CHECKING:
+    from opentelemetry import metrics, trace
 
 TRACER_NAME = "durably"
 
@@ -131,6 +133,9 @@ class Metrics:
                                             description="Model or tool calls tried again")
         self.resumes = meter.create_counter("durably.resumes", unit="{resume}",
                                             description="Agent activations resumed from a journal")
+        self.serve_outages = meter.create_counter(
+            "durably.serve.outages", unit="{scan}",
+            description="serve() scans that failed because the store was unavailable")
 
 
 class Telemetry:
@@ -146,6 +151,8 @@ class Telemetry:
 
     def __init__(self, namespace: str, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None) -> None:
+        from opentelemetry import metrics, trace
+
         self.namespace = namespace
         self.attributes = {NAMESPACE: namespace}
         tracer_provider = tracer_provider or trace.get_tracer_provider()
@@ -162,14 +169,15 @@ class Telemetry:
         off.namespace, off.attributes, off.tracer, off.metrics = "", {}, None, None
         return off
 
-    def span(self, name: str, *, kind: SpanKind = SpanKind.INTERNAL) -> contextlib.AbstractContextManager[Any]:
-        """``tracer.start_as_current_span(name)`` with ``durably.namespace``, or a
-        shared null context yielding None when nothing records. Exceptions are
+    def span(self, name: str, *, client: bool = False) -> contextlib.AbstractContextManager[Any]:
+        """``tracer.start_as_current_span(name)`` with ``durably.namespace`` (kind
+        CLIENT if ``client``, else INTERNAL), or a shared null context yielding
+        None when nothing records. Exceptions are
         marked on the span by type only (``record_error``), never with their message;
         a cancellation is not an error."""
         if self.tracer is None:
             return _NO_SPAN
-        return _recorded(self.tracer, name, kind, self.attributes)
+        return _recorded(self.tracer, name, client, self.attributes)
 
     def activation_span(self, agent_name: str, agent_id: str, run_id: str, provider: str, model: str,
                         continues: dict[str, Any] | None) -> trace.Span | None:
@@ -178,6 +186,8 @@ class Telemetry:
         reference from ``trace_reference``), or None when nothing records."""
         if self.tracer is None:
             return None
+        from opentelemetry.trace import Link, SpanKind
+
         links = [Link(context, {"durably.link": "continues"})] if (context := _context(continues)) else None
         return self.tracer.start_span(
             f"invoke_agent {agent_name}", kind=SpanKind.INTERNAL, links=links,
@@ -190,7 +200,10 @@ _NO_SPAN = contextlib.nullcontext()
 
 
 @contextlib.contextmanager
-def _recorded(tracer: trace.Tracer, name: str, kind: SpanKind, attributes: dict[str, str]) -> Iterator[trace.Span]:
+def _recorded(tracer: trace.Tracer, name: str, client: bool, attributes: dict[str, str]) -> Iterator[trace.Span]:
+    from opentelemetry.trace import SpanKind
+
+    kind = SpanKind.CLIENT if client else SpanKind.INTERNAL
     with tracer.start_as_current_span(name, kind=kind, attributes=attributes, record_exception=False,
                                       set_status_on_exception=False) as span:
         try:
@@ -209,9 +222,11 @@ def trace_reference(span: trace.Span | None) -> dict[str, str] | None:
     return {"trace_id": format(context.trace_id, "032x"), "span_id": format(context.span_id, "016x")}
 
 
-def _context(reference: dict[str, Any] | None) -> SpanContext | None:
+def _context(reference: dict[str, Any] | None) -> trace.SpanContext | None:
     if not reference:
         return None
+    from opentelemetry.trace import SpanContext, TraceFlags
+
     try:
         context = SpanContext(int(reference["trace_id"], 16), int(reference["span_id"], 16), is_remote=True,
                               trace_flags=TraceFlags(TraceFlags.SAMPLED))
@@ -226,6 +241,8 @@ def activated(span: trace.Span | None, *, end: bool) -> Iterator[None]:
     if span is None:
         yield
         return
+    from opentelemetry import trace
+
     with trace.use_span(span, end_on_exit=end, record_exception=False, set_status_on_exception=False):
         yield
 
@@ -254,6 +271,8 @@ def record_error(span: trace.Span | None, kind: str) -> None:
     (personal data, secrets), which spans never carry."""
     if span is None:
         return
+    from opentelemetry.trace import Status, StatusCode
+
     span.set_status(Status(StatusCode.ERROR, kind))
     span.set_attribute(ERROR_TYPE, kind)
 
@@ -270,4 +289,6 @@ def record_exception(span: trace.Span | None, exc: BaseException) -> None:
 
 def tracer(provider: trace.TracerProvider | None = None) -> trace.Tracer:
     """The durably tracer from ``provider`` (default: the global one); may be a no-op tracer."""
+    from opentelemetry import trace
+
     return trace.get_tracer(TRACER_NAME, tracer_provider=provider)

@@ -14,13 +14,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
-from opentelemetry import trace
 
 from .errors import DurablyError, StoreUnavailableError
 from .spi import AppendRequest, Store, StreamId, check_append
 
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
 
 _GLOBAL = object()  # GroupCommitter's default tracer: the global one, if anything records
 _NO_SPAN = contextlib.nullcontext()
@@ -29,6 +32,8 @@ _NO_SPAN = contextlib.nullcontext()
 def _global_tracer() -> trace.Tracer | None:
     """The global ``durably`` tracer, or None while the global provider is the API's
     own no-op or proxy one (no SDK installed): nothing would be recorded."""
+    from opentelemetry import trace
+
     provider = trace.get_tracer_provider()
     return None if type(provider).__module__.startswith("opentelemetry.trace") else provider.get_tracer("durably")
 

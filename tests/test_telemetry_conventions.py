@@ -13,6 +13,8 @@ from a resumed activation to the one it continues.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from typing import Any
 
@@ -275,3 +277,10 @@ async def test_nothing_records_means_no_span_or_instrument_objects(provider) -> 
         assert (await rt.run("support", "t-6", "order 1?")).status == "finished"
         # Untraced, so nothing of tracing is journaled.
         assert (await rt.status("t-6")).trace is None
+
+
+def test_importing_durably_does_not_import_opentelemetry() -> None:
+    # Issue 16 item 9: OpenTelemetry loads when the first Runtime is built, not at import.
+    code = "import sys, durably.runtime, durably.storage; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
