@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 
-import durably
+import durably.runtime as durably  # the public runtime API
 
 AGENT_ID = "release-1.4"
 

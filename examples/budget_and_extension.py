@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 
-import durably
+import durably.runtime as durably  # the public runtime API
 
 TICKETS = ["T-1", "T-2", "T-3", "T-4", "T-5"]
 

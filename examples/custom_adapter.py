@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-import durably
+import durably.runtime as durably  # the public runtime API
 from durably.storage import (
     CAP_SINGLE_PROCESS,
     AppendRequest,

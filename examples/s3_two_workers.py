@@ -26,7 +26,7 @@ from pathlib import Path
 
 import anyio
 
-import durably
+import durably.runtime as durably  # the public runtime API
 
 JOBS = [f"job-{n}" for n in range(6)]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import anyio
 
-import durably
+import durably.runtime as durably  # the public runtime API
 
 AGENT_ID = "ticket-4711"
 

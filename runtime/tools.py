@@ -190,8 +190,10 @@ def tool(name: str | None = None, *, description: str | None = None, parameters:
          reconcile: Reconciler | None = None, sequential: bool = False) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
-def tool(name=None, *, description=None, parameters=None, requires_approval=False,
-         on_unknown_outcome=OnUnknownOutcome.ASK, reconcile=None, sequential=False):
+def tool(name: str | Callable[..., Any] | None = None, *, description: str | None = None,
+         parameters: dict[str, Any] | None = None, requires_approval: bool = False,
+         on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.ASK, reconcile: Reconciler | None = None,
+         sequential: bool = False) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator turning a function (``async def`` or ``def``) into a ``Tool``.
 
     Use bare (``@tool``) or with options (``@tool(requires_approval=True)``).

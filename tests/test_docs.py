@@ -17,4 +17,4 @@ def test_docs_build_strict(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "reference" / "durably" / "index.html").exists()
     reference = (tmp_path / "site" / "reference" / "durably" / "index.html").read_text(encoding="utf-8")
     for name in ("Runtime", "AgentDefinition", "tool", "ModelResponse"):
-        assert f'id="durably.{name}"' in reference, name
+        assert f'id="durably.runtime.{name}"' in reference, name
