@@ -31,6 +31,9 @@ class AnthropicModel:
     ``MalformedToolCallError`` for a tool call whose input is not an object.
     """
 
+    #: ``gen_ai.provider.name`` on its spans and metrics (OpenTelemetry GenAI conventions).
+    provider = "anthropic"
+
     def __init__(self, model: str, *, client: Any = None, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 120.0, max_tokens: int = 4096, price: Price | None = None, **options: Any) -> None:
         self.name = model

@@ -32,6 +32,9 @@ class OpenAIChatModel:
     (``MalformedToolCallError``); other API errors propagate as the client's.
     """
 
+    #: ``gen_ai.provider.name`` on its spans and metrics (OpenTelemetry GenAI conventions).
+    provider = "openai"
+
     def __init__(self, model: str, *, client: Any = None, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 120.0, price: Price | None = None, **options: Any) -> None:
         self.name = model

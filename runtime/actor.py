@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import Any
 
 import anyio
@@ -29,8 +30,9 @@ from .errors import AgentFencedError, InvalidCommandError
 from .agent_journal import AgentJournal
 from .model import ModelResponse, check_reply
 from .model_retry import is_transient
-from .state import RUNNING, AgentState
-from .tool_calls import ToolCalls, record_error
+from .state import FAILED, RUNNING, AgentState
+from .telemetry import Telemetry
+from .tool_calls import ToolCalls
 from .tools import ToolArgumentsError, idempotency_key
 
 log = logging.getLogger("durably.actor")
@@ -39,16 +41,21 @@ log = logging.getLogger("durably.actor")
 class AgentActor(ToolCalls):
     """Runs one agent until it stops or parks.
 
-    In: ``definition``, ``journal`` (holding the restored state), ``tracer``,
-    ``mailbox_size`` (bounded: senders wait when it is full). After ``run``:
+    In: ``definition``, ``journal`` (holding the restored state), ``telemetry``,
+    ``mailbox_size`` (bounded: senders wait when it is full), ``span`` (the
+    activation's ``invoke_agent`` span, started by the runtime before it journaled
+    the activation; the actor ends it; None when nothing records). After ``run``:
     ``state`` is final for this activation, ``error`` holds what stopped it
     abnormally (``AgentFencedError``, ``StoreUnavailableError``) or None.
     """
 
-    def __init__(self, definition: AgentDefinition, journal: AgentJournal, tracer, *, mailbox_size: int = 64) -> None:
+    def __init__(self, definition: AgentDefinition, journal: AgentJournal, telemetry: Telemetry, *,
+                 mailbox_size: int = 64, span=None) -> None:
         self.definition = definition
         self.journal = journal
-        self.tracer = tracer
+        self.telemetry = telemetry
+        self.span = span
+        self.failure: str | None = None  # error.type of what failed the agent in this activation
         self.mailbox: MemoryObjectSendStream[Command]
         self._inbox: MemoryObjectReceiveStream[Command]
         self.mailbox, self._inbox = anyio.create_memory_object_stream[Command](mailbox_size)
@@ -68,27 +75,36 @@ class AgentActor(ToolCalls):
 
     async def run(self) -> None:
         """The step loop. Never raises for agent-level failures: they are journaled."""
-        span_name = f"invoke_agent {self.definition.name}"
         try:
-            with self.tracer.start_as_current_span(span_name) as span:
-                span.set_attribute(tm.AGENT_ID, self.state.agent_id)
-                span.set_attribute(tm.AGENT_NAME, self.definition.name)
-                await self._loop()
-                span.set_attribute(tm.STATUS, self.state.status)
-        except (AgentFencedError, StoreUnavailableError) as exc:
-            # Nothing more can be written safely; the journal holds the truth.
-            log.warning("agent %s stopped: %s", self.state.agent_id, exc)
-            self.error = exc
-        except Exception as exc:
-            # A bug (ours or a hook's) must stop this agent only, never the runtime and
-            # its other agents; say why in the journal if the journal still takes it.
-            log.exception("agent %s stopped by an unexpected error", self.state.agent_id)
-            self.error = exc
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await self.journal.append((Kind.FAILED, {"reason": f"internal error: {type(exc).__name__}"}))
+            with tm.activated(self.span, end=True):
+                try:
+                    await self._loop()
+                except (AgentFencedError, StoreUnavailableError) as exc:
+                    # Nothing more can be written safely; the journal holds the truth.
+                    log.warning("agent %s stopped: %s", self.state.agent_id, exc)
+                    self.error = exc
+                except Exception as exc:
+                    # A bug (ours or a hook's) must stop this agent only, never the runtime and
+                    # its other agents; say why in the journal if the journal still takes it.
+                    log.exception("agent %s stopped by an unexpected error", self.state.agent_id)
+                    self.error = exc
+                    self.failure = tm.error_type(exc)
+                    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                        await self.journal.append((Kind.FAILED, {"reason": f"internal error: {type(exc).__name__}"}))
+                if self.span is not None:
+                    self._end_span(self.span)
         finally:
             self._close_mailbox()
             self.done.set()
+
+    def _end_span(self, span) -> None:
+        """What the activation came to, on its ``invoke_agent`` span: the status
+        reached, and ERROR with ``error.type`` when the agent failed or was stopped."""
+        span.set_attribute(tm.STATUS, self.state.status)
+        if self.error is not None and self.failure is None:
+            tm.record_error(span, tm.error_type(self.error))
+        elif self.state.status == FAILED:
+            tm.record_error(span, self.failure or tm.OTHER_ERROR)
 
     def stop_after_step(self) -> None:
         """Leave the step loop once the step in flight is journaled (a drain); the agent stays runnable."""
@@ -209,6 +225,7 @@ class AgentActor(ToolCalls):
             else:
                 await self.journal.append(*entries)
         except UnencodableValueError as exc:
+            self.failure = tm.error_type(exc)
             await self.journal.append((Kind.FAILED, {"reason": f"model response cannot be stored: {exc}"}))
 
     async def _ask_model(self) -> ModelResponse | None:
@@ -218,25 +235,41 @@ class AgentActor(ToolCalls):
         # The live model sees what redaction kept out of the journal; the state does not.
         view = self.journal.redactor.model_view(self.state.messages)
 
+        telemetry = self.telemetry
+        provider = tm.provider_of(model)
+
         async def attempt() -> ModelResponse:
             # The span records the error's type only (its message may quote content).
-            with self.tracer.start_as_current_span(f"chat {model.name}", record_exception=False,
-                                                   set_status_on_exception=False) as span:
-                span.set_attribute(tm.OPERATION, "chat")
-                span.set_attribute(tm.MODEL, model.name)
-                span.set_attribute(tm.AGENT_ID, self.state.agent_id)
+            meters = telemetry.metrics
+            started = time.perf_counter() if meters is not None else 0.0
+            failure = None
+            with telemetry.span(f"chat {model.name}", client=True) as span:
+                if span is not None:
+                    span.set_attributes({tm.OPERATION: "chat", tm.PROVIDER: provider, tm.MODEL: model.name,
+                                         tm.AGENT_ID: self.state.agent_id, tm.CONVERSATION_ID: self.state.agent_id})
                 try:
                     response = await model.respond(view, self._tool_specs)
                     check_reply(response)  # a reply that does not fold never reaches the journal
                 except Exception as exc:
-                    record_error(span, exc)
+                    failure = tm.error_type(exc)
                     raise
-                span.set_attribute(tm.INPUT_TOKENS, response.usage.input_tokens)
-                span.set_attribute(tm.OUTPUT_TOKENS, response.usage.output_tokens)
+                finally:
+                    if meters is not None:
+                        self._measure_call(meters, provider, model.name, time.perf_counter() - started, failure)
+                if span is not None:
+                    usage = response.usage
+                    span.set_attributes({tm.RESPONSE_MODEL: response.model or model.name,
+                                         tm.INPUT_TOKENS: usage.input_tokens, tm.OUTPUT_TOKENS: usage.output_tokens})
+                    if response.stop_reason:
+                        span.set_attribute(tm.FINISH_REASONS, (tm.finish_reason(response.stop_reason),))
+                if meters is not None:
+                    self._measure_tokens(meters, provider, model.name, response)
                 return response
 
         async def failed(number: int, exc: BaseException, wait_s: float | None) -> None:
             # What failed and when, never what was said: no content in this record.
+            if wait_s is not None and telemetry.metrics is not None:
+                telemetry.metrics.retries.add(1, {**telemetry.attributes, tm.RETRY_KIND: "model"})
             await self.journal.append((Kind.MODEL_FAILED, {"attempt": number, "error": _type_name(exc),
                                                            "transient": is_transient(exc), "retry_in": wait_s}))
 
@@ -245,8 +278,21 @@ class AgentActor(ToolCalls):
         except (AgentFencedError, StoreUnavailableError):
             raise
         except Exception as exc:
+            self.failure = tm.error_type(exc)
             await self.journal.append((Kind.FAILED, {"reason": f"model error: {_type_name(exc)}: {exc}"}))
             return None
+
+    def _measure_call(self, meters: tm.Metrics, provider: str, model: str, seconds: float, failure: str | None) -> None:
+        attributes = {**self.telemetry.attributes, tm.OPERATION: "chat", tm.PROVIDER: provider, tm.MODEL: model}
+        if failure is not None:
+            attributes[tm.ERROR_TYPE] = failure
+        meters.operation_duration.record(seconds, attributes)
+
+    def _measure_tokens(self, meters: tm.Metrics, provider: str, model: str, response: ModelResponse) -> None:
+        attributes = {**self.telemetry.attributes, tm.OPERATION: "chat", tm.PROVIDER: provider, tm.MODEL: model,
+                      tm.RESPONSE_MODEL: response.model or model}
+        meters.token_usage.record(response.usage.input_tokens, {**attributes, tm.TOKEN_TYPE: "input"})
+        meters.token_usage.record(response.usage.output_tokens, {**attributes, tm.TOKEN_TYPE: "output"})
 
     def _call_problem(self, call: dict[str, Any]) -> str | None:
         """Why ``call`` cannot run (unknown tool, invalid arguments), or None."""

@@ -16,8 +16,18 @@ from .tools import Tool
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """Limits that suspend an agent when reached: model ``steps``, ``tokens``
-    (input + output) and ``cost_usd`` (US dollars). None means unlimited."""
+    """Limits that suspend an agent when reached (status ``suspended``) until an
+    operator extends them (``Runtime.extend_budget``).
+
+    Attributes:
+        steps: Model responses, or None for unlimited.
+        tokens: Input + output tokens, or None.
+        cost_usd: US dollars as the model reports them in ``Usage.cost_usd``, or None.
+
+    Raises:
+        ValueError: A figure that is not a finite number >= 0 (an int for
+            ``steps`` and ``tokens``).
+    """
 
     steps: int | None = None
     tokens: int | None = None
@@ -108,29 +118,39 @@ MigrateHook = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 class AgentDefinition:
     """The code side of an agent; its journal is the data side.
 
-    ``name`` identifies the definition across processes (the journal records
-    it, and a runtime resumes a stream with the definition registered under
-    that name). ``version`` is the author's label; ``digest()`` fingerprints
-    instructions and tool signatures so a changed definition is noticed on resume.
+    ``digest()`` fingerprints instructions and tool signatures so a changed
+    definition is noticed on resume. The default ``on_definition_change`` is
+    ``stop`` because nothing else is safe without knowing the change: a new
+    prompt may not understand the old conversation, a renamed tool leaves
+    pending calls that no tool answers, a changed tool policy would re-run a
+    side effect the old one would not. Stopping costs a redeploy; guessing may
+    cost a duplicated payment.
 
-    ``on_definition_change`` (an ``OnDefinitionChange`` or its value) says what
-    happens when an agent is resumed under a definition whose version or digest
-    differs from the recorded one; ``migrate`` is the hook the ``migrate`` policy
-    calls. The default is ``stop`` because nothing else is safe without knowing
-    the change: a new prompt may not understand the old conversation, a renamed
-    tool leaves pending calls that no tool answers, a changed tool policy would
-    re-run a side effect the old one would not. Stopping costs a redeploy;
-    guessing may cost a duplicated payment. ``history``: a ``HistoryPolicy``
-    bounding the conversation (None: it grows with the run). ``retry``: the
-    ``RetryPolicy`` for transient model errors (on by default: 4 attempts).
-    ``max_parallel_tools``: how many calls of one model turn run at once.
+    Attributes:
+        name: Identifies the definition across processes: the journal records
+            it, and a runtime resumes a stream with the definition registered
+            under that name.
+        model: The ``Model`` answering each step.
+        tools: The ``Tool`` objects (functions decorated with ``@tool``).
+        instructions: The system prompt ("" for none).
+        version: The author's label, recorded with the digest.
+        budget: The default ``Budget`` of a run (``Runtime.start`` may override it).
+        on_definition_change: An ``OnDefinitionChange`` (or its value): what
+            happens when an agent is resumed under a definition whose version or
+            digest differs from the recorded one.
+        migrate: The hook the ``migrate`` policy calls.
+        history: A ``HistoryPolicy`` bounding the conversation (None: it grows
+            with the run).
+        retry: The ``RetryPolicy`` for transient model errors (4 attempts by default).
+        max_parallel_tools: How many calls of one model turn run at once.
 
-    Checked when built: ``TypeError`` for a missing model (or one without an
-    async ``respond``), a tool list holding something other than ``Tool``
-    objects (a bare function: decorate it with ``@tool``), a non-str name;
-    ``ValueError`` for duplicate tool names, ``migrate`` without a hook, a
-    ``max_parallel_tools`` below 1. A ``reconcile`` policy without a hook is
-    refused by ``Tool`` itself.
+    Raises:
+        TypeError: A missing model (or one without an async ``respond``), a tool
+            list holding something other than ``Tool`` objects (a bare function:
+            decorate it with ``@tool``), a non-str name.
+        ValueError: Duplicate tool names, ``migrate`` without a hook, a
+            ``max_parallel_tools`` below 1. A ``reconcile`` policy without a hook
+            is refused by ``Tool`` itself.
     """
 
     name: str

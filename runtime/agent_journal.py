@@ -21,6 +21,7 @@ from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from . import telemetry as tm
+from .telemetry import Telemetry
 from .commands import COMMAND_KINDS, rebase
 from .errors import AgentFencedError
 from .redaction import RedactionPolicy, Redactor
@@ -43,7 +44,7 @@ class JournalServices:
     committer: GroupCommitter
     snapshots: SnapshotWriter
     policy: SnapshotPolicy
-    tracer: Any
+    telemetry: Telemetry
     redaction: RedactionPolicy | None = None
     indexed: bool = False  # the store keeps a status index: appends carry its entry (status_index)
 
@@ -77,17 +78,24 @@ class AgentJournal:
         (another writer took the stream over; nothing written) and
         ``StoreUnavailableError`` (outcome unknown; restore to find out).
         """
+        meters = self.services.telemetry.metrics
         for _ in range(_REBASE_ATTEMPTS):
             try:
                 return await self._append_once(entries)
             except AgentFencedError:
+                if meters is not None:
+                    meters.conflicts.add(1, self.services.telemetry.attributes)
                 limits_before = self.state.budget  # what a command entry was computed against
                 folded = await self._fold_in_commands()
                 if folded is None:
+                    if meters is not None:
+                        meters.fencings.add(1, self.services.telemetry.attributes)
                     raise
                 entries = self._still_valid(entries, folded, limits_before)
                 if not entries:
                     return  # every entry was a decision the commands overruled; the caller re-decides
+        if meters is not None:
+            meters.fencings.add(1, self.services.telemetry.attributes)
         raise AgentFencedError(self.stream, self.state.last_seq, None)
 
     async def _fold_in_commands(self) -> set[str] | None:
@@ -132,16 +140,21 @@ class AgentJournal:
         index = entry_after(self.state, records) if svc.indexed else None  # committed with the records
         stored = sum(map(len, frames))
         raw = sum(map(raw_size, frames))  # what the snapshot policy weighs (runtime.snapshots)
-        with svc.tracer.start_as_current_span("durably.checkpoint.save") as span:
-            span.set_attribute(tm.AGENT_ID, self.stream.agent_id)
-            span.set_attribute(tm.SEQ, records[-1].seq)
-            span.set_attribute(tm.RECORD_COUNT, len(records))
-            span.set_attribute(tm.RAW_BYTES, raw)
-            span.set_attribute(tm.STORED_BYTES, stored)
+        telemetry = svc.telemetry
+        meters = telemetry.metrics
+        started = time.perf_counter() if meters is not None else 0.0
+        with telemetry.span("durably.checkpoint.save") as span:
+            if span is not None:
+                span.set_attributes({tm.AGENT_ID: self.stream.agent_id, tm.SEQ: records[-1].seq,
+                                     tm.RECORD_COUNT: len(records), tm.RAW_BYTES: raw,
+                                     tm.STORED_BYTES: stored})
             try:
                 await svc.committer.append(self.stream, first - 1, frames, index=index)
             except ConflictError as exc:
                 raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc
+        if meters is not None:
+            meters.save_duration.record(time.perf_counter() - started, telemetry.attributes)
+            meters.save_size.record(stored, telemetry.attributes)
         for record in records:
             before = (len(self.state.messages), len(self.state.inbox))
             apply(self.state, record)

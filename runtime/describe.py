@@ -80,14 +80,14 @@ class AgentDescription:
         return out
 
 
-async def describe(store: Store, codec: RecordCodec, stream: StreamId, tracer) -> AgentDescription:
+async def describe(store: Store, codec: RecordCodec, stream: StreamId, telemetry) -> AgentDescription:
     """Describe the agent of ``stream`` as it is now.
 
     Raises ``AgentNotFoundError`` (no records), ``CorruptRecordError`` /
     ``UnknownSchemaVersionError`` (its journal cannot be read) and
     ``StoreUnavailableError``.
     """
-    restored = await restore(store, codec, stream, tracer)
+    restored = await restore(store, codec, stream, telemetry)
     if restored is None:
         raise AgentNotFoundError(f"no agent {stream.agent_id!r} in namespace {stream.namespace!r}")
     return await describe_state(store, codec, stream, restored.state)
@@ -113,7 +113,7 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
         leases_supported=supported, lease=lease, state=state)
 
 
-async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, tracer, *,
+async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry, *,
                              statuses: Iterable[str] | None = None) -> AsyncIterator[AgentDescription]:
     """``describe`` every agent of ``namespace`` (``statuses``: only those with one of these), in the store's listing order.
 
@@ -126,7 +126,7 @@ async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, t
     streams = status_index.listing(store, namespace, wanted) or store.list_streams(namespace)
     async for stream in streams:
         try:
-            found = await describe(store, codec, stream, tracer)
+            found = await describe(store, codec, stream, telemetry)
         except AgentNotFoundError:
             continue  # purged between the listing and the read
         except CodecError as exc:

@@ -4,7 +4,7 @@ Each method is a thin call into the module that holds its logic
 (``history``, ``time_travel``, ``describe``, ``watch``), which needs only a
 store and a codec: none of them needs the agent to be running here, so any
 process on the same store (a CLI, a web console, a service) may use them.
-``Runtime`` inherits this mixin; it provides ``store``, ``codec``, ``tracer``,
+``Runtime`` inherits this mixin; it provides ``store``, ``codec``, ``telemetry``,
 ``namespace`` and ``stream()``.
 """
 
@@ -36,7 +36,7 @@ class Inspection:
         """The agent's folded state right after record ``seq``, by the restore path
         (nearest snapshot at or before it, then replay). Raises ``AgentNotFoundError``,
         ``SeqOutOfRangeError``; see ``durably.runtime.time_travel.state_at``."""
-        return await time_travel.state_at(self.store, self.codec, self.stream(agent_id), seq, self.tracer)
+        return await time_travel.state_at(self.store, self.codec, self.stream(agent_id), seq, self.telemetry)
 
     async def fork(self, agent_id: str, at_seq: int, new_agent_id: str) -> AgentState:
         """A new agent ``new_agent_id`` whose journal is ``agent_id``'s up to ``at_seq`` plus
@@ -45,29 +45,29 @@ class Inspection:
         the fork's state. Raises ``AgentNotFoundError``, ``AgentExistsError``,
         ``SeqOutOfRangeError``; see ``durably.runtime.time_travel.fork``."""
         return await time_travel.fork(self.store, self.codec, self.stream(agent_id), at_seq,
-                                      self.stream(new_agent_id), self.tracer)
+                                      self.stream(new_agent_id), self.telemetry)
 
     async def describe(self, agent_id: str) -> AgentDescription:
         """Status and why, definition, seq, usage and budget left, open approvals,
         pending calls, lease holder and expiry, times, fork origin (``AgentDescription``).
         Raises ``AgentNotFoundError`` and the journal's read errors."""
-        return await describe(self.store, self.codec, self.stream(agent_id), self.tracer)
+        return await describe(self.store, self.codec, self.stream(agent_id), self.telemetry)
 
     async def describe_all(self, *, statuses: Iterable[str] | None = None) -> list[AgentDescription]:
         """``describe`` of every agent of the namespace (unreadable ones with status ``unreadable``);
         ``statuses``: only agents with one of these (read from the status index where the store has one)."""
-        return [d async for d in describe_namespace(self.store, self.codec, self.namespace, self.tracer,
+        return [d async for d in describe_namespace(self.store, self.codec, self.namespace, self.telemetry,
                                                     statuses=statuses)]
 
     def watch(self, agent_id: str, *, poll_interval: float = 0.2) -> AsyncIterator[watching.StatusChange]:
         """Status changes (``StatusChange``) of the agent from now on, wherever it runs:
         its journal is tailed every ``poll_interval`` seconds. Raises (when iterated)
         ``AgentNotFoundError``; see ``durably.runtime.watch``."""
-        return watching.watch(self.store, self.codec, self.stream(agent_id), self.tracer, poll_interval=poll_interval)
+        return watching.watch(self.store, self.codec, self.stream(agent_id), self.telemetry, poll_interval=poll_interval)
 
     def watch_namespace(self, *, poll_interval: float = 0.5) -> AsyncIterator[watching.StatusChange]:
         """Status changes of every agent of the namespace from now on, new agents included."""
-        return watching.watch_namespace(self.store, self.codec, self.namespace, self.tracer, poll_interval=poll_interval)
+        return watching.watch_namespace(self.store, self.codec, self.namespace, self.telemetry, poll_interval=poll_interval)
 
     async def wait(self, agent_id: str, until: Iterable[str] | str | None = None, *, timeout: float | None = None,
                    poll_interval: float = 0.2) -> AgentState:
@@ -76,5 +76,5 @@ class Inspection:
         launches an agent without waiting; this is how an embedding service waits later.
         Raises ``WaitTimeoutError`` (with the last state) after ``timeout`` seconds,
         ``AgentNotFoundError``, ``InvalidCommandError`` (unknown status)."""
-        return await watching.wait(self.store, self.codec, self.stream(agent_id), self.tracer, until=until,
+        return await watching.wait(self.store, self.codec, self.stream(agent_id), self.telemetry, until=until,
                                    timeout=timeout, poll_interval=poll_interval)

@@ -96,7 +96,7 @@ async def key_census(store: Store, stream: StreamId) -> tuple[Counter[str | None
     return records, snapshots
 
 
-async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *, tracer) -> ReencryptReport:
+async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *, telemetry) -> ReencryptReport:
     """Rewrite ``stream`` so every frame in it is sealed with the current key (see the module docstring).
 
     ``codec`` must encrypt (its cipher holds the old keys and the current one;
@@ -122,7 +122,7 @@ async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *
         after_records, after_snapshots = await key_census(store, stream)
         return ReencryptReport(stream, before, dict(after_records + after_snapshots), SNAPSHOT_REWRITTEN, seq)
     for _ in range(_RETRIES):
-        restored = await restore(store, codec, stream, tracer)
+        restored = await restore(store, codec, stream, telemetry)
         if restored is None:
             return ReencryptReport(stream, before, before, CURRENT)
         state = restored.state
@@ -145,10 +145,10 @@ async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *
     raise ConflictError(stream, last_seq, None)
 
 
-async def reencrypt(store: Store, codec: RecordCodec, namespace: str, *, tracer) -> list[ReencryptReport]:
+async def reencrypt(store: Store, codec: RecordCodec, namespace: str, *, telemetry) -> list[ReencryptReport]:
     """``reencrypt_stream`` for every stream of ``namespace``, in ``list_streams`` order,
     then ``scrub_files``: every report carries whether the old bytes are gone from the files."""
-    reports = [await reencrypt_stream(store, codec, stream, tracer=tracer) async for stream in store.list_streams(namespace)]
+    reports = [await reencrypt_stream(store, codec, stream, telemetry=telemetry) async for stream in store.list_streams(namespace)]
     scrubbed, residue = await scrub_files(store)
     return [replace(report, files_scrubbed=scrubbed, residue=residue) for report in reports]
 

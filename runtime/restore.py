@@ -9,6 +9,7 @@ that fails to decode is never skipped: it raises, and the agent is not resumed.
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from . import telemetry as tm
+from .telemetry import Telemetry
 from .state import AgentState, apply
 
 log = logging.getLogger("durably.restore")
@@ -80,8 +82,12 @@ class _CompactedMeanwhile(Exception):
     """The records after the snapshot read were compacted away behind a newer snapshot, during the read."""
 
 
-async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer, *, upto: int | None = None) -> Restored | None:
+async def restore(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry | None = None, *,
+                  upto: int | None = None) -> Restored | None:
     """Rebuild an agent's state from ``store``; None when the stream has no records.
+
+    ``telemetry``: where the ``durably.checkpoint.restore`` span and the restore
+    metrics go (None: nowhere).
 
     ``upto`` (a seq): the state as it was at that seq instead of now, from the
     nearest snapshot at or before it plus the records up to it (time travel,
@@ -98,12 +104,27 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, tracer, *,
     behind the older) is not damage: the restore begins again from the newer
     snapshot, up to ``_COMPACTION_RETRIES`` times. Found by ``durably torture``.
     """
+    telemetry = telemetry or _OFF
+    meters = telemetry.metrics
+    started = time.perf_counter() if meters is not None else 0.0
+    restored = await _restore_retrying(store, codec, stream, telemetry, upto)
+    if meters is not None and restored is not None:
+        meters.restore_duration.record(time.perf_counter() - started, telemetry.attributes)
+        meters.restore_size.record(restored.snapshot_bytes + restored.tail_bytes, telemetry.attributes)
+    return restored
+
+
+_OFF = Telemetry.disabled()
+
+
+async def _restore_retrying(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry,
+                            upto: int | None) -> Restored | None:
     for _ in range(_COMPACTION_RETRIES):
         try:
-            return await _restore_once(store, codec, stream, tracer, upto)
+            return await _restore_once(store, codec, stream, telemetry, upto)
         except _CompactedMeanwhile:
             continue
-    return await _restore_once(store, codec, stream, tracer, upto, retry=False)
+    return await _restore_once(store, codec, stream, telemetry, upto, retry=False)
 
 
 async def _newer_snapshot_covers(store: Store, stream: StreamId, upto: int | None, used: int, missing: int) -> bool:
@@ -112,12 +133,13 @@ async def _newer_snapshot_covers(store: Store, stream: StreamId, upto: int | Non
     return newest is not None and newest.seq > used and newest.seq >= missing
 
 
-async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, tracer, upto: int | None,
+async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry, upto: int | None,
                         *, retry: bool = True) -> Restored | None:
     """One attempt of ``restore``; raises ``_CompactedMeanwhile`` (when ``retry``) instead of a gap error
     for a gap behind a snapshot newer than the one it read."""
-    with tracer.start_as_current_span("durably.checkpoint.restore") as span:
-        span.set_attribute(tm.AGENT_ID, stream.agent_id)
+    with telemetry.span("durably.checkpoint.restore") as span:
+        if span is not None:
+            span.set_attribute(tm.AGENT_ID, stream.agent_id)
         state, snap_seq, snap_bytes, raw_total, snap_raw = None, 0, 0, 0, 0
         newer: UnknownSchemaVersionError | None = None  # the first snapshot skipped for its version
 
@@ -146,7 +168,8 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, trac
             except CodecError as exc:
                 if newer is None and isinstance(exc, UnknownSchemaVersionError):
                     newer = exc
-                span.add_event("snapshot.skipped", {tm.SNAPSHOT_SEQ: snapshot.seq})
+                if span is not None:
+                    span.add_event("snapshot.skipped", {tm.SNAPSHOT_SEQ: snapshot.seq})
                 log.warning("snapshot of %s at seq %d unreadable, trying an older one: %s", stream, snapshot.seq, exc)
                 snapshot = await _snapshot(store, stream, snapshot.seq - 1)
         state = state or AgentState()
@@ -173,9 +196,7 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, trac
             raise cut_short(f"journal ends at seq {state.last_seq} but the stream's last seq is {last}", last)
         if state.last_seq == 0:
             return None
-        span.set_attribute(tm.SEQ, state.last_seq)
-        span.set_attribute(tm.SNAPSHOT_SEQ, snap_seq)
-        span.set_attribute(tm.RECORD_COUNT, tail)
-        span.set_attribute(tm.STORED_BYTES, snap_bytes + tail_bytes)
-        span.set_attribute(tm.RAW_BYTES, raw_total)
+        if span is not None:
+            span.set_attributes({tm.SEQ: state.last_seq, tm.SNAPSHOT_SEQ: snap_seq, tm.RECORD_COUNT: tail,
+                                 tm.STORED_BYTES: snap_bytes + tail_bytes, tm.RAW_BYTES: raw_total})
         return Restored(state, snap_seq, snap_bytes, tail, tail_bytes, snap_raw, raw_total - snap_raw)

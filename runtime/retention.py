@@ -88,7 +88,7 @@ async def last_activity(store: Store, codec: RecordCodec, stream: StreamId) -> f
     return None
 
 
-async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: RetentionPolicy, *, tracer,
+async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: RetentionPolicy, *, telemetry,
                 now: float | None = None, dry_run: bool = False,
                 purge: Callable[[StreamId], Awaitable[None]] | None = None) -> list[SweepItem]:
     """Purge the streams of ``namespace`` whose TTL (by status) has passed.
@@ -118,7 +118,7 @@ async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: Retent
             items.append(SweepItem(stream, None, last_at, age, KEPT))  # nothing can have expired: skip the restore
             continue
         try:
-            restored = await restore(store, codec, stream, tracer)
+            restored = await restore(store, codec, stream, telemetry)
         except CodecError as exc:
             items.append(SweepItem(stream, None, last_at, age, UNREADABLE, f"{type(exc).__name__}: {exc}"))
             continue

@@ -20,10 +20,9 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 from functools import partial
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from opentelemetry import trace
 
 from durably.schemas.records import Kind
 from durably.storage.codec import FrameCipher
@@ -64,7 +63,11 @@ from .scan import scan as scan_namespace
 from .single_flight import KeyedLock
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
-from .telemetry import tracer as make_tracer
+from . import telemetry as tm
+from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from opentelemetry import metrics, trace
 
 log = logging.getLogger("durably.runtime")
 
@@ -97,30 +100,45 @@ class AgentHandle:
 class Runtime(Inspection):
     """Runs durable agents on one store.
 
-    In: ``store`` (a URL for ``open_store``, or a ``Store`` you opened; a URL's
-    store is opened and closed by the runtime), ``agents`` (definitions to
-    register), ``namespace`` (a tenant: the runtime sees only its streams),
-    ``snapshot_policy``, ``worker_id`` (recorded on resume; host:pid by default),
-    ``tracer_provider`` (default: the global OpenTelemetry one), ``mailbox_size``,
-    ``redaction`` (a ``RedactionPolicy``: what never reaches the store; None: the
-    default policy, secret names and token patterns; ``RedactionPolicy.disabled()``
-    stores everything), ``encryption`` (a ``FrameCipher`` such as
-    ``durably.storage.crypto.AESGCMCipher``: records and snapshots encrypted at
-    rest; None: plaintext), ``lease_ttl`` (seconds: on a store with leases, an
-    agent runs only in the runtime holding its lease, renewed every third of
-    this; a crashed runtime's agents can be resumed elsewhere after it).
     Use as ``async with``; leaving it cancels live actors (their journals are
     already durable) and flushes pending snapshots. ``start`` launches an agent
     without waiting for it; ``wait`` / ``watch`` follow it later, from any
     process. Reading and branching journals (``history``, ``state_at``,
-    ``fork``, ``describe``) come from ``Inspection``.
+    ``fork``, ``describe``) come from ``Inspection``. The design is the actor
+    model over an event-sourced journal (see the Concepts page of the docs).
+
+    Args:
+        store: A URL for ``open_store`` (``sqlite:///agents.db``, ``s3://...``),
+            opened and closed by the runtime, or a ``Store`` you opened.
+        agents: Definitions to register (more with ``register``).
+        namespace: The tenant: the runtime sees only its streams; every span
+            and measurement carries it as ``durably.namespace``.
+        snapshot_policy: When snapshots are written (default ``SnapshotPolicy()``).
+        worker_id: Recorded on resume and in leases; ``host:pid`` by default.
+        tracer_provider: OpenTelemetry tracer provider (default: the global one,
+            read here). Spans follow the GenAI semantic conventions; with no SDK
+            installed nothing is recorded and the step loop does no span work.
+        mailbox_size: Commands queued per live agent before senders wait.
+        redaction: A ``RedactionPolicy``, what never reaches the store; None:
+            the default policy (secret names and token patterns);
+            ``RedactionPolicy.disabled()`` stores everything.
+        encryption: A ``FrameCipher`` such as ``AESGCMCipher``: records and
+            snapshots encrypted at rest; None: plaintext.
+        lease_ttl: Seconds. On a store with leases an agent runs only in the
+            runtime holding its lease, renewed every third of this; a crashed
+            runtime's agents are resumed elsewhere after it.
+        meter_provider: OpenTelemetry meter provider (default: the global one,
+            read here) for the metrics listed in ``durably.runtime.telemetry``.
+
+    Raises:
+        ValueError: ``lease_ttl`` is not a finite number >= 0.
     """
 
     def __init__(self, store: str | Store, *, agents: Iterable[AgentDefinition] = (), namespace: str = "default",
                  snapshot_policy: SnapshotPolicy | None = None, worker_id: str | None = None,
                  tracer_provider: trace.TracerProvider | None = None, mailbox_size: int = 64,
                  redaction: RedactionPolicy | None = None, encryption: FrameCipher | None = None,
-                 lease_ttl: float = 30.0) -> None:
+                 lease_ttl: float = 30.0, meter_provider: metrics.MeterProvider | None = None) -> None:
         self._store_arg = store
         check_figure("Runtime", "lease_ttl", lease_ttl, optional=False)
         self.lease_ttl = lease_ttl
@@ -129,7 +147,7 @@ class Runtime(Inspection):
         self.encryption = encryption
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.policy = snapshot_policy or SnapshotPolicy()
-        self.tracer = make_tracer(tracer_provider)
+        self.telemetry = Telemetry(namespace, tracer_provider, meter_provider)
         self._mailbox_size = mailbox_size
         self._definitions: dict[str, AgentDefinition] = {}
         for definition in agents:
@@ -148,10 +166,10 @@ class Runtime(Inspection):
             else:
                 self.store = self._store_arg
             self.codec = RecordCodec(cipher=self.encryption)
-            committer = GroupCommitter(self.store, tracer=self.tracer)
-            snapshots = SnapshotWriter(self.store, policy=self.policy, tracer=self.tracer,
+            committer = GroupCommitter(self.store, tracer=self.telemetry.tracer, attributes=self.telemetry.attributes)
+            snapshots = SnapshotWriter(self.store, policy=self.policy, telemetry=self.telemetry,
                                        codec_factory=partial(RecordCodec, cipher=self.encryption))
-            self._services = JournalServices(self.store, self.codec, committer, snapshots, self.policy, self.tracer,
+            self._services = JournalServices(self.store, self.codec, committer, snapshots, self.policy, self.telemetry,
                                              redaction=self.redaction, indexed=status_index.indexed(self.store))
             self._leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
@@ -222,20 +240,26 @@ class Runtime(Inspection):
         except AgentLeasedError:
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
         journal = AgentJournal(self._services, stream, AgentState())
+        run_id = uuid.uuid4().hex
+        span = self._activation_span(definition, agent_id, run_id, None)
         data = {
-            "namespace": self.namespace, "agent_id": agent_id, "run_id": uuid.uuid4().hex, "task": task,
+            "namespace": self.namespace, "agent_id": agent_id, "run_id": run_id, "task": task,
             "definition": {"name": definition.name, "version": definition.version, "digest": definition.digest()},
             "instructions": definition.instructions, "budget": (budget or definition.budget).to_wire(),
             "worker": self.worker_id,
         }
+        if (reference := tm.trace_reference(span)) is not None:
+            data["trace"] = reference
         try:
-            await journal.append((Kind.STARTED, data))
+            with tm.activated(span, end=False):
+                await journal.append((Kind.STARTED, data))
         except BaseException as exc:
+            _end_failed(span, exc)
             await self._leases.release(stream)
             if isinstance(exc, AgentFencedError):
                 raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
             raise
-        return self._spawn(definition, journal)
+        return self._spawn(definition, journal, span)
 
     async def resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
         """Resume ``agent_id`` from its journal if it can run; None if it is parked or done.
@@ -283,11 +307,32 @@ class Runtime(Inspection):
                 return None
             definition = self._definition(journal.state.definition["name"])
             changes = definition_change_entries(journal.state, definition)
-            await journal.append(*changes, (Kind.RESUMED, {"worker": self.worker_id, "pid": os.getpid()}))
+            state = journal.state
+            span = self._activation_span(definition, agent_id, state.run_id, state.trace)
+            resumed: dict[str, Any] = {"worker": self.worker_id, "pid": os.getpid()}
+            if (reference := tm.trace_reference(span)) is not None:
+                resumed["trace"] = reference
+            try:
+                with tm.activated(span, end=False):
+                    await journal.append(*changes, (Kind.RESUMED, resumed))
+            except BaseException as exc:
+                _end_failed(span, exc)
+                raise
         except BaseException:
             await self._leases.release(stream)
             raise
-        return self._spawn(definition, journal)
+        if (meters := self.telemetry.metrics) is not None:
+            meters.resumes.add(1, self.telemetry.attributes)
+        return self._spawn(definition, journal, span)
+
+    def _activation_span(self, definition: AgentDefinition, agent_id: str, run_id: str,
+                         continues: dict[str, Any] | None):
+        """The ``invoke_agent`` span of an activation about to be journaled (None when nothing records)."""
+        if self.telemetry.tracer is None:
+            return None
+        model = definition.model
+        return self.telemetry.activation_span(definition.name, agent_id, run_id, tm.provider_of(model),
+                                              getattr(model, "name", ""), continues)
 
     async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
         """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
@@ -511,14 +556,14 @@ class Runtime(Inspection):
         """Purge this namespace's agents whose time-to-live (by status, from their
         last record) has passed; see ``durably.runtime.retention.sweep``. ``now``:
         unix seconds (default the clock); ``dry_run``: report without deleting."""
-        return await sweep_namespace(self.store, self.codec, self.namespace, retention, tracer=self.tracer,
+        return await sweep_namespace(self.store, self.codec, self.namespace, retention, telemetry=self.telemetry,
                                      now=now, dry_run=dry_run, purge=self._purge_stream)
 
     async def reencrypt(self) -> list[ReencryptReport]:
         """Rewrite this namespace's streams so every frame uses the current key
         (see ``durably.runtime.reencrypt``: the history before the rewrite is
         compacted into a snapshot). Raises ``ValueError`` without ``encryption``."""
-        return await reencrypt_namespace(self.store, self.codec, self.namespace, tracer=self.tracer)
+        return await reencrypt_namespace(self.store, self.codec, self.namespace, telemetry=self.telemetry)
 
     async def _purge_stream(self, stream: StreamId) -> None:
         actor = self._live.get(stream.agent_id)
@@ -532,7 +577,7 @@ class Runtime(Inspection):
 
     async def _restore_journal(self, agent_id: str) -> AgentJournal:
         stream = self.stream(agent_id)
-        restored = await restore(self.store, self.codec, stream, self.tracer)
+        restored = await restore(self.store, self.codec, stream, self.telemetry)
         if restored is None:
             raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
         services = self._services
@@ -542,8 +587,8 @@ class Runtime(Inspection):
         return AgentJournal(services, stream, restored.state, records_since=restored.tail_records,
                             bytes_since=restored.tail_raw, snapshot_bytes=restored.snapshot_raw)
 
-    def _spawn(self, definition: AgentDefinition, journal: AgentJournal) -> AgentHandle:
-        actor = AgentActor(definition, journal, self.tracer, mailbox_size=self._mailbox_size)
+    def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span=None) -> AgentHandle:
+        actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self._mailbox_size, span=span)
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
         agent_id = journal.state.agent_id
         self._live[agent_id] = actor
@@ -570,3 +615,11 @@ class Runtime(Inspection):
         actor = self._live.get(stream.agent_id)
         if actor is not None and stream.namespace == self.namespace:
             actor.journal.snapshot_bytes = size
+
+
+def _end_failed(span, exc: BaseException) -> None:
+    """End an activation span whose record could not be journaled (the agent did not run)."""
+    if span is not None:
+        if isinstance(exc, Exception):
+            tm.record_error(span, tm.error_type(exc))
+        span.end()

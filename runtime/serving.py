@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import anyio
-from opentelemetry import metrics
 
 from durably.storage.errors import StoreUnavailableError
 
@@ -47,9 +46,6 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 log = logging.getLogger("durably.serve")
-
-_outages = metrics.get_meter("durably").create_counter(
-    "durably.serve.outages", unit="{scan}", description="serve() scans that failed because the store was unavailable")
 
 #: The longest pause between two scans during an outage, seconds.
 MAX_BACKOFF = 30.0
@@ -131,11 +127,13 @@ class _Outage:
         pause = state.next_action.sleep if state.next_action is not None else 0.0
         log.warning("serve(): store unavailable (scan %d failed: %s); next scan in %.1f s",
                     state.attempt_number, exc, pause)
-        _outages.add(1, {"durably.namespace": self._runtime.namespace})
-        with self._runtime.tracer.start_as_current_span("durably.serve.outage") as span:
-            span.set_attribute("durably.serve.attempt", state.attempt_number)
-            span.set_attribute("durably.serve.backoff_s", pause)
-            span.set_attribute("error.type", type(exc).__qualname__)
+        telemetry = self._runtime.telemetry
+        if telemetry.metrics is not None:
+            telemetry.metrics.serve_outages.add(1, telemetry.attributes)
+        with self._runtime.telemetry.span("durably.serve.outage") as span:
+            if span is not None:
+                span.set_attributes({"durably.serve.attempt": state.attempt_number, "durably.serve.backoff_s": pause,
+                                     "error.type": type(exc).__qualname__})
 
     def ended(self) -> None:
         if self._since is not None:

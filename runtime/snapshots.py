@@ -19,6 +19,7 @@ snapshots about 3x more often than the ratio says (issue 16).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm
+from .telemetry import Telemetry
 from .figures import check_figure
 
 log = logging.getLogger("durably.snapshots")
@@ -38,20 +40,35 @@ log = logging.getLogger("durably.snapshots")
 
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
-    """``every_records`` (count), ``every_bytes`` (raw bytes of the tail),
-    ``tail_ratio`` (raw tail bytes / raw bytes of the last snapshot); ``keep``:
-    snapshots kept per stream (older ones are deleted: restore reads the newest,
-    and falls back to the one before if the newest is damaged, then to the
-    journal); None (the default): 2 with ``compact``, else 1. ``compact``: once
-    ``keep`` snapshots exist, delete the records covered by the oldest of them
-    (the journal before it is then gone: keep it off for an audit trail). Set
-    ``every_records=0`` to turn snapshots off.
+    """When snapshots of an agent's state are written, and how many are kept.
+
+    A snapshot is due after ``every_records`` records or ``every_bytes`` bytes
+    *and* once the tail is at least ``tail_ratio`` of the last snapshot, so the
+    cost per appended byte stays constant however long the run grows (the
+    geometric policy of log-structured stores). Bytes are raw: the CBOR sizes
+    before compression.
 
     Why one snapshot without compaction: the journal is then whole, so a
     damaged newest snapshot falls back to replaying it (slower, as correct),
     and a second full copy of the state only costs bytes (issue 16: it was a
     third of the file after 1,000 steps). With compaction the records the
-    older snapshot covers are gone, so it must stay."""
+    older snapshot covers are gone, so it must stay.
+
+    Attributes:
+        every_records: Records since the last snapshot (0 turns snapshots off).
+        every_bytes: Raw bytes of the tail since the last snapshot.
+        tail_ratio: Raw tail bytes / raw bytes of the last snapshot.
+        keep: Snapshots kept per stream (older ones are deleted); restore reads
+            the newest and falls back to the one before if the newest is
+            damaged, then to the journal. None (the default): 2 with
+            ``compact``, else 1.
+        compact: Once ``keep`` snapshots exist, delete the records covered by the
+            oldest of them (the journal before it is then gone: keep it off for
+            an audit trail).
+
+    Raises:
+        ValueError: A figure that is not a finite number >= 0, or ``keep`` < 1.
+    """
 
     every_records: int = 200
     every_bytes: int = 1 << 20
@@ -85,14 +102,15 @@ class SnapshotWriter:
     same stream still waiting (only the newest matters). ``run`` is the
     worker; start it in the runtime's task group. A failed snapshot is logged
     and skipped: the journal alone is enough for restore. ``codec_factory``
-    builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts).
+    builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts);
+    ``telemetry`` gets a ``durably.snapshot.save`` span and the snapshot metrics.
     """
 
-    def __init__(self, store: Store, *, policy: SnapshotPolicy, tracer,
+    def __init__(self, store: Store, *, policy: SnapshotPolicy, telemetry: Telemetry | None = None,
                  codec_factory: Callable[[], RecordCodec] = RecordCodec) -> None:
         self._store = store
         self._policy = policy
-        self._tracer = tracer
+        self._telemetry = telemetry or Telemetry.disabled()
         self._codec_factory = codec_factory
         self._writing: tuple[StreamId, anyio.Event] | None = None
         self._waiting: dict[StreamId, tuple[int, dict[str, Any]]] = {}
@@ -159,9 +177,12 @@ class SnapshotWriter:
             await self._store.delete_records(stream, oldest_kept)
 
     async def _write(self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> int | None:
-        with self._tracer.start_as_current_span("durably.snapshot.save") as span:
-            span.set_attribute(tm.AGENT_ID, stream.agent_id)
-            span.set_attribute(tm.SEQ, seq)
+        telemetry = self._telemetry
+        meters = telemetry.metrics
+        started = time.perf_counter() if meters is not None else 0.0
+        with telemetry.span("durably.snapshot.save") as span:
+            if span is not None:
+                span.set_attributes({tm.AGENT_ID: stream.agent_id, tm.SEQ: seq})
             try:
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
                 data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
@@ -169,10 +190,13 @@ class SnapshotWriter:
                     await self._store.put_snapshot(stream, seq, data)
                     await self._prune(codec, stream, seq, data)
             except DurablyError as exc:
-                span.record_exception(exc)
+                tm.record_exception(span, exc)
                 log.warning("snapshot of %s at seq %d skipped: %s", stream, seq, exc)
                 return None
-            span.set_attribute(tm.RAW_BYTES, raw_size(data))
-            span.set_attribute(tm.STORED_BYTES, len(data))
-            self.written += 1
-            return raw_size(data)
+            if span is not None:
+                span.set_attributes({tm.RAW_BYTES: raw_size(data), tm.STORED_BYTES: len(data)})
+        if meters is not None:
+            meters.snapshot_duration.record(time.perf_counter() - started, telemetry.attributes)
+            meters.snapshot_size.record(len(data), telemetry.attributes)  # stored bytes (the metric says so)
+        self.written += 1
+        return raw_size(data)  # what the snapshot policy weighs

@@ -59,13 +59,19 @@ class AgentState:
     last_seq: int = 0
     # A fork's origin (namespace, agent_id, run_id, seq of the source), from its "forked" record.
     forked_from: dict[str, Any] | None = None
+    # The latest activation's trace reference (trace_id, span_id), from its started or
+    # resumed record: the next activation's span links to it. None: it was not traced.
+    trace: dict[str, str] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        """A plain dict for a snapshot; top-level containers are copied."""
+        """A plain dict for a snapshot; top-level containers are copied.
+        ``trace`` is left out while None (optional in snapshot-v4.cddl)."""
         wire = {}
         for f in fields(self):
             value = getattr(self, f.name)
             wire[f.name] = value.copy() if isinstance(value, (list, dict)) else value
+        if wire["trace"] is None:
+            del wire["trace"]
         return wire
 
     @classmethod
@@ -108,6 +114,7 @@ def _started(s: AgentState, d: dict[str, Any]) -> None:
     s.namespace, s.agent_id, s.run_id = d["namespace"], d["agent_id"], d["run_id"]
     s.definition, s.task, s.status = d["definition"], d["task"], RUNNING
     s.budget = d["budget"]
+    s.trace = d.get("trace")
     messages = [{"role": "system", "content": d["instructions"]}] if d.get("instructions") else []
     s.messages = messages + [{"role": "user", "content": d["task"]}]
 
@@ -244,6 +251,10 @@ def _forked(s: AgentState, d: dict[str, Any]) -> None:
                 s.approvals[approval_id] = {**request, "key": renamed[request["key"]]}
 
 
+def _resumed(s: AgentState, d: dict[str, Any]) -> None:
+    s.trace = d.get("trace")
+
+
 def _retried(s: AgentState, d: dict[str, Any]) -> None:
     if s.status == FAILED:
         s.status, s.reason = RUNNING, ""
@@ -259,6 +270,7 @@ def _definition_changed(s: AgentState, d: dict[str, Any]) -> None:
 
 _HANDLERS: dict[str, Callable[[AgentState, dict[str, Any]], None]] = {
     Kind.STARTED: _started,
+    Kind.RESUMED: _resumed,
     Kind.MESSAGE_RECEIVED: _message_received,
     Kind.MODEL_RESPONDED: _model_responded,
     Kind.TOOL_INTENT: _tool_intent,

@@ -31,6 +31,7 @@ from durably.storage.spi import IndexedStream, IndexEntry, IndexStore, Store, St
 
 from .restore import restore
 from .state import RUNNING, AgentState, apply
+from .telemetry import Telemetry
 
 log = logging.getLogger("durably.runtime")
 
@@ -146,7 +147,8 @@ class RebuildReport:
     error: str = ""
 
 
-async def rebuild(store: Store, codec: RecordCodec, namespace: str, tracer: Any) -> AsyncIterator[RebuildReport]:
+async def rebuild(store: Store, codec: RecordCodec, namespace: str,
+                  telemetry: Telemetry | None = None) -> AsyncIterator[RebuildReport]:
     """Rewrite every entry of ``namespace`` from the journals (``durably verify --rebuild-index``).
 
     Each stream is restored; its entry gets the time of its last record. A
@@ -160,7 +162,7 @@ async def rebuild(store: Store, codec: RecordCodec, namespace: str, tracer: Any)
     async for stream in found.list_streams(namespace):
         stored = await found.get_index(stream)
         try:
-            restored = await restore(store, codec, stream, tracer)
+            restored = await restore(store, codec, stream, telemetry)
         except CodecError as exc:
             written = await found.put_index(stream, None, await found.last_seq(stream))
             yield RebuildReport(stream, None, stored is not None, not written, f"{type(exc).__name__}: {exc}")

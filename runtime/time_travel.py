@@ -34,7 +34,7 @@ from .tools import idempotency_key
 _COPY_BATCH = 256  # records per append while copying: bounded memory on any length
 
 
-async def state_at(store: Store, codec: RecordCodec, stream: StreamId, seq: int, tracer) -> AgentState:
+async def state_at(store: Store, codec: RecordCodec, stream: StreamId, seq: int, telemetry) -> AgentState:
     """The folded state of ``stream`` right after record ``seq`` (int >= 1).
 
     Raises ``AgentNotFoundError`` (no records), ``SeqOutOfRangeError`` (``seq``
@@ -48,13 +48,13 @@ async def state_at(store: Store, codec: RecordCodec, stream: StreamId, seq: int,
     if await store.get_snapshot(stream, seq) is None and await _first_seq(store, stream) > 1:
         raise SeqOutOfRangeError(f"{stream} at seq {seq}: the records before seq {await _first_seq(store, stream)} "
                                  "were compacted away and no snapshot precedes it")
-    restored = await restore(store, codec, stream, tracer, upto=seq)
+    restored = await restore(store, codec, stream, telemetry, upto=seq)
     if restored is None:  # deleted between the two reads
         raise AgentNotFoundError(f"no agent {stream.agent_id!r} in namespace {stream.namespace!r}")
     return restored.state
 
 
-async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, target: StreamId, tracer) -> AgentState:
+async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, target: StreamId, telemetry) -> AgentState:
     """Make ``target`` a new agent whose journal is ``source``'s up to ``at_seq``, then a ``forked`` record.
 
     Returns the fork's state (status as the source's at ``at_seq``; a running
@@ -66,7 +66,7 @@ async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, 
     read; nothing or a partial copy written, which the expected seq of a retry
     refuses: purge the target first), ``StoreUnavailableError``.
     """
-    at = await state_at(store, codec, source, at_seq, tracer)
+    at = await state_at(store, codec, source, at_seq, telemetry)
     if await _first_seq(store, source) != 1:
         raise SeqOutOfRangeError(f"{source}'s first records were compacted away: a fork needs records 1..{at_seq}")
     if await store.last_seq(target) != 0:
@@ -92,7 +92,7 @@ async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, 
     origin = {"namespace": source.namespace, "agent_id": source.agent_id, "run_id": at.run_id, "seq": at_seq, "keys": keys}
     batch.append(codec.encode_record(Record(at_seq + 1, Kind.FORKED, origin, time.time()), target))
     await _append(store, target, written, batch)
-    restored = await restore(store, codec, target, tracer)
+    restored = await restore(store, codec, target, telemetry)
     assert restored is not None  # we just wrote it
     await status_index.repair(store, target, restored.state)  # written by copy, not by an agent: no entry yet
     return restored.state

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-from opentelemetry.trace import Status, StatusCode
 
 from durably.schemas.records import Kind
 from durably.storage.errors import StoreUnavailableError, UnencodableValueError
@@ -28,7 +27,7 @@ from .tools import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolC
 
 class ToolCalls:
     """Mixin of ``AgentActor``: needs ``definition``, ``journal``, ``state``,
-    ``tracer``, ``_append_lock`` (an ``anyio.Lock``) and ``_validated`` (call
+    ``telemetry``, ``failure``, ``_append_lock`` (an ``anyio.Lock``) and ``_validated`` (call
     key -> arguments the model step validated)."""
 
     def _ready(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -81,11 +80,14 @@ class ToolCalls:
             # (a "fail" call becomes a question once an operator retried the agent)
             await self._ask_outcome(call, approval_id, attempt)
         elif policy is OnUnknownOutcome.RETRY:
+            if (meters := self.telemetry.metrics) is not None:
+                meters.retries.add(1, {**self.telemetry.attributes, tm.RETRY_KIND: "tool"})
             await self._execute([(call, attempt)])
         elif policy is OnUnknownOutcome.RECONCILE:
             await self._reconcile(tool, call, attempt)
         else:
             reason = f"tool {tool.name} call {call['id']}: outcome unknown after a crash (policy fail)"
+            self.failure = "durably.outcome_unknown"
             await self.journal.append((Kind.FAILED, {"reason": reason}))
 
     async def _ask_outcome(self, call: dict[str, Any], approval_id: str, attempt: int) -> None:
@@ -158,18 +160,18 @@ class ToolCalls:
 
     async def _run(self, tool: Tool, call: dict[str, Any], arguments: dict[str, Any], attempt: int,
                    lock: anyio.Lock | None = None) -> None:
-        with self.tracer.start_as_current_span(f"execute_tool {tool.name}") as span:
-            span.set_attribute(tm.OPERATION, "execute_tool")
-            span.set_attribute(tm.TOOL_NAME, tool.name)
-            span.set_attribute(tm.TOOL_CALL_ID, call["id"])
-            span.set_attribute(tm.TOOL_ATTEMPT, attempt)
-            span.set_attribute(tm.AGENT_ID, self.state.agent_id)
+        with self.telemetry.span(f"execute_tool {tool.name}") as span:
+            if span is not None:
+                span.set_attributes({tm.OPERATION: "execute_tool", tm.TOOL_NAME: tool.name, tm.TOOL_TYPE: "function",
+                                     tm.TOOL_CALL_ID: call["id"], tm.TOOL_ATTEMPT: attempt,
+                                     tm.AGENT_ID: self.state.agent_id, tm.AGENT_NAME: self.definition.name,
+                                     tm.CONVERSATION_ID: self.state.agent_id})
             try:
                 result = await tool.invoke(arguments, self._context(call, attempt),
                                            validated=self._validated.pop(call["key"], None))
                 outcome = {"result": tool.to_journal(result)}
             except Exception as exc:
-                record_error(span, exc)
+                tm.record_exception(span, exc)
                 outcome = {"error": str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"}
         if lock is None:
             await self._result(call, **outcome)
@@ -207,6 +209,7 @@ class ToolCalls:
                     "it will not run again")
             reason = f"tool {call['name']} call {call['id']}: result cannot be stored: {exc.path}: {exc.reason}"
             kind, data = entry
+            self.failure = tm.error_type(exc)
             await self.journal.append((kind, {**data, "result": None, "error": lost}), (Kind.FAILED, {"reason": reason}))
 
 
@@ -225,10 +228,3 @@ def _first(group: BaseExceptionGroup) -> BaseException:
         if isinstance(exc, (AgentFencedError, StoreUnavailableError)):
             return exc
     return flat[0]
-
-
-def record_error(span, exc: BaseException) -> None:
-    """Mark ``span`` failed with the exception's type only: its message may quote
-    arguments or results (personal data, secrets), which spans never carry."""
-    span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
-    span.add_event("exception", {"exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}"})

@@ -52,10 +52,14 @@ class OnUnknownOutcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """What a tool gets besides its arguments.
+    """What a tool gets besides its arguments (declare a ``ctx`` parameter).
 
-    ``idempotency_key``: stable across retries of this call (hex str), to pass on
-    to external systems; ``agent_id``, ``call_id``; ``attempt`` (1 for the first run).
+    Attributes:
+        idempotency_key: Stable across retries of this call (32 hex chars): pass
+            it on to the external system so it can deduplicate.
+        agent_id: The agent making the call.
+        call_id: The model's id of the call.
+        attempt: 1 for the first run, more after a retry of an unknown outcome.
     """
 
     idempotency_key: str
@@ -79,7 +83,11 @@ Reconciler = Callable[[ToolContext], Awaitable["Reconciled | None"]]
 
 @dataclass(frozen=True, slots=True)
 class Reconciled:
-    """A ``reconcile`` hook's answer that the call did happen, with its ``result``."""
+    """A ``reconcile`` hook's answer that the call did happen.
+
+    Attributes:
+        result: What the call returned, journaled as its result.
+    """
 
     result: Any
 
@@ -192,10 +200,31 @@ def tool(name: str | Callable[..., Any] | None = None, *, description: str | Non
     """Decorator turning a function (``async def`` or ``def``) into a ``Tool``.
 
     Use bare (``@tool``) or with options (``@tool(requires_approval=True)``).
-    The name defaults to the function's, the description to its docstring
-    (without its ``Args:``/``Returns:`` sections, which describe the
-    parameters in the schema instead). Options are ``Tool``'s fields.
-    Raises ``TypeError``/``ValueError`` as ``Tool`` does, at decoration time.
+    The description defaults to the function's docstring, without its
+    ``Args:``/``Returns:`` sections, which describe the parameters in the JSON
+    Schema instead (built from the signature by pydantic, as OpenAI's Agents SDK
+    ``function_tool`` does).
+
+    Args:
+        name: The tool's name as the model sees it (default: the function's);
+            or the function itself, for bare ``@tool``.
+        description: What the model is told the tool does.
+        parameters: A JSON Schema to show instead of the derived one.
+        requires_approval: Park the agent before each call until a human decides.
+        on_unknown_outcome: An ``OnUnknownOutcome`` (or its value: ``retry``,
+            ``reconcile``, ``ask``, ``fail``): what a resumed run does with a
+            call that was running when the process died.
+        reconcile: The hook the ``reconcile`` policy asks whether the call's
+            idempotency key already happened (returns a ``Reconciled`` or None).
+        sequential: Run this tool's calls one at a time, never beside others.
+
+    Returns:
+        The ``Tool`` (bare use), or a decorator returning it.
+
+    Raises:
+        TypeError: Decorating something that is not a function, or a tool;
+            a signature with no JSON Schema. Raised at decoration time.
+        ValueError: As ``Tool`` raises, e.g. ``reconcile`` policy without a hook.
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:

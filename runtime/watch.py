@@ -82,8 +82,8 @@ class _Tail:
         return changes
 
 
-async def _tail_from_now(store: Store, codec: RecordCodec, stream: StreamId, tracer) -> _Tail:
-    restored = await restore(store, codec, stream, tracer)
+async def _tail_from_now(store: Store, codec: RecordCodec, stream: StreamId, telemetry) -> _Tail:
+    restored = await restore(store, codec, stream, telemetry)
     if restored is None:
         raise AgentNotFoundError(f"no agent {stream.agent_id!r} in namespace {stream.namespace!r}")
     return _Tail(stream, restored.state)
@@ -94,7 +94,7 @@ def _check_interval(poll_interval: float) -> None:
         raise InvalidCommandError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
 
 
-async def watch(store: Store, codec: RecordCodec, stream: StreamId, tracer, *,
+async def watch(store: Store, codec: RecordCodec, stream: StreamId, telemetry, *,
                 poll_interval: float = 0.2) -> AsyncIterator[StatusChange]:
     """Yield the agent's status changes from now on, forever (break out, or cancel, to stop).
 
@@ -103,7 +103,7 @@ async def watch(store: Store, codec: RecordCodec, stream: StreamId, tracer, *,
     (a record that cannot be read) and ``StoreUnavailableError``.
     """
     _check_interval(poll_interval)
-    tail = await _tail_from_now(store, codec, stream, tracer)
+    tail = await _tail_from_now(store, codec, stream, telemetry)
     while True:
         if await store.last_seq(stream) > tail.state.last_seq:
             for change in await tail.advance(store, codec):
@@ -111,7 +111,7 @@ async def watch(store: Store, codec: RecordCodec, stream: StreamId, tracer, *,
         await anyio.sleep(poll_interval)
 
 
-async def watch_namespace(store: Store, codec: RecordCodec, namespace: str, tracer, *,
+async def watch_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry, *,
                           poll_interval: float = 0.5) -> AsyncIterator[StatusChange]:
     """Yield the status changes of every agent of ``namespace`` from now on, forever.
 
@@ -127,7 +127,7 @@ async def watch_namespace(store: Store, codec: RecordCodec, namespace: str, trac
             tail = tails.get(stream.agent_id)
             try:
                 if tail is None:
-                    tail = await _tail_from_now(store, codec, stream, tracer) if first_scan else _Tail(stream, AgentState())
+                    tail = await _tail_from_now(store, codec, stream, telemetry) if first_scan else _Tail(stream, AgentState())
                     tails[stream.agent_id] = tail
                     if first_scan:
                         continue
@@ -152,7 +152,7 @@ def check_until(until: Iterable[str] | str | None) -> frozenset[str]:
     return wanted
 
 
-async def wait(store: Store, codec: RecordCodec, stream: StreamId, tracer, *, until: Iterable[str] | str | None = None,
+async def wait(store: Store, codec: RecordCodec, stream: StreamId, telemetry, *, until: Iterable[str] | str | None = None,
                timeout: float | None = None, poll_interval: float = 0.2) -> AgentState:
     """Wait until the agent's status is one of ``until``; return its state then.
 
@@ -166,7 +166,7 @@ async def wait(store: Store, codec: RecordCodec, stream: StreamId, tracer, *, un
     _check_interval(poll_interval)
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout >= 0):
         raise InvalidCommandError(f"timeout must be seconds >= 0 or None, got {timeout!r}")
-    tail = await _tail_from_now(store, codec, stream, tracer)
+    tail = await _tail_from_now(store, codec, stream, telemetry)
     with anyio.move_on_after(math.inf if timeout is None else timeout):
         while tail.state.status not in wanted:
             await anyio.sleep(poll_interval)

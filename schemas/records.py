@@ -20,14 +20,14 @@ SNAPSHOT_SCHEMA_ID = 2
 SCHEMA_NAMES = {RECORD_SCHEMA_ID: "durably.record", SNAPSHOT_SCHEMA_ID: "durably.snapshot"}
 
 #: The version this build writes for each schema id; it reads this and older ones.
-CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 3, SNAPSHOT_SCHEMA_ID: 3}
+CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 4, SNAPSHOT_SCHEMA_ID: 4}
 
 
 class Kind(StrEnum):
     """Every record kind of an agent's journal."""
 
     STARTED = "started"  # the task, the agent definition's name, version and digest, the run id
-    RESUMED = "resumed"  # a worker took the agent over (worker id, pid); audit only
+    RESUMED = "resumed"  # a worker took the agent over (worker id, pid; version 4: its trace reference)
     MESSAGE_RECEIVED = "message_received"  # a message delivered to the agent's conversation
     MODEL_RESPONDED = "model_responded"  # the model's answer: text, tool calls, usage
     TOOL_INTENT = "tool_intent"  # a tool call is about to run (durable before the side effect)

@@ -143,3 +143,17 @@ def snapshot_v2_to_v3(value: dict[str, Any]) -> dict[str, Any]:
     """Snapshot version 3 only adds an optional field: every version-2 snapshot
     is a version-3 snapshot as it is (a copy)."""
     return dict(value)
+
+
+@upcaster(RECORD_SCHEMA_ID, 3)
+def record_v3_to_v4(value: dict[str, Any]) -> dict[str, Any]:
+    """Record version 4 only adds an optional ``trace`` to ``started`` and
+    ``resumed``: every version-3 record is a version-4 record as it is (a copy)."""
+    return dict(value)
+
+
+@upcaster(SNAPSHOT_SCHEMA_ID, 3)
+def snapshot_v3_to_v4(value: dict[str, Any]) -> dict[str, Any]:
+    """Snapshot version 4 only adds an optional ``trace`` to the state: every
+    version-3 snapshot is a version-4 snapshot as it is (a copy)."""
+    return dict(value)

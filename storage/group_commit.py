@@ -11,14 +11,31 @@ Each ``append`` returns only after the batch that holds it is durable.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
-from opentelemetry import trace
 
 from .errors import DurablyError, StoreUnavailableError
 from .spi import AppendRequest, IndexEntry, Store, StreamId, check_append
+
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+
+_GLOBAL = object()  # GroupCommitter's default tracer: the global one, if anything records
+_NO_SPAN = contextlib.nullcontext()
+
+
+def _global_tracer() -> trace.Tracer | None:
+    """The global ``durably`` tracer, or None while the global provider is the API's
+    own no-op or proxy one (no SDK installed): nothing would be recorded."""
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    return None if type(provider).__module__.startswith("opentelemetry.trace") else provider.get_tracer("durably")
 
 
 @dataclass(slots=True)
@@ -31,15 +48,18 @@ class GroupCommitter:
     """Funnels appends of many streams into few ``store.append_batch`` calls.
 
     In: ``store`` (an open ``Store``), ``max_batch`` (most appends per call),
-    ``tracer`` (OpenTelemetry; default the global ``durably`` tracer): each
-    commit is a ``durably.journal.append`` span with the appends, records and
-    stored bytes it carried. Use one per store per process; ``append`` is safe
-    from any number of tasks.
+    ``tracer`` (OpenTelemetry; by default the global ``durably`` tracer if an
+    SDK is installed; None: no spans), ``attributes`` (put on every span, e.g.
+    ``durably.namespace``): each commit is a ``durably.journal.append`` span
+    with the appends, records and stored bytes it carried. Use one per store
+    per process; ``append`` is safe from any number of tasks.
     """
 
-    def __init__(self, store: Store, *, max_batch: int = 512, tracer: trace.Tracer | None = None) -> None:
+    def __init__(self, store: Store, *, max_batch: int = 512, tracer: trace.Tracer | None | object = _GLOBAL,
+                 attributes: dict[str, str] | None = None) -> None:
         self._store = store
-        self._tracer = tracer or trace.get_tracer("durably")
+        self._tracer = _global_tracer() if tracer is _GLOBAL else tracer
+        self._attributes = attributes or {}
         self._max_batch = max_batch
         self._queue: list[_Pending] = []
         self._lock = anyio.Lock()
@@ -75,14 +95,20 @@ class GroupCommitter:
             raise outcome
         return outcome
 
+    def _span(self) -> contextlib.AbstractContextManager[trace.Span | None]:
+        if self._tracer is None:
+            return _NO_SPAN  # nothing records: no span object at all on the hot path
+        return self._tracer.start_as_current_span("durably.journal.append", attributes=self._attributes)
+
     async def _commit_queued(self) -> None:
         batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
         # Shielded: once handed to the store, a batch must finish so that every
         # waiter learns its real outcome; a cancelled leader must not strand them.
-        with anyio.CancelScope(shield=True), self._tracer.start_as_current_span("durably.journal.append") as span:
-            span.set_attribute("durably.append.count", len(batch))
-            span.set_attribute("durably.record.count", sum(len(p.request.records) for p in batch))
-            span.set_attribute("durably.bytes.stored", sum(len(r) for p in batch for r in p.request.records))
+        with anyio.CancelScope(shield=True), self._span() as span:
+            if span is not None:
+                span.set_attributes({"durably.append.count": len(batch),
+                                     "durably.record.count": sum(len(p.request.records) for p in batch),
+                                     "durably.bytes.stored": sum(len(r) for p in batch for r in p.request.records)})
             try:
                 results = await self._store.append_batch([p.request for p in batch])
                 if len(results) != len(batch):

@@ -12,7 +12,6 @@ from durably.runtime.agent import OnDefinitionChange
 from durably.runtime.migrate import DefinitionMigrationError, definition_change_entries
 from durably.runtime.restore import restore
 from durably.runtime.state import NEEDS_MIGRATION
-from durably.runtime.telemetry import tracer as make_tracer
 from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import StreamId
@@ -151,7 +150,7 @@ async def test_migrate_rewrites_the_state_once_and_replays_it(store) -> None:
     (record,) = [r for r in [codec.decode_record(s, stream) async for s in store.read(stream)] if r.kind == "definition_changed"]
     assert record.data["policy"] == "migrate" and set(record.data["state"]) == {"messages", "plan"}
     assert record.data["previous"]["version"] == "1" and record.data["definition"] == new.info()
-    restored = await restore(store, codec, stream, make_tracer(None))
+    restored = await restore(store, codec, stream)
     assert restored.state.to_wire() == state.to_wire()
 
 

@@ -27,7 +27,7 @@ from durably.cli.demo.survey import survey_agent
 from durably.schemas.records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
 from durably.storage.codec import Codec
 from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import StoredRecord, StoredSnapshot
+from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SETS = sorted(path.parent for path in GOLDEN.glob("*/manifest.json"))
@@ -66,22 +66,24 @@ def test_a_golden_set_exists_for_the_current_versions() -> None:
 
 def test_every_golden_frame_decodes_to_what_was_written(golden: Path) -> None:
     kinds = set()
+    database = manifest(golden)["database"]
+    stream = StreamId(database["namespace"], database["agent_id"])  # where every frame of the set was written
     for entry in manifest(golden)["frames"]:
         data = (golden / entry["file"]).read_bytes()
         header = validate_frame(data)  # against the CDDL of the version it was written at
-        frame = Codec().decode(data)
+        frame = Codec().decode(data, stream=stream, seq=entry["seq"])
         assert (frame.schema_id, frame.schema_version) == (entry["schema_id"], entry["version"]) == (
             header["schema-id"], header["schema-version"]), entry["file"]
         assert bool(header["flags"] & 1) == entry["compressed"], entry["file"]
         assert frame.value == entry["value"], entry["file"]  # as stored, before any upcasting
         # ... and this build reads it, through the upcasters when it is older.
         if frame.schema_id == RECORD_SCHEMA_ID:
-            record = RecordCodec().decode_record(StoredRecord(entry["seq"], data))
+            record = RecordCodec().decode_record(StoredRecord(entry["seq"], data), stream)
             assert (record.seq, record.kind) == (entry["seq"], entry["kind"])
             kinds.add(record.kind)
         else:
             assert frame.schema_id == SNAPSHOT_SCHEMA_ID
-            seq, wire, _ = RecordCodec().decode_snapshot(StoredSnapshot(entry["seq"], data))
+            seq, wire, _ = RecordCodec().decode_snapshot(StoredSnapshot(entry["seq"], data), stream)
             state = AgentState.from_wire(wire)
             assert (seq, state.agent_id, state.last_seq) == (entry["seq"], "survey", entry["seq"])
     assert kinds <= {k.value for k in Kind}

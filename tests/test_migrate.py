@@ -24,7 +24,6 @@ from durably.cli.main import main
 from durably.cli.demo.survey import survey_agent, survey_task
 from durably.runtime.migrate import migrate_store
 from durably.runtime.restore import restore
-from durably.runtime.telemetry import tracer as make_tracer
 from durably.schemas import records as schemas
 from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
 from durably.storage.errors import UnknownSchemaVersionError
@@ -147,7 +146,7 @@ async def test_migrate_dry_run_reports_and_migrate_rewrites_only_snapshots(tmp_p
     v2_build()
     before = await anyio.to_thread.run_sync(rows, tmp_path / "agents.db")
     async with open_store(url) as store:
-        expected = (await restore(store, RecordCodec(), STREAM, make_tracer(None))).state.to_wire()
+        expected = (await restore(store, RecordCodec(), STREAM)).state.to_wire()
         (report,) = await migrate_store(store, "default", dry_run=True)
     assert await anyio.to_thread.run_sync(rows, tmp_path / "agents.db") == before  # a dry run writes nothing
     assert report.changes and report.record_versions == {NOW: len(v1_records)} and not report.problems
@@ -158,7 +157,7 @@ async def test_migrate_dry_run_reports_and_migrate_rewrites_only_snapshots(tmp_p
     async with open_store(url) as store:
         (report,) = await migrate_store(store, "default", dry_run=False)
         assert report.rewritten == len(v1_snapshots)
-        assert (await restore(store, RecordCodec(), STREAM, make_tracer(None))).state.to_wire() == expected
+        assert (await restore(store, RecordCodec(), STREAM)).state.to_wire() == expected
         (again,) = await migrate_store(store, "default", dry_run=False)
     assert not again.changes and again.rewritten == 0
     after = await anyio.to_thread.run_sync(rows, tmp_path / "agents.db")

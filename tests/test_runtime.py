@@ -282,7 +282,7 @@ async def test_snapshot_plus_tail_equals_full_replay(store_url, compact):
             assert previous is not None and await store.get_snapshot(stream, previous.seq - 1) is None
             # Compacted through the older kept snapshot, so restore can still fall back to it.
             assert [r.seq async for r in store.read(stream)][0] == previous.seq + 1
-        restored = await restore(store, RecordCodec(), stream, __import__("opentelemetry").trace.get_tracer("t"))
+        restored = await restore(store, RecordCodec(), stream)
     assert restored.snapshot_seq == snapshot.seq
     assert restored.state.to_wire() == final.to_wire()
 

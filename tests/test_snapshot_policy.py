@@ -18,7 +18,6 @@ from durably.storage.codec import raw_size
 from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import StreamId
-from opentelemetry import trace
 
 LONG = "the same line of tool output, again and again\n" * 400  # ~18 KB raw, ~0.2 KB compressed
 
@@ -68,7 +67,7 @@ async def test_tail_ratio_compares_raw_tail_with_the_raw_snapshot(tmp_path, rati
         seqs.reverse()
         codec = RecordCodec()
         sizes = {seq: raw_size((await store.get_snapshot(stream, seq)).data) for seq in seqs}
-        restored = await restore(store, codec, stream, trace.get_tracer("t"))
+        restored = await restore(store, codec, stream)
     assert len(seqs) >= 2
     for before, after in zip(seqs, seqs[1:]):
         tail = sum(raw[before:after])  # records before+1 .. after (seq s is raw[s - 1])

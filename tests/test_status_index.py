@@ -38,7 +38,7 @@ async def index_agrees(rt: Runtime) -> dict[str, str]:
     """Every stream's entry says what its journal says; returns agent id -> status."""
     found = {}
     async for stream in rt.store.list_streams(rt.namespace):
-        restored = await restore(rt.store, rt.codec, stream, rt.tracer)
+        restored = await restore(rt.store, rt.codec, stream, rt.telemetry)
         entry = await rt.store.get_index(stream)
         assert entry is not None, f"{stream} has no entry"
         want = entry_of(restored.state, 0.0)
@@ -141,7 +141,7 @@ async def test_a_missing_or_stale_entry_never_hides_a_runnable_agent(store_url):
         handles = await rt.resume_all()
         assert [h.agent_id for h in handles] == ["lost"], "the stale 'finished' entry hides 'stale' until a rebuild"
         await handles[0].wait()
-        reports = [r async for r in rebuild(rt.store, rt.codec, rt.namespace, rt.tracer)]
+        reports = [r async for r in rebuild(rt.store, rt.codec, rt.namespace, rt.telemetry)]
         assert {r.stream.agent_id: r.changed for r in reports} == {"lost": False, "stale": True}
         handles = await rt.resume_all()
         assert [h.agent_id for h in handles] == ["stale"]

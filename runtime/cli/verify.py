@@ -10,12 +10,12 @@ report names the stream, what is wrong and at which seq). The logic is
 from __future__ import annotations
 
 import click
-from opentelemetry import trace
 
 from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 
 from durably.runtime.status_index import RebuildReport, indexed, rebuild
+from durably.runtime.telemetry import Telemetry
 from durably.runtime.verify import StreamReport, verify_namespace
 
 from .options import EXIT_OK, EXIT_REFUSED, json_option, run_async, store_command
@@ -58,7 +58,7 @@ def _rebuild(store: str, namespace: str, codec: RecordCodec, json_mode: bool, ou
         async with open_store(store) as opened:
             if not indexed(opened):
                 return None
-            return [report async for report in rebuild(opened, codec, namespace, trace.get_tracer("durably"))]
+            return [report async for report in rebuild(opened, codec, namespace, Telemetry(namespace))]
 
     reports = run_async(go)
     if reports is None:

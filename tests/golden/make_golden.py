@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from opentelemetry.sdk.trace import TracerProvider
 
 from durably.runtime import Runtime, SnapshotPolicy
 from durably.cli.demo.survey import survey_agent, survey_task
@@ -51,7 +52,8 @@ AT = 1_760_000_000.5  # a fixed time for hand-built records
 
 #: Records of the kinds the survey run does not write, shaped as the runtime writes them.
 EXTRA: dict[Kind, dict[str, Any]] = {
-    Kind.RESUMED: {"worker": "golden:1", "pid": 1},
+    Kind.RESUMED: {"worker": "golden:1", "pid": 1, "trace": {"trace_id": "0af7651916cd43dd8448eb211c80319c",
+                                                              "span_id": "b7ad6b7169203331"}},
     Kind.MESSAGE_RECEIVED: {"role": "user", "content": "Keep it short."},
     Kind.PLAN_UPDATED: {"plan": ["read", "publish"]},
     Kind.ARTIFACT_STORED: {"name": "report.md", "digest": "0" * 64, "size": 1234},
@@ -83,7 +85,9 @@ def set_name() -> str:
 async def run_survey(url: str, workdir: Path) -> dict[str, Any]:
     """Run the survey to its approval; return the facts of its live state."""
     agent = survey_agent(workdir, latency=0)
-    async with Runtime(url, agents=[agent], snapshot_policy=SnapshotPolicy(every_records=4, tail_ratio=0)) as rt:
+    # Traced (an SDK provider that exports nowhere), so the started record holds its trace reference.
+    async with Runtime(url, agents=[agent], snapshot_policy=SnapshotPolicy(every_records=4, tail_ratio=0),
+                       tracer_provider=TracerProvider()) as rt:
         state = await rt.run(agent, AGENT_ID, survey_task(MODULES))
     assert state.status == "waiting_approval", state.status
     (approval,) = state.open_approvals()
@@ -110,12 +114,13 @@ async def export_frames(url: str, out: Path) -> tuple[list[dict[str, Any]], int]
     entries.append((f"snapshot-{snapshot.seq:03d}.bin", snapshot.data, snapshot.seq, None))
     for seq, (kind, data) in enumerate(sorted(EXTRA.items()), start=1):
         if kind.value not in seen:
-            entries.append((f"record-extra-{kind.value}.bin", codec.encode_record(Record(seq, kind.value, data, AT)), seq, kind.value))
+            record = Record(seq, kind.value, data, AT)
+            entries.append((f"record-extra-{kind.value}.bin", codec.encode_record(record, stream), seq, kind.value))
     out.mkdir()
     manifest = []
     for name, data, seq, kind in entries:
         (out / name).write_bytes(data)
-        frame = raw.decode(data)
+        frame = raw.decode(data, stream=stream, seq=seq)  # format 2 frames are bound to their place
         manifest.append({"file": f"frames/{name}", "schema": SCHEMA_NAMES[frame.schema_id], "schema_id": frame.schema_id,
                          "version": frame.schema_version, "seq": seq, "kind": kind, "compressed": bool(data[3] & 1),
                          "value": frame.value})

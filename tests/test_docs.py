@@ -1,0 +1,20 @@
+"""The docs site builds with ``mkdocs build --strict``: a broken link, a missing
+page or an API reference to a name that does not exist fails the suite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_docs_build_strict(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "site" / "reference" / "durably" / "index.html").exists()
+    reference = (tmp_path / "site" / "reference" / "durably" / "index.html").read_text(encoding="utf-8")
+    for name in ("Runtime", "AgentDefinition", "tool", "ModelResponse"):
+        assert f'id="durably.{name}"' in reference, name

@@ -1,0 +1,286 @@
+"""Spans and metrics against the OpenTelemetry GenAI semantic conventions.
+
+Captured with the SDK's in-memory span exporter and metric reader. What the
+conventions require (https://opentelemetry.io/docs/specs/semconv/gen-ai/):
+``invoke_agent {name}`` (INTERNAL for an in-process agent), ``chat {model}``
+(CLIENT), ``execute_tool {name}`` (INTERNAL), each with
+``gen_ai.operation.name``; ``gen_ai.provider.name`` on agent and inference
+spans; ``error.type`` and status ERROR on failure; the
+``gen_ai.client.operation.duration`` (s) and ``gen_ai.client.token.usage``
+({token}) histograms. durably adds ``durably.namespace`` everywhere and a link
+from a resumed activation to the one it continues.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import cbor2
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NoOpTracerProvider, SpanKind, StatusCode
+
+from durably.runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably.runtime.model_retry import RetryPolicy
+from durably.runtime.model import TransientModelError
+from durably.runtime.telemetry import Telemetry
+from durably.schemas.records import Kind
+from durably.storage.codec import Codec
+from durably.storage.registry import open_store
+from durably.storage.spi import StreamId
+from schema_wire import schema
+
+NAMESPACE = "tenant-a"
+
+
+class Recorder:
+    """An SDK tracer and meter provider with in-memory export, for one test."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def runtime(self, url: str, agents, **kw) -> Runtime:
+        return Runtime(url, agents=agents, namespace=NAMESPACE, tracer_provider=self.tracer_provider,
+                       meter_provider=self.meter_provider, **kw)
+
+    def spans(self, prefix: str = "") -> list:
+        return [s for s in self.exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+    def metrics(self) -> dict[str, Any]:
+        """Metric name -> the metric (unit, data points) from one collection."""
+        found = {}
+        for resource in self.reader.get_metrics_data().resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    found[metric.name] = metric
+        return found
+
+
+class ProviderModel:
+    """A scripted model that says who it is, as a real adapter does."""
+
+    name = "gpt-test"
+    provider = "openai"
+
+    def __init__(self, turns: list[ModelResponse | Exception]) -> None:
+        self.turns = list(turns)
+
+    async def respond(self, messages, tools) -> ModelResponse:
+        turn = self.turns.pop(0)
+        if isinstance(turn, Exception):
+            raise turn
+        return turn
+
+
+@tool(name="lookup")
+async def lookup(order: str) -> str:
+    return f"order {order}: shipped"
+
+
+@tool(name="broken")
+async def broken(order: str) -> str:
+    raise RuntimeError("the order service is down for order " + order)
+
+
+@tool(name="refund", requires_approval=True)
+async def refund(order: str) -> str:
+    return f"refunded {order}"
+
+
+def answer(text: str, *calls: ToolCall, stop: str = "end") -> ModelResponse:
+    return ModelResponse(text, calls, Usage(12, 5, 0.0), model="gpt-test-2025", stop_reason=stop)
+
+
+def url() -> str:
+    return f"memory://{uuid.uuid4().hex}"
+
+
+def only(spans: list):
+    assert len(spans) == 1, [s.name for s in spans]
+    return spans[0]
+
+
+async def test_agent_inference_and_tool_spans_follow_the_conventions() -> None:
+    rec = Recorder()
+    model = ProviderModel([answer("looking", ToolCall("c1", "lookup", {"order": "42"}), stop="tool_use"),
+                           answer("it shipped")])
+    agent = AgentDefinition(name="support", model=model, tools=[lookup])
+    async with rec.runtime(url(), [agent]) as rt:
+        state = await rt.run("support", "t-1", "where is order 42?")
+    assert state.status == "finished"
+
+    run = only(rec.spans("invoke_agent"))
+    assert run.name == "invoke_agent support" and run.kind is SpanKind.INTERNAL
+    assert {k: run.attributes[k] for k in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.agent.id",
+                                           "gen_ai.agent.name", "gen_ai.conversation.id", "gen_ai.request.model",
+                                           "durably.agent.status")} == {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "openai", "gen_ai.agent.id": "t-1",
+        "gen_ai.agent.name": "support", "gen_ai.conversation.id": "t-1", "gen_ai.request.model": "gpt-test",
+        "durably.agent.status": "finished"}
+    assert run.status.status_code is StatusCode.UNSET and "error.type" not in run.attributes
+
+    chats = rec.spans("chat")
+    assert [c.name for c in chats] == ["chat gpt-test", "chat gpt-test"]
+    for chat in chats:
+        assert chat.kind is SpanKind.CLIENT and chat.parent.span_id == run.context.span_id
+        attrs = chat.attributes
+        assert attrs["gen_ai.operation.name"] == "chat" and attrs["gen_ai.provider.name"] == "openai"
+        assert attrs["gen_ai.request.model"] == "gpt-test" and attrs["gen_ai.response.model"] == "gpt-test-2025"
+        assert attrs["gen_ai.usage.input_tokens"] == 12 and attrs["gen_ai.usage.output_tokens"] == 5
+        assert attrs["gen_ai.conversation.id"] == "t-1"
+    assert [tuple(c.attributes["gen_ai.response.finish_reasons"]) for c in chats] == [("tool_calls",), ("stop",)]
+
+    call = only(rec.spans("execute_tool"))
+    assert call.name == "execute_tool lookup" and call.kind is SpanKind.INTERNAL
+    assert call.parent.span_id == run.context.span_id
+    assert {k: call.attributes[k] for k in ("gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id",
+                                            "gen_ai.tool.type")} == {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", "gen_ai.tool.call.id": "c1",
+        "gen_ai.tool.type": "function"}
+
+    # The tenant is visible on every span, durably's own included.
+    names = set()
+    for span in rec.exporter.get_finished_spans():
+        names.add(span.name)
+        assert span.attributes["durably.namespace"] == NAMESPACE, span.name
+    assert {"durably.checkpoint.save", "durably.journal.append"} <= names
+
+
+async def test_metrics_use_the_conventions_instruments_and_units() -> None:
+    rec = Recorder()
+    model = ProviderModel([answer("looking", ToolCall("c1", "lookup", {"order": "7"})), answer("done")])
+    agent = AgentDefinition(name="support", model=model, tools=[lookup])
+    policy = SnapshotPolicy(every_records=2, tail_ratio=0.0)
+    async with rec.runtime(url(), [agent], snapshot_policy=policy) as rt:
+        await rt.run("support", "t-2", "order 7?")
+        await rt.status("t-2")  # a restore
+    metrics = rec.metrics()
+
+    duration = metrics["gen_ai.client.operation.duration"]
+    assert duration.unit == "s"
+    (point,) = duration.data.data_points
+    assert point.count == 2 and point.sum > 0
+    assert dict(point.attributes) == {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+                                      "gen_ai.request.model": "gpt-test", "durably.namespace": NAMESPACE}
+    usage = metrics["gen_ai.client.token.usage"]
+    assert usage.unit == "{token}"
+    by_type = {p.attributes["gen_ai.token.type"]: p for p in usage.data.data_points}
+    assert (by_type["input"].sum, by_type["output"].sum) == (24, 10)
+    assert by_type["input"].attributes["gen_ai.response.model"] == "gpt-test-2025"
+
+    for operation in ("checkpoint.save", "checkpoint.restore", "snapshot.save"):
+        latency, size = metrics[f"durably.{operation}.duration"], metrics[f"durably.{operation}.size"]
+        assert (latency.unit, size.unit) == ("s", "By"), operation
+        (lat,), (byt,) = latency.data.data_points, size.data.data_points
+        assert lat.count >= 1 and lat.sum > 0 and byt.sum > 0, operation
+        assert lat.attributes["durably.namespace"] == NAMESPACE
+
+
+async def test_failures_set_error_type_and_status_error_on_every_span_they_touch() -> None:
+    rec = Recorder()
+    model = ProviderModel([answer("trying", ToolCall("c1", "broken", {"order": "9"})),
+                           PermissionError("invalid api key")])
+    agent = AgentDefinition(name="support", model=model, tools=[broken], retry=RetryPolicy(attempts=1))
+    async with rec.runtime(url(), [agent]) as rt:
+        state = await rt.run("support", "t-3", "order 9?")
+    assert state.status == "failed"
+
+    call = only(rec.spans("execute_tool"))
+    assert call.status.status_code is StatusCode.ERROR and call.attributes["error.type"] == "RuntimeError"
+    failed_chat = rec.spans("chat")[-1]
+    assert failed_chat.status.status_code is StatusCode.ERROR and failed_chat.attributes["error.type"] == "PermissionError"
+    run = only(rec.spans("invoke_agent"))
+    assert run.status.status_code is StatusCode.ERROR and run.attributes["error.type"] == "PermissionError"
+    assert run.attributes["durably.agent.status"] == "failed"
+    # Types only: the messages may quote arguments (personal data), never put on a span.
+    for span in rec.exporter.get_finished_spans():
+        assert "order 9" not in str(span.attributes) and "down" not in str(span.status.description)
+        assert all(set(event.attributes) == {"exception.type"} for event in span.events)
+    assert [e.attributes["exception.type"] for e in call.events] == ["builtins.RuntimeError"]
+    (point,) = [p for p in rec.metrics()["gen_ai.client.operation.duration"].data.data_points
+                if "error.type" in p.attributes]
+    assert point.attributes["error.type"] == "PermissionError" and point.count == 1
+
+
+async def test_retries_and_resumes_are_counted() -> None:
+    rec = Recorder()
+    model = ProviderModel([TransientModelError("overloaded"), answer("done")])
+    retrying = AgentDefinition(name="support", model=model,
+                               retry=RetryPolicy(attempts=2, initial_s=0.0, max_s=0.0, jitter_s=0.0))
+    async with rec.runtime(url(), [retrying]) as rt:
+        assert (await rt.run("support", "t-4", "hello")).status == "finished"
+    counters = rec.metrics()
+    (retry,) = counters["durably.retries"].data.data_points
+    assert retry.value == 1 and retry.attributes["durably.retry.kind"] == "model"
+    assert "durably.resumes" not in counters  # a start is not a resume
+
+
+async def test_a_resumed_run_links_to_the_run_it_continues_through_the_journal() -> None:
+    rec = Recorder()
+    store_url = url()
+    model = ProviderModel([answer("refunding", ToolCall("c1", "refund", {"order": "5"})), answer("refunded")])
+    agent = AgentDefinition(name="support", model=model, tools=[refund])
+    async with open_store(store_url) as store:
+        async with rec.runtime(store, [agent]) as rt:
+            parked = await rt.run("support", "t-5", "refund order 5")
+        assert parked.status == "waiting_approval"
+        # Approved from another process (a fresh runtime on the same store): it resumes there.
+        async with rec.runtime(store, [agent]) as rt:
+            await rt.approve("t-5", parked.open_approvals()[0]["approval_id"])
+            state = await rt.wait("t-5", until="finished", timeout=30)
+        assert state.status == "finished"
+
+        first, second = rec.spans("invoke_agent")
+        assert not first.links
+        (link,) = second.links
+        assert (link.context.trace_id, link.context.span_id) == (first.context.trace_id, first.context.span_id)
+        (resumes,) = rec.metrics()["durably.resumes"].data.data_points
+        assert resumes.value == 1
+
+        # What made the link possible is in the journal, at record schema version 4.
+        stream = StreamId(NAMESPACE, "t-5")
+        frames = [stored async for stored in store.read(stream)]
+    references = {}
+    for stored in frames:
+        frame = Codec().decode(stored.data, stream=stream, seq=stored.seq)
+        schema("record-v4.cddl").validate_cbor(cbor2.dumps(frame.value))
+        if frame.value["k"] in (Kind.STARTED, Kind.RESUMED):
+            references[frame.value["k"]] = frame.value["d"]["trace"]
+    assert references[Kind.STARTED] == {"trace_id": format(first.context.trace_id, "032x"),
+                                        "span_id": format(first.context.span_id, "016x")}
+    assert references[Kind.RESUMED]["span_id"] == format(second.context.span_id, "016x")
+
+
+@pytest.mark.parametrize("provider", [None, NoOpTracerProvider()], ids=["global-proxy", "no-op"])
+async def test_nothing_records_means_no_span_or_instrument_objects(provider) -> None:
+    # No SDK installed globally in this process: the API hands out its proxy provider.
+    telemetry = Telemetry("default", provider)
+    assert telemetry.tracer is None and telemetry.metrics is None
+    with telemetry.span("durably.checkpoint.save") as span:
+        assert span is None
+    model = ProviderModel([answer("looking", ToolCall("c1", "lookup", {"order": "1"})), answer("done")])
+    async with Runtime(url(), agents=[AgentDefinition(name="support", model=model, tools=[lookup])],
+                       tracer_provider=provider) as rt:
+        assert rt.telemetry.tracer is None and rt.telemetry.metrics is None
+        assert rt._services.committer._tracer is None
+        assert (await rt.run("support", "t-6", "order 1?")).status == "finished"
+        # Untraced, so nothing of tracing is journaled.
+        assert (await rt.status("t-6")).trace is None
+
+
+def test_importing_durably_does_not_import_opentelemetry() -> None:
+    # Issue 16 item 9: OpenTelemetry loads when the first Runtime is built, not at import.
+    code = "import sys, durably.runtime, durably.storage; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
