@@ -1,10 +1,16 @@
 """Group commit: many agents' appends share one ``append_batch`` call.
 
 The leader/follower scheme of database WALs (PostgreSQL's ``commit_delay``,
-MySQL's binlog group commit): an append enqueues itself and takes the commit
-lock; whoever holds the lock commits everything queued so far, so while one
-transaction is being made durable, the next one fills up. No background task:
-the first waiter does the work, which keeps structured concurrency intact.
+MySQL's binlog group commit): an append enqueues itself; if no commit is in
+flight it leads one at once, committing everything queued so far, else it
+waits for the one in flight to finish, so while one transaction is being made
+durable, the next one fills up. No background task: a waiter does the work,
+which keeps structured concurrency intact.
+
+An append that finds nothing in flight and nothing queued takes no lock and
+no cancel scope (each costs an event-loop round trip): it goes straight to
+the store. Only a batch that holds other tasks' appends is shielded from its
+leader's cancellation, so that every waiter learns its real outcome.
 
 Each ``append`` returns only after the batch that holds it is durable.
 """
@@ -34,7 +40,7 @@ class GroupCommitter:
     ``tracer`` (OpenTelemetry; default the global ``durably`` tracer): each
     commit is a ``durably.journal.append`` span with the appends, records and
     stored bytes it carried. Use one per store per process; ``append`` is safe
-    from any number of tasks.
+    from any number of tasks of one event loop.
     """
 
     def __init__(self, store: Store, *, max_batch: int = 512, tracer: trace.Tracer | None = None) -> None:
@@ -42,7 +48,8 @@ class GroupCommitter:
         self._tracer = tracer or trace.get_tracer("durably")
         self._max_batch = max_batch
         self._queue: list[_Pending] = []
-        self._lock = anyio.Lock()
+        self._busy = False  # a batch is in the store's hands
+        self._idle: anyio.Event | None = None  # set when that batch is done; created by the first waiter
         self.batches = 0  # commits made; appends / batches is the grouping factor
 
     async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
@@ -50,32 +57,57 @@ class GroupCommitter:
 
         Raises ``ConflictError`` (stale expected seq, nothing written),
         ``StoreUnavailableError`` (outcome unknown: re-read before retrying) and
-        ``InvalidRequestError``.
+        ``InvalidRequestError``. Cancelled while its batch is in the store, a
+        lone append's outcome is unknown (as for any cancelled write); one
+        sharing its batch with others completes it first.
         """
         request = AppendRequest(stream, expected_seq, records)
         check_append(request)  # here, so one malformed append cannot fail its whole batch
         pending = _Pending(request)
-        self._queue.append(pending)
-        try:
-            async with self._lock:
-                # A loop: with more than max_batch queued, one commit may not reach us.
+        if not self._busy and not self._queue:
+            await self._commit([pending])  # the fast path: nobody to wait for, nobody to group with
+        else:
+            self._queue.append(pending)
+            try:
+                # A loop: a batch in flight may not hold us, nor may one capped at max_batch.
                 while pending.outcome is None:
-                    await self._commit_queued()
-        except BaseException:
-            # Cancelled while waiting: if no leader took the request yet, withdraw it,
-            # else a retry with the same expected seq would conflict with this orphan.
-            self._queue = [p for p in self._queue if p is not pending]
-            raise
+                    if self._busy:
+                        if self._idle is None:
+                            self._idle = anyio.Event()
+                        await self._idle.wait()
+                    else:
+                        batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+                        await self._commit(batch)
+            except BaseException:
+                # Cancelled while waiting: if no leader took the request yet, withdraw it,
+                # else a retry with the same expected seq would conflict with this orphan.
+                self._queue = [p for p in self._queue if p is not pending]
+                raise
         outcome = pending.outcome
         if isinstance(outcome, BaseException):
             raise outcome
+        assert outcome is not None  # _commit sets every outcome of its batch, or raises
         return outcome
 
-    async def _commit_queued(self) -> None:
-        batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
-        # Shielded: once handed to the store, a batch must finish so that every
-        # waiter learns its real outcome; a cancelled leader must not strand them.
-        with anyio.CancelScope(shield=True), self._tracer.start_as_current_span("durably.journal.append") as span:
+    async def _commit(self, batch: list[_Pending]) -> None:
+        """Hand ``batch`` to the store as one ``append_batch``; set every outcome."""
+        self._busy = True
+        try:
+            if len(batch) == 1:
+                await self._store_batch(batch)
+            else:
+                # Shielded: once handed to the store, a batch must finish so that every
+                # waiter learns its real outcome; a cancelled leader must not strand them.
+                with anyio.CancelScope(shield=True):
+                    await self._store_batch(batch)
+        finally:
+            self._busy = False
+            idle, self._idle = self._idle, None
+            if idle is not None:
+                idle.set()  # the waiters: one of them leads the next batch
+
+    async def _store_batch(self, batch: list[_Pending]) -> None:
+        with self._tracer.start_as_current_span("durably.journal.append") as span:
             span.set_attribute("durably.append.count", len(batch))
             span.set_attribute("durably.record.count", sum(len(p.request.records) for p in batch))
             span.set_attribute("durably.bytes.stored", sum(len(r) for p in batch for r in p.request.records))
@@ -92,7 +124,7 @@ class GroupCommitter:
                 for p in batch:
                     p.outcome = outcome
                 if not isinstance(exc, Exception):
-                    raise  # KeyboardInterrupt and the like still end the leader
+                    raise  # cancellation, KeyboardInterrupt and the like still end the leader
                 return
         self.batches += 1
         for p, result in zip(batch, results, strict=True):
