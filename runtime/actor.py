@@ -34,6 +34,7 @@ from .tool_calls import ToolCalls, record_error
 from .tools import ToolArgumentsError, idempotency_key
 
 log = logging.getLogger("durably.actor")
+_FLUSH_ON_EXIT_S = 5.0  # how long a cancelled actor may spend committing a staged tool result
 
 
 class AgentActor(ToolCalls):
@@ -87,6 +88,10 @@ class AgentActor(ToolCalls):
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await self.journal.append((Kind.FAILED, {"reason": f"internal error: {type(exc).__name__}"}))
         finally:
+            if self.journal.staged:
+                # Cancelled (a shutdown) right after a tool ran: its result is a fact, keep it.
+                with anyio.move_on_after(_FLUSH_ON_EXIT_S, shield=True), contextlib.suppress(Exception):
+                    await self.journal.flush()
             self._close_mailbox()
             self.done.set()
 
@@ -108,6 +113,7 @@ class AgentActor(ToolCalls):
                 await self.journal.append((Kind.BUDGET_EXCEEDED, limit))
             elif not await self._compact_history():
                 await self._model_step()
+        await self.journal.flush()  # a drain or a park right after a tool ran: its result is durable first
 
     async def _compact_history(self) -> bool:
         """Shorten the conversation if the ``HistoryPolicy`` says so; True if it did.
@@ -123,7 +129,10 @@ class AgentActor(ToolCalls):
         data: dict[str, Any] = {"first": first, "count": count}
         if policy.summarize is not None:
             try:
-                data["summary"] = await policy.summarize(self.state.messages[first:first + count])
+                async with self.journal.overlapped():
+                    data["summary"] = await policy.summarize(self.state.messages[first:first + count])
+            except (AgentFencedError, StoreUnavailableError):
+                raise  # the staged result's commit failed: nothing more can be written
             except Exception as exc:
                 log.warning("agent %s: summariser failed (%s), history kept for now", self.state.agent_id,
                             type(exc).__name__)
@@ -241,7 +250,9 @@ class AgentActor(ToolCalls):
                                                            "transient": is_transient(exc), "retry_in": wait_s}))
 
         try:
-            return await self.definition.retry.call(attempt, failed)
+            # The last tool result is committed while the model thinks (or with its answer).
+            async with self.journal.overlapped():
+                return await self.definition.retry.call(attempt, failed)
         except (AgentFencedError, StoreUnavailableError):
             raise
         except Exception as exc:
