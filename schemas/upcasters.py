@@ -16,7 +16,7 @@ Adding version 2 of a schema, in one change:
 2. register the upcaster here::
 
        @upcaster(RECORD_SCHEMA_ID, 1)
-       def record_v1_to_v2(value: dict) -> dict:
+       def record_v1_to_v2(value: dict[str, Any]) -> dict[str, Any]:
            ...  # return a new dict; never mutate ``value``
 
 3. bump ``CURRENT_VERSIONS`` in ``schemas/records.py`` and teach the runtime
@@ -118,28 +118,28 @@ from .records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID  # noqa: E402  (the re
 
 
 @upcaster(RECORD_SCHEMA_ID, 1)
-def record_v1_to_v2(value: dict) -> dict:
+def record_v1_to_v2(value: dict[str, Any]) -> dict[str, Any]:
     """Record version 2 only adds the kind ``forked``: every version-1 record is a
     version-2 record as it is (a copy, so the stored value is never touched)."""
     return dict(value)
 
 
 @upcaster(SNAPSHOT_SCHEMA_ID, 1)
-def snapshot_v1_to_v2(value: dict) -> dict:
+def snapshot_v1_to_v2(value: dict[str, Any]) -> dict[str, Any]:
     """Snapshot version 2 adds ``forked_from`` to the state; no version-1 agent
     was a fork (forks came with version 2), so it is null."""
     return {**value, "state": {**value["state"], "forked_from": None}}
 
 
 @upcaster(RECORD_SCHEMA_ID, 2)
-def record_v2_to_v3(value: dict) -> dict:
+def record_v2_to_v3(value: dict[str, Any]) -> dict[str, Any]:
     """Record version 3 only adds (two kinds, an optional field, tagged values):
     every version-2 record is a version-3 record as it is (a copy)."""
     return dict(value)
 
 
 @upcaster(SNAPSHOT_SCHEMA_ID, 2)
-def snapshot_v2_to_v3(value: dict) -> dict:
+def snapshot_v2_to_v3(value: dict[str, Any]) -> dict[str, Any]:
     """Snapshot version 3 only adds an optional field: every version-2 snapshot
     is a version-3 snapshot as it is (a copy)."""
     return dict(value)
