@@ -44,11 +44,14 @@ from .state import RUNNING, AgentState, apply
 
 _REBASE_ATTEMPTS = 8  # commands racing one append: each retry folds in what came first
 _MISSING = object()
-# After this many model calls in a row quicker than a commit, a staged result is no
-# longer committed during the call (a task per step for nothing) but with its answer:
-# it then waits about a model call, less than a commit, to be durable. A slower call
-# makes the next ones overlap again.
+# After this many model calls in a row that answered before their overlapped commit
+# could even start (they never waited), a staged result is no longer committed during
+# the call (a task per step for nothing) but with its answer. A call that takes longer
+# than a commit, and than _QUICK_S, makes the next ones overlap again: so a staged
+# result waits for durability about one quick model call more, never a slow one more
+# than once in a row.
 _QUICK_BODIES = 4
+_QUICK_S = 0.001
 _FACTS = frozenset({Kind.MODEL_RESPONDED, Kind.TOOL_RESULT, Kind.MODEL_FAILED})  # happened: journaled whatever came in
 
 
@@ -119,7 +122,8 @@ class AgentJournal:
         self._flush_error: BaseException | None = None  # why a background commit of staged records failed
         self._hold = False  # an overlapped body ended: a flush not yet started leaves them to the next append
         self._commit_s = 0.0  # how long the last commit took
-        self._quick_bodies = 0  # overlapped bodies in a row that took less than a commit
+        self._quick_bodies = 0  # overlapped bodies in a row that ended before their commit started
+        self._flush_started = False
 
     @property
     def durable_seq(self) -> int:
@@ -174,15 +178,17 @@ class AgentJournal:
         carries. A failed commit cancels the body and is raised here (and by the
         next append); the body's own errors come out as they are, after the commit.
         """
-        if not self._staged or self._quick_bodies >= _QUICK_BODIES:
-            # Nothing to commit, or a model that answers faster than a commit: its answer
-            # will carry the staged records, and the task costs more than it saves.
+        if not self._staged:
+            yield
+            return
+        if self._quick_bodies >= _QUICK_BODIES:
+            # A model that answers without waiting: its answer will carry the staged records.
             start = time.perf_counter()
             yield
-            self._timed(time.perf_counter() - start)
+            if time.perf_counter() - start > max(self._commit_s, _QUICK_S):
+                self._quick_bodies = 0
             return
-        start = time.perf_counter()
-        self._hold = False
+        self._hold = self._flush_started = False
         failure: BaseException | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._flush_soon, tg.cancel_scope)
@@ -192,18 +198,16 @@ class AgentJournal:
                 failure = exc
             finally:
                 self._hold = True
-                self._timed(time.perf_counter() - start)
+                self._quick_bodies = 0 if self._flush_started else self._quick_bodies + 1
         if self._flush_error is not None:
             raise self._flush_error
         if failure is not None:
             raise failure
 
-    def _timed(self, body_s: float) -> None:
-        self._quick_bodies = self._quick_bodies + 1 if body_s < self._commit_s else 0
-
     async def _flush_soon(self, scope: anyio.CancelScope) -> None:
         if self._hold or not self._staged or self._inflight is not None:
             return  # the body is over, or an append of the actor carries them
+        self._flush_started = True
         try:
             await self.append()
         except Exception as exc:  # the body cannot act on anything now; the actor stops on it
