@@ -26,7 +26,7 @@ from . import telemetry as tm
 from .agent import AgentDefinition
 from .commands import Command, to_record
 from .errors import AgentFencedError, InvalidCommandError
-from .journal import AgentJournal
+from .agent_journal import AgentJournal
 from .model import ModelResponse, check_reply
 from .model_retry import is_transient
 from .state import RUNNING, AgentState

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from durably.storage.errors import CodecError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import CAP_LEASES, Store, StreamId
 
 from .errors import AgentNotFoundError

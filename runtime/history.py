@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durably.schemas.records import KINDS, Kind, Record
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from .errors import AgentNotFoundError, InvalidCommandError

@@ -28,7 +28,7 @@ from durably.schemas.records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_N
 from durably.schemas.upcasters import upcast
 from durably.storage.codec import check_encodable
 from durably.storage.errors import CodecError, UnencodableValueError, UnknownSchemaVersionError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from .agent import AgentDefinition, OnDefinitionChange

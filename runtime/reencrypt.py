@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from durably.schemas.records import Kind, Record
 from durably.storage.crypto import key_id_of
 from durably.storage.errors import ConflictError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from .restore import restore

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from durably.schemas.records import Kind
 from durably.storage.codec import raw_size
 from durably.storage.errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from . import telemetry as tm

@@ -27,8 +27,8 @@ from opentelemetry import trace
 from durably.schemas.records import Kind
 from durably.storage.codec import FrameCipher
 from durably.storage.errors import CodecError
-from durably.storage.journal import GroupCommitter
-from durably.storage.records import RecordCodec
+from durably.storage.group_commit import GroupCommitter
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import Lease, Store, StreamId
 
@@ -46,7 +46,7 @@ from .errors import (
     DefinitionNotRegisteredError,
     InvalidCommandError,
 )
-from .journal import AgentJournal, JournalServices
+from .agent_journal import AgentJournal, JournalServices
 from .inspection import Inspection
 from .leases import LeaseKeeper
 from .owner import LeaseHolder

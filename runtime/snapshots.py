@@ -20,7 +20,7 @@ import anyio
 
 from durably.storage.codec import raw_size
 from durably.storage.errors import DurablyError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm

@@ -4,7 +4,7 @@ Span names and ``gen_ai.*`` attributes follow the OpenTelemetry GenAI semantic
 conventions (``invoke_agent {name}``, ``chat {model}``, ``execute_tool {name}``);
 durably's own spans are ``durably.checkpoint.save``, ``durably.checkpoint.restore``
 and ``durably.snapshot.save``; ``durably.journal.append`` comes from the group
-committer in ``durably.storage.journal``. Attributes carry ids and sizes only,
+committer in ``durably.storage.group_commit``. Attributes carry ids and sizes only,
 never content: prompts, arguments and results may hold personal data.
 
 Without an SDK configured the API's no-op tracer makes all of this nearly free.

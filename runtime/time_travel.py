@@ -22,7 +22,7 @@ from contextlib import aclosing
 
 from durably.schemas.records import Kind, Record
 from durably.storage.errors import ConflictError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from .errors import AgentExistsError, AgentNotFoundError, SeqOutOfRangeError

@@ -24,7 +24,7 @@ import anyio
 
 from durably.schemas.records import Kind, Record
 from durably.storage.errors import CodecError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from .errors import AgentNotFoundError, InvalidCommandError, WaitTimeoutError

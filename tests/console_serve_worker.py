@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 
 from durably.runtime import Runtime
-from durably.runtime.demo.survey import survey_agent
+from durably.cli.demo.survey import survey_agent
 
 
 async def main(args: argparse.Namespace) -> None:

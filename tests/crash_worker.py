@@ -35,9 +35,9 @@ import anyio
 sys.path.insert(0, str(Path(__file__).parent))
 
 from durably.runtime import AgentExistsError, Runtime, SnapshotPolicy  # noqa: E402
-from durably.runtime.journal import AgentJournal  # noqa: E402
+from durably.runtime.agent_journal import AgentJournal  # noqa: E402
 from durably.schemas.records import Kind  # noqa: E402
-from durably.storage.journal import GroupCommitter  # noqa: E402
+from durably.storage.group_commit import GroupCommitter  # noqa: E402
 from support_agents import append_line, file_agent  # noqa: E402
 
 counts: dict[str, int] = {}

@@ -52,10 +52,10 @@ from durably.runtime import (  # noqa: E402
     SnapshotPolicy,
     tool,
 )
-from durably.runtime.journal import AgentJournal  # noqa: E402
+from durably.runtime.agent_journal import AgentJournal  # noqa: E402
 from durably.runtime.snapshots import SnapshotWriter  # noqa: E402
 from durably.schemas.records import Kind  # noqa: E402
-from durably.storage.journal import GroupCommitter  # noqa: E402
+from durably.storage.group_commit import GroupCommitter  # noqa: E402
 from support_agents import StepModel, append_line, read_lines  # noqa: E402
 
 counts: dict[str, int] = {}

@@ -21,7 +21,7 @@ from durably.bench.report import write_json
 from durably.bench.runner import run_bench
 from durably.bench.suites import SUITES
 from durably.bench.workload import MAX_RESULT_CHARS, TOOL_NAMES, Workload, journal_entries
-from durably.runtime.cli import build_parser
+from durably.cli.main import build_parser
 
 TINY = Sizes(append_records=8, append_concurrency=(1, 16), conversations=(24,), agents=3, agent_steps=4,
              growth_steps=24, restore_records=(10, 250), restore_repeats=2, codec_steps=40, overhead_steps=12,

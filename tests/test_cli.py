@@ -15,10 +15,10 @@ import click
 import pytest
 
 from durably.runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
-from durably.runtime.cli import cli, main
-from durably.runtime.demo.survey import survey_agent
+from durably.cli.main import cli, main
+from durably.cli.demo.survey import survey_agent
 from durably.runtime.state import AgentState, apply
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import StreamId
 
@@ -27,7 +27,7 @@ DEMO_AGENT = "stdlib-survey-7"
 
 def durably(*argv: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
     environment = {**os.environ, "COLUMNS": "250", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "durably.runtime.cli", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "durably.cli", *argv], capture_output=True, text=True,
                           timeout=300, env=environment, **kw)
 
 
@@ -43,7 +43,7 @@ def demo_store(tmp_path_factory) -> dict:
 
 
 def test_history_json_is_one_document_json_tool_reads(demo_store) -> None:
-    pipeline = (f"{sys.executable} -m durably.runtime.cli history {DEMO_AGENT} --namespace demo --json"
+    pipeline = (f"{sys.executable} -m durably.cli history {DEMO_AGENT} --namespace demo --json"
                 f" | {sys.executable} -m json.tool")
     proc = subprocess.run(pipeline, shell=True, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **demo_store["env"]})
@@ -107,7 +107,7 @@ async def test_a_fork_made_by_the_cli_is_finished_by_serve(demo_store, tmp_path)
 
 def test_show_of_a_sigkilled_agent_names_its_dead_holder(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    worker = [sys.executable, "-m", "durably.runtime.demo.worker", "--store", url, "--namespace", "default",
+    worker = [sys.executable, "-m", "durably.cli.demo.worker", "--store", url, "--namespace", "default",
               "--agent-id", "victim", "--workdir", str(tmp_path / "work"), "--modules", "colorsys,bisect",
               "--crash-at", "2:tool:before_effect"]
     killed = subprocess.run(worker, capture_output=True, text=True, timeout=120)
@@ -175,7 +175,7 @@ def test_purge_asks_on_a_terminal_and_takes_yes_and_dry_run(tmp_path) -> None:
     # On a terminal: the question is asked; "n" keeps the agent.
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "durably.runtime.cli", "purge", "only", "--store", url],
+        proc = subprocess.Popen([sys.executable, "-m", "durably.cli", "purge", "only", "--store", url],
                                 stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         os.write(leader, b"n\n")
         out, _ = proc.communicate(timeout=60)
@@ -187,7 +187,7 @@ def test_purge_asks_on_a_terminal_and_takes_yes_and_dry_run(tmp_path) -> None:
     # sweep asks the same way, after listing what it would purge.
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "durably.runtime.cli", "sweep", "--default", "0s", "--store", url],
+        proc = subprocess.Popen([sys.executable, "-m", "durably.cli", "sweep", "--default", "0s", "--store", url],
                                 stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         os.write(leader, b"n\n")
         out, _ = proc.communicate(timeout=60)

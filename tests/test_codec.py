@@ -1,4 +1,4 @@
-"""The frame codec (storage/codec.py) and the record/snapshot layer (storage/records.py).
+"""The frame codec (storage/codec.py) and the record/snapshot layer (runtime/record_codec.py).
 
 What is checked: every record kind and a snapshot round-trip; any flipped byte,
 truncation, trailing garbage or bad magic is reported as corruption, never
@@ -30,7 +30,7 @@ from durably.storage.errors import (
     UnencodableValueError,
     UnknownSchemaVersionError,
 )
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
 
 STREAM = StreamId("tests", "agent-1")

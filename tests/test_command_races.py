@@ -14,7 +14,7 @@ import pytest
 from durably.runtime import AgentDefinition, Budget, InvalidCommandError, ModelResponse, Runtime, ToolCall, tool
 from durably.schemas.records import Kind
 from durably.storage import StreamId, open_store
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 
 
 def gated() -> AgentDefinition:

@@ -22,7 +22,7 @@ import pytest
 from durably.runtime import AgentLeasedError, Runtime
 from durably.schemas.records import Kind
 from durably.storage import StreamId, open_store
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from support_agents import read_lines
 from serve_worker import slow_file_agent
 

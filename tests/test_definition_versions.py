@@ -13,7 +13,7 @@ from durably.runtime.migrate import DefinitionMigrationError, definition_change_
 from durably.runtime.restore import restore
 from durably.runtime.state import NEEDS_MIGRATION
 from durably.runtime.telemetry import tracer as make_tracer
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import StreamId
 

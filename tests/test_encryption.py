@@ -12,7 +12,7 @@ import zlib
 import pytest
 
 from durably.runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably.runtime.cli import main as cli_main
+from durably.cli.main import main as cli_main
 from durably.runtime.reencrypt import COMPACTED, CURRENT, SNAPSHOT_REWRITTEN, key_census
 from durably.runtime.retention import last_activity
 from durably.schemas.records import RECORD_SCHEMA_ID, Kind, Record
@@ -27,7 +27,7 @@ from durably.storage.crypto import (
     key_id_of,
 )
 from durably.storage.errors import CorruptRecordError, DecryptionError, EncryptionRequiredError, UnknownKeyError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import StoredRecord, StoredSnapshot
 from privacy_support import ScriptModel, files_bytes, s3_bytes, spi_frames
 

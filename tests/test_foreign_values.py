@@ -15,7 +15,7 @@ import uuid
 import anyio
 import pytest
 
-from durably.adapters.s3_keys import StreamKeys
+from durably.adapters.s3.keys import StreamKeys
 from durably.runtime import Runtime, SnapshotPolicy
 from durably.storage import StreamId
 from durably.storage.errors import CorruptRecordError

@@ -19,7 +19,7 @@ from schema_wire import validate_frame
 
 from durably.storage.codec import FORMAT_VERSION, UNBOUND_FORMAT, Codec
 from durably.storage.errors import CorruptRecordError, InvalidRequestError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
 
 FORMAT2 = Path(__file__).resolve().parent / "golden" / "format2"

@@ -23,10 +23,10 @@ import pytest
 from schema_wire import validate_frame
 
 from durably.runtime import AgentState, Runtime
-from durably.runtime.demo.survey import survey_agent
+from durably.cli.demo.survey import survey_agent
 from durably.schemas.records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
 from durably.storage.codec import Codec
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import StoredRecord, StoredSnapshot
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

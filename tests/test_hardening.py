@@ -23,7 +23,7 @@ from durably.runtime.agent import HistoryPolicy
 from durably.schemas.records import Kind
 from durably.storage import StreamId, UnencodableValueError, open_store
 from durably.storage.codec import Codec, CodecLimits
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from support_agents import StepModel, list_agent
 
 

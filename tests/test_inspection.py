@@ -15,7 +15,7 @@ import pytest
 from support_agents import list_agent
 
 from durably.runtime import Runtime, SnapshotPolicy
-from durably.runtime.demo.survey import survey_agent, survey_task
+from durably.cli.demo.survey import survey_agent, survey_task
 from durably.runtime.errors import (
     AgentExistsError,
     AgentNotFoundError,
@@ -25,7 +25,7 @@ from durably.runtime.errors import (
 )
 from durably.runtime.state import AgentState, apply
 from durably.schemas.records import Kind, Record
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 
 WORKER = Path(__file__).parent / "approval_worker.py"
 

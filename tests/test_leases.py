@@ -20,7 +20,7 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from durably.adapters.sqlite import SCHEMA_VERSION, SQLiteStore
+from durably.adapters.sqlite.store import SCHEMA_VERSION, SQLiteStore
 from durably.storage import open_store
 from durably.storage.errors import InvalidRequestError
 from durably.storage.spi import CAP_LEASES, Lease, StreamId

@@ -20,15 +20,15 @@ import pytest
 from schema_wire import header_fields
 
 from durably.runtime import Runtime, SnapshotPolicy
-from durably.runtime.cli import main
-from durably.runtime.demo.survey import survey_agent, survey_task
+from durably.cli.main import main
+from durably.cli.demo.survey import survey_agent, survey_task
 from durably.runtime.migrate import migrate_store
 from durably.runtime.restore import restore
 from durably.runtime.telemetry import tracer as make_tracer
 from durably.schemas import records as schemas
 from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
 from durably.storage.errors import UnknownSchemaVersionError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import StreamId
 

@@ -24,7 +24,7 @@ from durably.models.anthropic import AnthropicModel
 from durably.models.openai import OpenAIChatModel
 from durably.runtime import AgentDefinition, RetryPolicy, Runtime, tool
 from durably.schemas.records import Kind
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 
 FAST = RetryPolicy(attempts=6, initial_s=0.01, max_s=0.02, jitter_s=0.0)
 charged: list[int] = []

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from durably.adapters import memory
-from durably.adapters.s3_keys import StreamKeys
+from durably.adapters.s3.keys import StreamKeys
 from durably.runtime import (
     AgentDefinition,
     AgentNotFoundError,
@@ -24,7 +24,7 @@ from durably.runtime import (
     Usage,
     tool,
 )
-from durably.runtime.cli import main as cli_main
+from durably.cli.main import main as cli_main
 from durably.runtime.redaction import RedactionPolicy
 from durably.runtime.retention import DAY, RetentionPolicy, parse_duration
 from durably.storage import BlobNotFoundError, StreamId

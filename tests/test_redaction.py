@@ -24,7 +24,7 @@ from durably.runtime.redaction import (
 )
 from durably.schemas.records import Kind
 from durably.storage import StreamId, open_store
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from privacy_support import (
     GH_TOKEN,
     OPENAI_KEY,

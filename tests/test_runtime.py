@@ -20,7 +20,7 @@ from durably.runtime import (
 )
 from durably.runtime.restore import restore
 from durably.storage import CorruptRecordError, StreamId, open_store
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from support_agents import StepModel, list_agent
 
 

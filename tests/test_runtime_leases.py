@@ -9,7 +9,7 @@ import pytest
 from durably.runtime import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
 from durably.schemas.records import Kind
 from durably.storage import StreamId, open_store
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 
 
 def slow_agent(calls: list, effects: list, steps: int = 4) -> AgentDefinition:

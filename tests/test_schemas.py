@@ -23,14 +23,14 @@ import pytest
 from schema_wire import cddl_name, cddl_text, header_fields, schema, validate_frame
 
 from durably.runtime import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably.runtime.demo.survey import survey_agent, survey_task
+from durably.cli.demo.survey import survey_agent, survey_task
 from durably.schemas import records as schemas
 from durably.schemas import upcasters
 from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind, Record
 from durably.schemas.upcasters import NoUpcastPathError, missing_upcasters, upcast, upcaster
 from durably.storage.codec import Codec
 from durably.storage.errors import CorruptRecordError, UnknownSchemaVersionError
-from durably.storage.records import MissingUpcasterError, RecordCodec
+from durably.runtime.record_codec import MissingUpcasterError, RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from durably.adapters.sqlite import SCHEMA_VERSION, SQLiteStore, _prefix_successor
+from durably.adapters.sqlite.store import SCHEMA_VERSION, SQLiteStore, _prefix_successor
 from durably.storage import open_store
 from durably.storage.errors import (
     BlobNotFoundError,

@@ -30,7 +30,7 @@ from durably.runtime import (
     tool,
 )
 from durably.schemas.records import Kind
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 
 
 class Color(enum.Enum):

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 import broken_adapters
-from durably.runtime.cli import main
+from durably.cli.main import main
 from durably.runtime.state import AgentState
 from durably.runtime.torture import TortureError, run_torture
 from durably.runtime.torture.invariants import check_effects, check_states, count_takeovers, expected_result

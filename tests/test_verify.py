@@ -41,7 +41,7 @@ async def test_verify_reports_damage_under_a_snapshot_and_changes_nothing(tmp_pa
     before = rows(path)
     from durably.runtime.verify import verify_namespace
     from durably.storage import open_store
-    from durably.storage.records import RecordCodec
+    from durably.runtime.record_codec import RecordCodec
 
     async with open_store(url) as store:
         reports = {r.stream.agent_id: r async for r in verify_namespace(store, RecordCodec(), "default")}
@@ -70,7 +70,7 @@ async def test_verify_reports_a_gap_and_a_journal_cut_short(tmp_path):
         db.execute("DELETE FROM records WHERE seq IN (3, ?)", (last,))
     from durably.runtime.verify import verify_stream
     from durably.storage import StreamId, open_store
-    from durably.storage.records import RecordCodec
+    from durably.runtime.record_codec import RecordCodec
 
     async with open_store(url) as store:
         report = await verify_stream(store, RecordCodec(), StreamId("default", "a1"))

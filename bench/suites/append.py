@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 
 from durably.schemas.records import Record
-from durably.storage.journal import GroupCommitter
-from durably.storage.records import RecordCodec
+from durably.storage.group_commit import GroupCommitter
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import Store, StreamId
 

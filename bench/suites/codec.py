@@ -19,7 +19,7 @@ import zstandard
 from durably.runtime.state import AgentState, apply
 from durably.schemas.records import Record
 from durably.storage.codec import raw_size
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import StoredRecord, StreamId, StoredSnapshot
 
 from ..context import Bench

@@ -10,7 +10,7 @@ and the cumulative total at every tenth of the run.
 from __future__ import annotations
 
 from durably.schemas.records import Kind
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import StreamId
 

@@ -22,7 +22,7 @@ from durably.runtime.agent import HistoryPolicy
 from durably.runtime.snapshots import SnapshotPolicy
 from durably.runtime.state import AgentState, apply
 from durably.schemas.records import Kind, Record
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import Store, StoredSnapshot, StreamId
 

@@ -36,10 +36,10 @@ from typing import Any
 import anyio
 
 from durably.runtime import Runtime, SnapshotPolicy
-from durably.runtime.demo.survey import survey_agent, survey_task
+from durably.cli.demo.survey import survey_agent, survey_task
 from durably.schemas.records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind, Record
 from durably.storage.codec import Codec
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 from durably.storage.spi import StreamId
 

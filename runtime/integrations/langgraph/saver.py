@@ -40,7 +40,7 @@ from durably.storage.registry import open_store
 from durably.storage.spi import Store
 
 from .errors import CheckpointValueError, InvalidPruneStrategyError
-from .journal import Thread, ThreadJournal
+from .thread_journal import Thread, ThreadJournal
 from .redact import ValueRedactor
 from .sync import LoopBridge, SyncInterface
 from .thread import StoredCheckpoint, ThreadState

@@ -16,13 +16,13 @@ from typing import Any
 
 import click
 
-from .cli_options import run_async, store_command
-from .cli_output import Output
-from .cli_privacy import encryption_from_env
-from .agent import AgentDefinition
-from .errors import DefinitionNotRegisteredError, InvalidCommandError
-from .runtime import Runtime
-from .state import AgentState
+from .options import run_async, store_command
+from .output import Output
+from .privacy import encryption_from_env
+from durably.runtime.agent import AgentDefinition
+from durably.runtime.errors import DefinitionNotRegisteredError, InvalidCommandError
+from durably.runtime.runtime import Runtime
+from durably.runtime.state import AgentState
 
 
 def _runtime(store: str, namespace: str) -> Runtime:

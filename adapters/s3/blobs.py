@@ -17,10 +17,10 @@ from botocore.exceptions import ClientError
 from durably.storage.errors import BlobNotFoundError, CorruptRecordError
 from durably.storage.spi import StreamId
 
-from .s3_keys import StreamKeys
-from .s3_options import S3Options
-from .s3_requests import S3Requests
-from .s3_upload import upload
+from .keys import StreamKeys
+from .options import S3Options
+from .requests import S3Requests
+from .upload import upload
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 

@@ -7,7 +7,7 @@
     durably state AGENT --at SEQ         the folded state at a seq (time travel)
     durably approve AGENT APPROVAL       decide an approval (--deny; --happened --result JSON)
     durably send / extend / cancel / retry / fork AGENT ...
-    durably purge / sweep / reencrypt    retention, erasure, keys (cli_privacy)
+    durably purge / sweep / reencrypt    retention, erasure, keys (privacy)
     durably migrate / bench              schema upkeep, checkpoint throughput
     durably verify                       read every frame of a namespace, report damage (changes nothing)
     durably torture --store URL          SIGKILL real agents at every journal boundary, check the invariants
@@ -30,10 +30,10 @@ import click
 
 from durably.storage.registry import open_store
 
-from . import cli_console, cli_langgraph, cli_operate, cli_privacy, cli_read, cli_verify
-from .cli_options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
-from .cli_output import Output
-from .torture import cli as torture_cli
+from . import langgraph, operate, privacy, read, ui, verify
+from .options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
+from .output import Output
+from durably.runtime.torture import cli as torture_cli
 
 def _version() -> str:
     try:
@@ -102,7 +102,7 @@ def bench(options: tuple[str, ...]) -> int:
 @store_command
 def migrate(store: str, namespace: str, dry_run: bool, out: Output) -> int:
     """Rewrite snapshots written at an older schema version (records are upcast on read)."""
-    from .migrate import migrate_store
+    from durably.runtime.migrate import migrate_store
 
     async def go() -> list:
         async with open_store(store) as opened:
@@ -116,7 +116,7 @@ def migrate(store: str, namespace: str, dry_run: bool, out: Output) -> int:
     return EXIT_REFUSED if any(r.problems for r in reports) else EXIT_OK
 
 
-for _module in (cli_read, cli_operate, cli_privacy, cli_console, cli_verify, cli_langgraph, torture_cli):
+for _module in (read, operate, privacy, ui, verify, langgraph, torture_cli):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

@@ -14,8 +14,8 @@ from botocore.exceptions import ClientError
 
 from durably.storage.spi import StreamId
 
-from .s3_keys import StreamKeys, decode_segment, encode_segment, index_prefix
-from .s3_requests import S3Requests
+from .keys import StreamKeys, decode_segment, encode_segment, index_prefix
+from .requests import S3Requests
 
 
 async def delete_stream(s3: S3Requests, keys: StreamKeys) -> None:

@@ -29,7 +29,7 @@ import dataclasses
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
-from .s3_retry import RetryPolicy
+from .retry import RetryPolicy
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 _MIB8 = 8 * 1024 * 1024

@@ -16,10 +16,10 @@ import anyio
 from durably.storage.errors import CorruptRecordError
 from durably.storage.spi import StreamId
 
-from .s3_batch import Batch
-from .s3_compaction import S3Compaction
-from .s3_keys import MAX_SEQ, StreamKeys, seq_from_name
-from .s3_requests import S3Requests
+from .batch import Batch
+from .compaction import S3Compaction
+from .keys import MAX_SEQ, StreamKeys, seq_from_name
+from .requests import S3Requests
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 One database file holds every stream of a runtime. An append is durable when
 acknowledged: WAL journal mode with ``synchronous=FULL`` (every COMMIT fsyncs the
-WAL), one write transaction per group commit (``durably.storage.journal.GroupCommitter``).
+WAL), one write transaction per group commit (``durably.storage.group_commit.GroupCommitter``).
 The expected-seq check is made under the write lock, so it holds across processes
 sharing the file: by the database itself on the fast path (below), after
 ``BEGIN IMMEDIATE`` on the slow one.
@@ -50,10 +50,10 @@ from durably.storage.errors import (
 )
 from durably.storage.spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
 
-from . import sqlite_layout as layout
-from .sqlite_file import daemonize, path_from_url, prepare_file, translate, unavailable
-from .sqlite_layout import SCHEMA_VERSION
-from .sqlite_leases import SQLiteLeases
+from . import layout
+from .file import daemonize, path_from_url, prepare_file, translate, unavailable
+from .layout import SCHEMA_VERSION
+from .leases import SQLiteLeases
 
 
 class SQLiteStore(SQLiteLeases, StoreBase):
@@ -71,7 +71,7 @@ class SQLiteStore(SQLiteLeases, StoreBase):
     several stores, in one process or many, may share the file.
     """
 
-    capabilities = frozenset({CAP_BLOBS, CAP_LEASES})  # leases: adapters/sqlite_leases.py
+    capabilities = frozenset({CAP_BLOBS, CAP_LEASES})  # leases: adapters/sqlite/leases.py
 
     def __init__(self, url: str) -> None:
         super().__init__()

@@ -30,8 +30,8 @@ import anyio
 from durably.schemas.records import Kind, Record
 from durably.storage.codec import raw_size
 from durably.storage.errors import ConflictError
-from durably.storage.journal import GroupCommitter
-from durably.storage.records import RecordCodec
+from durably.storage.group_commit import GroupCommitter
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId
 
 from . import telemetry as tm

@@ -22,9 +22,9 @@ from durably.schemas.records import (
 )
 from durably.schemas.upcasters import NoUpcastPathError, upcast
 
-from .codec import Codec, Frame, FrameCipher, check_encodable
-from .errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
-from .spi import StoredRecord, StoredSnapshot, StreamId
+from durably.storage.codec import Codec, Frame, FrameCipher, check_encodable
+from durably.storage.errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
+from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
 
 #: Levels a record's data may end up below the top of a snapshot (e.g.
 #: ``state.messages[i].content``): records get that much less depth than

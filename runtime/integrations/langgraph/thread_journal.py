@@ -30,7 +30,7 @@ import anyio
 
 from durably.storage.codec import Codec, FrameCipher
 from durably.storage.errors import ConflictError, CorruptRecordError, UnknownSchemaVersionError
-from durably.storage.journal import GroupCommitter
+from durably.storage.group_commit import GroupCommitter
 from durably.storage.spi import Store, StreamId
 
 from .errors import InvalidThreadIdError

@@ -10,10 +10,10 @@ from __future__ import annotations
 from durably.storage.errors import StoreUnavailableError
 from durably.storage.spi import StoredSnapshot, StreamId
 
-from .s3_keys import MAX_SEQ, StreamKeys, seq_from_name
-from .s3_options import S3Options
-from .s3_requests import S3Requests
-from .s3_upload import upload
+from .keys import MAX_SEQ, StreamKeys, seq_from_name
+from .options import S3Options
+from .requests import S3Requests
+from .upload import upload
 
 
 async def put_snapshot(s3: S3Requests, options: S3Options, keys: StreamKeys, seq: int, data: bytes) -> None:

@@ -3,7 +3,7 @@
 Each opens the store, reads journals through the ``Runtime`` read API (no
 agent runs here) and prints either lines for people or, with ``--json``, one
 JSON document whose shape ``docs/cli.md`` documents. All text that came from a
-model, a tool or a user is neutralised (``cli_output``).
+model, a tool or a user is neutralised (``output``).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 
 import click
 
-from .cli_options import json_option, run_async, store_command
-from .cli_output import Output, neutralise, to_json, when
-from .cli_privacy import encryption_from_env
-from .describe import AgentDescription
-from .history import clip
-from .runtime import Runtime
+from .options import json_option, run_async, store_command
+from .output import Output, neutralise, to_json, when
+from .privacy import encryption_from_env
+from durably.runtime.describe import AgentDescription
+from durably.runtime.history import clip
+from durably.runtime.runtime import Runtime
 
 
 def _runtime(store: str, namespace: str) -> Runtime:

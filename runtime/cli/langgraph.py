@@ -16,9 +16,9 @@ import click
 
 from durably.storage.errors import DurablyError
 
-from .cli_options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, json_option, run_async
-from .cli_output import Output
-from .cli_privacy import encryption_from_env
+from .options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, json_option, run_async
+from .output import Output
+from .privacy import encryption_from_env
 
 
 @click.command("import-langgraph")

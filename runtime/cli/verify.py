@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import click
 
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.registry import open_store
 
-from .cli_options import EXIT_OK, EXIT_REFUSED, json_option, run_async, store_command
-from .cli_output import Output
-from .cli_privacy import encryption_from_env
-from .verify import StreamReport, verify_namespace
+from .options import EXIT_OK, EXIT_REFUSED, json_option, run_async, store_command
+from .output import Output
+from .privacy import encryption_from_env
+from durably.runtime.verify import StreamReport, verify_namespace
 
 
 @click.command()

@@ -31,13 +31,13 @@ from starlette.routing import Route
 from durably.storage.codec import FrameCipher
 from durably.storage.errors import DurablyError
 
-from ..cli_output import neutralise, when
-from ..errors import AgentNotFoundError, InvalidCommandError, SeqOutOfRangeError
-from ..runtime import Runtime
+from ..output import neutralise, when
+from durably.runtime.errors import AgentNotFoundError, InvalidCommandError, SeqOutOfRangeError
+from durably.runtime.runtime import Runtime
 from .security import ConsoleSecurity, CSRFError, check_binding, csrf_token, require_csrf
 from .timeline import ContentPolicy, timeline
 
-_HERE = files("durably.runtime.console")
+_HERE = files("durably.cli.console")
 #: State fields that describe the run rather than quote a model, a tool or a user.
 _NOT_CONTENT = frozenset({"namespace", "agent_id", "run_id", "definition", "status", "usage", "budget", "last_seq",
                           "forked_from"})

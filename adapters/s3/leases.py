@@ -58,8 +58,8 @@ from botocore.exceptions import ClientError
 from durably.storage.errors import CorruptRecordError, InvalidRequestError, StoreUnavailableError
 from durably.storage.spi import Lease, StreamId, check_lease
 
-from .s3_keys import StreamKeys
-from .s3_retry import RetryPolicy, retrying
+from .keys import StreamKeys
+from .retry import RetryPolicy, retrying
 
 #: Version of the lease object's JSON layout.
 LEASE_VERSION = 1

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from durably.storage.errors import CorruptRecordError, InvalidRequestError, StoreUnavailableError
 
-from .sqlite_layout import SYNCHRONOUS
+from .layout import SYNCHRONOUS
 
 def path_from_url(url: str) -> tuple[Path, str, int]:
     """``(path, synchronous, busy_timeout_ms)`` from a ``sqlite:///`` URL; ValueError if malformed."""

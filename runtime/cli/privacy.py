@@ -23,10 +23,10 @@ import click
 
 from durably.storage.crypto import AESGCMCipher, EnvKeyProvider
 
-from .cli_options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
-from .cli_output import Output, stdin_is_terminal, when
-from .retention import RetentionPolicy, SweepItem, parse_duration
-from .runtime import Runtime
+from .options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
+from .output import Output, stdin_is_terminal, when
+from durably.runtime.retention import RetentionPolicy, SweepItem, parse_duration
+from durably.runtime.runtime import Runtime
 
 
 def encryption_from_env(*, allow_plaintext: bool = False) -> AESGCMCipher | None:

@@ -23,8 +23,8 @@ from typing import Any
 
 from durably.schemas.records import Kind
 
-from ..history import HistoryEntry, call_text, clip
-from ..redaction import RedactionPolicy, Redactor
+from durably.runtime.history import HistoryEntry, call_text, clip
+from durably.runtime.redaction import RedactionPolicy, Redactor
 
 _PARKING = {Kind.APPROVAL_REQUESTED, Kind.BUDGET_EXCEEDED}
 

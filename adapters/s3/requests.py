@@ -24,8 +24,8 @@ from botocore.exceptions import ClientError
 
 from durably.storage.errors import StoreUnavailableError
 
-from .s3_options import S3Options
-from .s3_retry import call_with_retries, retrying
+from .options import S3Options
+from .retry import call_with_retries, retrying
 
 _DELETE_CHUNK = 1000  # S3's DeleteObjects limit
 

@@ -19,8 +19,8 @@ import click
 
 from durably.storage.errors import DurablyError
 
-from .cli_output import Output
-from .errors import AgentNotFoundError
+from .output import Output
+from durably.runtime.errors import AgentNotFoundError
 
 DEFAULT_STORE = "sqlite:///durably.db"
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2

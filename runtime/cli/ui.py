@@ -1,13 +1,13 @@
-"""``durably ui``: the web console (``durably.runtime.console``, extra ``durably[ui]``) served by uvicorn."""
+"""``durably ui``: the web console (``durably.cli.console``, extra ``durably[ui]``) served by uvicorn."""
 
 from __future__ import annotations
 
 import click
 
-from .cli_options import store_command
-from .cli_output import Output
-from .cli_privacy import encryption_from_env
-from .errors import DefinitionNotRegisteredError
+from .options import store_command
+from .output import Output
+from .privacy import encryption_from_env
+from durably.runtime.errors import DefinitionNotRegisteredError
 
 
 class ConsoleNotInstalledError(DefinitionNotRegisteredError):

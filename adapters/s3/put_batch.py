@@ -15,9 +15,9 @@ from botocore.exceptions import ClientError
 
 from durably.storage.errors import DurablyError
 
-from .s3_batch import HEADER_SIZE, BatchHeader
-from .s3_requests import S3Requests
-from .s3_retry import is_precondition_failed, is_transient, retrying, unavailable
+from .batch import HEADER_SIZE, BatchHeader
+from .requests import S3Requests
+from .retry import is_precondition_failed, is_transient, retrying, unavailable
 
 
 class BatchTaken(Exception):

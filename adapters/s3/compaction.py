@@ -20,10 +20,10 @@ from botocore.exceptions import ClientError
 
 from durably.storage.errors import CorruptRecordError, StoreUnavailableError
 
-from .s3_batch import Batch
-from .s3_keys import StreamKeys, seq_from_name
-from .s3_requests import S3Requests
-from .s3_retry import RetryPolicy, retrying
+from .batch import Batch
+from .keys import StreamKeys, seq_from_name
+from .requests import S3Requests
+from .retry import RetryPolicy, retrying
 
 
 class _Lost(Exception):

@@ -68,7 +68,7 @@ Why this layout:
 
 Batching
 --------
-``append_batch`` (the group commit of ``durably.storage.journal``) sends the
+``append_batch`` (the group commit of ``durably.storage.group_commit``) sends the
 PUTs of different streams concurrently in an anyio task group, bounded by
 ``concurrency`` requests in flight (an ``anyio.CapacityLimiter`` that every
 request of the store shares, sized like botocore's connection pool). S3 has
@@ -137,16 +137,16 @@ from durably.storage.spi import (
     CAP_BLOBS, CAP_LEASES, AppendRequest, Lease, StoredRecord, StoredSnapshot, StreamId, check_append,
 )
 
-from . import s3_blobs, s3_snapshots, s3_streams
-from .s3_batch import HEADER_SIZE, TOKEN_SIZE, Batch, BatchHeader
-from .s3_put_batch import BatchTaken, put_new_batch
-from .s3_compaction import S3Compaction
-from .s3_keys import MAX_SEQ, StreamKeys, seq_from_name
-from .s3_leases import S3Leases
-from .s3_options import S3Options
-from .s3_requests import S3Requests, new_session
-from .s3_retry import unavailable
-from .s3_window import read_window
+from . import blobs as s3_blobs, snapshots as s3_snapshots, streams as s3_streams
+from .batch import HEADER_SIZE, TOKEN_SIZE, Batch, BatchHeader
+from .put_batch import BatchTaken, put_new_batch
+from .compaction import S3Compaction
+from .keys import MAX_SEQ, StreamKeys, seq_from_name
+from .leases import S3Leases
+from .options import S3Options
+from .requests import S3Requests, new_session
+from .retry import unavailable
+from .window import read_window
 
 _KNOWN_ENDS_MAX = 65_536  # streams whose latest batch end this store remembers (LRU)
 

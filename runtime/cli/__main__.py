@@ -1,0 +1,7 @@
+"""``python -m durably.cli``: the ``durably`` command."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
