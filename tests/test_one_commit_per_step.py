@@ -17,7 +17,7 @@ from durably.adapters.memory import MemoryStore
 from durably.runtime import AgentDefinition, Runtime, tool
 from durably.schemas.records import Kind
 from durably.storage.errors import StoreUnavailableError
-from durably.storage.records import RecordCodec
+from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import AppendRequest, StoredRecord, StreamId
 
 
