@@ -118,7 +118,8 @@ class AgentJournal:
         self.snapshot_bytes = snapshot_bytes
         self.redactor = Redactor(services.redaction)
         self._staged: list[_Staged] = []
-        self._inflight: anyio.Event | None = None  # a commit of this stream is in the store's hands
+        self._inflight = False  # a commit of this stream is in the store's hands
+        self._turn_done: anyio.Event | None = None  # set when it is done; made by the first waiter
         self._flush_error: BaseException | None = None  # why a background commit of staged records failed
         self._hold = False  # an overlapped body ended: a flush not yet started leaves them to the next append
         self._commit_s = 0.0  # how long the last commit took
@@ -166,7 +167,7 @@ class AgentJournal:
 
     async def flush(self) -> None:
         """Commit the staged records now (nothing to do without any). Raises as ``append``."""
-        if self._staged or self._inflight is not None:
+        if self._staged or self._inflight:
             await self.append()
 
     @contextlib.asynccontextmanager
@@ -205,7 +206,7 @@ class AgentJournal:
             raise failure
 
     async def _flush_soon(self, scope: anyio.CancelScope) -> None:
-        if self._hold or not self._staged or self._inflight is not None:
+        if self._hold or not self._staged or self._inflight:
             return  # the body is over, or an append of the actor carries them
         self._flush_started = True
         try:
@@ -216,14 +217,16 @@ class AgentJournal:
 
     async def _take_turn(self) -> None:
         """Wait until no commit of this stream is in flight, then claim the next one."""
-        while self._inflight is not None:
-            await self._inflight.wait()
+        while self._inflight:
+            if self._turn_done is None:
+                self._turn_done = anyio.Event()
+            await self._turn_done.wait()
         if self._flush_error is not None:
             raise self._flush_error
-        self._inflight = anyio.Event()
+        self._inflight = True
 
     def _end_turn(self) -> None:
-        done, self._inflight = self._inflight, None
+        done, self._turn_done, self._inflight = self._turn_done, None, False
         if done is not None:
             done.set()
 
