@@ -18,7 +18,7 @@ from typing import Any
 
 from durably.storage.errors import CodecError
 from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import CAP_LEASES, Store, StreamId
+from durably.storage.spi import Store, StreamId, supports_leases
 
 from .errors import AgentNotFoundError
 from .owner import Liveness, holder_liveness
@@ -97,9 +97,9 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
     first = await _record_at(store, codec, stream, 0)
     last_seq = state.last_seq or await store.last_seq(stream)  # an unreadable agent has no folded seq
     last = await _record_at(store, codec, stream, max(last_seq - 1, 0))
-    supported = CAP_LEASES in getattr(store, "capabilities", ())
+    supported = supports_leases(store)
     lease = None
-    if supported and (held := await store.get_lease(stream)) is not None:
+    if supports_leases(store) and (held := await store.get_lease(stream)) is not None:
         lease = LeaseInfo(held.owner, held.expires_at, held.token, holder_liveness(held.owner) is Liveness.DEAD)
     return AgentDescription(
         namespace=stream.namespace, agent_id=stream.agent_id, status=state.status, reason=state.reason,

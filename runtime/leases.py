@@ -17,7 +17,7 @@ from collections.abc import Callable
 import anyio
 
 from durably.storage.errors import StoreError
-from durably.storage.spi import CAP_LEASES, Lease, Store, StreamId
+from durably.storage.spi import Lease, LeaseStore, Store, StreamId, supports_leases
 
 from .owner import LeaseHolder, Liveness, holder_liveness, new_identity
 
@@ -33,9 +33,14 @@ class LeaseKeeper:
         self.identity = new_identity(worker_id, self)
         self.owner = str(self.identity)
         self.ttl = ttl
-        self.enabled = CAP_LEASES in getattr(store, "capabilities", ())
+        self._leases: LeaseStore | None = store if supports_leases(store) else None
         self._held: dict[StreamId, Lease] = {}
         self._wanted: set[StreamId] = set()  # run here, lease to be taken once it lapses
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the store has leases (``CAP_LEASES``); without them every claim succeeds."""
+        return self._leases is not None
 
     async def claim(self, stream: StreamId, *, force: bool = False) -> Lease | None:
         """Take the lease of ``stream``; None when another live owner holds it.
@@ -51,15 +56,16 @@ class LeaseKeeper:
         (yet) held in the store.
         """
         placeholder = Lease(stream, self.owner, 0, float("inf"))
-        if not self.enabled:
+        leases = self._leases
+        if leases is None:
             return placeholder
-        lease = await self.store.acquire_lease(stream, self.owner, self.ttl)
+        lease = await leases.acquire_lease(stream, self.owner, self.ttl)
         if lease is None:
-            holder = await self.store.get_lease(stream)
+            holder = await leases.get_lease(stream)
             if holder is not None and holder_liveness(holder.owner) is Liveness.DEAD:
                 log.info("lease of %s held by %s, a dead process: taken over", stream, holder.owner)
-                await self.store.release_lease(holder)
-                lease = await self.store.acquire_lease(stream, self.owner, self.ttl)
+                await leases.release_lease(holder)
+                lease = await leases.acquire_lease(stream, self.owner, self.ttl)
                 if lease is None:
                     return None  # another runtime took it over first
             elif force or holder is None:
@@ -77,17 +83,17 @@ class LeaseKeeper:
 
     async def holder(self, stream: StreamId) -> Lease | None:
         """The live lease of ``stream`` (whoever holds it), or None."""
-        return await self.store.get_lease(stream) if self.enabled else None
+        return None if self._leases is None else await self._leases.get_lease(stream)
 
     async def release(self, stream: StreamId) -> None:
         """Give up the lease of ``stream`` if held; errors are logged (it expires anyway)."""
         self._wanted.discard(stream)
         lease = self._held.pop(stream, None)
-        if lease is None:
+        if lease is None or self._leases is None:
             return
         with anyio.CancelScope(shield=True):
             try:
-                await self.store.release_lease(lease)
+                await self._leases.release_lease(lease)
             except StoreError as exc:
                 log.warning("lease of %s not released (it will expire): %s", stream, exc)
 
@@ -101,13 +107,14 @@ class LeaseKeeper:
         """Renew every held lease each ``ttl / 3`` seconds; ``on_lost(stream, holder)``
         for one that another owner (``holder``, None if unknown) took meanwhile.
         Run it in the runtime's task group."""
-        if not self.enabled:
+        leases = self._leases
+        if leases is None:
             return
         while True:
             await anyio.sleep(self.ttl / 3)
             for stream in list(self._wanted):
                 try:
-                    lease = await self.store.acquire_lease(stream, self.owner, self.ttl)
+                    lease = await leases.acquire_lease(stream, self.owner, self.ttl)
                 except StoreError:
                     continue
                 if lease is not None and stream in self._wanted:
@@ -115,7 +122,7 @@ class LeaseKeeper:
                     self._held[stream] = lease
             for stream in list(self._held):
                 try:
-                    lease = await self.store.acquire_lease(stream, self.owner, self.ttl)
+                    lease = await leases.acquire_lease(stream, self.owner, self.ttl)
                 except StoreError as exc:
                     log.warning("lease of %s not renewed this time: %s", stream, exc)
                     continue
@@ -125,7 +132,7 @@ class LeaseKeeper:
                     # Someone took it after it expired: that worker owns the agent now.
                     self._held.pop(stream, None)
                     try:
-                        holder = await self.store.get_lease(stream)
+                        holder = await leases.get_lease(stream)
                     except StoreError:
                         holder = None
                     on_lost(stream, holder)

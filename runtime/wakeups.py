@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 import anyio
 
 from durably.storage.errors import CodecError, StoreClosedError, StoreError, StoreUnavailableError
-from durably.storage.spi import CAP_CHANGES, ChangeSubscription, Store, StreamId
+from durably.storage.spi import ChangeSubscription, Store, StreamId, supports_changes
 
 from .errors import AgentFencedError, AgentLeasedError, AgentNotFoundError, DefinitionNotRegisteredError
 
@@ -35,20 +35,20 @@ class _NoFeed:
 @asynccontextmanager
 async def subscribe(store: Store, namespace: str) -> AsyncIterator[ChangeSubscription]:
     """The store's change feed of ``namespace`` for the block, or one that never fires."""
-    if CAP_CHANGES not in store.capabilities:
+    if not supports_changes(store):
         yield _NoFeed()
         return
-    async with store.subscribe_changes(namespace) as feed:  # type: ignore[attr-defined]
+    async with store.subscribe_changes(namespace) as feed:
         yield feed
 
 
 async def publish(store: Store, stream: StreamId) -> None:
     """Tell other processes that ``stream`` changed, if the store can; an outage is only logged
     (the pollers find the change anyway)."""
-    if CAP_CHANGES not in store.capabilities:
+    if not supports_changes(store):
         return
     try:
-        await store.publish_change(stream)  # type: ignore[attr-defined]
+        await store.publish_change(stream)
     except StoreError as exc:
         log.warning("could not notify other processes of the change of %s (they will poll): %s", stream, exc)
 

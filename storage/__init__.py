@@ -18,6 +18,7 @@ from .errors import (
     UnsafeCompactionError,
 )
 from .registry import known_schemes, open_store, register_store
+from .spi import OPTIONAL_PROTOCOLS, declared_capabilities, supports_blobs, supports_changes, supports_leases
 from .spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "StoreUnavailableError", "StoredRecord", "StoredSnapshot", "StreamId", "TruncatedRecordError",
     "UnencodableValueError", "UnknownSchemaVersionError", "UnknownSchemeError", "UnsafeCompactionError",
     "known_schemes", "open_store", "register_store",
+    "OPTIONAL_PROTOCOLS", "declared_capabilities", "supports_blobs", "supports_changes", "supports_leases",
 ]

@@ -2,21 +2,32 @@
 
 Subclass it and implement ``_open``, ``_close`` and the data methods; you get the
 async context manager, the open/closed guard, and ``append`` in terms of
-``append_batch``.
+``append_batch``. Subclass the optional protocols you implement too, after it
+(``class MyStore(StoreBase, LeaseStore)``): a type checker then checks their
+methods, and ``capabilities`` is derived from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Self
 
 from .errors import ConflictError, StoreClosedError
-from .spi import AppendRequest, StreamId
+from .spi import AppendRequest, Store, StreamId, declared_capabilities
 
 
-class StoreBase:
-    """Lifecycle and convenience methods shared by adapters (see ``durably.storage.spi.Store``)."""
+class StoreBase(Store):
+    """Lifecycle and convenience methods shared by adapters (see ``durably.storage.spi.Store``).
+
+    ``capabilities`` of a subclass: the optional protocols it subclasses (``BlobStore``,
+    ``LeaseStore``, ``ChangeStore``), plus what it lists itself (``CAP_SINGLE_PROCESS``).
+    """
 
     capabilities: frozenset[str] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.capabilities = frozenset(cls.capabilities) | declared_capabilities(cls)
 
     def __init__(self) -> None:
         self._is_open = False
@@ -39,7 +50,7 @@ class StoreBase:
     async def _close(self) -> None:  # pragma: no cover
         return None
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         await self.open()
         return self
 
@@ -54,6 +65,6 @@ class StoreBase:
     async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
         """Append one stream's batch; see ``Store.append``. Raises ``ConflictError``."""
         (result,) = await self.append_batch([AppendRequest(stream, expected_seq, list(records))])
-        if isinstance(result, ConflictError):
+        if isinstance(result, Exception):  # a ConflictError, the one error append_batch returns
             raise result
         return result

@@ -252,6 +252,7 @@ class FrameCipher(Protocol):
     """Authenticated encryption of frame payloads; ``durably.storage.crypto.AESGCMCipher`` is one.
 
     ``required``: decoding refuses plaintext frames (``EncryptionRequiredError``).
+    ``current_key_id()`` names the key ``seal`` uses now (what re-encryption moves frames to);
     ``seal(payload, aad)`` returns the sealed bytes (they name their key id);
     ``open(sealed, aad, stream=, seq=)`` returns the payload or raises
     ``DecryptionError`` (``UnknownKeyError`` for a key id it cannot get).
@@ -259,6 +260,8 @@ class FrameCipher(Protocol):
     """
 
     required: bool
+
+    def current_key_id(self) -> str: ...
 
     def seal(self, payload: bytes, aad: bytes) -> bytes: ...
 

@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .codec import _HEADER, FLAG_ENCRYPTED, HEADER_SIZE, MAGIC
 from .errors import CorruptRecordError, DecryptionError, UnknownKeyError
+from .spi import StreamId
 
 KEY_SIZE = 32  # bytes: AES-256
 NONCE_SIZE = 12  # bytes: the 96-bit nonce GCM is specified for (SP 800-38D, 8.2)
@@ -182,7 +183,7 @@ class AESGCMCipher:
         sealed = self._aead(key_id).encrypt(nonce, bytes(payload), aad + _AAD_KEY_ID.pack(len(kid)) + kid)
         return b"".join((_AAD_KEY_ID.pack(len(kid)), kid, nonce, sealed))
 
-    def open(self, sealed: bytes, aad: bytes, *, stream=None, seq: int | None = None) -> bytes:
+    def open(self, sealed: bytes, aad: bytes, *, stream: StreamId | None = None, seq: int | None = None) -> bytes:
         """The payload sealed in ``sealed`` if ``aad`` matches.
 
         Raises ``UnknownKeyError`` when the provider lacks the frame's key id and
@@ -202,7 +203,7 @@ class AESGCMCipher:
                 "stream or seq, or sealed with another key", stream=stream, seq=seq) from None
 
 
-def _split(sealed: bytes, stream=None, seq: int | None = None) -> tuple[str, bytes]:
+def _split(sealed: bytes, stream: StreamId | None = None, seq: int | None = None) -> tuple[str, bytes]:
     if len(sealed) < 1 + 1 + NONCE_SIZE + TAG_SIZE or not 1 <= sealed[0] <= 64:
         raise DecryptionError("encrypted payload is too short or names no key id", stream=stream, seq=seq)
     end = 1 + sealed[0]

@@ -58,4 +58,5 @@ def open_store(url: str) -> Store:
                 f"no durably store adapter handles {scheme!r} URLs; known schemes: {', '.join(known_schemes())}"
             )
         factory = matches[0].load()
-    return factory(url)
+    store: Store = factory(url)
+    return store

@@ -20,20 +20,24 @@ import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, runtime_checkable
 
 from .errors import InvalidRequestError
 
-#: Optional capability: ``put_blob`` / ``get_blob`` (content-addressed artifacts).
+# The optional capabilities are types: each name below stands for one protocol at the end of
+# this module (``OPTIONAL_PROTOCOLS``), and ``supports_leases(store)`` & co. narrow a ``Store``
+# to it for a type checker. ``StoreBase`` subclasses derive ``capabilities`` from the protocols
+# they subclass (``class MyStore(StoreBase, LeaseStore)``); other adapters list the names.
+#: Optional capability ``BlobStore``: ``put_blob`` / ``get_blob`` (content-addressed artifacts).
 CAP_BLOBS = "blobs"
-#: Optional capability: ``acquire_lease`` / ``release_lease`` (which worker runs a stream now).
+#: Optional capability ``LeaseStore``: ``acquire_lease`` / ``release_lease`` (which worker runs a stream now).
 CAP_LEASES = "leases"
 #: A declared limitation: one OS process at a time may use a location (``memory://``, an
 #: embedded database another process cannot open while this one writes). Operator
 #: commands from another process, several workers and ``durably torture`` need a
 #: store without it; the conformance kit skips its cross-process checks for it.
 CAP_SINGLE_PROCESS = "single-process"
-#: Optional capability: ``publish_change`` / ``subscribe_changes`` (wake other processes up).
+#: Optional capability ``ChangeStore``: ``publish_change`` / ``subscribe_changes`` (wake other processes up).
 CAP_CHANGES = "changes"
 
 
@@ -334,3 +338,32 @@ class ChangeStore(Store, Protocol):
 
         The subscription listens for its whole block and stops when the block ends.
         """
+
+
+#: Each optional capability's name in ``Store.capabilities`` and the protocol a store declaring it
+#: implements (``type``, not ``type[Store]``: a type checker takes only concrete classes there).
+OPTIONAL_PROTOCOLS: dict[str, type] = {CAP_BLOBS: BlobStore, CAP_LEASES: LeaseStore, CAP_CHANGES: ChangeStore}
+
+
+def declared_capabilities(cls: type) -> frozenset[str]:
+    """The names of the optional protocols that ``cls`` subclasses (``class S(StoreBase, LeaseStore)``).
+
+    Nominal, not structural: a wrapper with every method of ``LeaseStore`` that
+    forwards to a store without leases does not declare ``CAP_LEASES`` by that.
+    """
+    return frozenset(name for name, protocol in OPTIONAL_PROTOCOLS.items() if protocol in cls.__mro__)
+
+
+def supports_blobs(store: Store) -> TypeGuard[BlobStore]:
+    """Whether ``store`` declares ``CAP_BLOBS``; if so a type checker sees it as a ``BlobStore``."""
+    return CAP_BLOBS in store.capabilities
+
+
+def supports_leases(store: Store) -> TypeGuard[LeaseStore]:
+    """Whether ``store`` declares ``CAP_LEASES``; if so a type checker sees it as a ``LeaseStore``."""
+    return CAP_LEASES in store.capabilities
+
+
+def supports_changes(store: Store) -> TypeGuard[ChangeStore]:
+    """Whether ``store`` declares ``CAP_CHANGES``; if so a type checker sees it as a ``ChangeStore``."""
+    return CAP_CHANGES in store.capabilities

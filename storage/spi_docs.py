@@ -37,7 +37,7 @@ def _signature(function: object) -> str:
 
 def contract_rows() -> list[tuple[str, str]]:
     """``(what, must)`` per row: the protocols' methods in declaration order, then the helpers."""
-    rows: list[tuple[str, str]] = [("any method", _markdown(spi.Store.__doc__.split("\n\n", 1)[1]))]
+    rows: list[tuple[str, str]] = [("any method", _markdown((spi.Store.__doc__ or "").split("\n\n", 1)[1]))]
     seen: set[str] = set()
     for protocol in (spi.Store, spi.BlobStore, spi.LeaseStore):
         for name, member in vars(protocol).items():
@@ -46,8 +46,8 @@ def contract_rows() -> list[tuple[str, str]]:
             seen.add(name)
             rows.append((f"`{_signature(member)}`", _markdown(member.__doc__)))
     for helper in (spi.check_append, spi.check_lease):
-        rows.append((f"`{_signature(helper)}`", _markdown(helper.__doc__)))
-    rows.append(("`ConflictError(stream, expected_seq, actual_seq)`", _markdown(ConflictError.__doc__)))
+        rows.append((f"`{_signature(helper)}`", _markdown(helper.__doc__ or "")))
+    rows.append(("`ConflictError(stream, expected_seq, actual_seq)`", _markdown(ConflictError.__doc__ or "")))
     return rows
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from decimal import Decimal
+from collections.abc import Callable
 from typing import Any
 
 import cbor2
@@ -67,7 +68,7 @@ def problem(item: Any) -> str | None:
     return None
 
 
-def children(item: Any):
+def children(item: Any) -> Any:
     """The values inside a tagged-type value (a tuple's or set's items), else ()."""
     return item if type(item) in (tuple, set, frozenset) else ()
 
@@ -121,7 +122,7 @@ def _date(value: Any, immutable: bool) -> dt.date:
     return dt.date.fromisoformat(_text(value, 1004))
 
 
-def _bignum(negative: bool):
+def _bignum(negative: bool) -> Callable[[Any, bool], int]:
     def decode(value: Any, immutable: bool) -> int:
         if type(value) is not bytes or len(value) > _MAX_BIGNUM_BYTES:
             raise RefusedTagError(f"bignum of more than {_MAX_BIGNUM_BYTES} bytes")
@@ -146,7 +147,7 @@ def _uuid(value: Any, immutable: bool) -> uuid.UUID:
     return uuid.UUID(bytes=value)
 
 
-def _set(value: Any, immutable: bool) -> set:
+def _set(value: Any, immutable: bool) -> set[Any]:
     if type(value) is not list:
         raise RefusedTagError("tag 258 must hold an array")
     items = set(value)
@@ -184,7 +185,7 @@ def _text(value: Any, tag: int) -> str:
     return value
 
 
-def _refuse(tag: int):
+def _refuse(tag: int) -> Callable[[Any, bool], Any]:
     def refuse(value: Any, immutable: bool) -> Any:
         raise RefusedTagError(f"tag {tag} is not one durably writes")
     return refuse

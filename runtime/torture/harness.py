@@ -33,7 +33,7 @@ import anyio
 
 from durably.storage.errors import DurablyError
 from durably.storage.registry import open_store
-from durably.storage.spi import CAP_LEASES, CAP_SINGLE_PROCESS, Store
+from durably.storage.spi import CAP_SINGLE_PROCESS, Store, supports_leases
 from durably.storage.torture import Ledger
 
 from ..errors import AgentNotFoundError
@@ -218,7 +218,7 @@ async def run_torture(store: str, *, kills: int = 200, workers: int = 1, agents:
         report = TortureReport(store=store, workers=workers)
         run = _Run(store, directory, workers, steps, lease_ttl, random.Random(seed), report,
                    [store_class.__module__, store_class.__qualname__] if store_class is not None else None,
-                   leases=CAP_LEASES in probe.capabilities)
+                   leases=supports_leases(probe))
         policies: dict[str, str] = {}
         run_id = f"{run.rng.getrandbits(32):08x}"
         while report.kills < kills:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,7 +105,8 @@ class AppendChecks(StoreHarness):
     async def test_malformed_appends_raise_invalid_request_and_write_nothing(self, tmp_path: Path) -> None:
         async with self.opened(tmp_path) as store:
             stream, bystander = sid("malformed"), sid("bystander")
-            cases = {
+            # Malformed on purpose: the records are not all bytes, whatever the signature says.
+            cases: dict[str, tuple[int, list[Any]]] = {
                 "an empty batch": (0, []),
                 "a negative expected_seq": (-1, [b"x"]),
                 "a str record": (0, ["text"]),

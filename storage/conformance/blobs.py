@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from durably.storage.errors import BlobNotFoundError
-from durably.storage.spi import CAP_BLOBS
-
 from .harness import StoreHarness, expect_raises, sid
 
 
@@ -19,8 +17,8 @@ class BlobChecks(StoreHarness):
 
     @pytest.mark.anyio
     async def test_blobs_are_content_addressed(self, tmp_path: Path) -> None:
-        async with self.opened(tmp_path) as store:
-            self.require(store, CAP_BLOBS)
+        async with self.opened(tmp_path) as opened:
+            store = self.blobs_of(opened)
             stream = sid("blobs")
             for data in (b"", b"artifact", os.urandom(self.large_size)):
                 digest = await store.put_blob(stream, data)
@@ -30,8 +28,8 @@ class BlobChecks(StoreHarness):
 
     @pytest.mark.anyio
     async def test_missing_blob_raises(self, tmp_path: Path) -> None:
-        async with self.opened(tmp_path) as store:
-            self.require(store, CAP_BLOBS)
+        async with self.opened(tmp_path) as opened:
+            store = self.blobs_of(opened)
             stream, other = sid("has-blob"), sid("other")
             digest = await store.put_blob(stream, b"mine")
             missing = hashlib.sha256(b"never stored").hexdigest()
@@ -44,12 +42,13 @@ class BlobChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_blobs_survive_reopen_and_are_purged_with_the_stream(self, tmp_path: Path) -> None:
         stream, bystander = sid("blob-life"), sid("blob-bystander")
-        async with self.opened(tmp_path) as store:
-            self.require(store, CAP_BLOBS)
+        async with self.opened(tmp_path) as opened:
+            store = self.blobs_of(opened)
             await store.append(stream, 0, [b"r"])
             digest = await store.put_blob(stream, b"kept")
             kept = await store.put_blob(bystander, b"kept")
-        async with self.opened(tmp_path) as store:
+        async with self.opened(tmp_path) as opened:
+            store = self.blobs_of(opened)
             assert await store.get_blob(stream, digest) == b"kept", "an acknowledged blob survives reopen"
             await store.delete_stream(stream)
             await expect_raises(BlobNotFoundError, lambda: store.get_blob(stream, digest), "get_blob after delete_stream")

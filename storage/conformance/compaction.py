@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from durably.storage.errors import ConflictError, UnsafeCompactionError
+from durably.storage.spi import Store, StreamId
 
 from .harness import StoreHarness, expect_raises, list_all, numbered, payloads, read_pairs, sid
 
@@ -16,7 +17,7 @@ RECORDS = payloads("c", 10)
 class CompactionChecks(StoreHarness):
     """Promises of ``delete_records``: restore = latest snapshot + the records after it, always."""
 
-    async def _ten_records(self, store, stream) -> None:
+    async def _ten_records(self, store: Store, stream: StreamId) -> None:
         # Batches of 3, 3, 4, so compaction points fall inside batches as well as between them.
         await store.append(stream, 0, RECORDS[:3])
         await store.append(stream, 3, RECORDS[3:6])

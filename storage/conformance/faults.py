@@ -11,6 +11,7 @@ ends, everything acknowledged before is there and writing continues.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ class FaultChecks(StoreHarness):
                     raw.append(f"append: {type(exc).__module__}.{type(exc).__name__}: {exc}")
                 else:
                     pytest.fail("an append during an outage was acknowledged: the outage hook does not reach the backend")
-                calls = {
+                calls: dict[str, Callable[[], Awaitable[object]]] = {
                     "last_seq": lambda: store.last_seq(stream),
                     "read": lambda: read_pairs(store, stream),
                     "get_snapshot": lambda: store.get_snapshot(stream),

@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from durably.storage.registry import open_store
-from durably.storage.spi import CAP_SINGLE_PROCESS, Store, StoredRecord, StoredSnapshot, StreamId
+from durably.storage.spi import (
+    CAP_BLOBS, CAP_LEASES, CAP_SINGLE_PROCESS, BlobStore, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId,
+    supports_blobs, supports_leases,
+)
 
 #: Namespace of the streams the checks create.
 NAMESPACE = "conformance"
@@ -159,10 +163,25 @@ class StoreHarness:
     def require(self, store: Store, capability: str) -> None:
         """Skip the current check, with the reason, unless ``store`` declares ``capability``."""
         if capability not in store.capabilities:
-            pytest.skip(
-                f"optional capability {capability!r} not declared by {type(store).__name__} "
-                f"(capabilities: {sorted(store.capabilities)})"
-            )
+            self._skip_undeclared(store, capability)
+
+    def _skip_undeclared(self, store: Store, capability: str) -> NoReturn:
+        pytest.skip(
+            f"optional capability {capability!r} not declared by {type(store).__name__} "
+            f"(capabilities: {sorted(store.capabilities)})"
+        )
+
+    def blobs_of(self, store: Store) -> BlobStore:
+        """``store`` as a ``BlobStore``; skips the current check unless it declares ``CAP_BLOBS``."""
+        if supports_blobs(store):
+            return store
+        self._skip_undeclared(store, CAP_BLOBS)
+
+    def leases_of(self, store: Store) -> LeaseStore:
+        """``store`` as a ``LeaseStore``; skips the current check unless it declares ``CAP_LEASES``."""
+        if supports_leases(store):
+            return store
+        self._skip_undeclared(store, CAP_LEASES)
 
     def require_processes(self, tmp_path: Path) -> tuple[type, str]:
         """Skip for a single-process store; fail without ``store_url``; return (class, url) for peers."""
@@ -193,9 +212,9 @@ async def expect_raises(error: type[BaseException], call: Callable[[], object], 
     try:
         result = call()
         if hasattr(result, "__aiter__"):
-            result = [item async for item in result]  # type: ignore[union-attr]
+            result = [item async for item in result]
         elif hasattr(result, "__await__"):
-            result = await result  # type: ignore[misc]
+            result = await result
     except error:
         return
     except Exception as other:  # noqa: BLE001 - reported as the wrong error type

@@ -10,13 +10,15 @@ than any before".
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 
 from durably.storage.errors import InvalidRequestError, StoreClosedError
-from durably.storage.spi import CAP_LEASES, Lease, Store, StreamId
+from durably.storage.spi import CAP_LEASES, Lease, LeaseStore, StreamId
 
 from .harness import StoreHarness, expect_raises, list_all, sid
 
@@ -49,13 +51,19 @@ class LeaseChecks(StoreHarness):
         """Sleep until a lease taken with ``lease_short_ttl`` before the call has surely expired."""
         await anyio.sleep(self.lease_short_ttl * 1.5 + 0.05)
 
-    def require_leases(self, tmp_path: Path) -> None:
-        """Skip unless the adapter declares ``CAP_LEASES`` (read without opening a store)."""
-        self.require(self.make_store(tmp_path), CAP_LEASES)
+    def require_leases(self, tmp_path: Path) -> LeaseStore:
+        """Skip unless the adapter declares ``CAP_LEASES`` (read without opening a store); the store, unopened."""
+        return self.leases_of(self.make_store(tmp_path))
 
-    async def _take_lease(self, store: Store, stream: StreamId, owner: str, ttl: float = LONG_TTL) -> Lease:
+    @asynccontextmanager
+    async def opened_leases(self, tmp_path: Path) -> AsyncIterator[LeaseStore]:
+        """``opened(tmp_path)``, as a ``LeaseStore`` (skipped unless the store declares ``CAP_LEASES``)."""
+        async with self.opened(tmp_path) as store:
+            yield self.leases_of(store)
+
+    async def _take_lease(self, store: LeaseStore, stream: StreamId, owner: str, ttl: float = LONG_TTL) -> Lease:
         """``acquire_lease`` that must succeed; returns the lease, checked to be well formed."""
-        lease = await store.acquire_lease(stream, owner, ttl)  # type: ignore[attr-defined]
+        lease = await store.acquire_lease(stream, owner, ttl)
         assert lease is not None, f"{owner!r} could not acquire the lease of {stream}, which nobody else holds"
         assert (lease.stream, lease.owner) == (stream, owner), f"the lease names its stream and owner: {lease}"
         assert isinstance(lease.token, int), f"a fencing token is an int: {lease.token!r}"
@@ -63,8 +71,7 @@ class LeaseChecks(StoreHarness):
 
     @pytest.mark.anyio
     async def test_lease_methods_exist_and_need_an_open_store(self, tmp_path: Path) -> None:
-        self.require_leases(tmp_path)
-        store = self.make_store(tmp_path)
+        store = self.require_leases(tmp_path)
         missing = [name for name in LEASE_METHODS if not callable(getattr(store, name, None))]
         assert not missing, f"a store declaring {CAP_LEASES!r} has the LeaseStore methods; missing: {missing}"
         stream = sid("closed-lease")
@@ -84,7 +91,7 @@ class LeaseChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_lease_acquire_renew_and_expire(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             stream = sid("lease")
             before = time.time()
             first = await self._take_lease(store, stream, "worker-a")
@@ -109,7 +116,7 @@ class LeaseChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_lease_reacquired_after_expiry_by_its_owner_gets_a_new_token(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             stream = sid("lapsed")
             lapsed = await self._take_lease(store, stream, "worker-a", self.lease_short_ttl)
             await self._wait_out_short_ttl()
@@ -122,7 +129,7 @@ class LeaseChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_lease_tokens_increase_across_owners_and_releases(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             stream = sid("tokens")
             tokens: list[int] = []
             for owner in ("a", "b", "a", "c", "c"):
@@ -137,7 +144,7 @@ class LeaseChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_lease_release_needs_owner_and_token(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             stream = sid("release")
             await store.release_lease(Lease(stream, "nobody", 1, time.time() + LONG_TTL))  # no lease at all: no-op
             old = await self._take_lease(store, stream, "a")
@@ -162,7 +169,7 @@ class LeaseChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_get_lease(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             stream = sid("get")
             assert await store.get_lease(stream) is None, "no lease of a stream nobody leased"
             lease = await self._take_lease(store, stream, "a")
@@ -170,7 +177,7 @@ class LeaseChecks(StoreHarness):
             assert await store.acquire_lease(stream, "b", LONG_TTL) is None
             assert _same(await store.get_lease(stream), lease), "a refused acquire changes nothing"
 
-    async def _lease_race(self, stores: list[Store], stream: StreamId, round_no: int) -> Lease:
+    async def _lease_race(self, stores: list[LeaseStore], stream: StreamId, round_no: int) -> Lease:
         """``race_tasks`` tasks with distinct owners acquire the lease at once: exactly one wins."""
         won: list[Lease] = []
         refused: list[str] = []
@@ -179,7 +186,7 @@ class LeaseChecks(StoreHarness):
         async def racer(task: int) -> None:
             owner = f"round{round_no}-task{task}"
             await start.wait()
-            lease = await stores[task % len(stores)].acquire_lease(stream, owner, LONG_TTL)  # type: ignore[attr-defined]
+            lease = await stores[task % len(stores)].acquire_lease(stream, owner, LONG_TTL)
             if lease is None:
                 refused.append(owner)
             else:
@@ -200,7 +207,7 @@ class LeaseChecks(StoreHarness):
         assert _same(await stores[0].get_lease(stream), winner), "the winner's lease is the one stored"
         return winner
 
-    async def _lease_race_rounds(self, stores: list[Store]) -> None:
+    async def _lease_race_rounds(self, stores: list[LeaseStore]) -> None:
         """Race for a lease never taken, one just released and one just expired; tokens increase."""
         stream = sid("lease-race")
         free = await self._lease_race(stores, stream, 0)
@@ -216,14 +223,14 @@ class LeaseChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_racing_for_a_lease_exactly_one_wins(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             await self._lease_race_rounds([store])
 
     @pytest.mark.anyio
     async def test_racing_for_a_lease_across_two_instances(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
         self.require_concurrent_instances()
-        async with self.opened(tmp_path) as first, self.opened(tmp_path) as second:
+        async with self.opened_leases(tmp_path) as first, self.opened_leases(tmp_path) as second:
             await self._lease_race_rounds([first, second])
             held = await self._take_lease(first, sid("seen-by-both"), "a")
             assert _same(await second.get_lease(held.stream), held), "a lease taken on one instance is seen on the other"
@@ -233,22 +240,22 @@ class LeaseChecks(StoreHarness):
     async def test_lease_survives_reopen(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
         stream = sid("durable-lease")
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             held = await self._take_lease(store, stream, "a")
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             assert _same(await store.get_lease(stream), held), "an unexpired lease is still held after close and reopen"
             assert await store.acquire_lease(stream, "b", LONG_TTL) is None, "and still refused to others"
             renewed = await self._take_lease(store, stream, "a")
             assert renewed.token == held.token, "its owner renews it, keeping the token"
             await store.release_lease(renewed)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             assert await store.get_lease(stream) is None, "a release survives reopen"
             assert (await self._take_lease(store, stream, "b")).token > held.token, "so does the token sequence"
 
     @pytest.mark.anyio
     async def test_leases_are_per_stream_and_namespace(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             held = await self._take_lease(store, sid("isolated"), "a")
             neighbours = [sid("isolated-2"), sid("ISOLATED"), StreamId("conformance-other", "isolated")]
             others = [await self._take_lease(store, stream, "b") for stream in neighbours]
@@ -262,7 +269,7 @@ class LeaseChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_lease_invalid_arguments(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             stream = sid("invalid-lease")
             for ttl in (0, 0.0, -1.0):
                 await expect_raises(InvalidRequestError, lambda: store.acquire_lease(stream, "a", ttl), f"ttl {ttl}")
@@ -273,7 +280,7 @@ class LeaseChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_leases_are_not_streams_and_go_with_delete_stream(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             journal, bare = sid("leased-journal"), sid("leased-only")
             await store.append(journal, 0, [b"r"])
             await self._take_lease(store, journal, "a")
@@ -291,7 +298,7 @@ class LeaseChecks(StoreHarness):
     async def test_lease_tokens_never_decrease_across_purge(self, tmp_path: Path) -> None:
         self.require_leases(tmp_path)
         stream = sid("purged-lease")
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             await store.append(stream, 0, [b"r"])
             released = await self._take_lease(store, stream, "a")
             await store.release_lease(released)
@@ -304,6 +311,6 @@ class LeaseChecks(StoreHarness):
                 f"(token {held.token}) must not outrank the new one (token {reborn.token})"
             )
             await store.delete_stream(stream)
-        async with self.opened(tmp_path) as store:
+        async with self.opened_leases(tmp_path) as store:
             again = await self._take_lease(store, stream, "d")
             assert again.token > reborn.token, f"also after a purge and a reopen: {again.token} after {reborn.token}"

@@ -28,7 +28,7 @@ from durably.storage.torture.spawn import child_environment, load_class, read_al
 PEER_TIMEOUT = 60.0
 
 
-def _lease(lease: Lease | None) -> list | None:
+def _lease(lease: Lease | None) -> list[object] | None:
     return None if lease is None else [lease.owner, lease.token, lease.expires_at]
 
 
@@ -88,7 +88,8 @@ class Peer:
                 with anyio.move_on_after(5):
                     errors = await read_all(self.process.stderr)
                 raise AssertionError(f"the peer process died: {errors.decode(errors='replace')[-2000:]}") from None
-        return json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     async def call(self, op: str, **arguments: Any) -> dict[str, Any]:
         """Send one request; return the peer's answer (``ok``, ``conflict`` or ``error``)."""
@@ -117,4 +118,5 @@ async def peer_process(store_class: type, url: str) -> AsyncIterator[Peer]:
 
 
 if __name__ == "__main__":
-    anyio.run(_main, *sys.argv[1:4])
+    module, qualname, url = sys.argv[1:4]
+    anyio.run(_main, module, qualname, url)

@@ -11,12 +11,12 @@ one process open a file for writing; these checks use real processes
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
-
-from durably.storage.spi import CAP_LEASES
 
 from .harness import StoreHarness, read_pairs, sid
 from .peer import Peer, peer_process
@@ -60,9 +60,9 @@ class ProcessChecks(StoreHarness):
     async def _race_appends(self, peers: list[Peer], agent: str) -> None:
         for round_no in range(2):
             expected = 1 + round_no
-            answers: dict[int, dict] = {}
+            answers: dict[int, dict[str, Any]] = {}
 
-            async def racer(index: int, expected: int = expected, answers: dict = answers) -> None:
+            async def racer(index: int, expected: int = expected, answers: dict[int, dict[str, Any]] = answers) -> None:
                 record = f"process {index} round {round_no}".encode().hex()
                 answers[index] = await peers[index].call("append", agent=agent, expected=expected, records=[record])
 
@@ -77,7 +77,7 @@ class ProcessChecks(StoreHarness):
             )
             assert all("conflict" in answer for answer in others), f"the losers get ConflictError: {others}"
 
-    async def _in_peers(self, store_class: type, url: str, body, *args) -> None:
+    async def _in_peers(self, store_class: type, url: str, body: Callable[..., Awaitable[None]], *args: object) -> None:
         """Run ``body(peers, *args)`` with ``race_processes`` peers open on ``url``."""
         peers: list[Peer] = []
 
@@ -94,18 +94,18 @@ class ProcessChecks(StoreHarness):
     @pytest.mark.anyio
     async def test_processes_race_for_a_lease(self, tmp_path: Path) -> None:
         store_class, url = self.require_processes(tmp_path)
-        async with self.opened(tmp_path) as store:
-            self.require(store, CAP_LEASES)
+        async with self.opened(tmp_path) as opened:
+            store = self.leases_of(opened)
             stream = sid("process-lease")
             await self._in_peers(store_class, url, self._race_leases, stream.agent_id)
-            held = await store.get_lease(stream)  # type: ignore[attr-defined]
+            held = await store.get_lease(stream)
             assert held is not None and held.owner.startswith("process-"), (
                 f"the lease a process won is seen by another: {held}"
             )
-            assert await store.acquire_lease(stream, "parent", 60.0) is None, "and refused to it"  # type: ignore[attr-defined]
+            assert await store.acquire_lease(stream, "parent", 60.0) is None, "and refused to it"
 
     async def _race_leases(self, peers: list[Peer], agent: str) -> None:
-        answers: dict[int, dict] = {}
+        answers: dict[int, dict[str, Any]] = {}
 
         async def racer(index: int) -> None:
             answers[index] = await peers[index].call("acquire_lease", agent=agent, owner=f"process-{index}", ttl=60.0)

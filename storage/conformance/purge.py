@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from durably.storage.spi import CAP_BLOBS
+from durably.storage.spi import supports_blobs
 
 from .harness import StoreHarness, sid
 
@@ -39,7 +39,7 @@ class PurgeChecks(StoreHarness):
             await store.append(bystander, 0, [b"the bystander's record"])
             await store.append(doomed, 0, [planted + b" in record 1", b"filler", planted + b" in record 3"])
             await store.put_snapshot(doomed, 3, planted + b" in the snapshot")
-            if CAP_BLOBS in store.capabilities:
+            if supports_blobs(store):
                 await store.put_blob(doomed, planted + b" in a blob")
             assert planted in await self._bytes_or_skip(tmp_path), (
                 "stored_bytes(tmp_path) must return the bytes the backend holds: the value just written is not in them"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from durably.storage.spi import Store, StreamId
+from durably.storage.spi import Store, StoredRecord, StreamId
 
 from .harness import StoreHarness, sid
 
@@ -120,7 +120,7 @@ class ScaleChecks(StoreHarness):
                 tail = [r.seq async for r in store.read(stream, records - 3)]
                 assert tail == [records - 2, records - 1, records], f"the tail of the {name} stream: {tail}"
             slow = []
-            operations = {
+            operations: dict[str, Callable[[StreamId, int], Awaitable[object]]] = {
                 "get_snapshot(stream)": lambda s, n: store.get_snapshot(s),
                 "get_snapshot(stream, at_or_before=last - 1)": lambda s, n: store.get_snapshot(s, n - 1),
                 "last_seq(stream)": lambda s, n: store.last_seq(s),
@@ -137,5 +137,5 @@ class ScaleChecks(StoreHarness):
         )
 
 
-async def _drain(store: Store, stream: StreamId, after_seq: int) -> list:
+async def _drain(store: Store, stream: StreamId, after_seq: int) -> list[StoredRecord]:
     return [record async for record in store.read(stream, after_seq)]

@@ -13,6 +13,8 @@ def load_class(module: str, qualname: str) -> type:
     found: Any = importlib.import_module(module)
     for part in qualname.split("."):
         found = getattr(found, part)
+    if not isinstance(found, type):
+        raise ImportError(f"{module}:{qualname} is not a class")
     return found
 
 

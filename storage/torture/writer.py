@@ -149,4 +149,5 @@ async def crash_rounds(store_class: type, url: str, ledger_path: Path, *, kills:
 
 
 if __name__ == "__main__":
-    anyio.run(_main, *sys.argv[1:7])
+    module, qualname, url, ledger_path, seed, die_after = sys.argv[1:7]
+    anyio.run(_main, module, qualname, url, ledger_path, seed, die_after)
