@@ -188,6 +188,7 @@ class AgentActor(ToolCalls):
         if response is None:
             return  # failed for good: journaled
         calls = self._journal_calls(response.tool_calls)
+        stopped = self.state.status != RUNNING  # a command (a cancel) folded in while the model thought
         usage = response.usage
         data = {
             "text": response.text,
@@ -199,6 +200,13 @@ class AgentActor(ToolCalls):
         if response.stop_reason:
             data["stop_reason"] = response.stop_reason
         entries = [(Kind.MODEL_RESPONDED, data)]
+        if stopped:
+            # What happened is journaled (its tokens were spent); nothing it decides is acted on.
+            try:
+                await self.journal.append(*entries)
+            except UnencodableValueError as exc:  # stopped already: not failed for an answer it will not act on
+                log.warning("agent %s: the answer after it stopped cannot be stored: %s", self.state.agent_id, exc)
+            return
         valid = []
         for call in calls:
             # Checked before anything is journaled: an invalid call runs nothing, and

@@ -209,7 +209,10 @@ async def test_a_cancelled_leader_does_not_strand_its_batch(store: CountingStore
             tg.start_soon(append, s)
         await anyio.wait_all_tasks_blocked()
         store.hold.set()
-        await anyio.wait_all_tasks_blocked()  # the second batch, every other append, is in the store
+        with anyio.fail_after(10):
+            while len(store.calls) < 2:  # the second batch, every other append, reaches the store
+                await anyio.sleep(0.005)
+        await anyio.wait_all_tasks_blocked()
         assert store.calls[1] == ids
         scope, leader = scopes[store.callers[1]]
         scope.cancel()  # its leader's caller goes away mid-commit
