@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from durably.runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably.runtime import (
+    AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, Tool, ToolCall, ToolContext, Usage, tool,
+)
 from durably.runtime.state import FINISHED
 from durably.storage.spi import Store, StreamId
 
@@ -51,12 +53,12 @@ class ScriptedModel:
         return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
 
 
-def bench_tools(steps: list[Step]) -> list:
+def bench_tools(steps: list[Step]) -> list[Tool]:
     """One ``Tool`` per workload tool name, answering each call id with its step's result."""
     results = {s.call_id: s.result for s in steps}
 
-    def make(name: str):
-        async def fn(*, ctx, **arguments: Any) -> str:
+    def make(name: str) -> Tool:
+        async def fn(*, ctx: ToolContext, **arguments: Any) -> str:
             return results[ctx.call_id]
 
         fn.__name__ = name

@@ -50,7 +50,7 @@ async def measure_restore(url: str, namespace: str, agent_id: str, repeats: int)
 async def conversation(bench: Bench, steps: int) -> Conversation:
     """The measured ``steps``-step conversation of agent 0 (run on first use)."""
     memo = bench.memo.get(("conversation", steps))
-    if memo is not None:
+    if isinstance(memo, Conversation):
         return memo
     namespace = bench.namespace("conversation", steps)
     task = bench.progress.start(f"{steps:,}-step conversation", steps)

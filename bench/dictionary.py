@@ -58,7 +58,8 @@ async def samples() -> list[bytes]:
 
 def train(payloads: list[bytes], dictionary_id: int) -> bytes:
     """A ``DICTIONARY_SIZE``-byte zstd dictionary with id ``dictionary_id`` (single-threaded: reproducible)."""
-    trained = zstandard.train_dictionary(DICTIONARY_SIZE, payloads, dict_id=dictionary_id, level=3, threads=1)
+    samples: list[bytes | bytearray | memoryview[int]] = list(payloads)
+    trained = zstandard.train_dictionary(DICTIONARY_SIZE, samples, dict_id=dictionary_id, level=3, threads=1)
     return trained.as_bytes()
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from durably.schemas.records import Kind
 from durably.runtime.record_codec import RecordCodec
@@ -21,6 +22,9 @@ from durably.storage.spi import Store, StreamId
 
 from .context import Bench
 from .limit import RawSQLite, run_writers
+
+if TYPE_CHECKING:  # asyncpg is an extra: imported only for a PostgreSQL store
+    from .limit_postgres import RawPostgres
 
 
 @dataclass
@@ -33,7 +37,7 @@ class FloorRun:
     commits: int
 
 
-def raw_limit(bench: Bench, label: str):
+def raw_limit(bench: Bench, label: str) -> tuple[RawSQLite | RawPostgres, str]:
     """A fresh plain journal and its description: plain asyncpg on the same server when the
     store is PostgreSQL (imported only then: asyncpg is an extra), else plain aiosqlite in
     the scratch folder (the disk of the store when it is SQLite)."""

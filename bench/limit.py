@@ -49,7 +49,7 @@ class RawSQLite:
         self.path = path
         self._db: aiosqlite.Connection | None = None
         self._lock = anyio.Lock()
-        self._queue: list[list] = []
+        self._queue: list[list[Any]] = []
         self.commits = 0
 
     async def __aenter__(self) -> "RawSQLite":
@@ -65,10 +65,15 @@ class RawSQLite:
             await self._db.close()
             self._db = None
 
+    def _opened(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise RuntimeError("RawSQLite used outside its async with block")
+        return self._db
+
     async def per_commit(self, stream: int, seq: int, data: bytes) -> None:
         """Insert one row in its own transaction."""
         async with self._lock:
-            await self._db.execute(_INSERT, (stream, seq, data))
+            await self._opened().execute(_INSERT, (stream, seq, data))
             self.commits += 1
 
     async def group(self, stream: int, seq: int, data: bytes) -> None:
@@ -81,7 +86,7 @@ class RawSQLite:
         share the transaction (group commit). A failed commit fails every append of its
         batch (``RuntimeError`` for the followers).
         """
-        entry: list = [[(stream, seq + i, data) for i, data in enumerate(datas)], None]  # rows, outcome
+        entry: list[Any] = [[(stream, seq + i, data) for i, data in enumerate(datas)], None]  # rows, outcome
         self._queue.append(entry)
         async with self._lock:
             if entry[1] is None:
@@ -90,12 +95,12 @@ class RawSQLite:
                 try:
                     many = len(rows) > _ROWS_PER_STATEMENT
                     if many:
-                        await self._db.execute("BEGIN")  # a batch too big for one statement
+                        await self._opened().execute("BEGIN")  # a batch too big for one statement
                     for start in range(0, len(rows), _ROWS_PER_STATEMENT):
                         chunk = rows[start : start + _ROWS_PER_STATEMENT]
-                        await self._db.execute(_insert_many(len(chunk)), [v for row in chunk for v in row])
+                        await self._opened().execute(_insert_many(len(chunk)), [v for row in chunk for v in row])
                     if many:
-                        await self._db.execute("COMMIT")
+                        await self._opened().execute("COMMIT")
                 except BaseException as exc:
                     for item in batch:
                         item[1] = exc

@@ -56,10 +56,15 @@ class RawPostgres:
                 await self._conn.close()
             self._conn = None
 
+    def _opened(self) -> asyncpg.Connection:
+        if self._conn is None:
+            raise RuntimeError("RawPostgres used outside its async with block")
+        return self._conn
+
     async def per_commit(self, stream: int, seq: int, data: bytes) -> None:
         """Insert one row in its own transaction."""
         async with self._lock:
-            await self._conn.execute(f'INSERT INTO "{self.schema}".journal VALUES ($1, $2, $3)', stream, seq, data)
+            await self._opened().execute(f'INSERT INTO "{self.schema}".journal VALUES ($1, $2, $3)', stream, seq, data)
             self.commits += 1
 
     async def group(self, stream: int, seq: int, data: bytes) -> None:
@@ -78,7 +83,7 @@ class RawPostgres:
                 batch, self._queue = self._queue, []
                 rows = [row for item in batch for row in item[0]]
                 try:
-                    await self._conn.execute(
+                    await self._opened().execute(
                         f'INSERT INTO "{self.schema}".journal SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])',
                         [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
                 except BaseException as exc:

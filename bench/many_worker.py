@@ -26,9 +26,12 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+
+if TYPE_CHECKING:  # imported lazily below, after the RSS baseline
+    from durably.runtime import AgentDefinition
 
 PAGE = resource.getpagesize()
 STARTING = 200  # agents being started at once in the parked part (each start is a few commits)
@@ -62,7 +65,7 @@ async def concurrent(url: str, namespace: str, agents: int, steps: int, seed: in
             "latencies_p50": sorted(lat for own in run.latencies for lat in own)[agents * steps // 2]}
 
 
-def parked_definition():
+def parked_definition() -> AgentDefinition:
     """An agent whose model asks for an approval-gated tool at once, then finishes."""
     from durably.runtime import AgentDefinition, ModelResponse, ToolCall, Usage, tool
 
@@ -76,7 +79,7 @@ def parked_definition():
                                  Usage(10, 8, 0.0), model=self.name)
 
     @tool(requires_approval=True, on_unknown_outcome="retry")
-    async def deploy(version: str, *, ctx) -> str:
+    async def deploy(version: str, *, ctx: object) -> str:
         """Deploy a version (needs an approval).
 
         Args:

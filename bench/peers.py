@@ -20,6 +20,7 @@ import importlib.util
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypedDict
 
 from .workload import Step
@@ -48,13 +49,13 @@ class PeerRun:
     cpu_s: float = 0.0  # the process's CPU time (all threads) over the run
 
 
-def _graph(steps: list[Step], stamps: list[float]):
+def _graph(steps: list[Step], stamps: list[float]) -> Any:  # a LangGraph StateGraph (imported lazily)
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.graph import END, START, StateGraph
     from langgraph.graph.message import add_messages
 
     # The functional form: evaluated now, not as a string (this module has postponed annotations).
-    State = TypedDict("State", {"messages": Annotated[list, add_messages]})
+    State = TypedDict("State", {"messages": Annotated[list[Any], add_messages]})
 
     results = {s.call_id: s.result for s in steps}
 
@@ -74,7 +75,7 @@ def _graph(steps: list[Step], stamps: list[float]):
     def route(state: dict[str, Any]) -> str:
         return "tools" if state["messages"][-1].tool_calls else END
 
-    builder = StateGraph(State)
+    builder: Any = StateGraph(State)  # nodes take the state as a plain dict, which StateGraph's generics refuse
     builder.add_node("agent", agent)
     builder.add_node("tools", tools)
     builder.add_edge(START, "agent")
@@ -83,7 +84,7 @@ def _graph(steps: list[Step], stamps: list[float]):
     return builder
 
 
-async def _saver(path: Path):
+async def _saver(path: Path) -> tuple[Any, Any]:  # (aiosqlite connection, AsyncSqliteSaver), imported lazily
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -108,7 +109,7 @@ async def run_langgraph_in_memory(steps: list[Step]) -> float:
     return time.perf_counter() - start
 
 
-async def _durably_saver(path: Path):
+async def _durably_saver(path: Path) -> tuple[Any, Callable[[], Awaitable[None]]]:
     from durably.integrations.langgraph import DurablySaver
 
     saver = DurablySaver.from_url(f"sqlite:///{path}")
@@ -116,7 +117,7 @@ async def _durably_saver(path: Path):
     return saver, saver.aclose
 
 
-async def _sqlite_saver(path: Path):
+async def _sqlite_saver(path: Path) -> tuple[Any, Callable[[], Awaitable[None]]]:
     conn, saver = await _saver(path)
     return saver, conn.close
 

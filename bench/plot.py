@@ -17,6 +17,7 @@ matplotlib is missing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ LABELS = {
 }
 
 
-def _pyplot():
+def _pyplot() -> Any:  # matplotlib.pyplot (the plot extra), imported on use
     try:
         import matplotlib
     except ImportError as exc:  # pragma: no cover - the message is the point
@@ -64,8 +65,8 @@ def _subtitle(doc: dict[str, Any]) -> str:
             f"load {load[0]:.1f}" if load else f"durably bench --{doc.get('mode', '?')}")
 
 
-def _line_chart(plt, doc, series: dict[str, list[tuple[float, float]]], ylabel: str, title: str, path: Path,
-                label_value) -> Path:
+def _line_chart(plt: Any, doc: dict[str, Any], series: dict[str, list[tuple[float, float]]], ylabel: str, title: str,
+                path: Path, label_value: Callable[[float], str]) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
     for system, points in series.items():
         colour, marker = STYLE.get(system, ("#555555", "x"))
@@ -97,7 +98,7 @@ def _bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
-def _latency_chart(plt, doc: dict[str, Any], path: Path) -> Path | None:
+def _latency_chart(plt: Any, doc: dict[str, Any], path: Path) -> Path | None:
     series = [s for s in doc.get("series", []) if s["name"] == "step_latency"]
     durably = [s for s in series if s["suite"] == "agent-steps" and s["params"].get("agents") == 1]
     if not durably:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from .results import Results
+from .results import Figure, Results
 
 
 #: Table titles that say what a suite measures where its name alone could mislead.
@@ -19,7 +20,7 @@ TITLES = {
 MET = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]not measured[/]"}
 
 
-def _params(params: dict) -> str:
+def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in params.items())
 
 
@@ -38,7 +39,7 @@ def _value(value: float, unit: str) -> str:
 
 def print_report(results: Results, console: Console) -> None:
     """Print one table per suite, then the ratios, the targets and the notes."""
-    suites: dict[str, list] = {}
+    suites: dict[str, list[Figure]] = {}
     for figure in results.figures:
         suites.setdefault(figure.suite, []).append(figure)
     for suite, figures in suites.items():

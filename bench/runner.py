@@ -51,8 +51,11 @@ async def run_bench(store: str | None, suites: Iterable[str], sizes: Sizes, *, m
     if unknown:
         raise KeyError(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(SUITES)}")
     temporary = store is None
-    scratch = Path(tempfile.mkdtemp(prefix="durably-bench-")) if temporary else _scratch_for(store)
-    url = f"sqlite:///{scratch / 'durably-bench.db'}" if temporary else store
+    if store is None:
+        scratch = Path(tempfile.mkdtemp(prefix="durably-bench-"))
+        url = f"sqlite:///{scratch / 'durably-bench.db'}"
+    else:
+        scratch, url = _scratch_for(store), store
     try:
         results = Results(store=url, mode=mode, seed=seed, argv=argv)
         workload = await anyio.to_thread.run_sync(Workload, seed)  # reads the corpus files

@@ -62,7 +62,7 @@ class BenchS3Server:
 
     def __init__(self) -> None:
         try:
-            from moto.moto_server import threaded_moto_server
+            from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
             from moto.server import ThreadedMotoServer
         except ImportError as exc:
             raise ImportError("durably bench --local-s3 needs moto's server: pip install 'durably[bench-s3]'") from exc
@@ -72,14 +72,13 @@ class BenchS3Server:
 
         class _Server(ThreadedMotoServer):
             def _server_entry(self) -> None:
-                app = _Counting(threaded_moto_server.DomainDispatcherApplication(
-                    threaded_moto_server.create_backend_app), owner)
+                app = _Counting(DomainDispatcherApplication(create_backend_app), owner)
                 self._server = make_server(self._ip_address, self._port, app, True,
                                            request_handler=_QuietHandler)
                 self._server_ready_event.set()
                 self._server.serve_forever()
 
-        class _QuietHandler(threaded_moto_server.MotoRequestHandler):
+        class _QuietHandler(MotoRequestHandler):
             def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002 - werkzeug's signature
                 pass
 
@@ -103,8 +102,9 @@ class BenchS3Server:
 
     def __exit__(self, *exc_info: object) -> None:
         self._server.stop()
-        if getattr(self._server, "_server", None) is not None:
-            self._server._server.server_close()
+        wsgi = getattr(self._server, "_server", None)
+        if wsgi is not None:
+            wsgi.server_close()
         for name, value in self._saved.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from .results import Figure, Ratio, Results
@@ -31,22 +32,22 @@ class Goal:
     measure: Value
 
 
-def _ratio(results: Results, suite: str, name: str, **params) -> Ratio | None:
+def _ratio(results: Results, suite: str, name: str, **params: Any) -> Ratio | None:
     for ratio in reversed(results.ratios):
         if ratio.suite == suite and ratio.name == name and all(ratio.params.get(k) == v for k, v in params.items()):
             return ratio
     return None
 
 
-def _ratio_value(suite: str, name: str, note: Callable[[Ratio], str] = lambda r: "", **params) -> Value:
+def _ratio_value(suite: str, name: str, note: Callable[[Ratio], str] = lambda r: "", **params: Any) -> Value:
     def measure(results: Results) -> tuple[float | None, str]:
         ratio = _ratio(results, suite, name, **params)
         return (None, "") if ratio is None else (ratio.value, note(ratio))
     return measure
 
 
-def _figure_value(suite: str, name: str, system: str = "durably", note: Callable[[Figure, Results], str] = None,
-                  **params) -> Value:
+def _figure_value(suite: str, name: str, system: str = "durably", note: Callable[[Figure, Results], str] | None = None,
+                  **params: Any) -> Value:
     def measure(results: Results) -> tuple[float | None, str]:
         figure = results.find(suite, name, system, **params)
         if figure is None:

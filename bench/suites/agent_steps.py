@@ -21,11 +21,13 @@ requests each run sent are counted at the server: requests per step.
 
 from __future__ import annotations
 
+from typing import Any
+
 from durably.storage.registry import open_store
 
 from ..agent import run_agents
 from ..context import Bench
-from ..floor import run_floor
+from ..floor import FloorRun, run_floor
 from ..conversation import conversation
 from ..results import percentile
 
@@ -33,7 +35,7 @@ SUITE = "agent-steps"
 
 
 def step_figures(bench: Bench, suite: str, latencies: list[float], system: str = "durably",
-                 store: str | None = None, **params) -> None:
+                 store: str | None = None, **params: Any) -> None:
     """p50/p99 over all steps and over the first and last 10 %, the slowest step, in ms; last/first p50."""
     r = bench.results
     tenth = max(1, len(latencies) // 10)
@@ -47,9 +49,10 @@ def step_figures(bench: Bench, suite: str, latencies: list[float], system: str =
             r.find(suite, "step_p50_first10", system, **params), better="lower", system=system, **params)
 
 
-def _floor_figures(bench: Bench, run_wall: float, floor, url: str, agents: int, steps: int) -> None:
+def _floor_figures(bench: Bench, run_wall: float, floor: FloorRun, url: str, agents: int, steps: int) -> None:
     """The floor's figures beside durably's, and the two headline ratios."""
-    r, params = bench.results, {"agents": agents, "steps": steps}
+    r = bench.results
+    params: dict[str, Any] = {"agents": agents, "steps": steps}
     total = agents * steps
     mine = r.add(SUITE, "steps_per_s", total / run_wall, "steps/s", **params) if agents > 1 else \
         r.find(SUITE, "steps_per_s", agents=1, steps=steps)
@@ -64,7 +67,7 @@ def _floor_figures(bench: Bench, run_wall: float, floor, url: str, agents: int, 
     r.ratio(SUITE, "steps_per_s durably/floor", mine, theirs, **params)
 
 
-def _request_figures(bench: Bench, before: dict[str, int], total_steps: int, **params) -> None:
+def _request_figures(bench: Bench, before: dict[str, int], total_steps: int, **params: Any) -> None:
     """Requests the server saw since ``before`` (by method), per step of the ``total_steps`` run."""
     if bench.requests is None:
         return

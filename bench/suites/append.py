@@ -13,6 +13,8 @@ commit and with group commit, at the same concurrency; ratios are durably / limi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from durably.schemas.records import Record
 from durably.storage.group_commit import GroupCommitter
@@ -23,6 +25,9 @@ from durably.storage.spi import Store, StreamId
 from ..context import Bench
 from ..limit import RawSQLite, run_writers
 
+if TYPE_CHECKING:  # asyncpg is an extra: imported only for a PostgreSQL store
+    from ..limit_postgres import RawPostgres
+
 from ..results import percentile
 from ..workload import journal_entries
 
@@ -31,7 +36,7 @@ MIN_PER_AGENT = 32  # records each agent appends at least, so every level runs l
 LIMITS = ("limit-per-commit", "limit-group-commit")
 
 
-def _entries(bench: Bench, namespace: str, agents: int, per_agent: int) -> list[list[tuple[str, dict]]]:
+def _entries(bench: Bench, namespace: str, agents: int, per_agent: int) -> list[list[tuple[str, dict[str, Any]]]]:
     steps = per_agent // 3 + 1
     return [journal_entries(bench.conversation(steps, a), namespace, f"agent-{a}")[:per_agent] for a in range(agents)]
 
@@ -44,12 +49,12 @@ def _report(bench: Bench, system: str, agents: int, wall: float, latencies: list
     r.add(SUITE, "append_p99", percentile(latencies, 99) * 1e3, "ms", system=system, store=store, **params)
 
 
-async def _durably(store: Store, namespace: str, entries: list[list[tuple[str, dict]]],
-                   on_done) -> tuple[float, list[float], int, int]:
+async def _durably(store: Store, namespace: str, entries: list[list[tuple[str, dict[str, Any]]]],
+                   on_done: Callable[[], None]) -> tuple[float, list[float], int, int]:
     """durably's writers: ``(wall s, per-append s, stored bytes, commits)``."""
     codec, committer, stored = RecordCodec(), GroupCommitter(store), 0
 
-    async def sink(index: int, seq: int, entry: tuple[str, dict]) -> None:
+    async def sink(index: int, seq: int, entry: tuple[str, dict[str, Any]]) -> None:
         nonlocal stored
         frame = codec.encode_record(Record(seq, entry[0], entry[1], time.time()))  # timed: durably encodes per append
         await committer.append(StreamId(namespace, f"agent-{index}"), seq - 1, [frame])
@@ -59,7 +64,7 @@ async def _durably(store: Store, namespace: str, entries: list[list[tuple[str, d
     return wall, latencies, stored, committer.batches
 
 
-def _raw_limit(bench: Bench):
+def _raw_limit(bench: Bench) -> tuple[RawSQLite | RawPostgres, str]:
     """The limit's journal and its description: plain asyncpg on the same server when the
     store is PostgreSQL (imported only then: asyncpg is an extra), else plain aiosqlite."""
     if bench.is_postgres:

@@ -14,6 +14,9 @@ CBOR): a bound no shipped dictionary can honestly reach.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import time
 
 import cbor2
@@ -31,7 +34,7 @@ from ..workload import journal_entries
 SUITE = "codec"
 
 
-def _timed(fn, repeats: int = 3) -> float:
+def _timed(fn: Callable[[], object], repeats: int = 3) -> float:
     """Best of ``repeats`` runs of ``fn()``, in seconds (best: least disturbed by other load)."""
     best = float("inf")
     for _ in range(repeats):
@@ -41,7 +44,8 @@ def _timed(fn, repeats: int = 3) -> float:
     return best
 
 
-def _speed_figures(bench: Bench, kind: str, raw: int, stored: int, encode_s: float, decode_s: float, **params) -> None:
+def _speed_figures(bench: Bench, kind: str, raw: int, stored: int, encode_s: float, decode_s: float,
+                   **params: Any) -> None:
     r = bench.results
     r.add(SUITE, "encode_mb_per_s", raw / encode_s / 1e6, "MB/s", kind=kind, **params)
     r.add(SUITE, "decode_mb_per_s", raw / decode_s / 1e6, "MB/s", kind=kind, **params)
@@ -86,18 +90,19 @@ async def run(bench: Bench) -> None:
     if len(small) >= 20:
         half = len(small) // 2
         train, test = small[:half], small[half:]
-        plain = zstandard.ZstdCompressor(level=3)
+        zstd_plain = zstandard.ZstdCompressor(level=3)
         raw_test = sum(map(len, test))
         # As durably stores them: payloads under 256 B stay raw, others keep the smaller form.
-        stored_plain = sum(len(s) if len(s) < 256 else min(len(s), len(plain.compress(s))) for s in test)
+        stored_plain = sum(len(s) if len(s) < 256 else min(len(s), len(zstd_plain.compress(s))) for s in test)
         try:
-            dictionary = zstandard.train_dictionary(16 * 1024, train)
+            samples: list[bytes | bytearray | memoryview[int]] = list(train)
+            dictionary = zstandard.train_dictionary(16 * 1024, samples)
         except zstandard.ZstdError as exc:
             bench.results.note(f"codec: zstd dictionary training failed on {len(train)} samples: {exc}")
         else:
             with_dict = zstandard.ZstdCompressor(level=3, dict_data=dictionary)
             stored_dict = sum(min(len(s), len(with_dict.compress(s))) for s in test)
-            params = {"kind": "record<1KiB", "records": len(test)}
+            params: dict[str, Any] = {"kind": "record<1KiB", "records": len(test)}
             bench.results.add(SUITE, "compression_ratio_no_dict", raw_test / stored_plain, "raw/stored", **params)
             bench.results.add(SUITE, "compression_ratio_dict16k", raw_test / stored_dict, "raw/stored", **params)
     bench.progress.advance(task)

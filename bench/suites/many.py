@@ -14,6 +14,8 @@ that RSS is the agents', not what earlier suites left in the bench's process:
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import sys
 
@@ -24,7 +26,7 @@ from ..context import Bench
 SUITE = "many"
 
 
-async def _child(bench: Bench, mode: str, agents: int, steps: int) -> dict:
+async def _child(bench: Bench, mode: str, agents: int, steps: int) -> dict[str, Any]:
     out = bench.scratch / f"many-{mode}-{bench.run_id}.json"
     namespace = bench.namespace(SUITE, mode)
     argv = [sys.executable, "-m", "durably.bench.many_worker", mode, bench.store, namespace, str(agents), str(steps),
@@ -32,7 +34,7 @@ async def _child(bench: Bench, mode: str, agents: int, steps: int) -> dict:
     proc = await anyio.run_process(argv, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"many ({mode}) failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}")
-    doc = json.loads(out.read_text(encoding="utf-8"))
+    doc: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     out.unlink()
     return doc
 
@@ -46,7 +48,7 @@ async def run(bench: Bench) -> None:
     task = bench.progress.start(f"many: {agents:,} agents x {steps} steps, then {sizes.parked_agents:,} parked", 2)
     doc = await _child(bench, "concurrent", agents, steps)
     bench.progress.advance(task)
-    params = {"agents": agents, "steps": steps}
+    params: dict[str, Any] = {"agents": agents, "steps": steps}
     rate = r.add(SUITE, "steps_per_s", doc["steps"] / doc["wall_s"], "steps/s", **params)
     r.add(SUITE, "step_p50_all", doc["latencies_p50"] * 1e3, "ms", **params)
     r.add(SUITE, "peak_rss", doc["rss_peak"], "B", **params)

@@ -12,6 +12,8 @@ unlike wall time, it does not grow when other work shares the cores.
 
 from __future__ import annotations
 
+from typing import Any
+
 import time
 
 from durably.runtime.tools import ToolContext
@@ -30,10 +32,10 @@ async def plain_loop(steps: list[Step]) -> ScriptedModel:
     model = ScriptedModel(steps)
     tools = {t.name: t for t in bench_tools(steps)}
     specs = [t.spec() for t in tools.values()]
-    messages: list[dict] = [{"role": "user", "content": "Fix the failing test in the standard library."}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test in the standard library."}]
     while True:
         response = await model.respond(messages, specs)
-        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls]
+        calls: list[dict[str, Any]] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls]
         messages.append({"role": "assistant", "content": response.text, "tool_calls": calls})
         if not calls:
             return model
@@ -71,5 +73,7 @@ async def run(bench: Bench) -> None:
     plain = r.find(SUITE, "step_mean", "plain-loop")
     for system in stores:
         durably = r.find(SUITE, "step_mean", system)
+        if durably is None or plain is None:
+            continue  # a system that did not run
         r.add(SUITE, "overhead_per_step", durably.value - plain.value, "ms", system=system, store=durably.store,
               steps=len(steps))

@@ -28,6 +28,8 @@ own cost per step from its checkpointer's.
 
 from __future__ import annotations
 
+from typing import Any
+
 import time
 from pathlib import Path
 
@@ -139,7 +141,7 @@ async def run(bench: Bench) -> None:
     for steps in lengths:
         for system in systems:
             run_ = await _one(bench, system, steps, steps == headline)
-            params = {"steps": steps}
+            params: dict[str, Any] = {"steps": steps}
             r.add(SUITE, "steps_per_s", steps / run_.wall_s, "steps/s", system=system, store=STORES[system], **params)
             r.add(SUITE, "file_bytes", run_.file_bytes, "B", system=system, store=STORES[system], **params)
             r.add(SUITE, "cpu_per_step", run_.cpu_s / steps * 1e3, "ms", system=system, store=STORES[system], **params)
@@ -153,7 +155,8 @@ async def run(bench: Bench) -> None:
 
 def _headline(bench: Bench, runs: dict[str, _Run], steps: int) -> None:
     """Latencies, restore, checkpoints and the durably / peer ratios at the headline length."""
-    r, params = bench.results, {"steps": steps}
+    r = bench.results
+    params: dict[str, Any] = {"steps": steps}
     for system, run_ in runs.items():
         store = STORES[system]
         step_figures(bench, SUITE, run_.latencies, system=system, store=store, **params)
@@ -168,8 +171,9 @@ def _headline(bench: Bench, runs: dict[str, _Run], steps: int) -> None:
                   store=store, **params)
         if run_.restore_cold_s is not None:
             r.add(SUITE, "restore_cold", run_.restore_cold_s * 1e3, "ms", system=system, store=store, **params)
-            r.add(SUITE, "restore_warm_p50", percentile(run_.restore_warm_s, 50) * 1e3, "ms", system=system,
-                  store=store, **params)
+            if run_.restore_warm_s is not None:
+                r.add(SUITE, "restore_warm_p50", percentile(run_.restore_warm_s, 50) * 1e3, "ms", system=system,
+                      store=store, **params)
     for peer, short in ((SYSTEM, "langgraph"), (DBOS, "dbos")):
         if peer not in runs:
             continue

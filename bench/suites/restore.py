@@ -17,6 +17,9 @@ bounded one (``HistoryPolicy``, "window-200") as a long-running agent needs.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import itertools
 import time
 
@@ -47,8 +50,8 @@ _BATCH = 500  # records per append while building a history
 WINDOW = HistoryPolicy(max_messages=200, keep_recent=100)
 
 
-async def build_history(store: Store, stream: StreamId, entries: list[tuple[str, dict]],
-                        policy: SnapshotPolicy, on_records=lambda n: None,
+async def build_history(store: Store, stream: StreamId, entries: list[tuple[str, dict[str, Any]]],
+                        policy: SnapshotPolicy, on_records: Callable[[int], object] = lambda n: None,
                         history: HistoryPolicy | None = None) -> None:
     """Append ``entries`` to ``stream`` and snapshot the folded state where ``policy``
     says the runtime would (after every record, as ``AgentJournal.append`` checks).
@@ -68,7 +71,7 @@ async def build_history(store: Store, stream: StreamId, entries: list[tuple[str,
             on_records(len(pending))
             pending = []
 
-    def compactions():
+    def compactions() -> Iterator[tuple[str, dict[str, Any]]]:
         for kind, data in entries:
             if history is not None and kind == Kind.MODEL_RESPONDED and not state.pending_calls:
                 cut = history.cut(state.messages)
@@ -108,7 +111,7 @@ async def run(bench: Bench) -> None:
             snapshot = await store.get_snapshot(stream)
             records_stored = await store.last_seq(stream)
         cold, warm = await measure_restore(bench.store, namespace, stream.agent_id, bench.sizes.restore_repeats)
-        params = {"records": records, "history": label}
+        params: dict[str, Any] = {"records": records, "history": label}
         r.add(SUITE, "restore_cold", cold * 1e3, "ms", **params)
         r.add(SUITE, "restore_warm_p50", percentile(warm, 50) * 1e3, "ms", **params)
         r.add(SUITE, "restore_warm_p99", percentile(warm, 99) * 1e3, "ms", **params)
@@ -129,7 +132,7 @@ async def run(bench: Bench) -> None:
                     r.find(SUITE, kind, records=first, history=label), better="lower")
 
 
-def _inflate(frame: bytes, decompressor: zstandard.ZstdDecompressor, with_dictionary) -> bytes:
+def _inflate(frame: bytes, decompressor: zstandard.ZstdDecompressor, with_dictionary: DictionaryFrames) -> bytes:
     """The CBOR payload of ``frame``: zstd only, no checksum, bounds or place (the floor's work)."""
     if frame[2] == FORMAT_DICTIONARY:
         return with_dictionary.decompress(memoryview(frame)[HEADER_SIZE_DICT:], int.from_bytes(frame[15:19], "big"),
