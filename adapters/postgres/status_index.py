@@ -11,10 +11,10 @@ A purge deletes the row and the entry with it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Any
 
-from durably.storage.errors import InvalidRequestError
+from durably.storage.index_rows import FIELDS, Scan, entry_columns, entry_from_row, list_rows
 from durably.storage.spi import AppendRequest, IndexedStream, IndexEntry, StreamId
 
 #: Schema version 5 (``schema.MIGRATIONS[5]``).
@@ -23,7 +23,6 @@ MIGRATION = (
     "ADD COLUMN index_seq bigint, ADD COLUMN updated_at double precision, ADD COLUMN approvals text",
     "CREATE INDEX streams_by_status ON {s}.streams (namespace, status, agent_id)",
 )
-_FIELDS = "agent_id, status, definition, index_seq, updated_at, approvals"
 
 
 def index_sql(s: str) -> dict[str, str]:
@@ -34,24 +33,16 @@ def index_sql(s: str) -> dict[str, str]:
                        "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::float8[], "
                        "$7::text[]) AS e (namespace, agent_id, status, definition, seq, updated_at, approvals) "
                        "WHERE st.namespace = e.namespace AND st.agent_id = e.agent_id",
-        "list_index_all": f"SELECT {_FIELDS} FROM {s}.streams WHERE namespace = $1 AND agent_id > $2 "
+        "list_index_all": f"SELECT {FIELDS} FROM {s}.streams WHERE namespace = $1 AND agent_id > $2 "
                           "AND last_seq > 0 ORDER BY agent_id LIMIT $3",
-        "list_index_null": f"SELECT {_FIELDS} FROM {s}.streams WHERE namespace = $1 AND status IS NULL "
+        "list_index_null": f"SELECT {FIELDS} FROM {s}.streams WHERE namespace = $1 AND status IS NULL "
                            "AND agent_id > $2 AND last_seq > 0 ORDER BY agent_id LIMIT $3",
-        "list_index_status": f"SELECT {_FIELDS} FROM {s}.streams WHERE namespace = $1 AND status = $4 "
+        "list_index_status": f"SELECT {FIELDS} FROM {s}.streams WHERE namespace = $1 AND status = $4 "
                              "AND agent_id > $2 AND last_seq > 0 ORDER BY agent_id LIMIT $3",
-        "get_index": f"SELECT {_FIELDS} FROM {s}.streams WHERE namespace = $1 AND agent_id = $2",
+        "get_index": f"SELECT {FIELDS} FROM {s}.streams WHERE namespace = $1 AND agent_id = $2",
         "put_index": f"UPDATE {s}.streams SET status = $4, definition = $5, index_seq = $6, updated_at = $7, "
                      "approvals = $8 WHERE namespace = $1 AND agent_id = $2 AND last_seq = $3 AND last_seq > 0",
     }
-
-
-def _columns(entry: IndexEntry | None) -> tuple[object, ...]:
-    if entry is None:
-        return (None, None, None, None, None)
-    if not isinstance(entry, IndexEntry):
-        raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(entry).__name__}")
-    return (entry.status, entry.definition, entry.seq, entry.updated_at, json.dumps(list(entry.open_approvals)))
 
 
 def entry_rows(requests: Sequence[AppendRequest], results: Sequence[int]) -> tuple[list[object], ...] | None:
@@ -63,7 +54,7 @@ def entry_rows(requests: Sequence[AppendRequest], results: Sequence[int]) -> tup
             last[(request.stream.namespace, request.stream.agent_id)] = request.index
     if not last:
         return None
-    columns = [_columns(entry) for entry in last.values()]
+    columns = [entry_columns(entry) for entry in last.values()]
     return ([k[0] for k in last], [k[1] for k in last], *map(list, zip(*columns, strict=True)))
 
 
@@ -71,14 +62,7 @@ def check_entries(requests: Sequence[AppendRequest]) -> None:
     """Refuse a malformed entry before any I/O (``InvalidRequestError``)."""
     for request in requests:
         if request.index is not None:
-            _columns(request.index)
-
-
-def _entry(status: str | None, definition: str, seq: int, updated_at: float, approvals: str) -> IndexEntry | None:
-    if status is None:
-        return None
-    return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at,
-                      open_approvals=tuple(json.loads(approvals)))
+            entry_columns(request.index)
 
 
 class PostgresStatusIndex:
@@ -92,21 +76,17 @@ class PostgresStatusIndex:
                          page_size: int = 512) -> AsyncIterator[IndexedStream]:
         """See ``IndexStore.list_index``: one keyset-paged range scan per status asked for, and one for NULL."""
         self._check_open()  # type: ignore[attr-defined]
-        if page_size < 1:
-            raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
-        if statuses is None:
-            scans: list[tuple[str, tuple[object, ...]]] = [("list_index_all", ())]
-        else:
-            scans = [("list_index_null", ())] + [("list_index_status", (s,)) for s in sorted(set(statuses))]
-        for name, extra in scans:
-            after = ""
-            while True:
-                rows = await self._fetch("list_index", self._sql[name], namespace, after, page_size, *extra)  # type: ignore[attr-defined]
-                for agent_id, status, definition, seq, updated_at, approvals in rows:
-                    yield IndexedStream(StreamId(namespace, agent_id), _entry(status, definition, seq, updated_at, approvals))
-                if len(rows) < page_size:
-                    break
-                after = rows[-1][0]
+        names = {"all": "list_index_all", "null": "list_index_null", "status": "list_index_status"}
+
+        async def fetch(scan: Scan, after: str, limit: int) -> Sequence[Sequence[Any]]:
+            kind, status = scan
+            extra = () if status is None else (status,)
+            rows: Sequence[Sequence[Any]] = await self._fetch(  # type: ignore[attr-defined]
+                "list_index", self._sql[names[kind]], namespace, after, limit, *extra)  # type: ignore[attr-defined]
+            return rows
+
+        async for row in list_rows(namespace, statuses, page_size, fetch):
+            yield row
 
     async def get_index(self, stream: StreamId) -> IndexEntry | None:
         """See ``IndexStore.get_index``."""
@@ -115,11 +95,11 @@ class PostgresStatusIndex:
         if not rows:
             return None
         _, status, definition, seq, updated_at, approvals = tuple(rows[0])
-        return _entry(status, definition, seq, updated_at, approvals)
+        return entry_from_row(status, definition, seq, updated_at, approvals)
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
         """See ``IndexStore.put_index``: one ``UPDATE ... WHERE last_seq = at_seq`` (the compare-and-set)."""
         self._check_open()  # type: ignore[attr-defined]
         done = await self._execute("put_index", self._sql["put_index"], stream.namespace, stream.agent_id,  # type: ignore[attr-defined]
-                                   at_seq, *_columns(entry))
+                                   at_seq, *entry_columns(entry))
         return bool(done == "UPDATE 1")

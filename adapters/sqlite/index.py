@@ -11,12 +11,12 @@ streams without an entry have a NULL status and are found the same way.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Any
 
 import aiosqlite
 
-from durably.storage.errors import InvalidRequestError
+from durably.storage.index_rows import FIELDS, Scan, entry_columns, entry_from_row, list_rows
 from durably.storage.spi import IndexedStream, IndexEntry, StreamId
 
 #: Columns added to ``streams`` by schema version 3 (``ALTER TABLE``: a v2 file keeps its rows, entries NULL).
@@ -26,23 +26,10 @@ CREATE_INDEX = "CREATE INDEX IF NOT EXISTS streams_by_status ON streams (namespa
 #: The slow append path's statement for a request that carries an entry (``SET`` by the row's id).
 SET_ENTRY = ("UPDATE streams SET status = ?, definition = ?, index_seq = ?, updated_at = ?, approvals = ? "
              "WHERE id = ?")
-_FIELDS = "agent_id, status, definition, index_seq, updated_at, approvals"
 
 
-def entry_params(entry: IndexEntry | None) -> tuple[object, ...]:
-    """The five column values of ``entry`` (all NULL for None)."""
-    if entry is None:
-        return (None, None, None, None, None)
-    if not isinstance(entry, IndexEntry):
-        raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(entry).__name__}")
-    return (entry.status, entry.definition, entry.seq, entry.updated_at, json.dumps(list(entry.open_approvals)))
-
-
-def _entry(status: str | None, definition: str, seq: int, updated_at: float, approvals: str) -> IndexEntry | None:
-    if status is None:
-        return None
-    return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at,
-                      open_approvals=tuple(json.loads(approvals)))
+#: The five column values of an entry (all NULL for None), as the append statements bind them.
+entry_params = entry_columns
 
 
 async def upgrade(db: aiosqlite.Connection) -> None:
@@ -66,33 +53,28 @@ class SQLiteStatusIndex:
                          page_size: int = 512) -> AsyncIterator[IndexedStream]:
         """See ``IndexStore.list_index``: one keyset-paged range scan per status asked for, and one for NULL."""
         self._check_open()  # type: ignore[attr-defined]
-        if page_size < 1:
-            raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
-        if statuses is None:
-            wheres: list[tuple[str, tuple[object, ...]]] = [("", ())]
-        else:
-            wheres = [("AND status IS NULL ", ())] + [("AND status = ? ", (s,)) for s in sorted(set(statuses))]
-        for where, params in wheres:
-            sql = (f"SELECT {_FIELDS} FROM streams WHERE namespace = ? {where}AND agent_id > ? AND last_seq > 0 "
+        where = {"all": "", "null": "AND status IS NULL ", "status": "AND status = ? "}
+
+        async def fetch(scan: Scan, after: str, limit: int) -> Sequence[Sequence[Any]]:
+            kind, status = scan
+            sql = (f"SELECT {FIELDS} FROM streams WHERE namespace = ? {where[kind]}AND agent_id > ? AND last_seq > 0 "
                    "ORDER BY agent_id LIMIT ?")
-            after = ""
-            while True:
-                rows = await self._fetch(sql, (namespace, *params, after, page_size))  # type: ignore[attr-defined]
-                for agent_id, status, definition, seq, updated_at, approvals in rows:
-                    yield IndexedStream(StreamId(namespace, agent_id), _entry(status, definition, seq, updated_at, approvals))
-                if len(rows) < page_size:
-                    break
-                after = rows[-1][0]
+            params = (namespace, after, limit) if status is None else (namespace, status, after, limit)
+            rows: Sequence[Sequence[Any]] = await self._fetch(sql, params)  # type: ignore[attr-defined]
+            return rows
+
+        async for row in list_rows(namespace, statuses, page_size, fetch):
+            yield row
 
     async def get_index(self, stream: StreamId) -> IndexEntry | None:
         """See ``IndexStore.get_index``."""
         self._check_open()  # type: ignore[attr-defined]
         rows = await self._fetch(  # type: ignore[attr-defined]
-            f"SELECT {_FIELDS} FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id))
+            f"SELECT {FIELDS} FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id))
         if not rows:
             return None
         _, status, definition, seq, updated_at, approvals = rows[0]
-        return _entry(status, definition, seq, updated_at, approvals)
+        return entry_from_row(status, definition, seq, updated_at, approvals)
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
         """See ``IndexStore.put_index``: one ``UPDATE ... WHERE last_seq = at_seq`` (the compare-and-set)."""
