@@ -88,7 +88,9 @@ class AgentHandle:
     async def wait(self) -> AgentState:
         """The agent's state once this activation ends and has given its lease back."""
         await self._actor.done.wait()
-        await self._actor.exited.wait()
+        # AgentActor does not declare ``exited`` yet (runtime/actor.py is being rewritten on the
+        # merge train; it gets the attribute when it is typed): _spawn sets it on every actor.
+        await self._actor.exited.wait()  # type: ignore[attr-defined]
         if self._actor.error is not None:
             raise self._actor.error
         return self._actor.state
@@ -330,6 +332,7 @@ class Runtime(Inspection):
         reused by mistake must not hand back another agent's result. A resumed
         run with the same definition and task is silent.
         """
+        handle: AgentHandle | None
         try:
             handle = await self.start(agent, agent_id, task, budget=budget)
         except AgentExistsError:
@@ -544,7 +547,8 @@ class Runtime(Inspection):
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal) -> AgentHandle:
         actor = AgentActor(definition, journal, self.tracer, mailbox_size=self._mailbox_size)
-        actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
+        # Set once the lease is given back: the handle waits for it (undeclared: see AgentHandle.wait).
+        actor.exited = anyio.Event()  # type: ignore[attr-defined]
         agent_id = journal.state.agent_id
         self._live[agent_id] = actor
 
@@ -561,7 +565,7 @@ class Runtime(Inspection):
                     async with self._activating.hold(agent_id):
                         if agent_id not in self._live:
                             await self._leases.release(journal.stream)
-                actor.exited.set()
+                actor.exited.set()  # type: ignore[attr-defined]  # see AgentHandle.wait
 
         self._tg.start_soon(run_actor)
         return AgentHandle(actor)
