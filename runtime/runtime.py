@@ -91,7 +91,9 @@ class AgentHandle:
     async def wait(self) -> AgentState:
         """The agent's state once this activation ends and has given its lease back."""
         await self._actor.done.wait()
-        await self._actor.exited.wait()
+        # AgentActor does not declare ``exited`` yet (runtime/actor.py is being rewritten on the
+        # merge train; it gets the attribute when it is typed): _spawn sets it on every actor.
+        await self._actor.exited.wait()  # type: ignore[attr-defined]
         if self._actor.error is not None:
             raise self._actor.error
         return self._actor.state
@@ -326,7 +328,7 @@ class Runtime(Inspection):
         return self._spawn(definition, journal, span)
 
     def _activation_span(self, definition: AgentDefinition, agent_id: str, run_id: str,
-                         continues: dict[str, Any] | None):
+                         continues: dict[str, Any] | None) -> trace.Span | None:
         """The ``invoke_agent`` span of an activation about to be journaled (None when nothing records)."""
         if self.telemetry.tracer is None:
             return None
@@ -375,6 +377,7 @@ class Runtime(Inspection):
         reused by mistake must not hand back another agent's result. A resumed
         run with the same definition and task is silent.
         """
+        handle: AgentHandle | None
         try:
             handle = await self.start(agent, agent_id, task, budget=budget)
         except AgentExistsError:
@@ -587,9 +590,10 @@ class Runtime(Inspection):
         return AgentJournal(services, stream, restored.state, records_since=restored.tail_records,
                             bytes_since=restored.tail_raw, snapshot_bytes=restored.snapshot_raw)
 
-    def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span=None) -> AgentHandle:
+    def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
         actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self._mailbox_size, span=span)
-        actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
+        # Set once the lease is given back: the handle waits for it (undeclared: see AgentHandle.wait).
+        actor.exited = anyio.Event()  # type: ignore[attr-defined]
         agent_id = journal.state.agent_id
         self._live[agent_id] = actor
 
@@ -606,7 +610,7 @@ class Runtime(Inspection):
                     async with self._activating.hold(agent_id):
                         if agent_id not in self._live:
                             await self._leases.release(journal.stream)
-                actor.exited.set()
+                actor.exited.set()  # type: ignore[attr-defined]  # see AgentHandle.wait
 
         self._tg.start_soon(run_actor)
         return AgentHandle(actor)
@@ -617,7 +621,7 @@ class Runtime(Inspection):
             actor.journal.snapshot_bytes = size
 
 
-def _end_failed(span, exc: BaseException) -> None:
+def _end_failed(span: trace.Span | None, exc: BaseException) -> None:
     """End an activation span whose record could not be journaled (the agent did not run)."""
     if span is not None:
         if isinstance(exc, Exception):
