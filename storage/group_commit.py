@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
@@ -58,7 +58,7 @@ class GroupCommitter:
     def __init__(self, store: Store, *, max_batch: int = 512, tracer: trace.Tracer | None | object = _GLOBAL,
                  attributes: dict[str, str] | None = None) -> None:
         self._store = store
-        self._tracer = _global_tracer() if tracer is _GLOBAL else tracer
+        self._tracer: trace.Tracer | None = _global_tracer() if tracer is _GLOBAL else cast("trace.Tracer | None", tracer)
         self._attributes = attributes or {}
         self._max_batch = max_batch
         self._queue: list[_Pending] = []
@@ -98,7 +98,9 @@ class GroupCommitter:
     def _span(self) -> contextlib.AbstractContextManager[trace.Span | None]:
         if self._tracer is None:
             return _NO_SPAN  # nothing records: no span object at all on the hot path
-        return self._tracer.start_as_current_span("durably.journal.append", attributes=self._attributes)
+        span: contextlib.AbstractContextManager[trace.Span] = self._tracer.start_as_current_span(
+            "durably.journal.append", attributes=self._attributes)
+        return span
 
     async def _commit_queued(self) -> None:
         batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
