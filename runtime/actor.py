@@ -36,6 +36,7 @@ from .tool_calls import ToolCalls
 from .tools import ToolArgumentsError, idempotency_key
 
 log = logging.getLogger("durably.actor")
+_FLUSH_ON_EXIT_S = 5.0  # how long a cancelled actor may spend committing a staged tool result
 
 
 class AgentActor(ToolCalls):
@@ -94,6 +95,10 @@ class AgentActor(ToolCalls):
                 if self.span is not None:
                     self._end_span(self.span)
         finally:
+            if self.journal.staged:
+                # Cancelled (a shutdown) right after a tool ran: its result is a fact, keep it.
+                with anyio.move_on_after(_FLUSH_ON_EXIT_S, shield=True), contextlib.suppress(Exception):
+                    await self.journal.flush()
             self._close_mailbox()
             self.done.set()
 
@@ -124,6 +129,7 @@ class AgentActor(ToolCalls):
                 await self.journal.append((Kind.BUDGET_EXCEEDED, limit))
             elif not await self._compact_history():
                 await self._model_step()
+        await self.journal.flush()  # a drain or a park right after a tool ran: its result is durable first
 
     async def _compact_history(self) -> bool:
         """Shorten the conversation if the ``HistoryPolicy`` says so; True if it did.
@@ -139,7 +145,10 @@ class AgentActor(ToolCalls):
         data: dict[str, Any] = {"first": first, "count": count}
         if policy.summarize is not None:
             try:
-                data["summary"] = await policy.summarize(self.state.messages[first:first + count])
+                async with self.journal.overlapped():
+                    data["summary"] = await policy.summarize(self.state.messages[first:first + count])
+            except (AgentFencedError, StoreUnavailableError):
+                raise  # the staged result's commit failed: nothing more can be written
             except Exception as exc:
                 log.warning("agent %s: summariser failed (%s), history kept for now", self.state.agent_id,
                             type(exc).__name__)
@@ -195,6 +204,7 @@ class AgentActor(ToolCalls):
         if response is None:
             return  # failed for good: journaled
         calls = self._journal_calls(response.tool_calls)
+        stopped = self.state.status != RUNNING  # a command (a cancel) folded in while the model thought
         usage = response.usage
         data = {
             "text": response.text,
@@ -206,6 +216,13 @@ class AgentActor(ToolCalls):
         if response.stop_reason:
             data["stop_reason"] = response.stop_reason
         entries = [(Kind.MODEL_RESPONDED, data)]
+        if stopped:
+            # What happened is journaled (its tokens were spent); nothing it decides is acted on.
+            try:
+                await self.journal.append(*entries)
+            except UnencodableValueError as exc:  # stopped already: not failed for an answer it will not act on
+                log.warning("agent %s: the answer after it stopped cannot be stored: %s", self.state.agent_id, exc)
+            return
         valid = []
         for call in calls:
             # Checked before anything is journaled: an invalid call runs nothing, and
@@ -274,7 +291,9 @@ class AgentActor(ToolCalls):
                                                            "transient": is_transient(exc), "retry_in": wait_s}))
 
         try:
-            return await self.definition.retry.call(attempt, failed)
+            # The last tool result is committed while the model thinks (or with its answer).
+            async with self.journal.overlapped():
+                return await self.definition.retry.call(attempt, failed)
         except (AgentFencedError, StoreUnavailableError):
             raise
         except Exception as exc:

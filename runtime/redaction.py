@@ -189,6 +189,37 @@ class RedactionPolicy:
             return None
         return re.compile("|".join(re.escape(h) for p in self.token_patterns for h in p.hints))
 
+    @cached_property
+    def hint_groups(self) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
+        """The hints, grouped for a fast "can any pattern match?" test: ``(gate,
+        hints)`` pairs, where ``gate`` is a character every hint of the group holds
+        (``""``: no gate, always test them), so text without ``_`` skips every hint
+        holding one with one scan. A hint that holds another is dropped (the
+        shorter one is found wherever it is). None when some pattern has no
+        hints: text must then always be scanned with every regex."""
+        if not all(p.hints for p in self.token_patterns):
+            return None
+        hints = {h for p in self.token_patterns for h in p.hints}
+        hints = {h for h in hints if not any(o != h and o in h for o in hints)}
+        groups: dict[str, list[str]] = {}
+        for hint in sorted(hints):
+            gate = next((c for c in "_-" if c in hint), "")
+            groups.setdefault(gate, []).append(hint)
+        return tuple((gate, tuple(group)) for gate, group in sorted(groups.items()))
+
+    def may_hold_token(self, lower: str) -> bool:
+        """False when no pattern can match in lowercased text ``lower`` (no hint in
+        it); True when one may, or when some pattern has no hints."""
+        groups = self.hint_groups
+        if groups is None:
+            return True
+        for gate, hints in groups:
+            if not gate or gate in lower:
+                for hint in hints:
+                    if hint in lower:
+                        return True
+        return False
+
     def _candidates(self, text: str) -> list[tuple[str, re.Pattern[str], tuple[str, ...]]]:
         """The patterns that may match ``text``: those whose hints it contains."""
         tokens = self._tokens

@@ -48,7 +48,7 @@ class Redactor:
         Never mutates ``data``; returns it unchanged when nothing applies.
         """
         policy = self.policy
-        if policy is None or not policy.active:
+        if policy is None or not policy.active or self._untouched(kind, data, agent):
             return data
         if kind == Kind.MODEL_RESPONDED:
             calls = data.get("tool_calls")
@@ -73,6 +73,43 @@ class Redactor:
             out = self._fields({k: v for k, v in data.items() if k != "arguments"}, seq)
             return {**out, "arguments": arguments}
         return self._fields(data, seq)
+
+    def _untouched(self, kind: str, data: dict[str, Any], agent: str | None) -> bool:
+        """True when nothing of the policy can apply to this record: no rule for its
+        tool, no secret-named field where names count, and no token hint nor
+        remembered secret in any of its strings (one scan of them all, instead of
+        a walk with a regex per string). False means: take the full path, which
+        may still find nothing."""
+        policy = self.policy
+        assert policy is not None
+        if policy.hint_groups is None:
+            return False  # a pattern without hints must always run
+        named: list[Any] = []  # the values whose field names are checked for secrets
+        if kind == Kind.MODEL_RESPONDED:
+            calls = data.get("tool_calls")
+            if type(calls) is list:
+                for call in calls:
+                    if type(call) is dict and type(call.get("arguments")) is dict:
+                        if self._rules("arguments", agent, call.get("name")):
+                            return False
+                        named.append(call["arguments"])
+        elif kind == Kind.TOOL_RESULT:
+            if self._rules("result", agent, data.get("tool")):
+                return False
+            named.append(data.get("result"))
+        elif kind == Kind.APPROVAL_REQUESTED and type(data.get("arguments")) is dict:
+            if self._rules("arguments", agent, data.get("tool")):
+                return False
+            named.append(data["arguments"])
+        if named and policy.secret_names and _has_secret_name(named, policy):
+            return False
+        texts = _texts(data)
+        if texts is None:
+            return False
+        text = "\x00".join(texts)
+        if self._secrets and any(secret in text for secret in self._secrets):
+            return False
+        return not policy.may_hold_token(text.lower())
 
     def _fields(self, data: dict[str, Any], seq: int) -> dict[str, Any]:
         """``data`` with tokens masked; the original of a masked top-level text (the
@@ -106,6 +143,8 @@ class Redactor:
 
     def _rules(self, root: str, agent: str | None, tool: Any) -> tuple[tuple[tuple[str, ...], str], ...]:
         assert self.policy is not None
+        if not self.policy.rules:
+            return ()
         return tuple((r.segments, r.reason) for r in self.policy.rules if r.root == root and r.applies(agent, tool))
 
     def _tree(self, value: Any, rules: tuple[tuple[tuple[str, ...], str], ...], *, names: bool, whole: bool,
@@ -262,6 +301,43 @@ def _call_ref(call: dict[str, Any]) -> str | None:
     """A tool call's own reference: its idempotency key (unique in the run; a
     provider may reuse call ids across turns), else its id (records before keys)."""
     return call.get("key") or call.get("id")
+
+
+def _has_secret_name(values: list[Any], policy: RedactionPolicy) -> bool:
+    """True when a dict inside ``values`` has a key ``policy`` calls a secret."""
+    stack: list[tuple[Any, int]] = [(v, 0) for v in values]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if depth >= _MAX_DEPTH:
+            continue
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is str and policy.is_secret_name(key):
+                    return True
+                if type(child) is dict or type(child) is list:
+                    stack.append((child, depth + 1))
+        elif kind is list:
+            stack.extend((v, depth + 1) for v in item if type(v) is dict or type(v) is list)
+    return False
+
+
+def _texts(data: dict[str, Any]) -> list[str] | None:
+    """Every str value inside ``data`` (keys aside), or None past ``_MAX_DEPTH``
+    levels (the full path handles those)."""
+    out: list[str] = []
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth >= _MAX_DEPTH:
+            return None
+        for child in item.values() if type(item) is dict else item:
+            kind = type(child)
+            if kind is str:
+                out.append(child)
+            elif kind is dict or kind is list:
+                stack.append((child, depth + 1))
+    return out
 
 
 def _strings(value: Any) -> Iterable[str]:

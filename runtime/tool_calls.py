@@ -5,7 +5,9 @@ turn. The calls that may start together (no approval needed, not
 ``sequential``, not started yet) run in one anyio task group after their
 intents are journaled in one append; each result is appended as it
 completes, through the runtime's group commit, and the fold puts it in the
-model's call order. A call found started without a result (the process died
+model's call order. The result of a call that ran alone is staged instead
+(``AgentJournal.stage``): committed during the next model call, or with its
+answer. A call found started without a result (the process died
 while it ran) follows its tool's ``on_unknown_outcome`` policy.
 """
 
@@ -195,7 +197,9 @@ class ToolCalls:
                 tm.record_exception(span, exc)
                 outcome = {"error": str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"}
         if lock is None:
-            await self._result(call, **outcome)
+            # A lone call's result is staged: committed while the model reads it, or
+            # with the model's answer (one commit per step); never acted on before.
+            await self._result(call, staged=True, **outcome)
         else:
             async with lock:
                 await self._result(call, **outcome)
@@ -217,10 +221,13 @@ class ToolCalls:
         return Kind.TOOL_RESULT, data
 
     async def _result(self, call: dict[str, Any], *, result: Any = None, error: str | None = None,
-                      reconciled: bool = False) -> None:
+                      reconciled: bool = False, staged: bool = False) -> None:
         entry = self._result_entry(call, result=result, error=error, reconciled=reconciled)
         try:
-            await self.journal.append(entry)
+            if staged:
+                self.journal.stage(entry)
+            else:
+                await self.journal.append(entry)
         except UnencodableValueError as exc:
             # The side effect happened but its result cannot be stored exactly. Never a
             # silent substitute: the agent fails naming the tool, the call and the field,

@@ -142,6 +142,61 @@ def check_encodable(value: Any, path: str = "value", max_depth: int = 64) -> boo
     Out: True when the value holds tagged types (see ``durably.storage.values``),
     False for plain data only; the encoder converts only in the first case.
     """
+    # The common case walks without building a path per node; only a value it
+    # refuses is walked again, with paths, to name the field.
+    tagged = _plain_walk(value, max_depth)
+    if tagged is None:
+        return _checked_walk(value, path, max_depth)
+    return tagged
+
+
+def _plain_walk(value: Any, max_depth: int) -> bool | None:
+    """Whether ``value`` holds tagged types (True/False), or None when something in
+    it cannot be stored (``_checked_walk`` then says what and where)."""
+    tagged = False
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            if depth >= max_depth:
+                return None
+            for key, child in item.items():
+                if type(key) is not str:
+                    return None
+                ckind = type(child)
+                if ckind is str or ckind is float or ckind is bool or child is None or ckind is bytes:
+                    continue
+                if ckind is int and _INT_MIN <= child <= _INT_MAX:
+                    continue
+                stack.append((child, depth + 1))
+        elif kind is list:
+            if depth >= max_depth:
+                return None
+            for child in item:
+                ckind = type(child)
+                if ckind is str or ckind is float or ckind is bool or child is None or ckind is bytes:
+                    continue
+                if ckind is int and _INT_MIN <= child <= _INT_MAX:
+                    continue
+                stack.append((child, depth + 1))
+        elif kind is str or kind is bool or kind is float or item is None or kind is bytes:
+            continue
+        elif kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                return None
+        elif kind in values.TAGGED_TYPES:
+            if depth >= max_depth or values.problem(item) is not None:
+                return None
+            tagged = True
+            stack.extend((child, depth + 1) for child in values.children(item))
+        else:
+            return None
+    return tagged
+
+
+def _checked_walk(value: Any, path: str, max_depth: int) -> bool:
+    """``check_encodable``'s walk with the path of every node: raises for the first bad one."""
     # Iterative walk: user data may be deep and Python's recursion is slow.
     tagged = False
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]

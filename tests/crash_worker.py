@@ -5,9 +5,15 @@ Boundaries (``--crash NAME --at K``, K counts occurrences in this process):
   before_intent   a tool_intent append is about to be committed
   before_effect   the intent is durable, the tool has not acted yet
   after_effect    the tool acted, its result is not journaled
-  after_result    a tool_result append was acknowledged
+  result_staged   its result is staged (folded, in the next model call's view), not durable
+  model_answered  the model answered; its response and intents (with the staged result,
+                  unless that was committed while the model thought) are about to be committed
+  after_result    a commit holding a tool_result was acknowledged
   snapshot        as SQLite starts writing a snapshot, before it commits
   group_commit    as SQLite starts writing a group commit's records, before it commits
+
+``--think S``: the model takes S seconds per answer (it waits), so a staged
+result is committed while it thinks instead of with its answer.
 
 Every acknowledged append is logged to ``--acks`` (fsynced) with a digest of
 each frame, so the test can check no acknowledged record was lost.
@@ -53,11 +59,29 @@ def install_hooks() -> None:
         kinds = {kind for kind, _ in entries}
         if Kind.TOOL_INTENT in kinds:
             hit("before_intent")
+        if Kind.MODEL_RESPONDED in kinds:
+            hit("model_answered")
         await original_append(self, *entries)
-        if Kind.TOOL_RESULT in kinds:
-            hit("after_result")
 
     AgentJournal.append = append
+
+    original_stage = AgentJournal.stage
+
+    def stage(self, entry):
+        original_stage(self, entry)
+        hit("result_staged")
+
+    AgentJournal.stage = stage
+
+    original_append_once = AgentJournal._append_once
+
+    async def append_once(self, entries):
+        results = self.staged or any(kind == Kind.TOOL_RESULT for kind, _ in entries)
+        await original_append_once(self, entries)
+        if results:
+            hit("after_result")
+
+    AgentJournal._append_once = append_once
 
     original_commit_append = GroupCommitter.append
 
@@ -99,7 +123,7 @@ async def main() -> None:
     def on_effect(phase: str, n: int) -> None:
         hit(f"{phase}_effect")
 
-    definition = file_agent(args.steps, effects, on_effect=on_effect, per_turn=args.per_turn)
+    definition = file_agent(args.steps, effects, on_effect=on_effect, per_turn=args.per_turn, think_s=args.think)
     policy = SnapshotPolicy(every_records=4, tail_ratio=0.0)
     results: dict[str, dict] = {}
     async with Runtime(f"sqlite:///{args.db}", agents=[definition], snapshot_policy=policy) as rt:
@@ -126,6 +150,7 @@ if __name__ == "__main__":
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--per-turn", type=int, default=1)  # tool calls per model turn, run concurrently
+    parser.add_argument("--think", type=float, default=0.0)  # seconds the model takes per answer
     parser.add_argument("--crash")
     parser.add_argument("--at", type=int, default=1)
     args = parser.parse_args()

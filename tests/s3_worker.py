@@ -6,7 +6,7 @@ Boundaries (``--crash NAME --at K``, K counts occurrences in this process):
   before_intent   a tool_intent append is about to be committed
   before_effect   the intent is durable, the tool has not acted yet
   after_effect    the tool acted, its result is not journaled
-  after_result    a tool_result append was acknowledged
+  after_result    a commit holding a tool_result was acknowledged
   put_landed      a record batch's conditional PUT is on S3, its append is not
                   acknowledged yet (other streams' PUTs of the same group
                   commit may still be in flight)
@@ -120,10 +120,20 @@ def install_hooks() -> None:
         if Kind.TOOL_INTENT in kinds:
             hit("before_intent")
         await original_append(self, *entries)
-        if Kind.TOOL_RESULT in kinds:
-            hit("after_result")
 
     AgentJournal.append = append
+
+    # A staged tool result is committed by a later append (one commit per step): the
+    # boundary is a commit holding a result, whatever append carried it.
+    original_append_once = AgentJournal._append_once
+
+    async def append_once(self, entries):
+        results = self.staged or any(kind == Kind.TOOL_RESULT for kind, _ in entries)
+        await original_append_once(self, entries)
+        if results:
+            hit("after_result")
+
+    AgentJournal._append_once = append_once
 
     original_commit_append = GroupCommitter.append
 

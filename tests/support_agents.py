@@ -20,8 +20,10 @@ class StepModel:
 
     name = "step-model"
 
-    def __init__(self, steps: int, tool_name: str = "effect", tokens: int = 10, per_turn: int = 1) -> None:
+    def __init__(self, steps: int, tool_name: str = "effect", tokens: int = 10, per_turn: int = 1,
+                 think_s: float = 0.0) -> None:
         self.steps = steps
+        self.think_s = think_s  # how long each answer takes (0: answers without waiting)
         self.tool_name = tool_name
         self.tokens = tokens
         self.per_turn = per_turn  # calls per model turn (they run concurrently)
@@ -29,6 +31,8 @@ class StepModel:
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
         self.calls += 1
+        if self.think_s:
+            await anyio.sleep(self.think_s)
         done = sum(1 for m in messages if m["role"] == "tool")
         usage = Usage(self.tokens, self.tokens, 0.01)
         if done < self.steps:
@@ -71,7 +75,8 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def file_agent(steps: int, effects: Path, *, name: str = "file-agent", on_effect=None, per_turn: int = 1) -> AgentDefinition:
+def file_agent(steps: int, effects: Path, *, name: str = "file-agent", on_effect=None, per_turn: int = 1,
+               think_s: float = 0.0) -> AgentDefinition:
     """An agent whose tool 'sends' by appending to ``effects``; reconciles by key.
 
     ``on_effect(phase, n)`` is called before and after the side effect (the crash
@@ -90,4 +95,4 @@ def file_agent(steps: int, effects: Path, *, name: str = "file-agent", on_effect
             on_effect("after", n)
         return n * 10
 
-    return AgentDefinition(name=name, model=StepModel(steps, per_turn=per_turn), tools=[effect])
+    return AgentDefinition(name=name, model=StepModel(steps, per_turn=per_turn, think_s=think_s), tools=[effect])

@@ -35,18 +35,33 @@ def run_worker(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
         ("after_effect", 1),
         ("after_effect", 9),
         ("after_result", 7),
+        ("result_staged", 2),
+        ("result_staged", 9),
+        ("model_answered", 4),
+        ("model_answered", 11),
         ("snapshot", 2),
         ("group_commit", 3),
         ("group_commit", 7),
     ],
 )
 def test_sigkill_at_boundary_resumes_without_duplicates_or_loss(tmp_path, boundary, at):
-    crashed = run_worker(tmp_path, "--crash", boundary, "--at", str(at))
+    check_crash_and_resume(tmp_path, boundary, at)
+
+
+@pytest.mark.parametrize("boundary,at", [("after_result", 3), ("result_staged", 4), ("model_answered", 6),
+                                         ("group_commit", 8)])
+def test_sigkill_while_the_model_thinks(tmp_path, boundary, at):
+    # A model that takes its time: each tool result is committed while it thinks.
+    check_crash_and_resume(tmp_path, boundary, at, "--think", "0.05")
+
+
+def check_crash_and_resume(tmp_path: Path, boundary: str, at: int, *extra: str) -> None:
+    crashed = run_worker(tmp_path, "--crash", boundary, "--at", str(at), *extra)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     acked_before_crash = read_lines(tmp_path / "acks.jsonl")
     assert acked_before_crash, "the worker acknowledged nothing before dying"
 
-    resumed = run_worker(tmp_path)
+    resumed = run_worker(tmp_path, *extra)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     states = json.loads(resumed.stdout.strip().splitlines()[-1])
     expected = f"done {[n * 10 for n in range(1, STEPS + 1)]}"

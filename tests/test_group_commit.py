@@ -2,7 +2,8 @@
 
 A wrapper store counts ``append_batch`` calls and can hold a call open until
 the test releases it, so which appends share a batch is decided by the test,
-never by timing.
+never by timing. Like every store doing I/O (and unlike the memory adapter
+alone) it lets the event loop run during a call.
 """
 
 from __future__ import annotations
@@ -22,24 +23,32 @@ class CountingStore:
     """Delegates to ``inner``; records every ``append_batch`` call's streams.
 
     ``hold`` (an ``anyio.Event``) keeps the first call waiting until set, with
-    ``entered`` set once that call has started. ``fail_on`` maps a call number
-    (1-based) to an exception raised instead of delegating.
+    ``entered`` set once that call has started; ``holds`` maps a later call
+    number (1-based) to an event it waits for. ``callers`` holds the id of the
+    task that made each call. ``fail_on`` maps a call number to an exception
+    raised instead of delegating.
     """
 
     def __init__(self, inner) -> None:
         self.inner = inner
         self.calls: list[list[StreamId]] = []
+        self.callers: list[int] = []
         self.hold: anyio.Event | None = None
+        self.holds: dict[int, anyio.Event] = {}
         self.entered = anyio.Event()
         self.fail_on: dict[int, BaseException] = {}
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         self.calls.append([r.stream for r in requests])
+        self.callers.append(anyio.get_current_task().id)
         number = len(self.calls)
+        await anyio.lowlevel.checkpoint()  # a store's I/O lets other tasks run (and queue)
         if number == 1:
             self.entered.set()
             if self.hold is not None:
                 await self.hold.wait()
+        if number in self.holds:
+            await self.holds[number].wait()
         if number in self.fail_on:
             raise self.fail_on[number]
         return await self.inner.append_batch(requests)
@@ -180,6 +189,43 @@ async def test_a_malformed_append_fails_alone(store: CountingStore) -> None:
 
 
 async def test_a_cancelled_leader_does_not_strand_its_batch(store: CountingStore) -> None:
+    # The leader of a batch holding other tasks' appends is cancelled mid-commit:
+    # the batch is shielded, so it completes, its own append included.
+    committer = GroupCommitter(store)
+    first, *ids = streams(6)
+    store.hold, store.holds[2] = anyio.Event(), anyio.Event()
+    scopes: dict[int, tuple[anyio.CancelScope, StreamId]] = {}
+    outcomes: dict[StreamId, int] = {}
+
+    async def append(s: StreamId) -> None:
+        with anyio.CancelScope() as scope:
+            scopes[anyio.get_current_task().id] = (scope, s)
+            outcomes[s] = await committer.append(s, 0, [b"f"])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(append, first)
+        await store.entered.wait()  # the first batch is in the store
+        for s in ids:
+            tg.start_soon(append, s)
+        await anyio.wait_all_tasks_blocked()
+        store.hold.set()
+        with anyio.fail_after(10):
+            while len(store.calls) < 2:  # the second batch, every other append, reaches the store
+                await anyio.sleep(0.005)
+        await anyio.wait_all_tasks_blocked()
+        assert store.calls[1] == ids
+        scope, leader = scopes[store.callers[1]]
+        scope.cancel()  # its leader's caller goes away mid-commit
+        await anyio.wait_all_tasks_blocked()
+        store.holds[2].set()
+    assert {s: o for s, o in outcomes.items() if s != leader} == {s: 1 for s in [first, *ids] if s != leader}
+    # The leader's batch was already handed to the store: it completed (shielded).
+    assert await store.last_seq(leader) == 1
+
+
+async def test_a_cancelled_lone_leader_does_not_strand_those_queued_behind_it(store: CountingStore) -> None:
+    # A lone append takes the fast path (no lock, no shield): cancelled mid-commit,
+    # its own outcome is unknown to it, but the appends queued meanwhile still commit.
     committer = GroupCommitter(store)
     ids = streams(6)
     store.hold = anyio.Event()
@@ -203,9 +249,9 @@ async def test_a_cancelled_leader_does_not_strand_its_batch(store: CountingStore
         await anyio.wait_all_tasks_blocked()
         store.hold.set()
     assert store.calls[0] == [ids[0]]
+    assert store.calls[1] == ids[1:], "the appends queued behind the leader share the next batch"
     assert outcomes == {s: 1 for s in ids[1:]}
-    # The leader's batch was already handed to the store: it completed (shielded).
-    assert await store.last_seq(ids[0]) == 1
+    assert await committer.append(ids[0], await store.last_seq(ids[0]), [b"again"]) >= 1
 
 
 async def test_a_cancelled_waiter_is_withdrawn_and_others_still_commit(store: CountingStore) -> None:

@@ -351,3 +351,33 @@ async def test_restored_state_shows_the_markers_and_the_journal_has_them(tmp_pat
         kinds = [codec.decode_record(r, StreamId("default", "a1")) async for r in store.read(StreamId("default", "a1"))]
     responded = [r for r in kinds if r.kind == Kind.MODEL_RESPONDED][0]
     assert responded.data["tool_calls"][1]["arguments"] == {"user": "bob", "password": marker("secret-name")}
+
+
+_FAST_PATH_CASES = [
+    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "fetch", "result": {"rows": [{"note": "plain"}]}, "error": None}),
+    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "fetch", "result": {"rows": [{"note": f"x {GH_TOKEN}"}]}, "error": None}),
+    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "fetch", "result": [[{"db_password": "hunter22"}]], "error": None}),
+    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "fetch", "result": None, "error": f"boom: Bearer {OPENAI_KEY}"}),
+    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "charge", "result": {"card": {"number": "4242"}}, "error": None}),
+    (Kind.MODEL_RESPONDED, {"text": "calling", "tool_calls": [{"id": "c", "name": "login", "key": "k",
+                                                              "arguments": {"user": "ann", "apiKey": "abcdefgh"}}],
+                            "usage": {"input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0}}),
+    (Kind.MODEL_RESPONDED, {"text": "ann's secret is abcdefgh", "tool_calls": [], "usage": {"input_tokens": 1}}),
+    (Kind.MESSAGE_RECEIVED, {"content": {"nested": ["deep", {"deeper": f"key {OPENAI_KEY.upper()}"}]}}),
+    (Kind.APPROVAL_REQUESTED, {"approval_id": "a", "tool": "login", "arguments": {"session_id": "s-123456"}, "reason": "r"}),
+]
+
+
+def test_the_fast_path_skips_only_records_nothing_applies_to() -> None:
+    # The same records through a redactor whose fast path is disabled: identical output,
+    # and the same originals kept, record after record (echoes learned on the way).
+    policy = RedactionPolicy(rules=(Redact("result.card.number", tool="charge"),))
+    fast, full = Redactor(policy), Redactor(policy)
+    full._untouched = lambda *args: False  # type: ignore[method-assign]
+    skipped = 0
+    for seq, (kind, data) in enumerate(_FAST_PATH_CASES * 2, start=1):
+        skipped += fast._untouched(kind, data, "agent")
+        assert fast.redact(kind, data, "agent", seq) == full.redact(kind, data, "agent", seq), (kind, data)
+    assert (fast._texts, fast._contents, fast._arguments, fast._secrets) == (full._texts, full._contents,
+                                                                              full._arguments, full._secrets)
+    assert skipped == 2, "only the plain result (twice) needs nothing; every other case takes the full path"

@@ -113,7 +113,7 @@ def url(s3_server: S3TestServer) -> tuple[str, str]:
         ("after_effect", 13),
         ("after_result", 7),
         ("put_landed", 11),    # a batch is on S3, its append not acknowledged: mid group commit, mid step
-        ("put_landed", 40),
+        ("put_landed", 25),    # (of 4 x 8 batches: one commit per step)
         ("snapshot", 2),       # inside the background snapshot writer, before its upload
     ],
 )
