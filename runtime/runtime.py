@@ -91,9 +91,7 @@ class AgentHandle:
     async def wait(self) -> AgentState:
         """The agent's state once this activation ends and has given its lease back."""
         await self._actor.done.wait()
-        # AgentActor does not declare ``exited`` yet (runtime/actor.py is being rewritten on the
-        # merge train; it gets the attribute when it is typed): _spawn sets it on every actor.
-        await self._actor.exited.wait()  # type: ignore[attr-defined]
+        await self._actor.exited.wait()
         if self._actor.error is not None:
             raise self._actor.error
         return self._actor.state
@@ -592,8 +590,7 @@ class Runtime(Inspection):
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
         actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self._mailbox_size, span=span)
-        # Set once the lease is given back: the handle waits for it (undeclared: see AgentHandle.wait).
-        actor.exited = anyio.Event()  # type: ignore[attr-defined]
+        actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
         agent_id = journal.state.agent_id
         self._live[agent_id] = actor
 
@@ -610,7 +607,7 @@ class Runtime(Inspection):
                     async with self._activating.hold(agent_id):
                         if agent_id not in self._live:
                             await self._leases.release(journal.stream)
-                actor.exited.set()  # type: ignore[attr-defined]  # see AgentHandle.wait
+                actor.exited.set()
 
         self._tg.start_soon(run_actor)
         return AgentHandle(actor)
