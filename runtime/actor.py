@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -28,12 +28,15 @@ from .agent import AgentDefinition
 from .commands import Command, to_record
 from .errors import AgentFencedError, InvalidCommandError
 from .agent_journal import AgentJournal
-from .model import ModelResponse, check_reply
+from .model import ModelResponse, ToolCall, check_reply
 from .model_retry import is_transient
 from .state import FAILED, RUNNING, AgentState
 from .telemetry import Telemetry
 from .tool_calls import ToolCalls
 from .tools import ToolArgumentsError, idempotency_key
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
 
 log = logging.getLogger("durably.actor")
 _FLUSH_ON_EXIT_S = 5.0  # how long a cancelled actor may spend committing a staged tool result
@@ -50,8 +53,11 @@ class AgentActor(ToolCalls):
     abnormally (``AgentFencedError``, ``StoreUnavailableError``) or None.
     """
 
+    #: Set once the lease is given back (the handle waits for it); ``Runtime._spawn`` sets it.
+    exited: anyio.Event
+
     def __init__(self, definition: AgentDefinition, journal: AgentJournal, telemetry: Telemetry, *,
-                 mailbox_size: int = 64, span=None) -> None:
+                 mailbox_size: int = 64, span: trace.Span | None = None) -> None:
         self.definition = definition
         self.journal = journal
         self.telemetry = telemetry
@@ -102,7 +108,7 @@ class AgentActor(ToolCalls):
             self._close_mailbox()
             self.done.set()
 
-    def _end_span(self, span) -> None:
+    def _end_span(self, span: trace.Span) -> None:
         """What the activation came to, on its ``invoke_agent`` span: the status
         reached, and ERROR with ``error.type`` when the agent failed or was stopped."""
         span.set_attribute(tm.STATUS, self.state.status)
@@ -138,8 +144,7 @@ class AgentActor(ToolCalls):
         step: the conversation runs long for a while rather than the agent dying.
         """
         policy = self.definition.history
-        cut = policy.cut(self.state.messages) if policy is not None else None
-        if cut is None:
+        if policy is None or (cut := policy.cut(self.state.messages)) is None:
             return False
         first, count = cut
         data: dict[str, Any] = {"first": first, "count": count}
@@ -215,7 +220,7 @@ class AgentActor(ToolCalls):
         }
         if response.stop_reason:
             data["stop_reason"] = response.stop_reason
-        entries = [(Kind.MODEL_RESPONDED, data)]
+        entries: list[tuple[str, dict[str, Any]]] = [(Kind.MODEL_RESPONDED, data)]
         if stopped:
             # What happened is journaled (its tokens were spent); nothing it decides is acted on.
             try:
@@ -326,7 +331,7 @@ class AgentActor(ToolCalls):
             return str(exc)
         return None
 
-    def _journal_calls(self, tool_calls) -> list[dict[str, Any]]:
+    def _journal_calls(self, tool_calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
         """The calls as journaled: ids unique in the response, keys unique in the run.
 
         A provider may reuse a call id across turns (or within one answer); the

@@ -23,7 +23,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -80,7 +80,7 @@ class _Staged:
 
     __slots__ = ("entries", "records", "frames", "last_seq", "turn_start", "turn", "pending", "inbox", "ledger")
 
-    def __init__(self, state: AgentState, entries, records: list[Record], frames: list[bytes]) -> None:
+    def __init__(self, state: AgentState, entries: tuple[tuple[str, dict[str, Any]], ...], records: list[Record], frames: list[bytes]) -> None:
         self.entries, self.records, self.frames = entries, records, frames
         messages = state.messages
         start = len(messages)
@@ -98,7 +98,7 @@ class _Staged:
             if entry is _MISSING:
                 state.ledger.pop(key, None)
             else:
-                state.ledger[key] = entry
+                state.ledger[key] = cast(dict[str, Any], entry)  # not _MISSING: an entry the ledger held
 
 
 class AgentJournal:
@@ -234,7 +234,7 @@ class AgentJournal:
         if done is not None:
             done.set()
 
-    async def _commit(self, entries) -> None:
+    async def _commit(self, entries: tuple[tuple[str, dict[str, Any]], ...]) -> None:
         meters = self.services.telemetry.metrics
         for _ in range(_REBASE_ATTEMPTS):
             try:
@@ -278,13 +278,14 @@ class AgentJournal:
         self.records_since += len(newer)
         return {record.kind for record in newer}
 
-    def _still_valid(self, entries, folded: set[str], limits_before: dict[str, Any]):
+    def _still_valid(self, entries: tuple[tuple[str, dict[str, Any]], ...], folded: set[str],
+                     limits_before: dict[str, Any]) -> tuple[tuple[str, dict[str, Any]], ...]:
         """The entries that still hold after folding in commands: what already happened
         (a model response, a tool result) always does; a command is re-validated
         (``commands.rebase``: raises ``InvalidCommandError`` for a lost decision race);
         a decision (finish, ask, run a tool, suspend) made before a cancel or a budget
         extension is dropped, and the actor decides again from the new state."""
-        kept = []
+        kept: list[tuple[str, dict[str, Any]]] = []
         for kind, data in entries:
             if kind in COMMAND_KINDS:
                 kept.append((kind, rebase(self.state, kind, data, limits_before)))
@@ -296,7 +297,7 @@ class AgentJournal:
                 kept.append((kind, data))
         return tuple(kept)
 
-    def _prepare(self, entries, first: int) -> tuple[list[Record], list[bytes]]:
+    def _prepare(self, entries: tuple[tuple[str, dict[str, Any]], ...], first: int) -> tuple[list[Record], list[bytes]]:
         """The records of ``entries`` from seq ``first``, redacted, and their frames."""
         svc, now = self.services, time.time()
         # Redacted before encoding: the codec, the store and the fold see only the redacted form.

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from durably.schemas.records import Record
 from durably.storage.errors import CodecError
 from durably.runtime.record_codec import RecordCodec
 from durably.storage.spi import Store, StreamId, supports_leases
@@ -25,6 +26,9 @@ from .errors import AgentNotFoundError
 from .owner import Liveness, holder_liveness
 from .restore import restore
 from .state import AgentState
+
+if TYPE_CHECKING:
+    from .telemetry import Telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +84,7 @@ class AgentDescription:
         return out
 
 
-async def describe(store: Store, codec: RecordCodec, stream: StreamId, telemetry) -> AgentDescription:
+async def describe(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry) -> AgentDescription:
     """Describe the agent of ``stream`` as it is now.
 
     Raises ``AgentNotFoundError`` (no records), ``CorruptRecordError`` /
@@ -113,7 +117,7 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
         leases_supported=supported, lease=lease, state=state)
 
 
-async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry, *,
+async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry: Telemetry, *,
                              statuses: Iterable[str] | None = None) -> AsyncIterator[AgentDescription]:
     """``describe`` every agent of ``namespace`` (``statuses``: only those with one of these), in the store's listing order.
 
@@ -154,7 +158,7 @@ def _pending(state: AgentState, call: dict[str, Any]) -> dict[str, Any]:
             "started": entry is not None, "attempts": entry["attempts"] if entry else 0}
 
 
-async def _record_at(store: Store, codec: RecordCodec, stream: StreamId, after: int):
+async def _record_at(store: Store, codec: RecordCodec, stream: StreamId, after: int) -> Record | None:
     """The first record after seq ``after`` that is still stored, decoded (None: none);
     an unreadable one counts as none (the caller reports times only)."""
     async with aclosing(store.read(stream, after, page_size=1)) as records:

@@ -11,6 +11,7 @@ process on the same store (a CLI, a web console, a service) may use them.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING
 
 from . import time_travel
 from . import watch as watching
@@ -19,9 +20,23 @@ from .history import HistoryEntry
 from .history import history as read_history
 from .state import AgentState
 
+if TYPE_CHECKING:
+    from durably.runtime.record_codec import RecordCodec
+    from durably.storage.spi import Store, StreamId
+
+    from .telemetry import Telemetry
+
 
 class Inspection:
     """Methods of ``Runtime`` that read or branch an agent's journal (see the module docstring)."""
+
+    if TYPE_CHECKING:  # the host's (Runtime), declared for the type checker
+        store: Store
+        codec: RecordCodec
+        telemetry: Telemetry
+        namespace: str
+
+        def stream(self, agent_id: str) -> StreamId: ...
 
     def history(self, agent_id: str, *, after_seq: int = 0, kinds: Iterable[str] | None = None,
                 payload: bool = False) -> AsyncIterator[HistoryEntry]:

@@ -262,4 +262,4 @@ class RedactionPolicy:
 
 
 # The per-activation half lives in its own module; the name stays importable from here.
-from .redactor import Redactor  # noqa: E402,F401
+from .redactor import Redactor as Redactor  # noqa: E402,F401  (an explicit re-export)

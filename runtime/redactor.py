@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from durably.errors import RedactedArgumentError
 from durably.schemas.records import Kind
 
-from .redaction import _MAX_DEPTH, RedactedArgumentError, RedactionPolicy, is_marker, marker, marker_paths
+from .redaction import _MAX_DEPTH, RedactionPolicy, is_marker, marker, marker_paths
 
 
 @dataclass
@@ -163,6 +164,7 @@ class Redactor:
         if depth >= _MAX_DEPTH or is_marker(value):
             return value
         if kind is dict:
+            assert self.policy is not None  # only a policy's records get here (redact)
             out = None
             for key, child in value.items():
                 sub = tuple((s[1:], r) for s, r in rules if s[0] in ("*", key)) if rules else ()
@@ -199,7 +201,7 @@ class Redactor:
                 return marker("echo")
             return text
         masked = self.policy.mask_tokens(text)
-        if self._echoes(masked):
+        if self._echo_re is not None and self._echoes(masked):  # (_echoes tests it too)
             masked = self._echo_re.sub("[REDACTED]", masked)
         return text if masked == text else masked
 
@@ -227,11 +229,12 @@ class Redactor:
         Its stored arguments when they hold no marker, else the originals this
         activation received. Raises ``RedactedArgumentError`` when those are gone.
         """
-        arguments = call["arguments"]
+        arguments: dict[str, Any] = call["arguments"]
         paths = marker_paths(arguments)
         if not paths:
             return arguments
-        original = self._arguments.get(_call_ref(call))
+        ref = _call_ref(call)
+        original = self._arguments.get(ref) if ref is not None else None
         if original is None:
             raise RedactedArgumentError(call["name"], paths)
         return original
@@ -273,7 +276,7 @@ class Redactor:
             calls = message.get("tool_calls")
             if calls and any(type(c) is dict and _call_ref(c) in self._arguments for c in calls):
                 new = {**new, "tool_calls": [
-                    {**c, "arguments": self._arguments[_call_ref(c)]}
+                    {**c, "arguments": self._arguments[cast(str, _call_ref(c))]}  # a key of it: a str
                     if type(c) is dict and _call_ref(c) in self._arguments else c
                     for c in calls
                 ]}

@@ -41,6 +41,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from durably.schemas.records import Kind, Record
 from durably.storage.crypto import key_id_of
@@ -50,6 +51,9 @@ from durably.storage.spi import Store, StreamId
 
 from .restore import restore
 from .state import apply
+
+if TYPE_CHECKING:
+    from .telemetry import Telemetry
 
 _RETRIES = 8  # expected-seq retries against a live writer
 
@@ -96,7 +100,7 @@ async def key_census(store: Store, stream: StreamId) -> tuple[Counter[str | None
     return records, snapshots
 
 
-async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *, telemetry) -> ReencryptReport:
+async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *, telemetry: Telemetry) -> ReencryptReport:
     """Rewrite ``stream`` so every frame in it is sealed with the current key (see the module docstring).
 
     ``codec`` must encrypt (its cipher holds the old keys and the current one;
@@ -145,7 +149,7 @@ async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *
     raise ConflictError(stream, last_seq, None)
 
 
-async def reencrypt(store: Store, codec: RecordCodec, namespace: str, *, telemetry) -> list[ReencryptReport]:
+async def reencrypt(store: Store, codec: RecordCodec, namespace: str, *, telemetry: Telemetry) -> list[ReencryptReport]:
     """``reencrypt_stream`` for every stream of ``namespace``, in ``list_streams`` order,
     then ``scrub_files``: every report carries whether the old bytes are gone from the files."""
     reports = [await reencrypt_stream(store, codec, stream, telemetry=telemetry) async for stream in store.list_streams(namespace)]

@@ -17,7 +17,7 @@ from durably.schemas.records import Kind
 from durably.storage.codec import raw_size
 from durably.storage.errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
 from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.storage.spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm
 from .telemetry import Telemetry
@@ -29,7 +29,7 @@ log = logging.getLogger("durably.restore")
 _UNREAD = object()  # the journal's run id, not looked up yet
 
 
-async def _snapshot(store: Store, stream: StreamId, at_or_before: int | None):
+async def _snapshot(store: Store, stream: StreamId, at_or_before: int | None) -> StoredSnapshot | None:
     """``store.get_snapshot``, with a snapshot the adapter cannot even list or
     fetch (a foreign object where snapshots live) skipped like one that does not decode."""
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from durably.storage.errors import CodecError
 from durably.runtime.record_codec import RecordCodec
@@ -25,6 +26,9 @@ from durably.storage.spi import Store, StreamId
 
 from .restore import restore
 from durably.errors import PurgeIncompleteError
+
+if TYPE_CHECKING:
+    from .telemetry import Telemetry
 
 DAY = 86_400.0  # seconds
 
@@ -88,7 +92,7 @@ async def last_activity(store: Store, codec: RecordCodec, stream: StreamId) -> f
     return None
 
 
-async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: RetentionPolicy, *, telemetry,
+async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: RetentionPolicy, *, telemetry: Telemetry,
                 now: float | None = None, dry_run: bool = False,
                 purge: Callable[[StreamId], Awaitable[None]] | None = None) -> list[SweepItem]:
     """Purge the streams of ``namespace`` whose TTL (by status) has passed.

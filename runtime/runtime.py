@@ -326,7 +326,7 @@ class Runtime(Inspection):
         return self._spawn(definition, journal, span)
 
     def _activation_span(self, definition: AgentDefinition, agent_id: str, run_id: str,
-                         continues: dict[str, Any] | None):
+                         continues: dict[str, Any] | None) -> trace.Span | None:
         """The ``invoke_agent`` span of an activation about to be journaled (None when nothing records)."""
         if self.telemetry.tracer is None:
             return None
@@ -375,6 +375,7 @@ class Runtime(Inspection):
         reused by mistake must not hand back another agent's result. A resumed
         run with the same definition and task is silent.
         """
+        handle: AgentHandle | None
         try:
             handle = await self.start(agent, agent_id, task, budget=budget)
         except AgentExistsError:
@@ -587,7 +588,7 @@ class Runtime(Inspection):
         return AgentJournal(services, stream, restored.state, records_since=restored.tail_records,
                             bytes_since=restored.tail_raw, snapshot_bytes=restored.snapshot_raw)
 
-    def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span=None) -> AgentHandle:
+    def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
         actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self._mailbox_size, span=span)
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
         agent_id = journal.state.agent_id
@@ -617,7 +618,7 @@ class Runtime(Inspection):
             actor.journal.snapshot_bytes = size
 
 
-def _end_failed(span, exc: BaseException) -> None:
+def _end_failed(span: trace.Span | None, exc: BaseException) -> None:
     """End an activation span whose record could not be journaled (the agent did not run)."""
     if span is not None:
         if isinstance(exc, Exception):

@@ -24,13 +24,14 @@ import logging
 import math
 import random
 from collections import Counter
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
-from durably.storage.spi import IndexedStream
+from durably.storage.spi import IndexedStream, StreamId
 
 from .errors import AgentFencedError, AgentLeasedError, DefinitionMigrationError, DefinitionNotRegisteredError
 from .state import RUNNING
@@ -48,7 +49,7 @@ class ScanResult:
     live lease owner was seen running (owner string -> count)."""
 
     handles: list[AgentHandle] = field(default_factory=list)
-    holders: Counter = field(default_factory=Counter)
+    holders: Counter[str] = field(default_factory=Counter)
 
 
 async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = False) -> ScanResult:
@@ -83,7 +84,7 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
 
     # Up to RESUME_CONCURRENCY resumes at once: their leases, restores and ``resumed``
     # appends overlap, and the appends share group commits.
-    chunk: list = []
+    chunk: list[IndexedStream] = []
     async for row in streams:
         if row.stream.agent_id in runtime._live:
             continue
@@ -103,7 +104,8 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
 RESUME_CONCURRENCY = 16
 
 
-async def _resume_chunk(chunk: list, attempt, outage: list[BaseException]) -> None:
+async def _resume_chunk(chunk: list[IndexedStream], attempt: Callable[[IndexedStream], Coroutine[Any, Any, None]],
+                        outage: list[BaseException]) -> None:
     async with anyio.create_task_group() as tg:
         for stream in chunk:
             tg.start_soon(attempt, stream)
@@ -130,12 +132,12 @@ async def _resume_one(runtime: Runtime, row: IndexedStream, result: ScanResult) 
     return None
 
 
-async def _aiter(items):
+async def _aiter(items: Iterable[IndexedStream]) -> AsyncIterator[IndexedStream]:
     for item in items:
         yield item
 
 
-async def _unindexed(streams):
+async def _unindexed(streams: AsyncIterator[StreamId]) -> AsyncIterator[IndexedStream]:
     """A store without an index: every stream, as a row without an entry."""
     async for stream in streams:
         yield IndexedStream(stream, None)

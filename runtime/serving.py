@@ -31,7 +31,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
@@ -42,6 +42,7 @@ from .scan import FairShare, scan
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
+    from tenacity.wait import wait_base
 
     from .runtime import Runtime
 
@@ -71,7 +72,9 @@ async def serve(runtime: Runtime, poll_interval: float, *, drain_signals: Iterab
 
 
 async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
-    with anyio.open_signal_receiver(*signals) as received:
+    # anyio annotates ``signal.Signals`` but takes any signal number (it hands it to the event
+    # loop as is); converting here would refuse the real-time signals that Signals does not name.
+    with anyio.open_signal_receiver(*cast(tuple[signal.Signals, ...], signals)) as received:
         async for signum in received:
             log.warning("%s received: draining (finishing the steps in flight, then releasing leases)",
                         signal.Signals(signum).name)
@@ -105,7 +108,7 @@ async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Even
             await wakeups.wait_and_resume(changes, poll_interval, woken)
 
 
-def _backoff(poll_interval: float):
+def _backoff(poll_interval: float) -> wait_base:
     """Exponential from one poll interval, capped at ``MAX_BACKOFF``, plus up to one interval of jitter."""
     from tenacity import wait_exponential, wait_random
 

@@ -142,7 +142,7 @@ class SnapshotWriter:
         if writing is not None and writing[0] == stream:
             await writing[1].wait()
 
-    async def run(self, on_written) -> None:
+    async def run(self, on_written: Callable[[StreamId, int, int], None]) -> None:
         """Worker loop; ``on_written(stream, seq, raw_bytes)`` is called after each write
         (``raw_bytes``: the snapshot's CBOR size, what the policy compares)."""
         codec = self._codec_factory()  # a thread's own codec: zstd contexts are not shareable
@@ -166,8 +166,10 @@ class SnapshotWriter:
         records the oldest kept one covers, once the new one reads back."""
         recent = self._recent.setdefault(stream, [])
         recent.append(seq)
-        del recent[:-self._policy.keep]
-        if len(recent) < self._policy.keep:
+        keep = self._policy.keep
+        assert keep is not None  # SnapshotPolicy.__post_init__ resolves None to 1 or 2
+        del recent[:-keep]
+        if len(recent) < keep:
             return
         oldest_kept = recent[0]
         await self._store.delete_snapshots(stream, oldest_kept)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from contextlib import aclosing
+from typing import TYPE_CHECKING
 
 from durably.schemas.records import Kind, Record
 from durably.storage.errors import ConflictError
@@ -31,10 +32,13 @@ from .restore import restore
 from .state import AgentState
 from .tools import idempotency_key
 
+if TYPE_CHECKING:
+    from .telemetry import Telemetry
+
 _COPY_BATCH = 256  # records per append while copying: bounded memory on any length
 
 
-async def state_at(store: Store, codec: RecordCodec, stream: StreamId, seq: int, telemetry) -> AgentState:
+async def state_at(store: Store, codec: RecordCodec, stream: StreamId, seq: int, telemetry: Telemetry) -> AgentState:
     """The folded state of ``stream`` right after record ``seq`` (int >= 1).
 
     Raises ``AgentNotFoundError`` (no records), ``SeqOutOfRangeError`` (``seq``
@@ -54,7 +58,7 @@ async def state_at(store: Store, codec: RecordCodec, stream: StreamId, seq: int,
     return restored.state
 
 
-async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, target: StreamId, telemetry) -> AgentState:
+async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, target: StreamId, telemetry: Telemetry) -> AgentState:
     """Make ``target`` a new agent whose journal is ``source``'s up to ``at_seq``, then a ``forked`` record.
 
     Returns the fork's state (status as the source's at ``at_seq``; a running

@@ -13,24 +13,41 @@ while it ran) follows its tool's ``on_unknown_outcome`` policy.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from durably.errors import RedactedArgumentError
 from durably.schemas.records import Kind
 from durably.storage.errors import StoreUnavailableError, UnencodableValueError
 
 from . import telemetry as tm
 from .errors import AgentFencedError
-from .redaction import RedactedArgumentError
-from .state import RUNNING
+from .state import RUNNING, AgentState
 from .tools import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolContext
+
+if TYPE_CHECKING:
+    from .agent import AgentDefinition
+    from .agent_journal import AgentJournal
+    from .telemetry import Telemetry
 
 
 class ToolCalls:
     """Mixin of ``AgentActor``: needs ``definition``, ``journal``, ``state``,
     ``telemetry``, ``failure``, ``_append_lock`` (an ``anyio.Lock``) and ``_validated`` (call
     key -> arguments the model step validated)."""
+
+    if TYPE_CHECKING:  # the host's (AgentActor), declared for the type checker
+        definition: AgentDefinition
+        journal: AgentJournal
+        telemetry: Telemetry
+        failure: str | None
+        _append_lock: anyio.Lock
+        _validated: dict[str, dict[str, Any]]
+
+        @property
+        def state(self) -> AgentState: ...
 
     def _ready(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The calls that may start now, together: not started, no approval needed,
@@ -118,19 +135,23 @@ class ToolCalls:
                     "arguments": call["arguments"], "key": call["key"], "reason": reason}
             await self.journal.append((Kind.APPROVAL_REQUESTED, data))
             return None
-        return request["decision"]
+        decision: dict[str, Any] | None = request["decision"]
+        return decision
 
     def _context(self, call: dict[str, Any], attempt: int) -> ToolContext:
         return ToolContext(idempotency_key=call["key"], agent_id=self.state.agent_id, call_id=call["id"], attempt=attempt)
 
-    async def _execute(self, calls: list[tuple[dict[str, Any], int]], preceding=()) -> None:
+    async def _execute(self, calls: list[tuple[dict[str, Any], int]],
+                       preceding: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
         """Run ``(call, attempt)`` pairs concurrently, after one append holding
         ``preceding`` entries and every call's intent (durable before any side
         effect). Each result is appended as it completes; the conversation keeps
         the model's call order (the fold places results by call)."""
-        entries, runs = list(preceding), []
+        entries = list(preceding)
+        runs: list[tuple[Tool, dict[str, Any], dict[str, Any], int]] = []
         for call, attempt in calls:
             tool = self.definition.tool(call["name"])
+            assert tool is not None  # callers pass calls of known tools only (_ready, _resolve)
             try:
                 # Redacted arguments come back from this activation's memory, or not at all.
                 arguments = self.journal.redactor.arguments_for(call)
@@ -224,13 +245,16 @@ def _note(decision: dict[str, Any]) -> str:
     return f": {decision['note']}" if decision.get("note") else ""
 
 
-def _first(group: BaseExceptionGroup) -> BaseException:
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The error to stop on from a task group's: a store error first, else the first one."""
     flat: list[BaseException] = []
     stack = [group]
     while stack:
         for exc in stack.pop().exceptions:
-            (stack.append if isinstance(exc, BaseExceptionGroup) else flat.append)(exc)
+            if isinstance(exc, BaseExceptionGroup):
+                stack.append(exc)
+            else:
+                flat.append(exc)
     for exc in flat:
         if isinstance(exc, (AgentFencedError, StoreUnavailableError)):
             return exc

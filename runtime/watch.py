@@ -19,6 +19,7 @@ import math
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -30,6 +31,9 @@ from durably.storage.spi import Store, StreamId
 from .errors import AgentNotFoundError, InvalidCommandError, WaitTimeoutError
 from .restore import restore
 from .state import CANCELLED, FAILED, FINISHED, RUNNING, SUSPENDED, WAITING_APPROVAL, AgentState, apply
+
+if TYPE_CHECKING:
+    from .telemetry import Telemetry
 
 #: Statuses ``wait`` accepts in ``until``.
 STATUSES = frozenset({RUNNING, WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CANCELLED})
@@ -82,7 +86,7 @@ class _Tail:
         return changes
 
 
-async def _tail_from_now(store: Store, codec: RecordCodec, stream: StreamId, telemetry) -> _Tail:
+async def _tail_from_now(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry) -> _Tail:
     restored = await restore(store, codec, stream, telemetry)
     if restored is None:
         raise AgentNotFoundError(f"no agent {stream.agent_id!r} in namespace {stream.namespace!r}")
@@ -94,7 +98,7 @@ def _check_interval(poll_interval: float) -> None:
         raise InvalidCommandError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
 
 
-async def watch(store: Store, codec: RecordCodec, stream: StreamId, telemetry, *,
+async def watch(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry, *,
                 poll_interval: float = 0.2) -> AsyncIterator[StatusChange]:
     """Yield the agent's status changes from now on, forever (break out, or cancel, to stop).
 
@@ -111,7 +115,7 @@ async def watch(store: Store, codec: RecordCodec, stream: StreamId, telemetry, *
         await anyio.sleep(poll_interval)
 
 
-async def watch_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry, *,
+async def watch_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry: Telemetry, *,
                           poll_interval: float = 0.5) -> AsyncIterator[StatusChange]:
     """Yield the status changes of every agent of ``namespace`` from now on, forever.
 
@@ -152,7 +156,7 @@ def check_until(until: Iterable[str] | str | None) -> frozenset[str]:
     return wanted
 
 
-async def wait(store: Store, codec: RecordCodec, stream: StreamId, telemetry, *, until: Iterable[str] | str | None = None,
+async def wait(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry, *, until: Iterable[str] | str | None = None,
                timeout: float | None = None, poll_interval: float = 0.2) -> AgentState:
     """Wait until the agent's status is one of ``until``; return its state then.
 
