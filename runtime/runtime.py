@@ -46,6 +46,7 @@ from .errors import (
     DefinitionNotRegisteredError,
     InvalidCommandError,
 )
+from durably.errors import InvalidStoreError, RuntimeNotStartedError
 from .agent_journal import AgentJournal, JournalServices
 from .inspection import Inspection
 from .leases import LeaseKeeper
@@ -66,6 +67,9 @@ from .state import RUNNING, AgentState
 from .telemetry import tracer as make_tracer
 
 log = logging.getLogger("durably.runtime")
+
+#: What ``__aenter__`` sets up; a method reaching one of them before that is told to enter the runtime.
+_STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"})
 
 
 class AgentHandle:
@@ -104,12 +108,17 @@ class Runtime(Inspection):
     ``redaction`` (a ``RedactionPolicy``: what never reaches the store; None: the
     default policy, secret names and token patterns; ``RedactionPolicy.disabled()``
     stores everything), ``encryption`` (a ``FrameCipher`` such as
-    ``durably.storage.crypto.AESGCMCipher``: records and snapshots encrypted at
+    ``durably.AESGCMCipher``: records and snapshots encrypted at
     rest; None: plaintext), ``lease_ttl`` (seconds: on a store with leases, an
     agent runs only in the runtime holding its lease, renewed every third of
     this; a crashed runtime's agents can be resumed elsewhere after it).
     Use as ``async with``; leaving it cancels live actors (their journals are
-    already durable) and flushes pending snapshots. ``start`` launches an agent
+    already durable) and flushes pending snapshots. Every method but
+    ``register`` and ``stream`` needs the store, so raises
+    ``RuntimeNotStartedError`` before the runtime is entered. Raises
+    ``InvalidStoreError`` (a ``TypeError``) for a ``store`` that is neither a
+    URL nor a ``Store``, and ``ValueError`` for a ``lease_ttl`` that is not a
+    positive number. ``start`` launches an agent
     without waiting for it; ``wait`` / ``watch`` follow it later, from any
     process. Reading and branching journals (``history``, ``state_at``,
     ``fork``, ``describe``) come from ``Inspection``.
@@ -120,6 +129,9 @@ class Runtime(Inspection):
                  tracer_provider: trace.TracerProvider | None = None, mailbox_size: int = 64,
                  redaction: RedactionPolicy | None = None, encryption: FrameCipher | None = None,
                  lease_ttl: float = 30.0) -> None:
+        if not isinstance(store, (str, Store)):
+            raise InvalidStoreError(f"Runtime needs a store URL (a str such as 'sqlite:///agents.db') or a Store, "
+                                    f"got {type(store).__name__}")
         self._store_arg = store
         check_figure("Runtime", "lease_ttl", lease_ttl, optional=False)
         self.lease_ttl = lease_ttl
@@ -139,6 +151,27 @@ class Runtime(Inspection):
         self._exit: AsyncExitStack | None = None
 
     # lifecycle --------------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes never set: the store and what __aenter__ builds on it.
+        if name in _STARTED_ATTRIBUTES:
+            self._require_started()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _require_started(self) -> None:
+        """Raise ``RuntimeNotStartedError`` unless ``__aenter__`` opened the store (for methods that
+        would otherwise first fail inside a task group)."""
+        if "store" not in self.__dict__:
+            raise RuntimeNotStartedError(f"this Runtime is not started: use it as `async with Runtime(...) as rt:` "
+                                         f"(on {self._describe_store()}) before calling its methods")
+
+    def _describe_store(self) -> str:
+        store = self.__dict__.get("_store_arg")
+        return repr(store) if store is not None else "its store"
+
+    def __repr__(self) -> str:
+        state = "started" if self.__dict__.get("_exit") is not None else "not started"
+        return f"Runtime({self._describe_store()}, namespace={self.namespace!r}, {state})"
 
     async def __aenter__(self) -> "Runtime":
         async with AsyncExitStack() as stack:
@@ -362,6 +395,7 @@ class Runtime(Inspection):
         without draining. See ``durably.runtime.serving``. Raises ``ValueError``
         for ``max_agents`` < 1.
         """
+        self._require_started()
         await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
                             max_agents=max_agents)
 
@@ -373,6 +407,7 @@ class Runtime(Inspection):
         they resume). Handles of drained activations return their state, whose
         status is still ``running``: the agent goes on wherever it is resumed.
         """
+        self._require_started()
         await serving.drain(self, timeout)
 
     async def status(self, agent_id: str) -> AgentState:

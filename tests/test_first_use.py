@@ -23,3 +23,62 @@ def test_a_model_adapter_without_its_vendor_client_names_the_extra(module, extra
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert f"pip install 'durably[{extra}]'" in proc.stdout and module in proc.stdout
+
+
+async def _not_started_calls(rt):
+    """Every public ``Runtime`` method that needs the store, called on ``rt``."""
+    yield "run", lambda: rt.run("a", "x", "task")
+    yield "start", lambda: rt.start("a", "x", "task")
+    yield "resume", lambda: rt.resume("x")
+    yield "resume_all", lambda: rt.resume_all()
+    yield "retry", lambda: rt.retry("x")
+    yield "status", lambda: rt.status("x")
+    yield "agents", lambda: rt.agents()
+    yield "approve", lambda: rt.approve("x", "c1")
+    yield "send", lambda: rt.send("x", "hi")
+    yield "cancel", lambda: rt.cancel("x")
+    yield "extend_budget", lambda: rt.extend_budget("x", steps=1)
+    yield "purge", lambda: rt.purge("x")
+    yield "lease_holder", lambda: rt.lease_holder("x")
+    yield "describe", lambda: rt.describe("x")
+    yield "describe_all", lambda: rt.describe_all()
+    yield "state_at", lambda: rt.state_at("x", 1)
+    yield "fork", lambda: rt.fork("x", 1, "y")
+    yield "wait", lambda: rt.wait("x")
+    yield "drain", lambda: rt.drain()
+    yield "serve", lambda: rt.serve()
+    yield "reencrypt", lambda: rt.reencrypt()
+    yield "sweep", lambda: rt.sweep(durably.RetentionPolicy())
+
+
+async def test_a_runtime_used_without_async_with_says_to_enter_it():
+    from durably import AgentDefinition, ModelResponse
+
+    class Done:
+        name = "done"
+
+        async def respond(self, messages, tools):
+            return ModelResponse("done")
+
+    rt = durably.Runtime("memory://first-use", agents=[AgentDefinition(name="a", model=Done())])
+    assert "not started" in repr(rt) and "memory://first-use" in repr(rt)
+    async for name, call in _not_started_calls(rt):
+        with pytest.raises(durably.RuntimeNotStartedError, match=r"async with Runtime\(") as caught:
+            await call()
+        assert isinstance(caught.value, durably.DurablyError), name
+    for name, call in (("history", lambda: rt.history("x")), ("watch", lambda: rt.watch("x")),
+                       ("watch_namespace", lambda: rt.watch_namespace())):
+        with pytest.raises(durably.RuntimeNotStartedError):
+            call()
+    with pytest.raises(AttributeError):
+        rt.no_such_attribute  # noqa: B018 - other names still raise AttributeError
+    async with rt:
+        assert "started" in repr(rt) and "not started" not in repr(rt)
+        assert (await rt.run("a", "x", "task")).status == "finished"
+
+
+@pytest.mark.parametrize("store", [123, None, b"sqlite:///a.db", object()])
+def test_a_runtime_refuses_what_is_not_a_store(store):
+    with pytest.raises(durably.InvalidStoreError, match="store URL") as caught:
+        durably.Runtime(store)
+    assert isinstance(caught.value, TypeError) and isinstance(caught.value, durably.DurablyError)
