@@ -139,8 +139,13 @@ async def test_agents_filters_sorts_and_prints_json(tmp_path) -> None:
 
 def test_exit_codes_version_and_error_documents(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    assert durably("agents", "--store", url).returncode == 1  # no database there: refused, none created
+    nowhere = durably("agents", "--store", url)
+    assert nowhere.returncode == 1  # no database there: refused, none created
     assert not (tmp_path / "a.db").exists()
+    # A missing database is a store problem, not a missing agent, and its message is not quoted.
+    assert nowhere.stdout.startswith(f"error: InvalidStoreURLError: no durably database at '{tmp_path / 'a.db'}'")
+    refused = json.loads(durably("agents", "--store", url, "--json").stdout)["error"]
+    assert refused["type"] == "InvalidStoreURLError" and refused["message"].startswith("no durably database at '")
     version = durably("--version")
     assert version.returncode == 0 and version.stdout.startswith("durably ")
     usage = durably("history")
@@ -149,6 +154,7 @@ def test_exit_codes_version_and_error_documents(tmp_path) -> None:
     anyio.run(_one_agent, url)
     missing = durably("show", "ghost", "--store", url, "--json")
     assert missing.returncode == 1 and json.loads(missing.stdout)["error"]["type"] == "AgentNotFoundError"
+    assert json.loads(missing.stdout)["error"]["message"] == "no agent 'ghost' in namespace 'default'"  # unquoted
     assert main(["show", "ghost", "--store", url]) == 1
     assert main(["history", "--nope"]) == 2
 

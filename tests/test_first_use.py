@@ -82,3 +82,11 @@ def test_a_runtime_refuses_what_is_not_a_store(store):
     with pytest.raises(durably.InvalidStoreError, match="store URL") as caught:
         durably.Runtime(store)
     assert isinstance(caught.value, TypeError) and isinstance(caught.value, durably.DurablyError)
+
+
+def test_key_error_based_errors_print_their_message_unquoted():
+    for error in (durably.AgentNotFoundError("no agent 'nope' in namespace 'default'"),
+                  durably.BlobNotFoundError("no blob abc for default/x")):
+        assert isinstance(error, KeyError)
+        assert str(error) == error.args[0] and not str(error).startswith(('"', "'"))
+    assert str(durably.AgentNotFoundError()) == ""
