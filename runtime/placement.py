@@ -19,7 +19,7 @@ plus a ``Placement``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,12 @@ class Placement:
     reason: str
     holder: LeaseHolder | None = None
     handle: AgentHandle | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict (JSON-ready): ``where`` and ``reason`` (str), ``holder`` (the lease holder's
+        fields, or None); the handle is a live object and is left out."""
+        return {"where": self.where.value, "reason": self.reason,
+                "holder": {**asdict(self.holder), "liveness": self.holder.liveness.value} if self.holder else None}
 
     @classmethod
     def held_by(cls, holder: LeaseHolder | None, *, registered: bool) -> Placement:

@@ -308,3 +308,29 @@ async def test_retry_runs_a_failed_agent_again_here_or_in_a_worker(tmp_path, mon
     assert here.returncode == 0 and "status now finished" in here.stdout, here.stdout + here.stderr
     again = await anyio.to_thread.run_sync(run, "retry", "a2", "--agents", "cli_agents:flaky")
     assert again.returncode == 1 and "InvalidCommandError" in again.stdout  # not failed: nothing to retry
+
+
+def test_the_commands_that_act_on_an_agent_print_json(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    anyio.run(_one_agent, url)
+    run = lambda *argv: durably(*argv, "--store", url, "--json")  # noqa: E731
+    approved = run("approve", "only", "c1", "--by", "ana")
+    assert approved.returncode == 0, approved.stdout
+    document = json.loads(approved.stdout)
+    assert {k: document[k] for k in ("namespace", "agent_id", "command", "status")} == {
+        "namespace": "default", "agent_id": "only", "command": "approve", "status": "running"}
+    assert document["placement"]["where"] == "unassigned" and "not registered" in document["placement"]["reason"]
+    assert document["seq"] > 0
+    again = run("approve", "only", "c1", "--by", "ana")
+    assert again.returncode == 1
+    assert json.loads(again.stdout)["error"]["type"] == "ApprovalAlreadyDecidedError"
+    sent = json.loads(run("send", "only", "one more thing").stdout)
+    assert sent["command"] == "send" and sent["status"] == "running" and sent["seq"] == document["seq"] + 1
+    extend = run("extend", "only", "--steps", "1")  # no step limit to raise: refused, as a document
+    assert extend.returncode == 1 and "nothing to extend" in json.loads(extend.stdout)["error"]["message"]
+    cancelled = json.loads(run("cancel", "only", "--reason", "done with it").stdout)
+    assert cancelled["status"] == "cancelled" and cancelled["placement"]["where"] == "not_running"
+    refused = run("send", "only", "too late")
+    assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["type"] == "InvalidCommandError"
+    forked = json.loads(run("fork", "only", "--at", "2", "--as", "branch").stdout)
+    assert forked["command"] == "fork" and forked["agent_id"] == "branch" and forked["forked_from"] == "only"
