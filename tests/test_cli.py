@@ -334,3 +334,27 @@ def test_the_commands_that_act_on_an_agent_print_json(tmp_path) -> None:
     assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["type"] == "InvalidCommandError"
     forked = json.loads(run("fork", "only", "--at", "2", "--as", "branch").stdout)
     assert forked["command"] == "fork" and forked["agent_id"] == "branch" and forked["forked_from"] == "only"
+
+
+def test_agents_piped_is_never_cut_short_and_a_terminal_keeps_ids_whole(tmp_path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from durably.cli.output import Output
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    long_id = "ticket-4711-of-a-customer-with-a-long-name"
+    anyio.run(_one_agent, url, long_id)
+    piped = durably("agents", "--store", url, env={"COLUMNS": "80"})  # `durably agents | grep waiting_approval`
+    assert piped.returncode == 0, piped.stdout
+    rows = [line for line in piped.stdout.splitlines() if long_id in line]
+    assert len(rows) == 1 and "waiting_approval" in rows[0] and "…" not in piped.stdout
+    # On a terminal the other columns wrap to its width; the kept ones (id, status) stay whole.
+    out = Output()
+    out.console = Console(file=io.StringIO(), width=90, force_terminal=True, color_system=None, highlight=False)
+    out.table(["agent", "status", "lease", "reason"], [[long_id, "waiting_approval", "nobody " * 4, "because " * 20]],
+              keep=("agent", "status"))
+    shown = out.console.file.getvalue()
+    first = next(line for line in shown.splitlines() if long_id in line)
+    assert "waiting_approval" in first and all(len(line) <= 90 for line in shown.splitlines())
