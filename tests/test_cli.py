@@ -358,3 +358,18 @@ def test_agents_piped_is_never_cut_short_and_a_terminal_keeps_ids_whole(tmp_path
     shown = out.console.file.getvalue()
     first = next(line for line in shown.splitlines() if long_id in line)
     assert "waiting_approval" in first and all(len(line) <= 90 for line in shown.splitlines())
+
+
+def test_approve_records_the_login_name_without_user_and_refuses_no_name(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    anyio.run(_one_agent, url)
+    nameless = durably("approve", "only", "c1", "--store", url, "--by", "  ")
+    assert nameless.returncode == 2 and "--by" in nameless.stderr
+    environment = {k: v for k, v in os.environ.items() if k != "USER"}
+    environment["LOGNAME"] = "ana-from-logname"  # what getpass.getuser() reads after $USER
+    proc = subprocess.run([sys.executable, "-m", "durably.cli", "approve", "only", "c1", "--store", url],
+                          capture_output=True, text=True, timeout=120, env=environment)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    history = json.loads(durably("history", "only", "--store", url, "--json", "--payload").stdout)["records"]
+    decided = next(r["payload"] for r in history if r["kind"] == "approval_decided")
+    assert decided["by"].startswith("ana-from-logname (pid ")

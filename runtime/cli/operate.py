@@ -8,6 +8,7 @@ runtime with its definition registered (``serve()``): this process has none.
 
 from __future__ import annotations
 
+import getpass
 import importlib
 import inspect
 import json
@@ -58,6 +59,16 @@ def _said(out: Output, agent_id: str, verdict: str, state: AgentState, *, namesp
     out.line(f"{agent_id}: {verdict} at seq {state.last_seq}; status now {state.status}{hint}")
 
 
+def default_approver() -> str:
+    """Who runs the command, for ``approve --by``: ``$USER``, else the login name the
+    system knows (``getpass.getuser``: ``$LOGNAME``, ``$USERNAME``, the password database);
+    ``""`` when none is known (``approve`` then refuses to record a nameless decision)."""
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError, ImportError):  # no such variables and no password entry for the uid
+        return ""
+
+
 def parse_result(text: str) -> Any:
     """The ``--result`` of ``approve --happened``: JSON text. Raises ``InvalidCommandError``."""
     try:
@@ -77,7 +88,8 @@ def _refuse_constant(name: str) -> Any:
 @click.option("--happened", is_flag=True,
               help="for a call whose outcome is unknown after a crash: it did happen, with --result as its result")
 @click.option("--result", "result_json", metavar="JSON", help="the call's result (JSON), with --happened")
-@click.option("--by", default=lambda: os.environ.get("USER", ""), show_default="$USER", help="who decides (recorded)")
+@click.option("--by", default=default_approver, show_default="$USER, else the login name",
+              help="who decides (recorded with the decision; must not be empty)")
 @click.option("--note", default="", help="a note kept with the decision")
 @json_option
 @store_command
@@ -88,6 +100,9 @@ def approve(store: str, namespace: str, agent_id: str, approval_id: str, deny: b
         raise click.UsageError("--happened needs --result JSON and cannot be combined with --deny")
     if result_json is not None and not happened:
         raise click.UsageError("--result goes with --happened")
+    by = by.strip()
+    if not by:
+        raise click.UsageError("--by is empty and no login name is known: say who decides, --by NAME")
     extra: dict[str, Any] = {}
     if happened:
         extra["result"] = parse_result(result_json)
