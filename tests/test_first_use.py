@@ -90,3 +90,31 @@ def test_key_error_based_errors_print_their_message_unquoted():
         assert isinstance(error, KeyError)
         assert str(error) == error.args[0] and not str(error).startswith(('"', "'"))
     assert str(durably.AgentNotFoundError()) == ""
+
+
+async def test_a_decided_approval_answers_already_decided_once_the_agent_finished_too():
+    from durably import AgentDefinition, ModelResponse, ToolCall, tool
+
+    @tool(requires_approval=True)
+    async def publish(title: str) -> str:
+        return f"published {title}"
+
+    class Publisher:
+        name = "publisher"
+
+        async def respond(self, messages, tools):
+            if messages[-1]["role"] == "tool":
+                return ModelResponse("done")
+            return ModelResponse("", (ToolCall("c1", "publish", {"title": "report"}),))
+
+    definition = AgentDefinition(name="publisher", model=Publisher(), tools=[publish])
+    async with durably.Runtime("memory://", agents=[definition]) as rt:
+        assert (await rt.run(definition, "b2", "publish it")).status == "waiting_approval"
+        decided = await rt.approve("b2", "c1", by="ana")
+        await decided.placement.handle.wait()
+        assert (await rt.status("b2")).status == "finished"
+        with pytest.raises(durably.ApprovalAlreadyDecidedError) as caught:
+            await rt.approve("b2", "c1", by="bob")
+        assert caught.value.decision["by"] == "ana" and caught.value.approval_id == "c1"
+        with pytest.raises(durably.InvalidCommandError, match="finished"):  # an unknown approval: the agent's state
+            await rt.approve("b2", "c9", by="bob")
