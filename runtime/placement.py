@@ -20,6 +20,7 @@ plus a ``Placement``:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +72,8 @@ class Placement:
         if holder.liveness is Liveness.DEAD:
             return cls(Where.UNASSIGNED, f"its lease holder {holder.worker_id} (pid {holder.pid}) is gone: "
                                          "the next resume or serve() with its definition takes it at once", holder)
-        return cls(Where.AFTER_LEASE, f"leased by {holder.worker_id} until {holder.expires_at:.0f} (unix s); "
+        until = datetime.fromtimestamp(holder.expires_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return cls(Where.AFTER_LEASE, f"leased by {holder.worker_id} until {until}; "
                                       "it runs there, or after that wherever serve() polls", holder)
 
 

@@ -356,10 +356,16 @@ class Runtime(Inspection):
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
         """Start ``agent_id`` (or resume it if its journal exists) and wait until it stops or parks.
 
-        Raises ``AgentExistsError`` when ``agent_id`` exists under another
+        Returns the ``AgentState`` it stopped or parked with. Raises
+        ``AgentExistsError`` when ``agent_id`` exists under another
         definition name or with another task (saying which differs): an id
         reused by mistake must not hand back another agent's result. A resumed
-        run with the same definition and task is silent.
+        run with the same definition and task is silent. Raises
+        ``AgentLeasedError`` when another runtime holds the agent's lease (it
+        runs the agent now: ``owner`` and ``expires_at`` say who and until
+        when), ``AgentLeaseLostError`` when another runtime took the lease while
+        it ran here, ``DefinitionNotRegisteredError`` for an unknown definition
+        name, and what ``resume`` and ``AgentHandle.wait`` raise.
         """
         try:
             handle = await self.start(agent, agent_id, task, budget=budget)

@@ -118,3 +118,33 @@ async def test_a_decided_approval_answers_already_decided_once_the_agent_finishe
         assert caught.value.decision["by"] == "ana" and caught.value.approval_id == "c1"
         with pytest.raises(durably.InvalidCommandError, match="finished"):  # an unknown approval: the agent's state
             await rt.approve("b2", "c9", by="bob")
+
+
+async def test_a_leased_agent_is_refused_naming_the_lease_expiry_in_iso_8601():
+    error = durably.AgentLeasedError("a1", "worker-7@host:42", 1796139058.4)
+    assert "lease until 2026-12-01T" in str(error) and str(error).endswith("Z)") and "1796139058" not in str(error)
+    assert error.expires_at == 1796139058.4 and error.owner == "worker-7@host:42"
+    assert str(durably.AgentLeasedError("a1", None, None)) == "agent 'a1' is run by another runtime"
+    assert "AgentLeasedError" in durably.Runtime.run.__doc__
+
+
+async def test_run_on_an_agent_another_runtime_runs_raises_agent_leased(tmp_path):
+    from durably import AgentDefinition, ModelResponse
+
+    class Slow:
+        name = "slow"
+
+        async def respond(self, messages, tools):
+            import anyio
+
+            await anyio.sleep(30)
+            return ModelResponse("done")
+
+    definition = AgentDefinition(name="slow", model=Slow())
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    async with durably.Runtime(url, agents=[definition], worker_id="first") as first:
+        await first.start(definition, "a1", "task")
+        async with durably.Runtime(url, agents=[definition], worker_id="second") as second:
+            with pytest.raises(durably.AgentLeasedError) as caught:
+                await second.run(definition, "a1", "task")
+    assert isinstance(caught.value.expires_at, float) and "T" in str(caught.value).split("lease until ")[1]
