@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 
 
 class Where(str, Enum):
-    """Where an agent runs after a command (see the module docstring)."""
+    """Where an agent runs after a command (public as ``durably.Where``; a ``str``, so
+    ``placement.where == "here"`` works too): ``HERE``, ``ELSEWHERE``, ``AFTER_LEASE``,
+    ``UNASSIGNED``, ``NOT_RUNNING``, as the module docstring explains."""
 
     HERE = "here"
     ELSEWHERE = "elsewhere"
@@ -44,7 +46,9 @@ class Where(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """``where`` (a ``Where``), ``holder`` (the lease holder, when one is known),
+    """Where an agent runs after a command (public as ``durably.Placement``).
+
+    ``where`` (a ``Where``), ``holder`` (the lease holder, a ``LeaseHolder``, when one is known),
     ``handle`` (the activation, when ``where`` is ``here``), ``reason`` (one
     sentence for an operator)."""
 
@@ -79,7 +83,8 @@ class Placement:
 
 @dataclass
 class CommandResult(AgentState):
-    """The ``AgentState`` after a command, plus ``placement``: where it runs now.
+    """The ``AgentState`` after a command, plus ``placement``: where it runs now
+    (a ``durably.Placement``; compare its ``where`` with ``durably.Where``).
 
     It is an ``AgentState`` in every respect (callers reading ``status`` keep
     working); ``placement`` is never journaled or snapshotted.

@@ -26,7 +26,8 @@ from durably.storage.spi import Store, StreamId
 from .restore import restore
 from durably.errors import PurgeIncompleteError
 
-DAY = 86_400.0  # seconds
+#: One day in seconds, for ``RetentionPolicy`` TTLs (``30 * DAY``); public as ``durably.DAY``.
+DAY = 86_400.0
 
 #: What ``sweep`` did with one stream.
 PURGED, EXPIRED, KEPT, UNDATED, UNREADABLE = "purged", "expired", "kept", "undated", "unreadable"

@@ -349,7 +349,9 @@ class Runtime(Inspection):
         An agent whose journal cannot be read (corrupt, foreign bytes, written by
         a newer durably, or any other error restoring it) is logged and skipped,
         never resumed: one bad stream must not stop every other agent of the
-        namespace. ``StoreUnavailableError`` (an outage) is raised. See ``durably.runtime.scan``.
+        namespace. On a store with a status index only the agents it lists as
+        runnable are read. Returns the handles of the agents resumed here.
+        ``StoreUnavailableError`` (an outage) is raised.
         """
         return (await scan_namespace(self)).handles
 
@@ -398,8 +400,7 @@ class Runtime(Inspection):
         agents to the other workers at once. ``max_agents``: most live agents in
         this worker (None: no cap); scans also take no more than an even split of
         what they saw among the workers. Cancel the calling scope to stop
-        without draining. See ``durably.runtime.serving``. Raises ``ValueError``
-        for ``max_agents`` < 1.
+        without draining. Raises ``ValueError`` for ``max_agents`` < 1.
         """
         self._require_started()
         await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
@@ -467,7 +468,8 @@ class Runtime(Inspection):
         Returns the state after the decision as a ``CommandResult`` whose
         ``placement`` says truthfully whether and where the agent runs now (here,
         in another live runtime, after a remote holder's lease lapses, or not
-        yet: see ``durably.runtime.placement``); every command returns one.
+        yet: a ``durably.Placement`` whose ``where`` is a ``durably.Where``);
+        every command returns one.
         Raises ``ApprovalAlreadyDecidedError`` (decided already, perhaps a moment
         ago by another process), ``InvalidCommandError`` (unknown approval,
         finished agent, a result with ``approved=False``), ``UnencodableValueError``
@@ -515,11 +517,17 @@ class Runtime(Inspection):
         raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
 
     async def send(self, agent_id: str, content: str, *, role: str = "user") -> CommandResult:
-        """Add a message to the agent's conversation (seen by its next model call)."""
+        """Add a message to the agent's conversation (seen by its next model call).
+
+        Returns a ``CommandResult`` (as ``approve``). Raises ``InvalidCommandError``
+        (the agent is finished, failed or cancelled) and ``AgentNotFoundError``."""
         return await self._command(agent_id, cmd.SendMessage(content=content, role=role))
 
     async def cancel(self, agent_id: str, reason: str = "") -> CommandResult:
-        """Stop the agent for good (after its current step)."""
+        """Stop the agent for good (after its current step), recording ``reason``.
+
+        Returns a ``CommandResult`` (as ``approve``). Raises ``InvalidCommandError``
+        (already finished, failed or cancelled) and ``AgentNotFoundError``."""
         return await self._command(agent_id, cmd.Cancel(reason=reason))
 
     async def _command(self, agent_id: str, command: cmd.Command) -> CommandResult:
@@ -548,15 +556,17 @@ class Runtime(Inspection):
 
     async def sweep(self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False) -> list[SweepItem]:
         """Purge this namespace's agents whose time-to-live (by status, from their
-        last record) has passed; see ``durably.runtime.retention.sweep``. ``now``:
-        unix seconds (default the clock); ``dry_run``: report without deleting."""
+        last record) has passed, as ``retention`` (a ``durably.RetentionPolicy``) sets
+        them. ``now``: unix seconds (default the clock); ``dry_run``: report without
+        deleting. Returns one ``durably.SweepItem`` per agent looked at (what was done
+        and why). Raises ``StoreUnavailableError``, ``PurgeIncompleteError``."""
         return await sweep_namespace(self.store, self.codec, self.namespace, retention, tracer=self.tracer,
                                      now=now, dry_run=dry_run, purge=self._purge_stream)
 
     async def reencrypt(self) -> list[ReencryptReport]:
         """Rewrite this namespace's streams so every frame uses the current key
-        (see ``durably.runtime.reencrypt``: the history before the rewrite is
-        compacted into a snapshot). Raises ``ValueError`` without ``encryption``."""
+        (the history before the rewrite is compacted into a snapshot). Returns one
+        ``durably.ReencryptReport`` per stream. Raises ``ValueError`` without ``encryption``."""
         return await reencrypt_namespace(self.store, self.codec, self.namespace, tracer=self.tracer)
 
     async def _purge_stream(self, stream: StreamId) -> None:

@@ -148,3 +148,26 @@ async def test_run_on_an_agent_another_runtime_runs_raises_agent_leased(tmp_path
             with pytest.raises(durably.AgentLeasedError) as caught:
                 await second.run(definition, "a1", "task")
     assert isinstance(caught.value.expires_at, float) and "T" in str(caught.value).split("lease until ")[1]
+
+
+def test_what_a_user_names_is_public():
+    from durably.runtime.placement import Placement, Where
+    from durably.runtime.retention import DAY
+
+    assert durably.Where is Where and durably.Placement is Placement and durably.DAY == DAY == 86_400
+    assert durably.Where.HERE == "here"
+
+
+def test_public_docstrings_point_at_public_names():
+    """The docstrings a user reads (``help(durably.Runtime)``) name ``durably.X``, never an internal module."""
+    import inspect
+    import re
+
+    internal = re.compile(r"durably\.(runtime|storage\.crypto|storage\.codec)\b")
+    names = ["Runtime", "AgentHandle", "CommandResult", "Placement", "Where", "AgentDescription", "RetentionPolicy"]
+    for name in names:
+        cls = getattr(durably, name)
+        docs = [inspect.getdoc(cls) or ""] + [inspect.getdoc(m) or "" for n, m in inspect.getmembers(cls)
+                                                if not n.startswith("_") and callable(m)]
+        found = [m.group(0) for doc in docs for m in internal.finditer(doc)]
+        assert found == [], f"durably.{name}'s docstrings name internal modules: {found}"

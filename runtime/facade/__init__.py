@@ -89,6 +89,7 @@ _LAZY: dict[str, str] = {
     "OnUnknownOutcome": "durably.runtime.tools",
     "tool": "durably.runtime.tools",
     "RetentionPolicy": "durably.runtime.retention",
+    "DAY": "durably.runtime.retention",
     "SweepItem": "durably.runtime.retention",
     "Redact": "durably.runtime.redaction",
     "RedactionPolicy": "durably.runtime.redaction",
@@ -97,6 +98,8 @@ _LAZY: dict[str, str] = {
     "HistoryEntry": "durably.runtime.history",
     "StatusChange": "durably.runtime.watch",
     "CommandResult": "durably.runtime.placement",
+    "Placement": "durably.runtime.placement",
+    "Where": "durably.runtime.placement",
     "LeaseHolder": "durably.runtime.owner",
     "ReencryptReport": "durably.runtime.reencrypt",
     "AESGCMCipher": "durably.storage.crypto",
@@ -114,10 +117,10 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably.runtime.model import Model, ModelResponse, ToolCall, Usage
     from durably.runtime.model_retry import RetryPolicy
     from durably.runtime.owner import LeaseHolder
-    from durably.runtime.placement import CommandResult
+    from durably.runtime.placement import CommandResult, Placement, Where
     from durably.runtime.redaction import Redact, RedactionPolicy, ephemeral
     from durably.runtime.reencrypt import ReencryptReport
-    from durably.runtime.retention import RetentionPolicy, SweepItem
+    from durably.runtime.retention import DAY, RetentionPolicy, SweepItem
     from durably.runtime.runtime import AgentHandle, Runtime
     from durably.runtime.snapshots import SnapshotPolicy
     from durably.runtime.state import AgentState
@@ -172,6 +175,7 @@ __all__ = [
     "CommandResult",
     "ConflictError",
     "CorruptRecordError",
+    "DAY",
     "DecryptionError",
     "DefinitionMigrationError",
     "DefinitionNotRegisteredError",
@@ -195,6 +199,7 @@ __all__ = [
     "ModelResponse",
     "OnDefinitionChange",
     "OnUnknownOutcome",
+    "Placement",
     "PurgeIncompleteError",
     "Reconciled",
     "Redact",
@@ -227,6 +232,7 @@ __all__ = [
     "UnsafeCompactionError",
     "Usage",
     "WaitTimeoutError",
+    "Where",
     "ephemeral",
     "generate_key",
     "open_store",
