@@ -86,7 +86,13 @@ class AgentHandle:
 
     @property
     def agent_id(self) -> str:
+        """The id of the agent this activation runs."""
         return self._actor.state.agent_id
+
+    def __repr__(self) -> str:
+        state = self._actor.state
+        phase = "ended" if self._actor.done.is_set() else "live"
+        return f"<AgentHandle {state.namespace}/{state.agent_id} {phase}, status {state.status} at seq {state.last_seq}>"
 
     async def wait(self) -> AgentState:
         """The agent's state once this activation ends and has given its lease back."""

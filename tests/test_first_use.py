@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import durably
+from durably import ToolContext
 
 
 @pytest.mark.parametrize("module, extra", [("durably.models.openai", "openai"),
@@ -171,3 +172,58 @@ def test_public_docstrings_point_at_public_names():
                                                 if not n.startswith("_") and callable(m)]
         found = [m.group(0) for doc in docs for m in internal.finditer(doc)]
         assert found == [], f"durably.{name}'s docstrings name internal modules: {found}"
+
+
+def test_a_mistyped_policy_names_the_tool_and_the_valid_values():
+    from durably import tool
+
+    with pytest.raises(ValueError, match=r"tool 'charge': on_unknown_outcome='retyr' is not a policy; "
+                                         r"use one of 'retry', 'reconcile', 'ask', 'fail'"):
+        @tool(on_unknown_outcome="retyr")
+        async def charge(amount: int) -> str:
+            return "charged"
+    with pytest.raises(ValueError, match=r"tool 'refund': .*'retyr'"):
+        durably.Tool(name="refund", fn=lambda amount: amount, on_unknown_outcome="retyr")
+
+
+async def test_a_tool_is_callable_as_its_function_for_unit_tests():
+    from durably import tool
+
+    @tool(on_unknown_outcome="retry")
+    async def send_email(to: str, body: str, *, ctx: ToolContext) -> str:
+        """Send an email."""
+        return f"sent to {to} with key {ctx.idempotency_key}"
+
+    @tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    ctx = ToolContext(idempotency_key="k1", agent_id="a", call_id="c1", attempt=1)
+    assert await send_email(to="ana@example.com", body="hi", ctx=ctx) == "sent to ana@example.com with key k1"
+    assert add(2, 3) == 5 and isinstance(add, durably.Tool)
+
+
+async def test_handles_and_stores_print_what_they_are(tmp_path):
+    from durably import AgentDefinition, ModelResponse
+    from durably.storage import open_store
+
+    sqlite = open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    assert repr(sqlite) == f"SQLiteStore({str(tmp_path / 'a.db')!r}, closed)"
+    assert repr(open_store("memory://named")) == "MemoryStore('memory://named', closed)"
+    assert repr(open_store(f"file://{tmp_path}/files")) == f"FileSystemStore({str(tmp_path / 'files')!r}, closed)"
+    assert repr(open_store("s3://bucket/agents/")).startswith("S3Store('s3://bucket/agents'")
+    assert repr(open_store("postgresql://ana:secret@db/agents")) == "PostgresStore('postgresql://ana:***@db/agents', closed)"
+
+    class Done:
+        name = "done"
+
+        async def respond(self, messages, tools):
+            return ModelResponse("done")
+
+    definition = AgentDefinition(name="d", model=Done())
+    async with durably.Runtime("memory://", agents=[definition]) as rt:
+        assert repr(rt.store) == "MemoryStore('memory://', open)"
+        handle = await rt.start(definition, "a1", "task")
+        assert repr(handle).startswith("<AgentHandle default/a1 ")
+        await handle.wait()
+        assert repr(handle) == f"<AgentHandle default/a1 ended, status finished at seq {(await rt.status('a1')).last_seq}>"

@@ -129,8 +129,8 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         self._sql.update(self._lease_sql(s))
         self._sql.update(index_sql(s))
 
-    def __repr__(self) -> str:
-        return f"PostgresStore({self._url!r})"
+    def _location(self) -> str:
+        return self._url  # the password, if any, replaced by ***
 
     # -- lifecycle ---------------------------------------------------------------
 
