@@ -151,6 +151,9 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
         self.root = Path(url2pathname(parsed.path))
         self.create = parsed.options.get(CREATE, False)
 
+    def _location(self) -> str:
+        return str(self.root)
+
     # -- lifecycle -----------------------------------------------------------
 
     async def _open(self) -> None:

@@ -62,8 +62,12 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
         if parsed.path not in ("", "/"):
             raise InvalidStoreURLError(f"expected memory:// or memory://name, got {url!r}", url=url)
         name = parsed.netloc
+        self._name = name
         self._streams: dict[StreamId, _Stream] = _shared.setdefault(name, {}) if name else {}
         self._leases: dict[StreamId, Lease] = _shared_leases.setdefault(name, {}) if name else {}
+
+    def _location(self) -> str:
+        return f"memory://{self._name}"
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         self._check_open()

@@ -9,7 +9,8 @@ Each adapter is an optional extra using the vendor's official async client:
   the Messages API.
 
 ``from_spec("openai:gpt-4.1-mini")`` builds one from a ``provider:model`` string.
-The vendor clients' own retries are switched off: durably's ``RetryPolicy``
+Importing an adapter without its vendor client raises ``durably.errors.ExtraNotInstalledError``
+(an ``ImportError``) naming the extra to install. The vendor clients' own retries are switched off: durably's ``RetryPolicy``
 retries, so that each failed attempt is journaled and ``Retry-After`` is honoured.
 """
 
@@ -29,8 +30,8 @@ def from_spec(spec: str, **options: Any) -> Model:
     """A model adapter for ``"provider:model"`` (providers: ``openai``, ``anthropic``).
 
     ``options`` go to the adapter's constructor. Raises ``ValueError`` for an
-    unknown provider or a spec without a model, and ``ImportError`` (naming the
-    extra to install) when the vendor's client is missing.
+    unknown provider or a spec without a model, and ``ExtraNotInstalledError``
+    (an ``ImportError`` naming the extra to install) when the vendor's client is missing.
     """
     provider, _, model = spec.partition(":")
     if not model:

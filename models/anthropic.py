@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import anthropic
+from durably.errors import ExtraNotInstalledError
+
+try:
+    import anthropic
+except ImportError as exc:  # the vendor client is the optional extra durably[anthropic]
+    raise ExtraNotInstalledError.of("durably.models.anthropic", "anthropic", exc) from None
 
 from durably.runtime.model import ModelResponse, ToolCall, TransientModelError, Usage
 
@@ -44,7 +49,7 @@ class AnthropicModel:
                                                          max_retries=0)
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
-        """One Messages API call for ``messages`` with ``tools`` (see ``durably.runtime.Model``)."""
+        """One Messages API call for ``messages`` with ``tools`` (see ``durably.Model``)."""
         system, turns = to_wire(messages)
         request: dict[str, Any] = {"model": self.name, "max_tokens": self.max_tokens, "messages": turns, **self.options}
         if system:

@@ -11,7 +11,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import openai
+from durably.errors import ExtraNotInstalledError
+
+try:
+    import openai
+except ImportError as exc:  # the vendor client is the optional extra durably[openai]
+    raise ExtraNotInstalledError.of("durably.models.openai", "openai", exc) from None
 
 from durably.runtime.model import ModelResponse, ToolCall, TransientModelError, Usage
 
@@ -43,7 +48,7 @@ class OpenAIChatModel:
         self.client = client or openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
-        """One chat completion for ``messages`` with ``tools`` (see ``durably.runtime.Model``)."""
+        """One chat completion for ``messages`` with ``tools`` (see ``durably.Model``)."""
         request: dict[str, Any] = {"model": self.name, "messages": to_wire(messages), **self.options}
         if tools:
             request["tools"] = [{"type": "function", "function": {"name": t["name"], "description": t["description"],

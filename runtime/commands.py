@@ -82,9 +82,14 @@ COMMAND_KINDS = frozenset({Kind.MESSAGE_RECEIVED, Kind.APPROVAL_DECIDED, Kind.BU
 def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]:
     """The ``(kind, data)`` record for ``command`` given ``state``.
 
-    Raises ``InvalidCommandError`` when the command does not apply: the agent is
-    finished, failed or cancelled; the approval is unknown or already decided.
+    Raises ``ApprovalAlreadyDecidedError`` for a decision on an approval that
+    was decided (whether the agent runs on or has finished since: the answer
+    does not depend on what happened after the decision), and
+    ``InvalidCommandError`` when the command does not apply otherwise: the
+    agent is finished, failed or cancelled, or the approval is unknown.
     """
+    if isinstance(command, Decide):
+        _refuse_decided(state, command.approval_id)
     if state.status in TERMINAL:
         raise InvalidCommandError(f"agent {state.agent_id} is {state.status}")
     if isinstance(command, SendMessage):
@@ -118,6 +123,13 @@ def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]
     raise InvalidCommandError(f"unknown command {type(command).__name__}")
 
 
+def _refuse_decided(state: AgentState, approval_id: str) -> None:
+    """Raise ``ApprovalAlreadyDecidedError`` when ``state`` shows ``approval_id`` decided."""
+    request = state.approvals.get(approval_id)
+    if request is not None and request.get("decision") is not None:
+        raise ApprovalAlreadyDecidedError(state.agent_id, approval_id, request["decision"])
+
+
 def rebase(state: AgentState, kind: str, data: dict[str, Any], limits_before: dict[str, Any]) -> dict[str, Any]:
     """A command record's ``data`` made valid again after other commands were folded into ``state``.
 
@@ -131,6 +143,8 @@ def rebase(state: AgentState, kind: str, data: dict[str, Any], limits_before: di
     (``InvalidCommandError``). The idea is the rebase of operational
     transformation: re-apply the intent, not the computed result.
     """
+    if kind == Kind.APPROVAL_DECIDED:
+        _refuse_decided(state, data["approval_id"])
     if state.status in TERMINAL:
         raise InvalidCommandError(f"agent {state.agent_id} is {state.status}")
     if kind == Kind.APPROVAL_DECIDED:

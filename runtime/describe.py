@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
     """Who runs the agent now: ``owner`` (the runtime's lease owner name,
-    ``worker_id/nonce@host:pid:start:boot:pidns``, see ``durably.runtime.owner``),
+    ``worker_id/nonce@host:pid:start:boot:pidns``, read by ``Runtime.lease_holder`` as a ``durably.LeaseHolder``),
     ``expires_at`` (unix seconds), ``token`` (the fencing token), ``dead`` (True
     when the owner is a process of this host that no longer exists, or an earlier
     incarnation of a reused pid: the next resume or ``serve`` takes its agents at once)."""

@@ -43,14 +43,14 @@ class Inspection:
         """The agent's records after ``after_seq`` (int), of ``kinds`` (None: all), decoded,
         as an async iterator of ``HistoryEntry`` with the data when ``payload``; bounded
         memory on any length. Raises (when iterated) ``AgentNotFoundError``,
-        ``InvalidCommandError``, ``CorruptRecordError``; see ``durably.runtime.history``."""
+        ``InvalidCommandError``, ``CorruptRecordError``."""
         return read_history(self.store, self.codec, self.stream(agent_id), after_seq=after_seq, kinds=kinds,
                             payload=payload)
 
     async def state_at(self, agent_id: str, seq: int) -> AgentState:
         """The agent's folded state right after record ``seq``, by the restore path
         (nearest snapshot at or before it, then replay). Raises ``AgentNotFoundError``,
-        ``SeqOutOfRangeError``; see ``durably.runtime.time_travel.state_at``."""
+        ``SeqOutOfRangeError``."""
         return await time_travel.state_at(self.store, self.codec, self.stream(agent_id), seq, self.telemetry)
 
     async def fork(self, agent_id: str, at_seq: int, new_agent_id: str) -> AgentState:
@@ -58,7 +58,7 @@ class Inspection:
         a ``forked`` record; the source is never changed. What follows runs anew, with
         new idempotency keys, once a runtime resumes it (``resume``, ``serve``); returns
         the fork's state. Raises ``AgentNotFoundError``, ``AgentExistsError``,
-        ``SeqOutOfRangeError``; see ``durably.runtime.time_travel.fork``."""
+        ``SeqOutOfRangeError``."""
         return await time_travel.fork(self.store, self.codec, self.stream(agent_id), at_seq,
                                       self.stream(new_agent_id), self.telemetry)
 
@@ -77,7 +77,7 @@ class Inspection:
     def watch(self, agent_id: str, *, poll_interval: float = 0.2) -> AsyncIterator[watching.StatusChange]:
         """Status changes (``StatusChange``) of the agent from now on, wherever it runs:
         its journal is tailed every ``poll_interval`` seconds. Raises (when iterated)
-        ``AgentNotFoundError``; see ``durably.runtime.watch``."""
+        ``AgentNotFoundError``."""
         return watching.watch(self.store, self.codec, self.stream(agent_id), self.telemetry, poll_interval=poll_interval)
 
     def watch_namespace(self, *, poll_interval: float = 0.5) -> AsyncIterator[watching.StatusChange]:

@@ -19,7 +19,8 @@ plus a ``Placement``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
 
 
 class Where(str, Enum):
-    """Where an agent runs after a command (see the module docstring)."""
+    """Where an agent runs after a command (public as ``durably.Where``; a ``str``, so
+    ``placement.where == "here"`` works too): ``HERE``, ``ELSEWHERE``, ``AFTER_LEASE``,
+    ``UNASSIGNED``, ``NOT_RUNNING``, as the module docstring explains."""
 
     HERE = "here"
     ELSEWHERE = "elsewhere"
@@ -43,7 +46,9 @@ class Where(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """``where`` (a ``Where``), ``holder`` (the lease holder, when one is known),
+    """Where an agent runs after a command (public as ``durably.Placement``).
+
+    ``where`` (a ``Where``), ``holder`` (the lease holder, a ``LeaseHolder``, when one is known),
     ``handle`` (the activation, when ``where`` is ``here``), ``reason`` (one
     sentence for an operator)."""
 
@@ -51,6 +56,12 @@ class Placement:
     reason: str
     holder: LeaseHolder | None = None
     handle: AgentHandle | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict (JSON-ready): ``where`` and ``reason`` (str), ``holder`` (the lease holder's
+        fields, or None); the handle is a live object and is left out."""
+        return {"where": self.where.value, "reason": self.reason,
+                "holder": {**asdict(self.holder), "liveness": self.holder.liveness.value} if self.holder else None}
 
     @classmethod
     def held_by(cls, holder: LeaseHolder | None, *, registered: bool) -> Placement:
@@ -65,13 +76,15 @@ class Placement:
         if holder.liveness is Liveness.DEAD:
             return cls(Where.UNASSIGNED, f"its lease holder {holder.worker_id} (pid {holder.pid}) is gone: "
                                          "the next resume or serve() with its definition takes it at once", holder)
-        return cls(Where.AFTER_LEASE, f"leased by {holder.worker_id} until {holder.expires_at:.0f} (unix s); "
+        until = datetime.fromtimestamp(holder.expires_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return cls(Where.AFTER_LEASE, f"leased by {holder.worker_id} until {until}; "
                                       "it runs there, or after that wherever serve() polls", holder)
 
 
 @dataclass
 class CommandResult(AgentState):
-    """The ``AgentState`` after a command, plus ``placement``: where it runs now.
+    """The ``AgentState`` after a command, plus ``placement``: where it runs now
+    (a ``durably.Placement``; compare its ``where`` with ``durably.Where``).
 
     It is an ``AgentState`` in every respect (callers reading ``status`` keep
     working); ``placement`` is never journaled or snapshotted.

@@ -30,7 +30,8 @@ from durably.errors import PurgeIncompleteError
 if TYPE_CHECKING:
     from .telemetry import Telemetry
 
-DAY = 86_400.0  # seconds
+#: One day in seconds, for ``RetentionPolicy`` TTLs (``30 * DAY``); public as ``durably.DAY``.
+DAY = 86_400.0
 
 #: What ``sweep`` did with one stream.
 PURGED, EXPIRED, KEPT, UNDATED, UNREADABLE = "purged", "expired", "kept", "undated", "unreadable"

@@ -46,6 +46,7 @@ from .errors import (
     DefinitionNotRegisteredError,
     InvalidCommandError,
 )
+from durably.errors import InvalidStoreError, RuntimeNotStartedError
 from .agent_journal import AgentJournal, JournalServices
 from .inspection import Inspection
 from .leases import LeaseKeeper
@@ -71,6 +72,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably.runtime")
 
+#: What ``__aenter__`` sets up; a method reaching one of them before that is told to enter the runtime.
+_STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"})
+
 
 class AgentHandle:
     """A live agent activation. ``await handle.wait()`` returns its state when it
@@ -86,7 +90,13 @@ class AgentHandle:
 
     @property
     def agent_id(self) -> str:
+        """The id of the agent this activation runs."""
         return self._actor.state.agent_id
+
+    def __repr__(self) -> str:
+        state = self._actor.state
+        phase = "ended" if self._actor.done.is_set() else "live"
+        return f"<AgentHandle {state.namespace}/{state.agent_id} {phase}, status {state.status} at seq {state.last_seq}>"
 
     async def wait(self) -> AgentState:
         """The agent's state once this activation ends and has given its lease back."""
@@ -132,6 +142,9 @@ class Runtime(Inspection):
 
     Raises:
         ValueError: ``lease_ttl`` is not a finite number >= 0.
+        InvalidStoreError: ``store`` is neither a URL nor a ``Store`` (also a ``TypeError``).
+        RuntimeNotStartedError: from every method but ``register`` and ``stream``,
+            called before the runtime is entered.
     """
 
     def __init__(self, store: str | Store, *, agents: Iterable[AgentDefinition] = (), namespace: str = "default",
@@ -139,6 +152,9 @@ class Runtime(Inspection):
                  tracer_provider: trace.TracerProvider | None = None, mailbox_size: int = 64,
                  redaction: RedactionPolicy | None = None, encryption: FrameCipher | None = None,
                  lease_ttl: float = 30.0, meter_provider: metrics.MeterProvider | None = None) -> None:
+        if not isinstance(store, (str, Store)):
+            raise InvalidStoreError(f"Runtime needs a store URL (a str such as 'sqlite:///agents.db') or a Store, "
+                                    f"got {type(store).__name__}")
         self._store_arg = store
         check_figure("Runtime", "lease_ttl", lease_ttl, optional=False)
         self.lease_ttl = lease_ttl
@@ -158,6 +174,27 @@ class Runtime(Inspection):
         self._exit: AsyncExitStack | None = None
 
     # lifecycle --------------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes never set: the store and what __aenter__ builds on it.
+        if name in _STARTED_ATTRIBUTES:
+            self._require_started()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _require_started(self) -> None:
+        """Raise ``RuntimeNotStartedError`` unless ``__aenter__`` opened the store (for methods that
+        would otherwise first fail inside a task group)."""
+        if "store" not in self.__dict__:
+            raise RuntimeNotStartedError(f"this Runtime is not started: use it as `async with Runtime(...) as rt:` "
+                                         f"(on {self._describe_store()}) before calling its methods")
+
+    def _describe_store(self) -> str:
+        store = self.__dict__.get("_store_arg")
+        return repr(store) if store is not None else "its store"
+
+    def __repr__(self) -> str:
+        state = "started" if self.__dict__.get("_exit") is not None else "not started"
+        return f"Runtime({self._describe_store()}, namespace={self.namespace!r}, {state})"
 
     async def __aenter__(self) -> "Runtime":
         async with AsyncExitStack() as stack:
@@ -363,17 +400,25 @@ class Runtime(Inspection):
         An agent whose journal cannot be read (corrupt, foreign bytes, written by
         a newer durably, or any other error restoring it) is logged and skipped,
         never resumed: one bad stream must not stop every other agent of the
-        namespace. ``StoreUnavailableError`` (an outage) is raised. See ``durably.runtime.scan``.
+        namespace. On a store with a status index only the agents it lists as
+        runnable are read. Returns the handles of the agents resumed here.
+        ``StoreUnavailableError`` (an outage) is raised.
         """
         return (await scan_namespace(self)).handles
 
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
         """Start ``agent_id`` (or resume it if its journal exists) and wait until it stops or parks.
 
-        Raises ``AgentExistsError`` when ``agent_id`` exists under another
+        Returns the ``AgentState`` it stopped or parked with. Raises
+        ``AgentExistsError`` when ``agent_id`` exists under another
         definition name or with another task (saying which differs): an id
         reused by mistake must not hand back another agent's result. A resumed
-        run with the same definition and task is silent.
+        run with the same definition and task is silent. Raises
+        ``AgentLeasedError`` when another runtime holds the agent's lease (it
+        runs the agent now: ``owner`` and ``expires_at`` say who and until
+        when), ``AgentLeaseLostError`` when another runtime took the lease while
+        it ran here, ``DefinitionNotRegisteredError`` for an unknown definition
+        name, and what ``resume`` and ``AgentHandle.wait`` raise.
         """
         handle: AgentHandle | None
         try:
@@ -407,9 +452,9 @@ class Runtime(Inspection):
         agents to the other workers at once. ``max_agents``: most live agents in
         this worker (None: no cap); scans also take no more than an even split of
         what they saw among the workers. Cancel the calling scope to stop
-        without draining. See ``durably.runtime.serving``. Raises ``ValueError``
-        for ``max_agents`` < 1.
+        without draining. Raises ``ValueError`` for ``max_agents`` < 1.
         """
+        self._require_started()
         await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
                             max_agents=max_agents)
 
@@ -421,6 +466,7 @@ class Runtime(Inspection):
         they resume). Handles of drained activations return their state, whose
         status is still ``running``: the agent goes on wherever it is resumed.
         """
+        self._require_started()
         await serving.drain(self, timeout)
 
     async def status(self, agent_id: str) -> AgentState:
@@ -474,7 +520,8 @@ class Runtime(Inspection):
         Returns the state after the decision as a ``CommandResult`` whose
         ``placement`` says truthfully whether and where the agent runs now (here,
         in another live runtime, after a remote holder's lease lapses, or not
-        yet: see ``durably.runtime.placement``); every command returns one.
+        yet: a ``durably.Placement`` whose ``where`` is a ``durably.Where``);
+        every command returns one.
         Raises ``ApprovalAlreadyDecidedError`` (decided already, perhaps a moment
         ago by another process), ``InvalidCommandError`` (unknown approval,
         finished agent, a result with ``approved=False``), ``UnencodableValueError``
@@ -522,11 +569,17 @@ class Runtime(Inspection):
         raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
 
     async def send(self, agent_id: str, content: str, *, role: str = "user") -> CommandResult:
-        """Add a message to the agent's conversation (seen by its next model call)."""
+        """Add a message to the agent's conversation (seen by its next model call).
+
+        Returns a ``CommandResult`` (as ``approve``). Raises ``InvalidCommandError``
+        (the agent is finished, failed or cancelled) and ``AgentNotFoundError``."""
         return await self._command(agent_id, cmd.SendMessage(content=content, role=role))
 
     async def cancel(self, agent_id: str, reason: str = "") -> CommandResult:
-        """Stop the agent for good (after its current step)."""
+        """Stop the agent for good (after its current step), recording ``reason``.
+
+        Returns a ``CommandResult`` (as ``approve``). Raises ``InvalidCommandError``
+        (already finished, failed or cancelled) and ``AgentNotFoundError``."""
         return await self._command(agent_id, cmd.Cancel(reason=reason))
 
     async def _command(self, agent_id: str, command: cmd.Command) -> CommandResult:
@@ -555,15 +608,17 @@ class Runtime(Inspection):
 
     async def sweep(self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False) -> list[SweepItem]:
         """Purge this namespace's agents whose time-to-live (by status, from their
-        last record) has passed; see ``durably.runtime.retention.sweep``. ``now``:
-        unix seconds (default the clock); ``dry_run``: report without deleting."""
+        last record) has passed, as ``retention`` (a ``durably.RetentionPolicy``) sets
+        them. ``now``: unix seconds (default the clock); ``dry_run``: report without
+        deleting. Returns one ``durably.SweepItem`` per agent looked at (what was done
+        and why). Raises ``StoreUnavailableError``, ``PurgeIncompleteError``."""
         return await sweep_namespace(self.store, self.codec, self.namespace, retention, telemetry=self.telemetry,
                                      now=now, dry_run=dry_run, purge=self._purge_stream)
 
     async def reencrypt(self) -> list[ReencryptReport]:
         """Rewrite this namespace's streams so every frame uses the current key
-        (see ``durably.runtime.reencrypt``: the history before the rewrite is
-        compacted into a snapshot). Raises ``ValueError`` without ``encryption``."""
+        (the history before the rewrite is compacted into a snapshot). Returns one
+        ``durably.ReencryptReport`` per stream. Raises ``ValueError`` without ``encryption``."""
         return await reencrypt_namespace(self.store, self.codec, self.namespace, telemetry=self.telemetry)
 
     async def _purge_stream(self, stream: StreamId) -> None:

@@ -81,6 +81,16 @@ def idempotency_key(namespace: str, agent_id: str, run_id: str, call_id: str) ->
 Reconciler = Callable[[ToolContext], Awaitable["Reconciled | None"]]
 
 
+def _policy(tool_name: str, value: Any) -> OnUnknownOutcome:
+    """``value`` as an ``OnUnknownOutcome``; raises ``ValueError`` naming the tool and the valid values."""
+    try:
+        return OnUnknownOutcome(value)
+    except ValueError:
+        valid = ", ".join(repr(p.value) for p in OnUnknownOutcome)
+        raise ValueError(f"tool {tool_name!r}: on_unknown_outcome={value!r} is not a policy; "
+                         f"use one of {valid}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Reconciled:
     """A ``reconcile`` hook's answer that the call did happen.
@@ -108,7 +118,12 @@ class Tool:
     (default ``ask``); ``reconcile`` is required for ``reconcile``.
     ``sequential``: this tool's calls never run concurrently with other calls
     of the same model turn. Raises ``TypeError`` (not a function, a signature a
-    model cannot call) and ``ValueError`` (``reconcile`` without a hook).
+    model cannot call) and ``ValueError`` (``reconcile`` without a hook, an
+    ``on_unknown_outcome`` that is not a policy: the message lists them).
+
+    A ``Tool`` is callable as its function is, for unit tests:
+    ``await send_email(to="a@b.c", body="hi", ctx=ToolContext(...))`` runs ``fn``
+    directly (no validation, no journal), returning what it returns.
     """
 
     name: str
@@ -128,7 +143,7 @@ class Tool:
             raise TypeError(f"tool {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"a tool needs a non-empty str name, got {self.name!r}")
-        object.__setattr__(self, "on_unknown_outcome", OnUnknownOutcome(self.on_unknown_outcome))
+        object.__setattr__(self, "on_unknown_outcome", _policy(self.name, self.on_unknown_outcome))
         if self.on_unknown_outcome is OnUnknownOutcome.RECONCILE and self.reconcile is None:
             raise ValueError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")
         if self.reconcile is not None and not inspect.iscoroutinefunction(self.reconcile):
@@ -141,6 +156,11 @@ class Tool:
             object.__setattr__(self, "parameters", read.schema)
         if self.description is None:
             object.__setattr__(self, "description", read.description)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the tool's function directly with ``args``/``kwargs`` (an ``async def``
+        returns its coroutine); nothing is validated or journaled. For unit tests."""
+        return self.fn(*args, **kwargs)
 
     def spec(self) -> dict[str, Any]:
         """The tool as the model sees it: name, description, parameters (JSON Schema)."""
@@ -232,8 +252,9 @@ def tool(name: str | Callable[..., Any] | None = None, *, description: str | Non
             raise TypeError(f"{fn.name!r} is already a tool")
         if not callable(fn):
             raise TypeError(f"@tool decorates a function, got {type(fn).__name__}")
-        return Tool(name=name if isinstance(name, str) and name else fn.__name__, fn=fn, description=description, parameters=parameters,
-                    requires_approval=requires_approval, on_unknown_outcome=OnUnknownOutcome(on_unknown_outcome),
+        tool_name = name if isinstance(name, str) and name else fn.__name__
+        return Tool(name=tool_name, fn=fn, description=description, parameters=parameters,
+                    requires_approval=requires_approval, on_unknown_outcome=_policy(tool_name, on_unknown_outcome),
                     reconcile=reconcile, sequential=sequential)
 
     if callable(name) and not isinstance(name, str):

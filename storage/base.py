@@ -57,6 +57,15 @@ class StoreBase(Store):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    def __repr__(self) -> str:
+        where = self._location()
+        return f"{type(self).__name__}({where!r}, {'open' if self._is_open else 'closed'})" if where else \
+            f"<{type(self).__name__} {'open' if self._is_open else 'closed'}>"
+
+    def _location(self) -> str:
+        """What ``repr`` shows of where the data lives (a URL without secrets, a path); adapters override."""
+        return ""
+
     def _check_open(self) -> None:
         """Raise ``StoreClosedError`` outside the open/close window."""
         if not self._is_open:

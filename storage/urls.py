@@ -59,8 +59,9 @@ def parse_store_url(url: str, schemes: tuple[str, ...] | None, options: Mapping[
     ``flag``, ``str`` or your own; a ``ValueError`` from it means a bad value);
     ``display``: the URL as errors may show it (a password masked); ``passthrough``:
     unknown options are returned in ``passthrough`` instead of refused (libpq's).
-    Raises ``InvalidStoreURLError`` for another scheme, an unknown or repeated
-    option, or a value its converter refuses.
+    Raises ``InvalidStoreURLError`` for another scheme, a scheme not followed by
+    ``//`` (``sqlite:/a.db``, ``sqlite:a.db``), an unknown or repeated option, or
+    a value its converter refuses.
     """
     shown = display if display is not None else url
     if not isinstance(url, str):
@@ -69,6 +70,13 @@ def parse_store_url(url: str, schemes: tuple[str, ...] | None, options: Mapping[
     scheme = parts.scheme.lower()
     if schemes is not None and scheme not in schemes:
         raise InvalidStoreURLError(f"{shown!r} is not a {' or '.join(s + '://' for s in schemes)} URL", url=shown)
+    if not url.partition(":")[2].startswith("//"):
+        # "sqlite:/agents.db" splits as "sqlite:///agents.db" does (the relative path agents.db): refuse
+        # the lookalike instead of guessing which path was meant.
+        raise InvalidStoreURLError(f"{shown!r} is not a {scheme}:// URL: the scheme is followed by '//' "
+                                   "(sqlite:///relative.db, sqlite:////absolute/path.db)"
+                                   if scheme == "sqlite" else
+                                   f"{shown!r} is not a {scheme}:// URL: the scheme is followed by '//'", url=shown)
     given: dict[str, Any] = {}
     unknown: list[tuple[str, str]] = []
     for name, raw in parse_qsl(parts.query, keep_blank_values=True):

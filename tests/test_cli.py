@@ -139,8 +139,13 @@ async def test_agents_filters_sorts_and_prints_json(tmp_path) -> None:
 
 def test_exit_codes_version_and_error_documents(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    assert durably("agents", "--store", url).returncode == 1  # no database there: refused, none created
+    nowhere = durably("agents", "--store", url)
+    assert nowhere.returncode == 1  # no database there: refused, none created
     assert not (tmp_path / "a.db").exists()
+    # A missing database is a store problem, not a missing agent, and its message is not quoted.
+    assert nowhere.stdout.startswith(f"error: InvalidStoreURLError: no durably database at '{tmp_path / 'a.db'}'")
+    refused = json.loads(durably("agents", "--store", url, "--json").stdout)["error"]
+    assert refused["type"] == "InvalidStoreURLError" and refused["message"].startswith("no durably database at '")
     version = durably("--version")
     assert version.returncode == 0 and version.stdout.startswith("durably ")
     usage = durably("history")
@@ -149,6 +154,7 @@ def test_exit_codes_version_and_error_documents(tmp_path) -> None:
     anyio.run(_one_agent, url)
     missing = durably("show", "ghost", "--store", url, "--json")
     assert missing.returncode == 1 and json.loads(missing.stdout)["error"]["type"] == "AgentNotFoundError"
+    assert json.loads(missing.stdout)["error"]["message"] == "no agent 'ghost' in namespace 'default'"  # unquoted
     assert main(["show", "ghost", "--store", url]) == 1
     assert main(["history", "--nope"]) == 2
 
@@ -302,3 +308,68 @@ async def test_retry_runs_a_failed_agent_again_here_or_in_a_worker(tmp_path, mon
     assert here.returncode == 0 and "status now finished" in here.stdout, here.stdout + here.stderr
     again = await anyio.to_thread.run_sync(run, "retry", "a2", "--agents", "cli_agents:flaky")
     assert again.returncode == 1 and "InvalidCommandError" in again.stdout  # not failed: nothing to retry
+
+
+def test_the_commands_that_act_on_an_agent_print_json(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    anyio.run(_one_agent, url)
+    run = lambda *argv: durably(*argv, "--store", url, "--json")  # noqa: E731
+    approved = run("approve", "only", "c1", "--by", "ana")
+    assert approved.returncode == 0, approved.stdout
+    document = json.loads(approved.stdout)
+    assert {k: document[k] for k in ("namespace", "agent_id", "command", "status")} == {
+        "namespace": "default", "agent_id": "only", "command": "approve", "status": "running"}
+    assert document["placement"]["where"] == "unassigned" and "not registered" in document["placement"]["reason"]
+    assert document["seq"] > 0
+    again = run("approve", "only", "c1", "--by", "ana")
+    assert again.returncode == 1
+    assert json.loads(again.stdout)["error"]["type"] == "ApprovalAlreadyDecidedError"
+    sent = json.loads(run("send", "only", "one more thing").stdout)
+    assert sent["command"] == "send" and sent["status"] == "running" and sent["seq"] == document["seq"] + 1
+    extend = run("extend", "only", "--steps", "1")  # no step limit to raise: refused, as a document
+    assert extend.returncode == 1 and "nothing to extend" in json.loads(extend.stdout)["error"]["message"]
+    cancelled = json.loads(run("cancel", "only", "--reason", "done with it").stdout)
+    assert cancelled["status"] == "cancelled" and cancelled["placement"]["where"] == "not_running"
+    refused = run("send", "only", "too late")
+    assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["type"] == "InvalidCommandError"
+    forked = json.loads(run("fork", "only", "--at", "2", "--as", "branch").stdout)
+    assert forked["command"] == "fork" and forked["agent_id"] == "branch" and forked["forked_from"] == "only"
+
+
+def test_agents_piped_is_never_cut_short_and_a_terminal_keeps_ids_whole(tmp_path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from durably.cli.output import Output
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    long_id = "ticket-4711-of-a-customer-with-a-long-name"
+    anyio.run(_one_agent, url, long_id)
+    piped = durably("agents", "--store", url, env={"COLUMNS": "80"})  # `durably agents | grep waiting_approval`
+    assert piped.returncode == 0, piped.stdout
+    rows = [line for line in piped.stdout.splitlines() if long_id in line]
+    assert len(rows) == 1 and "waiting_approval" in rows[0] and "…" not in piped.stdout
+    # On a terminal the other columns wrap to its width; the kept ones (id, status) stay whole.
+    out = Output()
+    out.console = Console(file=io.StringIO(), width=90, force_terminal=True, color_system=None, highlight=False)
+    out.table(["agent", "status", "lease", "reason"], [[long_id, "waiting_approval", "nobody " * 4, "because " * 20]],
+              keep=("agent", "status"))
+    shown = out.console.file.getvalue()
+    first = next(line for line in shown.splitlines() if long_id in line)
+    assert "waiting_approval" in first and all(len(line) <= 90 for line in shown.splitlines())
+
+
+def test_approve_records_the_login_name_without_user_and_refuses_no_name(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    anyio.run(_one_agent, url)
+    nameless = durably("approve", "only", "c1", "--store", url, "--by", "  ")
+    assert nameless.returncode == 2 and "--by" in nameless.stderr
+    environment = {k: v for k, v in os.environ.items() if k != "USER"}
+    environment["LOGNAME"] = "ana-from-logname"  # what getpass.getuser() reads after $USER
+    proc = subprocess.run([sys.executable, "-m", "durably.cli", "approve", "only", "c1", "--store", url],
+                          capture_output=True, text=True, timeout=120, env=environment)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    history = json.loads(durably("history", "only", "--store", url, "--json", "--payload").stdout)["records"]
+    decided = next(r["payload"] for r in history if r["kind"] == "approval_decided")
+    assert decided["by"].startswith("ana-from-logname (pid ")

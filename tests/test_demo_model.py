@@ -77,7 +77,7 @@ def test_demo_runs_with_a_model_behind_the_real_openai_client(tmp_path, monkeypa
         server.shutdown()
     printed = out.getvalue()
     assert status == 0, printed
-    assert "model openai:gpt-demo: no reference run" in printed and "all 5 checks passed" in printed
+    assert "model openai:gpt-demo: no reference run" in printed and "all 6 checks passed" in printed
     assert len(list((tmp_path / "out" / "run" / "summaries").glob("*.md"))) == 3
 
 
@@ -93,4 +93,4 @@ def test_durably_demo_takes_the_model_option(tmp_path, monkeypatch, capsys) -> N
         server.shutdown()
     printed = capsys.readouterr().out
     assert status == 0, printed
-    assert "model openai:gpt-demo: no reference run" in printed and "all 5 checks passed" in printed
+    assert "model openai:gpt-demo: no reference run" in printed and "all 6 checks passed" in printed

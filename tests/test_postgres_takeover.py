@@ -141,6 +141,6 @@ def test_demo_passes_on_postgres(pg_server: PostgresTestServer, tmp_path) -> Non
     proc = subprocess.run([sys.executable, "-m", "durably.cli", "demo", "--modules", "4", "--seed", "3",
                            "--store", url], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "all 8 checks passed" in proc.stdout
+    assert "all 9 checks passed" in proc.stdout
     rows = pg_server.psql(f"SELECT count(*) FROM {url.rsplit('schema=', 1)[1]}.records")
     assert int(rows) > 0, "the demo's journal is in PostgreSQL"

@@ -147,7 +147,7 @@ def test_storage_re_exports_are_the_same_classes():
     "sqlite:///a.db?synchronus=FULL", "sqlite:///a.db?busy_timeout=soon", "sqlite:///a.db?create=1&create=1",
     "s3://bucket?concurency=4", "s3://bucket?concurrency=x", "s3://?region=x", "file:///tmp/x?creat=1",
     "memory://x?a=1", "memory://x/path", "postgresql://h/db?pool_max=ten", "postgresql://h/db?schema=a&schema=b",
-    "nosuch://x",
+    "nosuch://x", "sqlite:/agents.db", "sqlite:agents.db", "file:/tmp/x", "memory:x",
 ])
 def test_every_adapter_refuses_a_bad_url_with_the_same_error(url):
     from durably.storage import open_store
@@ -155,3 +155,12 @@ def test_every_adapter_refuses_a_bad_url_with_the_same_error(url):
     with pytest.raises(durably.InvalidStoreURLError) as caught:
         open_store(url)
     assert isinstance(caught.value, ValueError) and caught.value.url
+
+
+def test_a_scheme_without_slashes_is_refused_not_read_as_a_relative_path():
+    from durably.storage import open_store
+
+    with pytest.raises(durably.InvalidStoreURLError, match=r"sqlite:///relative.db") as caught:
+        open_store("sqlite:/agents.db")  # urlsplit reads it as sqlite:///agents.db: the relative agents.db
+    assert caught.value.url == "sqlite:/agents.db"
+    assert open_store("SQLite:///agents.db") is not None  # the scheme's case does not matter

@@ -96,4 +96,7 @@ def redacted(url: str) -> str:
     query = parts.query
     if "password=" in query:
         query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(query, keep_blank_values=True)])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    shown = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    if not netloc and url.partition(":")[2].startswith("//"):  # urlunsplit drops the // of an empty host
+        shown = f"{parts.scheme}://{shown.partition(':')[2].removeprefix('//')}"
+    return shown

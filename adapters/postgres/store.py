@@ -132,8 +132,8 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         self._purge_sql = [f"DELETE FROM {s}.{table} WHERE stream_id = $1" for table in ("records", "snapshots", "blobs")] + [
             f"DELETE FROM {s}.streams WHERE id = $1"]
 
-    def __repr__(self) -> str:
-        return f"PostgresStore({self._url!r})"
+    def _location(self) -> str:
+        return self._url  # the password, if any, replaced by ***
 
     # -- lifecycle ---------------------------------------------------------------
 

@@ -174,6 +174,10 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
         self._drained: anyio.Event | None = None
         self._leases = S3Leases(self._s3.call, self._s3.get, prefix=self.options.prefix, policy=self.options.retry)
 
+    def _location(self) -> str:
+        options = self.options
+        return f"s3://{options.bucket}/{options.prefix}".rstrip("/") + (f" at {options.endpoint_url}" if options.endpoint_url else "")
+
     # ---------------------------------------------------------------- lifecycle
 
     async def _open(self) -> None:

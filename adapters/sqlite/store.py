@@ -100,6 +100,9 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         self._absent = False  # the file did not exist at open: the first write creates it
         self._lock = anyio.Lock()
 
+    def _location(self) -> str:
+        return str(self.path)
+
     # -- lifecycle ---------------------------------------------------------------
 
     async def _open(self) -> None:

@@ -15,7 +15,8 @@
 
 Every command reads ``--store`` from ``$DURABLY_STORE`` when it is not given,
 every read command takes ``--json`` (one JSON document on stdout, shapes in
-``docs/cli.md``), and every exit status means one thing: 0 done, 1 not found or
+``docs/cli.md``), so do the commands that act on an agent (the status after
+the command and where it runs), and every exit status means one thing: 0 done, 1 not found or
 refused (a typed ``DurablyError``, printed as one line), 2 a usage error.
 """
 

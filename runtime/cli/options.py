@@ -17,17 +17,16 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import click
 
-from durably.storage.errors import DurablyError
+from durably.storage.errors import DurablyError, InvalidStoreURLError
 
 from .output import Output
-from durably.runtime.errors import AgentNotFoundError
 
 DEFAULT_STORE = "sqlite:///durably.db"
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
 store_option = click.option(
     "--store", envvar="DURABLY_STORE", default=DEFAULT_STORE, show_default=True, show_envvar=True, metavar="URL",
-    help="store URL (sqlite:///path, file:///dir, s3://bucket/prefix, memory://name)")
+    help="store URL (sqlite:///path, postgresql://user@host/db, s3://bucket/prefix, file:///dir, memory://name)")
 namespace_option = click.option("--namespace", envvar="DURABLY_NAMESPACE", default="default", show_default=True, show_envvar=True,
                                 help="namespace (tenant) of the agents; the demo's is 'demo'")
 json_option = click.option("--json", "json_mode", is_flag=True, help="print one JSON document (shapes: docs/cli.md)")
@@ -58,10 +57,14 @@ def store_command(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def require_database(url: str) -> None:
-    """Operator verbs read an existing store: refuse to create an empty SQLite file by mistake."""
+    """Operator verbs read an existing store: refuse to create an empty SQLite file by mistake.
+
+    Raises ``InvalidStoreURLError`` (the store's URL names no database) when ``url`` is a
+    ``sqlite://`` URL whose file does not exist; other URLs are left to their adapter."""
     parts = urlsplit(url)
     if parts.scheme == "sqlite" and not Path(unquote(parts.path[1:])).exists():
-        raise AgentNotFoundError(f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set $DURABLY_STORE")
+        raise InvalidStoreURLError(f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set "
+                                   "$DURABLY_STORE", url=url)
 
 
 def run_async(fn: Callable[..., Any], *args: Any) -> Any:

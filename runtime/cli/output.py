@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -27,6 +28,9 @@ from rich.text import Text
 # overrides and isolates, zero-width joiners), line and paragraph separators,
 # surrogates and private-use or unassigned code points.
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+#: The width a table is measured at when stdout is not a terminal: wider than any row.
+_UNBOUNDED = 1_000_000
 
 
 def _escape(ch: str) -> str:
@@ -97,13 +101,28 @@ class Output:
         self.block(to_json(document))
 
     def table(self, columns: list[str], rows: list[list[Any]], *, title: str | None = None,
-              caption: str | None = None) -> None:
-        """Print a table whose every cell is neutralised text."""
-        table = Table(*columns, title=Text(neutralise(title)) if title else None,
+              caption: str | None = None, keep: tuple[str, ...] = ()) -> None:
+        """Print a table whose every cell is neutralised text.
+
+        ``keep``: the columns (by name) whose cells are never cut short, e.g. ids and
+        statuses someone greps for; on a narrow terminal they fold onto a second line
+        instead of ending in an ellipsis. When stdout is not a terminal (a pipe, a
+        file) nothing is wrapped or cut at all: the table is as wide as its widest row.
+        """
+        table = Table(title=Text(neutralise(title)) if title else None,
                       caption=Text(neutralise(caption)) if caption else None)
+        for name in columns:
+            if name in keep:
+                table.add_column(name, no_wrap=True, overflow="fold")
+            else:
+                table.add_column(name)
         for row in rows:
             table.add_row(*(Text(neutralise(cell)) for cell in row))
-        self.console.print(table)
+        if self.console.is_terminal:
+            self.console.print(table)
+            return
+        natural = Measurement.get(self.console, self.console.options.update(width=_UNBOUNDED), table).maximum
+        Console(file=self.console.file, highlight=False, width=max(natural, self.console.width)).print(table)
 
     def error(self, exc: BaseException) -> None:
         """Report a refused command: one line (or a JSON ``{"error": ...}`` document)."""

@@ -89,7 +89,8 @@ def agents(store: str, namespace: str, statuses: tuple[str, ...], definitions: t
     running = any(d.status == "running" for d in found)
     out.table(["agent", "definition", "status", "seq", "steps", "last activity", "lease", "reason"], rows,
               title=f"agents in namespace {namespace!r} of {store}",
-              caption="running: runnable; any runtime with its definition registered resumes it" if running else None)
+              caption="running: runnable; any runtime with its definition registered resumes it" if running else None,
+              keep=("agent", "definition", "status"))
 
 
 @click.command()

@@ -26,7 +26,7 @@ def ui(store: str, namespace: str, host: str, port: int, token: str | None, show
 
         from .console import ContentPolicy, create_app
     except ImportError as exc:
-        raise ConsoleNotInstalledError(f"durably ui needs the ui extra: pip install 'durably[ui]' ({exc.name} missing)") from None
+        raise ConsoleNotInstalledError.of("durably ui", "ui", exc) from None
     app = create_app(store, namespace=namespace, token=token, host=host, content=ContentPolicy(show=show_content),
                      encryption=encryption_from_env())
     out.line(f"durably console on http://{host}:{port}/ (namespace {namespace!r} of {store})"

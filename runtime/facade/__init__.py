@@ -40,15 +40,18 @@ from .errors import (
     DefinitionNotRegisteredError,
     DurablyError,
     EncryptionRequiredError,
+    ExtraNotInstalledError,
     FrameLimitError,
     InvalidCommandError,
     InvalidRequestError,
+    InvalidStoreError,
     InvalidStoreURLError,
     KeyConfigError,
     MissingUpcasterError,
     ModelReplyError,
     PurgeIncompleteError,
     RedactedArgumentError,
+    RuntimeNotStartedError,
     SeqOutOfRangeError,
     StoreClosedError,
     StoreError,
@@ -86,6 +89,7 @@ _LAZY: dict[str, str] = {
     "OnUnknownOutcome": "durably.runtime.tools",
     "tool": "durably.runtime.tools",
     "RetentionPolicy": "durably.runtime.retention",
+    "DAY": "durably.runtime.retention",
     "SweepItem": "durably.runtime.retention",
     "Redact": "durably.runtime.redaction",
     "RedactionPolicy": "durably.runtime.redaction",
@@ -94,6 +98,8 @@ _LAZY: dict[str, str] = {
     "HistoryEntry": "durably.runtime.history",
     "StatusChange": "durably.runtime.watch",
     "CommandResult": "durably.runtime.placement",
+    "Placement": "durably.runtime.placement",
+    "Where": "durably.runtime.placement",
     "LeaseHolder": "durably.runtime.owner",
     "ReencryptReport": "durably.runtime.reencrypt",
     "AESGCMCipher": "durably.storage.crypto",
@@ -111,10 +117,10 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably.runtime.model import Model, ModelResponse, ToolCall, Usage
     from durably.runtime.model_retry import RetryPolicy
     from durably.runtime.owner import LeaseHolder
-    from durably.runtime.placement import CommandResult
+    from durably.runtime.placement import CommandResult, Placement, Where
     from durably.runtime.redaction import Redact, RedactionPolicy, ephemeral
     from durably.runtime.reencrypt import ReencryptReport
-    from durably.runtime.retention import RetentionPolicy, SweepItem
+    from durably.runtime.retention import DAY, RetentionPolicy, SweepItem
     from durably.runtime.runtime import AgentHandle, Runtime
     from durably.runtime.snapshots import SnapshotPolicy
     from durably.runtime.state import AgentState
@@ -169,17 +175,20 @@ __all__ = [
     "CommandResult",
     "ConflictError",
     "CorruptRecordError",
+    "DAY",
     "DecryptionError",
     "DefinitionMigrationError",
     "DefinitionNotRegisteredError",
     "DurablyError",
     "EncryptionRequiredError",
     "EnvKeyProvider",
+    "ExtraNotInstalledError",
     "FrameLimitError",
     "HistoryEntry",
     "HistoryPolicy",
     "InvalidCommandError",
     "InvalidRequestError",
+    "InvalidStoreError",
     "InvalidStoreURLError",
     "KeyConfigError",
     "KeyProvider",
@@ -190,6 +199,7 @@ __all__ = [
     "ModelResponse",
     "OnDefinitionChange",
     "OnUnknownOutcome",
+    "Placement",
     "PurgeIncompleteError",
     "Reconciled",
     "Redact",
@@ -199,6 +209,7 @@ __all__ = [
     "RetentionPolicy",
     "RetryPolicy",
     "Runtime",
+    "RuntimeNotStartedError",
     "SeqOutOfRangeError",
     "SnapshotPolicy",
     "StaticKeyProvider",
@@ -221,6 +232,7 @@ __all__ = [
     "UnsafeCompactionError",
     "Usage",
     "WaitTimeoutError",
+    "Where",
     "ephemeral",
     "generate_key",
     "open_store",

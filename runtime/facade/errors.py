@@ -6,7 +6,8 @@ subclass to act on one cause without parsing a message (a stale writer gets
 ``StoreUnavailableError``). A builtin is mixed in only where its meaning is the
 same: ``ValueError`` for a bad argument, ``KeyError``/``LookupError`` for a
 lookup that found nothing, ``TimeoutError``, ``PermissionError``,
-``ImportError`` for a missing extra. No class inherits from another only so
+``ImportError`` for a missing extra. A ``KeyError`` subclass prints its message
+as written (``KeyError`` itself would quote it). No class inherits from another only so
 that one ``except`` catches both.
 
 The tree::
@@ -33,6 +34,8 @@ The tree::
     |   +-- UnknownSchemaVersionError
     |       +-- MissingUpcasterError
     +-- KeyConfigError (ValueError) encryption keys
+    +-- InvalidStoreError (TypeError) a store argument that is neither a URL nor a Store
+    +-- RuntimeNotStartedError (RuntimeError) a Runtime used outside ``async with``
     +-- AgentNotFoundError (KeyError), AgentExistsError, AgentLeasedError (+ AgentLeaseLostError)
     +-- DefinitionNotRegisteredError (LookupError), DefinitionMigrationError
     +-- InvalidCommandError (ValueError)
@@ -43,7 +46,9 @@ The tree::
     +-- TortureError
     +-- CheckpointValueError, InvalidThreadIdError (ValueError), SyncCallOnLoopError (RuntimeError),
     |   ForeignLoopError (RuntimeError), InvalidPruneStrategyError (ValueError), ImportSourceError
-    +-- ConsoleConfigError (ValueError), CSRFError (PermissionError), ConsoleNotInstalledError (ImportError)
+    +-- ConsoleConfigError (ValueError), CSRFError (PermissionError)
+    +-- ExtraNotInstalledError (ImportError)   an optional extra's library is missing
+        +-- ConsoleNotInstalledError
 
 This module imports nothing, so every layer (storage, adapters, runtime,
 bridges) may raise from it; ``durably`` and ``durably.storage`` re-export
@@ -52,7 +57,7 @@ the names their audience needs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:  # for annotations only: this module imports nothing of durably when it runs
     from durably.runtime.state import AgentState
@@ -61,6 +66,18 @@ if TYPE_CHECKING:  # for annotations only: this module imports nothing of durabl
 
 class DurablyError(Exception):
     """Base class of every error durably raises on purpose."""
+
+
+def _iso_utc(at: float) -> str:
+    """Unix seconds as ISO 8601 in UTC, to the second: ``2026-12-01T09:30:00Z``."""
+    from datetime import UTC, datetime  # the standard library only: this module imports nothing of durably
+
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _unquoted(error: BaseException) -> str:
+    """``str(error)`` as ``Exception`` gives it: ``KeyError`` would ``repr`` a one-argument message."""
+    return BaseException.__str__(error)
 
 
 # ------------------------------------------------------------------ storage (the SPI)
@@ -131,8 +148,10 @@ class InvalidStoreURLError(InvalidRequestError):
     """A store URL cannot be used as written: malformed, an unknown option or a
     value out of range, or a file path whose parent directory does not exist
     (add ``?create=1`` to have it created). Every adapter raises this one type,
-    from the store's constructor (the URL) or ``open()`` (the path). ``url`` is
-    the URL as given (with any password replaced by ``***``)."""
+    from the store's constructor (the URL) or ``open()`` (the path); the
+    ``durably`` command raises it too for a SQLite database file that does not
+    exist (its operator verbs never create one). ``url`` is the URL as given
+    (with any password replaced by ``***``)."""
 
     def __init__(self, message: str, *, url: str = "") -> None:
         self.url = url
@@ -145,6 +164,9 @@ class UnknownSchemeError(InvalidStoreURLError):
 
 class BlobNotFoundError(StoreError, KeyError):
     """No blob with that digest is stored for the stream."""
+
+    def __str__(self) -> str:
+        return _unquoted(self)
 
 
 class PurgeIncompleteError(StoreError):
@@ -298,11 +320,29 @@ class KeyConfigError(DurablyError, ValueError):
     an environment variable it cannot parse. The message never holds key bytes."""
 
 
+# ------------------------------------------------------------------ the runtime
+
+
+class InvalidStoreError(DurablyError, TypeError):
+    """``Runtime`` (or another entry point taking a store) was given something that
+    is neither a store URL (a ``str`` such as ``"sqlite:///agents.db"``) nor a
+    ``Store``. Raised by the constructor, before any I/O."""
+
+
+class RuntimeNotStartedError(DurablyError, RuntimeError):
+    """A ``Runtime`` method that needs the store was called outside ``async with``
+    (before it was entered, or after it was left): enter it first,
+    ``async with Runtime(...) as rt: await rt.run(...)``."""
+
+
 # ------------------------------------------------------------------ agents and commands
 
 
 class AgentNotFoundError(DurablyError, KeyError):
     """No stream exists for that agent id in the runtime's namespace."""
+
+    def __str__(self) -> str:
+        return _unquoted(self)
 
 
 class AgentExistsError(DurablyError):
@@ -354,13 +394,14 @@ class AgentLeasedError(DurablyError):
     """Another runtime holds the agent's lease: it runs the agent now.
 
     Attributes: ``agent_id``, ``owner`` (the holder, or None if unknown) and
-    ``expires_at`` (unix seconds, or None). Wait for it to finish or park, or
-    for the lease to expire if that runtime died.
+    ``expires_at`` (unix seconds, or None; the message shows it as ISO 8601 UTC).
+    Wait for it to finish or park, or for the lease to expire if that runtime died.
     """
 
     def __init__(self, agent_id: str, owner: str | None, expires_at: float | None) -> None:
         self.agent_id, self.owner, self.expires_at = agent_id, owner, expires_at
-        holder = f"{owner} (lease until {expires_at:.0f})" if owner else "another runtime"
+        until = f" (lease until {_iso_utc(expires_at)})" if expires_at is not None else ""
+        holder = f"{owner}{until}" if owner else "another runtime"
         super().__init__(f"agent {agent_id!r} is run by {holder}")
 
 
@@ -520,7 +561,29 @@ class CSRFError(DurablyError, PermissionError):
     """A state-changing request without the CSRF token of the page it claims to come from."""
 
 
-class ConsoleNotInstalledError(DurablyError, ImportError):
+class ExtraNotInstalledError(DurablyError, ImportError):
+    """A feature needs an optional extra whose library is not installed (a model
+    adapter without its vendor client, ``durably ui`` without Starlette...).
+
+    The message names the command that installs it (``pip install 'durably[openai]'``).
+    Attributes: ``extra`` (the extra's name, e.g. ``openai``) and ``name`` (as for
+    ``ImportError``: the module that is missing).
+    """
+
+    def __init__(self, message: str, *, extra: str, name: str | None = None) -> None:
+        super().__init__(message, name=name)
+        self.extra = extra
+
+    @classmethod
+    def of(cls, feature: str, extra: str, missing: ImportError) -> Self:
+        """The error for ``feature`` (e.g. ``durably.models.openai``), which needs ``extra``
+        and failed to import with ``missing``."""
+        module = missing.name or str(missing)
+        return cls(f"{feature} needs the {extra} extra: pip install 'durably[{extra}]' ({module} is not installed)",
+                   extra=extra, name=missing.name)
+
+
+class ConsoleNotInstalledError(ExtraNotInstalledError):
     """``durably ui`` without the ``ui`` extra (Starlette, Jinja2, uvicorn)."""
 
 
@@ -544,12 +607,14 @@ __all__ = [
     "DefinitionNotRegisteredError",
     "DurablyError",
     "EncryptionRequiredError",
+    "ExtraNotInstalledError",
     "ForeignLoopError",
     "FrameLimitError",
     "ImportSourceError",
     "InvalidCommandError",
     "InvalidPruneStrategyError",
     "InvalidRequestError",
+    "InvalidStoreError",
     "InvalidStoreURLError",
     "InvalidThreadIdError",
     "KeyConfigError",
@@ -559,6 +624,7 @@ __all__ = [
     "PostgresSetupError",
     "PurgeIncompleteError",
     "RedactedArgumentError",
+    "RuntimeNotStartedError",
     "SeqOutOfRangeError",
     "StoreClosedError",
     "StoreError",

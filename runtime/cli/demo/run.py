@@ -131,7 +131,7 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
     w3 = _worker(store, agent_id, run_dir, *extra)
     final = _last_json(w3) if w3.returncode == 0 else {"status": f"exit {w3.returncode}", "result": None}
 
-    checks = verify(ref_dir, run_dir, ref_calls, reference, final, w1, w2, w3, approver)
+    checks = verify(ref_dir, run_dir, ref_calls, reference, final, w1, w2, w3, approver, modules)
     table = Table(title="verification (judged from files the tools and the model wrote)")
     table.add_column("check")
     table.add_column("result")
@@ -150,10 +150,25 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
     return 0
 
 
+def surveyed(run_dir: Path, modules: list[str]) -> Check:
+    """Whether every module the task asked for was surveyed: a summary file each and a row in the report
+    (a reference run with the same blind spot cannot catch a module that was never read)."""
+    summaries = sorted(p.stem for p in (run_dir / "summaries").glob("*.md"))
+    report = run_dir / "report.md"
+    rows = {line.split("|")[1].strip() for line in report.read_text().splitlines()
+            if line.startswith("| ")} if report.exists() else set()
+    missing = [m for m in modules if m not in summaries or m not in rows]
+    return Check("every module surveyed", not missing and len(summaries) == len(modules),
+                 f"{len(summaries)} of {len(modules)} modules summarised and reported"
+                 + (f"; missing: {', '.join(missing)}" if missing else ""))
+
+
 def verify(ref_dir: Path, run_dir: Path, ref_calls: list[dict[str, Any]], reference: dict[str, Any] | None,
            final: dict[str, Any], w1: subprocess.CompletedProcess[str], w2: subprocess.CompletedProcess[str],
-           w3: subprocess.CompletedProcess[str], approver: subprocess.CompletedProcess[str] | None) -> list[Check]:
-    """Compare the crashed run's effects on disk with the reference run's."""
+           w3: subprocess.CompletedProcess[str], approver: subprocess.CompletedProcess[str] | None,
+           modules: list[str]) -> list[Check]:
+    """Compare the crashed run's effects on disk with the reference run's, and with the task's
+    ``modules``. Returns one ``Check`` per verdict."""
     calls = _read_lines(run_dir / "model_calls.jsonl")
     by_pid = Counter(c["pid"] for c in calls)
     first_pid = calls[0]["pid"] if calls else None
@@ -171,6 +186,7 @@ def verify(ref_dir: Path, run_dir: Path, ref_calls: list[dict[str, Any]], refere
             Check("approval from another process", approver is not None and approver.returncode == 0,
                   "worker 2 parked and exited; `durably approve` decided; worker 3 resumed"),
             Check("run finished", final.get("status") == "finished", f"{final.get('status')}: {final.get('result')}"),
+            surveyed(run_dir, modules),
         ]
     outbox = [(m["channel"], m["message"]) for m in _read_lines(run_dir / "outbox.jsonl")]
     ref_outbox = [(m["channel"], m["message"]) for m in _read_lines(ref_dir / "outbox.jsonl")]
@@ -189,4 +205,5 @@ def verify(ref_dir: Path, run_dir: Path, ref_calls: list[dict[str, Any]], refere
               "worker 2 parked and exited; `durably approve` decided; worker 3 resumed"),
         Check("final result identical", final.get("status") == "finished" and final.get("result") == reference["result"],
               f"{final.get('status')}: {final.get('result')}"),
+        surveyed(run_dir, modules),
     ]

@@ -183,7 +183,7 @@ class ScriptedSurveyModel:
 
     def _decide(self, messages: list[dict[str, Any]]) -> ModelResponse:
         task = next(m["content"] for m in messages if m["role"] == "user")
-        modules = re.findall(r"`([a-z_]+)`", task)
+        modules = task_modules(task)
         facts = [m["content"] for m in messages if m["role"] == "tool" and isinstance(m["content"], dict)]
         calls = [c for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
         done = len(calls)
@@ -224,6 +224,12 @@ def report(facts: list[dict[str, Any]]) -> str:
     rows += [f"| {f['module']} | {f['lines']} | {len(f['functions'])} | {len(f['classes'])} | {f['sha256']} |" for f in facts]
     total = sum(f["lines"] for f in facts)
     return "\n".join(rows) + f"\n\n{len(facts)} modules, {total} lines in all.\n"
+
+
+def task_modules(task: str) -> list[str]:
+    """The module names ``survey_task`` put in ``task``, in order: each in backticks, a dotted
+    Python name (``base64``, ``xml.dom``); the inverse of ``survey_task``."""
+    return re.findall(r"`([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)`", task)
 
 
 def survey_task(modules: list[str]) -> str:

@@ -80,7 +80,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             URL (``sqlite:///agents.db``, ``s3://bucket/prefix?...``, ``memory://name``).
         namespace: the durably namespace holding the threads (one stream each).
         serde: LangGraph serializer for values (default ``JsonPlusSerializer``).
-        cipher: a ``FrameCipher`` (``durably.storage.crypto.AESGCMCipher``):
+        cipher: a ``FrameCipher`` (``durably.AESGCMCipher``):
             every record and snapshot is encrypted with its stream and seq as
             associated data.
         redaction: a ``RedactionPolicy``: secret-named fields and credential
