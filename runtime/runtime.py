@@ -138,7 +138,7 @@ class Runtime(Inspection):
             runtime holding its lease, renewed every third of this; a crashed
             runtime's agents are resumed elsewhere after it.
         meter_provider: OpenTelemetry meter provider (default: the global one,
-            read here) for the metrics listed in ``durably.runtime.telemetry``.
+            read here) for the metrics listed on the Telemetry page of the docs.
 
     Raises:
         ValueError: ``lease_ttl`` is not a finite number >= 0.
