@@ -8,6 +8,9 @@ cache; the invariants themselves on hand-made ledgers; the CLI's exit status.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import anyio
 import pytest
 
@@ -89,3 +92,20 @@ def test_the_command_line_reports_and_exits_zero(tmp_path, capsys) -> None:
     assert main(["torture", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--kills", "3", "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert "0 violations" in out and "SIGKILLs" in out
+
+
+def test_the_fork_server_reads_botocore_models_once_for_every_worker() -> None:
+    """Workers fork from a server that imported ``durably.runtime.torture.preload``: it read botocore's
+    S3 models, so a worker's S3 session shares them instead of reading and parsing them again."""
+    check = ("import sys, durably.runtime.torture.preload; from durably.adapters import s3_requests; "
+             "sys.exit(0 if s3_requests._shared_loader is not None else 1)")
+    assert subprocess.run([sys.executable, "-c", check]).returncode == 0, "the preload did not read the models"
+
+    from durably.adapters import s3_requests
+
+    s3_requests.preload_models()
+    loader = s3_requests._shared_loader
+    s3_requests.preload_models()  # once loaded, a no-op
+    assert s3_requests._shared_loader is loader
+    session = anyio.run(s3_requests.new_session)
+    assert session.get_component("data_loader") is loader, "a new session must share the preloaded models"
