@@ -149,7 +149,7 @@ async def test_a_waiting_worker_reads_only_the_lease_until_its_live_holder_is_go
         with pytest.raises(AgentLeasedError):
             await waiter.resume("a1")
         waiter_store.calls.clear()
-        looks: list[int] = []
+        looks: list = []
 
         async def wait() -> None:
             looks.append(await wait_while_held(waiter, "a1"))
@@ -161,5 +161,5 @@ async def test_a_waiting_worker_reads_only_the_lease_until_its_live_holder_is_go
             assert not looks, "returned while a live runtime held the lease"
             release.set()
             assert (await handle.wait()).status == "finished"  # the holder gives the lease up
-        assert looks and looks[0] >= 3
+        assert looks == [None], "given up: nobody holds it now"
         assert set(waiter_store.calls) == {"get_lease"}, f"a look must read the lease only: {waiter_store.calls}"

@@ -31,7 +31,7 @@ from durably.storage.torture import Ledger
 from durably.storage.torture.spawn import load_class
 
 from ..errors import AgentExistsError, AgentFencedError, AgentLeasedError, AgentNotFoundError
-from ..owner import Liveness
+from ..owner import LeaseHolder, Liveness
 from ..runtime import Runtime
 from ..snapshots import SnapshotPolicy
 from ..state import TERMINAL
@@ -42,25 +42,23 @@ from .ledgered_store import LedgeredStore
 POLL = 0.2
 
 
-async def wait_while_held(rt: Runtime, agent_id: str) -> int:
-    """Wait while a live runtime holds ``agent_id``'s lease; return how many times it looked.
+async def wait_while_held(rt: Runtime, agent_id: str) -> LeaseHolder | None:
+    """Wait while a live runtime holds ``agent_id``'s lease; return the holder last read.
 
     One lease read a look (``Runtime.lease_holder``), not a restore of the
     agent and a claim: a worker may wait here for most of a run, and on a
-    remote store (S3) the full status-and-resume round every ``POLL`` seconds
-    per agent was most of the requests. Returns once the holder is dead (its
-    lease is then taken at once by the caller's resume), gone (released or
-    lapsed: the agent ended, or the lease is free) or the store blinked.
+    remote store (S3) a restore is several requests. Returns a dead holder
+    (the caller's resume takes its lease at once) or None: nobody holds it
+    (released or lapsed: the agent ended, parked, or was never started; a
+    store without leases) or the store blinked.
     """
-    looks = 0
     while True:
-        looks += 1
         try:
             holder = await rt.lease_holder(agent_id)
         except StoreUnavailableError:
-            return looks
+            return None
         if holder is None or holder.liveness is Liveness.DEAD:
-            return looks
+            return holder
         await anyio.sleep(POLL)
 
 
@@ -94,9 +92,11 @@ async def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
         # dead local holder's, taken over at once by an explicit resume instead of after their ttl.
 
         async def drive(agent_id: str, tool_policy: str) -> None:
-            taking_over = False  # the holder just went: resume at once (its restore is the only one)
             while True:
-                if not taking_over:
+                # The lease first: an agent a live worker runs needs no restore here until that
+                # worker is gone, and a dead worker's is resumed at once (the resume's restore is
+                # the only one). Restores are most of a run's requests on a remote store.
+                if await wait_while_held(rt, agent_id) is None:  # nobody runs it
                     try:
                         state = await rt.status(agent_id)
                     except AgentNotFoundError:
@@ -108,17 +108,13 @@ async def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
                     if state.status in TERMINAL:
                         final[agent_id] = {"status": state.status, "result": state.result, "reason": state.reason}
                         return
-                taking_over = False
                 try:
                     handle = await rt.resume(agent_id)
                     if handle is not None:
                         await handle.wait()
                         continue
                 except AgentLeasedError:
-                    # A live worker runs it: wait, reading only its lease, until that worker is gone.
-                    await wait_while_held(rt, agent_id)
-                    taking_over = True
-                    continue
+                    continue  # a live worker took it meanwhile: wait on its lease
                 except (AgentFencedError, StoreUnavailableError):
                     pass  # another worker just took it over, or the store blinked: look again in a while
                 await anyio.sleep(POLL)
