@@ -20,7 +20,7 @@ from . import worker  # noqa: F401
 from .agents import torture_definitions
 
 try:
-    from durably.adapters.s3_requests import preload_models
+    from durably.adapters.s3.requests import preload_models
 except ImportError:  # without the s3 extra (aiobotocore)
     pass
 else:
