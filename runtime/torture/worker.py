@@ -115,6 +115,8 @@ async def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
                         continue
                 except AgentLeasedError:
                     continue  # a live worker took it meanwhile: wait on its lease
+                except AgentNotFoundError:
+                    continue  # its dead holder died starting it: nothing journaled yet, start it
                 except (AgentFencedError, StoreUnavailableError):
                     pass  # another worker just took it over, or the store blinked: look again in a while
                 await anyio.sleep(POLL)
