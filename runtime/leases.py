@@ -43,7 +43,13 @@ class LeaseKeeper:
         return self._leases is not None
 
     async def claim(self, stream: StreamId, *, force: bool = False) -> Lease | None:
-        """Take the lease of ``stream``; None when another live owner holds it.
+        """Take the lease of ``stream``; None when another live owner holds it (see ``claim_or_holder``)."""
+        return (await self.claim_or_holder(stream, force=force))[0]
+
+    async def claim_or_holder(self, stream: StreamId, *, force: bool = False) -> tuple[Lease | None, Lease | None]:
+        """Take the lease of ``stream``: ``(lease, None)``; or ``(None, holder)`` when another live
+        owner holds it, ``holder`` being the lease the refusal read (None if it was not read), so a
+        caller naming the holder needs no second read of it.
 
         A lease whose holder is dead (a process of this host that is gone, or a
         previous incarnation of this one: see ``durably.runtime.owner``) is taken
@@ -58,7 +64,7 @@ class LeaseKeeper:
         placeholder = Lease(stream, self.owner, 0, float("inf"))
         leases = self._leases
         if leases is None:
-            return placeholder
+            return placeholder, None
         lease = await leases.acquire_lease(stream, self.owner, self.ttl)
         if lease is None:
             holder = await leases.get_lease(stream)
@@ -67,14 +73,14 @@ class LeaseKeeper:
                 await leases.release_lease(holder)
                 lease = await leases.acquire_lease(stream, self.owner, self.ttl)
                 if lease is None:
-                    return None  # another runtime took it over first
+                    return None, None  # another runtime took it over first
             elif force or holder is None:
                 self._wanted.add(stream)  # taken over by the renewal loop once it lapses
-                return placeholder
+                return placeholder, None
             else:
-                return None
+                return None, holder
         self._held[stream] = lease
-        return lease
+        return lease, None
 
     async def holder_info(self, stream: StreamId) -> LeaseHolder | None:
         """Who holds ``stream``'s lease, until when, and whether that holder is alive; None if nobody."""

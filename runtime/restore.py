@@ -12,6 +12,9 @@ import logging
 import time
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Any
+
+import anyio
 
 from durably.schemas.records import Kind
 from durably.storage.codec import raw_size
@@ -127,6 +130,34 @@ async def _restore_retrying(store: Store, codec: RecordCodec, stream: StreamId, 
     return await _restore_once(store, codec, stream, telemetry, upto, retry=False)
 
 
+async def _snapshot_and_last_seq(store: Store, stream: StreamId, upto: int | None):
+    """The latest snapshot at or before ``upto`` (``_snapshot``) and the stream's last seq, looked up at once.
+
+    On a remote store each is one or two round trips and neither needs the
+    other's answer, so a restore waits for the slower instead of for both.
+    ``last_seq`` must be read before the replay (appends racing it only add),
+    not after the snapshot: a snapshot newer than it only ends the replay later.
+    (The run id check must follow the snapshot read, so it is not sent with them:
+    see ``_run_of_journal``.) Raises the snapshot lookup's error, else the last seq's.
+    """
+    found: dict[str, Any] = {}
+    failures: dict[str, Exception] = {}
+
+    async def look(name: str, lookup) -> None:
+        try:
+            found[name] = await lookup()
+        except Exception as exc:
+            failures[name] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(look, "snapshot", lambda: _snapshot(store, stream, upto))
+        tg.start_soon(look, "last", lambda: store.last_seq(stream))
+    for name in ("snapshot", "last"):
+        if name in failures:
+            raise failures[name]
+    return found["snapshot"], found["last"]
+
+
 async def _newer_snapshot_covers(store: Store, stream: StreamId, upto: int | None, used: int, missing: int) -> bool:
     """Whether a snapshot newer than the ``used`` one now covers seqs up to ``missing``."""
     newest = await store.get_snapshot(stream, upto)
@@ -149,14 +180,14 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, tele
                 newer.__cause__ = error
                 return newer
             return error
-        snapshot = await _snapshot(store, stream, upto)
+        snapshot, last = await _snapshot_and_last_seq(store, stream, upto)
         run = _UNREAD
         while snapshot is not None:
             try:
                 seq, wire, frame = codec.decode_snapshot(snapshot, stream)
                 candidate = AgentState.from_wire(wire)
                 if run is _UNREAD:
-                    run = await _run_of_journal(store, codec, stream)
+                    run = await _run_of_journal(store, codec, stream)  # after the snapshot read, never with it
                 if run is not None and candidate.run_id != run:
                     # Written by a worker of a purged run whose write landed after the purge.
                     raise CorruptRecordError(f"snapshot of run {candidate.run_id}, the journal is run {run}",
@@ -174,7 +205,6 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, tele
                 snapshot = await _snapshot(store, stream, snapshot.seq - 1)
         state = state or AgentState()
         tail, tail_bytes = 0, 0
-        last = await store.last_seq(stream)  # read first: appends racing the replay only add
         if upto is not None:
             last = min(last, upto)
         async with aclosing(store.read(stream, state.last_seq)) as records:

@@ -373,8 +373,10 @@ class Runtime(Inspection):
 
     async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
         """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
-        if await self._leases.claim(stream, force=force) is None:
-            holder = await self._leases.holder(stream)
+        lease, holder = await self._leases.claim_or_holder(stream, force=force)
+        if lease is None:
+            if holder is None:  # the refusal did not read who holds it (it lost a takeover race)
+                holder = await self._leases.holder(stream)
             raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
                                    holder.expires_at if holder else None)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from durably.adapters.memory import MemoryStore
 from durably.runtime import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
 from durably.schemas.records import Kind
 from durably.storage import StreamId, open_store
@@ -150,3 +151,48 @@ async def test_a_dead_local_holder_is_taken_over_at_once_by_exactly_one_of_two_s
         assert len(found) == 1
         assert (await found[0].wait()).status == "finished"
     assert (await journal_kinds(url, "a1")).count(Kind.RESUMED) == 1
+
+
+class _CountsLeaseReads(MemoryStore):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.lease_reads: list[str] = []
+
+    async def acquire_lease(self, stream, owner, ttl):
+        self.lease_reads.append("acquire_lease")
+        return await super().acquire_lease(stream, owner, ttl)
+
+    async def get_lease(self, stream):
+        self.lease_reads.append("get_lease")
+        return await super().get_lease(stream)
+
+
+async def test_a_refused_resume_names_the_live_holder_from_the_lease_it_read():
+    """A claim refused by a live holder already read that holder's lease: ``AgentLeasedError`` names it
+    from that read, with no third lease read (on S3 each is a GET; a waiting worker makes many)."""
+    release = anyio.Event()
+
+    @tool(name="effect")
+    async def effect(n: int) -> int:
+        await release.wait()
+        return n
+
+    class OneCall:
+        name = "one-call"
+
+        async def respond(self, messages, tools):
+            if any(m["role"] == "tool" for m in messages):
+                return ModelResponse("done")
+            return ModelResponse("", (ToolCall("c1", "effect", {"n": 1}),))
+
+    definition = AgentDefinition(name="held", model=OneCall(), tools=[effect])
+    holder_store, other_store = _CountsLeaseReads("memory://refused-claim"), _CountsLeaseReads("memory://refused-claim")
+    async with holder_store, other_store, Runtime(holder_store, agents=[definition]) as holder, \
+            Runtime(other_store, agents=[definition]) as other:
+        handle = await holder.start(definition, "a1", "hold it")
+        with pytest.raises(AgentLeasedError) as refused:
+            await other.resume("a1")
+        assert refused.value.owner == holder._leases.owner
+        assert other_store.lease_reads == ["acquire_lease", "get_lease"]
+        release.set()
+        assert (await handle.wait()).status == "finished"

@@ -8,15 +8,24 @@ cache; the invariants themselves on hand-made ledgers; the CLI's exit status.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections import Counter
+
 import anyio
 import pytest
 
 import broken_adapters
+from durably.adapters.memory import MemoryStore
 from durably.cli.main import main
+from durably.runtime import AgentDefinition, Runtime, tool
+from durably.runtime.errors import AgentLeasedError
 from durably.runtime.state import AgentState
 from durably.runtime.torture import TortureError, run_torture
 from durably.runtime.torture.invariants import check_effects, check_states, count_takeovers, expected_result
 from durably.runtime.torture.testing import TortureConformance
+from durably.runtime.torture.worker import wait_while_held
+from support_agents import StepModel
 
 try:
     from .s3_server import s3_server  # noqa: F401 - a fixture
@@ -89,3 +98,68 @@ def test_the_command_line_reports_and_exits_zero(tmp_path, capsys) -> None:
     assert main(["torture", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--kills", "3", "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert "0 violations" in out and "SIGKILLs" in out
+
+
+def test_the_fork_server_reads_botocore_models_once_for_every_worker() -> None:
+    """Workers fork from a server that imported ``durably.runtime.torture.preload``: it read botocore's
+    S3 models, so a worker's S3 session shares them instead of reading and parsing them again."""
+    check = ("import sys, durably.runtime.torture.preload; from durably.adapters.s3 import requests as s3_requests; "
+             "sys.exit(0 if s3_requests._shared_loader is not None else 1)")
+    assert subprocess.run([sys.executable, "-c", check]).returncode == 0, "the preload did not read the models"
+
+    from durably.adapters.s3 import requests as s3_requests
+
+    s3_requests.preload_models()
+    loader = s3_requests._shared_loader
+    s3_requests.preload_models()  # once loaded, a no-op
+    assert s3_requests._shared_loader is loader
+    session = anyio.run(s3_requests.new_session)
+    assert session.get_component("data_loader") is loader, "a new session must share the preloaded models"
+
+
+class CountingStore(MemoryStore):
+    """A shared in-memory store that counts the calls of each method it is asked (per instance)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.calls: Counter[str] = Counter()
+
+    def __getattribute__(self, name: str):
+        attribute = super().__getattribute__(name)
+        if name in {"get_lease", "acquire_lease", "get_snapshot", "last_seq", "read", "append_batch"}:
+            super().__getattribute__("calls")[name] += 1
+        return attribute
+
+
+async def test_a_waiting_worker_reads_only_the_lease_until_its_live_holder_is_gone() -> None:
+    """``wait_while_held``: while another live runtime runs the agent, each look is one lease read (not a
+    restore and a claim, which on S3 were most of a run's requests); it returns once the lease is given up."""
+    release = anyio.Event()
+
+    @tool(name="effect")
+    async def effect(n: int) -> int:
+        await release.wait()
+        return n
+
+    definition = AgentDefinition(name="held", model=StepModel(1), tools=[effect])
+    holder_store, waiter_store = CountingStore("memory://torture-wait"), CountingStore("memory://torture-wait")
+    async with holder_store, waiter_store, Runtime(holder_store, agents=[definition]) as holder, \
+            Runtime(waiter_store, agents=[definition]) as waiter:
+        handle = await holder.start(definition, "a1", "hold it")
+        with pytest.raises(AgentLeasedError):
+            await waiter.resume("a1")
+        waiter_store.calls.clear()
+        looks: list = []
+
+        async def wait() -> None:
+            looks.append(await wait_while_held(waiter, "a1"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            while waiter_store.calls["get_lease"] < 3:  # it looks again and again while the holder runs
+                await anyio.sleep(0.01)
+            assert not looks, "returned while a live runtime held the lease"
+            release.set()
+            assert (await handle.wait()).status == "finished"  # the holder gives the lease up
+        assert looks == [None], "given up: nobody holds it now"
+        assert set(waiter_store.calls) == {"get_lease"}, f"a look must read the lease only: {waiter_store.calls}"

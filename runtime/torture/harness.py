@@ -55,11 +55,10 @@ RANDOM_KILL_WINDOW = 1.0
 FINISH_TIMEOUT = 120.0
 
 
-#: Worker processes are forked from a server process that imported the worker (and the adapters) once.
+#: Worker processes are forked from a server process that imported the worker and the adapters once,
+#: and read botocore's models (``preload``).
 _CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(
-    ["durably.runtime.torture.worker", "durably.adapters.sqlite", "durably.adapters.filesystem", "durably.adapters.s3"]
-)
+_CONTEXT.set_forkserver_preload(["durably.runtime.torture.preload"])
 
 
 async def _exited(process: multiprocessing.process.BaseProcess) -> None:

@@ -7,7 +7,8 @@ policy), steps per agent, the snapshot policy, the lease ttl, and the crash
 plan (``boundary`` and ``at``: die at the ``at``-th occurrence of that
 boundary in this process; none: run to the end). It starts the agents that do
 not exist yet, resumes the others (an explicit resume takes over an agent whose
-lease holder is a dead process at once; a live worker's agents are left to it)
+lease holder is a dead process at once; a live worker's agents are left to it,
+and only their leases are read until that worker is gone)
 and exits 0 once every agent has stopped for good, printing their states.
 """
 
@@ -30,6 +31,7 @@ from durably.storage.torture import Ledger
 from durably.storage.torture.spawn import load_class
 
 from ..errors import AgentExistsError, AgentFencedError, AgentLeasedError, AgentNotFoundError
+from ..owner import LeaseHolder, Liveness
 from ..runtime import Runtime
 from ..snapshots import SnapshotPolicy
 from ..state import TERMINAL
@@ -38,6 +40,26 @@ from .ledgered_store import LedgeredStore
 
 #: Seconds before a worker looks again at an agent another live worker runs.
 POLL = 0.2
+
+
+async def wait_while_held(rt: Runtime, agent_id: str) -> LeaseHolder | None:
+    """Wait while a live runtime holds ``agent_id``'s lease; return the holder last read.
+
+    One lease read a look (``Runtime.lease_holder``), not a restore of the
+    agent and a claim: a worker may wait here for most of a run, and on a
+    remote store (S3) a restore is several requests. Returns a dead holder
+    (the caller's resume takes its lease at once) or None: nobody holds it
+    (released or lapsed: the agent ended, parked, or was never started; a
+    store without leases) or the store blinked.
+    """
+    while True:
+        try:
+            holder = await rt.lease_holder(agent_id)
+        except StoreUnavailableError:
+            return None
+        if holder is None or holder.liveness is Liveness.DEAD:
+            return holder
+        await anyio.sleep(POLL)
 
 
 class Boundaries:
@@ -71,24 +93,32 @@ async def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
         async def drive(agent_id: str, tool_policy: str) -> None:
             while True:
-                try:
-                    state = await rt.status(agent_id)
-                except AgentNotFoundError:
+                # The lease first: an agent a live worker runs needs no restore here until that
+                # worker is gone, and a dead worker's is resumed at once (the resume's restore is
+                # the only one). Restores are most of a run's requests on a remote store.
+                if await wait_while_held(rt, agent_id) is None:  # nobody runs it
                     try:
-                        await (await rt.start(definition_name(tool_policy), agent_id, "count to the end")).wait()
-                    except (AgentExistsError, AgentFencedError, StoreUnavailableError):
-                        pass  # another worker started it first, or the store blinked: look again
-                    continue
-                if state.status in TERMINAL:
-                    final[agent_id] = {"status": state.status, "result": state.result, "reason": state.reason}
-                    return
+                        state = await rt.status(agent_id)
+                    except AgentNotFoundError:
+                        try:
+                            await (await rt.start(definition_name(tool_policy), agent_id, "count to the end")).wait()
+                        except (AgentExistsError, AgentFencedError, StoreUnavailableError):
+                            pass  # another worker started it first, or the store blinked: look again
+                        continue
+                    if state.status in TERMINAL:
+                        final[agent_id] = {"status": state.status, "result": state.result, "reason": state.reason}
+                        return
                 try:
                     handle = await rt.resume(agent_id)
                     if handle is not None:
                         await handle.wait()
                         continue
-                except (AgentLeasedError, AgentFencedError, StoreUnavailableError):
-                    pass  # a live worker runs it, or just took it over: look again in a while
+                except AgentLeasedError:
+                    continue  # a live worker took it meanwhile: wait on its lease
+                except AgentNotFoundError:
+                    continue  # its dead holder died starting it: nothing journaled yet, start it
+                except (AgentFencedError, StoreUnavailableError):
+                    pass  # another worker just took it over, or the store blinked: look again in a while
                 await anyio.sleep(POLL)
 
         async with anyio.create_task_group() as group:
