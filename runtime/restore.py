@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -130,7 +131,8 @@ async def _restore_retrying(store: Store, codec: RecordCodec, stream: StreamId, 
     return await _restore_once(store, codec, stream, telemetry, upto, retry=False)
 
 
-async def _snapshot_and_last_seq(store: Store, stream: StreamId, upto: int | None):
+async def _snapshot_and_last_seq(store: Store, stream: StreamId,
+                                 upto: int | None) -> tuple[StoredSnapshot | None, int]:
     """The latest snapshot at or before ``upto`` (``_snapshot``) and the stream's last seq, looked up at once.
 
     On a remote store each is one or two round trips and neither needs the
@@ -143,7 +145,7 @@ async def _snapshot_and_last_seq(store: Store, stream: StreamId, upto: int | Non
     found: dict[str, Any] = {}
     failures: dict[str, Exception] = {}
 
-    async def look(name: str, lookup) -> None:
+    async def look(name: str, lookup: Callable[[], Awaitable[Any]]) -> None:
         try:
             found[name] = await lookup()
         except Exception as exc:
