@@ -24,6 +24,7 @@ import anyio.to_thread
 
 from .tool_results import journal_form
 from .tool_schema import CONTEXT_PARAMETER, ToolArgumentsError, ToolSignature, read_signature
+from durably.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["OnUnknownOutcome", "Reconciled", "Tool", "ToolArgumentsError", "ToolContext", "idempotency_key", "tool"]
 
@@ -125,14 +126,14 @@ class Tool:
 
     def __post_init__(self) -> None:
         if isinstance(self.fn, Tool) or not callable(self.fn):
-            raise TypeError(f"tool {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
+            raise ArgumentTypeError(f"tool {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
         if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"a tool needs a non-empty str name, got {self.name!r}")
+            raise ArgumentTypeError(f"a tool needs a non-empty str name, got {self.name!r}")
         object.__setattr__(self, "on_unknown_outcome", OnUnknownOutcome(self.on_unknown_outcome))
         if self.on_unknown_outcome is OnUnknownOutcome.RECONCILE and self.reconcile is None:
-            raise ValueError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")
+            raise InvalidArgumentError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")
         if self.reconcile is not None and not inspect.iscoroutinefunction(self.reconcile):
-            raise TypeError(f"tool {self.name!r}: reconcile must be an async function")
+            raise ArgumentTypeError(f"tool {self.name!r}: reconcile must be an async function")
         read: ToolSignature = read_signature(self.name, self.fn)
         object.__setattr__(self, "_read", read)
         call = getattr(self.fn, "__call__", None)  # an object with an async __call__ is async too
@@ -229,9 +230,9 @@ def tool(name: str | Callable[..., Any] | None = None, *, description: str | Non
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         if isinstance(fn, Tool):
-            raise TypeError(f"{fn.name!r} is already a tool")
+            raise ArgumentTypeError(f"{fn.name!r} is already a tool")
         if not callable(fn):
-            raise TypeError(f"@tool decorates a function, got {type(fn).__name__}")
+            raise ArgumentTypeError(f"@tool decorates a function, got {type(fn).__name__}")
         return Tool(name=name if isinstance(name, str) and name else fn.__name__, fn=fn, description=description, parameters=parameters,
                     requires_approval=requires_approval, on_unknown_outcome=OnUnknownOutcome(on_unknown_outcome),
                     reconcile=reconcile, sequential=sequential)
