@@ -21,6 +21,7 @@ import uuid
 from collections import Counter
 from typing import Any
 from urllib.parse import urlsplit
+from durably.errors import InvalidArgumentError
 
 BUCKET = "durably-bench"
 REGION = "us-east-1"
@@ -123,9 +124,9 @@ class BenchS3Server:
         if store:
             parts = urlsplit(store)
             if parts.scheme != "s3":
-                raise ValueError(f"--local-s3 measures s3:// URLs, not {store!r}")
+                raise InvalidArgumentError(f"--local-s3 measures s3:// URLs, not {store!r}")
             if parts.netloc and parts.netloc != BUCKET:
-                raise ValueError(f"--local-s3 serves the bucket {BUCKET!r}, not {parts.netloc!r}")
+                raise InvalidArgumentError(f"--local-s3 serves the bucket {BUCKET!r}, not {parts.netloc!r}")
             prefix = parts.path.strip("/") or prefix
         return f"s3://{BUCKET}/{prefix}?endpoint_url={self.endpoint_url}&region={REGION}&path_style=1"
 

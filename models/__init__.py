@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .common import MalformedToolCallError, Price
+from durably.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from durably.runtime.model import Model
@@ -35,11 +36,11 @@ def from_spec(spec: str, **options: Any) -> Model:
     """
     provider, _, model = spec.partition(":")
     if not model:
-        raise ValueError(f"model spec {spec!r} is not provider:model, e.g. openai:gpt-4.1-mini")
+        raise InvalidArgumentError(f"model spec {spec!r} is not provider:model, e.g. openai:gpt-4.1-mini")
     if provider == "openai":
         from .openai import OpenAIChatModel
         return OpenAIChatModel(model, **options)
     if provider == "anthropic":
         from .anthropic import AnthropicModel
         return AnthropicModel(model, **options)
-    raise ValueError(f"unknown model provider {provider!r} (known: openai, anthropic)")
+    raise InvalidArgumentError(f"unknown model provider {provider!r} (known: openai, anthropic)")

@@ -11,6 +11,7 @@ import pydantic_core
 from durably.runtime.model import TransientModelError
 from durably.runtime.model_retry import parse_retry_after
 from durably.errors import MalformedToolCallError as MalformedToolCallError  # re-exported: the old import path
+from durably.errors import InvalidArgumentError
 
 #: Provider stop reasons in durably's words (the provider's own word is kept otherwise).
 STOP_REASONS = {"stop": "end", "end_turn": "end", "tool_calls": "tool_use", "tool_use": "tool_use",
@@ -30,7 +31,7 @@ class Price:
     def __post_init__(self) -> None:
         for value in (self.input_per_mtok, self.output_per_mtok):
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"Price figures must be finite and >= 0, got {value!r}")
+                raise InvalidArgumentError(f"Price figures must be finite and >= 0, got {value!r}")
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         """The cost in US dollars of that many tokens."""

@@ -12,6 +12,7 @@ from .figures import check_figure
 from .model import Model
 from .model_retry import RetryPolicy
 from .tools import Tool
+from durably.errors import ArgumentTypeError, InvalidArgumentError
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,7 @@ class HistoryPolicy:
         check_figure("HistoryPolicy", "max_messages", self.max_messages, integer=True, optional=False)
         check_figure("HistoryPolicy", "keep_recent", self.keep_recent, integer=True, optional=False)
         if not 0 < self.keep_recent <= self.max_messages - 4:
-            raise ValueError("HistoryPolicy needs 0 < keep_recent <= max_messages - 4")
+            raise InvalidArgumentError("HistoryPolicy needs 0 < keep_recent <= max_messages - 4")
 
     def cut(self, messages: list[dict[str, Any]]) -> tuple[int, int] | None:
         """``(first, count)`` of the messages to drop now, or None.
@@ -170,28 +171,28 @@ class AgentDefinition:
     def __post_init__(self) -> None:
         where = f"agent definition {self.name!r}"
         if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"an agent definition needs a non-empty str name, got {self.name!r}")
+            raise ArgumentTypeError(f"an agent definition needs a non-empty str name, got {self.name!r}")
         if self.model is None or not callable(getattr(self.model, "respond", None)):
-            raise TypeError(f"{where}: model must be a Model (an object with async respond(messages, tools)), "
+            raise ArgumentTypeError(f"{where}: model must be a Model (an object with async respond(messages, tools)), "
                             f"got {self.model!r}")
         tools = tuple(self.tools)
         for index, candidate in enumerate(tools):
             if not isinstance(candidate, Tool):
                 hint = " (decorate it with @tool)" if callable(candidate) else ""
-                raise TypeError(f"{where}: tools[{index}] is a {type(candidate).__name__}, not a Tool{hint}")
+                raise ArgumentTypeError(f"{where}: tools[{index}] is a {type(candidate).__name__}, not a Tool{hint}")
         names = [t.name for t in tools]
         if duplicates := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"{where}: duplicate tool names {duplicates}")
+            raise InvalidArgumentError(f"{where}: duplicate tool names {duplicates}")
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "_by_name", {t.name: t for t in tools})
         if not isinstance(self.retry, RetryPolicy):
-            raise TypeError(f"{where}: retry must be a RetryPolicy, got {type(self.retry).__name__}")
+            raise ArgumentTypeError(f"{where}: retry must be a RetryPolicy, got {type(self.retry).__name__}")
         check_figure(where, "max_parallel_tools", self.max_parallel_tools, integer=True, optional=False)
         if self.max_parallel_tools < 1:
-            raise ValueError(f"{where}: max_parallel_tools must be >= 1")
+            raise InvalidArgumentError(f"{where}: max_parallel_tools must be >= 1")
         object.__setattr__(self, "on_definition_change", OnDefinitionChange(self.on_definition_change))
         if self.on_definition_change is OnDefinitionChange.MIGRATE and self.migrate is None:
-            raise ValueError(f"agent definition {self.name!r}: the migrate policy needs a migrate hook")
+            raise InvalidArgumentError(f"agent definition {self.name!r}: the migrate policy needs a migrate hook")
 
     def info(self) -> dict[str, str]:
         """``{"name", "version", "digest"}``: what the journal records of this definition."""

@@ -42,6 +42,7 @@ from .redaction import RedactionPolicy, Redactor
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState, apply
 from .status_index import entry_after
+from durably.errors import InvalidArgumentError
 
 
 _REBASE_ATTEMPTS = 8  # commands racing one append: each retry folds in what came first
@@ -158,7 +159,7 @@ class AgentJournal:
         append. Raises ``UnencodableValueError`` (nothing staged)."""
         kind, _ = entry
         if kind != Kind.TOOL_RESULT:
-            raise ValueError(f"only tool results are staged, not {kind}")
+            raise InvalidArgumentError(f"only tool results are staged, not {kind}")
         records, frames = self._prepare((entry,), self.state.last_seq + 1)
         staged = _Staged(self.state, (entry,), records, frames)
         self._fold(records)

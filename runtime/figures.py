@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from durably.errors import InvalidArgumentError
 
 
 def check_figure(owner: str, name: str, value: Any, *, integer: bool = False, optional: bool = True) -> None:
@@ -19,6 +20,6 @@ def check_figure(owner: str, name: str, value: Any, *, integer: bool = False, op
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        raise ValueError(f"{owner}: {name} must be {'an int' if integer else 'a number'}, got {value!r}")
+        raise InvalidArgumentError(f"{owner}: {name} must be {'an int' if integer else 'a number'}, got {value!r}")
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{owner}: {name} must be finite and not negative, got {value!r}")
+        raise InvalidArgumentError(f"{owner}: {name} must be finite and not negative, got {value!r}")

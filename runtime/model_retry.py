@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from tenacity import RetryCallState
 
 from .model import TransientModelError
+from durably.errors import InvalidArgumentError
 
 T = TypeVar("T")
 
@@ -48,11 +49,11 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
-            raise ValueError(f"RetryPolicy: attempts must be an int >= 1, got {self.attempts!r}")
+            raise InvalidArgumentError(f"RetryPolicy: attempts must be an int >= 1, got {self.attempts!r}")
         for name in ("initial_s", "max_s", "jitter_s", "max_retry_after_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"RetryPolicy: {name} must be finite and >= 0, got {value!r}")
+                raise InvalidArgumentError(f"RetryPolicy: {name} must be finite and >= 0, got {value!r}")
 
     @classmethod
     def none(cls) -> "RetryPolicy":

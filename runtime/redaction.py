@@ -35,6 +35,7 @@ from functools import cached_property
 from typing import Any
 
 from durably.errors import RedactedArgumentError
+from durably.errors import InvalidArgumentError
 
 MARKER = "$redacted"
 _MAX_DEPTH = 128  # deeper than the codec accepts: the codec rejects it with the field path
@@ -123,7 +124,7 @@ class Redact:
     def __post_init__(self) -> None:
         segments = self.path.split(".")
         if segments[0] not in _ROOTS or not all(segments):
-            raise ValueError(f"redaction path {self.path!r} must start with 'arguments' or 'result' and have no empty segment")
+            raise InvalidArgumentError(f"redaction path {self.path!r} must start with 'arguments' or 'result' and have no empty segment")
 
     @property
     def segments(self) -> tuple[str, ...]:

@@ -51,6 +51,7 @@ from durably.storage.spi import Store, StreamId
 
 from .restore import restore
 from .state import apply
+from durably.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from .telemetry import Telemetry
@@ -111,7 +112,7 @@ async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *
     """
     cipher = codec.codec.cipher
     if cipher is None:
-        raise ValueError("reencrypt needs a codec with a cipher (a key provider)")
+        raise InvalidArgumentError("reencrypt needs a codec with a cipher (a key provider)")
     target = cipher.current_key_id()
     records, snapshots = await key_census(store, stream)
     before = dict(records + snapshots)

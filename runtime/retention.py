@@ -26,6 +26,7 @@ from durably.storage.spi import Store, StreamId
 
 from .restore import restore
 from durably.errors import PurgeIncompleteError
+from durably.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from .telemetry import Telemetry
@@ -53,7 +54,7 @@ class RetentionPolicy:
     def __post_init__(self) -> None:
         for status, seconds in {**self.ttl, "(default)": self.default or 0}.items():
             if seconds < 0:
-                raise ValueError(f"retention TTL for {status} must be >= 0 seconds, got {seconds}")
+                raise InvalidArgumentError(f"retention TTL for {status} must be >= 0 seconds, got {seconds}")
 
     def ttl_for(self, status: str) -> float | None:
         """Seconds an agent with ``status`` is kept after its last record; None: forever."""
@@ -173,7 +174,7 @@ def parse_duration(text: str) -> float:
     try:
         value = float(number) * (scale or 1.0)
     except ValueError:
-        raise ValueError(f"{text!r} is not a duration (e.g. 30d, 12h, 45m, 90s)") from None
+        raise InvalidArgumentError(f"{text!r} is not a duration (e.g. 30d, 12h, 45m, 90s)") from None
     if value < 0:
-        raise ValueError(f"duration {text!r} is negative")
+        raise InvalidArgumentError(f"duration {text!r} is negative")
     return value

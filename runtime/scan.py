@@ -36,6 +36,7 @@ from durably.storage.spi import IndexedStream, StreamId
 from .errors import AgentFencedError, AgentLeasedError, DefinitionMigrationError, DefinitionNotRegisteredError
 from .state import RUNNING
 from .status_index import runnable_rows
+from durably.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from .runtime import AgentHandle, Runtime
@@ -151,7 +152,7 @@ class FairShare:
 
     def __init__(self, max_agents: int | None = None) -> None:
         if max_agents is not None and max_agents < 1:
-            raise ValueError("max_agents must be at least 1")
+            raise InvalidArgumentError("max_agents must be at least 1")
         self.max_agents = max_agents
         self._seen: ScanResult | None = None
 

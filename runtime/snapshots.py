@@ -34,6 +34,7 @@ from durably.storage.spi import Store, StoredSnapshot, StreamId
 from . import telemetry as tm
 from .telemetry import Telemetry
 from .figures import check_figure
+from durably.errors import InvalidArgumentError
 
 log = logging.getLogger("durably.snapshots")
 
@@ -83,7 +84,7 @@ class SnapshotPolicy:
         if self.keep is None:
             object.__setattr__(self, "keep", 2 if self.compact else 1)
         elif self.keep < 1:
-            raise ValueError("SnapshotPolicy.keep must be at least 1")
+            raise InvalidArgumentError("SnapshotPolicy.keep must be at least 1")
 
     def due(self, records_since: int, bytes_since: int, last_snapshot_bytes: int) -> bool:
         """True when a snapshot should be taken now. In: the tail's record count and raw

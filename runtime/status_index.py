@@ -32,6 +32,7 @@ from durably.storage.spi import IndexedStream, IndexEntry, IndexStore, Store, St
 from .restore import restore
 from .state import RUNNING, AgentState, apply
 from .telemetry import Telemetry
+from durably.errors import InvalidArgumentError
 
 log = logging.getLogger("durably.runtime")
 
@@ -158,7 +159,7 @@ async def rebuild(store: Store, codec: RecordCodec, namespace: str,
     """
     found = index_store(store)
     if found is None:
-        raise ValueError(f"{type(store).__name__} has no status index (CAP_STATUS_INDEX)")
+        raise InvalidArgumentError(f"{type(store).__name__} has no status index (CAP_STATUS_INDEX)")
     async for stream in found.list_streams(namespace):
         stored = await found.get_index(stream)
         try:

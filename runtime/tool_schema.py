@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # imported where a tool is built: ``import durably`` does not
     from pydantic import TypeAdapter
 
 from durably.errors import ToolArgumentsError as ToolArgumentsError  # re-exported: the old import path
+from durably.errors import ArgumentTypeError
 
 #: The parameter a tool declares to receive its ``ToolContext``.
 CONTEXT_PARAMETER = "ctx"
@@ -78,7 +79,7 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
-        raise TypeError(f"tool {name!r}: cannot resolve the type hints of {fn.__qualname__}: {exc}") from exc
+        raise ArgumentTypeError(f"tool {name!r}: cannot resolve the type hints of {fn.__qualname__}: {exc}") from exc
     doc = docstring_parser.parse(inspect.getdoc(fn) or "", docstring_parser.DocstringStyle.GOOGLE)
     described = {p.arg_name: p.description or "" for p in doc.params}
     fields: dict[str, Any] = {}
@@ -92,7 +93,7 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
             extra = "allow"  # **kwargs: any further argument is passed on as given
             continue
         if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
-            raise TypeError(f"tool {name!r}: parameter {param.name!r} cannot be passed by keyword; "
+            raise ArgumentTypeError(f"tool {name!r}: parameter {param.name!r} cannot be passed by keyword; "
                             "a model calls tools with named arguments")
         annotation = hints.get(param.name, Any)
         default = ... if param.default is param.empty else param.default
@@ -101,7 +102,7 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
         model = pydantic.create_model(f"{name}_arguments", __config__=ConfigDict(extra=extra), **fields)
         schema = model.model_json_schema()
     except Exception as exc:
-        raise TypeError(f"tool {name!r}: its parameters have no JSON Schema: {exc}") from exc
+        raise ArgumentTypeError(f"tool {name!r}: its parameters have no JSON Schema: {exc}") from exc
     schema.pop("title", None)
     returns = hints.get("return")
     adapter = None
@@ -109,7 +110,7 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
         try:
             adapter = TypeAdapter(returns)
         except Exception as exc:
-            raise TypeError(f"tool {name!r}: return annotation {returns!r} is not a type pydantic knows: {exc}") from exc
+            raise ArgumentTypeError(f"tool {name!r}: return annotation {returns!r} is not a type pydantic knows: {exc}") from exc
     text = "\n\n".join(p for p in (doc.short_description, doc.long_description) if p)
     return ToolSignature(schema, text, takes_context, adapter, model, tuple(fields))
 

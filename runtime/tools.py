@@ -24,6 +24,7 @@ import anyio.to_thread
 
 from .tool_results import journal_form
 from .tool_schema import CONTEXT_PARAMETER, ToolArgumentsError, ToolSignature, read_signature
+from durably.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["OnUnknownOutcome", "Reconciled", "Tool", "ToolArgumentsError", "ToolContext", "idempotency_key", "tool"]
 
@@ -82,13 +83,13 @@ Reconciler = Callable[[ToolContext], Awaitable["Reconciled | None"]]
 
 
 def _policy(tool_name: str, value: Any) -> OnUnknownOutcome:
-    """``value`` as an ``OnUnknownOutcome``; raises ``ValueError`` naming the tool and the valid values."""
+    """``value`` as an ``OnUnknownOutcome``; raises ``InvalidArgumentError`` (a ``ValueError``) naming the tool and the valid values."""
     try:
         return OnUnknownOutcome(value)
     except ValueError:
         valid = ", ".join(repr(p.value) for p in OnUnknownOutcome)
-        raise ValueError(f"tool {tool_name!r}: on_unknown_outcome={value!r} is not a policy; "
-                         f"use one of {valid}") from None
+        raise InvalidArgumentError(f"tool {tool_name!r}: on_unknown_outcome={value!r} is not a policy; "
+                                   f"use one of {valid}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,14 +141,14 @@ class Tool:
 
     def __post_init__(self) -> None:
         if isinstance(self.fn, Tool) or not callable(self.fn):
-            raise TypeError(f"tool {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
+            raise ArgumentTypeError(f"tool {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
         if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"a tool needs a non-empty str name, got {self.name!r}")
+            raise ArgumentTypeError(f"a tool needs a non-empty str name, got {self.name!r}")
         object.__setattr__(self, "on_unknown_outcome", _policy(self.name, self.on_unknown_outcome))
         if self.on_unknown_outcome is OnUnknownOutcome.RECONCILE and self.reconcile is None:
-            raise ValueError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")
+            raise InvalidArgumentError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")
         if self.reconcile is not None and not inspect.iscoroutinefunction(self.reconcile):
-            raise TypeError(f"tool {self.name!r}: reconcile must be an async function")
+            raise ArgumentTypeError(f"tool {self.name!r}: reconcile must be an async function")
         read: ToolSignature = read_signature(self.name, self.fn)
         object.__setattr__(self, "_read", read)
         call = getattr(self.fn, "__call__", None)  # an object with an async __call__ is async too
@@ -249,9 +250,9 @@ def tool(name: str | Callable[..., Any] | None = None, *, description: str | Non
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         if isinstance(fn, Tool):
-            raise TypeError(f"{fn.name!r} is already a tool")
+            raise ArgumentTypeError(f"{fn.name!r} is already a tool")
         if not callable(fn):
-            raise TypeError(f"@tool decorates a function, got {type(fn).__name__}")
+            raise ArgumentTypeError(f"@tool decorates a function, got {type(fn).__name__}")
         tool_name = name if isinstance(name, str) and name else fn.__name__
         return Tool(name=tool_name, fn=fn, description=description, parameters=parameters,
                     requires_approval=requires_approval, on_unknown_outcome=_policy(tool_name, on_unknown_outcome),

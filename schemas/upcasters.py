@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .records import CURRENT_VERSIONS, SCHEMA_NAMES, UPCASTERS
+from durably.errors import InvalidArgumentError
 
 Upcaster = Callable[[Any], Any]
 
@@ -62,14 +63,14 @@ def upcaster(schema_id: int, from_version: int) -> Callable[[Upcaster], Upcaster
     result depend on import order). Returns the function unchanged.
     """
     if schema_id not in SCHEMA_NAMES:
-        raise ValueError(f"unknown schema id {schema_id}")
+        raise InvalidArgumentError(f"unknown schema id {schema_id}")
     if type(from_version) is not int or from_version < 1:
-        raise ValueError(f"from_version must be an int >= 1, got {from_version!r}")
+        raise InvalidArgumentError(f"from_version must be an int >= 1, got {from_version!r}")
 
     def register(fn: Upcaster) -> Upcaster:
         key = (schema_id, from_version)
         if key in UPCASTERS:
-            raise ValueError(f"{SCHEMA_NAMES[schema_id]} already has an upcaster from version {from_version}: {UPCASTERS[key]!r}")
+            raise InvalidArgumentError(f"{SCHEMA_NAMES[schema_id]} already has an upcaster from version {from_version}: {UPCASTERS[key]!r}")
         UPCASTERS[key] = fn
         return fn
 
@@ -87,7 +88,7 @@ def upcast(schema_id: int, version: int, value: Any, target: int | None = None) 
     """
     target = CURRENT_VERSIONS[schema_id] if target is None else target
     if version > target:
-        raise ValueError(f"{SCHEMA_NAMES.get(schema_id, schema_id)} version {version} is newer than {target}")
+        raise InvalidArgumentError(f"{SCHEMA_NAMES.get(schema_id, schema_id)} version {version} is newer than {target}")
     if version < 1:
         raise NoUpcastPathError(schema_id, version, target, version)
     while version < target:

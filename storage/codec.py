@@ -89,6 +89,7 @@ from .errors import (
     UnencodableValueError,
     UnknownDictionaryError,
 )
+from durably.errors import InvalidArgumentError
 
 MAGIC = b"dy"
 FORMAT_VERSION = 2  # written when the frame's place is known (see place_seed)
@@ -421,7 +422,7 @@ class Codec:
                 payload, flags = compressed, FLAG_ZSTD
         if self.cipher is not None:
             if stream is None or seq is None:
-                raise ValueError("an encrypting codec needs the stream and seq a frame is stored at")
+                raise InvalidArgumentError("an encrypting codec needs the stream and seq a frame is stored at")
             flags |= FLAG_ENCRYPTED
             aad = associated_data(flags, schema_id, schema_version, len(raw), stream, seq, UNBOUND_FORMAT)
             payload = self.cipher.seal(payload, aad)

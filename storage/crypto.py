@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 from .codec import _HEADER, FLAG_ENCRYPTED, HEADER_SIZE, MAGIC
 from .errors import CorruptRecordError, DecryptionError, UnknownKeyError
 from .spi import StreamId
-from durably.errors import KeyConfigError
+from durably.errors import ArgumentTypeError, KeyConfigError
 
 KEY_SIZE = 32  # bytes: AES-256
 NONCE_SIZE = 12  # bytes: the 96-bit nonce GCM is specified for (SP 800-38D, 8.2)
@@ -127,11 +127,15 @@ class EnvKeyProvider(StaticKeyProvider):
     (``current_var``): the id new frames use; default the last listed. Rotate by
     appending a new pair and pointing ``DURABLY_KEY_ID`` at it; drop an old pair
     only after ``durably reencrypt`` rewrote its frames. ``environ`` defaults to
-    ``os.environ``. Raises ``KeyConfigError`` when a variable is missing or malformed.
+    ``os.environ``. Raises ``KeyConfigError`` when a variable is missing or malformed,
+    ``ArgumentTypeError`` when ``environ`` is not a mapping.
     """
 
     def __init__(self, environ: Mapping[str, str] | None = None, *, keys_var: str = "DURABLY_KEYS",
                  current_var: str = "DURABLY_KEY_ID") -> None:
+        if environ is not None and not isinstance(environ, Mapping):
+            raise ArgumentTypeError(f"EnvKeyProvider: environ must be a mapping (like os.environ), "
+                                    f"got {type(environ).__name__}")
         env = os.environ if environ is None else environ
         listing = env.get(keys_var, "").strip()
         if not listing:

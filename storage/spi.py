@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeGuard, runtime_checkable
 
 from .errors import InvalidRequestError
+from durably.errors import InvalidArgumentError
 
 # The optional capabilities are types: each name below stands for one protocol at the end of
 # this module (``OPTIONAL_PROTOCOLS``), and ``supports_leases(store)`` & co. narrow a ``Store``
@@ -61,9 +62,9 @@ class StreamId:
     def __post_init__(self) -> None:
         for name, value in (("namespace", self.namespace), ("agent_id", self.agent_id)):
             if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
-                raise ValueError(f"StreamId.{name} must be a non-empty str of at most 200 chars without NUL")
+                raise InvalidArgumentError(f"StreamId.{name} must be a non-empty str of at most 200 chars without NUL")
         if "/" in self.namespace:
-            raise ValueError("StreamId.namespace must not contain '/'")
+            raise InvalidArgumentError("StreamId.namespace must not contain '/'")
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.agent_id}"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import spi
 from .errors import ConflictError
+from durably.errors import InvalidArgumentError
 
 BEGIN = "<!-- BEGIN contract table: generated from durably/storage/spi.py by `python -m durably.storage.spi_docs` -->"
 END = "<!-- END contract table -->"
@@ -70,7 +71,7 @@ def rewrite(path: Path) -> bool:
     guide = path.read_text()
     found = guide_table(guide)
     if found is None:
-        raise ValueError(f"{path} has no contract table markers")
+        raise InvalidArgumentError(f"{path} has no contract table markers")
     fresh = guide.replace(found, contract_table())
     if fresh != guide:
         path.write_text(fresh)

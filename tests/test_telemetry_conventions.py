@@ -284,3 +284,100 @@ def test_importing_durably_does_not_import_opentelemetry() -> None:
     code = "import sys, durably.runtime, durably.storage; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+async def test_conflicts_fencings_and_tool_retries_are_counted(tmp_path) -> None:
+    # A send from a second runtime races a live agent: its next append conflicts, it
+    # folds the command in and goes on (a conflict, no fencing). Then a second worker
+    # takes the agent over (resume(force=True)): the takeover retries the tool call
+    # whose outcome is unknown (a tool retry) and the first worker's next append is
+    # refused for good (a conflict and a fencing).
+    import anyio
+
+    from durably.runtime import AgentFencedError
+
+    rec = Recorder()
+    store_url = f"sqlite:///{tmp_path}/agents.db"
+    gate, replied, release = anyio.Event(), anyio.Event(), anyio.Event()
+    ran: list[str] = []
+
+    class GatedModel(ProviderModel):
+        async def respond(self, messages, tools) -> ModelResponse:
+            if not replied.is_set():
+                replied.set()
+                await gate.wait()  # the first reply waits while a send races it
+            if messages[-1]["role"] == "tool":
+                return answer("done")
+            return answer("", ToolCall("c1", "effect", {"order": "1"}))
+
+    @tool(name="effect", on_unknown_outcome="retry")
+    async def effect(order: str) -> str:
+        ran.append(order)
+        if len(ran) == 1:  # the first worker's call hangs: that worker looks dead
+            await release.wait()
+        return "done"
+
+    agent = AgentDefinition(name="support", model=GatedModel([]), tools=[effect])
+    async with rec.runtime(store_url, [agent], worker_id="old") as old:
+        handle = await old.start("support", "t-9", "do it")
+        await replied.wait()
+        async with Runtime(store_url, agents=[agent], namespace=NAMESPACE) as other:
+            await other.send("t-9", "also, hurry")
+        gate.set()
+        with anyio.fail_after(20):
+            while not ran:
+                await anyio.sleep(0.01)
+        counters = rec.metrics()
+        (conflict,) = counters["durably.conflicts"].data.data_points
+        assert conflict.value == 1 and conflict.attributes["durably.namespace"] == NAMESPACE
+        assert "durably.fencings" not in counters  # the send was folded in, not a takeover
+
+        async with rec.runtime(store_url, [agent], worker_id="new") as new:
+            state = await (await new.resume("t-9", force=True)).wait()
+            assert state.status == "finished"
+        release.set()  # the first worker's call returns: its append is refused
+        with pytest.raises(AgentFencedError):
+            await handle.wait()
+    counters = rec.metrics()
+    assert counters["durably.conflicts"].unit == "{conflict}" and counters["durably.fencings"].unit == "{fencing}"
+    (conflicts,) = counters["durably.conflicts"].data.data_points
+    (fencing,) = counters["durably.fencings"].data.data_points
+    assert conflicts.value == 2 and fencing.value == 1
+    assert fencing.attributes["durably.namespace"] == NAMESPACE
+    (retry,) = counters["durably.retries"].data.data_points
+    assert retry.value == 1 and retry.attributes["durably.retry.kind"] == "tool"
+
+
+async def test_a_serve_outage_is_counted(tmp_path) -> None:
+    # A SQLite write lock held past the busy timeout makes every scan fail with
+    # StoreUnavailableError (as in test_serve_outage.py); each failed scan counts.
+    import sqlite3
+
+    import anyio
+
+    path = tmp_path / "a.db"
+    store_url = f"sqlite:///{path}?busy_timeout=50"
+    agent = AgentDefinition(name="support", model=ProviderModel([answer("", ToolCall("c1", "refund", {"order": "1"}))]),
+                            tools=[refund])
+    rec = Recorder()
+    async with rec.runtime(store_url, [agent]) as setup:
+        parked = await setup.run("support", "t-10", "refund order 1")
+        # Without its index entry every scan restores the agent and takes its lease: a write.
+        assert await setup.store.put_index(setup.stream("t-10"), None, parked.last_seq)
+    async with rec.runtime(store_url, [agent]) as rt:
+        async with anyio.create_task_group() as tg:
+            blocker = sqlite3.connect(path, isolation_level=None)
+            blocker.execute("BEGIN EXCLUSIVE")
+            try:
+                tg.start_soon(rt.serve, 0.05)
+                with anyio.fail_after(10):
+                    while "durably.serve.outages" not in rec.metrics():
+                        await anyio.sleep(0.05)
+            finally:
+                blocker.execute("COMMIT")
+                blocker.close()
+                tg.cancel_scope.cancel()
+    metric = rec.metrics()["durably.serve.outages"]
+    (outages,) = metric.data.data_points
+    assert metric.unit == "{scan}" and outages.value >= 1
+    assert outages.attributes["durably.namespace"] == NAMESPACE

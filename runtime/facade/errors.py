@@ -13,6 +13,8 @@ that one ``except`` catches both.
 The tree::
 
     DurablyError
+    +-- InvalidArgumentError (ValueError)      a bad argument to a durably constructor or function
+    +-- ArgumentTypeError (TypeError)          an argument of the wrong type (not a Tool, not a Model...)
     +-- StoreError                  storage operations (the SPI)
     |   +-- ConflictError               expected seq mismatch (optimistic concurrency)
     |   |   +-- AgentFencedError            ... seen by the runtime: this process lost the agent
@@ -78,6 +80,23 @@ def _iso_utc(at: float) -> str:
 def _unquoted(error: BaseException) -> str:
     """``str(error)`` as ``Exception`` gives it: ``KeyError`` would ``repr`` a one-argument message."""
     return BaseException.__str__(error)
+
+
+# ------------------------------------------------------------------ arguments
+
+
+class InvalidArgumentError(DurablyError, ValueError):
+    """A durably constructor or function was given a value it cannot use
+    (``RetryPolicy(attempts=0)``, ``SnapshotPolicy(keep=0)``, a negative TTL, an
+    unknown model provider...). Raised when the value is given, before anything
+    runs or is written; the message names the argument and what was wrong."""
+
+
+class ArgumentTypeError(DurablyError, TypeError):
+    """A durably constructor or function was given an argument of the wrong type
+    (an agent definition's tools that are not ``Tool``, a model without
+    ``respond``, ``@tool`` on something that is not a function...). Raised when
+    the value is given; the message names the argument and the type found."""
 
 
 # ------------------------------------------------------------------ storage (the SPI)
@@ -594,6 +613,7 @@ __all__ = [
     "AgentLeasedError",
     "AgentNotFoundError",
     "ApprovalAlreadyDecidedError",
+    "ArgumentTypeError",
     "BlobNotFoundError",
     "CSRFError",
     "CheckpointValueError",
@@ -611,6 +631,7 @@ __all__ = [
     "ForeignLoopError",
     "FrameLimitError",
     "ImportSourceError",
+    "InvalidArgumentError",
     "InvalidCommandError",
     "InvalidPruneStrategyError",
     "InvalidRequestError",

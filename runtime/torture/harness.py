@@ -41,6 +41,7 @@ from .agents import NAMESPACE, POLICIES
 from .worker import process_main
 from .invariants import check_acknowledged, check_effects, check_states, count_takeovers
 from durably.errors import TortureError as TortureError  # re-exported: the old import path
+from durably.errors import InvalidArgumentError
 
 #: Crash plans: a boundary and the highest occurrence it may be chosen at; None is a random moment.
 #: Low occurrences on purpose: a worker dies soon after it starts, so most of a run's time is
@@ -202,7 +203,7 @@ async def run_torture(store: str, *, kills: int = 200, workers: int = 1, agents:
     ``ValueError`` for counts below 1; the store's errors when it is unreachable.
     """
     if kills < 1 or workers < 1 or agents < 1 or steps < 1:
-        raise ValueError("kills, workers, agents and steps must each be at least 1")
+        raise InvalidArgumentError("kills, workers, agents and steps must each be at least 1")
     probe = store_class(store) if store_class is not None else open_store(store)
     if CAP_SINGLE_PROCESS in probe.capabilities:
         raise TortureError(f"{store} is a single-process store: torture needs worker processes sharing one store")

@@ -20,6 +20,7 @@ from durably.storage.spi import (
     StoredSnapshot, StreamId, supports_blobs, supports_leases, supports_status_index,
 )
 from durably.storage.torture import Ledger
+from durably.errors import ArgumentTypeError
 
 
 class LedgeredStore:
@@ -98,12 +99,12 @@ class LedgeredStore:
     # The optional methods: called only when ``capabilities`` (the wrapped store's) names them.
     def _blobs(self) -> BlobStore:
         if not supports_blobs(self.inner):
-            raise TypeError(f"{type(self.inner).__name__} does not declare blobs")
+            raise ArgumentTypeError(f"{type(self.inner).__name__} does not declare blobs")
         return self.inner
 
     def _leases(self) -> LeaseStore:
         if not supports_leases(self.inner):
-            raise TypeError(f"{type(self.inner).__name__} does not declare leases")
+            raise ArgumentTypeError(f"{type(self.inner).__name__} does not declare leases")
         return self.inner
 
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
@@ -124,7 +125,7 @@ class LedgeredStore:
     # The status index (CAP_STATUS_INDEX), when the store keeps one: forwarded as it is.
     def _index(self) -> IndexStore:
         if not supports_status_index(self.inner):
-            raise TypeError(f"{type(self.inner).__name__} does not declare a status index")
+            raise ArgumentTypeError(f"{type(self.inner).__name__} does not declare a status index")
         return self.inner
 
     def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,

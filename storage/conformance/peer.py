@@ -23,6 +23,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from durably.storage.errors import ConflictError
 from durably.storage.spi import Lease, Store, StreamId, supports_leases
 from durably.storage.torture.spawn import child_environment, load_class, read_all
+from durably.errors import InvalidArgumentError
 
 #: Seconds a peer may take to start and open the store, and to answer one request.
 PEER_TIMEOUT = 60.0
@@ -49,12 +50,12 @@ async def _serve(store: Store, request: dict[str, Any]) -> Any:
         found = await store.get_snapshot(stream)
         return None if found is None else [found.seq, found.data.hex()]
     if op in ("acquire_lease", "get_lease") and not supports_leases(store):
-        raise ValueError(f"peer op {op!r} on {type(store).__name__}, which does not declare leases")
+        raise InvalidArgumentError(f"peer op {op!r} on {type(store).__name__}, which does not declare leases")
     if op == "acquire_lease" and supports_leases(store):
         return _lease(await store.acquire_lease(stream, request["owner"], request["ttl"]))
     if op == "get_lease" and supports_leases(store):
         return _lease(await store.get_lease(stream))
-    raise ValueError(f"unknown peer op {op!r}")
+    raise InvalidArgumentError(f"unknown peer op {op!r}")
 
 
 async def _main(module: str, qualname: str, url: str) -> None:

@@ -45,6 +45,7 @@ from .redact import ValueRedactor
 from .sync import LoopBridge, SyncInterface
 from .thread import StoredCheckpoint, ThreadState
 from .values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, load_entry, paused_gc
+from durably.errors import InvalidArgumentError
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -101,7 +102,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
                  ttl: float | None = None, snapshot_min_bytes: int = 256 * 1024, cache_threads: int = 256) -> None:
         super().__init__(serde=serde)
         if ttl is not None and ttl <= 0:
-            raise ValueError(f"ttl must be > 0 seconds or None, got {ttl!r}")
+            raise InvalidArgumentError(f"ttl must be > 0 seconds or None, got {ttl!r}")
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.namespace = namespace
         self.values = StrictSerde(self.serde)
