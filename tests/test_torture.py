@@ -163,3 +163,14 @@ async def test_a_waiting_worker_reads_only_the_lease_until_its_live_holder_is_go
             assert (await handle.wait()).status == "finished"  # the holder gives the lease up
         assert looks == [None], "given up: nobody holds it now"
         assert set(waiter_store.calls) == {"get_lease"}, f"a look must read the lease only: {waiter_store.calls}"
+
+
+def test_the_final_workers_budget_grows_with_the_agents_it_must_restore():
+    """The final worker restores every agent of the run: after 2,000 kills on S3 that is about a
+    thousand restores of several round trips each, which a fixed 120 s could not cover, so a healthy
+    run was reported stuck. The budget is a base plus an allowance per agent."""
+    from durably.runtime.torture.harness import FINISH_TIMEOUT, finish_timeout
+
+    assert finish_timeout(0) == FINISH_TIMEOUT
+    assert finish_timeout(4) < finish_timeout(1_000)
+    assert finish_timeout(1_000) >= FINISH_TIMEOUT + 1_000 * 0.25  # room for a remote restore per agent

@@ -52,8 +52,16 @@ BOUNDARIES: list[tuple[str | None, int]] = [
 ]
 #: Seconds a random-moment kill waits after the worker starts: up to this.
 RANDOM_KILL_WINDOW = 1.0
-#: Seconds the final, never killed, worker may take to finish every agent.
+#: Seconds a never-killed worker may take to finish its agents: a base, plus an allowance per agent,
+#: because the final worker restores every agent of the run (about a thousand after 2,000 kills),
+#: and on a remote store a restore is several round trips. A fixed budget made a long S3 run look stuck.
 FINISH_TIMEOUT = 120.0
+FINISH_SECONDS_PER_AGENT = 0.5
+
+
+def finish_timeout(agents: int) -> float:
+    """Seconds a worker running ``agents`` agents (int >= 0) may take before it counts as stuck."""
+    return FINISH_TIMEOUT + FINISH_SECONDS_PER_AGENT * agents
 
 
 #: Worker processes are forked from a server process that imported the worker and the adapters once,
@@ -134,7 +142,8 @@ class _Run:
         process = _CONTEXT.Process(target=process_main, args=(spec, str(error_path)), daemon=True)
         process.start()
         try:
-            with anyio.fail_after(FINISH_TIMEOUT):
+            budget = finish_timeout(len(agents))
+            with anyio.fail_after(budget):
                 if kind == "random_moment":
                     with anyio.move_on_after(self.rng.uniform(0.05, RANDOM_KILL_WINDOW)):
                         await _exited(process)
@@ -142,7 +151,8 @@ class _Run:
                         process.kill()
                 await _exited(process)
         except TimeoutError:
-            raise TortureError(f"worker {worker} ({kind}) did not finish its agents within {FINISH_TIMEOUT:.0f} s: stuck")
+            raise TortureError(f"worker {worker} ({kind}) did not finish its {len(agents)} agents within "
+                               f"{budget:.0f} s: stuck")
         finally:
             if process.exitcode is None:
                 process.kill()
@@ -199,7 +209,7 @@ async def run_torture(store: str, *, kills: int = 200, workers: int = 1, agents:
     Out: a ``TortureReport``; ``violations`` lists every broken invariant.
     Raises ``TortureError`` for a single-process store, a worker that exits
     otherwise than by finishing or SIGKILL (its stderr in the message), or a
-    final worker that cannot finish in ``FINISH_TIMEOUT`` (stuck agents);
+    final worker that cannot finish in ``finish_timeout(agents)`` seconds (stuck agents);
     ``ValueError`` for counts below 1; the store's errors when it is unreachable.
     """
     if kills < 1 or workers < 1 or agents < 1 or steps < 1:
