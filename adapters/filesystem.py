@@ -51,9 +51,9 @@ from urllib.request import url2pathname
 
 from anyio.to_thread import run_sync
 
-from durably.storage.base import StoreBase
-from durably.storage.urls import CREATE, check_parent, flag, parse_store_url
-from durably.storage.errors import (
+from durably.storage._base import StoreBase
+from durably.storage._urls import CREATE, check_parent, flag, parse_store_url
+from durably.storage._errors import (
     BlobNotFoundError,
     ConflictError,
     CorruptRecordError,
@@ -62,9 +62,9 @@ from durably.storage.errors import (
     StoreUnavailableError,
     UnsafeCompactionError,
 )
-from durably.storage.spi import AppendRequest, BlobStore, IndexStore, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage._spi import AppendRequest, BlobStore, IndexStore, StoredRecord, StoredSnapshot, StreamId, check_append
 
-from .filesystem_index import FileSystemStatusIndex
+from ._filesystem_index import FileSystemStatusIndex
 
 _BATCH_HEADER = struct.Struct(">4sI")  # magic, record count
 _RECORD_LENGTH = struct.Struct(">Q")
@@ -129,7 +129,7 @@ def _read_batch(path: Path) -> list[bytes]:
     return records
 
 
-class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore):  # the index: adapters/filesystem_index.py
+class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore):  # the index: adapters/_filesystem_index.py
     """A ``Store`` in a local directory: ``file:///abs/path`` or ``file:relative/path``.
 
     Safe for many tasks and many processes on one directory (a local filesystem

@@ -12,10 +12,10 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from dataclasses import dataclass, field
 
-from durably.storage.base import StoreBase
-from durably.storage.errors import BlobNotFoundError, ConflictError, InvalidRequestError, InvalidStoreURLError, UnsafeCompactionError
-from durably.storage.urls import parse_store_url
-from durably.storage.spi import (
+from durably.storage._base import StoreBase
+from durably.storage._errors import BlobNotFoundError, ConflictError, InvalidRequestError, InvalidStoreURLError, UnsafeCompactionError
+from durably.storage._urls import parse_store_url
+from durably.storage._spi import (
     CAP_SINGLE_PROCESS,
     AppendRequest,
     BlobStore,

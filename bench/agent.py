@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from durably.runtime import (
+from durably._runtime import (
     AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, Tool, ToolCall, ToolContext, Usage, tool,
 )
-from durably.runtime.state import FINISHED
-from durably.storage.spi import Store, StreamId
+from durably._runtime.state import FINISHED
+from durably.storage._spi import Store, StreamId
 
 from .workload import MODEL_NAME, TOOL_NAMES, Step
 

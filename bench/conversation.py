@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from durably.runtime import Runtime
-from durably.storage.registry import open_store
+from durably._runtime import Runtime
+from durably.storage._registry import open_store
 
 from .agent import AgentRun, StreamBytes, run_agents, stream_bytes
 from .context import Bench

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from durably.schemas.records import Kind
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.schemas._records import Kind
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StreamId
 
 from .context import Bench
 from .limit import RawSQLite, run_writers
@@ -42,7 +42,7 @@ def raw_limit(bench: Bench, label: str) -> tuple[RawSQLite | RawPostgres, str]:
     store is PostgreSQL (imported only then: asyncpg is an extra), else plain aiosqlite in
     the scratch folder (the disk of the store when it is SQLite)."""
     if bench.is_postgres:
-        from durably.adapters.postgres.options import redacted
+        from durably.adapters.postgres._options import redacted
 
         from .limit_postgres import RawPostgres
 

@@ -5,7 +5,7 @@ bench's own process it would hold whatever earlier suites (a LangGraph thread
 of gigabytes) left. So each part runs in a new interpreter:
 
 * ``concurrent``: ``AGENTS`` agents started at once, each on its own seeded
-  ``STEPS``-step conversation (the bench agent of ``durably.bench.agent``),
+  ``STEPS``-step conversation (the bench agent of ``durably._bench.agent``),
   through one ``Runtime``: wall time from the first start to the last finish,
   and peak RSS;
 * ``parked``: ``AGENTS`` agents whose first tool call needs an approval, each
@@ -14,7 +14,7 @@ of gigabytes) left. So each part runs in a new interpreter:
   then a new store handle and ``Runtime`` time ``resume_all()`` scanning them
   (cold, then again warm). Nothing is runnable, so it must resume none.
 
-``python -m durably.bench.many_worker MODE STORE NAMESPACE AGENTS STEPS SEED OUT``
+``python -m durably._bench.many_worker MODE STORE NAMESPACE AGENTS STEPS SEED OUT``
 writes the figures as JSON to ``OUT``.
 """
 
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 if TYPE_CHECKING:  # imported lazily below, after the RSS baseline
-    from durably.runtime import AgentDefinition
+    from durably._runtime import AgentDefinition
 
 PAGE = resource.getpagesize()
 STARTING = 200  # agents being started at once in the parked part (each start is a few commits)
@@ -50,7 +50,7 @@ def peak_rss_bytes() -> int:
 
 async def concurrent(url: str, namespace: str, agents: int, steps: int, seed: int) -> dict[str, Any]:
     """Run ``agents`` agents of ``steps`` steps at once; wall time and RSS."""
-    from durably.storage.registry import open_store
+    from durably.storage._registry import open_store
 
     from .agent import run_agents
     from .workload import Workload
@@ -67,7 +67,7 @@ async def concurrent(url: str, namespace: str, agents: int, steps: int, seed: in
 
 def parked_definition() -> AgentDefinition:
     """An agent whose model asks for an approval-gated tool at once, then finishes."""
-    from durably.runtime import AgentDefinition, ModelResponse, ToolCall, Usage, tool
+    from durably._runtime import AgentDefinition, ModelResponse, ToolCall, Usage, tool
 
     class AsksFirst:
         name = "bench-approval"
@@ -93,8 +93,8 @@ def parked_definition() -> AgentDefinition:
 
 async def parked(url: str, namespace: str, agents: int) -> dict[str, Any]:
     """Park ``agents`` agents; RSS per parked agent and the ``resume_all`` scan time."""
-    from durably.runtime import Runtime
-    from durably.storage.registry import open_store
+    from durably._runtime import Runtime
+    from durably.storage._registry import open_store
 
     definition = parked_definition()
     statuses: dict[str, int] = {}

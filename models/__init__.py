@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .common import MalformedToolCallError, Price
+from ._common import MalformedToolCallError, Price
 from durably.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from durably.runtime.model import Model
+    from durably._runtime.model import Model
 
 __all__ = ["MalformedToolCallError", "Price", "from_spec"]
 

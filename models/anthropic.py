@@ -18,9 +18,9 @@ try:
 except ImportError as exc:  # the vendor client is the optional extra durably[anthropic]
     raise ExtraNotInstalledError.of("durably.models.anthropic", "anthropic", exc) from None
 
-from durably.runtime.model import ModelResponse, ToolCall, TransientModelError, Usage
+from durably._runtime.model import ModelResponse, ToolCall, TransientModelError, Usage
 
-from .common import MalformedToolCallError, Price, as_text, stop_reason, transient_from_status
+from ._common import MalformedToolCallError, Price, as_text, stop_reason, transient_from_status
 
 
 class AnthropicModel:

@@ -1,4 +1,4 @@
-"""durably.runtime (internal): durable agent actors, the step loop, tools, approvals and budgets.
+"""durably._runtime (internal): durable agent actors, the step loop, tools, approvals and budgets.
 
 Import the public names from ``durably`` (``from durably import Runtime, tool``);
 this package and its modules are the implementation and may change in any

@@ -20,8 +20,8 @@ import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from durably.schemas.records import Kind
-from durably.storage.errors import StoreUnavailableError, UnencodableValueError
+from durably.schemas._records import Kind
+from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
 from . import telemetry as tm
 from .agent import AgentDefinition

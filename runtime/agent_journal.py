@@ -27,12 +27,12 @@ from typing import Any, cast
 
 import anyio
 
-from durably.schemas.records import Kind, Record
-from durably.storage.codec import raw_size
-from durably.storage.errors import ConflictError
-from durably.storage.group_commit import GroupCommitter
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.schemas._records import Kind, Record
+from durably.storage._codec import raw_size
+from durably.storage._errors import ConflictError
+from durably.storage._group_commit import GroupCommitter
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StreamId
 
 from . import telemetry as tm
 from .telemetry import Telemetry

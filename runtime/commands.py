@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from durably.schemas.records import Kind
+from durably.schemas._records import Kind
 
 from .errors import ApprovalAlreadyDecidedError, InvalidCommandError
 from .state import TERMINAL, AgentState

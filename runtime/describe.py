@@ -16,10 +16,10 @@ from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from durably.schemas.records import Record
-from durably.storage.errors import CodecError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId, supports_leases
+from durably.schemas._records import Record
+from durably.storage._errors import CodecError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StreamId, supports_leases
 
 from . import status_index
 from .errors import AgentNotFoundError

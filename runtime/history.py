@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from durably.schemas.records import KINDS, Kind, Record
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.schemas._records import KINDS, Kind, Record
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StreamId
 
 from .errors import AgentNotFoundError, InvalidCommandError
 

@@ -21,8 +21,8 @@ from .history import history as read_history
 from .state import AgentState
 
 if TYPE_CHECKING:
-    from durably.runtime.record_codec import RecordCodec
-    from durably.storage.spi import Store, StreamId
+    from durably._runtime.record_codec import RecordCodec
+    from durably.storage._spi import Store, StreamId
 
     from .telemetry import Telemetry
 

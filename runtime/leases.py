@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import anyio
 
-from durably.storage.errors import StoreError
-from durably.storage.spi import Lease, LeaseStore, Store, StreamId, supports_leases
+from durably.storage._errors import StoreError
+from durably.storage._spi import Lease, LeaseStore, Store, StreamId, supports_leases
 
 from .owner import LeaseHolder, Liveness, holder_liveness, new_identity
 
@@ -52,7 +52,7 @@ class LeaseKeeper:
         caller naming the holder needs no second read of it.
 
         A lease whose holder is dead (a process of this host that is gone, or a
-        previous incarnation of this one: see ``durably.runtime.owner``) is taken
+        previous incarnation of this one: see ``durably._runtime.owner``) is taken
         at once: its exact lease (owner and token) is released, a no-op if it
         changed meanwhile, then acquired as usual, so of several runtimes that
         see the same dead holder the store lets exactly one win. ``force``

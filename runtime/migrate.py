@@ -9,7 +9,7 @@ Two kinds of change can stand between a journal and the code that resumes it.
   ``needs_migration``, nothing appended). ``definition_change_entries`` and
   ``hold_for_migration`` are what ``Runtime.resume`` and its restore call.
 * The **wire schema** changed (a new durably): records are never rewritten;
-  they are lifted on read by the upcasters (``durably.schemas.upcasters``).
+  they are lifted on read by the upcasters (``durably.schemas._upcasters``).
   Snapshots are a cache of the fold, so ``migrate_store`` (``durably migrate``)
   may rewrite old ones at the current version, at the same seq, so restore no
   longer pays for the upcasting; ``dry_run`` only reports.
@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from durably.schemas.records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
-from durably.schemas.upcasters import upcast
-from durably.storage.codec import check_encodable
-from durably.storage.errors import CodecError, UnencodableValueError, UnknownSchemaVersionError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
+from durably.schemas._upcasters import upcast
+from durably.storage._codec import check_encodable
+from durably.storage._errors import CodecError, UnencodableValueError, UnknownSchemaVersionError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StreamId
 
 from .agent import AgentDefinition, OnDefinitionChange
 from .state import NEEDS_MIGRATION, RUNNING, AgentState

@@ -26,7 +26,7 @@ import weakref
 from dataclasses import dataclass
 from enum import Enum
 
-from durably.storage.spi import Lease
+from durably.storage._spi import Lease
 
 class Liveness(str, Enum):
     """``ALIVE``: a process of this host that runs; ``DEAD``: a process of this host

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durably.schemas.records import (
+from durably.schemas._records import (
     CURRENT_VERSIONS,
     KINDS,
     RECORD_SCHEMA_ID,
@@ -20,11 +20,11 @@ from durably.schemas.records import (
     snapshot_from_wire,
     snapshot_to_wire,
 )
-from durably.schemas.upcasters import NoUpcastPathError, upcast
+from durably.schemas._upcasters import NoUpcastPathError, upcast
 
-from durably.storage.codec import Codec, Frame, FrameCipher, check_encodable
-from durably.storage.errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
-from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
+from durably.storage._codec import Codec, Frame, FrameCipher, check_encodable
+from durably.storage._errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
+from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 from durably.errors import MissingUpcasterError
 
 #: Levels a record's data may end up below the top of a snapshot (e.g.
@@ -38,7 +38,7 @@ class RecordCodec:
 
     In: ``codec`` (a ``Codec``; a new one by default), ``cipher`` (a
     ``FrameCipher`` for the default codec: encryption at rest, see
-    ``durably.storage.crypto``). Not thread-safe.
+    ``durably.storage._crypto``). Not thread-safe.
     """
 
     def __init__(self, codec: Codec | None = None, *, cipher: FrameCipher | None = None) -> None:

@@ -1,6 +1,6 @@
 """The ``Redactor``: one activation's redaction, and the originals it keeps in memory.
 
-It applies a ``RedactionPolicy`` (``durably.runtime.redaction``) to every
+It applies a ``RedactionPolicy`` (``durably._runtime.redaction``) to every
 record an activation writes and keeps what it took out, keyed by where it was
 taken from (record seq and field, tool call key), never by content, so the
 live tool call and the live model get the real values back while the journal,
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from durably.errors import RedactedArgumentError
-from durably.schemas.records import Kind
+from durably.schemas._records import Kind
 
 from .redaction import _MAX_DEPTH, RedactionPolicy, is_marker, marker, marker_paths
 

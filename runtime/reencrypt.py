@@ -43,11 +43,11 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from durably.schemas.records import Kind, Record
-from durably.storage.crypto import key_id_of
-from durably.storage.errors import ConflictError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.schemas._records import Kind, Record
+from durably.storage._crypto import key_id_of
+from durably.storage._errors import ConflictError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StreamId
 
 from .restore import restore
 from .state import apply

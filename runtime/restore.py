@@ -17,11 +17,11 @@ from typing import Any
 
 import anyio
 
-from durably.schemas.records import Kind
-from durably.storage.codec import raw_size
-from durably.storage.errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StoredSnapshot, StreamId
+from durably.schemas._records import Kind
+from durably.storage._codec import raw_size
+from durably.storage._errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm
 from .telemetry import Telemetry

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durably.schemas.records import Kind
+from durably.schemas._records import Kind
 
 from .agent import AgentDefinition
 from .errors import InvalidCommandError

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from durably.schemas.records import Kind
-from durably.storage.codec import FrameCipher
-from durably.storage.errors import CodecError
-from durably.storage.group_commit import GroupCommitter
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import Lease, Store, StreamId
+from durably.schemas._records import Kind
+from durably.storage._codec import FrameCipher
+from durably.storage._errors import CodecError
+from durably.storage._group_commit import GroupCommitter
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import Lease, Store, StreamId
 
 from . import commands as cmd
 from . import dispatch, serving, status_index
@@ -70,7 +70,7 @@ from .telemetry import Telemetry
 if TYPE_CHECKING:
     from opentelemetry import metrics, trace
 
-log = logging.getLogger("durably.runtime")
+log = logging.getLogger("durably._runtime")
 
 #: What ``__aenter__`` sets up; a method reaching one of them before that is told to enter the runtime.
 _STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"})

@@ -1,7 +1,7 @@
 """A scan of a namespace for agents to resume: what ``resume_all`` does, and ``serve()`` every poll.
 
 On a store with a status index (``CAP_STATUS_INDEX``, see
-``durably.runtime.status_index``) a scan visits only the streams whose entry
+``durably._runtime.status_index``) a scan visits only the streams whose entry
 says ``running`` or that have no entry; on others, every stream.
 
 One bad stream never stops a scan: an agent whose journal cannot be read
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from durably.storage.errors import CodecError, StoreClosedError, StoreUnavailableError
-from durably.storage.spi import IndexedStream, StreamId
+from durably.storage._errors import CodecError, StoreClosedError, StoreUnavailableError
+from durably.storage._spi import IndexedStream, StreamId
 
 from .errors import AgentFencedError, AgentLeasedError, DefinitionMigrationError, DefinitionNotRegisteredError
 from .state import RUNNING
@@ -41,7 +41,7 @@ from durably.errors import InvalidArgumentError
 if TYPE_CHECKING:
     from .runtime import AgentHandle, Runtime
 
-log = logging.getLogger("durably.runtime")
+log = logging.getLogger("durably._runtime")
 
 
 @dataclass

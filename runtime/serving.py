@@ -18,10 +18,10 @@ Three promises a serving worker makes (issue 11 item 8, issue 12 item 3):
 * **A command wakes it.** On a store with change notifications (``CAP_CHANGES``:
   PostgreSQL's LISTEN/NOTIFY) an agent another process approves, extends,
   messages or cancels is resumed as soon as the notification arrives, not at
-  the next scan; the scans go on as the fallback (``durably.runtime.wakeups``).
+  the next scan; the scans go on as the fallback (``durably._runtime.wakeups``).
 * **Fair shares.** Scans visit the agents in a random order and take no more
   than ``FairShare`` allows (``max_agents``, an even split of what was seen:
-  see ``durably.runtime.scan``).
+  see ``durably._runtime.scan``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
-from durably.storage.errors import StoreUnavailableError
+from durably.storage._errors import StoreUnavailableError
 
 from . import wakeups
 from .scan import FairShare, scan
@@ -90,7 +90,7 @@ async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Even
                              wait=_backoff(poll_interval),
                              before_sleep=outage.report, sleep=anyio.sleep)
     # Between scans, the agents another process changes (a command to a parked agent) are
-    # resumed as soon as the store notifies us, where it can (``durably.runtime.wakeups``),
+    # resumed as soon as the store notifies us, where it can (``durably._runtime.wakeups``),
     # within this worker's fair share.
 
     async def woken(agent_id: str) -> object:

@@ -26,10 +26,10 @@ from typing import Any
 
 import anyio
 
-from durably.storage.codec import raw_size
-from durably.storage.errors import DurablyError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StoredSnapshot, StreamId
+from durably.storage._codec import raw_size
+from durably.storage._errors import DurablyError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm
 from .telemetry import Telemetry

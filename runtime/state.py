@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from collections.abc import Callable
 from typing import Any
 
-from durably.schemas.records import Kind, Record
+from durably.schemas._records import Kind, Record
 
 from .tools import idempotency_key
 from durably.errors import UnfoldableRecordError

@@ -24,17 +24,17 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from durably.schemas.records import Kind, Record
-from durably.storage.errors import CodecError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import IndexedStream, IndexEntry, IndexStore, Store, StreamId, supports_status_index
+from durably.schemas._records import Kind, Record
+from durably.storage._errors import CodecError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import IndexedStream, IndexEntry, IndexStore, Store, StreamId, supports_status_index
 
 from .restore import restore
 from .state import RUNNING, AgentState, apply
 from .telemetry import Telemetry
 from durably.errors import InvalidArgumentError
 
-log = logging.getLogger("durably.runtime")
+log = logging.getLogger("durably._runtime")
 
 #: Record kinds whose fold may change an entry; a batch with none of them carries none.
 INDEX_KINDS = frozenset({

@@ -8,7 +8,7 @@ and attributed as the OpenTelemetry GenAI semantic conventions say
 = the agent id, response model, finish reasons, usage, ``error.type`` and status
 ERROR on failure). durably's own spans are ``durably.checkpoint.save``,
 ``durably.checkpoint.restore``, ``durably.snapshot.save`` and the group
-committer's ``durably.journal.append`` (``durably.storage.group_commit``). Every span carries ``durably.namespace``
+committer's ``durably.journal.append`` (``durably.storage._group_commit``). Every span carries ``durably.namespace``
 (the tenant). A resumed activation's ``invoke_agent`` span links to the one of
 the activation it continues: each ``started`` / ``resumed`` / ``retried``
 record holds its activation's trace and span id (record schema version 4) and
@@ -26,7 +26,7 @@ When nothing records (no SDK configured: the API's no-op or proxy providers),
 ``Telemetry`` says so once, at construction, and the runtime then creates no
 span or instrument object at all: the step loop pays one ``is None`` test.
 OpenTelemetry itself is imported when the first ``Telemetry`` is built, not
-when durably is imported (it is a tenth of ``import durably.runtime``).
+when durably is imported (it is a tenth of ``import durably._runtime``).
 See https://opentelemetry.io/docs/specs/semconv/gen-ai/ for the conventions.
 """
 

@@ -21,10 +21,10 @@ import uuid
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
-from durably.schemas.records import Kind, Record
-from durably.storage.errors import ConflictError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.schemas._records import Kind, Record
+from durably.storage._errors import ConflictError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StreamId
 
 from .errors import AgentExistsError, AgentNotFoundError, SeqOutOfRangeError
 from . import status_index

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from durably.errors import RedactedArgumentError
-from durably.schemas.records import Kind
-from durably.storage.errors import StoreUnavailableError, UnencodableValueError
+from durably.schemas._records import Kind
+from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
 from . import telemetry as tm
 from .errors import AgentFencedError

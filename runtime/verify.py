@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from durably.storage.errors import CodecError, CorruptRecordError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.storage._errors import CodecError, CorruptRecordError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StreamId
 
 
 @dataclass(frozen=True, slots=True)

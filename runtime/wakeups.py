@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from durably.storage.errors import CodecError, StoreClosedError, StoreError, StoreUnavailableError
-from durably.storage.spi import ChangeSubscription, Store, StreamId, supports_changes
+from durably.storage._errors import CodecError, StoreClosedError, StoreError, StoreUnavailableError
+from durably.storage._spi import ChangeSubscription, Store, StreamId, supports_changes
 
 from .errors import AgentFencedError, AgentLeasedError, AgentNotFoundError, DefinitionMigrationError, DefinitionNotRegisteredError
 
 if TYPE_CHECKING:  # runtime imports this module
     from .runtime import AgentHandle, Runtime
 
-log = logging.getLogger("durably.runtime")
+log = logging.getLogger("durably._runtime")
 
 
 class _NoFeed:
@@ -60,7 +60,7 @@ async def publish(store: Store, stream: StreamId) -> None:
 async def resume_if_runnable(runtime: Runtime, agent_id: str) -> AgentHandle | None:
     """Resume ``agent_id`` in ``runtime`` after a wake-up; its handle, or None for an agent live
     there, not its to run, run by another runtime, purged meanwhile or unreadable (logged), as a
-    scan would (``durably.runtime.scan``). Raises ``StoreUnavailableError``/``StoreClosedError``."""
+    scan would (``durably._runtime.scan``). Raises ``StoreUnavailableError``/``StoreClosedError``."""
     if agent_id in runtime._live:
         return None
     try:

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from durably.schemas.records import Kind, Record
-from durably.storage.errors import CodecError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import Store, StreamId
+from durably.schemas._records import Kind, Record
+from durably.storage._errors import CodecError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import Store, StreamId
 
 from .errors import AgentNotFoundError, InvalidCommandError, WaitTimeoutError
 from .restore import restore

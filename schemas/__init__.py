@@ -8,7 +8,7 @@ Upcaster authors import from here::
 ``upcasters`` the registry that lifts old versions on read.
 """
 
-from .records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind
-from .upcasters import upcaster
+from ._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind
+from ._upcasters import upcaster
 
 __all__ = ["CURRENT_VERSIONS", "RECORD_SCHEMA_ID", "SNAPSHOT_SCHEMA_ID", "Kind", "upcaster"]

@@ -6,8 +6,8 @@ is ``durably.storage.conformance``. The frame codec and group commit are
 internal to durably.
 """
 
-from .base import StoreBase
-from .errors import (
+from ._base import StoreBase
+from ._errors import (
     BlobNotFoundError,
     CodecError,
     ConflictError,
@@ -29,10 +29,10 @@ from .errors import (
     UnknownSchemeError,
     UnsafeCompactionError,
 )
-from .registry import known_schemes, open_store, register_store
-from .spi import OPTIONAL_PROTOCOLS, declared_capabilities, supports_blobs, supports_changes, supports_leases
-from .spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId, check_append, check_lease
-from .spi import IndexedStream, IndexEntry, IndexStore, supports_status_index
+from ._registry import known_schemes, open_store, register_store
+from ._spi import OPTIONAL_PROTOCOLS, declared_capabilities, supports_blobs, supports_changes, supports_leases
+from ._spi import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX, AppendRequest, BlobStore, ChangeStore, ChangeSubscription, Lease, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId, check_append, check_lease
+from ._spi import IndexedStream, IndexEntry, IndexStore, supports_status_index
 
 __all__ = [
     "CAP_BLOBS", "CAP_CHANGES", "CAP_LEASES", "CAP_SINGLE_PROCESS", "ChangeStore", "ChangeSubscription", "AppendRequest", "Lease", "LeaseStore", "BlobNotFoundError", "BlobStore", "CodecError", "ConflictError", "CorruptRecordError",

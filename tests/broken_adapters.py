@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Sequence
 
 from durably.adapters.filesystem import FileSystemStore
 from durably.adapters.memory import MemoryStore
-from durably.storage.errors import ConflictError, StoreUnavailableError
-from durably.storage.spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId
+from durably.storage._errors import ConflictError, StoreUnavailableError
+from durably.storage._spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId
 
 
 class ClaimsMultiProcess(MemoryStore):

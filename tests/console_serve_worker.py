@@ -9,8 +9,8 @@ from pathlib import Path
 
 import anyio
 
-from durably.runtime import Runtime
-from durably.cli.demo.survey import survey_agent
+from durably._runtime import Runtime
+from durably._cli.demo.survey import survey_agent
 
 
 async def main(args: argparse.Namespace) -> None:

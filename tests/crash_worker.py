@@ -34,10 +34,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably.runtime import AgentExistsError, Runtime, SnapshotPolicy  # noqa: E402
-from durably.runtime.agent_journal import AgentJournal  # noqa: E402
-from durably.schemas.records import Kind  # noqa: E402
-from durably.storage.group_commit import GroupCommitter  # noqa: E402
+from durably._runtime import AgentExistsError, Runtime, SnapshotPolicy  # noqa: E402
+from durably._runtime.agent_journal import AgentJournal  # noqa: E402
+from durably.schemas._records import Kind  # noqa: E402
+from durably.storage._group_commit import GroupCommitter  # noqa: E402
 from support_agents import append_line, file_agent  # noqa: E402
 
 counts: dict[str, int] = {}

@@ -16,7 +16,7 @@ import cbor2
 import pycddl
 import zstandard
 
-from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
+from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
 
 HEADER = struct.Struct(">2sBBBHIII")  # magic, format, flags, schema id, version, raw, stored, crc
 HEADER_V3 = struct.Struct(">2sBBBHIIII")  # format 3: ... stored, dictionary id, crc

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from durably.storage.conformance import StoreConformance
-from durably.storage.spi_docs import contract_table, guide_table
+from durably.storage._spi_docs import contract_table, guide_table
 
 GUIDE = Path(__file__).parent.parent / "docs" / "writing-an-adapter.md"
 
@@ -15,8 +15,8 @@ def test_the_guides_contract_table_is_the_spi_docstrings() -> None:
     found = guide_table(GUIDE.read_text())
     assert found is not None, "the guide has lost its generated contract table"
     assert found == contract_table(), (
-        "docs/writing-an-adapter.md disagrees with durably/storage/spi.py: run "
-        "`python -m durably.storage.spi_docs docs/writing-an-adapter.md` and review the diff"
+        "docs/writing-an-adapter.md disagrees with storage/_spi.py: run "
+        "`python -m durably.storage._spi_docs docs/writing-an-adapter.md` and review the diff"
     )
 
 

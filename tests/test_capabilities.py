@@ -14,10 +14,10 @@ import pytest
 
 from durably.adapters.filesystem import FileSystemStore
 from durably.adapters.memory import MemoryStore
-from durably.runtime.torture.ledgered_store import LedgeredStore
-from durably.storage.base import StoreBase
-from durably.storage.torture import Ledger
-from durably.storage.spi import (
+from durably._runtime.torture.ledgered_store import LedgeredStore
+from durably.storage._base import StoreBase
+from durably.storage._torture import Ledger
+from durably.storage._spi import (
     CAP_BLOBS,
     CAP_CHANGES,
     CAP_LEASES,

@@ -14,20 +14,20 @@ import anyio
 import click
 import pytest
 
-from durably.runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
-from durably.cli.main import cli, main
-from durably.cli.demo.survey import survey_agent
-from durably.runtime.state import AgentState, apply
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import StreamId
+from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
+from durably._cli.main import cli, main
+from durably._cli.demo.survey import survey_agent
+from durably._runtime.state import AgentState, apply
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import StreamId
 
 DEMO_AGENT = "stdlib-survey-7"
 
 
 def durably(*argv: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
     environment = {**os.environ, "COLUMNS": "250", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "durably.cli", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "durably._cli", *argv], capture_output=True, text=True,
                           timeout=300, env=environment, **kw)
 
 
@@ -43,7 +43,7 @@ def demo_store(tmp_path_factory) -> dict:
 
 
 def test_history_json_is_one_document_json_tool_reads(demo_store) -> None:
-    pipeline = (f"{sys.executable} -m durably.cli history {DEMO_AGENT} --namespace demo --json"
+    pipeline = (f"{sys.executable} -m durably._cli history {DEMO_AGENT} --namespace demo --json"
                 f" | {sys.executable} -m json.tool")
     proc = subprocess.run(pipeline, shell=True, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **demo_store["env"]})
@@ -107,7 +107,7 @@ async def test_a_fork_made_by_the_cli_is_finished_by_serve(demo_store, tmp_path)
 
 def test_show_of_a_sigkilled_agent_names_its_dead_holder(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    worker = [sys.executable, "-m", "durably.cli.demo.worker", "--store", url, "--namespace", "default",
+    worker = [sys.executable, "-m", "durably._cli.demo.worker", "--store", url, "--namespace", "default",
               "--agent-id", "victim", "--workdir", str(tmp_path / "work"), "--modules", "colorsys,bisect",
               "--crash-at", "2:tool:before_effect"]
     killed = subprocess.run(worker, capture_output=True, text=True, timeout=120)
@@ -181,7 +181,7 @@ def test_purge_asks_on_a_terminal_and_takes_yes_and_dry_run(tmp_path) -> None:
     # On a terminal: the question is asked; "n" keeps the agent.
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "durably.cli", "purge", "only", "--store", url],
+        proc = subprocess.Popen([sys.executable, "-m", "durably._cli", "purge", "only", "--store", url],
                                 stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         os.write(leader, b"n\n")
         out, _ = proc.communicate(timeout=60)
@@ -193,7 +193,7 @@ def test_purge_asks_on_a_terminal_and_takes_yes_and_dry_run(tmp_path) -> None:
     # sweep asks the same way, after listing what it would purge.
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "durably.cli", "sweep", "--default", "0s", "--store", url],
+        proc = subprocess.Popen([sys.executable, "-m", "durably._cli", "sweep", "--default", "0s", "--store", url],
                                 stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         os.write(leader, b"n\n")
         out, _ = proc.communicate(timeout=60)
@@ -341,7 +341,7 @@ def test_agents_piped_is_never_cut_short_and_a_terminal_keeps_ids_whole(tmp_path
 
     from rich.console import Console
 
-    from durably.cli.output import Output
+    from durably._cli.output import Output
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
     long_id = "ticket-4711-of-a-customer-with-a-long-name"
@@ -367,7 +367,7 @@ def test_approve_records_the_login_name_without_user_and_refuses_no_name(tmp_pat
     assert nameless.returncode == 2 and "--by" in nameless.stderr
     environment = {k: v for k, v in os.environ.items() if k != "USER"}
     environment["LOGNAME"] = "ana-from-logname"  # what getpass.getuser() reads after $USER
-    proc = subprocess.run([sys.executable, "-m", "durably.cli", "approve", "only", "c1", "--store", url],
+    proc = subprocess.run([sys.executable, "-m", "durably._cli", "approve", "only", "c1", "--store", url],
                           capture_output=True, text=True, timeout=120, env=environment)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     history = json.loads(durably("history", "only", "--store", url, "--json", "--payload").stdout)["records"]

@@ -1,4 +1,4 @@
-"""The frame codec (storage/codec.py) and the record/snapshot layer (runtime/record_codec.py).
+"""The frame codec (storage/_codec.py) and the record/snapshot layer (runtime/record_codec.py).
 
 What is checked: every record kind and a snapshot round-trip; any flipped byte,
 truncation, trailing garbage or bad magic is reported as corruption, never
@@ -20,21 +20,21 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durably.storage import values
+from durably.storage import _values as values
 
-from durably.schemas import records as schemas
-from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind, Record
-from durably.storage import codec as codec_module
-from durably.storage.codec import FLAG_ZSTD, HEADER_SIZE, MAGIC, Codec, CodecLimits, check_encodable
-from durably.storage.errors import (
+from durably.schemas import _records as schemas
+from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind, Record
+from durably.storage import _codec as codec_module
+from durably.storage._codec import FLAG_ZSTD, HEADER_SIZE, MAGIC, Codec, CodecLimits, check_encodable
+from durably.storage._errors import (
     CorruptRecordError,
     FrameLimitError,
     TruncatedRecordError,
     UnencodableValueError,
     UnknownSchemaVersionError,
 )
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 STREAM = StreamId("tests", "agent-1")
 

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 import broken_adapters
-import durably.storage.registry as registry
+import durably.storage._registry as registry
 from durably.adapters.memory import MemoryStore
-from durably.storage.spi import AppendRequest, StoredRecord, StreamId
+from durably.storage._spi import AppendRequest, StoredRecord, StreamId
 
 pytest_plugins = ["pytester"]
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from system_packages import ensure_debian_packages
 
-from durably.cli.console import ConsoleConfigError, ContentPolicy, create_app
+from durably._cli.console import ConsoleConfigError, ContentPolicy, create_app
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -48,8 +48,8 @@ def demo_store(tmp_path_factory) -> dict:
     """The demo's finished agent (crashed and resumed) and a survey parked on its approval."""
     work = tmp_path_factory.mktemp("console")
     url = f"sqlite:///{work / 'demo.db'}"
-    run([sys.executable, "-m", "durably.cli", "demo", "--modules", "3", "--seed", "11", "--store", url], cwd=work)
-    run([sys.executable, "-m", "durably.cli.demo.worker", "--store", url, "--namespace", "demo",
+    run([sys.executable, "-m", "durably._cli", "demo", "--modules", "3", "--seed", "11", "--store", url], cwd=work)
+    run([sys.executable, "-m", "durably._cli.demo.worker", "--store", url, "--namespace", "demo",
          "--agent-id", PARKED, "--workdir", str(work / "parked"), "--modules", "colorsys,bisect"])
     return {"url": url, "work": work}
 
@@ -57,7 +57,7 @@ def demo_store(tmp_path_factory) -> dict:
 @pytest.fixture
 def console(demo_store):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "durably.cli", "ui", "--store", demo_store["url"],
+    proc = subprocess.Popen([sys.executable, "-m", "durably._cli", "ui", "--store", demo_store["url"],
                              "--namespace", "demo", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
@@ -182,8 +182,8 @@ async def test_record_content_reaches_the_page_only_when_allowed(demo_store) -> 
 
 
 async def test_a_long_timeline_is_paged(tmp_path) -> None:
-    from durably.runtime import Runtime
-    from durably.schemas.records import Kind, Record
+    from durably._runtime import Runtime
+    from durably.schemas._records import Kind, Record
 
     url = f"sqlite:///{tmp_path / 'long.db'}"
     async with Runtime(url) as rt:
@@ -224,7 +224,7 @@ async def test_untrusted_text_is_neutralised_on_every_page(tmp_path) -> None:
 
 
 def test_neutralise_escapes_controls_bidi_and_separators_only() -> None:
-    from durably.cli.output import neutralise
+    from durably._cli.output import neutralise
 
     assert neutralise("plain text, ünïcode ✓ 漢字") == "plain text, ünïcode ✓ 漢字"
     assert neutralise("a\x1b[2Kb\x07c\x9bd\x7f") == "a\\x1b[2Kb\\x07c\\x9bd\\x7f"

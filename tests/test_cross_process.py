@@ -24,7 +24,7 @@ def worker(tmp_path: Path, *extra: str) -> dict:
 
 def durably(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "250"}  # a wide terminal, so table cells are not wrapped
-    return subprocess.run([sys.executable, "-m", "durably.cli", *argv, "--store", f"sqlite:///{tmp_path}/a.db"],
+    return subprocess.run([sys.executable, "-m", "durably._cli", *argv, "--store", f"sqlite:///{tmp_path}/a.db"],
                           capture_output=True, text=True, timeout=120, env=env)
 
 

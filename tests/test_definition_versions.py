@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from durably.runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably.runtime.agent import OnDefinitionChange
-from durably.runtime.migrate import DefinitionMigrationError, definition_change_entries
-from durably.runtime.restore import restore
-from durably.runtime.state import NEEDS_MIGRATION
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import StreamId
+from durably._runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._runtime.agent import OnDefinitionChange
+from durably._runtime.migrate import DefinitionMigrationError, definition_change_entries
+from durably._runtime.restore import restore
+from durably._runtime.state import NEEDS_MIGRATION
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import StreamId
 
 
 class PlanModel:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from durably.cli.demo.run import run_demo
-from durably.cli.demo.survey import ScriptedSurveyModel
+from durably._cli.demo.run import run_demo
+from durably._cli.demo.survey import ScriptedSurveyModel
 
 
 class SurveyChatHandler(BaseHTTPRequestHandler):
@@ -82,7 +82,7 @@ def test_demo_runs_with_a_model_behind_the_real_openai_client(tmp_path, monkeypa
 
 
 def test_durably_demo_takes_the_model_option(tmp_path, monkeypatch, capsys) -> None:
-    from durably.cli.main import main
+    from durably._cli.main import main
 
     monkeypatch.setenv("COLUMNS", "200")  # rich wraps at the terminal width it is told
     server = _serve_chat_completions(monkeypatch)

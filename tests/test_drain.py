@@ -13,7 +13,7 @@ import time
 
 import anyio
 
-from durably.schemas.records import Kind
+from durably.schemas._records import Kind
 from support_agents import read_lines
 from test_dead_holders import kinds, spawn, until
 

@@ -11,14 +11,14 @@ import zlib
 
 import pytest
 
-from durably.runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably.cli.main import main as cli_main
-from durably.runtime.reencrypt import COMPACTED, CURRENT, SNAPSHOT_REWRITTEN, key_census
-from durably.runtime.retention import last_activity
-from durably.schemas.records import RECORD_SCHEMA_ID, Kind, Record
+from durably._runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._cli.main import main as cli_main
+from durably._runtime.reencrypt import COMPACTED, CURRENT, SNAPSHOT_REWRITTEN, key_census
+from durably._runtime.retention import last_activity
+from durably.schemas._records import RECORD_SCHEMA_ID, Kind, Record
 from durably.storage import StreamId, open_store
-from durably.storage.codec import FLAG_ENCRYPTED, FLAG_ZSTD, HEADER_SIZE, Codec
-from durably.storage.crypto import (
+from durably.storage._codec import FLAG_ENCRYPTED, FLAG_ZSTD, HEADER_SIZE, Codec
+from durably.storage._crypto import (
     AESGCMCipher,
     EnvKeyProvider,
     KeyConfigError,
@@ -26,9 +26,9 @@ from durably.storage.crypto import (
     generate_key,
     key_id_of,
 )
-from durably.storage.errors import CorruptRecordError, DecryptionError, EncryptionRequiredError, UnknownKeyError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import StoredRecord, StoredSnapshot
+from durably.storage._errors import CorruptRecordError, DecryptionError, EncryptionRequiredError, UnknownKeyError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import StoredRecord, StoredSnapshot
 from privacy_support import ScriptModel, files_bytes, s3_bytes, spi_frames
 
 try:

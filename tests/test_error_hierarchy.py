@@ -17,11 +17,11 @@ from typing import Any, Callable
 import pytest
 
 import durably
-from durably.runtime.reencrypt import reencrypt_stream
-from durably.runtime.record_codec import RecordCodec
-from durably.runtime.status_index import rebuild
-from durably.runtime.telemetry import Telemetry
-from durably.storage.spi import StreamId
+from durably._runtime.reencrypt import reencrypt_stream
+from durably._runtime.record_codec import RecordCodec
+from durably._runtime.status_index import rebuild
+from durably._runtime.telemetry import Telemetry
+from durably.storage._spi import StreamId
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,18 +109,18 @@ def test_a_bad_type_is_a_durably_error_and_a_type_error(case: str, call: Callabl
 # standing for something that is not a caller's bad argument: (file, message start).
 ALLOWED: dict[tuple[str, str], str] = {
     # msgpack ext hook: StrictSerde._fail raises, values.py catches it and raises CheckpointValueError.
-    ("runtime/integrations/langgraph/values.py", "raise ValueError(problem)"): "caught in values.py",
+    ("runtime/integrations/langgraph/_values.py", "raise ValueError(problem)"): "caught in values.py",
     # json parse_constant hook of parse_result, which turns it into InvalidCommandError.
     ("runtime/cli/operate.py", 'raise ValueError(f"{name} is not a number'): "caught in operate.py",
     # URL option parsers: parse_store_url catches their ValueError and raises InvalidStoreURLError.
-    ("adapters/sqlite/file.py", 'raise ValueError("known: FULL, NORMAL")'): "caught in storage/urls.py",
-    ("adapters/sqlite/file.py", 'raise ValueError("a whole number of milliseconds")'): "caught in storage/urls.py",
-    ("storage/urls.py", 'raise ValueError(f"not a boolean flag'): "caught in storage/urls.py",
+    ("adapters/sqlite/_file.py", 'raise ValueError("known: FULL, NORMAL")'): "caught in storage/_urls.py",
+    ("adapters/sqlite/_file.py", 'raise ValueError("a whole number of milliseconds")'): "caught in storage/_urls.py",
+    ("storage/_urls.py", 'raise ValueError(f"not a boolean flag'): "caught in storage/_urls.py",
     # zstd size checks on a stored frame: the codec turns them into CorruptRecordError.
-    ("storage/dictionaries/__init__.py", 'raise ValueError(f"zstd frame declares'): "caught in storage/codec.py",
-    ("storage/dictionaries/__init__.py", 'raise ValueError(f"payload is'): "caught in storage/codec.py",
+    ("storage/_dictionaries/__init__.py", 'raise ValueError(f"zstd frame declares'): "caught in storage/_codec.py",
+    ("storage/_dictionaries/__init__.py", 'raise ValueError(f"payload is'): "caught in storage/_codec.py",
     # A malformed stored S3 key (data, not an argument); a StoreError for it is a follow-up.
-    ("adapters/s3/keys.py", 'raise ValueError(f"truncated escape'): "stored data, not an argument",
+    ("adapters/s3/_keys.py", 'raise ValueError(f"truncated escape'): "stored data, not an argument",
     # The fold's seq invariant (a misread journal); status_index.py catches it.
     ("runtime/state.py", 'raise ValueError(f"record seq'): "internal invariant",
 }

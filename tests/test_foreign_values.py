@@ -15,10 +15,10 @@ import uuid
 import anyio
 import pytest
 
-from durably.adapters.s3.keys import StreamKeys
-from durably.runtime import Runtime, SnapshotPolicy
+from durably.adapters.s3._keys import StreamKeys
+from durably._runtime import Runtime, SnapshotPolicy
 from durably.storage import StreamId
-from durably.storage.errors import CorruptRecordError
+from durably.storage._errors import CorruptRecordError
 from support_agents import list_agent
 
 try:

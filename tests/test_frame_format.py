@@ -2,7 +2,7 @@
 
 Without encryption, a row copied from another agent at the same seq used to
 replay silently. Format 2 seeds the CRC with namespace, agent id and seq
-(``durably.storage.codec.place_seed``), so the copy fails its checksum. Format 1
+(``durably.storage._codec.place_seed``), so the copy fails its checksum. Format 1
 frames (every golden set before this) stay readable; encrypted frames stay
 format 1, their AES-GCM tag binding the place. ``tests/golden/format2`` holds
 frames written by the first build of format 2 (never regenerated).
@@ -24,10 +24,10 @@ import pytest
 import zstandard
 from schema_wire import validate_frame
 
-from durably.schemas.records import Record
-from durably.storage import dictionaries
-from durably.storage.codec import FORMAT_DICTIONARY, FORMAT_VERSION, UNBOUND_FORMAT, Codec, CodecLimits, place_seed
-from durably.storage.errors import (
+from durably.schemas._records import Record
+from durably.storage import _dictionaries as dictionaries
+from durably.storage._codec import FORMAT_DICTIONARY, FORMAT_VERSION, UNBOUND_FORMAT, Codec, CodecLimits, place_seed
+from durably.storage._errors import (
     CorruptRecordError,
     EncryptionRequiredError,
     FrameLimitError,
@@ -36,8 +36,8 @@ from durably.storage.errors import (
     UnknownDictionaryError,
     UnknownSchemaVersionError,
 )
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 FORMAT2 = Path(__file__).resolve().parent / "golden" / "format2"
 FRAMES = json.loads((FORMAT2 / "frames.json").read_text(encoding="utf-8"))["frames"]

@@ -22,12 +22,12 @@ import anyio
 import pytest
 from schema_wire import validate_frame
 
-from durably.runtime import AgentState, Runtime
-from durably.cli.demo.survey import survey_agent
-from durably.schemas.records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
-from durably.storage.codec import Codec
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
+from durably._runtime import AgentState, Runtime
+from durably._cli.demo.survey import survey_agent
+from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
+from durably.storage._codec import Codec
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SETS = sorted(path.parent for path in GOLDEN.glob("*/manifest.json"))

@@ -1,4 +1,4 @@
-"""GroupCommitter (storage/group_commit.py) against the sqlite and memory adapters.
+"""GroupCommitter (storage/_group_commit.py) against the sqlite and memory adapters.
 
 A wrapper store counts ``append_batch`` calls and can hold a call open until
 the test releases it, so which appends share a batch is decided by the test,
@@ -15,9 +15,9 @@ import pytest
 
 from durably.adapters.memory import MemoryStore
 from durably.adapters.sqlite import SQLiteStore
-from durably.storage.errors import ConflictError, InvalidRequestError, StoreUnavailableError
-from durably.storage.group_commit import GroupCommitter
-from durably.storage.spi import AppendRequest, StreamId
+from durably.storage._errors import ConflictError, InvalidRequestError, StoreUnavailableError
+from durably.storage._group_commit import GroupCommitter
+from durably.storage._spi import AppendRequest, StreamId
 
 class CountingStore:
     """Delegates to ``inner``; records every ``append_batch`` call's streams.

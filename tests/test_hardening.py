@@ -10,7 +10,7 @@ import uuid
 import anyio
 import pytest
 
-from durably.runtime import (
+from durably._runtime import (
     AgentDefinition,
     Budget,
     InvalidCommandError,
@@ -19,11 +19,11 @@ from durably.runtime import (
     ToolCall,
     tool,
 )
-from durably.runtime.agent import HistoryPolicy
-from durably.schemas.records import Kind
+from durably._runtime.agent import HistoryPolicy
+from durably.schemas._records import Kind
 from durably.storage import StreamId, UnencodableValueError, open_store
-from durably.storage.codec import Codec, CodecLimits
-from durably.runtime.record_codec import RecordCodec
+from durably.storage._codec import Codec, CodecLimits
+from durably._runtime.record_codec import RecordCodec
 from support_agents import StepModel, list_agent
 
 
@@ -88,7 +88,7 @@ async def test_a_lone_surrogate_fails_that_call_only_and_the_runtime_lives_on(ur
 
 def test_a_value_past_the_decode_limit_fails_at_save_time():
     codec = RecordCodec(Codec(limits=CodecLimits(max_raw_size=10_000)))
-    from durably.schemas.records import Record
+    from durably.schemas._records import Record
 
     # Since issue 11 item 15 the error names the field that is too big, not the record's data.
     with pytest.raises(UnencodableValueError, match="tool_result.data.result: encodes to .* over the 10000-byte limit"):

@@ -63,7 +63,7 @@ async def test_a_source_that_is_not_a_langgraph_database_is_refused(tmp_path) ->
 def test_the_cli_command_imports_through_the_same_function(tmp_path, capsys) -> None:
     import anyio
 
-    from durably.cli.main import main
+    from durably._cli.main import main
 
     source, target = tmp_path / "langgraph.db", f"sqlite:///{tmp_path / 'durably.db'}"
 

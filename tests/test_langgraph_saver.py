@@ -21,11 +21,11 @@ from durably.integrations.langgraph import (
     InvalidThreadIdError,
     SyncCallOnLoopError,
 )
-from durably.runtime.redaction import RedactionPolicy
+from durably._runtime.redaction import RedactionPolicy
 from durably.storage import StreamId
-from durably.storage.crypto import AESGCMCipher, StaticKeyProvider, generate_key
-from durably.storage.errors import DecryptionError
-from durably.storage.registry import open_store
+from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
+from durably.storage._errors import DecryptionError
+from durably.storage._registry import open_store
 
 from langgraph_agent import ScriptedChatModel, State, build_agent
 

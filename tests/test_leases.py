@@ -1,7 +1,7 @@
 """Leases beyond the kit: what only SQLite has (processes racing on one file, the lazily
 created table, purge) and the exact token rule of the built-in adapters.
 
-The kit's lease checks (storage/conformance/leases.py) run on the memory and SQLite
+The kit's lease checks (storage/conformance/_leases.py) run on the memory and SQLite
 adapters in tests/test_conformance.py; the kit only asks tokens to increase, the
 built-in adapters promise "previous token + 1".
 """
@@ -20,10 +20,10 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from durably.adapters.sqlite.store import SCHEMA_VERSION, SQLiteStore
+from durably.adapters.sqlite._store import SCHEMA_VERSION, SQLiteStore
 from durably.storage import open_store
-from durably.storage.errors import InvalidRequestError
-from durably.storage.spi import CAP_LEASES, Lease, StreamId
+from durably.storage._errors import InvalidRequestError
+from durably.storage._spi import CAP_LEASES, Lease, StreamId
 
 GOLDEN = Path(__file__).parent / "golden" / "v1"
 S = StreamId("tenant", "agent-1")

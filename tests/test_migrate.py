@@ -19,17 +19,17 @@ import anyio
 import pytest
 from schema_wire import header_fields
 
-from durably.runtime import Runtime, SnapshotPolicy
-from durably.cli.main import main
-from durably.cli.demo.survey import survey_agent, survey_task
-from durably.runtime.migrate import migrate_store
-from durably.runtime.restore import restore
-from durably.schemas import records as schemas
-from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
-from durably.storage.errors import UnknownSchemaVersionError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import StreamId
+from durably._runtime import Runtime, SnapshotPolicy
+from durably._cli.main import main
+from durably._cli.demo.survey import survey_agent, survey_task
+from durably._runtime.migrate import migrate_store
+from durably._runtime.restore import restore
+from durably.schemas import _records as schemas
+from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
+from durably.storage._errors import UnknownSchemaVersionError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import StreamId
 
 MODULES = ["colorsys", "bisect", "fnmatch"]
 NOW = schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID]  # what this build writes (both schemas)

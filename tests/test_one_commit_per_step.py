@@ -14,11 +14,11 @@ import pytest
 from support_agents import StepModel
 
 from durably.adapters.memory import MemoryStore
-from durably.runtime import AgentDefinition, Runtime, tool
-from durably.schemas.records import Kind
-from durably.storage.errors import StoreUnavailableError
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import AppendRequest, StoredRecord, StreamId
+from durably._runtime import AgentDefinition, Runtime, tool
+from durably.schemas._records import Kind
+from durably.storage._errors import StoreUnavailableError
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import AppendRequest, StoredRecord, StreamId
 
 
 class RecordingStore:

@@ -13,8 +13,8 @@ import asyncpg
 import pytest
 
 from durably.adapters.postgres import PostgresSetupError, PostgresStore
-from durably.adapters.postgres.options import PostgresOptions, redacted
-from durably.adapters.postgres.schema import SCHEMA_VERSION
+from durably.adapters.postgres._options import PostgresOptions, redacted
+from durably.adapters.postgres._schema import SCHEMA_VERSION
 from durably.storage import InvalidRequestError, StreamId, UnknownSchemaVersionError, open_store
 from durably.storage.conformance import StoreConformance
 

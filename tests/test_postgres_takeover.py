@@ -138,7 +138,7 @@ def test_stale_worker_wakes_up_fenced_and_writes_nothing(pg_server: PostgresTest
 def test_demo_passes_on_postgres(pg_server: PostgresTestServer, tmp_path) -> None:
     """``durably demo --store postgresql://...``: SIGKILL, resume, approval from another process, all checks."""
     url = pg_server.url()
-    proc = subprocess.run([sys.executable, "-m", "durably.cli", "demo", "--modules", "4", "--seed", "3",
+    proc = subprocess.run([sys.executable, "-m", "durably._cli", "demo", "--modules", "4", "--seed", "3",
                            "--store", url], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "all 9 checks passed" in proc.stdout

@@ -16,10 +16,10 @@ import anyio
 import pytest
 
 from durably.adapters.postgres import PostgresStore
-from durably.runtime import AgentDefinition, Runtime, tool
-from durably.schemas.records import Kind
+from durably._runtime import AgentDefinition, Runtime, tool
+from durably.schemas._records import Kind
 from durably.storage import StreamId
-from durably.runtime.record_codec import RecordCodec
+from durably._runtime.record_codec import RecordCodec
 from support_agents import StepModel
 
 try:
@@ -111,7 +111,7 @@ def test_cli_approval_resumes_an_agent_parked_in_another_process_serve(pg_server
         with anyio.from_thread.start_blocking_portal() as portal:
             watcher = portal.start_task_soon(_watch_seqs, url, parked_seq, watch)
             env = {**os.environ, "COLUMNS": "250"}
-            decided = subprocess.run([sys.executable, "-m", "durably.cli", "approve", "a1", "c1", "--store", url],
+            decided = subprocess.run([sys.executable, "-m", "durably._cli", "approve", "a1", "c1", "--store", url],
                                      capture_output=True, text=True, timeout=120, env=env)
             assert decided.returncode == 0 and "approved" in decided.stdout, decided.stdout + decided.stderr
             watcher.result(timeout=30)

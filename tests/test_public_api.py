@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import tomllib
 import re
 from pathlib import Path
 
@@ -29,6 +30,12 @@ PUBLIC_MODULES = {
     "durably.models.openai",
     "durably.models.anthropic",
     "durably.integrations.langgraph",
+}
+#: Packages that are public so that an import path names them (entry points, ``durably.adapters.s3.S3Store``)
+#: and the folders that hold public modules; their other modules are internal and underscored.
+PUBLIC_CONTAINERS = {
+    "durably.adapters", "durably.adapters.memory", "durably.adapters.filesystem", "durably.adapters.sqlite",
+    "durably.adapters.s3", "durably.adapters.postgres", "durably.integrations",
 }
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 
@@ -57,8 +64,34 @@ def test_the_docs_import_only_public_names(document):
 
 
 def test_the_check_catches_a_private_import():
-    code = "from durably.runtime.agent import HistoryPolicy\nfrom durably import Runtime\n"
-    assert [m for m, _ in imports_of(code) if m not in PUBLIC_MODULES] == ["durably.runtime.agent"]
+    code = "from durably._runtime.agent import HistoryPolicy\nfrom durably import Runtime\n"
+    assert [m for m, _ in imports_of(code) if m not in PUBLIC_MODULES] == ["durably._runtime.agent"]
+
+
+def shipped_modules() -> list[str]:
+    """Every module the wheel holds, from ``[tool.setuptools]``: each listed package's folder and its ``.py`` files."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = setuptools["package-dir"]
+
+    def folder_of(package: str) -> Path:
+        mapped = max((name for name in folders if package == name or package.startswith(name + ".")), key=len)
+        return ROOT / folders[mapped] / package[len(mapped):].lstrip(".").replace(".", "/")
+
+    modules = []
+    for package in setuptools["packages"]:
+        modules.append(package)
+        modules += [f"{package}.{path.stem}" for path in sorted(folder_of(package).glob("*.py")) if path.stem != "__init__"]
+    return modules
+
+
+def test_every_internal_module_says_so_in_its_name():
+    """A module is public (listed above) or has a segment with a leading underscore:
+    ``durably._runtime.actor``, ``durably.storage._codec``, ``durably.adapters.s3._store``."""
+    public = PUBLIC_MODULES | PUBLIC_CONTAINERS
+    unmarked = [name for name in shipped_modules()
+                if name not in public and not any(part.startswith("_") for part in name.split(".")[1:])]
+    assert unmarked == []
+    assert {"durably._runtime.actor", "durably.storage._codec", "durably.adapters.s3._store"} <= set(shipped_modules())
 
 
 def test_the_readme_example_imports_only_durably():
@@ -79,8 +112,8 @@ def test_every_public_name_resolves_and_is_listed():
 
 
 def test_the_facade_names_are_the_runtime_classes():
-    from durably.runtime.runtime import Runtime
-    from durably.runtime.tools import tool
+    from durably._runtime.runtime import Runtime
+    from durably._runtime.tools import tool
 
     assert durably.Runtime is Runtime and durably.tool is tool
 
@@ -108,10 +141,10 @@ def all_durably_errors() -> set[type]:
 
 
 def test_every_durably_error_is_defined_in_durably_errors():
-    for module in ("durably.runtime", "durably.storage", "durably.storage.crypto", "durably.adapters.sqlite",
+    for module in ("durably._runtime", "durably.storage", "durably.storage._crypto", "durably.adapters.sqlite",
                    "durably.adapters.s3", "durably.adapters.postgres", "durably.adapters.filesystem",
-                   "durably.integrations.langgraph", "durably.cli.main", "durably.cli.console", "durably.models.openai",
-                   "durably.runtime.torture.harness", "durably.runtime.migrate", "durably.runtime.retention"):
+                   "durably.integrations.langgraph", "durably._cli.main", "durably._cli.console", "durably.models.openai",
+                   "durably._runtime.torture.harness", "durably._runtime.migrate", "durably._runtime.retention"):
         importlib.import_module(module)
     misplaced = sorted(f"{cls.__module__}.{cls.__qualname__}" for cls in all_durably_errors()
                        if cls.__module__.startswith("durably.") and cls.__module__ != "durably.errors")
@@ -136,10 +169,10 @@ def test_no_error_inherits_a_meaning_it_does_not_have():
 
 def test_storage_re_exports_are_the_same_classes():
     import durably.storage
-    import durably.storage.errors
+    import durably.storage._errors
 
-    for name in durably.storage.errors.__all__:
-        assert getattr(durably.storage.errors, name) is getattr(durably.errors, name)
+    for name in durably.storage._errors.__all__:
+        assert getattr(durably.storage._errors, name) is getattr(durably.errors, name)
         assert getattr(durably.storage, name) is getattr(durably.errors, name)
 
 

@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from durably.adapters import memory
-from durably.adapters.s3.keys import StreamKeys
-from durably.runtime import (
+from durably.adapters.s3._keys import StreamKeys
+from durably._runtime import (
     AgentDefinition,
     AgentNotFoundError,
     ModelResponse,
@@ -24,14 +24,14 @@ from durably.runtime import (
     Usage,
     tool,
 )
-from durably.cli.main import main as cli_main
-from durably.runtime.redaction import RedactionPolicy
-from durably.runtime.retention import DAY, RetentionPolicy, parse_duration
+from durably._cli.main import main as cli_main
+from durably._runtime.redaction import RedactionPolicy
+from durably._runtime.retention import DAY, RetentionPolicy, parse_duration
 from durably.storage import BlobNotFoundError, StreamId
-from durably.storage.crypto import AESGCMCipher, StaticKeyProvider, generate_key
+from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 from privacy_support import ScriptModel, files_bytes, s3_bytes, s3_keys, spi_frames
 from support_agents import list_agent
-from durably.storage import dictionaries
+from durably.storage import _dictionaries as dictionaries
 
 
 @pytest.fixture(autouse=True)

@@ -10,8 +10,8 @@ import uuid
 import anyio
 import pytest
 
-from durably.runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably.runtime.redaction import (
+from durably._runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._runtime.redaction import (
     MARKER,
     Redact,
     RedactedArgumentError,
@@ -22,9 +22,9 @@ from durably.runtime.redaction import (
     marker,
     marker_paths,
 )
-from durably.schemas.records import Kind
+from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably.runtime.record_codec import RecordCodec
+from durably._runtime.record_codec import RecordCodec
 from privacy_support import (
     GH_TOKEN,
     OPENAI_KEY,
@@ -37,7 +37,7 @@ from privacy_support import (
     s3_bytes,
     spi_frames,
 )
-from durably.storage import dictionaries
+from durably.storage import _dictionaries as dictionaries
 
 
 @pytest.fixture(autouse=True)

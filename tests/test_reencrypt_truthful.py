@@ -16,9 +16,9 @@ import pytest
 
 from test_encryption import PLAIN, cipher, echo_agent, files_bytes
 
-from durably.runtime import Runtime
+from durably._runtime import Runtime
 from durably.storage import StreamId, open_store
-from durably.storage import dictionaries
+from durably.storage import _dictionaries as dictionaries
 
 
 @pytest.fixture(autouse=True)

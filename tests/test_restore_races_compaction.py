@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from durably.adapters.memory import MemoryStore
-from durably.runtime import Runtime, SnapshotPolicy
-from durably.storage.errors import CorruptRecordError
+from durably._runtime import Runtime, SnapshotPolicy
+from durably.storage._errors import CorruptRecordError
 
 from support_agents import list_agent
 

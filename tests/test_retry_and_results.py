@@ -16,7 +16,7 @@ import anyio
 import pytest
 from privacy_support import ScriptModel
 
-from durably.runtime import (
+from durably._runtime import (
     AgentDefinition,
     InvalidCommandError,
     ModelResponse,
@@ -26,9 +26,9 @@ from durably.runtime import (
     TransientModelError,
     tool,
 )
-from durably.schemas.records import Kind
-from durably.storage.errors import UnencodableValueError
-from durably.runtime.record_codec import RecordCodec
+from durably.schemas._records import Kind
+from durably.storage._errors import UnencodableValueError
+from durably._runtime.record_codec import RecordCodec
 
 FAST = RetryPolicy(initial_s=0.01, max_s=0.02, jitter_s=0.0)
 WORKER = Path(__file__).parent / "lossless_worker.py"
@@ -151,7 +151,7 @@ async def test_durably_retry_from_the_command_line_lets_a_serving_worker_finish_
     url = f"sqlite:///{tmp_path}/a.db"
     async with Runtime(url, agents=[definition]) as rt:
         assert (await rt.run("s", "a1", "task")).status == "failed"
-    cli = [sys.executable, "-m", "durably.cli", "retry", "a1", "--store", url]
+    cli = [sys.executable, "-m", "durably._cli", "retry", "a1", "--store", url]
     done = await anyio.to_thread.run_sync(lambda: subprocess.run(cli, capture_output=True, text=True, timeout=120))
     assert done.returncode == 0, done.stdout + done.stderr
     model.fixed = True

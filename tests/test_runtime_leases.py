@@ -7,10 +7,10 @@ import anyio
 import pytest
 
 from durably.adapters.memory import MemoryStore
-from durably.runtime import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
-from durably.schemas.records import Kind
+from durably._runtime import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
+from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably.runtime.record_codec import RecordCodec
+from durably._runtime.record_codec import RecordCodec
 
 
 def slow_agent(calls: list, effects: list, steps: int = 4) -> AgentDefinition:

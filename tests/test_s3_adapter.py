@@ -24,10 +24,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from durably.adapters.s3 import S3Store
-from durably.adapters.s3.batch import Batch, BatchHeader
-from durably.adapters.s3.keys import StreamKeys, decode_segment, encode_segment, seq_from_name, seq_name
-from durably.adapters.s3.options import MIN_PART_SIZE, S3Options
-from durably.adapters.s3.retry import RetryPolicy
+from durably.adapters.s3._batch import Batch, BatchHeader
+from durably.adapters.s3._keys import StreamKeys, decode_segment, encode_segment, seq_from_name, seq_name
+from durably.adapters.s3._options import MIN_PART_SIZE, S3Options
+from durably.adapters.s3._retry import RetryPolicy
 from durably.storage import (
     AppendRequest,
     ConflictError,

@@ -17,9 +17,9 @@ import anyio
 import pytest
 
 from durably.adapters.s3 import S3Store
-from durably.adapters.s3.keys import StreamKeys
-from durably.adapters.s3.leases import SKEW_FRACTION, LeaseObject
-from durably.adapters.s3.retry import RetryPolicy
+from durably.adapters.s3._keys import StreamKeys
+from durably.adapters.s3._leases import SKEW_FRACTION, LeaseObject
+from durably.adapters.s3._retry import RetryPolicy
 from durably.storage import (
     CAP_LEASES,
     CorruptRecordError,

@@ -24,7 +24,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from durably.adapters.s3.keys import StreamKeys
+from durably.adapters.s3._keys import StreamKeys
 from durably.storage import StreamId, open_store
 from support_agents import read_lines
 

@@ -22,17 +22,17 @@ import pycddl
 import pytest
 from schema_wire import cddl_name, cddl_text, header_fields, schema, validate_frame
 
-from durably.runtime import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably.cli.demo.survey import survey_agent, survey_task
-from durably.schemas import records as schemas
-from durably.schemas import upcasters
-from durably.schemas.records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind, Record
-from durably.schemas.upcasters import NoUpcastPathError, missing_upcasters, upcast, upcaster
-from durably.storage.codec import Codec
-from durably.storage.errors import CorruptRecordError, UnknownSchemaVersionError
-from durably.runtime.record_codec import MissingUpcasterError, RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import StoredRecord, StoredSnapshot, StreamId
+from durably._runtime import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._cli.demo.survey import survey_agent, survey_task
+from durably.schemas import _records as schemas
+from durably.schemas import _upcasters as upcasters
+from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind, Record
+from durably.schemas._upcasters import NoUpcastPathError, missing_upcasters, upcast, upcaster
+from durably.storage._codec import Codec
+from durably.storage._errors import CorruptRecordError, UnknownSchemaVersionError
+from durably._runtime.record_codec import MissingUpcasterError, RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 STREAM = StreamId("ns", "agent-7")
 KEY = "0123456789abcdef0123456789abcdef"

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from durably.runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
 
 
 def gated(ran: list) -> AgentDefinition:

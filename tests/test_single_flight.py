@@ -11,10 +11,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from durably.runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
-from durably.schemas.records import Kind
+from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably.runtime.record_codec import RecordCodec
+from durably._runtime.record_codec import RecordCodec
 
 
 def gated_agent(ran: list, policy: str) -> AgentDefinition:

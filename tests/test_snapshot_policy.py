@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 from support_agents import StepModel
 
-from durably.runtime import AgentDefinition, Runtime, tool
-from durably.runtime.restore import restore
-from durably.runtime.snapshots import SnapshotPolicy
-from durably.storage.codec import raw_size
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import StreamId
+from durably._runtime import AgentDefinition, Runtime, tool
+from durably._runtime.restore import restore
+from durably._runtime.snapshots import SnapshotPolicy
+from durably.storage._codec import raw_size
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import StreamId
 
 LONG = "the same line of tool output, again and again\n" * 400  # ~18 KB raw, ~0.2 KB compressed
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from durably.adapters.sqlite.store import SCHEMA_VERSION, SQLiteStore, _prefix_successor
+from durably.adapters.sqlite._store import SCHEMA_VERSION, SQLiteStore, _prefix_successor
 from durably.storage import open_store
-from durably.storage.errors import (
+from durably.storage._errors import (
     BlobNotFoundError,
     ConflictError,
     InvalidRequestError,
@@ -33,7 +33,7 @@ from durably.storage.errors import (
     UnknownSchemaVersionError,
     UnsafeCompactionError,
 )
-from durably.storage.spi import CAP_BLOBS, AppendRequest, StoredRecord, StoredSnapshot, StreamId
+from durably.storage._spi import CAP_BLOBS, AppendRequest, StoredRecord, StoredSnapshot, StreamId
 
 S = StreamId("tenant", "agent-1")
 
@@ -523,8 +523,8 @@ async def test_another_process_appending_to_the_same_file(db_path: Path) -> None
         """
         import asyncio, sys
         from durably.adapters.sqlite import SQLiteStore
-        from durably.storage.errors import ConflictError
-        from durably.storage.spi import StreamId
+        from durably.storage._errors import ConflictError
+        from durably.storage._spi import StreamId
 
         async def main(path):
             stream = StreamId("tenant", "agent-1")
@@ -792,7 +792,7 @@ async def test_a_record_cell_damaged_into_text_is_reported_as_corruption(tmp_pat
     SQLite's integrity check passes, but it is damage, not an outage."""
     import sqlite3
 
-    from durably.storage.errors import CorruptRecordError
+    from durably.storage._errors import CorruptRecordError
 
     store = SQLiteStore(f"sqlite:///{tmp_path}/d.db")
     stream = StreamId("ns", "a")

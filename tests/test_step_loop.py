@@ -18,7 +18,7 @@ import pytest
 from privacy_support import ScriptModel
 from support_agents import list_agent, read_lines
 
-from durably.runtime import (
+from durably._runtime import (
     AgentDefinition,
     Budget,
     InvalidCommandError,
@@ -30,9 +30,9 @@ from durably.runtime import (
     Usage,
     tool,
 )
-from durably.runtime.agent import HistoryPolicy
-from durably.schemas.records import Kind, Record
-from durably.storage.errors import CorruptRecordError
+from durably._runtime.agent import HistoryPolicy
+from durably.schemas._records import Kind, Record
+from durably.storage._errors import CorruptRecordError
 
 FAST = RetryPolicy(initial_s=0.01, max_s=0.05, jitter_s=0.0)
 

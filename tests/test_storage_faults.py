@@ -21,9 +21,9 @@ import subprocess
 
 import pytest
 
-from durably.runtime import AgentDefinition, Reconciled, Runtime, SnapshotPolicy, tool
-from durably.storage.errors import StoreUnavailableError
-from durably.storage.spi import StreamId
+from durably._runtime import AgentDefinition, Reconciled, Runtime, SnapshotPolicy, tool
+from durably.storage._errors import StoreUnavailableError
+from durably.storage._spi import StreamId
 
 from support_agents import StepModel
 

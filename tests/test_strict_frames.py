@@ -23,8 +23,8 @@ import cbor2
 import pytest
 import zstandard
 
-from durably.storage.codec import Codec
-from durably.storage.errors import CorruptRecordError
+from durably.storage._codec import Codec
+from durably.storage._errors import CorruptRecordError
 
 ALL_TYPES = {
     "aware": dt.datetime(2025, 3, 30, 1, 59, 59, 123456, tzinfo=dt.timezone(dt.timedelta(hours=-5, minutes=-30))),
@@ -57,7 +57,7 @@ def test_every_supported_type_round_trips_with_its_exact_type() -> None:
 
 NAIVE_PROBE = """
 import datetime as dt, sys, time
-from durably.storage.codec import Codec
+from durably.storage._codec import Codec
 codec = Codec()
 value = dt.datetime(2025, 3, 30, 2, 30)
 frame = codec.encode(1, 1, {"t": value})

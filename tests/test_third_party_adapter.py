@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import durably.storage.registry as registry
+import durably.storage._registry as registry
 from durably.adapters.filesystem import FileSystemStore
 from durably.adapters.memory import MemoryStore
 from durably.storage import UnknownSchemeError, known_schemes, open_store, register_store

@@ -17,7 +17,7 @@ import pytest
 from privacy_support import ScriptModel
 from typing_extensions import TypedDict
 
-from durably.runtime import (
+from durably._runtime import (
     AgentDefinition,
     AgentExistsError,
     Budget,
@@ -29,8 +29,8 @@ from durably.runtime import (
     Usage,
     tool,
 )
-from durably.schemas.records import Kind
-from durably.runtime.record_codec import RecordCodec
+from durably.schemas._records import Kind
+from durably._runtime.record_codec import RecordCodec
 
 
 class Color(enum.Enum):

@@ -15,7 +15,7 @@ import sys
 import anyio
 import pytest
 
-from durably.runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
 
 
 def gated(ran: list, slow: float = 0.0, steps: int = 1) -> AgentDefinition:
@@ -52,7 +52,7 @@ async def test_after_a_restart_an_approval_runs_the_agent_now_and_says_so(tmp_pa
         with anyio.fail_after(2):  # main: nothing ran until the dead lease lapsed, 30 s later
             while (await rt.status("a1")).status != "finished":
                 await anyio.sleep(0.02)
-        from durably.runtime.placement import Where
+        from durably._runtime.placement import Where
 
         assert result.status == "running" and result.placement.where is Where.HERE
         assert (await result.placement.handle.wait()).status == "finished"
@@ -60,7 +60,7 @@ async def test_after_a_restart_an_approval_runs_the_agent_now_and_says_so(tmp_pa
 
 
 async def test_an_approval_while_a_remote_worker_holds_the_lease_names_it_and_its_expiry(tmp_path):
-    from durably.runtime.placement import Where
+    from durably._runtime.placement import Where
 
     url = f"sqlite:///{tmp_path}/a.db"
     definition = gated([])
@@ -82,7 +82,7 @@ async def test_an_approval_while_a_remote_worker_holds_the_lease_names_it_and_it
 
 
 async def test_a_command_on_a_parked_agent_says_it_does_not_run(tmp_path):
-    from durably.runtime.placement import Where
+    from durably._runtime.placement import Where
 
     url = f"sqlite:///{tmp_path}/a.db"
     definition = gated([])
@@ -114,7 +114,7 @@ async def test_an_activation_that_lost_its_lease_raises_instead_of_returning_run
         held = await rt.store.get_lease(rt.stream("a1"))
         await rt.store.release_lease(held)
         assert await rt.store.acquire_lease(rt.stream("a1"), "w2/n@far-host:1:2:3:4", 30.0) is not None
-        from durably.runtime import AgentLeaseLostError
+        from durably._runtime import AgentLeaseLostError
 
         with anyio.fail_after(5), pytest.raises(AgentLeaseLostError) as lost:
             await handle.wait()  # main: returned a state with status "running"

@@ -39,7 +39,7 @@ def test_the_wheel_holds_only_the_durably_package(wheel):
     assert {name.split("/")[0] for name in names} == {"durably", f"durably-{version('durably')}.dist-info"}
     assert "durably/__init__.py" in names and "durably/errors.py" in names
     assert "durably/schemas/record-v1.cddl" in names  # package data travels with it
-    assert not [n for n in names if n.startswith("durably/runtime/") and n.count("/") > 2
+    assert not [n for n in names if n.startswith("durably/_runtime/") and n.count("/") > 2
                 and n.split("/")[2] in ("facade", "cli", "integrations")]  # each folder is in the wheel once
     metadata = zipfile.ZipFile(wheel).read(f"durably-{version('durably')}.dist-info/METADATA").decode()
     assert "Provides-Extra: all" in metadata and "Provides-Extra: testing" in metadata
@@ -53,11 +53,11 @@ def test_the_facade_imports_from_the_installed_wheel(wheel, tmp_path):
     assert installed.returncode == 0, installed.stderr
     paths = dict.fromkeys([str(target), *(p for p in sys.path if p.rstrip("/").endswith("site-packages"))])
     code = ("import durably; print(durably.__version__, durably.Runtime, durably.tool); "
-            "import durably.runtime, durably.cli.main; print(durably.__file__); print(durably.runtime.__file__)")
+            "import durably._runtime, durably._cli.main; print(durably.__file__); print(durably._runtime.__file__)")
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)}, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     first, facade, runtime = proc.stdout.splitlines()
-    assert first.startswith(f"{version('durably')} <class 'durably.runtime.runtime.Runtime'> <function tool")
+    assert first.startswith(f"{version('durably')} <class 'durably._runtime.runtime.Runtime'> <function tool")
     assert facade == str(target / "durably" / "__init__.py")
-    assert runtime == str(target / "durably" / "runtime" / "__init__.py")
+    assert runtime == str(target / "durably" / "_runtime" / "__init__.py")

@@ -10,7 +10,7 @@ messages or cancels one of its agents. Install with ``pip install
 ``faults`` (errors and retries), ``leases``, ``changes`` (LISTEN/NOTIFY).
 """
 
-from .faults import PostgresSetupError
-from .store import PostgresStore
+from ._faults import PostgresSetupError
+from ._store import PostgresStore
 
 __all__ = ["PostgresSetupError", "PostgresStore"]

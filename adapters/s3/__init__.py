@@ -5,6 +5,6 @@ the other modules of this package are its parts (requests, batches, windows,
 compaction, snapshots, blobs, streams, leases, keys, retries, uploads, options).
 """
 
-from .store import S3Store
+from ._store import S3Store
 
 __all__ = ["S3Store"]

@@ -4,6 +4,6 @@ The store, its URL options and durability are described in ``store``; ``file``
 (paths, errors), ``layout`` (tables, statements) and ``leases`` are its parts.
 """
 
-from .store import SQLiteStore
+from ._store import SQLiteStore
 
 __all__ = ["SQLiteStore"]

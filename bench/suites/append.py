@@ -4,9 +4,9 @@ Each agent appends its journal (the records of a seeded conversation) one
 record per append, waiting for each to be durable before the next: a closed
 loop, as an agent's step loop is. durably's path is the runtime's: encode the
 record (``RecordCodec``: CBOR, zstd, checksum) and ``GroupCommitter.append``
-with the expected seq, on the store under test. The limit (``durably.bench.limit``)
+with the expected seq, on the store under test. The limit (``durably._bench.limit``)
 inserts the same frames with plain aiosqlite (plain asyncpg on the same server
-when the store is PostgreSQL: ``durably.bench.limit_postgres``), one row per
+when the store is PostgreSQL: ``durably._bench.limit_postgres``), one row per
 commit and with group commit, at the same concurrency; ratios are durably / limit.
 """
 
@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from durably.schemas.records import Record
-from durably.storage.group_commit import GroupCommitter
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import Store, StreamId
+from durably.schemas._records import Record
+from durably.storage._group_commit import GroupCommitter
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import Store, StreamId
 
 from ..context import Bench
 from ..limit import RawSQLite, run_writers
@@ -68,7 +68,7 @@ def _raw_limit(bench: Bench) -> tuple[RawSQLite | RawPostgres, str]:
     """The limit's journal and its description: plain asyncpg on the same server when the
     store is PostgreSQL (imported only then: asyncpg is an extra), else plain aiosqlite."""
     if bench.is_postgres:
-        from durably.adapters.postgres.options import redacted
+        from durably.adapters.postgres._options import redacted
 
         from ..limit_postgres import RawPostgres
 

@@ -5,7 +5,7 @@ snapshots of its state at a quarter, half and the whole of the run. Speeds are
 of the raw CBOR size (bytes before compression) per second, through
 ``RecordCodec`` (so the plain-data check on encode and the checksum and bounds
 on decode are included). Record frames use the zstd dictionary durably ships
-(frame format 3, ``durably.storage.dictionaries``, trained on text the bench
+(frame format 3, ``durably.storage._dictionaries``, trained on text the bench
 never uses); ``record_bytes_no_dict`` / ``record_bytes`` compare the journal's
 frames without and with it. The last figures show what a dictionary trained
 on this very workload would give the small records (those under 1 KiB of
@@ -22,11 +22,11 @@ import time
 import cbor2
 import zstandard
 
-from durably.runtime.state import AgentState, apply
-from durably.schemas.records import Record
-from durably.storage.codec import Codec, raw_size
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import StoredRecord, StreamId, StoredSnapshot
+from durably._runtime.state import AgentState, apply
+from durably.schemas._records import Record
+from durably.storage._codec import Codec, raw_size
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import StoredRecord, StreamId, StoredSnapshot
 
 from ..context import Bench
 from ..workload import journal_entries

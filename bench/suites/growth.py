@@ -9,10 +9,10 @@ and the cumulative total at every tenth of the run.
 
 from __future__ import annotations
 
-from durably.schemas.records import Kind
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import StreamId
+from durably.schemas._records import Kind
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import StreamId
 
 from ..context import Bench
 from ..conversation import conversation

@@ -16,8 +16,8 @@ from typing import Any
 
 import time
 
-from durably.runtime.tools import ToolContext
-from durably.storage.registry import open_store
+from durably._runtime.tools import ToolContext
+from durably.storage._registry import open_store
 
 from ..agent import ScriptedModel, bench_tools, run_agents
 from ..context import Bench

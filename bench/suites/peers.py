@@ -2,14 +2,14 @@
 
 Every system runs the same seeded conversation (``bench.conversation``), the
 same step (a model answer with one tool call, then the tool's result: the
-scripted model and instant tools of ``durably.bench.workload``), on a fresh
+scripted model and instant tools of ``durably._bench.workload``), on a fresh
 SQLite file in the scratch folder with WAL and ``synchronous=FULL``:
 
 * ``durably``: the ``Runtime`` on its SQLite store;
 * ``langgraph-AsyncSqliteSaver``: LangGraph's ordinary tool-calling graph
-  (``durably.bench.peers``), ``durability="sync"``;
+  (``durably._bench.peers``), ``durability="sync"``;
 * ``dbos-sqlite``: DBOS Transact, the same loop as a workflow of a model step
-  and a tool step (``durably.bench.dbos_peer``), SQLite system database;
+  and a tool step (``durably._bench.dbos_peer``), SQLite system database;
 * ``langgraph-DurablySaver`` (at ``sizes.peer_steps`` only): LangGraph's graph
   again with one line changed, ``checkpointer=DurablySaver.from_url(...)``.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import anyio
 
-from durably.storage.registry import open_store
+from durably.storage._registry import open_store
 
 from .. import dbos_peer, peers
 from ..agent import run_agents

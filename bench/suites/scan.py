@@ -47,13 +47,13 @@ from typing import Any, cast
 
 import anyio
 
-from durably.runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
-from durably.runtime.state import AgentState
-from durably.runtime.status_index import entry_after
-from durably.schemas.records import Kind, Record
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import AppendRequest, Lease, LeaseStore, StreamId
+from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
+from durably._runtime.state import AgentState
+from durably._runtime.status_index import entry_after
+from durably.schemas._records import Kind, Record
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import AppendRequest, Lease, LeaseStore, StreamId
 
 from ..context import Bench
 from ..results import percentile

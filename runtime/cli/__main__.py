@@ -1,4 +1,4 @@
-"""``python -m durably.cli``: the ``durably`` command."""
+"""``python -m durably._cli``: the ``durably`` command."""
 
 import sys
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from durably.storage.errors import DurablyError
+from durably.storage._errors import DurablyError
 
 from .options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, json_option, run_async
 from .output import Output
@@ -33,7 +33,7 @@ def import_langgraph(source: Path, store: str, namespace: str, threads: tuple[st
     out = Output(json_mode)
     try:
         from durably.integrations.langgraph import DurablySaver, import_sqlite_threads
-        from durably.integrations.langgraph.importer import ImportedThread
+        from durably.integrations.langgraph._importer import ImportedThread
     except ImportError as exc:
         raise click.ClickException(f"LangGraph is not installed (pip install 'durably[langgraph]'): {exc}") from exc
 

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import click
 
-from durably.storage.registry import open_store
+from durably.storage._registry import open_store
 
 from . import langgraph, operate, privacy, read, ui, verify
 from .options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
 from .output import Output
-from durably.runtime.torture import cli as torture_cli
+from durably._runtime.torture import cli as torture_cli
 
 def _version() -> str:
     try:
@@ -74,8 +74,8 @@ def demo(store: str, out: Path, seed: int | None, modules: int, model: str | Non
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``durably bench`` (its options live in ``durably.bench.cli``)."""
-    from durably.bench.cli import add_arguments
+    """The argparse parser of ``durably bench`` (its options live in ``durably._bench.cli``)."""
+    from durably._bench.cli import add_arguments
 
     parser = argparse.ArgumentParser(prog="durably")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,7 +89,7 @@ def bench(options: tuple[str, ...]) -> int:
     """Checkpoint throughput suites, side by side with the limit and peers (durably bench --help)."""
     from rich.console import Console
 
-    from durably.bench.cli import run as run_bench
+    from durably._bench.cli import run as run_bench
 
     try:
         args = build_parser().parse_args(["bench", *options])
@@ -103,7 +103,7 @@ def bench(options: tuple[str, ...]) -> int:
 @store_command
 def migrate(store: str, namespace: str, dry_run: bool, out: Output) -> int:
     """Rewrite snapshots written at an older schema version (records are upcast on read)."""
-    from durably.runtime.migrate import StreamReport, migrate_store
+    from durably._runtime.migrate import StreamReport, migrate_store
 
     async def go() -> list[StreamReport]:
         async with open_store(store) as opened:

@@ -21,10 +21,10 @@ import click
 from .options import run_async, store_command
 from .output import Output
 from .privacy import encryption_from_env
-from durably.runtime.agent import AgentDefinition
-from durably.runtime.errors import DefinitionNotRegisteredError, InvalidCommandError
-from durably.runtime.runtime import Runtime
-from durably.runtime.state import AgentState
+from durably._runtime.agent import AgentDefinition
+from durably._runtime.errors import DefinitionNotRegisteredError, InvalidCommandError
+from durably._runtime.runtime import Runtime
+from durably._runtime.state import AgentState
 
 
 def _runtime(store: str, namespace: str) -> Runtime:

@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import click
 
-from durably.storage.errors import DurablyError, InvalidStoreURLError
+from durably.storage._errors import DurablyError, InvalidStoreURLError
 
 from .output import Output
 

@@ -9,7 +9,7 @@ would delete and ask first (``--yes`` skips the question, ``--dry-run`` only
 shows); without a terminal (a script, a cron job) they do as told.
 
 Keys: when ``$DURABLY_KEYS`` is set (``id=base64key,...``, see
-``durably.storage.crypto.EnvKeyProvider``) every command that opens a
+``durably.storage._crypto.EnvKeyProvider``) every command that opens a
 runtime reads and writes encrypted frames with them.
 """
 
@@ -21,13 +21,13 @@ from collections import Counter
 
 import click
 
-from durably.storage.crypto import AESGCMCipher, EnvKeyProvider
+from durably.storage._crypto import AESGCMCipher, EnvKeyProvider
 
 from .options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
 from .output import Output, stdin_is_terminal, when
-from durably.runtime.retention import RetentionPolicy, SweepItem, parse_duration
-from durably.runtime.reencrypt import ReencryptReport
-from durably.runtime.runtime import Runtime
+from durably._runtime.retention import RetentionPolicy, SweepItem, parse_duration
+from durably._runtime.reencrypt import ReencryptReport
+from durably._runtime.runtime import Runtime
 
 
 def encryption_from_env(*, allow_plaintext: bool = False) -> AESGCMCipher | None:

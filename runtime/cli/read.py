@@ -17,10 +17,10 @@ import click
 from .options import json_option, run_async, store_command
 from .output import Output, neutralise, to_json, when
 from .privacy import encryption_from_env
-from durably.runtime.describe import AgentDescription
-from durably.runtime.history import clip
-from durably.runtime.runtime import Runtime
-from durably.runtime.state import AgentState
+from durably._runtime.describe import AgentDescription
+from durably._runtime.history import clip
+from durably._runtime.runtime import Runtime
+from durably._runtime.state import AgentState
 
 
 def _runtime(store: str, namespace: str) -> Runtime:

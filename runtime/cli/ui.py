@@ -1,4 +1,4 @@
-"""``durably ui``: the web console (``durably.cli.console``, extra ``durably[ui]``) served by uvicorn."""
+"""``durably ui``: the web console (``durably._cli.console``, extra ``durably[ui]``) served by uvicorn."""
 
 from __future__ import annotations
 

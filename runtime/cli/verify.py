@@ -4,19 +4,19 @@
 
 Exit status 0 when every stream is sound, 1 when any has a problem (the
 report names the stream, what is wrong and at which seq). The logic is
-``durably.runtime.verify``; keys come from ``$DURABLY_KEYS`` as for the other commands.
+``durably._runtime.verify``; keys come from ``$DURABLY_KEYS`` as for the other commands.
 """
 
 from __future__ import annotations
 
 import click
 
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
 
-from durably.runtime.status_index import RebuildReport, indexed, rebuild
-from durably.runtime.telemetry import Telemetry
-from durably.runtime.verify import StreamReport, verify_namespace
+from durably._runtime.status_index import RebuildReport, indexed, rebuild
+from durably._runtime.telemetry import Telemetry
+from durably._runtime.verify import StreamReport, verify_namespace
 
 from .options import EXIT_OK, EXIT_REFUSED, json_option, run_async, store_command
 from .output import Output

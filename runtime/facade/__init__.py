@@ -9,8 +9,8 @@ builders import everything from here::
 Adapter authors import from ``durably.storage`` (the SPI, its errors, the URL
 registry) and ``durably.storage.conformance`` (the test kit). Model adapters are
 in ``durably.models.openai`` and ``durably.models.anthropic``, the LangGraph
-bridge in ``durably.integrations.langgraph``. Every other module (``durably.runtime.*``,
-the adapters' parts, ``durably.cli``) is internal and may change in any release.
+bridge in ``durably.integrations.langgraph``. Every other module (``durably._runtime.*``,
+the adapters' parts, ``durably._cli``) is internal and may change in any release.
 
 The runtime's names are imported on first use (PEP 562), so ``import durably``
 costs little and ``import durably.storage`` does not load the runtime; errors are
@@ -72,64 +72,64 @@ from .errors import (
 
 #: Public name -> the internal module that defines it (imported on first use).
 _LAZY: dict[str, str] = {
-    "Runtime": "durably.runtime.runtime",
-    "AgentHandle": "durably.runtime.runtime",
-    "AgentDefinition": "durably.runtime.agent",
-    "Budget": "durably.runtime.agent",
-    "HistoryPolicy": "durably.runtime.agent",
-    "OnDefinitionChange": "durably.runtime.agent",
-    "AgentState": "durably.runtime.state",
-    "Model": "durably.runtime.model",
-    "ModelResponse": "durably.runtime.model",
-    "ToolCall": "durably.runtime.model",
-    "Usage": "durably.runtime.model",
-    "RetryPolicy": "durably.runtime.model_retry",
-    "SnapshotPolicy": "durably.runtime.snapshots",
-    "Tool": "durably.runtime.tools",
-    "ToolContext": "durably.runtime.tools",
-    "Reconciled": "durably.runtime.tools",
-    "OnUnknownOutcome": "durably.runtime.tools",
-    "tool": "durably.runtime.tools",
-    "RetentionPolicy": "durably.runtime.retention",
-    "DAY": "durably.runtime.retention",
-    "SweepItem": "durably.runtime.retention",
-    "Redact": "durably.runtime.redaction",
-    "RedactionPolicy": "durably.runtime.redaction",
-    "ephemeral": "durably.runtime.redaction",
-    "AgentDescription": "durably.runtime.describe",
-    "HistoryEntry": "durably.runtime.history",
-    "StatusChange": "durably.runtime.watch",
-    "CommandResult": "durably.runtime.placement",
-    "Placement": "durably.runtime.placement",
-    "Where": "durably.runtime.placement",
-    "LeaseHolder": "durably.runtime.owner",
-    "ReencryptReport": "durably.runtime.reencrypt",
-    "AESGCMCipher": "durably.storage.crypto",
-    "EnvKeyProvider": "durably.storage.crypto",
-    "StaticKeyProvider": "durably.storage.crypto",
-    "KeyProvider": "durably.storage.crypto",
-    "generate_key": "durably.storage.crypto",
-    "open_store": "durably.storage.registry",
+    "Runtime": "durably._runtime.runtime",
+    "AgentHandle": "durably._runtime.runtime",
+    "AgentDefinition": "durably._runtime.agent",
+    "Budget": "durably._runtime.agent",
+    "HistoryPolicy": "durably._runtime.agent",
+    "OnDefinitionChange": "durably._runtime.agent",
+    "AgentState": "durably._runtime.state",
+    "Model": "durably._runtime.model",
+    "ModelResponse": "durably._runtime.model",
+    "ToolCall": "durably._runtime.model",
+    "Usage": "durably._runtime.model",
+    "RetryPolicy": "durably._runtime.model_retry",
+    "SnapshotPolicy": "durably._runtime.snapshots",
+    "Tool": "durably._runtime.tools",
+    "ToolContext": "durably._runtime.tools",
+    "Reconciled": "durably._runtime.tools",
+    "OnUnknownOutcome": "durably._runtime.tools",
+    "tool": "durably._runtime.tools",
+    "RetentionPolicy": "durably._runtime.retention",
+    "DAY": "durably._runtime.retention",
+    "SweepItem": "durably._runtime.retention",
+    "Redact": "durably._runtime.redaction",
+    "RedactionPolicy": "durably._runtime.redaction",
+    "ephemeral": "durably._runtime.redaction",
+    "AgentDescription": "durably._runtime.describe",
+    "HistoryEntry": "durably._runtime.history",
+    "StatusChange": "durably._runtime.watch",
+    "CommandResult": "durably._runtime.placement",
+    "Placement": "durably._runtime.placement",
+    "Where": "durably._runtime.placement",
+    "LeaseHolder": "durably._runtime.owner",
+    "ReencryptReport": "durably._runtime.reencrypt",
+    "AESGCMCipher": "durably.storage._crypto",
+    "EnvKeyProvider": "durably.storage._crypto",
+    "StaticKeyProvider": "durably.storage._crypto",
+    "KeyProvider": "durably.storage._crypto",
+    "generate_key": "durably.storage._crypto",
+    "open_store": "durably.storage._registry",
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the API reference
-    from durably.runtime.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
-    from durably.runtime.describe import AgentDescription
-    from durably.runtime.history import HistoryEntry
-    from durably.runtime.model import Model, ModelResponse, ToolCall, Usage
-    from durably.runtime.model_retry import RetryPolicy
-    from durably.runtime.owner import LeaseHolder
-    from durably.runtime.placement import CommandResult, Placement, Where
-    from durably.runtime.redaction import Redact, RedactionPolicy, ephemeral
-    from durably.runtime.reencrypt import ReencryptReport
-    from durably.runtime.retention import DAY, RetentionPolicy, SweepItem
-    from durably.runtime.runtime import AgentHandle, Runtime
-    from durably.runtime.snapshots import SnapshotPolicy
-    from durably.runtime.state import AgentState
-    from durably.runtime.tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
-    from durably.runtime.watch import StatusChange
-    from durably.storage.crypto import AESGCMCipher, EnvKeyProvider, KeyProvider, StaticKeyProvider, generate_key
-    from durably.storage.registry import open_store
+    from durably._runtime.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
+    from durably._runtime.describe import AgentDescription
+    from durably._runtime.history import HistoryEntry
+    from durably._runtime.model import Model, ModelResponse, ToolCall, Usage
+    from durably._runtime.model_retry import RetryPolicy
+    from durably._runtime.owner import LeaseHolder
+    from durably._runtime.placement import CommandResult, Placement, Where
+    from durably._runtime.redaction import Redact, RedactionPolicy, ephemeral
+    from durably._runtime.reencrypt import ReencryptReport
+    from durably._runtime.retention import DAY, RetentionPolicy, SweepItem
+    from durably._runtime.runtime import AgentHandle, Runtime
+    from durably._runtime.snapshots import SnapshotPolicy
+    from durably._runtime.state import AgentState
+    from durably._runtime.tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
+    from durably._runtime.watch import StatusChange
+    from durably.storage._crypto import AESGCMCipher, EnvKeyProvider, KeyProvider, StaticKeyProvider, generate_key
+    from durably.storage._registry import open_store
 
     __version__: str
 

@@ -62,8 +62,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:  # for annotations only: this module imports nothing of durably when it runs
-    from durably.runtime.state import AgentState
-    from durably.storage.spi import StreamId
+    from durably._runtime.state import AgentState
+    from durably.storage._spi import StreamId
 
 
 class DurablyError(Exception):

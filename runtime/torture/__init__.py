@@ -4,12 +4,12 @@
     assert not report.violations, report.violations
 
 ``durably torture --store URL [--kills N] [--workers K]`` runs it from the
-command line; ``TortureConformance`` (``durably.runtime.torture.testing``) is
+command line; ``TortureConformance`` (``durably._runtime.torture.testing``) is
 its pytest entry for an adapter's test suite. The invariants, checked from
 external fsynced ledgers of effects and acknowledgements: the final state
 equals an uninterrupted run, no effect happens twice under ``reconcile`` or
 ``fail``, no acknowledged record is lost, nothing is stuck. The storage half
-(the ledger, a storage-level SIGKILLed writer) is ``durably.storage.torture``.
+(the ledger, a storage-level SIGKILLed writer) is ``durably.storage._torture``.
 """
 
 from .harness import TortureError, TortureReport, run_torture

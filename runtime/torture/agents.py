@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from durably.storage.torture import Ledger
+from durably.storage._torture import Ledger
 
 from ..agent import AgentDefinition
 from ..model import ModelResponse, ToolCall, Usage

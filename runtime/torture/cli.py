@@ -42,5 +42,5 @@ def torture(store: str, kills: int, workers: int, agents: int, steps: int, seed:
     return 1 if report.violations else 0
 
 
-#: The commands this module adds to ``durably`` (see ``durably.cli``).
+#: The commands this module adds to ``durably`` (see ``durably._cli``).
 COMMANDS = [torture]

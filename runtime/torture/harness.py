@@ -31,9 +31,9 @@ from typing import Any
 
 import anyio
 
-from durably.storage.registry import open_store
-from durably.storage.spi import CAP_SINGLE_PROCESS, Store, supports_leases
-from durably.storage.torture import Ledger
+from durably.storage._registry import open_store
+from durably.storage._spi import CAP_SINGLE_PROCESS, Store, supports_leases
+from durably.storage._torture import Ledger
 
 from ..errors import AgentNotFoundError
 from ..runtime import Runtime
@@ -67,7 +67,7 @@ def finish_timeout(agents: int) -> float:
 #: Worker processes are forked from a server process that imported the worker and the adapters once,
 #: and read botocore's models (``preload``).
 _CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["durably.runtime.torture.preload"])
+_CONTEXT.set_forkserver_preload(["durably._runtime.torture.preload"])
 
 
 async def _exited(process: multiprocessing.process.BaseProcess) -> None:

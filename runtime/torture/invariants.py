@@ -18,7 +18,7 @@ import hashlib
 from collections import Counter
 from typing import Any
 
-from durably.storage.spi import Store, StreamId
+from durably.storage._spi import Store, StreamId
 
 from ..state import AgentState, FAILED, FINISHED
 

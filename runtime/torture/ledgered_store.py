@@ -15,11 +15,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection,
 
 import anyio
 
-from durably.storage.spi import (
+from durably.storage._spi import (
     AppendRequest, BlobStore, IndexedStream, IndexEntry, IndexStore, Lease, LeaseStore, Store, StoredRecord,
     StoredSnapshot, StreamId, supports_blobs, supports_leases, supports_status_index,
 )
-from durably.storage.torture import Ledger
+from durably.storage._torture import Ledger
 from durably.errors import ArgumentTypeError
 
 

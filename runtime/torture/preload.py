@@ -14,13 +14,13 @@ import os
 
 import durably.adapters.filesystem  # noqa: F401 - imported for the forks
 import durably.adapters.sqlite  # noqa: F401
-from durably.storage.torture import Ledger
+from durably.storage._torture import Ledger
 
 from . import worker  # noqa: F401
 from .agents import torture_definitions
 
 try:
-    from durably.adapters.s3.requests import preload_models
+    from durably.adapters.s3._requests import preload_models
 except ImportError:  # without the s3 extra (aiobotocore)
     pass
 else:

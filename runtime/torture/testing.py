@@ -1,6 +1,6 @@
 """The torture harness as a pytest check for an adapter's own test suite.
 
-    from durably.runtime.torture.testing import TortureConformance
+    from durably.storage.conformance import TortureConformance
 
     class TestMyStoreUnderTorture(TortureConformance):
         torture_kills = 200
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 
-from durably.storage.spi import Store
+from durably.storage._spi import Store
 
 from .harness import run_torture
 

@@ -1,6 +1,6 @@
 """One worker process under torture: runs its agents to the end, or SIGKILLs itself at a boundary.
 
-``process_main(spec, error_path)`` (or ``python -m durably.runtime.torture.worker SPEC``,
+``process_main(spec, error_path)`` (or ``python -m durably._runtime.torture.worker SPEC``,
 SPEC as JSON): the store URL (and optionally the adapter class, as module and
 qualified name, for one no entry point names), the environment, the ledger directory, the worker's id, the agents (id and tool
 policy), steps per agent, the snapshot policy, the lease ttl, and the crash
@@ -25,10 +25,10 @@ from typing import Any
 
 import anyio
 
-from durably.storage.errors import StoreUnavailableError
-from durably.storage.registry import open_store
-from durably.storage.torture import Ledger
-from durably.storage.torture.spawn import load_class
+from durably.storage._errors import StoreUnavailableError
+from durably.storage._registry import open_store
+from durably.storage._torture import Ledger
+from durably.storage._torture.spawn import load_class
 
 from ..errors import AgentExistsError, AgentFencedError, AgentLeasedError, AgentNotFoundError
 from ..owner import LeaseHolder, Liveness

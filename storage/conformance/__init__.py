@@ -1,4 +1,4 @@
-"""The storage adapter conformance kit: every promise of ``durably.storage.spi.Store``, as pytest tests.
+"""The storage adapter conformance kit: every promise of ``durably.storage.Store``, as pytest tests.
 
 Subclass ``StoreConformance`` in a test module, name the subclass ``Test...``
 and say how to build your store for a location::
@@ -14,6 +14,9 @@ capabilities your store does not declare). The async checks run on anyio's
 pytest plugin, installed with durably; pytest-asyncio is not needed and does not
 interfere in either of its modes. The same idea as Akka Persistence's plugin TCK
 and the eventsourcing library's recorder test cases. See docs/writing-an-adapter.md.
+
+``TortureConformance`` is the crash-torture kit as a pytest check: real agents on
+your store, worker processes SIGKILLed at every journal boundary.
 """
 
 import pytest
@@ -21,27 +24,27 @@ import pytest
 # The checks live in this package, not in the user's test module, so ask pytest to
 # rewrite their asserts too: failures then show the compared values.
 pytest.register_assert_rewrite(
-    *(f"{__name__}.{name}" for name in (
+    *(f"{__name__}._{name}" for name in (
         "appends", "blobs", "compaction", "concurrency", "crash", "faults", "harness", "leases", "lifecycle",
         "processes", "purge", "reads", "scale", "snapshots", "status_index",
     ))
 )
 
-from .appends import AppendChecks  # noqa: E402
-from .blobs import BlobChecks  # noqa: E402
-from .compaction import CompactionChecks  # noqa: E402
-from .concurrency import ConcurrencyChecks  # noqa: E402
-from .crash import CrashChecks  # noqa: E402
-from .faults import FaultChecks  # noqa: E402
-from .harness import StoreHarness, files_bytes  # noqa: E402
-from .leases import LeaseChecks  # noqa: E402
-from .lifecycle import LifecycleChecks  # noqa: E402
-from .processes import ProcessChecks  # noqa: E402
-from .purge import PurgeChecks  # noqa: E402
-from .reads import ReadChecks  # noqa: E402
-from .scale import ScaleChecks  # noqa: E402
-from .snapshots import SnapshotChecks  # noqa: E402
-from .status_index import StatusIndexChecks  # noqa: E402
+from ._appends import AppendChecks  # noqa: E402
+from ._blobs import BlobChecks  # noqa: E402
+from ._compaction import CompactionChecks  # noqa: E402
+from ._concurrency import ConcurrencyChecks  # noqa: E402
+from ._crash import CrashChecks  # noqa: E402
+from ._faults import FaultChecks  # noqa: E402
+from ._harness import StoreHarness, files_bytes  # noqa: E402
+from ._leases import LeaseChecks  # noqa: E402
+from ._lifecycle import LifecycleChecks  # noqa: E402
+from ._processes import ProcessChecks  # noqa: E402
+from ._purge import PurgeChecks  # noqa: E402
+from ._reads import ReadChecks  # noqa: E402
+from ._scale import ScaleChecks  # noqa: E402
+from ._snapshots import SnapshotChecks  # noqa: E402
+from ._status_index import StatusIndexChecks  # noqa: E402
 
 
 class StoreConformance(
@@ -77,4 +80,20 @@ class StoreConformance(
     """
 
 
-__all__ = ["StoreConformance", "StoreHarness", "files_bytes"]
+__all__ = ["StoreConformance", "StoreHarness", "TortureConformance", "files_bytes"]
+
+
+def __getattr__(name: str) -> object:
+    """``TortureConformance``, imported on first use (PEP 562).
+
+    It drives real agents, so it lives on the runtime side; importing it lazily
+    keeps ``import durably.storage.conformance`` free of the runtime.
+
+    Raises:
+        AttributeError: for any other name.
+    """
+    if name == "TortureConformance":
+        from durably._runtime.torture.testing import TortureConformance
+
+        return TortureConformance
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

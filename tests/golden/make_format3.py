@@ -12,9 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from durably.schemas.records import Kind, Record
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.spi import StreamId
+from durably.schemas._records import Kind, Record
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._spi import StreamId
 
 OUT = Path(__file__).resolve().parent / "format3"
 

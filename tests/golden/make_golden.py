@@ -36,13 +36,13 @@ from typing import Any
 import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
-from durably.runtime import Runtime, SnapshotPolicy
-from durably.cli.demo.survey import survey_agent, survey_task
-from durably.schemas.records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind, Record
-from durably.storage.codec import Codec
-from durably.runtime.record_codec import RecordCodec
-from durably.storage.registry import open_store
-from durably.storage.spi import StreamId
+from durably._runtime import Runtime, SnapshotPolicy
+from durably._cli.demo.survey import survey_agent, survey_task
+from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind, Record
+from durably.storage._codec import Codec
+from durably._runtime.record_codec import RecordCodec
+from durably.storage._registry import open_store
+from durably.storage._spi import StreamId
 
 HERE = Path(__file__).resolve().parent
 MODULES = ["colorsys", "bisect", "fnmatch"]

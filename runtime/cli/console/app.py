@@ -29,16 +29,16 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from durably.storage.codec import FrameCipher
-from durably.storage.errors import DurablyError
+from durably.storage._codec import FrameCipher
+from durably.storage._errors import DurablyError
 
 from ..output import neutralise, when
-from durably.runtime.errors import AgentNotFoundError, InvalidCommandError, SeqOutOfRangeError
-from durably.runtime.runtime import Runtime
+from durably._runtime.errors import AgentNotFoundError, InvalidCommandError, SeqOutOfRangeError
+from durably._runtime.runtime import Runtime
 from .security import ConsoleSecurity, CSRFError, check_binding, csrf_token, require_csrf
 from .timeline import ContentPolicy, timeline
 
-_HERE = files("durably.cli.console")
+_HERE = files("durably._cli.console")
 #: State fields that describe the run rather than quote a model, a tool or a user.
 _NOT_CONTENT = frozenset({"namespace", "agent_id", "run_id", "definition", "status", "usage", "budget", "last_seq",
                           "forked_from"})

@@ -21,11 +21,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from durably.schemas.records import Kind
+from durably.schemas._records import Kind
 
-from durably.runtime.history import HistoryEntry, call_text, clip
-from durably.runtime.redaction import RedactionPolicy
-from durably.runtime.redactor import Redactor
+from durably._runtime.history import HistoryEntry, call_text, clip
+from durably._runtime.redaction import RedactionPolicy
+from durably._runtime.redactor import Redactor
 
 _PARKING = {Kind.APPROVAL_REQUESTED, Kind.BUDGET_EXCEEDED}
 

@@ -27,7 +27,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from durably.runtime import Runtime
+from durably._runtime import Runtime
 from durably.storage import StreamId, open_store
 
 from .survey import CANDIDATES, _read_lines, survey_agent, survey_task
@@ -44,7 +44,7 @@ class Check:
 
 
 def _worker(store: str, agent_id: str, workdir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "durably.cli.demo.worker", "--store", store, "--namespace", NAMESPACE,
+    cmd = [sys.executable, "-m", "durably._cli.demo.worker", "--store", store, "--namespace", NAMESPACE,
            "--agent-id", agent_id, "--workdir", str(workdir), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
@@ -125,7 +125,7 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
     if parked["approvals"]:
         argv = ["approve", agent_id, parked["approvals"][0], "--store", store, "--namespace", NAMESPACE, "--by", "demo-reviewer"]
         console.print(f"4. a separate process approves: durably {' '.join(argv)}", markup=False)
-        approver = subprocess.run([sys.executable, "-m", "durably.cli", *argv], capture_output=True, text=True, timeout=120)
+        approver = subprocess.run([sys.executable, "-m", "durably._cli", *argv], capture_output=True, text=True, timeout=120)
         console.print(f"   {approver.stdout.strip() or approver.stderr.strip()}")
     console.print("5. worker 3 resumes and finishes...")
     w3 = _worker(store, agent_id, run_dir, *extra)

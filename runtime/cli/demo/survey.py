@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from durably.runtime import AgentDefinition, ModelResponse, Reconciled, Tool, ToolCall, ToolContext, Usage, tool
+from durably._runtime import AgentDefinition, ModelResponse, Reconciled, Tool, ToolCall, ToolContext, Usage, tool
 
 #: Pure-Python standard-library modules present in every CPython >= 3.11.
 CANDIDATES = [

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from durably.runtime import Runtime, SnapshotPolicy
+from durably._runtime import Runtime, SnapshotPolicy
 
 from .survey import survey_agent, survey_task
 

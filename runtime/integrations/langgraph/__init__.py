@@ -10,15 +10,15 @@ database (``AsyncSqliteSaver`` / ``SqliteSaver``) into a ``DurablySaver``.
 Needs the ``langgraph`` extra: ``pip install 'durably[langgraph]'``.
 """
 
-from .errors import (
+from ._errors import (
     CheckpointValueError,
     ForeignLoopError,
     InvalidPruneStrategyError,
     InvalidThreadIdError,
     SyncCallOnLoopError,
 )
-from .importer import ImportedThread, ImportSourceError, import_sqlite_threads
-from .saver import DurablySaver
+from ._importer import ImportedThread, ImportSourceError, import_sqlite_threads
+from ._saver import DurablySaver
 
 __all__ = [
     "CheckpointValueError", "DurablySaver", "ForeignLoopError", "ImportSourceError", "ImportedThread",

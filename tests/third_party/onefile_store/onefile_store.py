@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import anyio
 from anyio.to_thread import run_sync
 
-from durably.storage.base import StoreBase
-from durably.storage.errors import ConflictError, InvalidRequestError, StoreUnavailableError, UnsafeCompactionError
-from durably.storage.spi import CAP_SINGLE_PROCESS, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage._base import StoreBase
+from durably.storage._errors import ConflictError, InvalidRequestError, StoreUnavailableError, UnsafeCompactionError
+from durably.storage._spi import CAP_SINGLE_PROCESS, AppendRequest, StoredRecord, StoredSnapshot, StreamId, check_append
 
 
 def _empty() -> dict:

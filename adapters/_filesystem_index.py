@@ -1,0 +1,201 @@
+"""The filesystem adapter's status index (``CAP_STATUS_INDEX``), without transactions.
+
+Files (names hashed as the streams' are)::
+
+    streams/<ns>/<agent>/entry          the stream's IndexEntry as JSON (absent: none)
+    index/<ns>/<status>/<agent>         hint: the stream may have this status (holds its id)
+    index/<ns>/none/<agent>             hint: the stream may have no (valid) entry
+
+A file system cannot write the records and the entry in one atomic step, so
+the entry may lag, and the hints are what keeps that safe. The rule: a
+stream always has a hint under the status its journal holds, or under
+``none``. An append that carries entry E writes E's hint *before* its
+records (and E itself too when E says ``running``), then after them the hint
+again, E, removes the stream's other hints, and reads the last seq back: if
+someone appended meanwhile, their status may be one whose hint was just
+removed, so a ``none`` hint goes back. ``list_index`` reads the hint
+directories it is asked about (plus ``none``) and checks each against the
+entry: an entry that disagrees with its hints is yielded as None ("read the
+journal"). So a crash or a race can only leave a stream listed where it is
+not (a restore, which repairs it through ``put_index``), never missing where
+it is. A directory written before the index gets a ``none`` hint for every
+stream at its first open by this version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import AsyncIterator, Collection
+from dataclasses import asdict
+from pathlib import Path
+
+from durably.storage._errors import InvalidRequestError
+from durably.storage._spi import AppendRequest, IndexedStream, IndexEntry, StreamId
+
+RUNNING = "running"  # the one status a scan resumes: its entry is also written before the records
+_NONE = "none"  # hints of streams that may have no valid entry (not a hex digest: no clash)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _key(status: str | None) -> str:
+    return _NONE if status is None else _digest(status)[:32]
+
+
+class FileSystemStatusIndex:
+    """Mixin giving ``FileSystemStore`` the ``IndexStore`` methods and the append hooks.
+
+    Relies on the host's ``root``, ``_check_open()``, ``_stream_dir(stream)``,
+    ``_write(path, chunks, replace=...)``, ``_last_seq(directory)`` and its
+    ``_io`` (blocking work in a worker thread, ``OSError`` as ``StoreUnavailableError``).
+    """
+
+    root: Path
+
+    # -- layout --------------------------------------------------------------
+
+    def _hint(self, stream: StreamId, status: str | None) -> Path:
+        return self.root / "index" / _digest(stream.namespace) / _key(status) / _digest(stream.agent_id)
+
+    def _put_hint(self, stream: StreamId, status: str | None) -> None:
+        path = self._hint(stream, status)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._write(path, [json.dumps([stream.namespace, stream.agent_id]).encode()], replace=True)  # type: ignore[attr-defined]
+
+    def _read_entry(self, stream: StreamId) -> IndexEntry | None:
+        try:
+            fields = json.loads((self._stream_dir(stream) / "entry").read_bytes())  # type: ignore[attr-defined]
+        except FileNotFoundError:
+            return None
+        return IndexEntry(**{**fields, "open_approvals": tuple(fields["open_approvals"])})
+
+    def _write_entry(self, stream: StreamId, entry: IndexEntry | None) -> None:
+        path = self._stream_dir(stream) / "entry"  # type: ignore[attr-defined]
+        if entry is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        self._write(path, [json.dumps(asdict(entry)).encode()], replace=True)  # type: ignore[attr-defined]
+
+    def _settle(self, stream: StreamId, entry: IndexEntry | None, end_seq: int) -> bool:
+        """After the records up to ``end_seq``: the hint, the entry, the other hints gone,
+        then the last seq read back (moved: a ``none`` hint again, and False)."""
+        keep = _key(entry.status if entry is not None else None)
+        self._put_hint(stream, entry.status if entry is not None else None)
+        self._write_entry(stream, entry)
+        base = self.root / "index" / _digest(stream.namespace)
+        name = _digest(stream.agent_id)
+        for status_dir in os.listdir(base):
+            if status_dir != keep:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(base / status_dir / name)
+        if self._last_seq(self._stream_dir(stream)) != end_seq:  # type: ignore[attr-defined]
+            self._put_hint(stream, None)
+            return False
+        return True
+
+    # -- hooks of the host's append and purge --------------------------------
+
+    def _index_before(self, request: AppendRequest) -> None:
+        """Before the records of ``request`` (its stream directory exists)."""
+        entry = request.index
+        if entry is None:
+            if request.expected_seq == 0:
+                self._put_hint(request.stream, None)  # a new stream without an entry
+            return
+        if not isinstance(entry, IndexEntry):
+            raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(entry).__name__}")
+        self._put_hint(request.stream, entry.status)
+        if entry.status == RUNNING:
+            self._write_entry(request.stream, entry)  # a crash after the records leaves it runnable
+
+    def _index_after(self, request: AppendRequest, end_seq: int) -> None:
+        """After the records of ``request`` were appended through ``end_seq``."""
+        if request.index is not None:
+            self._settle(request.stream, request.index, end_seq)
+
+    def _drop_hints(self, stream: StreamId) -> None:
+        base = self.root / "index" / _digest(stream.namespace)
+        name = _digest(stream.agent_id)
+        for status_dir in os.listdir(base) if base.exists() else []:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(base / status_dir / name)
+
+    def _hint_old_streams(self) -> None:
+        """At open: a directory from before the index gets a ``none`` hint for every stream."""
+        if (self.root / "index").exists():
+            return
+        streams = self.root / "streams"
+        for ns in os.listdir(streams):
+            for agent in os.listdir(streams / ns):
+                try:
+                    namespace, agent_id = json.loads((streams / ns / agent / "id").read_bytes())
+                except FileNotFoundError:
+                    continue
+                self._put_hint(StreamId(namespace, agent_id), None)
+        (self.root / "index").mkdir(exist_ok=True)
+
+    # -- IndexStore ----------------------------------------------------------
+
+    async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
+                         page_size: int = 512) -> AsyncIterator[IndexedStream]:
+        """See ``IndexStore.list_index``: the asked-for hint directories and ``none``, checked against the entries."""
+        self._check_open()  # type: ignore[attr-defined]
+        base = self.root / "index" / _digest(namespace)
+
+        def scan() -> list[IndexedStream]:
+            wanted = None if statuses is None else {_key(s) for s in statuses} | {_NONE}
+            hints: dict[str, set[str]] = {}
+            for status_dir in os.listdir(base) if base.exists() else []:
+                if wanted is None or status_dir in wanted:
+                    for name in os.listdir(base / status_dir):
+                        hints.setdefault(name, set()).add(status_dir)
+            found = []
+            for name, keys in hints.items():
+                try:
+                    ns, agent_id = json.loads((base / next(iter(keys)) / name).read_bytes())
+                except FileNotFoundError:
+                    continue  # settled elsewhere meanwhile; its other hint is listed or it is not in the set
+                stream = StreamId(ns, agent_id)
+                if self._last_seq(self._stream_dir(stream)) == 0:  # type: ignore[attr-defined]
+                    continue  # purged, or only blobs
+                entry = self._read_entry(stream)
+                agrees = entry is not None and keys == {_key(entry.status)}
+                found.append(IndexedStream(stream, entry if agrees else None))
+            return found
+
+        for row in await self._io(scan):  # type: ignore[attr-defined]
+            yield row
+
+    async def get_index(self, stream: StreamId) -> IndexEntry | None:
+        """See ``IndexStore.get_index``: None also for an entry its hints disagree with
+        (as ``list_index`` sees it), so the restore that follows repairs it."""
+        self._check_open()  # type: ignore[attr-defined]
+
+        def get() -> IndexEntry | None:
+            entry = self._read_entry(stream)
+            base = self.root / "index" / _digest(stream.namespace)
+            name = _digest(stream.agent_id)
+            keys = {d for d in (os.listdir(base) if base.exists() else []) if (base / d / name).exists()}
+            return entry if entry is not None and keys == {_key(entry.status)} else None
+
+        found: IndexEntry | None = await self._io(get)  # type: ignore[attr-defined]  # the host's
+        return found
+
+    async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
+        """See ``IndexStore.put_index``; the compare-and-set is ``_settle``'s read-back."""
+        self._check_open()  # type: ignore[attr-defined]
+
+        def put() -> bool:
+            if at_seq < 1 or self._last_seq(self._stream_dir(stream)) != at_seq:  # type: ignore[attr-defined]
+                return False
+            return self._settle(stream, entry, at_seq)
+
+        written: bool = await self._io(put)  # type: ignore[attr-defined]  # the host's
+        return written

@@ -1,0 +1,187 @@
+"""Change notifications (``CAP_CHANGES``) of the PostgreSQL adapter: LISTEN/NOTIFY.
+
+``publish_change(stream)`` is ``SELECT pg_notify(channel, '["namespace", "agent id"]')``
+on a pooled connection: delivered at once to every session listening on the
+store's channel (one per schema), in any process on any host. A
+subscription holds one dedicated connection (not from the pool: a listening
+session must stay open) that ``LISTEN``s on the channel, in a task of the
+subscription's own task group. When that connection drops (server restart,
+network, an operator terminating it) the feed reconnects with capped, jittered
+exponential backoff, and the next ``wait()`` returns None: notifications may
+have been missed, so the waiter looks at everything once. A half-open
+connection is found by a ``SELECT 1`` every ``PING_INTERVAL`` seconds.
+
+PostgreSQL's notifications are at-most-once hints (a session that is not
+listening at the moment of the commit never gets them), which is why
+``Runtime.serve`` still polls, less often.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import asyncpg
+from anyio.abc import TaskStatus
+
+from durably.storage._spi import StreamId
+
+if TYPE_CHECKING:
+    from ._options import PostgresOptions
+
+log = logging.getLogger("durably.adapters.postgres")
+
+#: Seconds between liveness checks of a listening connection.
+PING_INTERVAL = 5.0
+#: Reconnect backoff: first wait and cap, in seconds (full jitter).
+BACKOFF_BASE, BACKOFF_CAP = 0.05, 5.0
+
+
+def channel_of(schema: str) -> str:
+    """The NOTIFY channel of a schema: ``durably.<schema>``, hashed when it would pass 63 bytes."""
+    name = f"durably.{schema}"
+    return name if len(name) <= 63 else "durably." + hashlib.sha256(schema.encode()).hexdigest()[:32]
+
+
+class ChangeFeed:
+    """A subscription to one namespace's change notifications (``durably.storage._spi.ChangeSubscription``).
+
+    Made by ``PostgresStore.subscribe_changes``; ``wait()`` returns the streams
+    notified since the last call, or None after the feed was (re)connected.
+    ``connected`` tells whether it listens right now, ``reconnects`` how often it had to.
+    """
+
+    def __init__(self, dsn: str, connect_timeout: float, application_name: str, channel: str, namespace: str) -> None:
+        self._dsn = dsn
+        self._connect_timeout = connect_timeout
+        self._application_name = application_name
+        self._channel = channel
+        self._namespace = namespace
+        self._changed: set[StreamId] = set()
+        self._missed = False
+        self._event = anyio.Event()
+        self.connected = False
+        self.reconnects = 0
+
+    async def wait(self) -> frozenset[StreamId] | None:
+        """The streams notified since the last call (waits for one), or None when some may have been missed."""
+        while not (self._changed or self._missed):
+            await self._event.wait()
+            self._event = anyio.Event()
+        if self._missed:
+            self._missed = False
+            self._changed.clear()
+            return None
+        changed, self._changed = frozenset(self._changed), set()
+        return changed
+
+    def _wake(self) -> None:
+        self._event.set()
+
+    def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        try:
+            namespace, agent_id = json.loads(str(payload))
+            stream = StreamId(namespace, agent_id)
+        except (ValueError, TypeError):
+            log.warning("ignoring a malformed durably notification on %s", self._channel)
+            return
+        if stream.namespace == self._namespace:
+            self._changed.add(stream)
+            self._wake()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled, reconnecting with backoff; ``started`` after the first attempt."""
+        failures = 0
+        self._task_status: TaskStatus[None] | None = task_status
+        while True:
+            try:
+                await self._listen_once()
+                failures = 0
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+                log.warning("durably change feed on %s lost: %s: %s; polling until it is back",
+                            self._channel, type(exc).__name__, exc)
+            finally:
+                self.connected = False
+            self._started()
+            # Whatever was notified while we were not listening is lost: say so.
+            self._missed = True
+            self._wake()
+            failures += 1
+            self.reconnects += 1
+            await anyio.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** failures)))
+
+    def _started(self) -> None:
+        """Tell the task group's ``start`` (once) that the first attempt is over."""
+        task_status, self._task_status = self._task_status, None
+        if task_status is not None:
+            task_status.started()
+
+    async def _listen_once(self) -> None:
+        """One listening connection, from connect to its loss (returns or raises when it is gone)."""
+        conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout,
+                                     server_settings={"application_name": self._application_name})
+        try:
+            lost = anyio.Event()
+            conn.add_termination_listener(lambda _conn: lost.set())
+            await conn.add_listener(self._channel, self._on_notification)
+            self.connected = True
+            self._started()
+            while not lost.is_set():
+                with anyio.move_on_after(PING_INTERVAL):
+                    await lost.wait()
+                if not lost.is_set():
+                    with anyio.fail_after(self._connect_timeout):
+                        await conn.fetchval("SELECT 1")
+        finally:
+            conn.terminate()  # no round trip: the session (and its LISTEN) ends with the socket
+
+
+class PostgresChanges:
+    """Mixin giving ``PostgresStore`` the ``ChangeStore`` methods (see ``durably.storage._spi``).
+
+    Relies on the host's ``_check_open()``, ``_execute(what, sql, *args)``, ``options``
+    and ``_application_name``.
+    """
+
+    if TYPE_CHECKING:  # the host's (PostgresStore), declared for the type checker
+        options: PostgresOptions
+        _application_name: str
+
+        def _check_open(self) -> None: ...
+
+        async def _execute(self, what: str, sql: str, *args: Any) -> str: ...
+
+    @property
+    def _channel(self) -> str:
+        return channel_of(self.options.schema)
+
+    async def publish_change(self, stream: StreamId) -> None:
+        """NOTIFY the store's channel that ``stream`` changed. Raises ``StoreUnavailableError`` past the deadline."""
+        self._check_open()
+        payload = json.dumps([stream.namespace, stream.agent_id])
+        await self._execute("publish_change", "SELECT pg_notify($1, $2)", self._channel, payload)
+
+    @asynccontextmanager
+    async def subscribe_changes(self, namespace: str) -> AsyncIterator[ChangeFeed]:
+        """Listen for changes of ``namespace``'s streams for the block; yields a ``ChangeFeed``.
+
+        Entering waits for the first connection attempt (so a notification
+        published after entering is seen when the database is up); an outage never
+        raises here, the feed reconnects and ``wait()`` reports the gap.
+        """
+        self._check_open()
+        options = self.options
+        feed = ChangeFeed(options.listen_dsn, options.connect_timeout, f"{self._application_name}-listen",
+                          self._channel, namespace)
+        async with anyio.create_task_group() as group:
+            await group.start(feed.run)
+            try:
+                yield feed
+            finally:
+                group.cancel_scope.cancel()

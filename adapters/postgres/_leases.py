@@ -1,0 +1,100 @@
+"""Leases (``CAP_LEASES``) of the PostgreSQL adapter: which worker runs a stream now.
+
+One row per stream in ``leases`` (schema version 2), keyed by namespace and
+agent id, not by the ``streams`` row, so a lease never makes a stream exist.
+
+* **Acquire** is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement:
+  the row is locked from the check to the write, so of workers racing for a
+  free or expired lease, on any number of hosts, exactly one gets it; the
+  others' WHERE fails on the row the winner committed and they get no row.
+* **Fencing tokens come from a database sequence** (``lease_tokens``): taking
+  a free, released or expired lease writes ``nextval``, which is greater than
+  every token the sequence ever gave, for this stream or any other, across
+  releases, purges, reopen and server restarts; a renewal by the owner of an
+  unexpired lease keeps its token. Release keeps the row and marks it expired.
+* **The clock is the database's** (``clock_timestamp()``, unix seconds), one
+  clock for every worker, so lease expiry does not depend on the workers'
+  clocks agreeing; ``expires_at`` is in that clock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from durably.storage._spi import Lease, StreamId, check_lease
+
+if TYPE_CHECKING:
+    import asyncpg
+
+_NOW = "extract(epoch FROM clock_timestamp())::double precision"
+
+
+class PostgresLeases:
+    """Mixin giving ``PostgresStore`` the ``LeaseStore`` methods (see ``durably.storage._spi``).
+
+    Relies on the host's ``_check_open()``, ``_fetch(what, sql, *args)``,
+    ``_execute(what, sql, *args)`` and ``_sql``. Errors as the host's: ``StoreClosedError``,
+    ``InvalidRequestError`` (owner, ttl), ``StoreUnavailableError`` past the retry deadline.
+    A retried acquire is safe: if the first attempt took the lease, the retry finds
+    its own unexpired lease and renews it with the same token.
+    """
+
+    if TYPE_CHECKING:  # the host's (PostgresStore), declared for the type checker
+        _sql: dict[str, str]
+
+        def _check_open(self) -> None: ...
+
+        async def _fetch(self, what: str, sql: str, *args: Any) -> list[asyncpg.Record]: ...
+
+        async def _execute(self, what: str, sql: str, *args: Any) -> str: ...
+
+    @staticmethod
+    def _lease_sql(s: str) -> dict[str, str]:
+        return {
+            "acquire_lease": (
+                f"INSERT INTO {s}.leases AS l (namespace, agent_id, owner, token, expires_at) "
+                f"VALUES ($1, $2, $3, nextval('{s}.lease_tokens'), {_NOW} + $4) "
+                "ON CONFLICT (namespace, agent_id) DO UPDATE SET "
+                f"token = CASE WHEN l.owner = excluded.owner AND l.expires_at > {_NOW} THEN l.token ELSE excluded.token END, "
+                "owner = excluded.owner, expires_at = excluded.expires_at "
+                f"WHERE l.owner = excluded.owner OR l.expires_at <= {_NOW} "
+                "RETURNING token, expires_at"
+            ),
+            "release_lease": f"UPDATE {s}.leases SET expires_at = 0 WHERE namespace = $1 AND agent_id = $2 "
+                             "AND owner = $3 AND token = $4",
+            "get_lease": f"SELECT owner, token, expires_at FROM {s}.leases WHERE namespace = $1 AND agent_id = $2 "
+                         f"AND expires_at > {_NOW}",
+            "delete_lease": f"DELETE FROM {s}.leases WHERE namespace = $1 AND agent_id = $2",
+        }
+
+    async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
+        """Take or renew ``stream``'s lease for ``owner`` for ``ttl`` seconds; see ``LeaseStore.acquire_lease``.
+
+        Returns the lease now held by ``owner``, or None when another owner holds an
+        unexpired one. An expired lease is taken anew with a new token, also by its
+        former owner; only an unexpired lease is renewed in place.
+        """
+        self._check_open()
+        check_lease(owner, ttl)
+        rows = await self._fetch("acquire_lease", self._sql["acquire_lease"],
+                                 stream.namespace, stream.agent_id, owner, float(ttl))
+        if not rows:
+            return None
+        token, expires_at = rows[0]
+        return Lease(stream, owner, token, expires_at)
+
+    async def release_lease(self, lease: Lease) -> None:
+        """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) no-op."""
+        self._check_open()
+        stream = lease.stream
+        await self._execute("release_lease", self._sql["release_lease"],
+                            stream.namespace, stream.agent_id, lease.owner, lease.token)
+
+    async def get_lease(self, stream: StreamId) -> Lease | None:
+        """The unexpired lease of ``stream`` (by the database's clock), or None."""
+        self._check_open()
+        rows = await self._fetch("get_lease", self._sql["get_lease"], stream.namespace, stream.agent_id)
+        if not rows:
+            return None
+        owner, token, expires_at = rows[0]
+        return Lease(stream, owner, token, expires_at)

@@ -1,0 +1,102 @@
+"""The PostgreSQL adapter's URL: ``postgresql://user@host:port/db?schema=durably``.
+
+Everything libpq understands stays in the URL and goes to asyncpg as it is
+(user, password, host, port, database, ``sslmode``, ``target_session_attrs``...);
+parts left out come from the libpq environment variables (``PGHOST``,
+``PGUSER``, ``PGPASSWORD``, ``PGDATABASE``...) and ``~/.pgpass``, as with
+``psql``. durably's own query parameters are taken out first:
+
+=======================  =======  ======================================================
+name                     default  meaning
+=======================  =======  ======================================================
+``schema``               durably  the schema holding durably's tables (created on open)
+``pool_min``             1        connections the pool keeps open
+``pool_max``             10       connections the pool opens at most
+``statement_timeout``    30       seconds a statement may run on the server (then it is
+                                  cancelled there: ``statement_timeout``)
+``connect_timeout``      10       seconds to establish a connection
+``deadline``             30       seconds after which no retry of a failed call starts
+``lock_timeout``         10       seconds ``open()`` waits for the schema's lock
+``listen_dsn``           the URL  a libpq URL (percent-encoded) for the LISTEN connection
+                                  of change notifications: a direct one where the
+                                  pool goes through PgBouncer's transaction mode,
+                                  which cannot LISTEN
+=======================  =======  ======================================================
+
+A password in the URL is never logged: ``redacted(url)`` replaces it, and the
+store's ``repr`` uses that.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from durably.storage._errors import InvalidStoreURLError
+from durably.storage._urls import parse_store_url
+
+SCHEMES = ("postgresql", "postgres")
+#: A schema name durably accepts: an unquoted PostgreSQL identifier (lower case, so
+#: it means the same quoted or not), at most 63 bytes.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresOptions:
+    """The parsed URL: ``dsn`` (what asyncpg gets), the schema, pool bounds, timeouts in seconds."""
+
+    dsn: str
+    schema: str = "durably"
+    pool_min: int = 1
+    pool_max: int = 10
+    statement_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    deadline: float = 30.0
+    lock_timeout: float = 10.0
+    listen_dsn: str = ""  # "" = dsn
+
+    @classmethod
+    def from_url(cls, url: str) -> "PostgresOptions":
+        """Parse ``url``. Raises ``InvalidStoreURLError`` (a ValueError) for another scheme, a
+        schema name that is not a plain identifier, or an option out of range."""
+        numbers = {"pool_min": int, "pool_max": int, "statement_timeout": float, "connect_timeout": float,
+                   "deadline": float, "lock_timeout": float}
+        parsed = parse_store_url(url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url),
+                                 passthrough=True)  # libpq's own options (sslmode...) go on to asyncpg
+        fields: dict[str, Any] = parsed.options  # each converted to its field's type; _validate checks ranges
+        passed = parsed.passthrough
+        parts = urlsplit(url)
+        dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
+        fields.setdefault("listen_dsn", dsn)
+        options = cls(dsn=dsn, **fields)
+        options._validate()
+        return options
+
+    def _validate(self) -> None:
+        if not _SCHEMA_NAME.fullmatch(self.schema):
+            raise InvalidStoreURLError(
+                f"schema {self.schema!r} must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 chars)")
+        if self.pool_min < 0 or self.pool_max < 1 or self.pool_min > self.pool_max:
+            raise InvalidStoreURLError(f"need 0 <= pool_min <= pool_max and pool_max >= 1 (got {self.pool_min}, {self.pool_max})")
+        for name in ("statement_timeout", "connect_timeout", "deadline", "lock_timeout"):
+            if not getattr(self, name) > 0:
+                raise InvalidStoreURLError(f"{name} must be > 0 seconds")
+
+
+def redacted(url: str) -> str:
+    """``url`` with any password (in the user part or a ``password=`` option) replaced by ``***``,
+    for logs, reprs and error messages."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    query = parts.query
+    if "password=" in query:
+        query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(query, keep_blank_values=True)])
+    shown = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    if not netloc and url.partition(":")[2].startswith("//"):  # urlunsplit drops the // of an empty host
+        shown = f"{parts.scheme}://{shown.partition(':')[2].removeprefix('//')}"
+    return shown

@@ -1,0 +1,449 @@
+"""``PostgresStore``: the storage SPI on PostgreSQL through asyncpg.
+
+Layout and the append function are in ``schema``; URL options in ``options``;
+fault mapping and retries in ``faults``; leases in ``leases``; change
+notifications (LISTEN/NOTIFY) in ``changes``.
+
+Appends. ``append_batch`` is one statement: one round trip, one transaction,
+one WAL flush for the whole group commit. To streams that all exist and are
+distinct (the steady state) it is ``schema.APPEND_FAST``; a batch that creates a
+stream or names one twice calls the schema's function ``append_batch`` (see
+``schema``), which goes request by request. Either way the expected-seq check
+is an ``UPDATE ... WHERE last_seq = expected``, atomic in the database, never
+a read-then-write in the client. Each call carries a random token that the
+function stores with its per-request results in the same transaction. When
+the connection fails while the call is in flight (dropped, server restarted,
+client-side timeout), the outcome is unknown: ``_resolve`` makes sure the
+backend that ran it is gone (``pg_terminate_backend``, then waits until it is
+no longer in ``pg_stat_activity``: after that its transaction can no longer
+commit) and reads the token back. Found: the stored results are the answer
+(the batch committed). Not found: it did not commit and is sent again. Only
+when the database stays unreachable past the deadline does the caller get
+``StoreUnavailableError`` with the outcome unknown, as the SPI allows.
+
+Durability: an append returns once PostgreSQL committed it, with the server's
+``synchronous_commit`` (on by default: the commit record is flushed to the
+WAL first), so it survives a server crash or restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+import anyio
+import asyncpg
+
+from durably.storage._base import StoreBase
+from durably.storage._errors import (
+    BlobNotFoundError,
+    ConflictError,
+    InvalidRequestError,
+    StoreClosedError,
+    UnsafeCompactionError,
+)
+from durably.storage._spi import (
+    AppendRequest, BlobStore, ChangeStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
+)
+
+from . import _schema as layout
+from ._changes import PostgresChanges
+from ._faults import OutcomeUnknown, connection_lost, retrying, translate, with_retries
+from ._leases import PostgresLeases
+from ._options import PostgresOptions, redacted
+from ._status_index import PostgresStatusIndex, check_entries, entry_rows, index_sql
+
+T = TypeVar("T")
+
+if TYPE_CHECKING:
+    #: What the pool hands out: a proxy with every method of ``asyncpg.Connection``.
+    PooledConnection: TypeAlias = asyncpg.pool.PoolConnectionProxy[asyncpg.Record]
+log = logging.getLogger("durably.adapters.postgres")
+
+_MAX_SEQ = (1 << 63) - 1
+
+
+class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreBase, BlobStore, LeaseStore, ChangeStore, IndexStore):
+    """A ``Store`` in a PostgreSQL schema, shared by any number of processes on any hosts.
+
+    In: ``url`` such as ``postgresql://app@db:5432/agents?schema=durably`` (see
+    ``durably.adapters.postgres._options``); building the store does no I/O and
+    raises ``InvalidRequestError`` for a malformed URL. ``open`` makes the
+    connection pool and creates or migrates the schema; it raises
+    ``StoreUnavailableError`` when the server cannot be reached,
+    ``PostgresSetupError`` on a read-only server, for missing privileges or a
+    schema lock held too long, and ``UnknownSchemaVersionError`` for a schema of
+    a newer durably. Data methods retry transient failures up to the URL's
+    ``deadline`` and then raise ``StoreUnavailableError``; see ``faults``.
+    Capabilities: blobs, leases (fencing tokens from a database sequence, the
+    database's clock), changes (LISTEN/NOTIFY). Runs on asyncio (anyio's asyncio
+    backend), as asyncpg does. Idea: event-store tables as in Marten and
+    Message DB, a stream row per stream carrying its version.
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.options = PostgresOptions.from_url(url)
+        self._url = redacted(url)
+        self._pool: asyncpg.Pool | None = None
+        # Names this store's connections in pg_stat_activity, so _resolve only ever
+        # terminates a backend of this store (a pid alone may be reused).
+        self._application_name = f"durably-{uuid.uuid4().hex[:12]}"
+        s = f'"{self.options.schema}"'
+        self._sql: dict[str, str] = {
+            "append": f"SELECT {s}.append_batch($1, $2, $3, $4, $5, $6, $7, $8)",
+            "append_fast": layout.APPEND_FAST.format(s=s),
+            "commit": f"SELECT results FROM {s}.commits WHERE token = $1",
+            "last_seq": f"SELECT last_seq FROM {s}.streams WHERE namespace = $1 AND agent_id = $2",
+            "read": f"SELECT r.seq, r.data FROM {s}.records AS r JOIN {s}.streams AS st ON st.id = r.stream_id "
+                    "WHERE st.namespace = $1 AND st.agent_id = $2 AND r.seq > $3 ORDER BY r.seq LIMIT $4",
+            "put_snapshot": f"INSERT INTO {s}.snapshots (stream_id, seq, data) SELECT id, $3::bigint, $4::bytea "
+                            f"FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 AND $3::bigint BETWEEN 1 AND last_seq "
+                            "ON CONFLICT (stream_id, seq) DO UPDATE SET data = excluded.data",
+            "get_snapshot": f"SELECT sn.seq, sn.data FROM {s}.snapshots AS sn JOIN {s}.streams AS st ON st.id = sn.stream_id "
+                            "WHERE st.namespace = $1 AND st.agent_id = $2 AND sn.seq <= $3 ORDER BY sn.seq DESC LIMIT 1",
+            "delete_snapshots": f"DELETE FROM {s}.snapshots AS sn USING {s}.streams AS st WHERE st.id = sn.stream_id "
+                                "AND st.namespace = $1 AND st.agent_id = $2 AND sn.seq < $3 AND sn.seq < "
+                                f"(SELECT max(seq) FROM {s}.snapshots AS k WHERE k.stream_id = st.id)",
+            # One statement, so the covering-snapshot check and the deletion see the same snapshots.
+            "delete_records": f"WITH st AS (SELECT id, EXISTS (SELECT 1 FROM {s}.snapshots AS sn WHERE sn.stream_id = streams.id "
+                              f"AND sn.seq >= $3) AS covered FROM {s}.streams WHERE namespace = $1 AND agent_id = $2), "
+                              f"gone AS (DELETE FROM {s}.records WHERE stream_id = (SELECT id FROM st WHERE covered) "
+                              "AND seq <= $3) SELECT covered FROM st",
+            "list_first": f"SELECT agent_id FROM {s}.streams WHERE namespace = $1 AND agent_id >= $2 "
+                          "AND ($3::text IS NULL OR agent_id < $3) ORDER BY agent_id LIMIT $4",
+            "list_next": f"SELECT agent_id FROM {s}.streams WHERE namespace = $1 AND agent_id > $2 "
+                         "AND ($3::text IS NULL OR agent_id < $3) ORDER BY agent_id LIMIT $4",
+            "lock_stream": f"SELECT id FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 FOR UPDATE",
+            "ensure_stream": f"INSERT INTO {s}.streams (namespace, agent_id) VALUES ($1, $2) "
+                             "ON CONFLICT (namespace, agent_id) DO NOTHING",
+            "put_blob": f"INSERT INTO {s}.blobs (stream_id, digest, data) SELECT id, $3::text, $4::bytea "
+                        f"FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 ON CONFLICT (stream_id, digest) DO NOTHING",
+            "get_blob": f"SELECT b.data FROM {s}.blobs AS b JOIN {s}.streams AS st ON st.id = b.stream_id "
+                        "WHERE st.namespace = $1 AND st.agent_id = $2 AND b.digest = $3",
+        }
+        self._sql.update(self._lease_sql(s))
+        self._sql.update(index_sql(s))
+        # delete_stream's statements, in order: the stream's rows, then the stream.
+        self._purge_sql = [f"DELETE FROM {s}.{table} WHERE stream_id = $1" for table in ("records", "snapshots", "blobs")] + [
+            f"DELETE FROM {s}.streams WHERE id = $1"]
+
+    def _location(self) -> str:
+        return self._url  # the password, if any, replaced by ***
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def _open(self) -> None:
+        opts = self.options
+
+        async def connect() -> asyncpg.Pool:
+            return await asyncpg.create_pool(
+                opts.dsn, min_size=opts.pool_min, max_size=opts.pool_max, timeout=opts.connect_timeout,
+                # Client-side bound a little past the server's: catches a dead link the server cannot report.
+                command_timeout=opts.statement_timeout + 5,
+                server_settings={"application_name": self._application_name,
+                                 "statement_timeout": str(int(opts.statement_timeout * 1000))},
+                reset=_end_transaction,
+            )
+
+        pool = await with_retries(min(opts.deadline, 10.0), f"connecting to {self._url}", connect)
+        try:
+            async with pool.acquire() as conn:
+                await layout.prepare(conn, opts.schema, opts.lock_timeout)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                pool.terminate()
+            translated = translate(exc, f"opening {self._url}")
+            if translated is exc:
+                raise
+            raise translated from exc
+        self._pool = pool
+
+    async def _close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(10):
+                    await pool.close()  # waits for connections in use to be released
+                    return
+                pool.terminate()
+
+    # -- connection access -------------------------------------------------------
+
+    def _connections(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreClosedError("PostgresStore is not open")
+        return self._pool
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[PooledConnection]:
+        """A pooled connection for the block. A failure to give it back (the server went away
+        after the block's work was done) is not the block's failure: once a statement
+        returned, its outcome is known, and the pool replaces the broken connection."""
+        pool = self._connections()
+        conn = await pool.acquire()
+        try:
+            yield conn
+        finally:
+            try:
+                await pool.release(conn)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+                log.debug("a pooled connection broke on release (the pool drops it): %s", exc)
+
+    async def _call(self, what: str, work: Callable[[PooledConnection], Awaitable[T]]) -> T:
+        """Run ``work(connection)`` (idempotent), retrying transient failures; errors translated."""
+        self._connections()
+
+        async def attempt() -> T:
+            async with self._connection() as conn:
+                return await work(conn)
+
+        return await with_retries(self.options.deadline, what, attempt)
+
+    async def _fetch(self, what: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+        return await self._call(what, lambda conn: conn.fetch(sql, *args))
+
+    async def _execute(self, what: str, sql: str, *args: Any) -> str:
+        return await self._call(what, lambda conn: conn.execute(sql, *args))
+
+    # -- journal -----------------------------------------------------------------
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        """Group commit in one database call; see ``Store.append_batch`` and the module docstring.
+
+        Conflicting requests get a ``ConflictError`` in their slot and write nothing;
+        the others are committed when this returns. Raises ``InvalidRequestError``
+        (before any I/O, or for a value PostgreSQL cannot store) and
+        ``StoreUnavailableError`` (outage past the deadline: outcome unknown, re-read).
+        """
+        self._check_open()
+        for request in requests:
+            check_append(request)
+        check_entries(requests)
+        if not requests:
+            return []
+        indexed = any(r.index is not None for r in requests)
+        args = (
+            uuid.uuid4(),
+            [r.stream.namespace for r in requests],
+            [r.stream.agent_id for r in requests],
+            [r.expected_seq for r in requests],
+            [len(r.records) for r in requests],
+            [index for index, r in enumerate(requests, start=1) for _ in r.records],  # each record's request
+            [offset for r in requests for offset in range(1, len(r.records) + 1)],  # and its place in it
+            [data for r in requests for data in r.records],
+        )
+        # Distinct streams that all exist (the steady state of a runtime): one statement; else the function.
+        keys = {(r.stream.namespace, r.stream.agent_id) for r in requests}
+        sql = self._sql["append_fast" if len(keys) == len(requests) and all(r.expected_seq > 0 for r in requests)
+                        else "append"]
+        unknown: OutcomeUnknown | None = None  # an attempt whose outcome must be read back before any re-send
+        try:
+            async for state in retrying(self.options.deadline):
+                with state:
+                    found = None if unknown is None else await self._resolve(args[0], unknown)
+                    if found is not None:
+                        results = found
+                    else:
+                        unknown = None  # never sent, or known not to have committed: (re)send
+                        try:
+                            results = await self._append_once(sql, args, requests if indexed else None)
+                        except OutcomeUnknown as exc:
+                            unknown = exc
+                            raise
+        except Exception as exc:  # noqa: BLE001 - translated, cause kept
+            translated = translate(exc, "append")
+            if translated is exc:
+                raise
+            raise translated from exc
+        return [
+            result if result >= 0 else ConflictError(request.stream, request.expected_seq, -1 - result)
+            for request, result in zip(requests, results, strict=True)
+        ]
+
+    async def _append_once(self, sql: str, args: tuple[Any, ...], indexed: Sequence[AppendRequest] | None = None) -> list[int]:
+        """One append statement (with ``indexed``, the requests, in one transaction with their
+        index entries: ``status_index``). Raises ``OutcomeUnknown`` when the connection failed mid-call."""
+        async with self._connection() as conn:
+            pid = conn.get_server_pid()
+            try:
+                if indexed is None:
+                    return list(await conn.fetchval(sql, *args))
+                async with conn.transaction():
+                    results = list(await conn.fetchval(sql, *args))
+                    if (rows := entry_rows(indexed, results)) is not None:
+                        await conn.execute(self._sql["set_entries"], *rows)
+                return results
+            except asyncpg.UniqueViolationError as exc:
+                if exc.constraint_name != "commits_pkey":
+                    raise
+                # Our token is stored: an earlier attempt committed after all. Read it back.
+                raise OutcomeUnknown(exc, None) from exc
+            except Exception as exc:
+                if connection_lost(exc):
+                    raise OutcomeUnknown(exc, pid) from exc
+                raise
+
+    async def _resolve(self, token: uuid.UUID, unknown: OutcomeUnknown) -> list[int] | None:
+        """Decide an append whose connection failed mid-call: its stored results when it
+        committed, None when it surely did not (its backend is gone and left no token).
+        Database errors propagate (the caller retries the resolution, never a blind re-send)."""
+        async with self._connection() as conn:
+            if unknown.backend_pid is not None:
+                await self._end_backend(conn, unknown.backend_pid)
+            found = await conn.fetchval(self._sql["commit"], token)
+        return None if found is None else list(found)
+
+    async def _end_backend(self, conn: PooledConnection, pid: int) -> None:
+        """Terminate this store's backend ``pid`` if it still runs, and wait until it is gone."""
+        sql = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND application_name = $2"
+        with anyio.fail_after(self.options.statement_timeout + 5):
+            while await conn.fetch(sql, pid, self._application_name):
+                await anyio.sleep(0.01)
+
+    async def last_seq(self, stream: StreamId) -> int:
+        """The stream's highest appended seq; 0 for an unknown stream."""
+        self._check_open()
+        rows = await self._fetch("last_seq", self._sql["last_seq"], stream.namespace, stream.agent_id)
+        return rows[0][0] if rows else 0
+
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
+        """Yield records with seq > ``after_seq`` in order, ``page_size`` rows per query
+        (a connection is held for one page at a time, never across a yield)."""
+        self._check_open()
+        if page_size < 1:
+            raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
+        while True:
+            page = await self._fetch("read", self._sql["read"], stream.namespace, stream.agent_id, after_seq, page_size)
+            for seq, data in page:
+                yield StoredRecord(seq, data)
+            if len(page) < page_size:
+                return
+            after_seq = page[-1][0]
+
+    # -- snapshots ---------------------------------------------------------------
+
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+        """Store (or overwrite) the snapshot at ``seq``; ``InvalidRequestError`` unless 1 <= seq <= last seq."""
+        self._check_open()
+        if not isinstance(data, bytes):
+            raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
+        if not 1 <= seq <= _MAX_SEQ:
+            raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
+        status = await self._execute("put_snapshot", self._sql["put_snapshot"], stream.namespace, stream.agent_id, seq, data)
+        if status != "INSERT 0 1":
+            raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
+
+    async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
+        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
+        self._check_open()
+        bound = _MAX_SEQ if at_or_before is None else max(min(at_or_before, _MAX_SEQ), -1)
+        rows = await self._fetch("get_snapshot", self._sql["get_snapshot"], stream.namespace, stream.agent_id, bound)
+        return StoredSnapshot(rows[0][0], rows[0][1]) if rows else None
+
+    async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
+        """Delete snapshots with seq < ``before_seq``, always keeping the latest one."""
+        self._check_open()
+        bound = max(min(before_seq, _MAX_SEQ), -1)
+        await self._execute("delete_snapshots", self._sql["delete_snapshots"], stream.namespace, stream.agent_id, bound)
+
+    async def delete_records(self, stream: StreamId, through_seq: int) -> None:
+        """Compaction: delete records with seq <= ``through_seq``; ``last_seq`` is unchanged.
+
+        Raises ``UnsafeCompactionError`` unless a snapshot exists at a seq >= ``through_seq``.
+        An unknown stream is left alone.
+        """
+        self._check_open()
+        bound = max(min(through_seq, _MAX_SEQ), -1)
+        rows = await self._fetch("delete_records", self._sql["delete_records"], stream.namespace, stream.agent_id, bound)
+        if rows and not rows[0][0]:
+            raise UnsafeCompactionError(f"no snapshot at or after seq {through_seq} of {stream}")
+
+    # -- streams -----------------------------------------------------------------
+
+    async def list_streams(self, namespace: str, prefix: str = "", *, page_size: int = 512) -> AsyncIterator[StreamId]:
+        """Yield the namespace's streams whose agent id starts with ``prefix``, sorted by agent id
+        (code-point order: the columns are ``COLLATE "C"``), ``page_size`` rows per query."""
+        self._check_open()
+        upper = _prefix_successor(prefix)
+        rows = await self._fetch("list_streams", self._sql["list_first"], namespace, prefix, upper, page_size)
+        while True:
+            for (agent_id,) in rows:
+                yield StreamId(namespace, agent_id)
+            if len(rows) < page_size:
+                return
+            rows = await self._fetch("list_streams", self._sql["list_next"], namespace, rows[-1][0], upper, page_size)
+
+    async def delete_stream(self, stream: StreamId) -> None:
+        """Purge the stream's records, snapshots, blobs, lease and last seq; unknown streams are fine.
+
+        One transaction that first locks the stream's row (waiting for an append in
+        flight to commit), so every record committed before the purge goes with it.
+        """
+        self._check_open()
+
+        async def purge(conn: PooledConnection) -> None:
+            async with conn.transaction():
+                await conn.execute(self._sql["delete_lease"], stream.namespace, stream.agent_id)
+                sid = await conn.fetchval(self._sql["lock_stream"], stream.namespace, stream.agent_id)
+                if sid is not None:
+                    for sql in self._purge_sql:
+                        await conn.execute(sql, sid)
+
+        await self._call("delete_stream", purge)
+
+    # -- blobs -------------------------------------------------------------------
+
+    async def put_blob(self, stream: StreamId, data: bytes) -> str:
+        """Store ``data`` under its SHA-256 hex digest (returned); idempotent."""
+        self._check_open()
+        if not isinstance(data, bytes):
+            raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
+        if len(data) > 1 << 20:  # hashlib releases the GIL: hash big blobs off the event loop
+            digest = await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())
+        else:
+            digest = hashlib.sha256(data).hexdigest()
+
+        async def put(conn: PooledConnection) -> None:
+            async with conn.transaction():
+                await conn.execute(self._sql["ensure_stream"], stream.namespace, stream.agent_id)
+                await conn.execute(self._sql["put_blob"], stream.namespace, stream.agent_id, digest, data)
+
+        await self._call("put_blob", put)
+        return digest
+
+    async def get_blob(self, stream: StreamId, digest: str) -> bytes:
+        """The blob's bytes; ``BlobNotFoundError`` when the stream holds no such digest."""
+        self._check_open()
+        rows = await self._fetch("get_blob", self._sql["get_blob"], stream.namespace, stream.agent_id, str(digest))
+        if not rows:
+            raise BlobNotFoundError(f"no blob {digest} in {stream}")
+        data: bytes = rows[0][0]
+        return data
+
+
+async def _end_transaction(conn: asyncpg.Connection) -> None:
+    """What the pool does with a connection given back: roll back a transaction left open
+    (a cancelled block), nothing else. The adapter changes no session state (no SET, LISTEN,
+    cursors or session advisory locks), so asyncpg's default reset query would only add a
+    round trip to every call (measured: about 2 ms of a 16-stream group commit on a busy host)."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
+def _prefix_successor(prefix: str) -> str | None:
+    """The least string greater than every string starting with ``prefix`` (None: no bound),
+    in code-point order; surrogates are skipped since they cannot be stored as UTF-8."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if 0xD800 <= code <= 0xDFFF:
+            code = 0xE000
+        if code <= 0x10FFFF:
+            return "".join(chars) + chr(code)
+    return None
+

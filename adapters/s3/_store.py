@@ -1,0 +1,448 @@
+"""The S3 adapter: ``s3://bucket/prefix?endpoint_url=...&region=...&path_style=1``.
+
+Journals, snapshots and blobs live in one S3 bucket (or on any S3-compatible
+server that honours conditional writes, which ``open()`` checks), so runtime
+processes on many machines can share agents. The URL parameters are in ``s3_options``;
+credentials come from botocore's normal chain.
+
+Key layout
+----------
+Under ``prefix`` (``N`` and ``A`` are the escaped namespace and agent id, see
+``s3_keys``; ``{s}`` is a seq written *descending*, ``10**20 - 1 - s`` in 20
+digits, so the highest seq is listed first)::
+
+    streams/N/A              index entry: makes the stream listable (list_streams)
+    data/N/A/r/{first}       one record batch = one append (s3_batch): its frames,
+                             its seq range and the writer's token
+    data/N/A/s/{seq}         snapshot at seq (multipart above multipart_threshold)
+    data/N/A/b/{sha256}      blob, content-addressed
+    data/N/A/compacted       compaction mark {"through": C, "generation": g}
+    data/N/A/lease           the stream's lease (CAP_LEASES): owner, token, expiry (s3_leases)
+    probe/{random}           written and deleted by open(): the conditional-write check
+
+Why this layout:
+
+* **Append = ``PUT data/N/A/r/{expected+1}`` with ``If-None-Match: *``.** Of
+  writers racing for the same expected seq, S3 lets exactly one create the
+  key; the others get 412 and so ``ConflictError``. A batch is one object, so
+  its N records are visible all together or not at all.
+* Conditional creation alone cannot tell a stale or made-up expected seq that
+  falls *inside* a batch or beyond the end (its key is free). So an expected
+  seq is only used directly when it is this store's latest known batch end
+  (the end of its own last append, or of a ``last_seq``/``read`` that reached
+  the end: batch ends never stop being batch ends); otherwise ``last_seq`` is
+  checked first and a mismatch is a ``ConflictError`` without any write.
+* **last_seq**: list ``r/`` with ``MaxKeys=1`` (the newest batch, thanks to
+  descending names) and read its 48-byte header with a ranged GET. Two
+  requests, whatever the history's length. Compaction never deletes the
+  newest batch (it trims its records away instead), so that object is the
+  marker that keeps ``last_seq`` from going back once every record is deleted.
+* **Restore** never lists the history: the latest snapshot (at or before X)
+  is one list call (``StartAfter`` = the name of X + 1, ``MaxKeys=1``), and
+  reading after seq P pages forward window by window: a window is one list
+  call for the first seqs in (P, P + page_size] (``StartAfter`` = the name
+  of P + page_size + 1, stopping at the first name <= P) and concurrent GETs
+  of those batches. The first window also takes the batch holding P + 1 when
+  P is not a batch end (the next name in the same listing) and reads the
+  compaction mark alongside, so a read from below the mark restarts at it. The
+  stream ends when the seq after the last batch falls inside a listed window
+  (batches are contiguous, so a following batch would have been listed):
+  a restore whose tail fits one window costs two list calls.
+* **Compaction** (``delete_records(through)``) first raises the compaction
+  mark (read-modify-write with ``If-Match``/``If-None-Match``; the mark holds
+  its seq and a generation, so an ETag never repeats), then rewrites the batch
+  holding ``through + 1`` (or the newest one) without its records <= through
+  (``If-Match`` on the version read: the trimmed bytes carry the new first
+  stored seq, so they differ from every earlier version), then overwrites
+  each batch wholly <= through with its tombstone: the same key, a header and
+  no records. Only batches above the previous mark are listed and rewritten.
+* **Fencing after compaction.** A deleted batch would free its key, and a
+  writer whose view predates the compaction could create it again and
+  believe it appended. Compaction therefore never frees a key: a tombstone
+  keeps it taken, so that writer's conditional PUT gets 412 like any other
+  conflict, and an append is one PUT with no read (issue 16 item 8; builds
+  before it deleted covered batches and read the mark after every append,
+  one GET each). A fleet that compacts must not mix those builds with this
+  one: an older build's compaction frees keys that this one does not check.
+  ``delete_stream`` frees every key of a stream; it must not race its writers.
+* ``open()`` checks that the server honours ``If-None-Match`` (a probe object
+  created twice must get 412) and refuses one that does not.
+
+Batching
+--------
+``append_batch`` (the group commit of ``durably.storage._group_commit``) sends the
+PUTs of different streams concurrently in an anyio task group, bounded by
+``concurrency`` requests in flight (an ``anyio.CapacityLimiter`` that every
+request of the store shares, sized like botocore's connection pool). S3 has
+no multi-object write, so the group costs one PUT per stream, but one round
+trip of latency for the whole group, not one each. Requests of the same
+stream run in order, as the SPI requires (a later one sees the earlier).
+Putting several streams into one object would save PUTs but make a stream's
+journal depend on other streams' objects and break per-stream conditional
+writes, so it was not chosen.
+
+Faults
+------
+Retries: tenacity, see ``s3_retry`` (botocore's own retries are off, because
+they neither retry 409 ConditionalRequestConflict nor know how to resolve an
+ambiguous conditional PUT). Throttling, 5xx, 409 and dropped connections are
+retried with capped exponential backoff; a timeout or exhausted retries
+surface as ``StoreUnavailableError``. An append whose outcome is unknown (any
+transient failure of its PUT: the request may have been applied) is resolved
+by reading the key back before anything is reported: the batch carries a
+random writer token, so "our object", "another writer's object" and "no
+object" are told apart; only "no object" is re-sent. A 412 is reported as
+``ConflictError`` only after the same read-back shows it was not our own
+earlier attempt (an HTTP client may re-send a PUT on a dropped keep-alive
+connection by itself).
+
+Nothing blocks the event loop: the client is aiobotocore's, made in ``open()``
+under an ``AsyncExitStack`` and closed in ``close()``; botocore's JSON models
+are loaded in a worker thread first.
+
+Limits: ``delete_stream`` must not race writers of that stream (a writer that
+still holds a pre-purge view could recreate part of it); stop the agent first.
+
+Modules
+-------
+``S3Store`` (here: lifecycle, appends, ``last_seq`` and the read loop) is the
+SPI surface; it delegates to ``s3_requests`` (retried requests, the client),
+``s3_put_batch`` (creating a batch object exactly once), ``s3_window`` (read
+windows), ``s3_compaction`` (the compaction mark, trimming, deleting
+batches), ``s3_snapshots``, ``s3_blobs``, ``s3_streams`` (listing and purge)
+and ``s3_leases``; keys, batch objects, retries, multipart uploads and URL
+options are in ``s3_keys``, ``s3_batch``, ``s3_retry``, ``s3_upload`` and
+``s3_options``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+from aiobotocore.config import AioConfig
+from botocore.exceptions import BotoCoreError
+
+from durably.storage._base import StoreBase
+from durably.storage._errors import (
+    ConflictError,
+    InvalidRequestError,
+    StoreUnavailableError,
+    UnsafeCompactionError,
+)
+from durably.storage._spi import (
+    AppendRequest, BlobStore, Lease, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
+)
+
+from . import _blobs as s3_blobs, _snapshots as s3_snapshots, _streams as s3_streams
+from ._batch import HEADER_SIZE, TOKEN_SIZE, Batch, BatchHeader
+from ._put_batch import BatchTaken, put_new_batch
+from ._compaction import S3Compaction
+from ._keys import MAX_SEQ, StreamKeys, seq_from_name
+from ._leases import S3Leases
+from ._options import S3Options
+from ._requests import S3Requests, new_session
+from ._retry import unavailable
+from ._window import read_window
+
+_KNOWN_ENDS_MAX = 65_536  # streams whose latest batch end this store remembers (LRU)
+
+
+class S3Store(StoreBase, BlobStore, LeaseStore):
+    """A ``Store`` in an S3 bucket; see the module docstring for layout, batching and faults.
+
+    In: ``url`` (``s3://bucket/prefix?...``, parsed by ``S3Options.from_url``)
+    and optional keyword overrides of ``S3Options`` fields (``retry=RetryPolicy(...)``,
+    ``read_timeout=...``) for tests and tuning. Raises ``ValueError`` for a
+    malformed URL. No I/O until ``open()``.
+    """
+
+
+    def __init__(self, url: str, **overrides: Any) -> None:
+        super().__init__()
+        self.options = S3Options.from_url(url, **overrides)
+        self._stack: AsyncExitStack | None = None
+        self._s3 = S3Requests(self.options)  # client and limiter set by open()
+        self._compaction = S3Compaction(self._s3, self.options.retry)
+        self._known_ends: OrderedDict[StreamId, int] = OrderedDict()
+        self._appending = 0
+        self._drained: anyio.Event | None = None
+        self._leases = S3Leases(self._s3.call, self._s3.get, prefix=self.options.prefix, policy=self.options.retry)
+
+    def _location(self) -> str:
+        options = self.options
+        return f"s3://{options.bucket}/{options.prefix}".rstrip("/") + (f" at {options.endpoint_url}" if options.endpoint_url else "")
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def _open(self) -> None:
+        options = self.options
+        session = await new_session()
+        config = AioConfig(
+            connect_timeout=options.connect_timeout,
+            read_timeout=options.read_timeout,
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            max_pool_connections=options.concurrency,
+            s3={"addressing_style": "path"} if options.path_style else None,
+        )
+        stack = AsyncExitStack()
+        try:
+            self._s3.client = await stack.enter_async_context(
+                session.create_client(
+                    "s3", region_name=options.region, endpoint_url=options.endpoint_url, config=config
+                )
+            )
+            self._s3.limiter = anyio.CapacityLimiter(options.concurrency)
+            await self._s3.check_bucket()
+            await self._s3.check_conditional_writes()
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+            self._s3.client = None
+            if isinstance(exc, BotoCoreError):
+                raise unavailable("client setup", exc) from exc
+            raise
+        self._stack = stack
+        self._known_ends.clear()  # facts about the bucket stay true, but a reopen is the cheap point to relearn them
+
+    async def _close(self) -> None:
+        if self._appending and self._drained is not None:
+            await self._drained.wait()  # pending appends finish (and learn their outcome) first
+        stack, self._stack, self._s3.client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    # ---------------------------------------------------------------- keys and known batch ends
+
+    def _keys(self, stream: StreamId) -> StreamKeys:
+        return StreamKeys(self.options.prefix, stream)
+
+    def _remember_end(self, stream: StreamId, end: int) -> None:
+        """Record that ``end`` is a batch end of ``stream`` (the highest one seen wins)."""
+        known = self._known_ends.pop(stream, 0)
+        self._known_ends[stream] = max(known, end)
+        if len(self._known_ends) > _KNOWN_ENDS_MAX:
+            self._known_ends.popitem(last=False)
+
+    # ---------------------------------------------------------------- appends
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        """Append several streams' batches concurrently; see ``Store.append_batch`` and "Batching" above.
+
+        Raises ``StoreUnavailableError`` when any request's outcome stays
+        unknown (the others' results are then not reported: re-read them).
+        """
+        self._check_open()
+        keys: list[StreamKeys] = []
+        for request in requests:
+            check_append(request)
+            if request.expected_seq + len(request.records) > MAX_SEQ:
+                raise InvalidRequestError(f"seq would exceed {MAX_SEQ}")
+            keys.append(self._keys(request.stream))
+        by_stream: dict[StreamId, list[int]] = {}
+        for index, request in enumerate(requests):
+            by_stream.setdefault(request.stream, []).append(index)
+        results: list[int | Exception | None] = [None] * len(requests)
+
+        async def append_in_order(indices: list[int]) -> None:
+            for position, index in enumerate(indices):
+                try:
+                    results[index] = await self._append_one(requests[index], keys[index])
+                except ConflictError as exc:
+                    results[index] = exc
+                except Exception as exc:  # unknown outcome: later requests of the stream depend on it
+                    for later in indices[position:]:
+                        results[later] = exc
+                    return
+
+        self._appending += 1
+        if self._appending == 1:
+            self._drained = anyio.Event()
+        try:
+            async with anyio.create_task_group() as group:
+                for indices in by_stream.values():
+                    group.start_soon(append_in_order, indices)
+        finally:
+            self._appending -= 1
+            if self._appending == 0 and self._drained is not None:
+                self._drained.set()
+        failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, ConflictError)]
+        if failures:
+            if isinstance(failures[0], StoreUnavailableError):
+                raise StoreUnavailableError(
+                    f"{len(failures)} of {len(requests)} appends have an unknown outcome; re-read before retrying"
+                ) from failures[0]
+            raise failures[0]
+        return results  # type: ignore[return-value]  # no None left: each request got its result or error above
+
+    async def _append_one(self, request: AppendRequest, keys: StreamKeys) -> int:
+        stream, expected = request.stream, request.expected_seq
+        first, last = expected + 1, expected + len(request.records)
+        if expected and self._known_ends.get(stream) != expected:
+            actual = await self._last_seq(stream, keys)
+            if actual != expected:
+                raise ConflictError(stream, expected, actual)
+        if expected == 0:
+            # Listable before its first record exists, never the other way round.
+            await self._s3.call("put_object", Key=keys.index, Body=json.dumps(
+                {"namespace": stream.namespace, "agent_id": stream.agent_id}).encode())
+        token = secrets.token_bytes(TOKEN_SIZE)
+        body = Batch(first, last, first, token, tuple(request.records)).encode()
+        # One PUT, no read: compaction never frees a key (see "Fencing after compaction").
+        await self._put_new_batch(stream, keys, expected, first, body, token)
+        self._remember_end(stream, last)
+        return last
+
+    async def _put_new_batch(
+        self, stream: StreamId, keys: StreamKeys, expected: int, first: int, body: bytes, token: bytes
+    ) -> None:
+        """Create the batch object of ``first`` exactly once (``s3_put_batch``).
+
+        Returns when the object at the key is ours. Raises ``ConflictError``
+        when it is another writer's, ``StoreUnavailableError`` when retries run out.
+        """
+        try:
+            await put_new_batch(self._s3, keys.batch(first), body, token)
+        except BatchTaken:
+            raise ConflictError(stream, expected, await self._last_seq_or_none(stream, keys)) from None
+
+    # ---------------------------------------------------------------- reading
+
+    async def last_seq(self, stream: StreamId) -> int:
+        """See ``Store.last_seq``: one list call and one 48-byte ranged GET."""
+        self._check_open()
+        return await self._last_seq(stream, self._keys(stream))
+
+    async def _last_seq(self, stream: StreamId, keys: StreamKeys) -> int:
+        for _ in range(3):  # the newest batch only vanishes under a concurrent purge
+            names, _token = await self._s3.list_page(keys.batches, max_keys=1)
+            if not names:
+                return 0
+            found = await self._s3.get(names[0], byte_range=f"bytes=0-{HEADER_SIZE - 1}")
+            if found is not None:
+                end = BatchHeader.decode(found[0]).last_seq
+                self._remember_end(stream, end)
+                return end
+        raise StoreUnavailableError(f"the newest batch of {stream} kept vanishing (purge in progress?)")
+
+    async def _last_seq_or_none(self, stream: StreamId, keys: StreamKeys) -> int | None:
+        try:
+            return await self._last_seq(stream, keys)
+        except StoreUnavailableError:
+            return None
+
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
+        """See ``Store.read``. A page is a window of ``page_size`` seqs: one list call, then
+        its batches fetched concurrently."""
+        self._check_open()
+        if after_seq < 0 or page_size < 1:
+            raise InvalidRequestError("after_seq must be >= 0 and page_size >= 1")
+        keys = self._keys(stream)
+        position, first, vanished = after_seq, True, 0
+        while True:
+            window = await read_window(self._s3, self._compaction, keys, stream, position, page_size, first)
+            if window.restart_at is not None:
+                vanished += window.vanished
+                if vanished > 3:
+                    raise StoreUnavailableError(f"batches of {stream} keep vanishing while read")
+                position, first = window.restart_at, True
+                continue
+            for batch in window.batches:
+                for seq, data in zip(batch.seqs(), batch.records):
+                    if seq > position:
+                        yield StoredRecord(seq, data)
+                position = max(position, batch.last_seq)
+            first = False
+            if window.complete:
+                break
+        if position > after_seq:
+            self._remember_end(stream, position)
+
+    # ---------------------------------------------------------------- snapshots (s3_snapshots)
+
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+        """See ``Store.put_snapshot``; above ``multipart_threshold`` bytes it is a multipart upload."""
+        self._check_open()
+        if not isinstance(data, bytes):
+            raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
+        keys = self._keys(stream)
+        if seq < 1 or (seq > self._known_ends.get(stream, 0) and seq > await self._last_seq(stream, keys)):
+            raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
+        await s3_snapshots.put_snapshot(self._s3, self.options, keys, seq, data)
+
+    async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
+        """See ``Store.get_snapshot``: one list call and one GET."""
+        self._check_open()
+        return await s3_snapshots.get_snapshot(self._s3, stream, self._keys(stream), at_or_before)
+
+    async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
+        """See ``Store.delete_snapshots``; the latest snapshot is kept whatever ``before_seq`` says."""
+        self._check_open()
+        await s3_snapshots.delete_snapshots(self._s3, self._keys(stream), before_seq)
+
+    # ---------------------------------------------------------------- compaction (s3_compaction) and purge
+
+    async def delete_records(self, stream: StreamId, through_seq: int) -> None:
+        """See ``Store.delete_records`` and "Compaction" in the module docstring."""
+        self._check_open()
+        keys = self._keys(stream)
+        latest, _token = await self._s3.list_page(keys.snapshots, max_keys=1)
+        if not latest or seq_from_name(latest[0]) < through_seq:
+            if not latest and await self._last_seq(stream, keys) == 0:
+                return  # an unknown stream has nothing to compact
+            raise UnsafeCompactionError(f"no snapshot at or after seq {through_seq} of {stream}")
+        if through_seq < 1:
+            return
+        await self._compaction.compact(keys, through_seq)
+
+    async def delete_stream(self, stream: StreamId) -> None:
+        """See ``Store.delete_stream`` and ``s3_streams.delete_stream``: aborts its unfinished uploads,
+        deletes every object under it, then its index entry (so an interrupted purge stays listed and can be redone).
+        The lease is ended first and its object kept: fencing tokens never decrease for a stream id."""
+        self._check_open()
+        await self._leases.end(stream)
+        await s3_streams.delete_stream(self._s3, self._keys(stream))
+        self._known_ends.pop(stream, None)
+
+    async def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
+        """See ``Store.list_streams``: pages through the index entries of ``namespace``, 1,000 per request."""
+        self._check_open()
+        async for stream in s3_streams.list_streams(self._s3, self.options.prefix, namespace, prefix):
+            yield stream
+
+    # ---------------------------------------------------------------- blobs (s3_blobs)
+
+    async def put_blob(self, stream: StreamId, data: bytes) -> str:
+        """See ``Store.put_blob``: content-addressed by SHA-256, multipart above ``multipart_threshold``."""
+        self._check_open()
+        if not isinstance(data, bytes):
+            raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
+        return await s3_blobs.put_blob(self._s3, self.options, stream, self._keys(stream), data)
+
+    async def get_blob(self, stream: StreamId, digest: str) -> bytes:
+        """See ``Store.get_blob``. Raises ``BlobNotFoundError``, or ``CorruptRecordError`` when
+        the stored bytes do not hash to ``digest``."""
+        self._check_open()
+        return await s3_blobs.get_blob(self._s3, stream, self._keys(stream), digest)
+
+    # ---------------------------------------------------------------- leases (s3_leases)
+
+    async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
+        """See ``LeaseStore.acquire_lease`` and ``s3_leases`` (clocks, skew allowance, faults)."""
+        self._check_open()
+        return await self._leases.acquire(stream, owner, ttl)
+
+    async def release_lease(self, lease: Lease) -> None:
+        """See ``LeaseStore.release_lease``: marks the lease object released, never deletes it."""
+        self._check_open()
+        await self._leases.release(lease)
+
+    async def get_lease(self, stream: StreamId) -> Lease | None:
+        """See ``LeaseStore.get_lease`` and ``s3_leases``: one GET."""
+        self._check_open()
+        return await self._leases.current(stream)

@@ -1,0 +1,213 @@
+"""Leases (``CAP_LEASES``) for the SQLite adapter: which worker runs a stream now.
+
+One row per stream in a ``leases`` table, keyed by namespace and agent id (not
+by the ``streams`` row, so a lease never makes a stream exist: ``list_streams``
+and ``last_seq`` do not see it). A released or expired lease keeps its row with
+its last token, so the next owner's token is that token + 1: tokens never
+decrease for a stream, across owners, releases, expiry and reopen.
+``delete_stream`` removes the row, so the tokens of a purged and re-created
+stream start again at 1 (a purge is an operator's act on an agent nobody runs;
+appends stay fenced by their expected seq whatever the tokens say).
+
+The table is created lazily, by the first ``acquire_lease`` on a file
+(``CREATE TABLE IF NOT EXISTS`` inside its write transaction), and not by
+``open``: a file on which no lease was ever taken keeps exactly the schema of
+its ``SCHEMA_VERSION``, so older files (the golden v1 database) are neither
+changed nor refused, and no version bump is needed. Reads and releases on a
+file without the table answer "no lease".
+
+Clock: ``time.time()`` of the calling process. Processes sharing the file are
+on one machine, so they share that clock.
+
+Atomicity: acquire is one upsert (check and write in the same statement) inside
+a ``BEGIN IMMEDIATE`` transaction, so the write lock is held from the check to
+the commit: of two connections racing for a free or expired lease, in one
+process or several, exactly one gets it.
+
+Group commit: acquisitions and releases made while another one is being
+committed wait and then share one transaction (the leader/follower scheme of
+``durably.storage._group_commit``), so a scan resuming ten agents pays about two
+fsyncs for their leases, not ten. Each statement keeps its own outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from durably.storage._spi import Lease, StreamId, check_lease
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+_CREATE_TABLE = """CREATE TABLE IF NOT EXISTS leases (
+    namespace TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (namespace, agent_id)
+) WITHOUT ROWID"""
+
+# Take a free lease (token 1), take over a released or expired one (token + 1),
+# or renew one this owner holds (same token); all in one statement. In the DO
+# UPDATE part a bare column is the stored row, ``excluded`` the proposed one, and
+# every SET expression reads the stored row as it was before the update. When
+# another owner holds an unexpired lease the WHERE fails: nothing is written and
+# RETURNING yields no row.
+_ACQUIRE = """INSERT INTO leases (namespace, agent_id, owner, token, expires_at)
+VALUES (:namespace, :agent_id, :owner, 1, :expires_at)
+ON CONFLICT (namespace, agent_id) DO UPDATE SET
+    token = CASE WHEN owner = excluded.owner AND expires_at > :now THEN token ELSE token + 1 END,
+    owner = excluded.owner,
+    expires_at = excluded.expires_at
+WHERE owner = excluded.owner OR expires_at <= :now
+RETURNING token, expires_at"""
+
+# Releasing ends the lease now but keeps the row: its token is the floor of the next one.
+_RELEASE = "UPDATE leases SET expires_at = 0 WHERE namespace = ? AND agent_id = ? AND owner = ? AND token = ?"
+_GET = "SELECT owner, token, expires_at FROM leases WHERE namespace = ? AND agent_id = ? AND expires_at > ?"
+# A purge ends whoever's lease and forgets its owner, but keeps the row's token:
+# tokens never decrease for a stream id, purge included.
+_END = "UPDATE leases SET expires_at = 0, owner = '' WHERE namespace = ? AND agent_id = ?"
+_HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leases'"
+
+
+@dataclass(slots=True)
+class _Queued:
+    """One lease statement waiting for the next lease transaction, then its rows or error."""
+
+    sql: str
+    params: Any
+    rows: list[Any] | None = None
+    error: BaseException | None = None
+
+
+class SQLiteLeases:
+    """Mixin giving ``SQLiteStore`` the ``LeaseStore`` methods (see ``durably.storage._spi``).
+
+    It relies on the host's ``_check_open()``, ``_connection()``, ``_transaction()``
+    (a ``BEGIN IMMEDIATE`` transaction yielding the aiosqlite connection, errors
+    translated to the SPI's) and ``_fetch(sql, params)`` (one autocommitted read).
+    Errors: ``StoreClosedError`` outside open/close, ``InvalidRequestError`` for a
+    malformed call, ``StoreUnavailableError`` for SQLite errors (busy past the
+    busy timeout, I/O).
+    """
+
+    #: The connection on which the ``leases`` table is known to exist (None: not
+    #: checked yet). Compared by identity, so a reopened store checks again.
+    _leases_checked_on: object | None = None
+    _lease_queue: list[_Queued] | None = None
+    _lease_lock: anyio.Lock | None = None
+
+    async def _lease_statement(self, sql: str, params: Any) -> list[Any]:
+        """Run ``sql`` in the next lease transaction, shared with every lease statement
+        queued meanwhile (one commit, one fsync); its rows. Errors as ``_transaction``'s."""
+        if self._lease_lock is None:
+            self._lease_lock, self._lease_queue = anyio.Lock(), []
+        queue = self._lease_queue
+        assert queue is not None
+        mine = _Queued(sql, params)
+        queue.append(mine)
+        try:
+            async with self._lease_lock:
+                if mine.rows is None and mine.error is None:  # no leader took it: lead
+                    batch = list(queue)
+                    queue.clear()
+                    await self._commit_leases(batch)
+        except BaseException:
+            if mine in queue:
+                queue.remove(mine)  # cancelled while waiting, never sent
+            raise
+        if mine.error is not None:
+            raise mine.error
+        assert mine.rows is not None
+        return mine.rows
+
+    async def _commit_leases(self, batch: list[_Queued]) -> None:
+        try:
+            async with self._transaction() as db:
+                if self._leases_checked_on is not db:
+                    await db.execute(_CREATE_TABLE)
+                for queued in batch:
+                    queued.rows = list(await db.execute_fetchall(queued.sql, queued.params))
+            self._leases_checked_on = db
+        except Exception as exc:
+            for queued in batch:
+                queued.rows, queued.error = None, exc
+        except BaseException:
+            # Cancelled before the transaction began (once begun it is shielded): the
+            # statements not run go back to the queue for the next leader.
+            assert self._lease_queue is not None
+            self._lease_queue[:0] = [queued for queued in batch if queued.rows is None]
+            raise
+
+    if TYPE_CHECKING:  # the host's (SQLiteStore), declared for the type checker
+        _db: aiosqlite.Connection | None
+
+        def _check_open(self) -> None: ...
+
+        async def _fetch(self, sql: str, params: Sequence[object]) -> list[Any]: ...
+
+        def _transaction(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+    async def _leases_table_exists(self) -> bool:
+        """Whether the file has the ``leases`` table (cached per connection once true)."""
+        db = self._db  # None until a file absent at open exists
+        if db is not None and self._leases_checked_on is db:
+            return True
+        if not await self._fetch(_HAS_TABLE, ()):
+            return False
+        self._leases_checked_on = self._db
+        return True
+
+    async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
+        """Take or renew ``stream``'s lease for ``owner`` for ``ttl`` seconds; see ``LeaseStore.acquire_lease``.
+
+        Returns the lease now held by ``owner``, or None when another owner holds
+        an unexpired one. A lease that expired is taken anew with the next token,
+        also by its former owner; only an unexpired lease is renewed in place.
+        """
+        self._check_open()
+        check_lease(owner, ttl)
+        now = time.time()
+        params = {
+            "namespace": stream.namespace, "agent_id": stream.agent_id, "owner": owner, "now": now, "expires_at": now + ttl
+        }
+        rows = await self._lease_statement(_ACQUIRE, params)
+        if not rows:
+            return None
+        ((token, expires_at),) = rows
+        return Lease(stream, owner, token, expires_at)
+
+    async def release_lease(self, lease: Lease) -> None:
+        """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) no-op."""
+        self._check_open()
+        if not await self._leases_table_exists():
+            return
+        stream = lease.stream
+        await self._lease_statement(_RELEASE, (stream.namespace, stream.agent_id, lease.owner, lease.token))
+
+    async def get_lease(self, stream: StreamId) -> Lease | None:
+        """The unexpired lease of ``stream`` (by this process's clock), or None."""
+        self._check_open()
+        if not await self._leases_table_exists():
+            return None
+        rows = await self._fetch(_GET, (stream.namespace, stream.agent_id, time.time()))
+        if not rows:
+            return None
+        ((owner, token, expires_at),) = rows
+        return Lease(stream, owner, token, expires_at)
+
+    async def _end_lease(self, stream: StreamId) -> None:
+        """End ``stream``'s lease, whoever holds it, keeping its token as the floor of the next
+        one (``delete_stream`` calls this before purging: tokens never decrease, purge included)."""
+        if not await self._leases_table_exists():
+            return
+        async with self._transaction() as db:
+            await db.execute(_END, (stream.namespace, stream.agent_id))

@@ -1,0 +1,616 @@
+"""The SQLite adapter: ``sqlite:///path/to/agents.db``, on aiosqlite.
+
+One database file holds every stream of a runtime. An append is durable when
+acknowledged: WAL journal mode with ``synchronous=FULL`` (every COMMIT fsyncs the
+WAL), one write transaction per group commit (``durably.storage._group_commit.GroupCommitter``).
+The expected-seq check is made under the write lock, so it holds across processes
+sharing the file: by the database itself on the fast path (below), after
+``BEGIN IMMEDIATE`` on the slow one.
+
+URL (SQLAlchemy's convention): ``sqlite:///relative/path.db`` or
+``sqlite:////absolute/path.db`` (the path is what follows ``sqlite:///``), with
+optional query options ``synchronous=FULL|NORMAL`` (default FULL; NORMAL may lose
+the last commits on power loss, never on a process crash) and ``busy_timeout``
+(milliseconds to wait for another process's write lock, default 10000), and
+``create=1``: make the file's missing parent directories (owner-only); without
+it a path whose folder does not exist is refused at ``open()``.
+In-memory databases are not supported: they would not be durable.
+
+Every call of the connection is a hop to aiosqlite's thread, so a group commit
+of appends to existing streams is ONE of them: a single multi-row INSERT in
+autocommit mode (atomic; it commits and fsyncs in the same call). Each row
+continues its stream or the database aborts the whole statement: a BEFORE INSERT
+trigger advances ``streams.last_seq`` only from ``seq - 1`` and raises otherwise
+(``records_continue_stream``), and stream ids are looked up inside the statement,
+so no cached id can point a write at a purged and re-created stream. When that
+statement fails (a stale expected seq, an unknown stream) nothing was written,
+and the batch goes the slow path: one ``BEGIN IMMEDIATE`` transaction that reads
+every ``last_seq``, gives each conflicting request its ``ConflictError`` and
+inserts the others (four hops). Batches with a new stream (expected seq 0) or
+more than ``sqlite_layout.FAST_MAX_ROWS`` records go the slow path directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any, Literal, overload
+
+import aiosqlite
+import anyio
+
+from durably.storage._base import StoreBase
+from durably.storage._errors import (
+    BlobNotFoundError,
+    ConflictError,
+    InvalidRequestError,
+    StoreClosedError,
+    StoreUnavailableError,
+    UnknownSchemaVersionError,
+    UnsafeCompactionError,
+)
+from durably.storage._spi import (
+    AppendRequest, BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
+)
+from durably.storage._urls import check_parent
+
+from . import _index as sqlite_index
+from . import _layout as layout
+from ._file import daemonize, make_parents, path_from_url, prepare_file, translate, unavailable
+from ._index import SQLiteStatusIndex
+from ._layout import SCHEMA_VERSION
+from ._leases import SQLiteLeases
+
+
+#: Reader connections per store (each one aiosqlite thread): restores of several agents at
+#: once (a scan resuming them, ``status()`` under load) overlap their reads.
+READERS = 2
+
+
+# leases: adapters/sqlite/_leases.py; the status index: adapters/sqlite/_index.py
+class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore, IndexStore):
+    """A ``Store`` in one SQLite database file (see the module docstring for the URL).
+
+    In: ``url`` such as ``sqlite:///agents.db?synchronous=FULL&busy_timeout=10000``;
+    building the store does no I/O. Raises ``InvalidStoreURLError`` (a ValueError)
+    for a malformed URL; ``open`` raises it too for a missing parent directory
+    without ``?create=1``, and ``UnknownSchemaVersionError`` for a file
+    written by a newer durably and ``StoreUnavailableError`` when the file cannot
+    be opened or put in WAL mode. Data methods raise ``StoreUnavailableError``
+    (cause attached) for SQLite errors such as "database is locked" past the busy
+    timeout or I/O errors; the failed transaction is rolled back first.
+
+    ``1 + READERS`` connections per store, each used by one task at a time (an
+    ``anyio.Lock`` each): the writer, and readers for the reads (``_fetch``), so a
+    read never queues behind a write's fsync, nor much behind other reads (WAL lets readers see the last commit while
+    a writer works). Several stores, in one process or many, may share the file.
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.path, self.synchronous, self.busy_timeout_ms, self.create = path_from_url(url)
+        self._db: aiosqlite.Connection | None = None
+        # Reads only (WAL readers do not wait for the writer), each used by one task at a time.
+        self._readers: list[aiosqlite.Connection] = []
+        self._read_locks = [anyio.Lock() for _ in range(READERS)]
+        self._next_reader = 0
+        self._absent = False  # the file did not exist at open: the first write creates it
+        self._lock = anyio.Lock()
+
+    def _location(self) -> str:
+        return str(self.path)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def _open(self) -> None:
+        if sqlite3.sqlite_version_info < layout.MIN_SQLITE:
+            raise StoreUnavailableError(
+                f"the sqlite adapter needs SQLite >= {'.'.join(map(str, layout.MIN_SQLITE))} (RETURNING); "
+                f"this Python links {sqlite3.sqlite_version}"
+            )
+        # A file that is not there yet is created by the first write, not here: reading
+        # through a mistyped path must not leave an empty database behind (issue 11 item 17).
+        self._absent = not await anyio.to_thread.run_sync(self.path.exists)
+        if self._absent:  # a mistyped folder is refused, not created (unless ?create=1)
+            await anyio.to_thread.run_sync(partial(check_parent, self.path, create=self.create, url=str(self.path)))
+            if self.create:
+                await anyio.to_thread.run_sync(make_parents, self.path)
+        if not self._absent:
+            await self._connect()
+
+    async def _connect(self) -> None:
+        """Create the file (owner-only) if missing, connect, set it up."""
+        try:
+            await anyio.to_thread.run_sync(prepare_file, self.path)
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot create {self.path}: {exc}") from exc
+        try:
+            # isolation_level None: autocommit, so a lone write statement is its own
+            # transaction (the fast append path); longer transactions BEGIN IMMEDIATE.
+            connecting = aiosqlite.connect(
+                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
+            )
+            daemonize(connecting)
+            db = await connecting
+        except sqlite3.Error as exc:
+            raise unavailable(exc) from exc
+        try:
+            await self._prepare_connection(db)
+            readers: list[aiosqlite.Connection] = []
+            try:
+                for _ in range(READERS):
+                    readers.append(await self._connect_reader())
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    for reader in readers:
+                        await reader.close()
+                raise
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await db.close()
+            raise
+        self._db, self._readers = db, readers
+
+    async def _connect_reader(self) -> aiosqlite.Connection:
+        """The reader connection (to a file the writer has set up): autocommit, so each
+        read is its own read transaction and sees every commit before it; query_only."""
+        try:
+            connecting = aiosqlite.connect(
+                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
+            )
+            daemonize(connecting)
+            reader = await connecting
+        except sqlite3.Error as exc:
+            raise unavailable(exc) from exc
+        try:
+            await reader.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await reader.close()
+            if isinstance(exc, sqlite3.Error):
+                raise unavailable(exc) from exc
+            raise
+        return reader
+
+    async def _prepare_connection(self, db: aiosqlite.Connection) -> None:
+        """Check the schema version, set the pragmas, create the schema if missing."""
+        try:
+            await self._schema_version(db)  # before any write: a newer file is left untouched
+            ((mode,),) = await db.execute_fetchall("PRAGMA journal_mode = WAL")
+            if str(mode).lower() != "wal":
+                raise StoreUnavailableError(f"{self.path}: SQLite refused WAL journal mode (got {mode!r})")
+            await db.execute(f"PRAGMA synchronous = {self.synchronous}")
+            await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            # Deleted rows (purge, compaction) are overwritten with zeros, freelist pages
+            # included, so a purged value cannot be read back from the file.
+            await db.execute("PRAGMA secure_delete = ON")
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                # Re-read under the write lock: another process may have just created it.
+                if await self._schema_version(db) < SCHEMA_VERSION:
+                    for statement in layout.SCHEMA:
+                        await db.execute(statement)
+                    await sqlite_index.upgrade(db)
+                    await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                await db.commit()
+            except BaseException:
+                await self._rollback(db)
+                raise
+        except sqlite3.Error as exc:
+            raise unavailable(exc) from exc
+
+    async def _schema_version(self, db: aiosqlite.Connection) -> int:
+        """The file's ``user_version``; ``UnknownSchemaVersionError`` when newer than ``SCHEMA_VERSION``."""
+        ((version,),) = await db.execute_fetchall("PRAGMA user_version")
+        if version > SCHEMA_VERSION:
+            raise UnknownSchemaVersionError(f"durably sqlite schema of {self.path}", version, SCHEMA_VERSION)
+        return int(version)
+
+    async def _close(self) -> None:
+        # Taking the lock lets an in-flight transaction finish before the connection
+        # goes; shielded so a cancelled close still joins aiosqlite's thread.
+        with anyio.CancelScope(shield=True):
+            readers, self._readers = self._readers, []
+            for reader, lock in zip(readers, self._read_locks):
+                async with lock:
+                    await reader.close()
+            async with self._lock:
+                db, self._db = self._db, None
+                if db is not None:
+                    await db.close()  # returns once aiosqlite's worker thread has stopped
+
+    # -- connection access -------------------------------------------------------
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """Hold the connection for one ``BEGIN IMMEDIATE`` write transaction; commit on success.
+
+        Shielded from cancellation: a transaction, once started, ends in COMMIT or
+        ROLLBACK, never half-open. SQLite errors roll back and become
+        ``StoreUnavailableError``.
+        """
+        async with self._lock:
+            db = await self._ready(create=True)
+            with anyio.CancelScope(shield=True):
+                try:
+                    await db.execute("BEGIN IMMEDIATE")
+                    yield db
+                    if db.in_transaction:
+                        await db.commit()
+                except BaseException as exc:
+                    await self._rollback(db)
+                    translated = translate(exc)
+                    if translated is exc:
+                        raise
+                    raise translated from exc
+
+    @staticmethod
+    async def _rollback(db: aiosqlite.Connection) -> None:
+        try:
+            await db.rollback()
+        except sqlite3.Error:
+            pass  # SQLite already rolled back (it does on some I/O errors); nothing to undo
+
+    async def _write(self, sql: str, params: Sequence[object]) -> int:
+        """Run one write statement in autocommit mode (its own transaction: one hop,
+        durable on return); returns the rows it changed. Shielded from cancellation,
+        so the caller always learns the outcome."""
+        async with self._lock:
+            db = await self._ready(create=True)
+            with anyio.CancelScope(shield=True):
+                try:
+                    cursor = await db.execute(sql, params)
+                except (sqlite3.Error, UnicodeEncodeError) as exc:
+                    raise translate(exc) from exc
+            return cursor.rowcount  # after the scope: mypy cannot know a shield never swallows
+
+    async def _fetch(self, sql: str, params: Sequence[object], *, writer: bool = False) -> list[Any]:
+        """Run one read statement (autocommit, so it sees only committed data) on the
+        reader connection, or on the writer's (``writer``: a WAL checkpoint)."""
+        if writer or not self._readers:  # also: a file absent at open, connected (or not) here
+            async with self._lock:
+                db = await self._ready(create=False)
+                if db is None:
+                    return []  # no file yet: nothing stored
+                return await self._run_read(db, sql, params)
+        # A free reader if there is one, else the next in turn.
+        free = [i for i, lock in enumerate(self._read_locks) if not lock.locked()]
+        if free:
+            choice = free[0]
+        else:
+            choice = self._next_reader = (self._next_reader + 1) % READERS
+        async with self._read_locks[choice]:
+            if not self._readers:
+                raise StoreClosedError("SQLiteStore is not open")
+            return await self._run_read(self._readers[choice], sql, params)
+
+    @staticmethod
+    async def _run_read(db: aiosqlite.Connection, sql: str, params: Sequence[object]) -> list[Any]:
+        try:
+            return list(await db.execute_fetchall(sql, params))
+        except (sqlite3.Error, UnicodeEncodeError) as exc:
+            raise translate(exc) from exc
+
+    def _connection(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StoreClosedError("SQLiteStore is not open")
+        return self._db
+
+    @overload
+    async def _ready(self, *, create: Literal[True]) -> aiosqlite.Connection: ...
+
+    @overload
+    async def _ready(self, *, create: bool) -> aiosqlite.Connection | None: ...
+
+    async def _ready(self, *, create: bool) -> aiosqlite.Connection | None:
+        """The connection, under ``self._lock``; for a file absent at open, None while it
+        still is (reads see an empty store), or connected now: created by a write
+        (``create``), or found because another process created it meanwhile."""
+        if self._db is None and self._absent and self._is_open:
+            if not create and not await anyio.to_thread.run_sync(self.path.exists):
+                return None
+            await self._connect()
+            self._absent = False
+        return self._connection()
+
+    # -- journal -----------------------------------------------------------------
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        """Group commit in one transaction; see ``Store.append_batch``.
+
+        Conflicting requests get a ``ConflictError`` in their slot and write
+        nothing; the others are durable (committed, fsynced) when this returns.
+        Raises ``StoreUnavailableError`` (nothing acknowledged) and ``InvalidRequestError``.
+        """
+        self._check_open()
+        for request in requests:
+            check_append(request)
+        if not requests:
+            return []
+        # An index entry must commit with its records: such (rare) batches take the slow path.
+        if all(request.expected_seq > 0 and request.index is None for request in requests):
+            if sum(len(request.records) for request in requests) <= layout.FAST_MAX_ROWS:
+                results = await self._append_fast(requests)
+                if results is not None:
+                    return results
+        return await self._append_slow(requests)
+
+    async def _append_fast(self, requests: Sequence[AppendRequest]) -> list[int | Exception] | None:
+        """Every request in one autocommitted INSERT (one hop); None when the
+        database refused it (a conflict or unknown stream, or anything else the
+        slow path will name): then nothing was written."""
+        params: list[object] = []
+        results: list[int | Exception] = []
+        for request in requests:
+            namespace, agent_id = request.stream.namespace, request.stream.agent_id
+            seq = request.expected_seq
+            for data in request.records:
+                seq += 1
+                params += (namespace, agent_id, seq, data)
+            results.append(seq)
+        rows = len(params) // 4
+        padded = layout.fast_bucket(rows)
+        params += layout.FAST_PAD * (padded - rows)
+        # A free lock is taken without a checkpoint (two event-loop round trips per commit).
+        try:
+            self._lock.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._lock.acquire()
+        try:
+            db = await self._ready(create=True)
+            with anyio.CancelScope(shield=True):  # the caller learns the outcome, always
+                try:
+                    await db.execute(layout.fast_insert_sql(padded), params)
+                except sqlite3.IntegrityError:
+                    return None  # the trigger (or a constraint) aborted the statement: rolled back
+                except (sqlite3.Error, UnicodeEncodeError) as exc:
+                    raise translate(exc) from exc
+        finally:
+            self._lock.release()
+        return results
+
+    async def _append_slow(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        """The batch in one ``BEGIN IMMEDIATE`` transaction that reads every stream's
+        ``last_seq`` first, so each conflicting request is told apart and skipped."""
+        keys = list(dict.fromkeys((r.stream.namespace, r.stream.agent_id) for r in requests))
+        entries = [sqlite_index.entry_params(r.index) if r.index is not None else None for r in requests]
+        results: list[int | Exception] = []
+        indexed: list[tuple[object, ...]] = []
+        async with self._transaction() as db:
+            streams: dict[tuple[str, str], list[int]] = {}  # key -> [stream id, last seq]
+            for start in range(0, len(keys), layout.KEYS_PER_STATEMENT):
+                chunk = keys[start : start + layout.KEYS_PER_STATEMENT]
+                padded = layout.bucket(len(chunk))
+                params = [part for key in chunk for part in key]
+                params += params[-2:] * (padded - len(chunk))  # a repeated key is harmless in the upsert
+                for sid, namespace, agent_id, last in await db.execute_fetchall(layout.lock_streams_sql(padded), params):
+                    streams[(namespace, agent_id)] = [sid, last]
+            rows: list[tuple[int, int, bytes]] = []
+            for request, index in zip(requests, entries, strict=True):
+                entry = streams[(request.stream.namespace, request.stream.agent_id)]
+                actual = max(entry[1], 0)
+                if actual != request.expected_seq:
+                    results.append(ConflictError(request.stream, request.expected_seq, actual))
+                    continue
+                sid = entry[0]
+                if index is not None:
+                    indexed.append((*index, sid))  # a later request of the same stream wins: set in order
+                rows.extend((sid, actual + offset, data) for offset, data in enumerate(request.records, start=1))
+                entry[1] = actual + len(request.records)
+                results.append(entry[1])
+            if not rows:
+                # Every request conflicted: undo the lock statement, skip the fsync.
+                await db.rollback()
+                return results
+            orphans = [(sid,) for sid, last in streams.values() if last == layout.NEW_STREAM]
+            if orphans:  # unknown streams whose every request conflicted: leave no trace
+                await db.executemany("DELETE FROM streams WHERE id = ?", orphans)
+            await db.executemany(layout.INSERT_RECORD, rows)
+            if indexed:
+                await db.executemany(sqlite_index.SET_ENTRY, indexed)
+        return results
+
+    async def last_seq(self, stream: StreamId) -> int:
+        """The stream's highest appended seq; 0 for an unknown stream."""
+        self._check_open()
+        rows = await self._fetch(
+            "SELECT last_seq FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id)
+        )
+        return max(rows[0][0], 0) if rows else 0
+
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
+        """Yield records with seq > ``after_seq`` in order, ``page_size`` rows per query.
+
+        The connection is held for one page at a time, never across a yield.
+        """
+        self._check_open()
+        if page_size < 1:
+            raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
+        sql = f"SELECT seq, data FROM records WHERE stream_id = {layout.STREAM_ID} AND seq > ? ORDER BY seq LIMIT ?"
+        while True:
+            page = await self._fetch(sql, (stream.namespace, stream.agent_id, after_seq, page_size))
+            for seq, data in page:
+                yield StoredRecord(seq, data)
+            if len(page) < page_size:
+                return
+            after_seq = page[-1][0]
+
+    # -- snapshots ---------------------------------------------------------------
+
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+        """Store (or overwrite) the snapshot at ``seq``; ``InvalidRequestError`` unless 1 <= seq <= last seq."""
+        self._check_open()
+        if not isinstance(data, bytes):
+            raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
+        # One autocommitted statement: the range check and the upsert see the same last_seq.
+        changed = await self._write(
+            "INSERT INTO snapshots (stream_id, seq, data) "
+            "SELECT id, ?, ? FROM streams WHERE namespace = ? AND agent_id = ? AND ? BETWEEN 1 AND last_seq "
+            "ON CONFLICT (stream_id, seq) DO UPDATE SET data = excluded.data",
+            (seq, data, stream.namespace, stream.agent_id, seq),
+        )
+        if changed != 1:
+            raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
+
+    async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
+        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
+        self._check_open()
+        bound = layout.MAX_SEQ if at_or_before is None else min(at_or_before, layout.MAX_SEQ)
+        rows = await self._fetch(
+            f"SELECT seq, data FROM snapshots WHERE stream_id = {layout.STREAM_ID} AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            (stream.namespace, stream.agent_id, bound),
+        )
+        return StoredSnapshot(rows[0][0], rows[0][1]) if rows else None
+
+    async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
+        """Delete snapshots with seq < ``before_seq``, always keeping the latest one."""
+        self._check_open()
+        await self._write(
+            f"DELETE FROM snapshots WHERE stream_id = {layout.STREAM_ID} AND seq < ? "
+            "AND seq < (SELECT max(seq) FROM snapshots AS s WHERE s.stream_id = snapshots.stream_id)",
+            (stream.namespace, stream.agent_id, before_seq),
+        )
+
+    async def delete_records(self, stream: StreamId, through_seq: int) -> None:
+        """Compaction: delete records with seq <= ``through_seq``; ``last_seq`` is unchanged.
+
+        Raises ``UnsafeCompactionError`` unless a snapshot exists at a seq >=
+        ``through_seq``. An unknown stream is left alone.
+        """
+        self._check_open()
+        async with self._transaction() as db:
+            found = await db.execute_fetchall(
+                "SELECT id, EXISTS (SELECT 1 FROM snapshots WHERE stream_id = streams.id AND seq >= ?) "
+                "FROM streams WHERE namespace = ? AND agent_id = ?",
+                (through_seq, stream.namespace, stream.agent_id),
+            )
+            if not found:
+                return
+            ((sid, covered),) = found
+            if not covered:
+                raise UnsafeCompactionError(f"no snapshot at or after seq {through_seq} of {stream}")
+            await db.execute("DELETE FROM records WHERE stream_id = ? AND seq <= ?", (sid, through_seq))
+
+    # -- streams -----------------------------------------------------------------
+
+    async def list_streams(self, namespace: str, prefix: str = "", *, page_size: int = 512) -> AsyncIterator[StreamId]:
+        """Yield the namespace's streams whose agent id starts with ``prefix``, sorted by agent id.
+
+        A range scan on the (namespace, agent_id) index, from ``prefix`` up to the
+        prefix's successor (no LIKE, so '%' and '_' in ids are plain characters),
+        ``page_size`` rows per query.
+        """
+        self._check_open()
+        upper = _prefix_successor(prefix)
+        bound, bound_params = ("AND agent_id < ? ", (upper,)) if upper is not None else ("", ())
+        first = f"SELECT agent_id FROM streams WHERE namespace = ? AND agent_id >= ? {bound}ORDER BY agent_id LIMIT ?"
+        rest = first.replace("agent_id >= ?", "agent_id > ?")  # later pages resume after the last id seen
+        rows = await self._fetch(first, (namespace, prefix, *bound_params, page_size))
+        while True:
+            for (agent_id,) in rows:
+                yield StreamId(namespace, agent_id)
+            if len(rows) < page_size:
+                return
+            rows = await self._fetch(rest, (namespace, rows[-1][0], *bound_params, page_size))
+
+    async def delete_stream(self, stream: StreamId) -> None:
+        """Purge the stream's records, snapshots, blobs and last seq; unknown streams are fine.
+
+        Nothing readable is left in the files: ``secure_delete`` zeroed the freed
+        pages, and a ``wal_checkpoint(TRUNCATE)`` then empties the WAL, whose older
+        frames still hold the rows. (A reader of another connection holding an old
+        snapshot past the busy timeout makes that checkpoint give up; the WAL is
+        then emptied by a later purge or when the last connection closes.)
+        The stream's lease ends first; its token stays as the floor of the next
+        one, so fencing tokens never decrease for a stream id (``SQLiteLeases._end_lease``).
+        """
+        self._check_open()
+        await self._end_lease(stream)
+        async with self._transaction() as db:
+            found = await db.execute_fetchall(
+                "SELECT id FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id)
+            )
+            if not found:
+                return
+            ((sid,),) = found
+            for table in ("records", "snapshots", "blobs", "streams"):
+                column = "id" if table == "streams" else "stream_id"
+                await db.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
+        await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", (), writer=True)
+
+    async def erase_freed(self) -> str | None:
+        """Leave no byte of deleted or overwritten rows in the files; None when done, else why not.
+
+        Deleted content is zeroed in its pages by ``secure_delete``, but the
+        WAL still holds the old page images until a checkpoint copies the new
+        ones over and truncates it. ``wal_checkpoint(TRUNCATE)`` waits up to the
+        busy timeout for other connections' transactions; one still open then
+        (a reader's snapshot of the old pages) makes it give up, and the reason
+        is returned instead (``durably reencrypt`` reports it).
+        """
+        self._check_open()
+        rows = await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", (), writer=True)
+        if not rows:
+            return None  # no file: no bytes
+        ((busy, log_frames, checkpointed),) = rows
+        if busy or log_frames != checkpointed:
+            return (f"another connection to {self.path} holds an open transaction, so the write-ahead log "
+                    f"(which still holds the old bytes) could not be checkpointed and truncated "
+                    f"({checkpointed} of {log_frames} frames copied); close it and run again")
+        return None
+
+    # -- blobs -------------------------------------------------------------------
+
+    async def put_blob(self, stream: StreamId, data: bytes) -> str:
+        """Store ``data`` under its SHA-256 hex digest (returned); idempotent."""
+        self._check_open()
+        if not isinstance(data, bytes):
+            raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
+        # hashlib releases the GIL on large inputs: hash big blobs off the event loop.
+        if len(data) > 1 << 20:
+            digest = await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())
+        else:
+            digest = hashlib.sha256(data).hexdigest()
+        async with self._transaction() as db:
+            await db.execute(
+                "INSERT INTO streams (namespace, agent_id, last_seq) VALUES (?, ?, 0) "
+                "ON CONFLICT (namespace, agent_id) DO NOTHING",
+                (stream.namespace, stream.agent_id),
+            )
+            await db.execute(
+                f"INSERT OR IGNORE INTO blobs (stream_id, digest, data) VALUES ({layout.STREAM_ID}, ?, ?)",
+                (stream.namespace, stream.agent_id, digest, data),
+            )
+        return digest
+
+    async def get_blob(self, stream: StreamId, digest: str) -> bytes:
+        """The blob's bytes; ``BlobNotFoundError`` when the stream holds no such digest."""
+        self._check_open()
+        rows = await self._fetch(
+            f"SELECT data FROM blobs WHERE stream_id = {layout.STREAM_ID} AND digest = ?",
+            (stream.namespace, stream.agent_id, digest),
+        )
+        if not rows:
+            raise BlobNotFoundError(f"no blob {digest} in {stream}")
+        data: bytes = rows[0][0]
+        return data
+
+
+def _prefix_successor(prefix: str) -> str | None:
+    """The least string greater than every string starting with ``prefix`` (None: no bound).
+
+    Code-point order, which is SQLite's BINARY order for UTF-8 text. Surrogates
+    are skipped since they cannot be stored as UTF-8.
+    """
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if 0xD800 <= code <= 0xDFFF:
+            code = 0xE000
+        if code <= 0x10FFFF:
+            return "".join(chars) + chr(code)
+    return None

@@ -1,0 +1,424 @@
+"""``DurablySaver``: a LangGraph checkpointer on any durably store.
+
+``graph.compile(checkpointer=DurablySaver.from_url("sqlite:///agents.db"))``
+is the whole change for a LangGraph app. Each thread is a durably stream
+(``thread.py``); checkpoints and ``put_writes`` batches are records appended
+through group commit; channel values are stored per ``(ns, channel,
+version)`` only when LangGraph gives them a new version, and a list that
+extends the one stored before is stored as the new items plus a reference
+(``values.py``), so a 1,000-step conversation costs O(N) bytes. The store,
+encryption (bound to each record's place), redaction and TTL are durably's.
+
+The async methods are native; the sync ones run them on the saver's event
+loop from another thread (``sync.py``) and fail fast on the loop's own thread.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, cast
+
+import cbor2
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+
+from durably._runtime.redaction import RedactionPolicy
+from durably.storage._codec import Codec, FrameCipher
+from durably.storage._registry import open_store
+from durably.storage._spi import Store
+
+from ._errors import CheckpointValueError, InvalidPruneStrategyError
+from ._thread_journal import Thread, ThreadJournal
+from ._redact import ValueRedactor
+from ._sync import LoopBridge, SyncInterface
+from ._thread import StoredCheckpoint, ThreadState
+from ._values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, load_entry, paused_gc
+from durably.errors import InvalidArgumentError
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """True when CBOR gives ``value`` back exactly (no tuples, enums, bytes subclasses...)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return kind is not int or -(2**63) <= value < 2**64
+    if depth > 32:
+        return False
+    if kind is list:
+        return all(_plain(v, depth + 1) for v in value)
+    if kind is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _copy(value: Any) -> Any:
+    """A copy of plain data's containers, so a caller's edits never reach the fold."""
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy(v) for v in value]
+    return value
+
+
+class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
+    """A LangGraph ``BaseCheckpointSaver`` whose threads are durably streams.
+
+    Args:
+        store: a durably ``Store`` (opened by the saver on first use) or a store
+            URL (``sqlite:///agents.db``, ``s3://bucket/prefix?...``, ``memory://name``).
+        namespace: the durably namespace holding the threads (one stream each).
+        serde: LangGraph serializer for values (default ``JsonPlusSerializer``).
+        cipher: a ``FrameCipher`` (``durably.AESGCMCipher``):
+            every record and snapshot is encrypted with its stream and seq as
+            associated data.
+        redaction: a ``RedactionPolicy``: secret-named fields and credential
+            tokens in channel values, writes and metadata are redacted before
+            they are stored (the live graph keeps the originals).
+        ttl: seconds of inactivity after which a thread is purged (on its next
+            access, or by ``asweep``); None keeps threads forever.
+        snapshot_min_bytes: record bytes after which the first snapshot is written.
+        cache_threads: threads whose fold this process keeps in memory.
+
+    Raises ``CheckpointValueError`` (a value that cannot be rebuilt, with its
+    channel), ``InvalidThreadIdError``, ``SyncCallOnLoopError``,
+    ``ForeignLoopError`` and the store's errors (``StoreUnavailableError``...).
+    """
+
+    def __init__(self, store: Store | str, *, namespace: str = "langgraph", serde: Any = None,
+                 cipher: FrameCipher | None = None, redaction: RedactionPolicy | None = None,
+                 ttl: float | None = None, snapshot_min_bytes: int = 256 * 1024, cache_threads: int = 256) -> None:
+        super().__init__(serde=serde)
+        if ttl is not None and ttl <= 0:
+            raise InvalidArgumentError(f"ttl must be > 0 seconds or None, got {ttl!r}")
+        self.store: Store = open_store(store) if isinstance(store, str) else store
+        self.namespace = namespace
+        self.values = StrictSerde(self.serde)
+        self._redact = ValueRedactor(redaction) if redaction is not None and redaction.active else None
+        self._bridge = LoopBridge(self._open, self._close)
+        self._journal = ThreadJournal(self.store, Codec(cipher=cipher), cipher, namespace, self._versions_of,
+                                      ttl=ttl, snapshot_min_bytes=snapshot_min_bytes, cache_threads=cache_threads)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> "DurablySaver":
+        """A saver on the store at ``url`` (no I/O until first use); ``options`` as ``__init__``."""
+        return cls(url, **options)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        await self.store.open()
+
+    async def _close(self) -> None:
+        await self.store.close()
+
+    async def __aenter__(self) -> "DurablySaver":
+        await self._bridge.enter()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> "DurablySaver":
+        self._bridge.run(self._bridge.enter())
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def aclose(self) -> None:
+        """Close the store (idempotent). Everything acknowledged is already durable."""
+        await self._bridge.aclose()
+
+    def close(self) -> None:
+        """``aclose`` from a thread that is not the saver's loop; stops a loop the saver started."""
+        self._bridge.close()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _versions_of(self, stored: StoredCheckpoint, thread_id: str) -> dict[str, Any]:
+        if stored.versions is None:
+            wire = stored.wire
+            skeleton = self._skeleton(
+                wire, lambda r: CheckpointValueError(thread_id, wire["ns"], wire["id"], "(checkpoint)", r))
+            stored.versions = dict(skeleton.get("channel_versions", {}))
+        return stored.versions
+
+    def _skeleton(self, wire: dict[str, Any], where: Callable[[str], CheckpointValueError]) -> dict[str, Any]:
+        """The stored checkpoint without its values: CBOR bytes (decoded only when
+        read, so restoring a long thread does not decode every checkpoint), or
+        LangGraph's serde for one holding non-plain data."""
+        if wire.get("ck") is not None:
+            try:
+                decoded: dict[str, Any] = cbor2.loads(wire["ck"])
+                return decoded
+            except (cbor2.CBORDecodeError, ValueError) as exc:
+                raise where(f"checkpoint does not decode: {exc}") from exc
+        type_, data = wire["ckt"]
+        skeleton: dict[str, Any] = self.values.loads(type_, data, where)
+        return skeleton
+
+    def _tuple(self, thread_id: str, thread: Thread, stored: StoredCheckpoint) -> CheckpointTuple:
+        wire, state = stored.wire, thread.state
+        ns, checkpoint_id = wire["ns"], wire["id"]
+
+        def where(channel: str) -> Callable[[str], CheckpointValueError]:
+            return lambda reason: CheckpointValueError(thread_id, ns, checkpoint_id, channel, reason)
+
+        checkpoint = self._skeleton(wire, where("(checkpoint)"))
+        stored.versions = dict(checkpoint.get("channel_versions", {}))
+        values: dict[str, Any] = {}
+        for channel, version in checkpoint.get("channel_versions", {}).items():
+            key = (ns, channel, version)
+            if key not in state.blobs:
+                continue  # never given a value (as LangGraph's own savers: absent, not None)
+            index = thread.prefixes.get((ns, channel))
+            if index is None:
+                index = thread.prefixes[(ns, channel)] = PrefixIndex()
+            value = load_entry(self.values, state.blobs, key, index, where(channel))
+            if value is EMPTY:
+                continue
+            if type(value) is list:
+                thread.values[(ns, channel)] = (version, list(value))  # the next delta's base
+            values[channel] = value
+        checkpoint["channel_values"] = values
+        metadata = _copy(wire["m"]) if wire.get("m") is not None else self.values.loads(
+            wire["mt"][0], wire["mt"][1], where("(metadata)"))
+        stored_writes = state.writes.get((ns, checkpoint_id), {})
+        order = sorted(stored_writes, key=lambda k: writes_sort_key(stored_writes[k][3], *k))
+        pending = [(task, stored_writes[(task, idx)][0],
+                    self.values.loads(stored_writes[(task, idx)][1], stored_writes[(task, idx)][2],
+                                      where(stored_writes[(task, idx)][0])))
+                   for task, idx in order]
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+        parent = wire.get("p")
+        parent_config: RunnableConfig | None = (
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}} if parent else None)
+        # The skeleton is a stored Checkpoint (a TypedDict LangGraph wrote) with its values put back.
+        return CheckpointTuple(config, cast(Checkpoint, checkpoint), metadata, parent_config, pending)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``, else the thread's
+        latest in ``checkpoint_ns``), with its pending writes in ``writes_sort_key``
+        order; None when there is none. Raises ``CheckpointValueError``."""
+        await self._bridge.enter()
+        conf = config["configurable"]
+        thread_id, ns = conf.get("thread_id"), conf.get("checkpoint_ns", "")
+        async with self._journal.locked(thread_id) as thread:
+            checkpoint_id = get_checkpoint_id(config) or thread.state.latest_id(ns)
+            stored = thread.state.checkpoints.get(ns, {}).get(checkpoint_id) if checkpoint_id else None
+            if stored is None:
+                return None
+            with paused_gc():
+                return self._tuple(str(thread_id), thread, stored)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        """The checkpoints of ``config``'s thread (every thread when None), newest first.
+
+        ``checkpoint_ns`` / ``checkpoint_id`` in ``config`` narrow it; ``filter``:
+        metadata keys that must be equal; ``before``: only ids below its
+        ``checkpoint_id``; ``limit``: at most that many. One read of each thread's
+        new records, whatever the number of checkpoints (no query per checkpoint).
+        """
+        await self._bridge.enter()
+        conf = (config or {}).get("configurable", {})
+        thread_ids = [conf["thread_id"]] if config and conf.get("thread_id") is not None else await self._journal.thread_ids()
+        want_ns, want_id = conf.get("checkpoint_ns"), conf.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        remaining = limit
+        for thread_id in thread_ids:
+            async with self._journal.locked(thread_id) as thread:
+                found = []
+                for ns, by_id in thread.state.checkpoints.items():
+                    if want_ns is not None and ns != want_ns:
+                        continue
+                    for checkpoint_id in sorted(by_id, reverse=True):
+                        if (want_id and checkpoint_id != want_id) or (before_id and checkpoint_id >= before_id):
+                            continue
+                        stored = by_id[checkpoint_id]
+                        if filter and not self._matches(str(thread_id), stored, filter):
+                            continue
+                        if remaining is not None and remaining <= 0:
+                            break
+                        if remaining is not None:
+                            remaining -= 1
+                        found.append(self._tuple(str(thread_id), thread, stored))
+            for item in found:
+                yield item
+            if remaining is not None and remaining <= 0:
+                return
+
+    def _matches(self, thread_id: str, stored: StoredCheckpoint, filter: dict[str, Any]) -> bool:
+        wire = stored.wire
+        metadata = wire["m"] if wire.get("m") is not None else self.values.loads(
+            wire["mt"][0], wire["mt"][1], lambda r: CheckpointValueError(thread_id, wire["ns"], wire["id"], "(metadata)", r))
+        return all(metadata.get(k) == v for k, v in filter.items())
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _stored_form(self, value: Any, typed_key: str, plain_key: str) -> dict[str, Any]:
+        if _plain(value):
+            return {plain_key: value, typed_key: None}
+        return {plain_key: None, typed_key: list(self.values.dumps(value))}
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        """Journal ``checkpoint`` with the values of the channels in ``new_versions``.
+
+        Returns the config naming it. Raises ``UnencodableValueError`` (nothing
+        written) and the store's errors; durable when it returns.
+        """
+        await self._bridge.enter()
+        conf = config["configurable"]
+        thread_id, ns = conf.get("thread_id"), conf.get("checkpoint_ns", "")
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        if self._redact is not None:
+            meta = self._redact(meta)
+        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        values = checkpoint["channel_values"]
+        run_id = meta.get("run_id")
+        head = {"k": "c", "ns": ns, "id": checkpoint["id"], "p": conf.get("checkpoint_id"),
+                "run": run_id if isinstance(run_id, str) else None,
+                "ck": cbor2.dumps(skeleton) if _plain(skeleton) else None,
+                "ckt": None if _plain(skeleton) else list(self.values.dumps(skeleton)),
+                **self._stored_form(meta, "mt", "m")}
+        # Serialized now, as LangGraph's own savers do: the graph may change its objects once this returns.
+        thread = self._journal.thread(thread_id)
+        prepared, bases = [], {}
+        for channel, version in new_versions.items():
+            if (ns, channel, version) in thread.state.blobs:
+                continue
+            if channel not in values:
+                prepared.append((channel, version, ["e"], None))
+                continue
+            value = values[channel]
+            prepared.append((channel, version, build_entry(self.values, value, thread.values.get((ns, channel)),
+                                                           self._redact), value))
+            if type(value) is list:
+                bases[channel] = (version, list(value))
+
+        def build(state: ThreadState) -> list[dict[str, Any]]:
+            blobs = []
+            for channel, version, entry, value in prepared:
+                if (ns, channel, version) in state.blobs:
+                    continue  # first wins, as in LangGraph's blob tables
+                if entry[0] == DELTA and (ns, channel, entry[1]) not in state.blobs:
+                    entry = build_entry(self.values, value, None, self._redact)  # its base was compacted away
+                blobs.append([channel, version, entry])
+            return [{**head, "b": blobs, "t": time.time()}]
+
+        def after(thread: Thread) -> None:
+            for channel, base in bases.items():
+                thread.values[(ns, channel)] = base
+
+        await self._journal.append(thread_id, build, after)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        """Journal a task's ``writes`` against the checkpoint in ``config``.
+
+        Regular writes already stored for ``(task_id, index)`` are kept (a
+        retried task), special ones (error, interrupt, resume, scheduled)
+        replace; a call that adds nothing appends nothing.
+        """
+        await self._bridge.enter()
+        conf = config["configurable"]
+        thread_id, ns, checkpoint_id = conf.get("thread_id"), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+
+        serialized: list[list[Any]] = []
+        for idx, (channel, value) in enumerate(writes):  # now: the graph may change its objects later
+            typed = self.values.dumps(self._redact(value) if self._redact is not None else value)
+            serialized.append([WRITES_IDX_MAP.get(channel, idx), channel, *typed])
+
+        def build(state: ThreadState) -> list[dict[str, Any]]:
+            rows = [row for row in serialized if row[0] < 0 or not state.has_write(ns, checkpoint_id, task_id, row[0])]
+            if not rows:
+                return []
+            return [{"k": "w", "ns": ns, "id": checkpoint_id, "task": task_id, "path": task_path,
+                     "w": rows, "t": time.time()}]
+
+        await self._journal.append(thread_id, build)
+
+    # -- deleting and copying -------------------------------------------------------------
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Purge the thread's stream: every checkpoint, write and snapshot."""
+        await self._bridge.enter()
+        async with self._journal.locked(thread_id):
+            await self._journal.purge(thread_id)
+
+    async def _delete(self, thread_id: str, thread: Thread, doomed: list[list[str]]) -> None:
+        """Tombstone ``doomed`` ([ns, id] pairs), then compact; the caller holds the thread's lock."""
+        if doomed:
+            await self._journal.commit(thread, lambda state: [{"k": "x", "c": doomed, "t": time.time()}])
+            await self._journal.snapshot(thread)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in
+        ``run_ids``, in every thread of the namespace; the store is compacted after."""
+        await self._bridge.enter()
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        for thread_id in await self._journal.thread_ids():
+            async with self._journal.locked(thread_id) as thread:
+                doomed = [[ns, cid] for ns, by_id in thread.state.checkpoints.items()
+                          for cid, stored in by_id.items() if stored.wire.get("run") in wanted]
+                await self._delete(thread_id, thread, doomed)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, value and write of one thread into another (one record)."""
+        await self._bridge.enter()
+        async with self._journal.locked(source_thread_id) as source:
+            if not any(source.state.checkpoints.values()):
+                return
+            body = source.state.body(lambda stored: self._versions_of(stored, str(source_thread_id)))
+        await self._journal.append(target_thread_id, lambda state: [{"k": "i", **body, "t": time.time()}])
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep only each namespace's newest checkpoint (and its
+        writes); ``delete``: purge the threads. The store is compacted after.
+        Raises ``InvalidPruneStrategyError`` for another strategy."""
+        await self._bridge.enter()
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidPruneStrategyError(f"unknown prune strategy {strategy!r} (use 'keep_latest' or 'delete')")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                await self.adelete_thread(thread_id)
+                continue
+            async with self._journal.locked(thread_id) as thread:
+                doomed = [[ns, cid] for ns, by_id in thread.state.checkpoints.items()
+                          for cid in by_id if cid != max(by_id)]
+                await self._delete(thread_id, thread, doomed)
+
+    async def asweep(self) -> list[str]:
+        """Purge every thread of the namespace idle for longer than ``ttl``; return their ids."""
+        await self._bridge.enter()
+        if self._journal.ttl is None:
+            return []
+        purged = []
+        for thread_id in await self._journal.thread_ids():
+            async with self._journal.locked(thread_id) as thread:
+                if thread.state.seq == 0:
+                    purged.append(thread_id)
+        return purged
+
+    def get_next_version(self, current: str | int | None, channel: None) -> str:
+        """The version after ``current``: a zero-padded counter and a random
+        fraction, so two forks of one thread never give different values one version."""
+        number = 0 if current is None else current if isinstance(current, int) else int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"

@@ -1,0 +1,72 @@
+"""The status index as SQL rows, shared by the SQL adapters (SQLite, PostgreSQL).
+
+Both keep an entry in five columns of the stream's row (status, definition,
+index_seq, updated_at, approvals as a JSON list) and list a namespace by
+keyset paging (``agent_id > after ORDER BY agent_id LIMIT n``): one range scan
+per status asked for, plus one for rows without an entry (``status IS NULL``),
+which a caller asking for statuses must see too (an unindexed stream may be
+in any state). Only the SQL text differs between adapters; the row shape, the
+validation and the paging loop live here once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from typing import Any, Literal
+
+from ._errors import InvalidRequestError
+from ._spi import IndexedStream, IndexEntry, StreamId
+
+#: Which rows one scan returns: every row, the rows without an entry, or the rows of one status.
+Scan = tuple[Literal["all", "null", "status"], str | None]
+#: ``fetch(scan, after, limit)``: up to ``limit`` rows of the scan with ``agent_id > after``,
+#: ordered by agent_id, each ``(agent_id, status, definition, index_seq, updated_at, approvals)``.
+FetchPage = Callable[[Scan, str, int], Awaitable[Sequence[Sequence[Any]]]]
+
+#: The columns a listing selects, in the order ``entry_from_row`` takes them after ``agent_id``.
+FIELDS = "agent_id, status, definition, index_seq, updated_at, approvals"
+
+
+def entry_columns(entry: IndexEntry | None) -> tuple[object, ...]:
+    """The five column values of ``entry`` (all NULL for None).
+
+    Raises ``InvalidRequestError`` when ``entry`` is not an ``IndexEntry`` (checked
+    before any I/O, so a malformed append writes nothing)."""
+    if entry is None:
+        return (None, None, None, None, None)
+    if not isinstance(entry, IndexEntry):
+        raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(entry).__name__}")
+    return (entry.status, entry.definition, entry.seq, entry.updated_at, json.dumps(list(entry.open_approvals)))
+
+
+def entry_from_row(status: str | None, definition: str, seq: int, updated_at: float, approvals: str) -> IndexEntry | None:
+    """The entry stored in a row's five columns; None when the row has none (NULL status)."""
+    if status is None:
+        return None
+    return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at,
+                      open_approvals=tuple(json.loads(approvals)))
+
+
+async def list_rows(namespace: str, statuses: Collection[str] | None, page_size: int,
+                    fetch: FetchPage) -> AsyncIterator[IndexedStream]:
+    """``IndexStore.list_index`` over ``fetch``: the streams of ``namespace`` whose entry has
+    one of ``statuses`` (every stream when None), and those without an entry, page by page.
+
+    Raises ``InvalidRequestError`` for ``page_size < 1``; whatever ``fetch`` raises."""
+    if page_size < 1:
+        raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
+    scans: list[Scan] = [("all", None)]
+    if statuses is not None:
+        scans = [("null", None)]
+        scans += [("status", s) for s in sorted(set(statuses))]
+    for scan in scans:
+        after = ""
+        while True:
+            rows = await fetch(scan, after, page_size)
+            for agent_id, status, definition, seq, updated_at, approvals in rows:
+                yield IndexedStream(StreamId(namespace, agent_id),
+                                    entry_from_row(status, definition, seq, updated_at, approvals))
+            if len(rows) < page_size:
+                break
+            after = rows[-1][0]

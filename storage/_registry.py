@@ -1,0 +1,75 @@
+"""Opening a store from a URL: ``open_store("sqlite:///agents.db")``.
+
+Adapters register their URL scheme in the ``durably.stores`` entry point group
+(the mechanism pytest and SQLAlchemy use for plugins), so a third-party package
+that declares::
+
+    [project.entry-points."durably.stores"]
+    redis = "my_package.store:RedisStore"
+
+is found by ``open_store("redis://...")`` once installed. The class must accept
+the URL as its only positional argument and implement the SPI.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from ._errors import UnknownSchemeError
+from ._spi import Store
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+ENTRY_POINT_GROUP = "durably.stores"
+
+_registered: dict[str, type] = {}
+
+
+def register_store(scheme: str, factory: type) -> None:
+    """Register ``factory`` (a class taking the URL) for ``scheme`` in this process.
+
+    For adapters that are not installed as a package (tests, notebooks); installed
+    adapters use the entry point group instead. A later registration wins.
+    """
+    _registered[scheme.lower()] = factory
+
+
+def known_schemes() -> list[str]:
+    """Every scheme ``open_store`` can handle now, sorted."""
+    names = {ep.name for ep in _entry_points()}
+    return sorted(names | set(_registered))
+
+
+def open_store(url: str) -> Store:
+    """Build the store for ``url`` (no I/O); use it as ``async with open_store(url) as store``.
+
+    ``url`` is ``scheme://...``: ``memory://name``, ``sqlite:///path/to.db``,
+    ``s3://bucket/prefix?endpoint_url=...`` or any scheme an installed package
+    registers. Raises ``UnknownSchemeError`` (listing the known schemes) when no
+    adapter handles the scheme, and ``InvalidStoreURLError`` (its base class, a
+    ``ValueError``) when the adapter rejects the URL.
+    """
+    scheme = urlsplit(url).scheme.lower()
+    if not scheme:
+        raise UnknownSchemeError(f"{url!r} has no scheme; known schemes: {', '.join(known_schemes())}", url=url)
+    factory = _registered.get(scheme)
+    if factory is None:
+        matches = [ep for ep in _entry_points() if ep.name == scheme]
+        if not matches:
+            raise UnknownSchemeError(
+                f"no durably store adapter handles {scheme!r} URLs; known schemes: {', '.join(known_schemes())}", url=url
+            )
+        factory = matches[0].load()
+    store: Store = factory(url)
+    return store
+
+
+def _entry_points() -> list[EntryPoint]:
+    """The installed ``durably.stores`` entry points. ``importlib.metadata`` is imported
+    here, at the first ``open_store``, not with durably (it costs more than the rest of
+    ``import durably._runtime``'s dependencies)."""
+    from importlib.metadata import entry_points
+
+    return list(entry_points(group=ENTRY_POINT_GROUP))

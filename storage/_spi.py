@@ -1,0 +1,460 @@
+"""The storage SPI: what every backend implements, bytes in and bytes out.
+
+An adapter stores opaque frames (already encoded by ``durably.storage._codec``)
+keyed by stream and seq. It never decodes them. The contract below is what the
+conformance kit (``durably.storage.conformance``) checks.
+
+Vocabulary, as in event stores (EventStoreDB, Marten, Akka Persistence):
+
+* a **stream** is the append-only journal of one agent, ``StreamId(namespace, agent_id)``;
+* each record in it has a gapless **seq** starting at 1;
+* an append states the **expected seq** (the last seq the writer saw, 0 for a
+  new stream); a mismatch is a ``ConflictError`` and writes nothing;
+* a **snapshot** is an encoded state at some seq; restore = latest snapshot at or
+  before a seq + the records after it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol, TypeGuard, runtime_checkable
+
+from ._errors import InvalidRequestError
+from durably.errors import InvalidArgumentError
+
+# The optional capabilities are types: each name below stands for one protocol at the end of
+# this module (``OPTIONAL_PROTOCOLS``), and ``supports_leases(store)`` & co. narrow a ``Store``
+# to it for a type checker. ``StoreBase`` subclasses derive ``capabilities`` from the protocols
+# they subclass (``class MyStore(StoreBase, LeaseStore)``); other adapters list the names.
+#: Optional capability ``BlobStore``: ``put_blob`` / ``get_blob`` (content-addressed artifacts).
+CAP_BLOBS = "blobs"
+#: Optional capability ``LeaseStore``: ``acquire_lease`` / ``release_lease`` (which worker runs a stream now).
+CAP_LEASES = "leases"
+#: A declared limitation: one OS process at a time may use a location (``memory://``, an
+#: embedded database another process cannot open while this one writes). Operator
+#: commands from another process, several workers and ``durably torture`` need a
+#: store without it; the conformance kit skips its cross-process checks for it.
+CAP_SINGLE_PROCESS = "single-process"
+#: Optional capability ``ChangeStore``: ``publish_change`` / ``subscribe_changes`` (wake other processes up).
+CAP_CHANGES = "changes"
+#: Optional capability: a status index per stream (``IndexStore``): ``AppendRequest.index`` is
+#: written with its records, ``list_index`` answers "which streams have status S" without
+#: reading journals. Without it the runtime scans and restores every stream, as before.
+CAP_STATUS_INDEX = "status-index"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class StreamId:
+    """The address of one agent's journal: ``namespace`` (a tenant or app) and ``agent_id``.
+
+    Both are non-empty strings of at most 200 characters without NUL; the
+    namespace also has no '/'. The agent id may hold '/', '..', spaces and any
+    Unicode, and ids differing only in case are different: an adapter whose
+    backend has key or path rules encodes or hashes them. Raises ``ValueError``.
+    """
+
+    namespace: str
+    agent_id: str
+
+    def __post_init__(self) -> None:
+        for name, value in (("namespace", self.namespace), ("agent_id", self.agent_id)):
+            if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
+                raise InvalidArgumentError(f"StreamId.{name} must be a non-empty str of at most 200 chars without NUL")
+        if "/" in self.namespace:
+            raise InvalidArgumentError("StreamId.namespace must not contain '/'")
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.agent_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One journal record as stored: its ``seq`` and its encoded frame ``data``."""
+
+    seq: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSnapshot:
+    """One snapshot as stored: the ``seq`` it covers (records 1..seq folded in) and its frame."""
+
+    seq: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A time-bounded claim of one worker (``owner``) on a ``stream``.
+
+    ``token`` is a fencing token: it increases every time the lease passes to a
+    new owner (a renewal by the same owner keeps it), and it never decreases for
+    a stream id, across releases, expiry, reopen and ``delete_stream``. ``expires_at`` is in unix
+    seconds of the store's clock. A lease says who *should* run a stream; the
+    expected-seq check on every append is what makes a stale owner harmless
+    (Kleppmann, "How to do distributed locking", 2016: leases need fencing).
+    """
+
+    stream: StreamId
+    owner: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """A stream's status index entry (``CAP_STATUS_INDEX``): what scans need without the journal.
+
+    ``status`` (the agent's status after record ``seq``: ``running``,
+    ``waiting_approval``, ``suspended``, ``finished``, ...), ``definition`` (the
+    agent definition's name), ``seq`` and ``updated_at`` (unix seconds): the
+    record that last changed the entry, ``open_approvals``: the ids of
+    approvals with no decision yet. The runtime computes it; an adapter stores
+    it as given and never decodes frames to make one.
+    """
+
+    status: str
+    definition: str
+    seq: int
+    updated_at: float
+    open_approvals: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedStream:
+    """One row of ``IndexStore.list_index``: ``stream`` and its ``entry`` (None: it has none)."""
+
+    stream: StreamId
+    entry: IndexEntry | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """One stream's part of a group commit: append ``records`` after ``expected_seq``.
+
+    ``index``: the stream's new status index entry, written with the records
+    (same transaction, or see ``IndexStore`` for what a store without
+    transactions may lag by) when the request succeeds, and not at all when it
+    conflicts; None leaves the entry as it is. Stores without
+    ``CAP_STATUS_INDEX`` ignore it.
+    """
+
+    stream: StreamId
+    expected_seq: int
+    records: Sequence[bytes]
+    index: IndexEntry | None = None
+
+
+def check_append(request: AppendRequest) -> None:
+    """Reject a malformed append before any I/O (call it first in ``append_batch``).
+
+    Raises ``InvalidRequestError`` for an empty batch, a negative expected seq or a
+    record that is not ``bytes``. Adapters call this; it keeps the checks in one place.
+    """
+    if request.expected_seq < 0:
+        raise InvalidRequestError(f"expected_seq must be >= 0, got {request.expected_seq}")
+    if not request.records:
+        raise InvalidRequestError("an append needs at least one record")
+    for data in request.records:
+        if not isinstance(data, bytes):
+            raise InvalidRequestError(f"records must be bytes, got {type(data).__name__}")
+
+
+def check_lease(owner: object, ttl: object) -> None:
+    """Reject a malformed ``acquire_lease`` before any I/O.
+
+    Raises ``InvalidRequestError`` unless ``owner`` is a non-empty ``str`` and
+    ``ttl`` a finite number of seconds > 0 (a NaN or infinite ttl would make a
+    lease that never or always expires). Adapters call this, as ``check_append``.
+    """
+    if not isinstance(owner, str) or not owner:
+        raise InvalidRequestError(f"a lease owner must be a non-empty str, got {owner!r}")
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
+        raise InvalidRequestError(f"a lease ttl must be a finite number of seconds > 0, got {ttl!r}")
+
+
+@runtime_checkable
+class Store(Protocol):
+    """An async store of streams, snapshots and (optionally) blobs.
+
+    Lifecycle: build it from a URL with ``durably.storage.open_store`` (no I/O),
+    then ``async with store:`` (or ``await store.open()`` ... ``await store.close()``).
+    The class takes the URL as its only positional argument; the URL's form after
+    the scheme is the adapter's to define and document (durably's own:
+    ``sqlite:///relative.db`` and ``sqlite:////absolute.db`` as SQLAlchemy,
+    ``file:///absolute/dir`` as RFC 8089, ``s3://bucket/prefix?option=value``).
+    Any method called outside the open window raises ``StoreClosedError``.
+    Closing and reopening the same location keeps everything acknowledged, and
+    so does a SIGKILL of the process: nothing is acknowledged from a cache.
+    Unless the store declares ``CAP_SINGLE_PROCESS``, any number of OS processes
+    may open the same location at once and see one store.
+
+    Errors common to every method: ``StoreUnavailableError`` when the backend
+    cannot be reached, times out or is full (never the backend's own exception
+    types), after which everything acknowledged before is still there;
+    ``InvalidRequestError`` for a malformed call (an empty batch, a negative
+    expected seq, a record that is not ``bytes``, a bad lease argument), raised
+    before any I/O by ``check_append`` / ``check_lease``.
+    """
+
+    #: Names of the optional capabilities this adapter supports (see ``CAP_*``).
+    capabilities: frozenset[str]
+
+    async def open(self) -> None:
+        """Connect and create what the backend needs (tables, buckets). Idempotent."""
+
+    async def close(self) -> None:
+        """Release connections. Idempotent. Pending appends finish or fail first."""
+
+    async def __aenter__(self) -> "Store": ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        """Append several streams' batches: a group commit.
+
+        In: requests for distinct or repeated streams (a repeated stream's later
+        request sees the earlier one's records). Out: one entry per request, in
+        order: the new last seq (int) on success, or a ``ConflictError`` (returned,
+        not raised) when its expected seq was stale. Each request is atomic: all
+        of its records or none. Every successful request is durable when this
+        returns: that is the acknowledgement. Raises ``StoreUnavailableError``
+        (then nothing of the call may be assumed written or unwritten beyond what
+        a re-read shows) and ``InvalidRequestError``.
+        """
+
+    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
+        """Append ``records`` atomically after ``expected_seq``; return the new last seq.
+
+        The records get seqs ``expected_seq+1 ..``. Raises ``ConflictError`` when the
+        stream's last seq is not ``expected_seq`` (nothing written).
+        """
+
+    async def last_seq(self, stream: StreamId) -> int:
+        """The highest seq ever appended to the stream; 0 for an unknown stream.
+
+        It never decreases, also after ``delete_records`` removed every record.
+        """
+
+    def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
+        """Yield the stored records with seq > ``after_seq`` in seq order.
+
+        Pages through the backend ``page_size`` records at a time, so memory is
+        bounded by the page, whatever the stream's length, and a read of the tail
+        of a long stream costs about what it costs on a short one. An unknown
+        stream yields nothing. Records deleted by compaction are not yielded.
+        An async generator (``async def`` with ``yield``): readers that stop early
+        close it (``aclose``) so its page or cursor is released at once.
+        """
+
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+        """Store a snapshot covering records 1..``seq``. Overwrites one at the same seq.
+
+        Raises ``InvalidRequestError`` when ``seq`` < 1 or > ``last_seq(stream)``.
+        """
+
+    async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
+        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None.
+
+        Found without scanning the stream's records: as fast on a long stream as on a short one.
+        """
+
+    async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
+        """Delete snapshots with seq < ``before_seq``; the latest snapshot is always kept."""
+
+    async def delete_records(self, stream: StreamId, through_seq: int) -> None:
+        """Compaction: delete records with seq <= ``through_seq``.
+
+        Raises ``UnsafeCompactionError`` unless a snapshot exists at a seq >=
+        ``through_seq`` (restore still needs everything after the latest snapshot).
+        ``last_seq`` is unchanged. An unknown stream has nothing to delete: no-op.
+        """
+
+    def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
+        """Yield the streams of ``namespace`` whose agent id starts with ``prefix``, sorted by agent id.
+
+        Only that namespace: streams of other namespaces are never yielded.
+        """
+
+    async def delete_stream(self, stream: StreamId) -> None:
+        """Purge: delete the stream's records, snapshots, blobs and last seq, and end its lease.
+
+        Afterwards the stream is unknown (last seq 0) and may be started anew;
+        nothing of its data stays readable in the backend's files or objects.
+        The lease's fencing token is the one thing kept (not its owner), so the
+        next lease of the stream id gets a greater token. Deleting an unknown
+        stream is not an error.
+        """
+
+
+
+@runtime_checkable
+class BlobStore(Store, Protocol):
+    """A ``Store`` that also declares ``CAP_BLOBS``: content-addressed artifacts per stream.
+
+    Kept apart from ``Store`` so ``isinstance(store, Store)`` holds for an adapter
+    without the optional capability.
+    """
+
+    async def put_blob(self, stream: StreamId, data: bytes) -> str:
+        """Store bytes (``CAP_BLOBS``); return their SHA-256 hex digest.
+
+        Blobs belong to a stream and are purged with it.
+        """
+
+    async def get_blob(self, stream: StreamId, digest: str) -> bytes:
+        """The blob's bytes (``CAP_BLOBS``).
+
+        Raises ``BlobNotFoundError`` when the stream has no blob with that digest,
+        also for a digest that is not 64 lowercase hex characters (it names no
+        blob; it never reaches a path or key).
+        """
+
+
+@runtime_checkable
+class LeaseStore(Store, Protocol):
+    """A ``Store`` that also declares ``CAP_LEASES``: one live worker per stream.
+
+    Used by ``Runtime.resume_all``/``serve`` so that several workers sharing a
+    store resume only agents nobody runs, and by operator commands to know an
+    agent is live elsewhere. Leases are advisory; appends stay fenced by their
+    expected seq whatever the leases say.
+    """
+
+    async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
+        """Take, or renew, the lease of ``stream`` for ``owner`` for ``ttl`` seconds.
+
+        Returns the lease held now; None when another owner holds one that has
+        not expired (nothing changed). Taking it when free, released or expired
+        (also by its former owner) gives a token greater than any before for this
+        stream id, also across reopen and ``delete_stream``; a renewal of an
+        unexpired lease by its owner keeps the token and moves ``expires_at``
+        (unix seconds: now + ``ttl``). Atomic: of workers racing for a free
+        lease, also in other processes, exactly one gets it. A lease never makes
+        the stream appear in ``list_streams`` nor changes ``last_seq``. Raises
+        ``InvalidRequestError`` for ``ttl`` <= 0 or an empty owner (``check_lease``).
+        """
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the lease up if ``lease.owner`` still holds it with ``lease.token``; otherwise no-op."""
+
+    async def get_lease(self, stream: StreamId) -> Lease | None:
+        """The unexpired lease of ``stream``, or None."""
+
+
+class ChangeSubscription(Protocol):
+    """What ``ChangeStore.subscribe_changes`` yields: the streams of one namespace said to have changed."""
+
+    async def wait(self) -> frozenset[StreamId] | None:
+        """Wait for the next notifications; return the streams named since the last call.
+
+        None means notifications may have been missed (the feed was down and is
+        back): whatever waits on it must look at every stream once, as it would
+        on a poll. Never raises for an outage: the feed reconnects by itself.
+        """
+
+
+@runtime_checkable
+class ChangeStore(Store, Protocol):
+    """A ``Store`` that also declares ``CAP_CHANGES``: wake-ups across processes.
+
+    A writer that changed a stream in a way another process waits for (a
+    command appended to a parked agent) calls ``publish_change``; every
+    subscriber of that namespace, in any process, is told within moments
+    instead of at its next poll. Notifications are hints, at most once: a
+    subscriber must still poll now and then (``Runtime.serve`` does), since a
+    publisher may die between its append and its publish.
+    """
+
+    async def publish_change(self, stream: StreamId) -> None:
+        """Notify the subscribers of ``stream.namespace`` that ``stream`` changed.
+
+        Raises ``StoreUnavailableError`` when the notification could not be sent.
+        """
+
+    def subscribe_changes(self, namespace: str) -> AbstractAsyncContextManager[ChangeSubscription]:
+        """``async with store.subscribe_changes(ns) as changes:``; ``await changes.wait()`` inside.
+
+        The subscription listens for its whole block and stops when the block ends.
+        """
+
+
+@runtime_checkable
+class IndexStore(Store, Protocol):
+    """A ``Store`` that also declares ``CAP_STATUS_INDEX``: one status entry per stream.
+
+    The journal stays the truth; the index is what lets ``resume_all``,
+    ``serve`` and ``durably agents --status S`` touch only the streams that
+    matter instead of restoring every stream ever run. An entry is written by
+    ``append_batch`` from ``AppendRequest.index``: in the same transaction as
+    the records in a store that has transactions. A store that has none (S3,
+    a filesystem) may lag, but only in the safe direction: an entry that
+    makes a stream *runnable* (status ``running``) is written before the
+    records, one that makes it not runnable after them, so a crash in between
+    leaves an entry that claims a stream runnable when it is not (it costs one
+    restore, which corrects it), never the reverse. ``delete_stream`` removes
+    the entry; ``delete_records`` keeps it.
+    """
+
+    def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
+                   page_size: int = 512) -> AsyncIterator[IndexedStream]:
+        """Yield the streams of ``namespace`` whose entry's status is in ``statuses`` (None: every status).
+
+        Also yields, with ``entry`` None, every stream with records but no entry
+        (written before the index existed, or by a writer that does not keep it),
+        whatever ``statuses`` says: the caller must read those journals, so no
+        missing entry ever hides a stream. Never yields a stream of another
+        namespace, nor one that holds only blobs. Costs what it yields, not the
+        namespace's size (an index on status), paged by ``page_size``, in no
+        particular order.
+        """
+
+    async def get_index(self, stream: StreamId) -> IndexEntry | None:
+        """The stream's entry, or None (unknown stream, or no entry)."""
+
+    async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
+        """Set (None: remove) the stream's entry if its last seq is still ``at_seq``; True if written.
+
+        For an entry computed from a journal read up to ``at_seq`` (a rebuild,
+        a restore that found the entry stale): a record appended meanwhile
+        makes it a no-op returning False, so it never overwrites a newer
+        entry. An unknown stream (``at_seq`` 0 included) is never given one.
+        """
+
+
+#: Each optional capability's name in ``Store.capabilities`` and the protocol a store declaring it
+#: implements (``type``, not ``type[Store]``: a type checker takes only concrete classes there).
+OPTIONAL_PROTOCOLS: dict[str, type] = {CAP_BLOBS: BlobStore, CAP_LEASES: LeaseStore, CAP_CHANGES: ChangeStore,
+                                        CAP_STATUS_INDEX: IndexStore}
+
+
+def declared_capabilities(cls: type) -> frozenset[str]:
+    """The names of the optional protocols that ``cls`` subclasses (``class S(StoreBase, LeaseStore)``).
+
+    Nominal, not structural: a wrapper with every method of ``LeaseStore`` that
+    forwards to a store without leases does not declare ``CAP_LEASES`` by that.
+    """
+    return frozenset(name for name, protocol in OPTIONAL_PROTOCOLS.items() if protocol in cls.__mro__)
+
+
+def supports_blobs(store: Store) -> TypeGuard[BlobStore]:
+    """Whether ``store`` declares ``CAP_BLOBS``; if so a type checker sees it as a ``BlobStore``."""
+    return CAP_BLOBS in store.capabilities
+
+
+def supports_leases(store: Store) -> TypeGuard[LeaseStore]:
+    """Whether ``store`` declares ``CAP_LEASES``; if so a type checker sees it as a ``LeaseStore``."""
+    return CAP_LEASES in store.capabilities
+
+
+def supports_changes(store: Store) -> TypeGuard[ChangeStore]:
+    """Whether ``store`` declares ``CAP_CHANGES``; if so a type checker sees it as a ``ChangeStore``."""
+    return CAP_CHANGES in store.capabilities
+
+
+def supports_status_index(store: Store) -> TypeGuard[IndexStore]:
+    """Whether ``store`` declares ``CAP_STATUS_INDEX``; if so a type checker sees it as an ``IndexStore``."""
+    return CAP_STATUS_INDEX in store.capabilities
