@@ -453,8 +453,8 @@ def test_the_surface_holds_the_public_api_once():
     targets, _ = public_surface()
     names = [t.name for t in targets]
     assert len(names) == len(set(names)), "an object counted twice"
-    assert {"durably.runtime.runtime.Runtime", "durably.runtime.runtime.Runtime.start",  # a lazy name, a method
-            "durably.runtime.state.AgentState.parked",  # a property
-            "durably.errors.DurablyError", "durably.storage.spi.Store.read",
+    assert {"durably._runtime.runtime.Runtime", "durably._runtime.runtime.Runtime.start",  # a lazy name, a method
+            "durably._runtime.state.AgentState.parked",  # a property
+            "durably.errors.DurablyError", "durably.storage._spi.Store.read",
             "durably.adapters.memory.MemoryStore"} <= set(names)  # a module without __all__
     assert not [name for name in names if ".test_" in name or "._" in name]
