@@ -40,7 +40,11 @@ class Budget:
         check_figure("Budget", "cost_usd", self.cost_usd)
 
     def to_wire(self) -> dict[str, Any]:
-        """As a plain dict for the journal."""
+        """The budget as a plain dict for the journal.
+
+        Returns:
+            ``{"steps", "tokens", "cost_usd"}``, each None where unlimited.
+        """
         return {"steps": self.steps, "tokens": self.tokens, "cost_usd": self.cost_usd}
 
 
@@ -59,8 +63,18 @@ class HistoryPolicy:
     given. The journal keeps every record: only the state (and so snapshots,
     restore time and what the model sees) is bounded. The drop is itself a
     ``history_compacted`` record, so replay gives the same conversation.
-    Raises ``ValueError`` unless 0 < ``keep_recent`` <= ``max_messages`` - 4
-    (room for the system prompt, the task, a summary, and something to drop).
+
+    Attributes:
+        max_messages: The conversation length (messages) past which a cut happens.
+        keep_recent: How many messages (after the task) a cut keeps.
+        summarize: A ``Summarizer`` condensing the dropped messages into one
+            message; its answer is journaled, so it runs once (None: the dropped
+            messages are replaced by nothing).
+
+    Raises:
+        InvalidArgumentError: ``max_messages`` or ``keep_recent`` is not an int
+            >= 0, or not 0 < ``keep_recent`` <= ``max_messages`` - 4 (room for the
+            system prompt, the task, a summary, and something to drop).
     """
 
     max_messages: int = 200
@@ -74,10 +88,18 @@ class HistoryPolicy:
             raise InvalidArgumentError("HistoryPolicy needs 0 < keep_recent <= max_messages - 4")
 
     def cut(self, messages: list[dict[str, Any]]) -> tuple[int, int] | None:
-        """``(first, count)`` of the messages to drop now, or None.
+        """Which messages to drop now, if any.
 
         The system prompt and the task always stay, and a cut never separates
         tool results from the call that asked for them.
+
+        Args:
+            messages: The working conversation, as ``{"role", ...}`` dicts.
+
+        Returns:
+            ``(first, count)``: the index of the first message to drop and how
+            many, or None when the conversation is within ``max_messages`` (or a
+            cut would not shorten it).
         """
         if len(messages) <= self.max_messages:
             return None
@@ -195,14 +217,30 @@ class AgentDefinition:
             raise InvalidArgumentError(f"agent definition {self.name!r}: the migrate policy needs a migrate hook")
 
     def info(self) -> dict[str, str]:
-        """``{"name", "version", "digest"}``: what the journal records of this definition."""
+        """What the journal records of this definition.
+
+        Returns:
+            ``{"name", "version", "digest"}``.
+        """
         return {"name": self.name, "version": self.version, "digest": self.digest()}
 
     def tool(self, name: str) -> Tool | None:
-        """The tool called ``name``, or None."""
+        """Look up a tool of this definition by name.
+
+        Args:
+            name: The tool's name, as the model calls it.
+
+        Returns:
+            The tool called ``name``, or None when the definition has none.
+        """
         return self._by_name.get(name)
 
     def digest(self) -> str:
-        """SHA-256 (hex, 16 chars) of version, instructions and tool signatures."""
+        """Fingerprint the definition, so a changed one is noticed on resume.
+
+        Returns:
+            The first 16 hex characters of the SHA-256 of version, instructions
+            and tool signatures (``Tool.signature()``, sorted).
+        """
         parts = [self.version, self.instructions, *sorted(t.signature() for t in self.tools)]
         return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]

@@ -49,11 +49,32 @@ class LeaseInfo:
 class AgentDescription:
     """Everything ``describe`` reports about one agent (see the module docstring).
 
-    ``state`` is the full folded state (not in ``to_json``: it holds content);
-    ``created_at`` / ``last_activity_at`` are unix seconds (``created_at`` None
-    when the first records were compacted away); ``lease`` None when no live
-    lease is held or the store has no leases (``leases_supported`` says which);
-    ``budget_left`` maps each limit to what remains (None: unlimited).
+    Attributes:
+        namespace: The agent's namespace.
+        agent_id: The agent's id.
+        status: Its status (``unreadable`` when its journal cannot be read).
+        reason: Why the status is what it is (for ``unreadable``, the error).
+        definition: The recorded definition: ``{"name", "version", "digest"}``.
+        run_id: The id of the current run.
+        task: The task the run was started with.
+        seq: The seq of the last record folded in.
+        steps: Model responses so far.
+        usage: ``{"steps", "input_tokens", "output_tokens", "cost_usd"}`` used.
+        budget: ``{"steps", "tokens", "cost_usd"}`` limits (None: unlimited).
+        budget_left: Each limit mapped to what remains (None: unlimited).
+        open_approvals: The approvals with no decision yet, each with the call
+            it would run (``approval_id``, ``tool``, ``arguments``, ``call_id``,
+            ``key``, ``reason``).
+        pending_calls: The unresolved tool calls (``id``, ``tool``,
+            ``arguments``, ``key``, ``started``, ``attempts``).
+        created_at: Unix seconds of the first record (None when the first
+            records were compacted away).
+        last_activity_at: Unix seconds of the last record.
+        forked_from: A fork's origin (namespace, agent_id, run_id, seq), or None.
+        leases_supported: Whether the store has leases.
+        lease: The live lease (``LeaseInfo``); None when no live lease is held or
+            the store has no leases (``leases_supported`` says which).
+        state: The full folded state (not in ``to_json``: it holds content).
     """
 
     namespace: str
@@ -78,7 +99,12 @@ class AgentDescription:
     state: AgentState = field(repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        """A plain dict (JSON-ready) of every field but ``state``."""
+        """The description as ``durably show --json`` prints it (a stable shape).
+
+        Returns:
+            A plain, JSON-ready dict of every field but ``state``; ``lease`` as a
+            dict or None.
+        """
         out = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "state"}
         out["lease"] = asdict(self.lease) if self.lease is not None else None
         return out

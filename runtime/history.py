@@ -31,10 +31,13 @@ _CLIP = 80  # characters of free text a summary quotes
 class HistoryEntry:
     """One journal record, decoded.
 
-    ``seq`` (int, from 1), ``kind`` (a ``Kind`` value), ``at`` (unix seconds,
-    float: when it was appended), ``summary`` (one line, untrusted text quoted
-    from the model, tools and users: neutralise it before showing it on a
-    terminal), ``payload`` (the record's data dict, or None unless asked for).
+    Attributes:
+        seq: The record's seq, from 1.
+        kind: A ``Kind`` value.
+        at: Unix seconds: when it was appended.
+        summary: One line, untrusted text quoted from the model, tools and
+            users: neutralise it before showing it on a terminal.
+        payload: The record's data dict, or None unless asked for.
     """
 
     seq: int
@@ -44,7 +47,11 @@ class HistoryEntry:
     payload: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The entry as the CLI's and console's JSON shape (``payload`` only when present)."""
+        """The entry in the CLI's and console's JSON shape.
+
+        Returns:
+            ``{"seq", "kind", "at", "summary"}``, plus ``payload`` only when present.
+        """
         out: dict[str, Any] = {"seq": self.seq, "kind": self.kind, "at": self.at, "summary": self.summary}
         if self.payload is not None:
             out["payload"] = self.payload

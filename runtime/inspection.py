@@ -40,56 +40,169 @@ class Inspection:
 
     def history(self, agent_id: str, *, after_seq: int = 0, kinds: Iterable[str] | None = None,
                 payload: bool = False) -> AsyncIterator[HistoryEntry]:
-        """The agent's records after ``after_seq`` (int), of ``kinds`` (None: all), decoded,
-        as an async iterator of ``HistoryEntry`` with the data when ``payload``; bounded
-        memory on any length. Raises (when iterated) ``AgentNotFoundError``,
-        ``InvalidCommandError``, ``CorruptRecordError``."""
+        """The agent's journal records, decoded, in seq order; bounded memory on any length.
+
+        The idea is the event store's "read stream forward" (EventStoreDB) and
+        LangGraph's ``get_state_history``.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            after_seq: Only records with a seq above this (an int >= 0).
+            kinds: Only records of these kinds (None: all).
+            payload: Include each record's data.
+
+        Returns:
+            An async iterator of ``HistoryEntry``.
+
+        Raises:
+            AgentNotFoundError: When iterated: the agent has no records.
+            InvalidCommandError: When iterated: a negative ``after_seq`` or an
+                unknown kind.
+            CorruptRecordError: When iterated, at the first record that cannot be
+                read (the entries before it were yielded).
+        """
         return read_history(self.store, self.codec, self.stream(agent_id), after_seq=after_seq, kinds=kinds,
                             payload=payload)
 
     async def state_at(self, agent_id: str, seq: int) -> AgentState:
-        """The agent's folded state right after record ``seq``, by the restore path
-        (nearest snapshot at or before it, then replay). Raises ``AgentNotFoundError``,
-        ``SeqOutOfRangeError``."""
+        """The agent's folded state right after record ``seq``.
+
+        It is built by the restore path: the nearest snapshot at or before
+        ``seq``, then replay.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            seq: The record to stop after (an int >= 1).
+
+        Returns:
+            The state as it was right after record ``seq``.
+
+        Raises:
+            AgentNotFoundError: The agent has no records.
+            SeqOutOfRangeError: ``seq`` is below 1, past the last record, or
+                before the oldest snapshot of a journal whose start was
+                compacted away.
+        """
         return await time_travel.state_at(self.store, self.codec, self.stream(agent_id), seq, self.telemetry)
 
     async def fork(self, agent_id: str, at_seq: int, new_agent_id: str) -> AgentState:
-        """A new agent ``new_agent_id`` whose journal is ``agent_id``'s up to ``at_seq`` plus
-        a ``forked`` record; the source is never changed. What follows runs anew, with
-        new idempotency keys, once a runtime resumes it (``resume``, ``serve``); returns
-        the fork's state. Raises ``AgentNotFoundError``, ``AgentExistsError``,
-        ``SeqOutOfRangeError``."""
+        """Fork an agent: a new one whose journal is the source's up to ``at_seq``.
+
+        The new journal is a copy of ``agent_id``'s records 1..``at_seq`` plus a
+        ``forked`` record; the source is never changed. What follows runs anew,
+        with new idempotency keys, once a runtime resumes it (``resume``,
+        ``serve``).
+
+        Args:
+            agent_id: The source agent.
+            at_seq: The last source record the fork copies.
+            new_agent_id: The fork's agent id, in the same namespace.
+
+        Returns:
+            The fork's state (status as the source's at ``at_seq``).
+
+        Raises:
+            AgentNotFoundError: The source has no records.
+            AgentExistsError: ``new_agent_id`` already has records.
+            SeqOutOfRangeError: ``at_seq`` is outside the source's journal, or
+                inside its compacted part (a fork copies the records).
+        """
         return await time_travel.fork(self.store, self.codec, self.stream(agent_id), at_seq,
                                       self.stream(new_agent_id), self.telemetry)
 
     async def describe(self, agent_id: str) -> AgentDescription:
-        """Status and why, definition, seq, usage and budget left, open approvals,
-        pending calls, lease holder and expiry, times, fork origin (``AgentDescription``).
-        Raises ``AgentNotFoundError`` and the journal's read errors."""
+        """Describe one agent as it is now (as ``temporal workflow describe``, ``dbos workflow get``).
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+
+        Returns:
+            Its ``AgentDescription``: status and why, definition, seq, usage and
+            budget left, open approvals, pending calls, lease holder and expiry,
+            times, fork origin.
+
+        Raises:
+            AgentNotFoundError: The agent has no records.
+            CorruptRecordError: Its journal cannot be read (also
+                ``UnknownSchemaVersionError``).
+        """
         return await describe(self.store, self.codec, self.stream(agent_id), self.telemetry)
 
     async def describe_all(self, *, statuses: Iterable[str] | None = None) -> list[AgentDescription]:
-        """``describe`` of every agent of the namespace (unreadable ones with status ``unreadable``);
-        ``statuses``: only agents with one of these (read from the status index where the store has one)."""
+        """``describe`` every agent of the namespace, in the store's listing order.
+
+        An agent whose journal cannot be read is described with status
+        ``unreadable`` and the error as its reason.
+
+        Args:
+            statuses: Only agents with one of these statuses (read from the
+                status index where the store has one); None: all.
+
+        Returns:
+            One ``AgentDescription`` per agent.
+        """
         return [d async for d in describe_namespace(self.store, self.codec, self.namespace, self.telemetry,
                                                     statuses=statuses)]
 
     def watch(self, agent_id: str, *, poll_interval: float = 0.2) -> AsyncIterator[watching.StatusChange]:
-        """Status changes (``StatusChange``) of the agent from now on, wherever it runs:
-        its journal is tailed every ``poll_interval`` seconds. Raises (when iterated)
-        ``AgentNotFoundError``."""
+        """Follow the agent's status changes from now on, wherever it runs.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            poll_interval: Seconds between reads of its journal's tail (> 0).
+
+        Returns:
+            An endless async iterator of ``StatusChange`` (break out, or cancel,
+            to stop).
+
+        Raises:
+            AgentNotFoundError: When iterated: the agent has no records yet.
+            InvalidCommandError: When iterated: ``poll_interval`` is not a
+                positive number.
+        """
         return watching.watch(self.store, self.codec, self.stream(agent_id), self.telemetry, poll_interval=poll_interval)
 
     def watch_namespace(self, *, poll_interval: float = 0.5) -> AsyncIterator[watching.StatusChange]:
-        """Status changes of every agent of the namespace from now on, new agents included."""
+        """Follow the status changes of every agent of the namespace from now on, new agents included.
+
+        An agent whose journal cannot be read is skipped (its neighbours are not).
+
+        Args:
+            poll_interval: Seconds between scans of the namespace (> 0).
+
+        Returns:
+            An endless async iterator of ``StatusChange``.
+
+        Raises:
+            InvalidCommandError: When iterated: ``poll_interval`` is not a
+                positive number.
+        """
         return watching.watch_namespace(self.store, self.codec, self.namespace, self.telemetry, poll_interval=poll_interval)
 
     async def wait(self, agent_id: str, until: Iterable[str] | str | None = None, *, timeout: float | None = None,
                    poll_interval: float = 0.2) -> AgentState:
-        """Wait until the agent's status is one of ``until`` (default: stopped or parked)
-        and return its state, following it across activations and processes. ``start()``
-        launches an agent without waiting; this is how an embedding service waits later.
-        Raises ``WaitTimeoutError`` (with the last state) after ``timeout`` seconds,
-        ``AgentNotFoundError``, ``InvalidCommandError`` (unknown status)."""
+        """Wait until the agent's status is one of ``until``, following it across activations and processes.
+
+        ``start()`` launches an agent without waiting; this is how an embedding
+        service waits later. Returns at once when the status already is one of
+        them.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            until: A status or statuses (None: stopped or parked: finished,
+                failed, cancelled, waiting_approval, suspended).
+            timeout: Seconds to wait at most (None: no limit).
+            poll_interval: Seconds between reads of the journal's tail (> 0).
+
+        Returns:
+            The agent's state once its status is one of ``until``.
+
+        Raises:
+            WaitTimeoutError: ``timeout`` passed first; it carries the last state
+                seen.
+            AgentNotFoundError: The agent has no records.
+            InvalidCommandError: An unknown status, a bad ``timeout`` or
+                ``poll_interval``.
+        """
         return await watching.wait(self.store, self.codec, self.stream(agent_id), self.telemetry, until=until,
                                    timeout=timeout, poll_interval=poll_interval)

@@ -23,8 +23,13 @@ MAX_NAME_CHARS = 256
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A tool call the model asked for: ``id`` (unique in the run; durably fills
-    one in when empty), ``name`` and ``arguments`` (plain-data dict)."""
+    """A tool call the model asked for.
+
+    Attributes:
+        id: The call's id, unique in the run; durably fills one in when empty.
+        name: The name of the tool to call.
+        arguments: The call's arguments, a plain-data dict.
+    """
 
     id: str
     name: str
@@ -33,7 +38,13 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """What a model call cost: tokens in and out, and money in US dollars."""
+    """What a model call cost: tokens in and out, and money in US dollars.
+
+    Attributes:
+        input_tokens: Tokens the model read (the prompt).
+        output_tokens: Tokens the model wrote.
+        cost_usd: What the call cost, in US dollars.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -42,11 +53,19 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
-    """One model turn: ``text``, the ``tool_calls`` to run (none: the run is
-    finished and ``text`` is its result), ``usage``, an optional new ``plan``
-    (list of step descriptions), the ``model`` name that answered and why it
-    stopped (``stop_reason``: ``end``, ``tool_use``, ``max_tokens``,
-    ``refused``, a provider's own word, or "" when unknown)."""
+    """One model turn.
+
+    Attributes:
+        text: The model's text; when there are no tool calls, the run's result.
+        tool_calls: The ``ToolCall`` objects to run (none: the run is finished
+            and ``text`` is its result).
+        usage: What the turn cost (``Usage``).
+        plan: An optional new plan, a list of step descriptions (None: the plan
+            is unchanged).
+        model: The name of the model that answered.
+        stop_reason: Why it stopped: ``end``, ``tool_use``, ``max_tokens``,
+            ``refused``, a provider's own word, or "" when unknown.
+    """
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
@@ -65,15 +84,35 @@ class Model(Protocol):
     tool specs (``name``, ``description``, ``parameters`` as JSON Schema).
     An exception is a failed attempt: transient ones (``TransientModelError``,
     ``TimeoutError``, ``ConnectionError``, anything carrying an HTTP
-    ``status_code`` of 408, 429 or 5xx) are retried by the definition's
-    ``RetryPolicy``; once the attempts are spent, or for any other exception,
-    the agent is ``failed`` with the reason, and ``Runtime.retry`` resumes it.
+    ``status_code`` of 408, 409, 425, 429 or 5xx; see ``is_transient``) are
+    retried by the definition's ``RetryPolicy``; once the attempts are spent,
+    or for any other exception, the agent is ``failed`` with the reason, and
+    ``Runtime.retry`` resumes it.
     The reply is validated before it is journaled (``check_reply``).
     """
 
     name: str
 
-    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse: ...
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
+        """Answer the conversation with the next turn.
+
+        Args:
+            messages: The conversation, OpenAI-style dicts (``role``:
+                system/user/assistant/tool, ``content``, ``tool_calls``,
+                ``tool_call_id``).
+            tools: The agent's tool specs (``name``, ``description``,
+                ``parameters`` as JSON Schema).
+
+        Returns:
+            The next ``ModelResponse``; it is validated (``check_reply``) and
+            journaled before durably acts on it.
+
+        Raises:
+            TransientModelError: A failure a later attempt may not meet (also
+                ``TimeoutError``, ``ConnectionError`` or an HTTP 408/409/425/429/5xx
+                error): retried by the definition's ``RetryPolicy``. Any other
+                exception fails the agent.
+        """
 
 
 def check_reply(response: Any) -> None:

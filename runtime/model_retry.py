@@ -33,12 +33,23 @@ _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 class RetryPolicy:
     """How often and how patiently a transient model error is retried.
 
-    ``attempts``: calls in all (1: no retry; default 4). Waits grow from
-    ``initial_s`` by doubling up to ``max_s`` seconds, plus up to ``jitter_s``
-    of random jitter; a ``Retry-After`` longer than that wait replaces it, up
-    to ``max_retry_after_s`` (a longer one is not waited for: the attempt
-    counts as the last). Raises ``ValueError`` for a figure that is not finite
-    and >= 0, or ``attempts`` < 1.
+    Waits grow from ``initial_s`` by doubling up to ``max_s`` seconds, plus up
+    to ``jitter_s`` of random jitter (exponential backoff with jitter, as in
+    the AWS Architecture Blog's "Exponential Backoff and Jitter"); a
+    ``Retry-After`` longer than that wait replaces it, up to
+    ``max_retry_after_s`` (a longer one is not waited for: the attempt counts
+    as the last).
+
+    Attributes:
+        attempts: Calls in all (1: no retry; default 4).
+        initial_s: The first wait, in seconds.
+        max_s: The longest backoff wait, in seconds.
+        jitter_s: The most random jitter added to a wait, in seconds.
+        max_retry_after_s: The longest ``Retry-After`` honoured, in seconds.
+
+    Raises:
+        InvalidArgumentError: ``attempts`` is not an int >= 1, or another figure
+            is not a finite number >= 0.
     """
 
     attempts: int = 4
@@ -57,17 +68,30 @@ class RetryPolicy:
 
     @classmethod
     def none(cls) -> "RetryPolicy":
-        """A policy that never retries."""
+        """A policy that never retries.
+
+        Returns:
+            A ``RetryPolicy`` with ``attempts=1``.
+        """
         return cls(attempts=1)
 
     async def call(self, fn: Callable[[], Awaitable[T]],
                    on_failure: Callable[[int, BaseException, float | None], Awaitable[None]]) -> T:
-        """``await fn()``, retried while it raises a transient error.
+        """``await fn()``, retried while it raises a transient error (``is_transient``).
 
-        ``on_failure(attempt, error, wait_s)`` is awaited after each failed
-        attempt (1-based), ``wait_s`` being the pause before the next one or
-        None when there is none. Returns ``fn``'s result; raises its last
-        error when the attempts are spent or the error is not transient.
+        Args:
+            fn: The call to make, with no arguments.
+            on_failure: ``on_failure(attempt, error, wait_s)``, awaited after each
+                failed attempt (1-based), ``wait_s`` being the pause in seconds
+                before the next one, or None when there is none.
+
+        Returns:
+            ``fn``'s result.
+
+        Raises:
+            Exception: ``fn``'s last error, when the attempts are spent or the
+                error is not transient; or what ``on_failure`` raised (journaling
+                the attempt failed), which is never retried.
         """
         try:
             return await fn()  # the common case, without building a retry loop (~0.2 ms a call)

@@ -180,12 +180,16 @@ def _legacy_liveness(owner: str) -> Liveness:
 class LeaseHolder:
     """Who holds an agent's lease, for operators (``Runtime.lease_holder``).
 
-    ``owner``: the owner string; ``worker_id``: the holder's chosen name (the
-    whole owner string when it is not one this build writes); ``host`` and
-    ``pid`` (None when unknown); ``expires_at``: unix seconds when the lease
-    lapses unless renewed; ``token``: its fencing token; ``liveness``: alive,
-    dead (its agents are taken at once by ``resume_all``/``serve``) or remote
-    (only ``expires_at`` tells).
+    Attributes:
+        owner: The owner string.
+        worker_id: The holder's chosen name (the whole owner string when it is
+            not one this build writes).
+        host: The holder's hostname (None when unknown).
+        pid: The holder's process id (None when unknown).
+        expires_at: Unix seconds when the lease lapses unless renewed.
+        token: The lease's fencing token.
+        liveness: ``Liveness``: alive, dead (its agents are taken at once by
+            ``resume_all``/``serve``) or remote (only ``expires_at`` tells).
     """
 
     owner: str
@@ -198,7 +202,14 @@ class LeaseHolder:
 
     @classmethod
     def of(cls, lease: Lease) -> LeaseHolder:
-        """Describe ``lease``'s holder, checking its liveness now."""
+        """Describe ``lease``'s holder, checking its liveness now.
+
+        Args:
+            lease: The lease as the store returned it.
+
+        Returns:
+            The holder, with its ``liveness`` as of this call.
+        """
         identity = OwnerIdentity.parse(lease.owner)
         return cls(lease.owner, identity.worker_id if identity else lease.owner, identity.host if identity else None,
                    identity.pid if identity else None, lease.expires_at, lease.token, holder_liveness(lease.owner))

@@ -48,9 +48,12 @@ class Where(str, Enum):
 class Placement:
     """Where an agent runs after a command (public as ``durably.Placement``).
 
-    ``where`` (a ``Where``), ``holder`` (the lease holder, a ``LeaseHolder``, when one is known),
-    ``handle`` (the activation, when ``where`` is ``here``), ``reason`` (one
-    sentence for an operator)."""
+    Attributes:
+        where: A ``Where``: here, elsewhere, after_lease, unassigned, not_running.
+        reason: One sentence for an operator.
+        holder: The lease holder (a ``LeaseHolder``), when one is known.
+        handle: The activation (an ``AgentHandle``), when ``where`` is ``here``.
+    """
 
     where: Where
     reason: str
@@ -58,14 +61,28 @@ class Placement:
     handle: AgentHandle | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """A plain dict (JSON-ready): ``where`` and ``reason`` (str), ``holder`` (the lease holder's
-        fields, or None); the handle is a live object and is left out."""
+        """The placement as a plain, JSON-ready dict.
+
+        Returns:
+            ``where`` and ``reason`` (str), ``holder`` (the lease holder's fields,
+            or None); the handle is a live object and is left out.
+        """
         return {"where": self.where.value, "reason": self.reason,
                 "holder": {**asdict(self.holder), "liveness": self.holder.liveness.value} if self.holder else None}
 
     @classmethod
     def held_by(cls, holder: LeaseHolder | None, *, registered: bool) -> Placement:
-        """The placement of a runnable agent this runtime does not run, given its lease holder."""
+        """The placement of a runnable agent this runtime does not run, given its lease holder.
+
+        Args:
+            holder: The agent's lease holder (None: no lease is held).
+            registered: Whether this runtime registers the agent's definition
+                (only changes the reason's wording).
+
+        Returns:
+            ``unassigned`` when nobody holds the lease or its holder is dead,
+            ``elsewhere`` when it is alive, ``after_lease`` when it is remote.
+        """
         if holder is None:
             why = "nobody runs it yet: the next serve() with its definition resumes it"
             if not registered:
@@ -83,22 +100,58 @@ class Placement:
 
 @dataclass
 class CommandResult(AgentState):
-    """The ``AgentState`` after a command, plus ``placement``: where it runs now
-    (a ``durably.Placement``; compare its ``where`` with ``durably.Where``).
+    """The ``AgentState`` after a command, plus ``placement``: where it runs now.
 
     It is an ``AgentState`` in every respect (callers reading ``status`` keep
     working); ``placement`` is never journaled or snapshotted.
+
+    Attributes:
+        namespace: As in ``AgentState``: the agent's namespace.
+        agent_id: The agent's id.
+        run_id: The id of the current run.
+        definition: The recorded definition: ``{"name", "version", "digest"}``.
+        status: The agent's status after the command.
+        reason: Why the status is what it is.
+        task: The task the run was started with.
+        messages: The working conversation.
+        inbox: Messages waiting for pending tool calls to resolve.
+        pending_calls: The unresolved tool calls of the last model response.
+        ledger: Idempotency key -> the executed call.
+        approvals: Approval id -> the request and its decision.
+        plan: The model's latest plan.
+        artifacts: Stored artifacts: ``{"name", "digest", "size"}``.
+        usage: What the run used so far (steps, tokens, US dollars).
+        budget: The run's limits (None: unlimited).
+        result: The run's result once ``finished``.
+        last_seq: The seq of the last record folded in.
+        forked_from: A fork's origin, or None.
+        trace: The latest activation's trace reference, or None.
+        placement: A ``durably.Placement`` (compare its ``where`` with
+            ``durably.Where``); None only for a result built without one.
     """
 
     placement: Placement | None = None
 
     @classmethod
     def of(cls, state: AgentState, placement: Placement) -> CommandResult:
-        """``state``'s fields (shared, not copied) with ``placement``."""
+        """Attach a placement to a state.
+
+        Args:
+            state: The agent's state after the command; its fields are shared,
+                not copied.
+            placement: Where the agent runs now.
+
+        Returns:
+            A ``CommandResult`` with ``state``'s fields and ``placement``.
+        """
         return cls(**{f.name: getattr(state, f.name) for f in fields(AgentState)}, placement=placement)
 
     def to_wire(self) -> dict[str, Any]:
-        """As ``AgentState.to_wire``: the placement is not state."""
+        """The state as a plain dict, as ``AgentState.to_wire``: the placement is not state.
+
+        Returns:
+            ``AgentState.to_wire``'s dict, without ``placement``.
+        """
         wire = super().to_wire()
         wire.pop("placement", None)
         return wire

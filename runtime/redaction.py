@@ -107,13 +107,20 @@ def marker_paths(value: Any, path: str = "") -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Redact:
-    """A rule: replace the value at ``path`` for ``tool`` (None: every tool) of
-    ``agent`` (a definition name; None: every agent) with a marker giving ``reason``.
+    """A rule: replace the value at ``path`` with a marker giving ``reason``.
 
-    ``path`` starts at ``arguments`` or ``result`` and descends by dict key or
-    list index, ``*`` matching any: ``"arguments.card.number"``,
-    ``"arguments.headers.*"``, ``"result"`` (the whole result), ``"result.rows.*.email"``.
-    Raises ``ValueError`` for another root or an empty segment.
+    Attributes:
+        path: Starts at ``arguments`` or ``result`` and descends by dict key or
+            list index, ``*`` matching any: ``"arguments.card.number"``,
+            ``"arguments.headers.*"``, ``"result"`` (the whole result),
+            ``"result.rows.*.email"``.
+        tool: The tool whose calls the rule covers (None: every tool).
+        agent: The agent definition name the rule covers (None: every agent).
+        reason: What the marker says, ``{"$redacted": reason}``.
+
+    Raises:
+        InvalidArgumentError: ``path`` has another root or an empty segment (a
+            ``ValueError``).
     """
 
     path: str
@@ -133,15 +140,32 @@ class Redact:
 
     @property
     def root(self) -> str:
+        """The path's root: ``arguments`` or ``result``."""
         return self.path.split(".", 1)[0]
 
     def applies(self, agent: str | None, tool: str | None) -> bool:
-        """True for a call of ``tool`` by an agent of definition ``agent``."""
+        """Whether the rule covers a call of ``tool`` by an agent of definition ``agent``.
+
+        Args:
+            agent: The calling agent's definition name.
+            tool: The called tool's name.
+
+        Returns:
+            True when the rule's ``tool`` and ``agent`` are None or match.
+        """
         return self.tool in (None, tool) and self.agent in (None, agent)
 
 
 def ephemeral(tool: str, *, agent: str | None = None) -> Redact:
-    """A rule keeping ``tool``'s whole result out of storage (the live model still sees it)."""
+    """A rule keeping ``tool``'s whole result out of storage (the live model still sees it).
+
+    Args:
+        tool: The tool whose results are not stored.
+        agent: The agent definition name the rule covers (None: every agent).
+
+    Returns:
+        ``Redact("result", tool=tool, agent=agent, reason="ephemeral")``.
+    """
     return Redact("result", tool=tool, agent=agent, reason="ephemeral")
 
 
@@ -149,11 +173,15 @@ def ephemeral(tool: str, *, agent: str | None = None) -> Redact:
 class RedactionPolicy:
     """What to redact before persistence (see the module docstring).
 
-    ``rules``: ``Redact`` rules; ``secret_names``: field names (lower snake
-    case) that mark a secret; ``token_patterns``: credential formats;
-    ``mask_echoes``: also mask later occurrences of values redacted by name or
-    rule (those of at least ``min_echo_length`` characters) in this activation.
     The default instance is what a ``Runtime`` uses unless told otherwise.
+
+    Attributes:
+        rules: ``Redact`` rules.
+        secret_names: Field names (lower snake case) that mark a secret.
+        token_patterns: Credential formats (``TokenPattern``).
+        mask_echoes: Also mask later occurrences of values redacted by name or
+            rule in this activation.
+        min_echo_length: The shortest value (characters) ``mask_echoes`` masks.
     """
 
     rules: tuple[Redact, ...] = ()
@@ -164,7 +192,12 @@ class RedactionPolicy:
 
     @classmethod
     def disabled(cls) -> "RedactionPolicy":
-        """A policy that redacts nothing: everything is stored as given."""
+        """A policy that redacts nothing: everything is stored as given.
+
+        Returns:
+            A ``RedactionPolicy`` with no secret names, no token patterns and
+            no echo masking.
+        """
         return cls(secret_names=frozenset(), token_patterns=(), mask_echoes=False)
 
     @property
@@ -209,8 +242,15 @@ class RedactionPolicy:
         return tuple((gate, tuple(group)) for gate, group in sorted(groups.items()))
 
     def may_hold_token(self, lower: str) -> bool:
-        """False when no pattern can match in lowercased text ``lower`` (no hint in
-        it); True when one may, or when some pattern has no hints."""
+        """Whether some token pattern may match, by a cheap search for its hints.
+
+        Args:
+            lower: The text, lowercased.
+
+        Returns:
+            False when no pattern can match (no hint in ``lower``); True when one
+            may, or when some pattern has no hints.
+        """
         groups = self.hint_groups
         if groups is None:
             return True
@@ -236,7 +276,17 @@ class RedactionPolicy:
         return {}
 
     def is_secret_name(self, name: str) -> bool:
-        """True when a field called ``name`` holds a secret (``apiKey``, ``X-Api-Key``, ``db_password``)."""
+        """Whether a field called ``name`` holds a secret.
+
+        The name is split at camelCase and ``-``, lowercased, and matched on its
+        last ``_``-separated words against ``secret_names``.
+
+        Args:
+            name: The field name, e.g. ``apiKey``, ``X-Api-Key``, ``db_password``.
+
+        Returns:
+            True when the name marks a secret.
+        """
         if self._names_re is None:
             return False
         verdict = self._name_verdicts.get(name)
@@ -248,7 +298,14 @@ class RedactionPolicy:
         return verdict
 
     def find_token(self, text: str) -> tuple[str, str] | None:
-        """``(pattern name, matched text)`` of the first credential in ``text``, or None."""
+        """Find the first credential in ``text``.
+
+        Args:
+            text: The text to search.
+
+        Returns:
+            ``(pattern name, matched text)`` of the first credential, or None.
+        """
         for name, regex, _hints in self._candidates(text):
             match = regex.search(text)
             if match is not None:
@@ -256,7 +313,14 @@ class RedactionPolicy:
         return None
 
     def mask_tokens(self, text: str) -> str:
-        """``text`` with every credential replaced by ``[REDACTED:<pattern>]``."""
+        """Mask every credential in ``text``.
+
+        Args:
+            text: The text to mask.
+
+        Returns:
+            ``text`` with every credential replaced by ``[REDACTED:<pattern>]``.
+        """
         for name, regex, _hints in self._candidates(text):
             text = regex.sub(f"[REDACTED:{name}]", text)
         return text

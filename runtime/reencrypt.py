@@ -66,14 +66,22 @@ CURRENT, SNAPSHOT_REWRITTEN, COMPACTED = "current", "snapshot-rewritten", "compa
 class ReencryptReport:
     """What ``reencrypt_stream`` found and did for ``stream``.
 
-    ``before`` / ``after``: frames per key id (None: plaintext), records and
-    snapshots together; ``action``: ``current`` (nothing to do), ``snapshot-rewritten``
-    or ``compacted``; ``seq``: the snapshot seq written (0 when none);
-    ``files_scrubbed``: True when the store's files no longer hold the bytes of
-    the frames rewritten or deleted (old WAL frames, freed pages), False when
-    something prevented it (``residue`` says what: another connection's open
-    transaction), None when the adapter cannot tell (S3 object versions,
-    a filesystem's freed blocks: see the module docstring).
+    Attributes:
+        stream: The stream re-encrypted.
+        before: Frames per key id (None: plaintext) before, records and
+            snapshots together.
+        after: Frames per key id (None: plaintext) after, records and
+            snapshots together.
+        action: ``current`` (nothing to do), ``snapshot-rewritten`` or
+            ``compacted``.
+        seq: The snapshot seq written (0 when none).
+        files_scrubbed: True when the store's files no longer hold the bytes of
+            the frames rewritten or deleted (old WAL frames, freed pages), False
+            when something prevented it (``residue`` says what), None when the
+            adapter cannot tell (S3 object versions, a filesystem's freed
+            blocks: see the module docstring).
+        residue: What prevented the scrub (e.g. another connection's open
+            transaction); "" otherwise.
     """
 
     stream: StreamId

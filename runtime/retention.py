@@ -42,10 +42,15 @@ PURGED, EXPIRED, KEPT, UNDATED, UNREADABLE = "purged", "expired", "kept", "undat
 class RetentionPolicy:
     """Time-to-live in seconds by agent status, counted from the last record.
 
-    ``ttl``: status (``finished``, ``failed``, ``cancelled``, ``suspended``,
-    ``waiting_approval``, ``running``) -> seconds; ``default``: seconds for a
-    status not in ``ttl`` (None: keep forever). Raises ``ValueError`` for a
-    negative TTL. Example: ``RetentionPolicy({"finished": 30 * DAY, "failed": 90 * DAY})``.
+    Example: ``RetentionPolicy({"finished": 30 * DAY, "failed": 90 * DAY})``.
+
+    Attributes:
+        ttl: Status (``finished``, ``failed``, ``cancelled``, ``suspended``,
+            ``waiting_approval``, ``running``) -> seconds.
+        default: Seconds for a status not in ``ttl`` (None: keep forever).
+
+    Raises:
+        InvalidArgumentError: A negative TTL (a ``ValueError``).
     """
 
     ttl: Mapping[str, float] = field(default_factory=dict)
@@ -57,21 +62,39 @@ class RetentionPolicy:
                 raise InvalidArgumentError(f"retention TTL for {status} must be >= 0 seconds, got {seconds}")
 
     def ttl_for(self, status: str) -> float | None:
-        """Seconds an agent with ``status`` is kept after its last record; None: forever."""
+        """How long an agent with ``status`` is kept.
+
+        Args:
+            status: The agent's status, e.g. ``finished``.
+
+        Returns:
+            Seconds after its last record, or None: forever.
+        """
         return self.ttl.get(status, self.default)
 
     def shortest(self) -> float | None:
-        """The smallest TTL of any status (None when nothing ever expires)."""
+        """The smallest TTL of any status.
+
+        Returns:
+            Seconds, or None when nothing ever expires.
+        """
         values = [v for v in (*self.ttl.values(), self.default) if v is not None]
         return min(values) if values else None
 
 
 @dataclass(frozen=True, slots=True)
 class SweepItem:
-    """One stream seen by ``sweep``: its ``status`` (None if not read), ``last_at``
-    (unix seconds of its last record, None when undated), ``age`` in seconds, and
-    ``outcome``: ``purged``, ``expired`` (would be purged: dry run), ``kept``,
-    ``undated`` or ``unreadable`` (the journal did not decode; kept, ``error`` says why)."""
+    """One stream seen by ``sweep``.
+
+    Attributes:
+        stream: The stream.
+        status: The agent's status (None if not read).
+        last_at: Unix seconds of its last record (None when undated).
+        age: Seconds since ``last_at`` (None when undated).
+        outcome: ``purged``, ``expired`` (would be purged: dry run), ``kept``,
+            ``undated`` or ``unreadable`` (the journal did not decode; kept).
+        error: Why it is ``unreadable`` ("" otherwise).
+    """
 
     stream: StreamId
     status: str | None

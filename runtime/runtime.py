@@ -77,13 +77,14 @@ _STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"
 
 
 class AgentHandle:
-    """A live agent activation. ``await handle.wait()`` returns its state when it
-    stops or parks; raises ``AgentFencedError`` / ``StoreUnavailableError`` if
-    that is what stopped it, and ``AgentLeaseLostError`` when another runtime
-    took the agent's lease (this one paused past its TTL, or lost the store for
-    that long): the agent runs there now, so a "running" state from here would
-    be a lie. A state with status ``running`` means this runtime stopped the
-    activation itself (``drain``, leaving ``async with``)."""
+    """A live agent activation; ``await handle.wait()`` returns its state when it stops or parks.
+
+    The runtime makes handles (``start``, ``resume``, ``retry``); user code does
+    not build one.
+
+    Args:
+        actor: The activation's actor, owned by the runtime.
+    """
 
     def __init__(self, actor: AgentActor) -> None:
         self._actor = actor
@@ -99,7 +100,21 @@ class AgentHandle:
         return f"<AgentHandle {state.namespace}/{state.agent_id} {phase}, status {state.status} at seq {state.last_seq}>"
 
     async def wait(self) -> AgentState:
-        """The agent's state once this activation ends and has given its lease back."""
+        """Wait for this activation to end and give its lease back.
+
+        Returns:
+            The agent's state when it stopped or parked. A state with status
+            ``running`` means this runtime stopped the activation itself
+            (``drain``, leaving ``async with``).
+
+        Raises:
+            AgentFencedError: Another writer appended to the journal (this
+                activation was stale).
+            StoreUnavailableError: The store failed and that stopped it.
+            AgentLeaseLostError: Another runtime took the agent's lease (this one
+                paused past its TTL, or lost the store for that long): the agent
+                runs there now, so a "running" state from here would be a lie.
+        """
         await self._actor.done.wait()
         await self._actor.exited.wait()
         if self._actor.error is not None:
@@ -242,7 +257,13 @@ class Runtime(Inspection):
     # definitions ------------------------------------------------------------
 
     def register(self, definition: AgentDefinition) -> None:
-        """Make ``definition`` available to start and resume agents by its name."""
+        """Make a definition available to start and resume agents by its name.
+
+        A definition registered under a name already taken replaces it.
+
+        Args:
+            definition: The agent definition; its ``name`` is the key.
+        """
         self._definitions[definition.name] = definition
 
     def _definition(self, name: str) -> AgentDefinition:
@@ -252,16 +273,36 @@ class Runtime(Inspection):
             raise DefinitionNotRegisteredError(f"agent definition {name!r} is not registered in this runtime") from None
 
     def stream(self, agent_id: str) -> StreamId:
-        """The stream of ``agent_id`` in this runtime's namespace."""
+        """The stream of an agent in this runtime's namespace.
+
+        Args:
+            agent_id: The agent's id.
+
+        Returns:
+            ``StreamId(namespace, agent_id)``.
+        """
         return StreamId(self.namespace, agent_id)
 
     # starting and resuming --------------------------------------------------
 
     async def start(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentHandle:
-        """Start a new agent run on ``task`` (str) and return its handle.
+        """Start a new agent run and return its handle, without waiting for it.
 
-        Raises ``AgentExistsError`` when ``agent_id`` already has a journal,
-        ``DefinitionNotRegisteredError`` for an unknown definition name.
+        A definition passed as an object is registered if its name is not yet.
+
+        Args:
+            agent: The definition, or the name of a registered one.
+            agent_id: The new agent's id in this runtime's namespace.
+            task: The task, the conversation's first user message.
+            budget: Limits for this run (None: the definition's ``budget``).
+
+        Returns:
+            The handle of the live activation (``await handle.wait()``).
+
+        Raises:
+            AgentExistsError: ``agent_id`` already has a journal (or is live here,
+                or another runtime holds its lease).
+            DefinitionNotRegisteredError: ``agent`` names no registered definition.
         """
         definition = agent if isinstance(agent, AgentDefinition) else self._definition(agent)
         self._definitions.setdefault(definition.name, definition)
@@ -299,23 +340,38 @@ class Runtime(Inspection):
         return self._spawn(definition, journal, span)
 
     async def resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
-        """Resume ``agent_id`` from its journal if it can run; None if it is parked or done.
+        """Resume an agent from its journal if it can run.
 
         Appends a ``resumed`` record first: that moves the stream's seq, so a
-        stale process still running this agent is fenced off at its next append.
-        When the registered definition's version or digest differs from the
-        recorded one, its ``on_definition_change`` policy applies: ``continue``
-        and ``migrate`` journal a ``definition_changed`` record in the same batch
-        (with the state fields the migrate hook rewrote); ``stop`` returns None,
-        appends nothing, and ``status`` reports ``needs_migration``.
-        On a store with leases the agent's lease is taken first: ``AgentLeasedError``
-        when another runtime holds it (it runs the agent). ``force=True`` takes
-        the agent over anyway, for an operator who knows that runtime is dead
-        (it is fenced by the expected seq, and this run holds no lease).
-        Raises ``AgentNotFoundError``, ``DefinitionNotRegisteredError``,
-        ``DefinitionMigrationError`` (the migrate hook failed, nothing appended),
-        ``CorruptRecordError`` / ``UnknownSchemaVersionError`` (journal unreadable:
-        not resumed, bytes untouched).
+        stale process still running this agent is fenced off at its next append
+        (fencing by expected seq, as in Kleppmann's lease pattern). When the
+        registered definition's version or digest differs from the recorded one,
+        its ``on_definition_change`` policy applies: ``continue`` and ``migrate``
+        journal a ``definition_changed`` record in the same batch (with the state
+        fields the migrate hook rewrote); ``stop`` returns None, appends nothing,
+        and ``status`` reports ``needs_migration``. On a store with leases the
+        agent's lease is taken first. An agent already live here returns its
+        handle (single-flight).
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            force: Take the agent over even when another runtime holds its lease,
+                for an operator who knows that runtime is dead (it is fenced by
+                the expected seq, and this run holds no lease).
+
+        Returns:
+            The live activation's handle; None when the agent is parked or done,
+            when the ``stop`` policy holds it, or while this runtime drains.
+
+        Raises:
+            AgentLeasedError: Another runtime holds the agent's lease (it runs
+                the agent).
+            AgentNotFoundError: The agent has no records.
+            DefinitionNotRegisteredError: Its recorded definition name is not
+                registered here.
+            DefinitionMigrationError: The migrate hook failed; nothing appended.
+            CorruptRecordError: The journal is unreadable (also
+                ``UnknownSchemaVersionError``): not resumed, bytes untouched.
         """
         return await self._resume(agent_id, force=force)
 
@@ -381,10 +437,20 @@ class Runtime(Inspection):
                                    holder.expires_at if holder else None)
 
     async def lease_holder(self, agent_id: str) -> LeaseHolder | None:
-        """Who holds ``agent_id``'s lease now: owner, worker id, host and pid, expiry
-        (unix seconds) and liveness (``alive``, ``dead``: taken at once by the next
-        resume here or in ``serve``; ``remote``: only the expiry tells); None when
-        nobody does or the store has no leases. Raises ``StoreUnavailableError``."""
+        """Who holds an agent's lease now.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+
+        Returns:
+            A ``LeaseHolder``: owner, worker id, host and pid, expiry (unix
+            seconds) and liveness (``alive``; ``dead``: taken at once by the next
+            resume here or in ``serve``; ``remote``: only the expiry tells). None
+            when nobody holds it or the store has no leases.
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+        """
         return await self._leases.holder_info(self.stream(agent_id))
 
     def _lease_lost(self, stream: StreamId, holder: Lease | None) -> None:
@@ -403,24 +469,42 @@ class Runtime(Inspection):
         a newer durably, or any other error restoring it) is logged and skipped,
         never resumed: one bad stream must not stop every other agent of the
         namespace. On a store with a status index only the agents it lists as
-        runnable are read. Returns the handles of the agents resumed here.
-        ``StoreUnavailableError`` (an outage) is raised.
+        runnable are read.
+
+        Returns:
+            The handles of the agents resumed here.
+
+        Raises:
+            StoreUnavailableError: The store is out (an outage is not skipped).
         """
         return (await scan_namespace(self)).handles
 
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
-        """Start ``agent_id`` (or resume it if its journal exists) and wait until it stops or parks.
+        """Start an agent (or resume it if its journal exists) and wait until it stops or parks.
 
-        Returns the ``AgentState`` it stopped or parked with. Raises
-        ``AgentExistsError`` when ``agent_id`` exists under another
-        definition name or with another task (saying which differs): an id
-        reused by mistake must not hand back another agent's result. A resumed
-        run with the same definition and task is silent. Raises
-        ``AgentLeasedError`` when another runtime holds the agent's lease (it
-        runs the agent now: ``owner`` and ``expires_at`` say who and until
-        when), ``AgentLeaseLostError`` when another runtime took the lease while
-        it ran here, ``DefinitionNotRegisteredError`` for an unknown definition
-        name, and what ``resume`` and ``AgentHandle.wait`` raise.
+        A resumed run with the same definition and task is silent: calling
+        ``run`` again after a crash picks the agent up where its journal ends.
+
+        Args:
+            agent: The definition, or the name of a registered one.
+            agent_id: The agent's id in this runtime's namespace.
+            task: The task, the conversation's first user message.
+            budget: Limits for a new run (None: the definition's ``budget``);
+                ignored when the agent is resumed.
+
+        Returns:
+            The ``AgentState`` it stopped or parked with.
+
+        Raises:
+            AgentExistsError: ``agent_id`` exists under another definition name
+                or with another task (the message says which differs): an id
+                reused by mistake must not hand back another agent's result.
+            AgentLeasedError: Another runtime holds the agent's lease (it runs
+                the agent now: ``owner`` and ``expires_at`` say who and until
+                when).
+            AgentLeaseLostError: Another runtime took the lease while it ran here.
+            DefinitionNotRegisteredError: ``agent`` names no registered definition.
+            DurablyError: What ``resume`` and ``AgentHandle.wait`` raise.
         """
         handle: AgentHandle | None
         try:
@@ -448,13 +532,23 @@ class Runtime(Inspection):
         taken over (at once when it was a process of this host). A store outage
         (``StoreUnavailableError``) does not end it: scans back off up to 30 s,
         are logged, traced (``durably.serve.outage``) and counted, and serving
-        carries on when the store is back. On one of ``drain_signals`` (main
-        thread only; ``()`` for none) it drains (``drain(drain_timeout)``) and
+        carries on when the store is back. On a drain signal it drains and
         returns: a deploy's SIGTERM lets the steps in flight finish and hands the
-        agents to the other workers at once. ``max_agents``: most live agents in
-        this worker (None: no cap); scans also take no more than an even split of
-        what they saw among the workers. Cancel the calling scope to stop
-        without draining. Raises ``ValueError`` for ``max_agents`` < 1.
+        agents to the other workers at once. Cancel the calling scope to stop
+        without draining.
+
+        Args:
+            poll_interval: Seconds between scans of the store.
+            drain_signals: Signal numbers that make it drain and return (handled
+                in the main thread only; ``()`` for none).
+            drain_timeout: Seconds ``drain`` waits for the steps in flight.
+            max_agents: Most live agents in this worker (None: no cap); scans
+                also take no more than an even split of what they saw among the
+                workers.
+
+        Raises:
+            InvalidArgumentError: ``max_agents`` < 1 (a ``ValueError``).
+            RuntimeNotStartedError: The runtime was not entered.
         """
         self._require_started()
         await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
@@ -463,22 +557,37 @@ class Runtime(Inspection):
     async def drain(self, timeout: float = 30.0) -> None:
         """Stop every live agent here after its current step, release its lease, resume nothing more.
 
-        ``timeout``: seconds to wait for the steps in flight before cancelling
-        them (their intents then follow the tools' unknown-outcome policies where
-        they resume). Handles of drained activations return their state, whose
-        status is still ``running``: the agent goes on wherever it is resumed.
+        Handles of drained activations return their state, whose status is
+        still ``running``: the agent goes on wherever it is resumed.
+
+        Args:
+            timeout: Seconds to wait for the steps in flight before cancelling
+                them (their intents then follow the tools' unknown-outcome
+                policies where they resume).
+
+        Raises:
+            RuntimeNotStartedError: The runtime was not entered.
         """
         self._require_started()
         await serving.drain(self, timeout)
 
     async def status(self, agent_id: str) -> AgentState:
-        """The agent's current state. Raises ``AgentNotFoundError``.
+        """The agent's current state.
 
         An agent live in this runtime answers from its actor's state (a copy:
         everything in it is durable, nothing is replayed); any other is
         restored from the store (its latest snapshot and the records after it).
         A command another process appended to a live agent shows once that
         agent folds it in, at its next append.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+
+        Returns:
+            Its ``AgentState``.
+
+        Raises:
+            AgentNotFoundError: The agent has no records.
         """
         actor = self._live.get(agent_id)
         if actor is not None and not actor.done.is_set():
@@ -486,12 +595,19 @@ class Runtime(Inspection):
         return (await self._restore_journal(agent_id)).state
 
     async def agents(self, *, statuses: Iterable[str] | None = None) -> list[AgentState]:
-        """The states of the namespace's agents (``statuses``: only those with one of these statuses).
+        """The states of the namespace's agents.
 
         An agent whose journal cannot be read is listed with status
-        ``unreadable`` and the error as reason. With ``statuses`` on a store with
-        a status index only the agents it names (and those it has no entry for)
-        are restored, so the call costs what it returns, not the namespace.
+        ``unreadable`` and the error as reason.
+
+        Args:
+            statuses: Only agents with one of these statuses (None: all). On a
+                store with a status index only the agents it names (and those it
+                has no entry for) are restored, so the call costs what it
+                returns, not the namespace.
+
+        Returns:
+            The ``AgentState`` of each agent, sorted by agent id.
         """
         wanted = None if statuses is None else frozenset(statuses)
         streams = status_index.listing(self.store, self.namespace, wanted) or self.store.list_streams(self.namespace)
@@ -516,18 +632,34 @@ class Runtime(Inspection):
 
         For a call whose outcome is unknown (policy ``ask``) the three answers
         are: ``approved=True`` runs it again, ``approved=False`` skips it (the
-        model is told it did not happen), and ``result=...`` (JSON-like data, or
-        any value the journal stores exactly) says it happened: that value is
-        journaled as the call's result and the call never runs again.
-        Returns the state after the decision as a ``CommandResult`` whose
-        ``placement`` says truthfully whether and where the agent runs now (here,
-        in another live runtime, after a remote holder's lease lapses, or not
-        yet: a ``durably.Placement`` whose ``where`` is a ``durably.Where``);
-        every command returns one.
-        Raises ``ApprovalAlreadyDecidedError`` (decided already, perhaps a moment
-        ago by another process), ``InvalidCommandError`` (unknown approval,
-        finished agent, a result with ``approved=False``), ``UnencodableValueError``
-        (a result that cannot be stored, with its field path) and ``AgentNotFoundError``.
+        model is told it did not happen), and ``result=...`` says it happened:
+        that value is journaled as the call's result and the call never runs
+        again.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            approval_id: The open approval to decide.
+            approved: Run the call (True) or skip it (False).
+            by: Who decided, recorded with the decision.
+            note: Why, recorded with the decision.
+            result: The call's result, for a call that happened (JSON-like data,
+                or any value the journal stores exactly); the default means none.
+
+        Returns:
+            The state after the decision as a ``CommandResult`` whose
+            ``placement`` says truthfully whether and where the agent runs now
+            (here, in another live runtime, after a remote holder's lease lapses,
+            or not yet: a ``durably.Placement`` whose ``where`` is a
+            ``durably.Where``); every command returns one.
+
+        Raises:
+            ApprovalAlreadyDecidedError: The approval was decided already,
+                perhaps a moment ago by another process.
+            InvalidCommandError: An unknown approval, a finished agent, or a
+                result with ``approved=False``.
+            UnencodableValueError: A result that cannot be stored (the message
+                gives its field path).
+            AgentNotFoundError: The agent has no records.
         """
         return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note,
                                                         result=result))
@@ -535,8 +667,25 @@ class Runtime(Inspection):
     async def extend_budget(self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0) -> CommandResult:
         """Raise a suspended (or running) agent's limits; a suspended one resumes.
 
-        Raises ``InvalidCommandError`` for a figure that is not finite and >= 0
-        (a NaN limit would never bite) and when the agent has no such limit."""
+        Each figure is added to the limit of that name; a limit that is None
+        (unlimited) stays so.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            steps: Model responses to add to the ``steps`` limit.
+            tokens: Tokens to add to the ``tokens`` limit.
+            cost_usd: US dollars to add to the ``cost_usd`` limit.
+
+        Returns:
+            A ``CommandResult`` (as ``approve``).
+
+        Raises:
+            InvalidCommandError: A figure that is not finite and >= 0 (a NaN
+                limit would never bite), nothing to extend (the agent has no
+                limit on the figures given), or the agent is finished, failed or
+                cancelled.
+            AgentNotFoundError: The agent has no records.
+        """
         for name, value, integer in (("steps", steps, True), ("tokens", tokens, True), ("cost_usd", cost_usd, False)):
             try:
                 check_figure("budget extension", name, value, integer=integer, optional=False)
@@ -550,14 +699,25 @@ class Runtime(Inspection):
         Appends a ``retried`` record (the status is running again) and resumes
         the agent here: a model error is retried from the step that failed; a
         call whose outcome is unknown under the ``fail`` policy becomes an
-        approval request (re-run, skip, or "it happened" with a result), and
-        then None is returned since the agent waits for it. A call whose result
-        could not be stored is never run again: the model is told so. Without
-        its definition registered here (``durably retry``), the agent is made
-        runnable for a worker that has it (``serve``), None is returned, and
-        every call whose outcome is unknown becomes a question. Raises
-        ``InvalidCommandError`` (the agent is not failed),
-        ``AgentNotFoundError`` and what ``resume`` raises.
+        approval request (re-run, skip, or "it happened" with a result). A call
+        whose result could not be stored is never run again: the model is told
+        so. Without its definition registered here (``durably retry``), the
+        agent is made runnable for a worker that has it (``serve``), and every
+        call whose outcome is unknown becomes a question.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+
+        Returns:
+            The live activation's handle; None when the agent now waits for an
+            approval, or when its definition is not registered here.
+
+        Raises:
+            InvalidCommandError: The agent is not failed.
+            AgentNotFoundError: The agent has no records.
+            AgentFencedError: Other writers appended first on every one of a
+                few attempts.
+            DurablyError: What ``resume`` raises.
         """
         for _ in range(RETRY_APPEND_ATTEMPTS):
             journal = await self._restore_journal(agent_id)
@@ -573,15 +733,35 @@ class Runtime(Inspection):
     async def send(self, agent_id: str, content: str, *, role: str = "user") -> CommandResult:
         """Add a message to the agent's conversation (seen by its next model call).
 
-        Returns a ``CommandResult`` (as ``approve``). Raises ``InvalidCommandError``
-        (the agent is finished, failed or cancelled) and ``AgentNotFoundError``."""
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            content: The message's text.
+            role: The message's role in the conversation.
+
+        Returns:
+            A ``CommandResult`` (as ``approve``).
+
+        Raises:
+            InvalidCommandError: The agent is finished, failed or cancelled.
+            AgentNotFoundError: The agent has no records.
+        """
         return await self._command(agent_id, cmd.SendMessage(content=content, role=role))
 
     async def cancel(self, agent_id: str, reason: str = "") -> CommandResult:
-        """Stop the agent for good (after its current step), recording ``reason``.
+        """Stop the agent for good (after its current step).
 
-        Returns a ``CommandResult`` (as ``approve``). Raises ``InvalidCommandError``
-        (already finished, failed or cancelled) and ``AgentNotFoundError``."""
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            reason: Why, recorded with the ``cancelled`` record.
+
+        Returns:
+            A ``CommandResult`` (as ``approve``).
+
+        Raises:
+            InvalidCommandError: The agent is already finished, failed or
+                cancelled.
+            AgentNotFoundError: The agent has no records.
+        """
         return await self._command(agent_id, cmd.Cancel(reason=reason))
 
     async def _command(self, agent_id: str, command: cmd.Command) -> CommandResult:
@@ -591,15 +771,21 @@ class Runtime(Inspection):
     # retention, purge, keys -------------------------------------------------
 
     async def purge(self, agent_id: str) -> None:
-        """Delete everything stored of ``agent_id`` in this namespace: records,
-        snapshots, blobs, its seq. The id may then be started anew, as a new run
-        (fresh run id, so fresh idempotency keys): nothing of the old one is seen.
+        """Delete everything stored of an agent in this namespace: records, snapshots, blobs, its seq.
 
-        A live activation in this runtime is stopped first and its queued
-        snapshot dropped. Another process still running the agent is fenced at
-        its next append (the stream it expects is gone). Raises
-        ``AgentNotFoundError`` when nothing of the agent is stored,
-        ``PurgeIncompleteError`` and ``StoreUnavailableError``.
+        The id may then be started anew, as a new run (fresh run id, so fresh
+        idempotency keys): nothing of the old one is seen. A live activation in
+        this runtime is stopped first and its queued snapshot dropped. Another
+        process still running the agent is fenced at its next append (the
+        stream it expects is gone).
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+
+        Raises:
+            AgentNotFoundError: Nothing of the agent is stored.
+            PurgeIncompleteError: Something of the stream is left after the delete.
+            StoreUnavailableError: The store cannot be reached.
         """
         stream = self.stream(agent_id)
         if await self.store.last_seq(stream) == 0:
@@ -609,18 +795,44 @@ class Runtime(Inspection):
         await self._purge_stream(stream)
 
     async def sweep(self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False) -> list[SweepItem]:
-        """Purge this namespace's agents whose time-to-live (by status, from their
-        last record) has passed, as ``retention`` (a ``durably.RetentionPolicy``) sets
-        them. ``now``: unix seconds (default the clock); ``dry_run``: report without
-        deleting. Returns one ``durably.SweepItem`` per agent looked at (what was done
-        and why). Raises ``StoreUnavailableError``, ``PurgeIncompleteError``."""
+        """Purge this namespace's agents whose time-to-live (by status, from their last record) has passed.
+
+        A stream that cannot be read or dated is kept (and reported so).
+
+        Args:
+            retention: The ``durably.RetentionPolicy`` setting the TTLs.
+            now: Unix seconds to measure ages from (None: the clock).
+            dry_run: Report what would be purged (``expired``) without deleting.
+
+        Returns:
+            One ``durably.SweepItem`` per agent looked at (what was done and
+            why), in the store's listing order.
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+            PurgeIncompleteError: A purge left something of a stream behind.
+        """
         return await sweep_namespace(self.store, self.codec, self.namespace, retention, telemetry=self.telemetry,
                                      now=now, dry_run=dry_run, purge=self._purge_stream)
 
     async def reencrypt(self) -> list[ReencryptReport]:
-        """Rewrite this namespace's streams so every frame uses the current key
-        (the history before the rewrite is compacted into a snapshot). Returns one
-        ``durably.ReencryptReport`` per stream. Raises ``ValueError`` without ``encryption``."""
+        """Rewrite this namespace's streams so every frame uses the current key.
+
+        The history before the rewrite is compacted into a snapshot (see
+        ``durably reencrypt``).
+
+        Returns:
+            One ``durably.ReencryptReport`` per stream, in the store's listing
+            order.
+
+        Raises:
+            InvalidArgumentError: The runtime has no ``encryption`` (a
+                ``ValueError``; raised at the first stream, so an empty
+                namespace returns ``[]``).
+            DecryptionError: A frame does not decrypt (also ``UnknownKeyError``);
+                that stream is not changed.
+            ConflictError: A live writer kept appending to a stream.
+        """
         return await reencrypt_namespace(self.store, self.codec, self.namespace, telemetry=self.telemetry)
 
     async def _purge_stream(self, stream: StreamId) -> None:

@@ -87,8 +87,18 @@ class SnapshotPolicy:
             raise InvalidArgumentError("SnapshotPolicy.keep must be at least 1")
 
     def due(self, records_since: int, bytes_since: int, last_snapshot_bytes: int) -> bool:
-        """True when a snapshot should be taken now. In: the tail's record count and raw
-        bytes since the last snapshot, and that snapshot's raw bytes (0: none yet)."""
+        """Whether a snapshot should be taken now.
+
+        Args:
+            records_since: The tail's record count since the last snapshot.
+            bytes_since: The tail's raw bytes since the last snapshot.
+            last_snapshot_bytes: The last snapshot's raw bytes (0: none yet).
+
+        Returns:
+            True when ``every_records`` or ``every_bytes`` is reached and the tail
+            is at least ``tail_ratio`` of the last snapshot (always False when
+            ``every_records`` is 0).
+        """
         if self.every_records <= 0:
             return False
         if records_since < self.every_records and bytes_since < self.every_bytes:

@@ -35,7 +35,40 @@ NEEDS_MIGRATION = "needs_migration"
 
 @dataclass
 class AgentState:
-    """The folded state of one agent. Plain data only, so it snapshots as CBOR."""
+    """The folded state of one agent. Plain data only, so it snapshots as CBOR.
+
+    Attributes:
+        namespace: The agent's namespace.
+        agent_id: The agent's id in its namespace.
+        run_id: The id of this run (a new one after a purge and restart).
+        definition: The recorded definition: ``{"name", "version", "digest"}``.
+        status: ``running``, ``waiting_approval``, ``suspended``, ``finished``,
+            ``failed``, ``cancelled`` (``new`` before the first record).
+        reason: Why the status is what it is (budget limit, failure, approval).
+        task: The task the run was started with.
+        messages: The working conversation, OpenAI-style dicts.
+        inbox: Messages that arrived while tool calls were pending: chat APIs
+            want every tool result right after its call, so they join the
+            conversation once the calls resolve.
+        pending_calls: The tool calls of the last model response not yet
+            resolved: ``{"id", "name", "arguments", "key"}``.
+        ledger: Idempotency key -> the executed call (call, tool, attempts,
+            done, result).
+        approvals: Approval id -> the request and its decision.
+        plan: The model's latest plan, a list of step descriptions.
+        artifacts: Stored artifacts: ``{"name", "digest", "size"}``.
+        usage: ``{"steps", "input_tokens", "output_tokens", "cost_usd"}`` used so
+            far (cost in US dollars).
+        budget: ``{"steps", "tokens", "cost_usd"}`` limits, each None where
+            unlimited.
+        result: The run's result once ``finished`` (None before).
+        last_seq: The seq of the last record folded in (0: none).
+        forked_from: A fork's origin (namespace, agent_id, run_id, seq of the
+            source), from its ``forked`` record; None when not a fork.
+        trace: The latest activation's trace reference (trace_id, span_id), from
+            its started or resumed record: the next activation's span links to
+            it. None: it was not traced.
+    """
 
     namespace: str = ""
     agent_id: str = ""
@@ -64,8 +97,15 @@ class AgentState:
     trace: dict[str, str] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        """A plain dict for a snapshot; top-level containers are copied.
-        ``trace`` is left out while None (optional in snapshot-v4.cddl)."""
+        """The state as a plain dict for a snapshot.
+
+        Top-level containers are copied, so a snapshot being encoded in another
+        thread shares only elements that never change.
+
+        Returns:
+            One key per field; ``trace`` is left out while None (optional in
+            snapshot-v4.cddl).
+        """
         wire = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -76,7 +116,14 @@ class AgentState:
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> "AgentState":
-        """Rebuild from ``to_wire`` output; unknown keys are ignored, missing ones default."""
+        """Rebuild a state from ``to_wire`` output.
+
+        Args:
+            wire: What ``to_wire`` returned (e.g. decoded from a snapshot).
+
+        Returns:
+            The state; unknown keys are ignored, missing ones take their default.
+        """
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in wire.items() if k in names})
 
@@ -86,7 +133,11 @@ class AgentState:
         return self.status in (WAITING_APPROVAL, SUSPENDED)
 
     def open_approvals(self) -> list[dict[str, Any]]:
-        """Approval requests with no decision yet."""
+        """The approval requests with no decision yet.
+
+        Returns:
+            The requests (dicts from ``approvals``) whose ``decision`` is None.
+        """
         return [a for a in self.approvals.values() if a.get("decision") is None]
 
 

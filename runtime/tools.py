@@ -107,24 +107,37 @@ class Reconciled:
 class Tool:
     """A tool an agent may call.
 
-    ``fn``: ``async def`` or ``def``, called with the validated arguments as
-    keywords, plus ``ctx`` (a ``ToolContext``) only if it declares a ``ctx``
-    parameter; a ``def`` runs in a worker thread (anyio), so it does not block
-    the event loop; cancelling it waits for the thread, as anyio allows.
-    ``parameters``: the JSON Schema shown to the model; None (the default)
-    derives it from the signature (see ``tool_schema``); arguments are always
-    validated against the signature. ``description``: None takes the
-    docstring's text. ``requires_approval``: every call waits
-    for a human decision first. ``on_unknown_outcome``: see ``OnUnknownOutcome``
-    (default ``ask``); ``reconcile`` is required for ``reconcile``.
-    ``sequential``: this tool's calls never run concurrently with other calls
-    of the same model turn. Raises ``TypeError`` (not a function, a signature a
-    model cannot call) and ``ValueError`` (``reconcile`` without a hook, an
-    ``on_unknown_outcome`` that is not a policy: the message lists them).
-
     A ``Tool`` is callable as its function is, for unit tests:
     ``await send_email(to="a@b.c", body="hi", ctx=ToolContext(...))`` runs ``fn``
     directly (no validation, no journal), returning what it returns.
+
+    Attributes:
+        name: The tool's name as the model sees it.
+        fn: ``async def`` or ``def``, called with the validated arguments as
+            keywords, plus ``ctx`` (a ``ToolContext``) only if it declares a
+            ``ctx`` parameter; a ``def`` runs in a worker thread (anyio), so it
+            does not block the event loop; cancelling it waits for the thread,
+            as anyio allows.
+        description: What the model is told the tool does; None takes the
+            docstring's text.
+        parameters: The JSON Schema shown to the model; None (the default)
+            derives it from the signature (see ``tool_schema``). Arguments are
+            always validated against the signature.
+        requires_approval: Every call waits for a human decision first.
+        on_unknown_outcome: An ``OnUnknownOutcome`` (or its value): what a
+            resumed run does with a call whose outcome is unknown (default ``ask``).
+        reconcile: The async hook the ``reconcile`` policy asks (required for it).
+        sequential: This tool's calls never run concurrently with other calls
+            of the same model turn.
+
+    Raises:
+        ArgumentTypeError: ``fn`` is not a function (or is already a ``Tool``),
+            ``name`` is not a non-empty str, ``reconcile`` is not an async
+            function, or the signature is one a model cannot call (a
+            ``TypeError``).
+        InvalidArgumentError: ``reconcile`` policy without a hook, or an
+            ``on_unknown_outcome`` that is not a policy (the message lists them;
+            a ``ValueError``).
     """
 
     name: str
@@ -164,26 +177,55 @@ class Tool:
         return self.fn(*args, **kwargs)
 
     def spec(self) -> dict[str, Any]:
-        """The tool as the model sees it: name, description, parameters (JSON Schema)."""
+        """The tool as the model sees it.
+
+        Returns:
+            ``{"name", "description", "parameters"}``, the last a JSON Schema.
+        """
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
     def signature(self) -> str:
-        """What defines the tool's behaviour for the agent definition digest:
-        name, the schema (so a changed signature is a definition change) and policies."""
+        """What defines the tool's behaviour, for the agent definition's digest.
+
+        Returns:
+            A string of the name, the schema (so a changed signature is a
+            definition change), ``requires_approval`` and ``on_unknown_outcome``.
+        """
         schema = json.dumps(self.parameters, sort_keys=True, default=str)
         return f"{self.name}|{schema}|{self.requires_approval}|{self.on_unknown_outcome.value}"
 
     def validate(self, arguments: Any) -> dict[str, Any]:
-        """The model's ``arguments`` (a dict) coerced to the annotated types.
+        """Validate the model's arguments against the tool's signature.
 
-        Raises ``ToolArgumentsError`` naming each field and its problem."""
+        Args:
+            arguments: The model's arguments, a dict.
+
+        Returns:
+            The arguments coerced to the annotated types.
+
+        Raises:
+            ToolArgumentsError: The arguments do not fit; it names each field and
+                its problem.
+        """
         return self._read.validate(self.name, arguments)
 
     async def invoke(self, arguments: dict[str, Any], ctx: ToolContext, *, validated: dict[str, Any] | None = None) -> Any:
-        """Validate ``arguments`` and call the tool; returns what it returned.
+        """Validate ``arguments`` and call the tool.
 
-        ``validated``: what ``validate(arguments)`` returned already, to skip a
-        second validation. Raises ``ToolArgumentsError`` and whatever the tool raises."""
+        Args:
+            arguments: The model's arguments, a dict.
+            ctx: The call's ``ToolContext``, passed as ``ctx`` if the function
+                declares it.
+            validated: What ``validate(arguments)`` returned already, to skip a
+                second validation (None: validate here).
+
+        Returns:
+            What the tool's function returned.
+
+        Raises:
+            ToolArgumentsError: The arguments do not fit the signature.
+            Exception: Whatever the tool raises.
+        """
         kwargs = dict(validated) if validated is not None else self._read.validate(self.name, arguments)
         if self._read.takes_context:
             kwargs[CONTEXT_PARAMETER] = ctx
@@ -192,14 +234,29 @@ class Tool:
         return await anyio.to_thread.run_sync(partial(self.fn, **kwargs))
 
     def to_journal(self, result: Any) -> Any:
-        """``result`` as the journal stores it (see ``tool_results.journal_form``)."""
+        """Turn a tool's result into what the journal stores.
+
+        Args:
+            result: What the tool returned.
+
+        Returns:
+            ``result`` as the journal stores it (see ``tool_results.journal_form``).
+        """
         return journal_form(result)
 
     def load_result(self, stored: Any) -> Any:
-        """A journaled result rebuilt as the tool's declared return type (its
-        return annotation, through pydantic); unchanged when it declares none.
+        """Rebuild a journaled result as the tool's declared return type.
 
-        Raises ``pydantic.ValidationError`` when ``stored`` does not fit it."""
+        Args:
+            stored: The result as the journal stored it.
+
+        Returns:
+            ``stored`` validated into the tool's return annotation (through
+            pydantic); unchanged when the tool declares none.
+
+        Raises:
+            pydantic.ValidationError: ``stored`` does not fit the return type.
+        """
         adapter = self._read.returns
         return stored if adapter is None else adapter.validate_python(stored)
 

@@ -52,10 +52,15 @@ _EVENTS: dict[str, str] = {
 class StatusChange:
     """One change in an agent's life.
 
-    ``agent_id``; ``seq`` and ``at`` (unix seconds) of the record that made it;
-    ``event`` (``started``, ``resumed``, ``approval_requested``,
-    ``approval_decided``, ``suspended``, ``budget_extended``, ``finished``,
-    ``failed``, ``cancelled``, ``forked``); ``status`` and ``reason`` after it.
+    Attributes:
+        agent_id: The agent that changed.
+        seq: The seq of the record that made the change.
+        at: Unix seconds of that record.
+        event: ``started``, ``resumed``, ``approval_requested``,
+            ``approval_decided``, ``suspended``, ``budget_extended``,
+            ``finished``, ``failed``, ``cancelled`` or ``forked``.
+        status: The agent's status after it.
+        reason: Why the status is what it is, after it.
     """
 
     agent_id: str
