@@ -57,10 +57,18 @@ class NoUpcastPathError(LookupError):
 def upcaster(schema_id: int, from_version: int) -> Callable[[Upcaster], Upcaster]:
     """Decorator registering ``fn(value) -> value`` as the step ``from_version`` -> ``from_version + 1``.
 
-    In: a schema id (``RECORD_SCHEMA_ID``, ``SNAPSHOT_SCHEMA_ID``) and a version
-    >= 1. Raises ``ValueError`` for a version < 1, an unknown schema id, or a
-    step that is already registered (two migrations of one step would make the
-    result depend on import order). Returns the function unchanged.
+    Args:
+        schema_id: The schema the step belongs to (``RECORD_SCHEMA_ID``, ``SNAPSHOT_SCHEMA_ID``).
+        from_version: The version the step lifts from, an int >= 1.
+
+    Returns:
+        The decorator; it registers the function and returns it unchanged.
+
+    Raises:
+        InvalidArgumentError: (a ``ValueError``) for an unknown schema id or a
+            version that is not an int >= 1, when called; and, when the
+            decorator is applied, for a step that is already registered (two
+            migrations of one step would make the result depend on import order).
     """
     if schema_id not in SCHEMA_NAMES:
         raise InvalidArgumentError(f"unknown schema id {schema_id}")
@@ -80,11 +88,21 @@ def upcaster(schema_id: int, from_version: int) -> Callable[[Upcaster], Upcaster
 def upcast(schema_id: int, version: int, value: Any, target: int | None = None) -> Any:
     """Lift ``value`` (decoded at ``version``) to ``target`` (default: the current version).
 
-    Applies the registered steps in order and returns the lifted value; a value
-    already at ``target`` is returned as it is. Raises ``NoUpcastPathError``
-    when a step is missing or ``version`` < 1, and ``ValueError`` when
-    ``version`` is above ``target`` (there is no downcasting: that data comes
-    from a newer build). Whatever an upcaster raises propagates.
+    Applies the registered steps in order. Whatever an upcaster raises propagates.
+
+    Args:
+        schema_id: The schema of ``value`` (``RECORD_SCHEMA_ID``, ``SNAPSHOT_SCHEMA_ID``).
+        version: The version ``value`` was decoded at.
+        value: The decoded CBOR value.
+        target: The version wanted; None (the default) for ``CURRENT_VERSIONS[schema_id]``.
+
+    Returns:
+        The lifted value; a value already at ``target`` is returned as it is.
+
+    Raises:
+        NoUpcastPathError: When a step is missing or ``version`` < 1.
+        InvalidArgumentError: (a ``ValueError``) when ``version`` is above
+            ``target`` (there is no downcasting: that data comes from a newer build).
     """
     target = CURRENT_VERSIONS[schema_id] if target is None else target
     if version > target:
@@ -100,10 +118,12 @@ def upcast(schema_id: int, version: int, value: Any, target: int | None = None) 
 
 
 def missing_upcasters() -> list[tuple[int, int]]:
-    """``(schema_id, version)`` steps missing between version 1 and each current version.
+    """List the upcaster steps missing between version 1 and each current version.
 
-    Empty when every older version of every schema can be read; a non-empty
-    answer means a version was bumped without its migration.
+    Returns:
+        ``(schema_id, version)`` per missing step from ``version``, sorted.
+        Empty when every older version of every schema can be read; a non-empty
+        answer means a version was bumped without its migration.
     """
     return [
         (schema_id, version)

@@ -72,7 +72,22 @@ class StoreBase(Store):
             raise StoreClosedError(f"{type(self).__name__} is not open")
 
     async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
-        """Append one stream's batch; see ``Store.append``. Raises ``ConflictError``."""
+        """Append one stream's batch as a one-request ``append_batch``; see ``Store.append``.
+
+        Args:
+            stream: The stream to append to.
+            expected_seq: The last seq the writer saw; 0 for a new stream.
+            records: The encoded frames, at least one.
+
+        Returns:
+            The stream's new last seq.
+
+        Raises:
+            ConflictError: When the stream's last seq is not ``expected_seq``
+                (the error ``append_batch`` returned, raised; nothing written).
+            StoreUnavailableError: From ``append_batch``, when the backend fails.
+            InvalidRequestError: From ``append_batch``, for a malformed append.
+        """
         (result,) = await self.append_batch([AppendRequest(stream, expected_seq, list(records))])
         if isinstance(result, Exception):  # a ConflictError, the one error append_batch returns
             raise result

@@ -58,9 +58,25 @@ class KeyProvider(Protocol):
     id must always name the same key: frames carry only the id.
     """
 
-    def current_key_id(self) -> str: ...
+    def current_key_id(self) -> str:
+        """Name the key new frames are sealed with.
 
-    def get(self, key_id: str) -> bytes: ...
+        Returns:
+            The current key id.
+        """
+
+    def get(self, key_id: str) -> bytes:
+        """Look a key up by its id.
+
+        Args:
+            key_id: The id a frame names (or ``current_key_id()``).
+
+        Returns:
+            The key's 32 bytes.
+
+        Raises:
+            KeyError: For an id the provider does not have.
+        """
 
 
 def _check_key(key_id: str, key: bytes) -> None:
@@ -71,15 +87,27 @@ def _check_key(key_id: str, key: bytes) -> None:
 
 
 def generate_key() -> bytes:
-    """A fresh random 32-byte AES-256 key (from the OS's CSPRNG)."""
+    """Make a fresh random AES-256 key from the OS's CSPRNG (``os.urandom``).
+
+    Returns:
+        32 random bytes.
+    """
     return os.urandom(KEY_SIZE)
 
 
 class StaticKeyProvider:
-    """Keys held in memory: ``keys`` maps key id -> 32-byte key; ``current`` is the
-    id new frames use (default: the last one in ``keys``). Raises ``KeyConfigError``.
+    """Keys held in memory: a ``KeyProvider`` over a mapping of key id to key.
 
     For tests, and for programs that fetch keys from a KMS or vault themselves.
+
+    Args:
+        keys: Key id -> 32-byte key; at least one. A key id is 1-64 characters
+            of A-Z a-z 0-9 . _ -.
+        current: The id new frames use; None (the default) for the last one in ``keys``.
+
+    Raises:
+        KeyConfigError: When ``keys`` is empty, a key id is malformed, a key is
+            not 32 bytes, or ``current`` is not among the keys.
     """
 
     def __init__(self, keys: Mapping[str, bytes], current: str | None = None) -> None:
@@ -93,15 +121,33 @@ class StaticKeyProvider:
             raise KeyConfigError(f"current key id {self._current!r} is not among the keys")
 
     def current_key_id(self) -> str:
-        """The id new frames are sealed with."""
+        """Name the key new frames are sealed with.
+
+        Returns:
+            The current key id.
+        """
         return self._current
 
     def get(self, key_id: str) -> bytes:
-        """The key named ``key_id``; ``KeyError`` when absent."""
+        """Look a key up by its id.
+
+        Args:
+            key_id: The id a frame names.
+
+        Returns:
+            The key's 32 bytes.
+
+        Raises:
+            KeyError: When the provider has no key ``key_id``.
+        """
         return self._keys[key_id]
 
     def key_ids(self) -> list[str]:
-        """Every key id this provider can decrypt with."""
+        """List the key ids this provider can decrypt with.
+
+        Returns:
+            Every key id, in the order of the ``keys`` mapping.
+        """
         return list(self._keys)
 
 
@@ -121,14 +167,23 @@ def _decode_key(key_id: str, text: str) -> bytes:
 class EnvKeyProvider(StaticKeyProvider):
     """Keys from environment variables, read once when constructed.
 
-    ``DURABLY_KEYS`` (``keys_var``): comma-separated ``id=key`` pairs, each key
-    32 bytes as base64 (standard or URL-safe) or 64 hex digits, e.g.
-    ``DURABLY_KEYS="2025-01=q83v...,2025-07=Zm9v..."``. ``DURABLY_KEY_ID``
-    (``current_var``): the id new frames use; default the last listed. Rotate by
-    appending a new pair and pointing ``DURABLY_KEY_ID`` at it; drop an old pair
-    only after ``durably reencrypt`` rewrote its frames. ``environ`` defaults to
-    ``os.environ``. Raises ``KeyConfigError`` when a variable is missing or malformed,
-    ``ArgumentTypeError`` when ``environ`` is not a mapping.
+    Rotate by appending a new pair to ``DURABLY_KEYS`` and pointing
+    ``DURABLY_KEY_ID`` at it; drop an old pair only after ``durably reencrypt``
+    rewrote its frames.
+
+    Args:
+        environ: Where to read the variables; None (the default) for ``os.environ``.
+        keys_var: The variable holding comma-separated ``id=key`` pairs, each key
+            32 bytes as base64 (standard or URL-safe, padding optional) or 64 hex
+            digits, e.g. ``DURABLY_KEYS="2025-01=q83v...,2025-07=Zm9v..."``.
+        current_var: The variable naming the id new frames use; when unset or
+            empty, the last pair listed.
+
+    Raises:
+        KeyConfigError: When ``keys_var`` is missing or empty, an entry is not
+            ``id=key``, a key is neither base64 nor 64 hex digits or not 32
+            bytes, a key id is malformed, or ``current_var`` names an id not listed.
+        ArgumentTypeError: When ``environ`` is not a mapping.
     """
 
     def __init__(self, environ: Mapping[str, str] | None = None, *, keys_var: str = "DURABLY_KEYS",
@@ -152,10 +207,19 @@ class EnvKeyProvider(StaticKeyProvider):
 class AESGCMCipher:
     """The ``FrameCipher`` of durably: AES-256-GCM with per-frame random nonces.
 
-    In: ``keys`` (a ``KeyProvider``); ``allow_plaintext``: also read frames
-    written without encryption (for moving an existing store to encryption,
-    together with ``durably reencrypt``); by default they are refused with
-    ``EncryptionRequiredError``. Thread-safe: the AESGCM objects are stateless.
+    Thread-safe: the AESGCM objects are stateless. The ``cryptography`` package
+    is imported at the first key used, so a runtime without encryption never loads it.
+
+    Args:
+        keys: Where the keys come from.
+        allow_plaintext: Also read frames written without encryption (for moving
+            an existing store to encryption, together with ``durably
+            reencrypt``); by default (False) the codec refuses them with
+            ``EncryptionRequiredError``.
+
+    Attributes:
+        keys: The key provider given.
+        required: ``not allow_plaintext``: whether the codec refuses plaintext frames.
     """
 
     def __init__(self, keys: KeyProvider, *, allow_plaintext: bool = False) -> None:
@@ -164,7 +228,11 @@ class AESGCMCipher:
         self._aeads: dict[str, AESGCM] = {}
 
     def current_key_id(self) -> str:
-        """The key id new frames are sealed with."""
+        """Name the key new frames are sealed with (the provider's current key).
+
+        Returns:
+            The current key id.
+        """
         return self.keys.current_key_id()
 
     def _aead(self, key_id: str) -> AESGCM:
@@ -179,7 +247,23 @@ class AESGCMCipher:
         return aead
 
     def seal(self, payload: bytes, aad: bytes) -> bytes:
-        """``payload`` encrypted under the current key, bound to ``aad`` (see the module docstring)."""
+        """Encrypt ``payload`` under the current key, bound to ``aad``.
+
+        A fresh random 96-bit nonce per call; the layout of the result is in
+        the module docstring.
+
+        Args:
+            payload: The (compressed) frame payload.
+            aad: The associated data the codec built (``codec.associated_data``);
+                the key id is authenticated with it.
+
+        Returns:
+            The sealed payload: key id length, key id, nonce, ciphertext and 16-byte tag.
+
+        Raises:
+            KeyConfigError: When the provider returns a key that is not 32 bytes
+                or the current key id is malformed.
+        """
         key_id = self.keys.current_key_id()
         kid = key_id.encode("ascii")
         nonce = os.urandom(NONCE_SIZE)
@@ -187,10 +271,23 @@ class AESGCMCipher:
         return b"".join((_AAD_KEY_ID.pack(len(kid)), kid, nonce, sealed))
 
     def open(self, sealed: bytes, aad: bytes, *, stream: StreamId | None = None, seq: int | None = None) -> bytes:
-        """The payload sealed in ``sealed`` if ``aad`` matches.
+        """Decrypt ``sealed`` if it authenticates under ``aad``.
 
-        Raises ``UnknownKeyError`` when the provider lacks the frame's key id and
-        ``DecryptionError`` when authentication fails or the layout is malformed.
+        Args:
+            sealed: A payload as ``seal`` returned it.
+            aad: The associated data the codec rebuilt for this frame.
+            stream: The frame's stream, only for the error's context; None when unknown.
+            seq: The frame's seq, only for the error's context; None when unknown.
+
+        Returns:
+            The payload that was sealed.
+
+        Raises:
+            UnknownKeyError: When the provider lacks the frame's key id.
+            DecryptionError: When authentication fails (the frame was altered,
+                moved from another stream or seq, or sealed with another key) or
+                the layout is malformed.
+            KeyConfigError: When the provider returns a key that is not 32 bytes.
         """
         key_id, body = _split(sealed, stream, seq)
         try:

@@ -28,16 +28,26 @@ _registered: dict[str, type] = {}
 
 
 def register_store(scheme: str, factory: type) -> None:
-    """Register ``factory`` (a class taking the URL) for ``scheme`` in this process.
+    """Register ``factory`` for ``scheme`` in this process.
 
     For adapters that are not installed as a package (tests, notebooks); installed
-    adapters use the entry point group instead. A later registration wins.
+    adapters use the entry point group instead. A later registration wins, and a
+    registration wins over an installed entry point of the same scheme.
+
+    Args:
+        scheme: The URL scheme, e.g. ``"redis"``; matched case-insensitively.
+        factory: The store class: it takes the URL as its only positional argument.
     """
     _registered[scheme.lower()] = factory
 
 
 def known_schemes() -> list[str]:
-    """Every scheme ``open_store`` can handle now, sorted."""
+    """List the schemes ``open_store`` can handle now.
+
+    Returns:
+        The schemes of the installed ``durably.stores`` entry points and of
+        ``register_store``, sorted.
+    """
     names = {ep.name for ep in _entry_points()}
     return sorted(names | set(_registered))
 
@@ -45,11 +55,22 @@ def known_schemes() -> list[str]:
 def open_store(url: str) -> Store:
     """Build the store for ``url`` (no I/O); use it as ``async with open_store(url) as store``.
 
-    ``url`` is ``scheme://...``: ``memory://name``, ``sqlite:///path/to.db``,
-    ``s3://bucket/prefix?endpoint_url=...`` or any scheme an installed package
-    registers. Raises ``UnknownSchemeError`` (listing the known schemes) when no
-    adapter handles the scheme, and ``InvalidStoreURLError`` (its base class, a
-    ``ValueError``) when the adapter rejects the URL.
+    The adapter is looked up by the URL's scheme (case-insensitively): first
+    ``register_store``, then the installed ``durably.stores`` entry points.
+
+    Args:
+        url: ``scheme://...``: ``memory://name``, ``sqlite:///path/to.db``,
+            ``s3://bucket/prefix?endpoint_url=...`` or any scheme an installed
+            package registers.
+
+    Returns:
+        The adapter's store for ``url``, not yet opened.
+
+    Raises:
+        UnknownSchemeError: (listing the known schemes) when ``url`` has no
+            scheme or no adapter handles it.
+        InvalidStoreURLError: (its base class, a ``ValueError``) when the adapter
+            rejects the URL.
     """
     scheme = urlsplit(url).scheme.lower()
     if not scheme:

@@ -48,12 +48,22 @@ CAP_STATUS_INDEX = "status-index"
 
 @dataclass(frozen=True, slots=True, order=True)
 class StreamId:
-    """The address of one agent's journal: ``namespace`` (a tenant or app) and ``agent_id``.
+    """The address of one agent's journal: a namespace (a tenant or app) and an agent id.
 
     Both are non-empty strings of at most 200 characters without NUL; the
     namespace also has no '/'. The agent id may hold '/', '..', spaces and any
     Unicode, and ids differing only in case are different: an adapter whose
-    backend has key or path rules encodes or hashes them. Raises ``ValueError``.
+    backend has key or path rules encodes or hashes them. ``str(stream)`` is
+    ``"namespace/agent_id"``.
+
+    Attributes:
+        namespace: The tenant or app the stream belongs to; no '/'.
+        agent_id: The agent's id within the namespace; any Unicode, '/' included.
+
+    Raises:
+        InvalidArgumentError: (a ``ValueError``) when either field is not a
+            non-empty ``str`` of at most 200 characters without NUL, or the
+            namespace contains '/'.
     """
 
     namespace: str
@@ -72,7 +82,12 @@ class StreamId:
 
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
-    """One journal record as stored: its ``seq`` and its encoded frame ``data``."""
+    """One journal record as stored: its seq and its encoded frame.
+
+    Attributes:
+        seq: The record's position in its stream, from 1, gapless.
+        data: The encoded frame, as the adapter was given it (never decoded by it).
+    """
 
     seq: int
     data: bytes
@@ -80,7 +95,12 @@ class StoredRecord:
 
 @dataclass(frozen=True, slots=True)
 class StoredSnapshot:
-    """One snapshot as stored: the ``seq`` it covers (records 1..seq folded in) and its frame."""
+    """One snapshot as stored: the seq it covers and its frame.
+
+    Attributes:
+        seq: The last record folded in: the snapshot covers records 1..seq.
+        data: The encoded snapshot frame.
+    """
 
     seq: int
     data: bytes
@@ -88,14 +108,20 @@ class StoredSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A time-bounded claim of one worker (``owner``) on a ``stream``.
+    """A time-bounded claim of one worker on a stream.
 
-    ``token`` is a fencing token: it increases every time the lease passes to a
-    new owner (a renewal by the same owner keeps it), and it never decreases for
-    a stream id, across releases, expiry, reopen and ``delete_stream``. ``expires_at`` is in unix
-    seconds of the store's clock. A lease says who *should* run a stream; the
-    expected-seq check on every append is what makes a stale owner harmless
-    (Kleppmann, "How to do distributed locking", 2016: leases need fencing).
+    A lease says who *should* run a stream; the expected-seq check on every
+    append is what makes a stale owner harmless (Kleppmann, "How to do
+    distributed locking", 2016: leases need fencing).
+
+    Attributes:
+        stream: The stream the lease is on.
+        owner: The worker holding it (a non-empty string the worker chose).
+        token: A fencing token: it increases every time the lease passes to a
+            new owner (a renewal by the same owner keeps it), and it never
+            decreases for a stream id, across releases, expiry, reopen and
+            ``delete_stream``.
+        expires_at: When the lease ends, in unix seconds of the store's clock.
     """
 
     stream: StreamId
@@ -108,12 +134,16 @@ class Lease:
 class IndexEntry:
     """A stream's status index entry (``CAP_STATUS_INDEX``): what scans need without the journal.
 
-    ``status`` (the agent's status after record ``seq``: ``running``,
-    ``waiting_approval``, ``suspended``, ``finished``, ...), ``definition`` (the
-    agent definition's name), ``seq`` and ``updated_at`` (unix seconds): the
-    record that last changed the entry, ``open_approvals``: the ids of
-    approvals with no decision yet. The runtime computes it; an adapter stores
-    it as given and never decodes frames to make one.
+    The runtime computes it; an adapter stores it as given and never decodes
+    frames to make one.
+
+    Attributes:
+        status: The agent's status after record ``seq``: ``running``,
+            ``waiting_approval``, ``suspended``, ``finished``, ...
+        definition: The agent definition's name.
+        seq: The record that last changed the entry.
+        updated_at: When that record was written, in unix seconds.
+        open_approvals: The ids of approvals with no decision yet; empty by default.
     """
 
     status: str
@@ -125,7 +155,13 @@ class IndexEntry:
 
 @dataclass(frozen=True, slots=True)
 class IndexedStream:
-    """One row of ``IndexStore.list_index``: ``stream`` and its ``entry`` (None: it has none)."""
+    """One row of ``IndexStore.list_index``: a stream and its status index entry.
+
+    Attributes:
+        stream: The stream.
+        entry: Its status index entry; None when it has none (the caller must
+            read its journal).
+    """
 
     stream: StreamId
     entry: IndexEntry | None
@@ -135,11 +171,16 @@ class IndexedStream:
 class AppendRequest:
     """One stream's part of a group commit: append ``records`` after ``expected_seq``.
 
-    ``index``: the stream's new status index entry, written with the records
-    (same transaction, or see ``IndexStore`` for what a store without
-    transactions may lag by) when the request succeeds, and not at all when it
-    conflicts; None leaves the entry as it is. Stores without
-    ``CAP_STATUS_INDEX`` ignore it.
+    Attributes:
+        stream: The stream to append to.
+        expected_seq: The last seq the writer saw (0 for a new stream); the
+            records get seqs ``expected_seq + 1 ..``.
+        records: The encoded frames to append, at least one, each ``bytes``.
+        index: The stream's new status index entry, written with the records
+            (same transaction, or see ``IndexStore`` for what a store without
+            transactions may lag by) when the request succeeds, and not at all
+            when it conflicts; None (the default) leaves the entry as it is.
+            Stores without ``CAP_STATUS_INDEX`` ignore it.
     """
 
     stream: StreamId
@@ -151,8 +192,14 @@ class AppendRequest:
 def check_append(request: AppendRequest) -> None:
     """Reject a malformed append before any I/O (call it first in ``append_batch``).
 
-    Raises ``InvalidRequestError`` for an empty batch, a negative expected seq or a
-    record that is not ``bytes``. Adapters call this; it keeps the checks in one place.
+    Adapters call this; it keeps the checks in one place.
+
+    Args:
+        request: One request of the batch.
+
+    Raises:
+        InvalidRequestError: For an empty batch, a negative expected seq or a
+            record that is not ``bytes``.
     """
     if request.expected_seq < 0:
         raise InvalidRequestError(f"expected_seq must be >= 0, got {request.expected_seq}")
@@ -166,9 +213,17 @@ def check_append(request: AppendRequest) -> None:
 def check_lease(owner: object, ttl: object) -> None:
     """Reject a malformed ``acquire_lease`` before any I/O.
 
-    Raises ``InvalidRequestError`` unless ``owner`` is a non-empty ``str`` and
-    ``ttl`` a finite number of seconds > 0 (a NaN or infinite ttl would make a
-    lease that never or always expires). Adapters call this, as ``check_append``.
+    Adapters call this, as ``check_append``.
+
+    Args:
+        owner: The ``owner`` argument of ``acquire_lease``; must be a non-empty ``str``.
+        ttl: The ``ttl`` argument, in seconds; must be a finite number > 0 (a
+            NaN or infinite ttl would make a lease that never or always
+            expires; a ``bool`` is refused).
+
+    Raises:
+        InvalidRequestError: Unless ``owner`` is a non-empty ``str`` and ``ttl``
+            a finite number of seconds > 0.
     """
     if not isinstance(owner, str) or not owner:
         raise InvalidRequestError(f"a lease owner must be a non-empty str, got {owner!r}")
@@ -216,67 +271,127 @@ class Store(Protocol):
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         """Append several streams' batches: a group commit.
 
-        In: requests for distinct or repeated streams (a repeated stream's later
-        request sees the earlier one's records). Out: one entry per request, in
-        order: the new last seq (int) on success, or a ``ConflictError`` (returned,
-        not raised) when its expected seq was stale. Each request is atomic: all
-        of its records or none. Every successful request is durable when this
-        returns: that is the acknowledgement. Raises ``StoreUnavailableError``
-        (then nothing of the call may be assumed written or unwritten beyond what
-        a re-read shows) and ``InvalidRequestError``.
+        Each request is atomic: all of its records or none. Every successful
+        request is durable when this returns: that is the acknowledgement.
+
+        Args:
+            requests: Requests for distinct or repeated streams (a repeated
+                stream's later request sees the earlier one's records).
+
+        Returns:
+            One entry per request, in order: the new last seq (int) on success,
+            or a ``ConflictError`` (returned, not raised) when its expected seq
+            was stale.
+
+        Raises:
+            StoreUnavailableError: When the backend fails; then nothing of the
+                call may be assumed written or unwritten beyond what a re-read shows.
+            InvalidRequestError: For a malformed request (``check_append``), before any I/O.
         """
 
     async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
         """Append ``records`` atomically after ``expected_seq``; return the new last seq.
 
-        The records get seqs ``expected_seq+1 ..``. Raises ``ConflictError`` when the
-        stream's last seq is not ``expected_seq`` (nothing written).
+        The records get seqs ``expected_seq+1 ..``.
+
+        Args:
+            stream: The stream to append to.
+            expected_seq: The last seq the writer saw; 0 for a new stream.
+            records: The encoded frames, at least one.
+
+        Returns:
+            The stream's new last seq.
+
+        Raises:
+            ConflictError: When the stream's last seq is not ``expected_seq``
+                (nothing written).
         """
 
     async def last_seq(self, stream: StreamId) -> int:
         """The highest seq ever appended to the stream; 0 for an unknown stream.
 
-        It never decreases, also after ``delete_records`` removed every record.
+        Args:
+            stream: The stream to look at.
+
+        Returns:
+            The last seq. It never decreases, also after ``delete_records``
+            removed every record.
         """
 
     def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         """Yield the stored records with seq > ``after_seq`` in seq order.
 
-        Pages through the backend ``page_size`` records at a time, so memory is
-        bounded by the page, whatever the stream's length, and a read of the tail
-        of a long stream costs about what it costs on a short one. An unknown
-        stream yields nothing. Records deleted by compaction are not yielded.
+        Memory is bounded by the page, whatever the stream's length, and a read
+        of the tail of a long stream costs about what it costs on a short one.
         An async generator (``async def`` with ``yield``): readers that stop early
         close it (``aclose``) so its page or cursor is released at once.
+
+        Args:
+            stream: The stream to read.
+            after_seq: Yield only records with a greater seq; 0 (the default) reads from the start.
+            page_size: Records fetched from the backend at a time.
+
+        Yields:
+            The stored records, in seq order. An unknown stream yields nothing;
+            records deleted by compaction are not yielded.
         """
 
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
         """Store a snapshot covering records 1..``seq``. Overwrites one at the same seq.
 
-        Raises ``InvalidRequestError`` when ``seq`` < 1 or > ``last_seq(stream)``.
+        Args:
+            stream: The stream the snapshot belongs to.
+            seq: The last record folded into the snapshot.
+            data: The encoded snapshot frame.
+
+        Raises:
+            InvalidRequestError: When ``seq`` < 1 or > ``last_seq(stream)``.
         """
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
         """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None.
 
         Found without scanning the stream's records: as fast on a long stream as on a short one.
+
+        Args:
+            stream: The stream to look at.
+            at_or_before: The highest seq the snapshot may cover; None (the default) for the latest.
+
+        Returns:
+            That snapshot, or None when there is none.
         """
 
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
-        """Delete snapshots with seq < ``before_seq``; the latest snapshot is always kept."""
+        """Delete snapshots with seq < ``before_seq``; the latest snapshot is always kept.
+
+        Args:
+            stream: The stream whose snapshots go.
+            before_seq: Snapshots with a smaller seq are deleted (except the latest).
+        """
 
     async def delete_records(self, stream: StreamId, through_seq: int) -> None:
         """Compaction: delete records with seq <= ``through_seq``.
 
-        Raises ``UnsafeCompactionError`` unless a snapshot exists at a seq >=
-        ``through_seq`` (restore still needs everything after the latest snapshot).
         ``last_seq`` is unchanged. An unknown stream has nothing to delete: no-op.
+
+        Args:
+            stream: The stream to compact.
+            through_seq: The last seq to delete.
+
+        Raises:
+            UnsafeCompactionError: Unless a snapshot exists at a seq >=
+                ``through_seq`` (restore still needs everything after the latest snapshot).
         """
 
     def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
         """Yield the streams of ``namespace`` whose agent id starts with ``prefix``, sorted by agent id.
 
-        Only that namespace: streams of other namespaces are never yielded.
+        Args:
+            namespace: The namespace to list; streams of other namespaces are never yielded.
+            prefix: The start of the agent ids wanted; "" (the default) for all.
+
+        Yields:
+            The matching streams, sorted by agent id.
         """
 
     async def delete_stream(self, stream: StreamId) -> None:
@@ -285,8 +400,10 @@ class Store(Protocol):
         Afterwards the stream is unknown (last seq 0) and may be started anew;
         nothing of its data stays readable in the backend's files or objects.
         The lease's fencing token is the one thing kept (not its owner), so the
-        next lease of the stream id gets a greater token. Deleting an unknown
-        stream is not an error.
+        next lease of the stream id gets a greater token.
+
+        Args:
+            stream: The stream to purge; an unknown stream is not an error.
         """
 
 
@@ -302,15 +419,28 @@ class BlobStore(Store, Protocol):
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
         """Store bytes (``CAP_BLOBS``); return their SHA-256 hex digest.
 
-        Blobs belong to a stream and are purged with it.
+        Args:
+            stream: The stream the blob belongs to; it is purged with it.
+            data: The blob's bytes.
+
+        Returns:
+            The SHA-256 hex digest of ``data`` (64 lowercase hex characters).
         """
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
         """The blob's bytes (``CAP_BLOBS``).
 
-        Raises ``BlobNotFoundError`` when the stream has no blob with that digest,
-        also for a digest that is not 64 lowercase hex characters (it names no
-        blob; it never reaches a path or key).
+        Args:
+            stream: The stream the blob belongs to.
+            digest: The SHA-256 hex digest ``put_blob`` returned.
+
+        Returns:
+            The blob's bytes.
+
+        Raises:
+            BlobNotFoundError: When the stream has no blob with that digest, also
+                for a digest that is not 64 lowercase hex characters (it names
+                no blob; it never reaches a path or key).
         """
 
 
@@ -327,22 +457,43 @@ class LeaseStore(Store, Protocol):
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
         """Take, or renew, the lease of ``stream`` for ``owner`` for ``ttl`` seconds.
 
-        Returns the lease held now; None when another owner holds one that has
-        not expired (nothing changed). Taking it when free, released or expired
-        (also by its former owner) gives a token greater than any before for this
-        stream id, also across reopen and ``delete_stream``; a renewal of an
-        unexpired lease by its owner keeps the token and moves ``expires_at``
-        (unix seconds: now + ``ttl``). Atomic: of workers racing for a free
-        lease, also in other processes, exactly one gets it. A lease never makes
-        the stream appear in ``list_streams`` nor changes ``last_seq``. Raises
-        ``InvalidRequestError`` for ``ttl`` <= 0 or an empty owner (``check_lease``).
+        Taking it when free, released or expired (also by its former owner)
+        gives a token greater than any before for this stream id, also across
+        reopen and ``delete_stream``; a renewal of an unexpired lease by its
+        owner keeps the token and moves ``expires_at`` (unix seconds: now +
+        ``ttl``). Atomic: of workers racing for a free lease, also in other
+        processes, exactly one gets it. A lease never makes the stream appear
+        in ``list_streams`` nor changes ``last_seq``.
+
+        Args:
+            stream: The stream to lease.
+            owner: Who takes it: a non-empty string naming the worker.
+            ttl: How long the lease lasts from now, in seconds (finite, > 0).
+
+        Returns:
+            The lease held now; None when another owner holds one that has not
+            expired (nothing changed).
+
+        Raises:
+            InvalidRequestError: For ``ttl`` <= 0 or an empty owner (``check_lease``).
         """
 
     async def release_lease(self, lease: Lease) -> None:
-        """Give the lease up if ``lease.owner`` still holds it with ``lease.token``; otherwise no-op."""
+        """Give the lease up if ``lease.owner`` still holds it with ``lease.token``; otherwise no-op.
+
+        Args:
+            lease: The lease as ``acquire_lease`` returned it.
+        """
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
-        """The unexpired lease of ``stream``, or None."""
+        """The unexpired lease of ``stream``, or None.
+
+        Args:
+            stream: The stream to look at.
+
+        Returns:
+            The lease, or None when nobody holds an unexpired one.
+        """
 
 
 class ChangeSubscription(Protocol):
@@ -351,9 +502,12 @@ class ChangeSubscription(Protocol):
     async def wait(self) -> frozenset[StreamId] | None:
         """Wait for the next notifications; return the streams named since the last call.
 
-        None means notifications may have been missed (the feed was down and is
-        back): whatever waits on it must look at every stream once, as it would
-        on a poll. Never raises for an outage: the feed reconnects by itself.
+        Never raises for an outage: the feed reconnects by itself.
+
+        Returns:
+            The streams said to have changed since the last call; None means
+            notifications may have been missed (the feed was down and is back):
+            whatever waits on it must look at every stream once, as it would on a poll.
         """
 
 
@@ -372,13 +526,24 @@ class ChangeStore(Store, Protocol):
     async def publish_change(self, stream: StreamId) -> None:
         """Notify the subscribers of ``stream.namespace`` that ``stream`` changed.
 
-        Raises ``StoreUnavailableError`` when the notification could not be sent.
+        Args:
+            stream: The stream that changed.
+
+        Raises:
+            StoreUnavailableError: When the notification could not be sent.
         """
 
     def subscribe_changes(self, namespace: str) -> AbstractAsyncContextManager[ChangeSubscription]:
-        """``async with store.subscribe_changes(ns) as changes:``; ``await changes.wait()`` inside.
+        """Listen for changes in one namespace: ``async with store.subscribe_changes(ns) as changes:``.
 
-        The subscription listens for its whole block and stops when the block ends.
+        ``await changes.wait()`` inside the block. The subscription listens for
+        its whole block and stops when the block ends.
+
+        Args:
+            namespace: The namespace whose changes are wanted.
+
+        Returns:
+            An async context manager whose value is the ``ChangeSubscription``.
         """
 
 
@@ -403,25 +568,48 @@ class IndexStore(Store, Protocol):
                    page_size: int = 512) -> AsyncIterator[IndexedStream]:
         """Yield the streams of ``namespace`` whose entry's status is in ``statuses`` (None: every status).
 
-        Also yields, with ``entry`` None, every stream with records but no entry
-        (written before the index existed, or by a writer that does not keep it),
-        whatever ``statuses`` says: the caller must read those journals, so no
-        missing entry ever hides a stream. Never yields a stream of another
-        namespace, nor one that holds only blobs. Costs what it yields, not the
-        namespace's size (an index on status), paged by ``page_size``, in no
-        particular order.
+        Costs what it yields, not the namespace's size (an index on status).
+
+        Args:
+            namespace: The namespace to list; a stream of another namespace is never yielded.
+            statuses: The statuses wanted; None (the default) for every status.
+            page_size: Rows fetched from the backend at a time.
+
+        Yields:
+            One ``IndexedStream`` per matching stream, in no particular order.
+            Also, with ``entry`` None, every stream with records but no entry
+            (written before the index existed, or by a writer that does not
+            keep it), whatever ``statuses`` says: the caller must read those
+            journals, so no missing entry ever hides a stream. Never a stream
+            that holds only blobs.
         """
 
     async def get_index(self, stream: StreamId) -> IndexEntry | None:
-        """The stream's entry, or None (unknown stream, or no entry)."""
+        """The stream's status index entry, or None.
+
+        Args:
+            stream: The stream to look at.
+
+        Returns:
+            Its entry; None for an unknown stream or one without an entry.
+        """
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
         """Set (None: remove) the stream's entry if its last seq is still ``at_seq``; True if written.
 
         For an entry computed from a journal read up to ``at_seq`` (a rebuild,
         a restore that found the entry stale): a record appended meanwhile
-        makes it a no-op returning False, so it never overwrites a newer
-        entry. An unknown stream (``at_seq`` 0 included) is never given one.
+        makes it a no-op, so it never overwrites a newer entry.
+
+        Args:
+            stream: The stream whose entry to set.
+            entry: The new entry; None removes it.
+            at_seq: The last seq of the journal the entry was computed from.
+
+        Returns:
+            True if written; False when the stream's last seq is no longer
+            ``at_seq``, or the stream is unknown (``at_seq`` 0 included: an
+            unknown stream is never given an entry).
         """
 
 
@@ -436,25 +624,56 @@ def declared_capabilities(cls: type) -> frozenset[str]:
 
     Nominal, not structural: a wrapper with every method of ``LeaseStore`` that
     forwards to a store without leases does not declare ``CAP_LEASES`` by that.
+
+    Returns:
+        The ``CAP_*`` names of the ``OPTIONAL_PROTOCOLS`` in the MRO of ``cls``.
     """
     return frozenset(name for name, protocol in OPTIONAL_PROTOCOLS.items() if protocol in cls.__mro__)
 
 
 def supports_blobs(store: Store) -> TypeGuard[BlobStore]:
-    """Whether ``store`` declares ``CAP_BLOBS``; if so a type checker sees it as a ``BlobStore``."""
+    """Whether ``store`` declares ``CAP_BLOBS``; if so a type checker sees it as a ``BlobStore``.
+
+    Args:
+        store: Any store.
+
+    Returns:
+        True when ``CAP_BLOBS`` is in ``store.capabilities`` (a ``TypeGuard``).
+    """
     return CAP_BLOBS in store.capabilities
 
 
 def supports_leases(store: Store) -> TypeGuard[LeaseStore]:
-    """Whether ``store`` declares ``CAP_LEASES``; if so a type checker sees it as a ``LeaseStore``."""
+    """Whether ``store`` declares ``CAP_LEASES``; if so a type checker sees it as a ``LeaseStore``.
+
+    Args:
+        store: Any store.
+
+    Returns:
+        True when ``CAP_LEASES`` is in ``store.capabilities`` (a ``TypeGuard``).
+    """
     return CAP_LEASES in store.capabilities
 
 
 def supports_changes(store: Store) -> TypeGuard[ChangeStore]:
-    """Whether ``store`` declares ``CAP_CHANGES``; if so a type checker sees it as a ``ChangeStore``."""
+    """Whether ``store`` declares ``CAP_CHANGES``; if so a type checker sees it as a ``ChangeStore``.
+
+    Args:
+        store: Any store.
+
+    Returns:
+        True when ``CAP_CHANGES`` is in ``store.capabilities`` (a ``TypeGuard``).
+    """
     return CAP_CHANGES in store.capabilities
 
 
 def supports_status_index(store: Store) -> TypeGuard[IndexStore]:
-    """Whether ``store`` declares ``CAP_STATUS_INDEX``; if so a type checker sees it as an ``IndexStore``."""
+    """Whether ``store`` declares ``CAP_STATUS_INDEX``; if so a type checker sees it as an ``IndexStore``.
+
+    Args:
+        store: Any store.
+
+    Returns:
+        True when ``CAP_STATUS_INDEX`` is in ``store.capabilities`` (a ``TypeGuard``).
+    """
     return CAP_STATUS_INDEX in store.capabilities

@@ -63,10 +63,17 @@ def snapshot_seq(snapshot: StoredSnapshot | None) -> int | None:
 
 
 def files_bytes(*roots: Path) -> bytes:
-    """Every byte of every regular file under ``roots`` (files or directories), concatenated.
+    """Read every byte of every regular file under ``roots``, concatenated.
 
     A ready-made body for the ``stored_bytes`` hook of an adapter that keeps its
-    data in files: ``return files_bytes(tmp_path)``. Missing paths are skipped.
+    data in files: ``return files_bytes(tmp_path)``.
+
+    Args:
+        *roots: Files or directories (searched recursively, in sorted path
+            order); missing paths, and files removed while they are read, are skipped.
+
+    Returns:
+        The files' contents joined with NUL bytes.
     """
     chunks: list[bytes] = []
     for root in roots:
@@ -126,11 +133,28 @@ class StoreHarness:
 
     @pytest.fixture
     def anyio_backend(self) -> str:
-        """The event loop anyio's pytest plugin runs the async checks on."""
+        """Pick the event loop anyio's pytest plugin runs the async checks on (a fixture).
+
+        Returns:
+            ``"asyncio"``.
+        """
         return "asyncio"
 
     def make_store(self, tmp_path: Path) -> Store:
-        """Return a new, unopened store for the location ``tmp_path``. Override this (or ``store_url``)."""
+        """Return a new, unopened store for the location ``tmp_path``. Override this (or ``store_url``).
+
+        Called twice with the same ``tmp_path``, it must return two stores of
+        the same location. The default is ``open_store(store_url(tmp_path))``.
+
+        Args:
+            tmp_path: The test's location: a fresh empty directory (pytest's ``tmp_path``).
+
+        Returns:
+            The store, not yet opened.
+
+        Raises:
+            NotImplementedError: When neither this nor ``store_url`` is overridden.
+        """
         url = self.store_url(tmp_path)
         if url is None:
             raise NotImplementedError(
@@ -139,20 +163,57 @@ class StoreHarness:
         return open_store(url)
 
     def store_url(self, tmp_path: Path) -> str | None:
-        """The URL of the location ``tmp_path`` for other processes, or None (not given). Override this."""
+        """The URL of the location ``tmp_path`` for other processes, or None (not given). Override this.
+
+        Args:
+            tmp_path: The test's location: a fresh empty directory.
+
+        Returns:
+            The URL your store class takes as its only argument; None (the
+            default) when not given, and the cross-process checks then fail
+            unless the store declares ``CAP_SINGLE_PROCESS``.
+        """
         return None
 
     async def stored_bytes(self, tmp_path: Path) -> bytes | None:
-        """Every byte the backend holds for ``tmp_path`` (files, objects, pages), or None: cannot say."""
+        """Every byte the backend holds for ``tmp_path`` (files, objects, pages), or None: cannot say.
+
+        Optional hook: the purge check looks for a planted value in these bytes,
+        and is skipped when this returns None (the default).
+
+        Args:
+            tmp_path: The test's location.
+
+        Returns:
+            The bytes, e.g. ``files_bytes(tmp_path)``; or None.
+        """
         return None
 
     def outage(self, tmp_path: Path) -> AbstractAsyncContextManager[None] | None:
-        """An async context manager making the backend of ``tmp_path`` unreachable while entered, or None."""
+        """An async context manager making the backend of ``tmp_path`` unreachable while entered, or None.
+
+        Optional hook (stop the server, hold a lock, remove the directory): the
+        fault check wants typed errors during it and nothing lost after it, and
+        is skipped when this returns None (the default).
+
+        Args:
+            tmp_path: The test's location.
+
+        Returns:
+            The context manager, or None.
+        """
         return None
 
     @asynccontextmanager
     async def opened(self, tmp_path: Path) -> AsyncIterator[Store]:
-        """``make_store(tmp_path)``, opened for the ``async with`` block, then closed."""
+        """``make_store(tmp_path)``, opened for the ``async with`` block, then closed.
+
+        Args:
+            tmp_path: The test's location.
+
+        Yields:
+            The open store.
+        """
         store = self.make_store(tmp_path)
         await store.open()
         try:
@@ -161,7 +222,12 @@ class StoreHarness:
             await store.close()
 
     def require(self, store: Store, capability: str) -> None:
-        """Skip the current check, with the reason, unless ``store`` declares ``capability``."""
+        """Skip the current check, with the reason, unless ``store`` declares ``capability``.
+
+        Args:
+            store: The store under test.
+            capability: A ``CAP_*`` name.
+        """
         if capability not in store.capabilities:
             self._skip_undeclared(store, capability)
 
@@ -172,19 +238,43 @@ class StoreHarness:
         )
 
     def blobs_of(self, store: Store) -> BlobStore:
-        """``store`` as a ``BlobStore``; skips the current check unless it declares ``CAP_BLOBS``."""
+        """``store`` as a ``BlobStore``; skips the current check unless it declares ``CAP_BLOBS``.
+
+        Args:
+            store: The store under test.
+
+        Returns:
+            The same store, typed as a ``BlobStore``.
+        """
         if supports_blobs(store):
             return store
         self._skip_undeclared(store, CAP_BLOBS)
 
     def leases_of(self, store: Store) -> LeaseStore:
-        """``store`` as a ``LeaseStore``; skips the current check unless it declares ``CAP_LEASES``."""
+        """``store`` as a ``LeaseStore``; skips the current check unless it declares ``CAP_LEASES``.
+
+        Args:
+            store: The store under test.
+
+        Returns:
+            The same store, typed as a ``LeaseStore``.
+        """
         if supports_leases(store):
             return store
         self._skip_undeclared(store, CAP_LEASES)
 
     def require_processes(self, tmp_path: Path) -> tuple[type, str]:
-        """Skip for a single-process store; fail without ``store_url``; return (class, url) for peers."""
+        """Skip for a single-process store; fail without ``store_url``; return (class, url) for peers.
+
+        Builds (without opening) a store to read its capabilities.
+
+        Args:
+            tmp_path: The test's location.
+
+        Returns:
+            ``(store class, URL)``: what another OS process needs to build the
+            same store as ``YourClass(url)``.
+        """
         store = self.make_store(tmp_path)
         if CAP_SINGLE_PROCESS in store.capabilities:
             pytest.skip(f"{type(store).__name__} declares {CAP_SINGLE_PROCESS!r}: one OS process per location")

@@ -52,12 +52,26 @@ class LeaseChecks(StoreHarness):
         await anyio.sleep(self.lease_short_ttl * 1.5 + 0.05)
 
     def require_leases(self, tmp_path: Path) -> LeaseStore:
-        """Skip unless the adapter declares ``CAP_LEASES`` (read without opening a store); the store, unopened."""
+        """Skip unless the adapter declares ``CAP_LEASES`` (read without opening a store); the store, unopened.
+
+        Args:
+            tmp_path: The test's location.
+
+        Returns:
+            ``make_store(tmp_path)``, not opened, typed as a ``LeaseStore``.
+        """
         return self.leases_of(self.make_store(tmp_path))
 
     @asynccontextmanager
     async def opened_leases(self, tmp_path: Path) -> AsyncIterator[LeaseStore]:
-        """``opened(tmp_path)``, as a ``LeaseStore`` (skipped unless the store declares ``CAP_LEASES``)."""
+        """``opened(tmp_path)``, as a ``LeaseStore`` (skipped unless the store declares ``CAP_LEASES``).
+
+        Args:
+            tmp_path: The test's location.
+
+        Yields:
+            The open store, typed as a ``LeaseStore``.
+        """
         async with self.opened(tmp_path) as store:
             yield self.leases_of(store)
 
