@@ -162,18 +162,40 @@ class PostgresChanges:
         return channel_of(self.options.schema)
 
     async def publish_change(self, stream: StreamId) -> None:
-        """NOTIFY the store's channel that ``stream`` changed. Raises ``StoreUnavailableError`` past the deadline."""
+        """Notify the subscribers of ``stream.namespace``, in any process on any host, that ``stream`` changed.
+
+        ``SELECT pg_notify(channel, payload)`` on a pooled connection, on the store's channel
+        (one per schema, ``channel_of``). A hint, at most once: a session not listening at
+        that moment never gets it.
+
+        Args:
+            stream: The stream that changed.
+
+        Raises:
+            StoreUnavailableError: When the notification could not be sent before the URL's
+                ``deadline``.
+        """
         self._check_open()
         payload = json.dumps([stream.namespace, stream.agent_id])
         await self._execute("publish_change", "SELECT pg_notify($1, $2)", self._channel, payload)
 
     @asynccontextmanager
     async def subscribe_changes(self, namespace: str) -> AsyncIterator[ChangeFeed]:
-        """Listen for changes of ``namespace``'s streams for the block; yields a ``ChangeFeed``.
+        """Listen for changes of the streams of ``namespace`` for the ``async with`` block.
 
-        Entering waits for the first connection attempt (so a notification
-        published after entering is seen when the database is up); an outage never
-        raises here, the feed reconnects and ``wait()`` reports the gap.
+        ``async with store.subscribe_changes(ns) as changes:``, then ``await changes.wait()``
+        inside. The feed holds one dedicated connection (``listen_dsn``, not from the pool)
+        that LISTENs on the store's channel. Entering waits for the first connection attempt
+        (so a notification published after entering is seen when the database is up); an
+        outage never raises here: the feed reconnects with backoff and ``wait()`` reports the
+        gap by returning None.
+
+        Args:
+            namespace: Only streams of this namespace are reported.
+
+        Yields:
+            The ``ChangeFeed`` (a ``ChangeSubscription``); it stops listening when the block
+            ends.
         """
         self._check_open()
         options = self.options

@@ -68,11 +68,26 @@ class PostgresLeases:
         }
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
-        """Take or renew ``stream``'s lease for ``owner`` for ``ttl`` seconds; see ``LeaseStore.acquire_lease``.
+        """Take, or renew, the lease of ``stream`` for ``owner`` for ``ttl`` seconds; see ``LeaseStore.acquire_lease``.
 
-        Returns the lease now held by ``owner``, or None when another owner holds an
-        unexpired one. An expired lease is taken anew with a new token, also by its
-        former owner; only an unexpired lease is renewed in place.
+        One ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement, atomic in the database. A
+        free, released or expired lease is taken with a new token from the ``lease_tokens``
+        sequence, also by its former owner; only an unexpired lease is renewed in place,
+        keeping its token. ``expires_at`` is in unix seconds of the database's clock. A retried
+        acquire is safe: if the first attempt took the lease, the retry renews it.
+
+        Args:
+            stream: The stream to lease.
+            owner: The worker's name, a non-empty string.
+            ttl: How long the lease lasts, in seconds, finite and > 0.
+
+        Returns:
+            The lease now held by ``owner``, or None when another owner holds an unexpired one
+            (nothing changed).
+
+        Raises:
+            InvalidRequestError: For an empty owner or a ttl that is not a finite number > 0
+                (``check_lease``), before any I/O.
         """
         self._check_open()
         check_lease(owner, ttl)
@@ -84,14 +99,27 @@ class PostgresLeases:
         return Lease(stream, owner, token, expires_at)
 
     async def release_lease(self, lease: Lease) -> None:
-        """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) no-op."""
+        """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) a no-op.
+
+        One ``UPDATE`` that marks the row expired and keeps it.
+
+        Args:
+            lease: The lease as ``acquire_lease`` returned it.
+        """
         self._check_open()
         stream = lease.stream
         await self._execute("release_lease", self._sql["release_lease"],
                             stream.namespace, stream.agent_id, lease.owner, lease.token)
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
-        """The unexpired lease of ``stream`` (by the database's clock), or None."""
+        """The unexpired lease of ``stream``, by the database's clock: one query.
+
+        Args:
+            stream: The stream to look up.
+
+        Returns:
+            The lease, or None when none is held.
+        """
         self._check_open()
         rows = await self._fetch("get_lease", self._sql["get_lease"], stream.namespace, stream.agent_id)
         if not rows:

@@ -74,7 +74,24 @@ class PostgresStatusIndex:
 
     async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
                          page_size: int = 512) -> AsyncIterator[IndexedStream]:
-        """See ``IndexStore.list_index``: one keyset-paged range scan per status asked for, and one for NULL."""
+        """Yield the streams of ``namespace`` whose entry's status is in ``statuses``; see ``IndexStore.list_index``.
+
+        One keyset-paged range scan of ``streams_by_status`` per status asked for, and one for
+        the streams without an entry (NULL status), which are yielded whatever ``statuses``
+        says. Streams without records (only blobs) are never yielded.
+
+        Args:
+            namespace: The namespace to list; other namespaces' streams are never yielded.
+            statuses: The statuses wanted; None: every stream with records.
+            page_size: Rows per query, >= 1.
+
+        Yields:
+            An ``IndexedStream`` per stream, with ``entry`` None for a stream that has records
+            but no entry; in agent-id order within each scan, in no order across them.
+
+        Raises:
+            InvalidRequestError: When ``page_size`` < 1.
+        """
         self._check_open()  # type: ignore[attr-defined]
         names = {"all": "list_index_all", "null": "list_index_null", "status": "list_index_status"}
 
@@ -89,7 +106,14 @@ class PostgresStatusIndex:
             yield row
 
     async def get_index(self, stream: StreamId) -> IndexEntry | None:
-        """See ``IndexStore.get_index``."""
+        """The status index entry of ``stream``: one query of its ``streams`` row; see ``IndexStore.get_index``.
+
+        Args:
+            stream: The stream to look up.
+
+        Returns:
+            The entry, or None for an unknown stream or one without an entry.
+        """
         self._check_open()  # type: ignore[attr-defined]
         rows = await self._fetch("get_index", self._sql["get_index"], stream.namespace, stream.agent_id)  # type: ignore[attr-defined]
         if not rows:
@@ -98,7 +122,24 @@ class PostgresStatusIndex:
         return entry_from_row(status, definition, seq, updated_at, approvals)
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
-        """See ``IndexStore.put_index``: one ``UPDATE ... WHERE last_seq = at_seq`` (the compare-and-set)."""
+        """Set (None: remove) the entry of ``stream`` if its last seq is still ``at_seq``; see ``IndexStore.put_index``.
+
+        One ``UPDATE ... WHERE last_seq = at_seq``: the compare-and-set. An unknown stream
+        (``at_seq`` 0 included) is never given an entry.
+
+        Args:
+            stream: The stream whose entry to set.
+            entry: The new entry, computed from the journal read up to ``at_seq``; None
+                removes it.
+            at_seq: The last seq the entry was computed at.
+
+        Returns:
+            True if written; False when a record was appended meanwhile (or the stream is
+            unknown), and nothing changed.
+
+        Raises:
+            InvalidRequestError: When ``entry`` is neither an ``IndexEntry`` nor None.
+        """
         self._check_open()  # type: ignore[attr-defined]
         done = await self._execute("put_index", self._sql["put_index"], stream.namespace, stream.agent_id,  # type: ignore[attr-defined]
                                    at_seq, *entry_columns(entry))

@@ -70,19 +70,28 @@ _MAX_SEQ = (1 << 63) - 1
 class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreBase, BlobStore, LeaseStore, ChangeStore, IndexStore):
     """A ``Store`` in a PostgreSQL schema, shared by any number of processes on any hosts.
 
-    In: ``url`` such as ``postgresql://app@db:5432/agents?schema=durably`` (see
-    ``durably.adapters.postgres._options``); building the store does no I/O and
-    raises ``InvalidRequestError`` for a malformed URL. ``open`` makes the
-    connection pool and creates or migrates the schema; it raises
-    ``StoreUnavailableError`` when the server cannot be reached,
-    ``PostgresSetupError`` on a read-only server, for missing privileges or a
-    schema lock held too long, and ``UnknownSchemaVersionError`` for a schema of
-    a newer durably. Data methods retry transient failures up to the URL's
-    ``deadline`` and then raise ``StoreUnavailableError``; see ``faults``.
-    Capabilities: blobs, leases (fencing tokens from a database sequence, the
-    database's clock), changes (LISTEN/NOTIFY). Runs on asyncio (anyio's asyncio
-    backend), as asyncpg does. Idea: event-store tables as in Marten and
-    Message DB, a stream row per stream carrying its version.
+    Building the store does no I/O. ``open`` makes the connection pool and creates or
+    migrates the schema. Capabilities: blobs, leases (fencing tokens from a database
+    sequence, the database's clock), changes (LISTEN/NOTIFY) and the status index. Runs on
+    asyncio (anyio's asyncio backend), as asyncpg does. Idea: event-store tables as in
+    Marten and Message DB, a stream row per stream carrying its version.
+
+    Errors of every data method: transient failures are retried up to the URL's
+    ``deadline`` (seconds) and then raise ``StoreUnavailableError`` (see ``faults``); a
+    value PostgreSQL cannot store raises ``InvalidRequestError``; missing privileges or a
+    damaged schema (a dropped table) raise ``PostgresSetupError``.
+
+    Args:
+        url: ``postgresql://user@host:port/db?schema=durably`` and libpq's own options (see
+            ``durably.adapters.postgres._options`` for durably's query parameters).
+
+    Raises:
+        InvalidStoreURLError: An ``InvalidRequestError``, for a malformed URL: another
+            scheme, a schema name that is not a plain identifier, or an option out of range.
+        StoreUnavailableError: From ``open``, when the server cannot be reached.
+        PostgresSetupError: From ``open``, on a read-only server, for missing privileges or
+            a schema lock held past ``lock_timeout``.
+        UnknownSchemaVersionError: From ``open``, for a schema of a newer durably.
     """
 
     def __init__(self, url: str) -> None:
@@ -213,12 +222,29 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
     # -- journal -----------------------------------------------------------------
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
-        """Group commit in one database call; see ``Store.append_batch`` and the module docstring.
+        """Append several streams' batches in one database call: a group commit; see ``Store.append_batch``.
 
-        Conflicting requests get a ``ConflictError`` in their slot and write nothing;
-        the others are committed when this returns. Raises ``InvalidRequestError``
-        (before any I/O, or for a value PostgreSQL cannot store) and
-        ``StoreUnavailableError`` (outage past the deadline: outcome unknown, re-read).
+        Without index entries, one statement: one round trip, one transaction, one WAL flush
+        for the whole batch (``schema.APPEND_FAST`` to distinct existing streams, else the
+        schema's ``append_batch`` function); requests with index entries add an ``UPDATE`` of
+        them in the same transaction. The expected-seq check is an ``UPDATE ... WHERE last_seq = expected`` in the database. When
+        the connection fails mid-call, the outcome is read back by the call's token before
+        anything is re-sent (see the module docstring). Successful requests are committed,
+        with the server's ``synchronous_commit``, when this returns.
+
+        Args:
+            requests: The appends, in order; a repeated stream's later request sees the
+                earlier one's records.
+
+        Returns:
+            One entry per request, in order: the stream's new last seq, or a ``ConflictError``
+            (returned, not raised) when its expected seq was stale; that request writes nothing.
+
+        Raises:
+            InvalidRequestError: For a malformed request or index entry, before any I/O, or for
+                a value PostgreSQL cannot store.
+            StoreUnavailableError: When the database stays unreachable past the ``deadline``: the
+                outcome is unknown, re-read before retrying.
         """
         self._check_open()
         for request in requests:
@@ -306,14 +332,38 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
                 await anyio.sleep(0.01)
 
     async def last_seq(self, stream: StreamId) -> int:
-        """The stream's highest appended seq; 0 for an unknown stream."""
+        """The highest seq ever appended to ``stream``: one query of its ``streams`` row.
+
+        It never decreases, also after ``delete_records`` removed every record.
+
+        Args:
+            stream: The stream to look up.
+
+        Returns:
+            The last seq; 0 for an unknown stream.
+        """
         self._check_open()
         rows = await self._fetch("last_seq", self._sql["last_seq"], stream.namespace, stream.agent_id)
         return rows[0][0] if rows else 0
 
     async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
-        """Yield records with seq > ``after_seq`` in order, ``page_size`` rows per query
-        (a connection is held for one page at a time, never across a yield)."""
+        """Yield the records of ``stream`` with seq > ``after_seq``, in seq order.
+
+        One query of ``page_size`` rows per page; a pooled connection is held for one page at
+        a time, never across a yield. Records deleted by compaction are not yielded; an
+        unknown stream yields nothing.
+
+        Args:
+            stream: The stream to read.
+            after_seq: Yield the records after this seq; 0 reads from the start.
+            page_size: Records per query, >= 1.
+
+        Yields:
+            Each ``StoredRecord`` (seq and frame), in seq order.
+
+        Raises:
+            InvalidRequestError: When ``page_size`` < 1.
+        """
         self._check_open()
         if page_size < 1:
             raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
@@ -328,7 +378,19 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
     # -- snapshots ---------------------------------------------------------------
 
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
-        """Store (or overwrite) the snapshot at ``seq``; ``InvalidRequestError`` unless 1 <= seq <= last seq."""
+        """Store the snapshot of ``stream`` at ``seq``, overwriting one at the same seq.
+
+        One upsert statement, so the range check and the write see the same last seq.
+
+        Args:
+            stream: The stream the snapshot belongs to.
+            seq: The seq it covers (records 1..``seq`` folded in).
+            data: The encoded snapshot frame.
+
+        Raises:
+            InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within
+                1..``last_seq(stream)`` (also for an unknown stream).
+        """
         self._check_open()
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
@@ -339,23 +401,45 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
-        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
+        """The snapshot of ``stream`` with the highest seq <= ``at_or_before``: one indexed query.
+
+        Args:
+            stream: The stream to look in.
+            at_or_before: The highest seq wanted; None: the latest snapshot.
+
+        Returns:
+            The snapshot, or None when the stream has none at or before that seq.
+        """
         self._check_open()
         bound = _MAX_SEQ if at_or_before is None else max(min(at_or_before, _MAX_SEQ), -1)
         rows = await self._fetch("get_snapshot", self._sql["get_snapshot"], stream.namespace, stream.agent_id, bound)
         return StoredSnapshot(rows[0][0], rows[0][1]) if rows else None
 
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
-        """Delete snapshots with seq < ``before_seq``, always keeping the latest one."""
+        """Delete the snapshots of ``stream`` with seq < ``before_seq``, always keeping the latest one.
+
+        One DELETE statement. An unknown stream has nothing to delete.
+
+        Args:
+            stream: The stream whose snapshots go.
+            before_seq: Snapshots below this seq are deleted, unless one is the latest.
+        """
         self._check_open()
         bound = max(min(before_seq, _MAX_SEQ), -1)
         await self._execute("delete_snapshots", self._sql["delete_snapshots"], stream.namespace, stream.agent_id, bound)
 
     async def delete_records(self, stream: StreamId, through_seq: int) -> None:
-        """Compaction: delete records with seq <= ``through_seq``; ``last_seq`` is unchanged.
+        """Compaction: delete the records of ``stream`` with seq <= ``through_seq``.
 
-        Raises ``UnsafeCompactionError`` unless a snapshot exists at a seq >= ``through_seq``.
-        An unknown stream is left alone.
+        One statement, so the covering-snapshot check and the deletion see the same
+        snapshots. ``last_seq`` is unchanged; an unknown stream is left alone.
+
+        Args:
+            stream: The stream to compact.
+            through_seq: The highest seq to delete.
+
+        Raises:
+            UnsafeCompactionError: Unless a snapshot exists at a seq >= ``through_seq``.
         """
         self._check_open()
         bound = max(min(through_seq, _MAX_SEQ), -1)
@@ -366,8 +450,19 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
     # -- streams -----------------------------------------------------------------
 
     async def list_streams(self, namespace: str, prefix: str = "", *, page_size: int = 512) -> AsyncIterator[StreamId]:
-        """Yield the namespace's streams whose agent id starts with ``prefix``, sorted by agent id
-        (code-point order: the columns are ``COLLATE "C"``), ``page_size`` rows per query."""
+        """Yield the streams of ``namespace`` whose agent id starts with ``prefix``, sorted by agent id.
+
+        A keyset-paged range scan from ``prefix`` up to its successor, ``page_size`` rows per
+        query. A stream that holds only blobs is listed too (``put_blob`` creates its row).
+
+        Args:
+            namespace: The namespace to list; other namespaces' streams are never yielded.
+            prefix: The agent-id prefix; ``""`` lists every stream of the namespace.
+            page_size: Rows per query (this adapter's addition to the SPI's signature).
+
+        Yields:
+            Each ``StreamId``, in agent-id order (code points: the columns are ``COLLATE "C"``).
+        """
         self._check_open()
         upper = _prefix_successor(prefix)
         rows = await self._fetch("list_streams", self._sql["list_first"], namespace, prefix, upper, page_size)
@@ -379,10 +474,15 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             rows = await self._fetch("list_streams", self._sql["list_next"], namespace, rows[-1][0], upper, page_size)
 
     async def delete_stream(self, stream: StreamId) -> None:
-        """Purge the stream's records, snapshots, blobs, lease and last seq; unknown streams are fine.
+        """Purge the stream's records, snapshots, blobs, lease and last seq; an unknown stream is fine.
 
-        One transaction that first locks the stream's row (waiting for an append in
-        flight to commit), so every record committed before the purge goes with it.
+        One transaction that first locks the stream's row (waiting for an append in flight to
+        commit), so every record committed before the purge goes with it. The lease row is
+        deleted; fencing tokens still never decrease for a stream id, since every token comes
+        from the ``lease_tokens`` sequence.
+
+        Args:
+            stream: The stream to purge.
         """
         self._check_open()
 
@@ -399,7 +499,23 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
     # -- blobs -------------------------------------------------------------------
 
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
-        """Store ``data`` under its SHA-256 hex digest (returned); idempotent."""
+        """Store ``data`` as a blob of ``stream`` under its SHA-256 hex digest; idempotent.
+
+        One transaction that also creates the stream's row (last seq 0) when missing, so the
+        blob is purged with the stream (and the stream is listed). Data above 1 MiB is hashed
+        in a worker thread, off the event loop.
+
+        Args:
+            stream: The stream the blob belongs to.
+            data: The bytes to store.
+
+        Returns:
+            The SHA-256 hex digest of ``data`` (64 lowercase hex characters), its name for
+            ``get_blob``.
+
+        Raises:
+            InvalidRequestError: When ``data`` is not ``bytes``.
+        """
         self._check_open()
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
@@ -417,7 +533,19 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         return digest
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
-        """The blob's bytes; ``BlobNotFoundError`` when the stream holds no such digest."""
+        """The bytes of blob ``digest`` of ``stream``: one indexed query.
+
+        Args:
+            stream: The stream the blob belongs to.
+            digest: The SHA-256 hex digest ``put_blob`` returned.
+
+        Returns:
+            The blob's bytes.
+
+        Raises:
+            BlobNotFoundError: When the stream holds no blob with that digest (a malformed
+                digest matches none).
+        """
         self._check_open()
         rows = await self._fetch("get_blob", self._sql["get_blob"], stream.namespace, stream.agent_id, str(digest))
         if not rows:

@@ -20,10 +20,11 @@ The lease of a stream is the object ``data/N/A/lease`` (see ``s3_keys``)::
   the expiry meanwhile. The token lives in the object and every change is a
   swap on the version read, so tokens never go back. **Release** therefore
   does not delete the object: it marks it released (``expires_at`` = 0, same
-  owner and token, with ``If-Match``). Only ``delete_stream`` removes it (with
-  everything under the stream's prefix); a stream purged and started anew
-  counts tokens from 1 again. Leases are not index entries: a stream with only
-  a lease is not listed by ``list_streams``.
+  owner and token, with ``If-Match``). ``delete_stream`` keeps it too: it ends
+  the lease (owner ``PURGED_OWNER``, ``expires_at`` = 0, ``S3Leases.end``) and
+  deletes everything else under the stream's prefix, so a stream purged and
+  started anew counts on from the old token. Leases are not index entries: a
+  stream with only a lease is not listed by ``list_streams``.
 * **Clocks.** ``expires_at`` is unix seconds of the *acquiring client's* clock
   (S3 offers no clock to compare with), so the clocks of workers sharing a
   bucket must agree to well under the ttl (NTP keeps them within milliseconds).

@@ -64,7 +64,8 @@ Why this layout:
   before it deleted covered batches and read the mark after every append,
   one GET each). A fleet that compacts must not mix those builds with this
   one: an older build's compaction frees keys that this one does not check.
-  ``delete_stream`` frees every key of a stream; it must not race its writers.
+  ``delete_stream`` frees every key of a stream but its lease object; it must
+  not race its writers.
 * ``open()`` checks that the server honours ``If-None-Match`` (a probe object
   created twice must get 412) and refuses one that does not.
 
@@ -156,10 +157,28 @@ _KNOWN_ENDS_MAX = 65_536  # streams whose latest batch end this store remembers 
 class S3Store(StoreBase, BlobStore, LeaseStore):
     """A ``Store`` in an S3 bucket; see the module docstring for layout, batching and faults.
 
-    In: ``url`` (``s3://bucket/prefix?...``, parsed by ``S3Options.from_url``)
-    and optional keyword overrides of ``S3Options`` fields (``retry=RetryPolicy(...)``,
-    ``read_timeout=...``) for tests and tuning. Raises ``ValueError`` for a
-    malformed URL. No I/O until ``open()``.
+    No I/O until ``open()``, which makes the aiobotocore client, checks the bucket (and
+    creates it with ``create_bucket=1``) and checks that the server honours conditional
+    writes. Every request retries transient failures (``s3_retry``: throttling, 5xx, 409,
+    dropped connections).
+
+    Errors of every data method: ``StoreUnavailableError`` when a transient failure lasts
+    past ``max_attempts`` or ``deadline`` (seconds); ``InvalidRequestError`` for a stream id
+    whose keys would exceed S3's key length or that is not valid UTF-8;
+    ``CorruptRecordError`` for a damaged batch, lease or compaction-mark object, or a
+    foreign object among a stream's keys.
+
+    Args:
+        url: ``s3://bucket/prefix?...``, parsed by ``S3Options.from_url`` (the query
+            parameters are listed in ``s3_options``).
+        **overrides: Keyword overrides of ``S3Options`` fields (``retry=RetryPolicy(...)``,
+            ``read_timeout=...``), for tests and tuning.
+
+    Raises:
+        InvalidStoreURLError: A ``ValueError``, for a malformed URL: another scheme, no
+            bucket, an unknown query parameter or a value out of range.
+        StoreUnavailableError: From ``open``, when the bucket does not exist and may not be
+            created, the server ignores ``If-None-Match``, or S3 cannot be reached.
     """
 
 
@@ -232,10 +251,32 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
     # ---------------------------------------------------------------- appends
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
-        """Append several streams' batches concurrently; see ``Store.append_batch`` and "Batching" above.
+        """Append several streams' batches concurrently: a group commit; see ``Store.append_batch``.
 
-        Raises ``StoreUnavailableError`` when any request's outcome stays
-        unknown (the others' results are then not reported: re-read them).
+        Each request is one conditional PUT (``If-None-Match: *``) of its batch object, with no
+        read when its expected seq is the stream's latest batch end this store knows; otherwise
+        ``last_seq`` is read first (two requests) and a mismatch is a ``ConflictError`` without
+        any write. A new stream's index entry is written before its first batch. Requests of
+        different streams run concurrently (at most ``concurrency`` requests in flight), those
+        of one stream in order (see "Batching" in the module docstring). A PUT whose outcome is
+        unknown is resolved by reading the key back before anything is reported. Successful
+        requests are durable when this returns: S3 acknowledged their PUTs.
+
+        Args:
+            requests: The appends, in order; a repeated stream's later request sees the
+                earlier one's records.
+
+        Returns:
+            One entry per request, in order: the stream's new last seq, or a ``ConflictError``
+            (returned, not raised) when its expected seq was stale or another writer created
+            the batch first.
+
+        Raises:
+            InvalidRequestError: For a malformed request (``check_append``) or one whose seqs
+                would pass ``s3_keys.MAX_SEQ``, before any I/O.
+            StoreUnavailableError: When any request's outcome stays unknown; the other requests'
+                results are then not reported either: re-read before retrying. Another error of
+                a request (a ``CorruptRecordError``) is raised as it is.
         """
         self._check_open()
         keys: list[StreamKeys] = []
@@ -314,7 +355,17 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
     # ---------------------------------------------------------------- reading
 
     async def last_seq(self, stream: StreamId) -> int:
-        """See ``Store.last_seq``: one list call and one 48-byte ranged GET."""
+        """The highest seq ever appended to ``stream``: one list call and one 48-byte ranged GET.
+
+        The newest batch object, listed first thanks to descending names, holds it in its
+        header. Compaction never deletes that object, so the value never decreases.
+
+        Args:
+            stream: The stream to look up.
+
+        Returns:
+            The last seq; 0 for an unknown stream.
+        """
         self._check_open()
         return await self._last_seq(stream, self._keys(stream))
 
@@ -337,8 +388,28 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
             return None
 
     async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
-        """See ``Store.read``. A page is a window of ``page_size`` seqs: one list call, then
-        its batches fetched concurrently."""
+        """Yield the records of ``stream`` with seq > ``after_seq``, in seq order.
+
+        A page is a window of ``page_size`` seqs: one list call, then its batches fetched
+        concurrently ("Restore" in the module docstring); a read whose tail fits one window
+        costs two list calls. A read that starts below the compaction mark restarts at it.
+        Records deleted by compaction are not yielded; an unknown stream yields nothing.
+
+        Args:
+            stream: The stream to read.
+            after_seq: Yield the records after this seq, >= 0; 0 reads from the start.
+            page_size: Seqs per window, >= 1.
+
+        Yields:
+            Each ``StoredRecord`` (seq and frame), in seq order.
+
+        Raises:
+            InvalidRequestError: When ``after_seq`` < 0 or ``page_size`` < 1.
+            StoreUnavailableError: When S3 stays unreachable, or listed batches vanished before
+                they could be read more than three times (a concurrent compaction or purge).
+            CorruptRecordError: When a batch object is damaged or the batches do not continue
+                each other.
+        """
         self._check_open()
         if after_seq < 0 or page_size < 1:
             raise InvalidRequestError("after_seq must be >= 0 and page_size >= 1")
@@ -366,7 +437,21 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
     # ---------------------------------------------------------------- snapshots (s3_snapshots)
 
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
-        """See ``Store.put_snapshot``; above ``multipart_threshold`` bytes it is a multipart upload."""
+        """Store the snapshot of ``stream`` at ``seq``, overwriting one at the same seq.
+
+        One PUT, or a multipart upload from ``multipart_threshold`` bytes. ``seq`` is checked
+        against the latest batch end this store knows, and only when it is above that against
+        ``last_seq`` (one list call and one ranged GET more).
+
+        Args:
+            stream: The stream the snapshot belongs to.
+            seq: The seq it covers (records 1..``seq`` folded in).
+            data: The encoded snapshot frame.
+
+        Raises:
+            InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within
+                1..``last_seq(stream)``.
+        """
         self._check_open()
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
@@ -376,19 +461,56 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
         await s3_snapshots.put_snapshot(self._s3, self.options, keys, seq, data)
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
-        """See ``Store.get_snapshot``: one list call and one GET."""
+        """The snapshot of ``stream`` with the highest seq <= ``at_or_before``: one list call and one GET.
+
+        Found without listing the history: snapshot names are descending seqs, so one list
+        call with ``StartAfter`` finds it.
+
+        Args:
+            stream: The stream to look in.
+            at_or_before: The highest seq wanted; None: the latest snapshot.
+
+        Returns:
+            The snapshot, or None when the stream has none at or before that seq.
+
+        Raises:
+            StoreUnavailableError: Also when listed snapshots kept being deleted before they
+                could be read (eight times).
+        """
         self._check_open()
         return await s3_snapshots.get_snapshot(self._s3, stream, self._keys(stream), at_or_before)
 
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
-        """See ``Store.delete_snapshots``; the latest snapshot is kept whatever ``before_seq`` says."""
+        """Delete the snapshots of ``stream`` with seq < ``before_seq``, always keeping the latest one.
+
+        List calls for the snapshots below ``before_seq``, then multi-object deletes (1,000
+        keys per request).
+
+        Args:
+            stream: The stream whose snapshots go.
+            before_seq: Snapshots below this seq are deleted, unless one is the latest.
+        """
         self._check_open()
         await s3_snapshots.delete_snapshots(self._s3, self._keys(stream), before_seq)
 
     # ---------------------------------------------------------------- compaction (s3_compaction) and purge
 
     async def delete_records(self, stream: StreamId, through_seq: int) -> None:
-        """See ``Store.delete_records`` and "Compaction" in the module docstring."""
+        """Compaction: delete the records of ``stream`` with seq <= ``through_seq``.
+
+        As in "Compaction" in the module docstring: raises the compaction mark, trims the
+        batch holding ``through_seq + 1`` (or the newest one), then overwrites each batch
+        wholly <= ``through_seq`` with a tombstone, so no batch key is ever freed.
+        ``last_seq`` is unchanged. An unknown stream has nothing to delete: a no-op.
+
+        Args:
+            stream: The stream to compact.
+            through_seq: The highest seq to delete.
+
+        Raises:
+            UnsafeCompactionError: Unless a snapshot exists at a seq >= ``through_seq``.
+            StoreUnavailableError: Also when an object kept changing under a concurrent writer.
+        """
         self._check_open()
         keys = self._keys(stream)
         latest, _token = await self._s3.list_page(keys.snapshots, max_keys=1)
@@ -401,16 +523,36 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
         await self._compaction.compact(keys, through_seq)
 
     async def delete_stream(self, stream: StreamId) -> None:
-        """See ``Store.delete_stream`` and ``s3_streams.delete_stream``: aborts its unfinished uploads,
-        deletes every object under it, then its index entry (so an interrupted purge stays listed and can be redone).
-        The lease is ended first and its object kept: fencing tokens never decrease for a stream id."""
+        """Purge the stream: its batches, snapshots, blobs, compaction mark and index entry; see ``Store.delete_stream``.
+
+        ``s3_streams.delete_stream`` aborts the stream's unfinished uploads, deletes every
+        object under it but the lease object, then its index entry (so an interrupted purge
+        stays listed and can be redone). The lease is ended first and its object kept: fencing tokens never decrease
+        for a stream id. Must not race writers of the stream (see "Limits" in the module
+        docstring): stop the agent first. An unknown stream is not an error.
+
+        Args:
+            stream: The stream to purge.
+        """
         self._check_open()
         await self._leases.end(stream)
         await s3_streams.delete_stream(self._s3, self._keys(stream))
         self._known_ends.pop(stream, None)
 
     async def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
-        """See ``Store.list_streams``: pages through the index entries of ``namespace``, 1,000 per request."""
+        """Yield the streams of ``namespace`` whose agent id starts with ``prefix``, sorted by agent id.
+
+        Pages through the namespace's index entries, 1,000 per list request; escaped names
+        sort like the agent ids they stand for. A stream with only blobs is listed too
+        (``put_blob`` writes its index entry). An invalid namespace yields nothing.
+
+        Args:
+            namespace: The namespace to list; other namespaces' streams are never yielded.
+            prefix: The agent-id prefix; ``""`` lists every stream of the namespace.
+
+        Yields:
+            Each ``StreamId``, in agent-id order.
+        """
         self._check_open()
         async for stream in s3_streams.list_streams(self._s3, self.options.prefix, namespace, prefix):
             yield stream
@@ -418,31 +560,106 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
     # ---------------------------------------------------------------- blobs (s3_blobs)
 
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
-        """See ``Store.put_blob``: content-addressed by SHA-256, multipart above ``multipart_threshold``."""
+        """Store ``data`` as a blob of ``stream`` under its SHA-256 hex digest; idempotent.
+
+        Content-addressed: one PUT of ``data/N/A/b/{sha256}``, or a multipart upload from
+        ``multipart_threshold`` bytes (skipped after a HEAD when the same blob is already
+        there), then a PUT of the stream's index entry, so a stream with blobs is listed.
+
+        Args:
+            stream: The stream the blob belongs to.
+            data: The bytes to store.
+
+        Returns:
+            The SHA-256 hex digest of ``data`` (64 lowercase hex characters), its name for
+            ``get_blob``.
+
+        Raises:
+            InvalidRequestError: When ``data`` is not ``bytes``.
+        """
         self._check_open()
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
         return await s3_blobs.put_blob(self._s3, self.options, stream, self._keys(stream), data)
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
-        """See ``Store.get_blob``. Raises ``BlobNotFoundError``, or ``CorruptRecordError`` when
-        the stored bytes do not hash to ``digest``."""
+        """The bytes of blob ``digest`` of ``stream``: one GET, checked against the digest.
+
+        Args:
+            stream: The stream the blob belongs to.
+            digest: The SHA-256 hex digest ``put_blob`` returned.
+
+        Returns:
+            The blob's bytes.
+
+        Raises:
+            BlobNotFoundError: When the stream has no blob with that digest, also for a digest
+                that is not 64 lowercase hex characters (it never reaches a key).
+            CorruptRecordError: When the stored bytes do not hash to ``digest``.
+        """
         self._check_open()
         return await s3_blobs.get_blob(self._s3, stream, self._keys(stream), digest)
 
     # ---------------------------------------------------------------- leases (s3_leases)
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
-        """See ``LeaseStore.acquire_lease`` and ``s3_leases`` (clocks, skew allowance, faults)."""
+        """Take, or renew, the lease of ``stream`` for ``owner`` for ``ttl`` seconds; see ``LeaseStore.acquire_lease``.
+
+        A compare-and-swap on the stream's lease object: one GET and one conditional PUT (one
+        GET more after a lost race). Taking a free, released or expired lease, also by its
+        former owner, writes the previous token + 1; a renewal while others must still treat
+        the lease as held keeps the token. ``expires_at`` is in unix seconds of this client's
+        clock, and others treat the lease as expired only ``ttl * SKEW_FRACTION`` seconds
+        after it (see ``s3_leases`` for clocks and faults).
+
+        Args:
+            stream: The stream to lease.
+            owner: The worker's name, a non-empty string.
+            ttl: How long the lease lasts, in seconds, finite and > 0.
+
+        Returns:
+            The lease now held by ``owner``, or None when another owner's lease is still held
+            (nothing changed).
+
+        Raises:
+            InvalidRequestError: For an empty owner or a ttl that is not a finite number > 0
+                (``check_lease``), before any I/O.
+            StoreUnavailableError: Also when the lease object kept changing under concurrent
+                writers; the lease may or may not be ours then (it runs out after ``ttl``).
+        """
         self._check_open()
         return await self._leases.acquire(stream, owner, ttl)
 
     async def release_lease(self, lease: Lease) -> None:
-        """See ``LeaseStore.release_lease``: marks the lease object released, never deletes it."""
+        """Give ``lease`` up if its owner still holds it with its token; otherwise a no-op.
+
+        A lease taken over, released or purged meanwhile is left alone. Marks the lease
+        object released (``expires_at`` 0, same owner and token) with a conditional PUT
+        instead of deleting it, so the next token is still greater: one GET and one PUT.
+
+        Args:
+            lease: The lease as ``acquire_lease`` returned it.
+
+        Raises:
+            InvalidRequestError: When ``lease`` is not a ``Lease``.
+            StoreUnavailableError: Also when the lease object kept changing under concurrent
+                writers.
+        """
         self._check_open()
         await self._leases.release(lease)
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
-        """See ``LeaseStore.get_lease`` and ``s3_leases``: one GET."""
+        """The lease of ``stream`` that others must treat as held now: one GET.
+
+        By the skew rule of ``s3_leases``: None exactly when another owner could take the
+        lease now, so a lease less than ``ttl * SKEW_FRACTION`` seconds past its
+        ``expires_at`` is still returned.
+
+        Args:
+            stream: The stream to look up.
+
+        Returns:
+            The lease, or None when none is held.
+        """
         self._check_open()
         return await self._leases.current(stream)

@@ -4,10 +4,9 @@ One row per stream in a ``leases`` table, keyed by namespace and agent id (not
 by the ``streams`` row, so a lease never makes a stream exist: ``list_streams``
 and ``last_seq`` do not see it). A released or expired lease keeps its row with
 its last token, so the next owner's token is that token + 1: tokens never
-decrease for a stream, across owners, releases, expiry and reopen.
-``delete_stream`` removes the row, so the tokens of a purged and re-created
-stream start again at 1 (a purge is an operator's act on an agent nobody runs;
-appends stay fenced by their expected seq whatever the tokens say).
+decrease for a stream id, across owners, releases, expiry, reopen and purge.
+``delete_stream`` keeps the row too: it ends the lease and forgets its owner
+(``_end_lease``), and the token stays the floor of the next one.
 
 The table is created lazily, by the first ``acquire_lease`` on a file
 (``CREATE TABLE IF NOT EXISTS`` inside its write transaction), and not by
@@ -167,11 +166,27 @@ class SQLiteLeases:
         return True
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
-        """Take or renew ``stream``'s lease for ``owner`` for ``ttl`` seconds; see ``LeaseStore.acquire_lease``.
+        """Take, or renew, the lease of ``stream`` for ``owner`` for ``ttl`` seconds; see ``LeaseStore.acquire_lease``.
 
-        Returns the lease now held by ``owner``, or None when another owner holds
-        an unexpired one. A lease that expired is taken anew with the next token,
-        also by its former owner; only an unexpired lease is renewed in place.
+        One upsert (check and write in the same statement) in a ``BEGIN IMMEDIATE``
+        transaction shared with the lease statements queued meanwhile (one fsync for them
+        all); the first one on a file creates the ``leases`` table. A lease that expired is
+        taken anew with the next token (the stored one + 1), also by its former owner; only an
+        unexpired lease is renewed in place, keeping its token. ``expires_at`` is in unix
+        seconds of this process's clock (``time.time()``).
+
+        Args:
+            stream: The stream to lease.
+            owner: The worker's name, a non-empty string.
+            ttl: How long the lease lasts, in seconds, finite and > 0.
+
+        Returns:
+            The lease now held by ``owner``, or None when another owner holds an unexpired
+            one (nothing changed).
+
+        Raises:
+            InvalidRequestError: For an empty owner or a ttl that is not a finite number > 0
+                (``check_lease``), before any I/O.
         """
         self._check_open()
         check_lease(owner, ttl)
@@ -186,7 +201,15 @@ class SQLiteLeases:
         return Lease(stream, owner, token, expires_at)
 
     async def release_lease(self, lease: Lease) -> None:
-        """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) no-op."""
+        """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) a no-op.
+
+        Keeps the row, marked expired, so its token is the floor of the next one. Shares a
+        transaction with the lease statements queued meanwhile; no write at all on a file
+        without the ``leases`` table.
+
+        Args:
+            lease: The lease as ``acquire_lease`` returned it.
+        """
         self._check_open()
         if not await self._leases_table_exists():
             return
@@ -194,7 +217,14 @@ class SQLiteLeases:
         await self._lease_statement(_RELEASE, (stream.namespace, stream.agent_id, lease.owner, lease.token))
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
-        """The unexpired lease of ``stream`` (by this process's clock), or None."""
+        """The unexpired lease of ``stream``, by this process's clock: one read.
+
+        Args:
+            stream: The stream to look up.
+
+        Returns:
+            The lease, or None when none is held (also on a file without the ``leases`` table).
+        """
         self._check_open()
         if not await self._leases_table_exists():
             return None

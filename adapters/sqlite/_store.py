@@ -72,21 +72,33 @@ READERS = 2
 
 # leases: adapters/sqlite/_leases.py; the status index: adapters/sqlite/_index.py
 class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore, IndexStore):
-    """A ``Store`` in one SQLite database file (see the module docstring for the URL).
+    """A ``Store`` in one SQLite database file (see the module docstring for the URL and durability).
 
-    In: ``url`` such as ``sqlite:///agents.db?synchronous=FULL&busy_timeout=10000``;
-    building the store does no I/O. Raises ``InvalidStoreURLError`` (a ValueError)
-    for a malformed URL; ``open`` raises it too for a missing parent directory
-    without ``?create=1``, and ``UnknownSchemaVersionError`` for a file
-    written by a newer durably and ``StoreUnavailableError`` when the file cannot
-    be opened or put in WAL mode. Data methods raise ``StoreUnavailableError``
-    (cause attached) for SQLite errors such as "database is locked" past the busy
-    timeout or I/O errors; the failed transaction is rolled back first.
+    Building the store does no I/O. ``1 + READERS`` connections per store, each used by one
+    task at a time (an ``anyio.Lock`` each): the writer, and readers for the reads
+    (``_fetch``), so a read never queues behind a write's fsync, nor much behind other
+    reads (WAL lets readers see the last commit while a writer works). Several stores, in
+    one process or many, may share the file.
 
-    ``1 + READERS`` connections per store, each used by one task at a time (an
-    ``anyio.Lock`` each): the writer, and readers for the reads (``_fetch``), so a
-    read never queues behind a write's fsync, nor much behind other reads (WAL lets readers see the last commit while
-    a writer works). Several stores, in one process or many, may share the file.
+    Errors of every data method: ``StoreUnavailableError`` (cause attached) for SQLite
+    errors such as "database is locked" past the busy timeout, I/O errors or a full disk,
+    the failed transaction rolled back first; ``CorruptRecordError`` when SQLite reports
+    the file damaged (retrying cannot help); ``InvalidRequestError`` for a stream id
+    SQLite cannot store as UTF-8 (a lone surrogate).
+
+    Args:
+        url: ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` with optional query
+            options, e.g. ``sqlite:///agents.db?synchronous=FULL&busy_timeout=10000``
+            (``busy_timeout`` in milliseconds; ``create=1`` makes missing parent directories).
+
+    Raises:
+        InvalidStoreURLError: A ``ValueError``, for a malformed URL; ``open`` raises it too
+            for a missing parent directory without ``?create=1``.
+        UnknownSchemaVersionError: From ``open``, for a file written by a newer durably
+            (the file is left untouched). For a file that did not exist at ``open``, this and
+            the next error come from the first call that connects to it.
+        StoreUnavailableError: From ``open``, when the file cannot be created, opened or put
+            in WAL mode, or this Python's SQLite is older than ``MIN_SQLITE``.
     """
 
     def __init__(self, url: str) -> None:
@@ -320,11 +332,29 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
     # -- journal -----------------------------------------------------------------
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
-        """Group commit in one transaction; see ``Store.append_batch``.
+        """Append several streams' batches in one group commit; see ``Store.append_batch``.
 
-        Conflicting requests get a ``ConflictError`` in their slot and write
-        nothing; the others are durable (committed, fsynced) when this returns.
-        Raises ``StoreUnavailableError`` (nothing acknowledged) and ``InvalidRequestError``.
+        The fast path, for requests to existing streams (expected seq > 0) without index
+        entries and with at most ``FAST_MAX_ROWS`` records in all, is one multi-row INSERT in
+        autocommit mode: one hop to aiosqlite's thread. Otherwise, or when the database refuses
+        that statement (a stale expected seq, an unknown stream), the batch goes the slow path:
+        one ``BEGIN IMMEDIATE`` transaction that reads every ``last_seq`` first and also writes
+        the requests' index entries. Either way the expected-seq check is made under the write
+        lock, so it holds across processes. Successful requests are durable (committed, and
+        fsynced with ``synchronous=FULL``) when this returns.
+
+        Args:
+            requests: The appends, in order; a repeated stream's later request sees the
+                earlier one's records.
+
+        Returns:
+            One entry per request, in order: the stream's new last seq, or a ``ConflictError``
+            (returned, not raised) when its expected seq was stale; that request writes nothing.
+
+        Raises:
+            InvalidRequestError: For a malformed request (``check_append``), before any I/O.
+            StoreUnavailableError: For a SQLite error (locked past the busy timeout, I/O); the
+                transaction was rolled back and nothing of the call is acknowledged.
         """
         self._check_open()
         for request in requests:
@@ -415,7 +445,16 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         return results
 
     async def last_seq(self, stream: StreamId) -> int:
-        """The stream's highest appended seq; 0 for an unknown stream."""
+        """The highest seq ever appended to ``stream``: one read of its ``streams`` row.
+
+        It never decreases, also after ``delete_records`` removed every record.
+
+        Args:
+            stream: The stream to look up.
+
+        Returns:
+            The last seq; 0 for an unknown stream.
+        """
         self._check_open()
         rows = await self._fetch(
             "SELECT last_seq FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id)
@@ -423,9 +462,22 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         return max(rows[0][0], 0) if rows else 0
 
     async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
-        """Yield records with seq > ``after_seq`` in order, ``page_size`` rows per query.
+        """Yield the records of ``stream`` with seq > ``after_seq``, in seq order.
 
-        The connection is held for one page at a time, never across a yield.
+        One query of ``page_size`` rows per page on a reader connection, which is held for one
+        page at a time, never across a yield. Records deleted by compaction are not yielded;
+        an unknown stream yields nothing.
+
+        Args:
+            stream: The stream to read.
+            after_seq: Yield the records after this seq; 0 reads from the start.
+            page_size: Records per query, >= 1.
+
+        Yields:
+            Each ``StoredRecord`` (seq and frame), in seq order.
+
+        Raises:
+            InvalidRequestError: When ``page_size`` < 1.
         """
         self._check_open()
         if page_size < 1:
@@ -442,7 +494,19 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
     # -- snapshots ---------------------------------------------------------------
 
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
-        """Store (or overwrite) the snapshot at ``seq``; ``InvalidRequestError`` unless 1 <= seq <= last seq."""
+        """Store the snapshot of ``stream`` at ``seq``, overwriting one at the same seq.
+
+        One autocommitted upsert, so the range check and the write see the same last seq.
+
+        Args:
+            stream: The stream the snapshot belongs to.
+            seq: The seq it covers (records 1..``seq`` folded in).
+            data: The encoded snapshot frame.
+
+        Raises:
+            InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within
+                1..``last_seq(stream)`` (also for an unknown stream).
+        """
         self._check_open()
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
@@ -457,7 +521,15 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
             raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
-        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
+        """The snapshot of ``stream`` with the highest seq <= ``at_or_before``: one indexed query.
+
+        Args:
+            stream: The stream to look in.
+            at_or_before: The highest seq wanted; None: the latest snapshot.
+
+        Returns:
+            The snapshot, or None when the stream has none at or before that seq.
+        """
         self._check_open()
         bound = layout.MAX_SEQ if at_or_before is None else min(at_or_before, layout.MAX_SEQ)
         rows = await self._fetch(
@@ -467,7 +539,14 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         return StoredSnapshot(rows[0][0], rows[0][1]) if rows else None
 
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
-        """Delete snapshots with seq < ``before_seq``, always keeping the latest one."""
+        """Delete the snapshots of ``stream`` with seq < ``before_seq``, always keeping the latest one.
+
+        One autocommitted DELETE. An unknown stream has nothing to delete.
+
+        Args:
+            stream: The stream whose snapshots go.
+            before_seq: Snapshots below this seq are deleted, unless one is the latest.
+        """
         self._check_open()
         await self._write(
             f"DELETE FROM snapshots WHERE stream_id = {layout.STREAM_ID} AND seq < ? "
@@ -476,10 +555,17 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         )
 
     async def delete_records(self, stream: StreamId, through_seq: int) -> None:
-        """Compaction: delete records with seq <= ``through_seq``; ``last_seq`` is unchanged.
+        """Compaction: delete the records of ``stream`` with seq <= ``through_seq``.
 
-        Raises ``UnsafeCompactionError`` unless a snapshot exists at a seq >=
-        ``through_seq``. An unknown stream is left alone.
+        One ``BEGIN IMMEDIATE`` transaction checks for a covering snapshot and deletes, so no
+        snapshot can go in between. ``last_seq`` is unchanged; an unknown stream is left alone.
+
+        Args:
+            stream: The stream to compact.
+            through_seq: The highest seq to delete.
+
+        Raises:
+            UnsafeCompactionError: Unless a snapshot exists at a seq >= ``through_seq``.
         """
         self._check_open()
         async with self._transaction() as db:
@@ -498,11 +584,19 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
     # -- streams -----------------------------------------------------------------
 
     async def list_streams(self, namespace: str, prefix: str = "", *, page_size: int = 512) -> AsyncIterator[StreamId]:
-        """Yield the namespace's streams whose agent id starts with ``prefix``, sorted by agent id.
+        """Yield the streams of ``namespace`` whose agent id starts with ``prefix``, sorted by agent id.
 
-        A range scan on the (namespace, agent_id) index, from ``prefix`` up to the
-        prefix's successor (no LIKE, so '%' and '_' in ids are plain characters),
-        ``page_size`` rows per query.
+        A range scan on the (namespace, agent_id) index, from ``prefix`` up to the prefix's
+        successor (no LIKE, so '%' and '_' in ids are plain characters), ``page_size`` rows
+        per query. A stream that holds only blobs is listed too (``put_blob`` creates its row).
+
+        Args:
+            namespace: The namespace to list; other namespaces' streams are never yielded.
+            prefix: The agent-id prefix; ``""`` lists every stream of the namespace.
+            page_size: Rows per query (this adapter's addition to the SPI's signature).
+
+        Yields:
+            Each ``StreamId``, in agent-id order (code points, SQLite's BINARY collation).
         """
         self._check_open()
         upper = _prefix_successor(prefix)
@@ -518,15 +612,18 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
             rows = await self._fetch(rest, (namespace, rows[-1][0], *bound_params, page_size))
 
     async def delete_stream(self, stream: StreamId) -> None:
-        """Purge the stream's records, snapshots, blobs and last seq; unknown streams are fine.
+        """Purge the stream's records, snapshots, blobs and last seq; an unknown stream is fine.
 
-        Nothing readable is left in the files: ``secure_delete`` zeroed the freed
-        pages, and a ``wal_checkpoint(TRUNCATE)`` then empties the WAL, whose older
-        frames still hold the rows. (A reader of another connection holding an old
-        snapshot past the busy timeout makes that checkpoint give up; the WAL is
-        then emptied by a later purge or when the last connection closes.)
-        The stream's lease ends first; its token stays as the floor of the next
-        one, so fencing tokens never decrease for a stream id (``SQLiteLeases._end_lease``).
+        Nothing readable is left in the files: ``secure_delete`` zeroed the freed pages, and a
+        ``wal_checkpoint(TRUNCATE)`` then empties the WAL, whose older frames still hold the
+        rows. (A reader of another connection holding an old snapshot past the busy timeout
+        makes that checkpoint give up; the WAL is then emptied by a later purge or when the
+        last connection closes.) The stream's lease ends first; its token stays as the floor
+        of the next one, so fencing tokens never decrease for a stream id
+        (``SQLiteLeases._end_lease``). The rows go in one ``BEGIN IMMEDIATE`` transaction.
+
+        Args:
+            stream: The stream to purge.
         """
         self._check_open()
         await self._end_lease(stream)
@@ -543,14 +640,17 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", (), writer=True)
 
     async def erase_freed(self) -> str | None:
-        """Leave no byte of deleted or overwritten rows in the files; None when done, else why not.
+        """Leave no byte of deleted or overwritten rows in the files, if other connections allow.
 
-        Deleted content is zeroed in its pages by ``secure_delete``, but the
-        WAL still holds the old page images until a checkpoint copies the new
-        ones over and truncates it. ``wal_checkpoint(TRUNCATE)`` waits up to the
-        busy timeout for other connections' transactions; one still open then
-        (a reader's snapshot of the old pages) makes it give up, and the reason
-        is returned instead (``durably reencrypt`` reports it).
+        Deleted content is zeroed in its pages by ``secure_delete``, but the WAL still holds
+        the old page images until a checkpoint copies the new ones over and truncates it.
+        ``wal_checkpoint(TRUNCATE)`` waits up to the busy timeout for other connections'
+        transactions; one still open then (a reader's snapshot of the old pages) makes it give
+        up (``durably reencrypt`` reports why).
+
+        Returns:
+            None when done (also when the file does not exist yet), else the reason it could
+            not be done, a sentence for the operator.
         """
         self._check_open()
         rows = await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", (), writer=True)
@@ -566,7 +666,23 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
     # -- blobs -------------------------------------------------------------------
 
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
-        """Store ``data`` under its SHA-256 hex digest (returned); idempotent."""
+        """Store ``data`` as a blob of ``stream`` under its SHA-256 hex digest; idempotent.
+
+        One ``BEGIN IMMEDIATE`` transaction that also creates the stream's row (last seq 0)
+        when missing, so the blob is purged with the stream (and the stream is listed). Data
+        above 1 MiB is hashed in a worker thread, off the event loop.
+
+        Args:
+            stream: The stream the blob belongs to.
+            data: The bytes to store.
+
+        Returns:
+            The SHA-256 hex digest of ``data`` (64 lowercase hex characters), its name for
+            ``get_blob``.
+
+        Raises:
+            InvalidRequestError: When ``data`` is not ``bytes``.
+        """
         self._check_open()
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
@@ -588,7 +704,19 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         return digest
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
-        """The blob's bytes; ``BlobNotFoundError`` when the stream holds no such digest."""
+        """The bytes of blob ``digest`` of ``stream``: one indexed query.
+
+        Args:
+            stream: The stream the blob belongs to.
+            digest: The SHA-256 hex digest ``put_blob`` returned.
+
+        Returns:
+            The blob's bytes.
+
+        Raises:
+            BlobNotFoundError: When the stream holds no blob with that digest (a malformed
+                digest matches none).
+        """
         self._check_open()
         rows = await self._fetch(
             f"SELECT data FROM blobs WHERE stream_id = {layout.STREAM_ID} AND digest = ?",
