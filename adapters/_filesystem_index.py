@@ -145,7 +145,26 @@ class FileSystemStatusIndex:
 
     async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
                          page_size: int = 512) -> AsyncIterator[IndexedStream]:
-        """See ``IndexStore.list_index``: the asked-for hint directories and ``none``, checked against the entries."""
+        """Yield the streams of ``namespace`` whose index entry's status is in ``statuses``.
+
+        As ``IndexStore.list_index``. Here it reads the hint directories asked
+        for plus ``none`` (not the namespace's streams), and checks each hinted
+        stream against its entry file: an entry that disagrees with the
+        stream's hints is yielded as None ("read the journal"). Purged streams
+        and streams with only blobs are skipped. The scan is one hop to a
+        worker thread; its rows are yielded after it.
+
+        Args:
+            namespace: The one namespace to list.
+            statuses: The statuses wanted (None: every status).
+            page_size: Accepted for the SPI and ignored.
+
+        Yields:
+            An ``IndexedStream`` per matching stream, in no particular order.
+
+        Raises:
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()  # type: ignore[attr-defined]
         base = self.root / "index" / _digest(namespace)
 
@@ -174,8 +193,19 @@ class FileSystemStatusIndex:
             yield row
 
     async def get_index(self, stream: StreamId) -> IndexEntry | None:
-        """See ``IndexStore.get_index``: None also for an entry its hints disagree with
-        (as ``list_index`` sees it), so the restore that follows repairs it."""
+        """The status index entry of ``stream`` (``IndexStore.get_index``).
+
+        Args:
+            stream: The stream to look at.
+
+        Returns:
+            Its entry; None for an unknown stream, one without an entry, and
+            also one whose entry its hints disagree with (as ``list_index`` sees
+            it), so the restore that follows repairs it.
+
+        Raises:
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()  # type: ignore[attr-defined]
 
         def get() -> IndexEntry | None:
@@ -189,7 +219,25 @@ class FileSystemStatusIndex:
         return found
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
-        """See ``IndexStore.put_index``; the compare-and-set is ``_settle``'s read-back."""
+        """Set or remove the entry of ``stream`` if its last seq is still ``at_seq`` (``IndexStore.put_index``).
+
+        Without transactions the compare-and-set is a read-back: the hint and
+        the entry are written, the stream's other hints removed, then the last
+        seq is read again; if a record was appended meanwhile, a ``none`` hint
+        goes back (so the stream is read from its journal) and False is returned.
+
+        Args:
+            stream: The stream whose entry to set.
+            entry: The new entry (None: remove it).
+            at_seq: The last seq the entry was computed from.
+
+        Returns:
+            True if written and still current; False when ``at_seq`` < 1, the
+            last seq is not ``at_seq``, or it moved during the write.
+
+        Raises:
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()  # type: ignore[attr-defined]
 
         def put() -> bool:

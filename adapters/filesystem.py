@@ -136,9 +136,25 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
     with hard links and atomic rename: ext4, xfs, apfs, ntfs). Not for network
     filesystems whose ``link`` or ``rename`` are not atomic. Purging a stream
     while another writer appends to it leaves either outcome; don't race them.
-    Raises ``InvalidStoreURLError`` (a ``ValueError``) for a URL that names a remote host or no path,
-    or an unknown option; ``open()`` raises it when the directory's parent does not exist and the
-    URL lacks ``?create=1``.
+    Every method does its blocking file work in a worker thread, raises
+    ``StoreClosedError`` outside the open window, and turns an ``OSError``
+    (disk full, an I/O error, the directory gone) into ``StoreUnavailableError``
+    with the cause attached. Implements blobs and the status index
+    (``_filesystem_index``), not leases.
+
+    Args:
+        url: ``file:///abs/path`` (RFC 8089; host empty or ``localhost``) or
+            ``file:relative/path``; ``?create=1`` lets ``open()`` create missing
+            parent directories.
+
+    Attributes:
+        root: The store's directory.
+        create: Whether ``open()`` creates missing parent directories (``?create=1``).
+
+    Raises:
+        InvalidStoreURLError: A ``ValueError``: the URL names a remote host or no
+            path, or has an unknown option. ``open()`` raises it too when the
+            directory's parent does not exist and the URL lacks ``?create=1``.
     """
 
     _io = staticmethod(_io)  # for the index mixin
@@ -230,7 +246,29 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
     # -- appends -------------------------------------------------------------
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
-        """Append each request in turn (each atomic); see ``Store.append_batch``."""
+        """Append several streams' batches: the SPI's group commit, one request after another.
+
+        Each request is atomic and durable on its own: its batch file is
+        fsynced, then created by an exclusive ``os.link`` (the linearization
+        point between racing writers), then its directory fsynced. A request
+        carrying an index entry writes it around its records as
+        ``_filesystem_index`` describes.
+
+        Args:
+            requests: One ``AppendRequest`` per stream batch; a repeated
+                stream's later request sees the earlier one's records.
+
+        Returns:
+            One entry per request, in order: the stream's new last seq, or a
+            ``ConflictError`` (returned, not raised) when its expected seq was
+            stale or another writer won the same seqs.
+
+        Raises:
+            InvalidRequestError: A malformed request (``check_append``), before
+                any I/O; or an ``index`` that is not an ``IndexEntry``, raised
+                when that request's turn comes (the requests before it are written).
+            StoreUnavailableError: A filesystem error; re-read to see what was written.
+        """
         self._check_open()
         for request in requests:
             check_append(request)  # reject malformed requests before any I/O
@@ -259,14 +297,44 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
         return actual + len(request.records)
 
     async def last_seq(self, stream: StreamId) -> int:
-        """The highest seq ever appended, 0 for an unknown stream; see ``Store.last_seq``."""
+        """The highest seq ever appended to ``stream``; it never decreases, also after compaction.
+
+        Read from the newest batch file's name and record count, which compaction never deletes.
+
+        Args:
+            stream: The stream to look at.
+
+        Returns:
+            The last seq, or 0 for an unknown stream.
+
+        Raises:
+            CorruptRecordError: The newest batch file is not a batch file.
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         return await _io(self._last_seq, self._stream_dir(stream))
 
     # -- reads ---------------------------------------------------------------
 
     async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
-        """Yield records with seq > ``after_seq``, ``page_size`` per thread hop; see ``Store.read``."""
+        """Yield the stored records of ``stream`` with seq > ``after_seq``, in seq order.
+
+        Each page is one hop to a worker thread, starting at the batch file
+        that holds the first wanted seq. Records at or below the highest
+        compaction marker are skipped, whatever files remain.
+
+        Args:
+            stream: The stream to read.
+            after_seq: Yield only records after this seq (0: from the start).
+            page_size: Records per page (at least 1).
+
+        Yields:
+            Each ``StoredRecord``; nothing for an unknown stream.
+
+        Raises:
+            CorruptRecordError: A batch file is damaged.
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         directory = self._stream_dir(stream)
         page_size = max(1, page_size)
@@ -298,7 +366,17 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
     # -- snapshots -----------------------------------------------------------
 
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
-        """Store a snapshot at ``seq`` (1..last seq, else ``InvalidRequestError``); overwrites."""
+        """Store a snapshot covering records 1..``seq``, replacing one at the same seq (atomic rename).
+
+        Args:
+            stream: The stream the snapshot belongs to.
+            seq: The last record folded into it, 1..``last_seq(stream)``.
+            data: The encoded snapshot frame.
+
+        Raises:
+            InvalidRequestError: ``seq`` is < 1 or > the stream's last seq.
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         directory = self._stream_dir(stream)
 
@@ -311,7 +389,21 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
         await _io(put)
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
-        """The snapshot with the highest seq <= ``at_or_before`` (None: the latest), or None."""
+        """The snapshot of ``stream`` with the highest seq <= ``at_or_before``.
+
+        Found from the ``snapshots`` directory's file names, without reading
+        records; one pruned meanwhile is skipped for the next lower one.
+
+        Args:
+            stream: The stream to look at.
+            at_or_before: The highest seq wanted (None: the latest snapshot).
+
+        Returns:
+            The snapshot, or None when there is none.
+
+        Raises:
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         directory = self._stream_dir(stream) / "snapshots"
 
@@ -325,7 +417,15 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
         return await _io(get)
 
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
-        """Delete snapshots with seq < ``before_seq``, always keeping the latest."""
+        """Delete the snapshots of ``stream`` with seq < ``before_seq``, always keeping the latest.
+
+        Args:
+            stream: The stream to prune (unknown: no-op).
+            before_seq: Snapshots below this seq go.
+
+        Raises:
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         directory = self._stream_dir(stream) / "snapshots"
 
@@ -342,7 +442,21 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
     # -- compaction ----------------------------------------------------------
 
     async def delete_records(self, stream: StreamId, through_seq: int) -> None:
-        """Delete records with seq <= ``through_seq``; ``UnsafeCompactionError`` without a snapshot >= it."""
+        """Compaction: delete the records of ``stream`` with seq <= ``through_seq``.
+
+        A ``compacted`` marker is written first, so reads skip those records at
+        once; then the batch files wholly below it are deleted, never the
+        newest one (``last_seq`` comes from it and is unchanged). An unknown
+        stream has nothing to delete: no-op.
+
+        Args:
+            stream: The stream to compact.
+            through_seq: The last seq to delete.
+
+        Raises:
+            UnsafeCompactionError: No snapshot exists at a seq >= ``through_seq``.
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         directory = self._stream_dir(stream)
 
@@ -373,7 +487,22 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
     # -- listing and purge ---------------------------------------------------
 
     async def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
-        """Yield the namespace's streams whose agent id starts with ``prefix``, sorted by agent id."""
+        """Yield the streams of ``namespace`` whose agent id starts with ``prefix``, sorted by agent id.
+
+        Reads the ``id`` file of each stream directory of the namespace (names
+        are hashed); a stream being created or purged right now is skipped. A
+        stream that holds only blobs is listed too.
+
+        Args:
+            namespace: The one namespace to list; other namespaces are never yielded.
+            prefix: The agent id prefix ("": every stream).
+
+        Yields:
+            Each matching ``StreamId``.
+
+        Raises:
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         directory = self.root / "streams" / hashlib.sha256(namespace.encode()).hexdigest()
 
@@ -392,7 +521,18 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
             yield stream
 
     async def delete_stream(self, stream: StreamId) -> None:
-        """Purge the stream's records, snapshots, blobs and last seq; unknown streams are fine."""
+        """Purge ``stream``: its records, snapshots, blobs, index entry and hints, and last seq.
+
+        One rename into ``tmp/`` makes the whole stream vanish at once; the
+        files are then deleted. Afterwards the stream is unknown (last seq 0).
+        An unknown stream is not an error. (This store has no leases to end.)
+
+        Args:
+            stream: The stream to purge.
+
+        Raises:
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         directory = self._stream_dir(stream)
 
@@ -412,7 +552,20 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
     # -- blobs (CAP_BLOBS) ---------------------------------------------------
 
     async def put_blob(self, stream: StreamId, data: bytes) -> str:
-        """Store ``data`` under the stream; return its SHA-256 hex digest."""
+        """Store ``data`` as a blob of ``stream`` (``CAP_BLOBS``); it is purged with the stream.
+
+        Written once under its digest: a blob that exists already holds the same bytes.
+
+        Args:
+            stream: The stream the blob belongs to (created if new, without records).
+            data: The blob's bytes.
+
+        Returns:
+            The SHA-256 hex digest of ``data``, its key for ``get_blob``.
+
+        Raises:
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         digest = hashlib.sha256(data).hexdigest()
 
@@ -424,7 +577,21 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
         return digest
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
-        """The blob's bytes; ``BlobNotFoundError`` if absent (or ``digest`` is not a SHA-256 hex)."""
+        """The bytes of a blob of ``stream`` (``CAP_BLOBS``).
+
+        Args:
+            stream: The stream the blob belongs to.
+            digest: The SHA-256 hex digest ``put_blob`` returned.
+
+        Returns:
+            The blob's bytes.
+
+        Raises:
+            BlobNotFoundError: The stream has no blob with that digest, or
+                ``digest`` is not 64 lowercase hex characters (checked before it
+                can become a path).
+            StoreUnavailableError: A filesystem error.
+        """
         self._check_open()
         if not _DIGEST.fullmatch(digest):  # never let a caller's string become a path
             raise BlobNotFoundError(f"no blob {digest!r} in {stream}")

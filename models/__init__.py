@@ -28,11 +28,24 @@ __all__ = ["MalformedToolCallError", "Price", "from_spec"]
 
 
 def from_spec(spec: str, **options: Any) -> Model:
-    """A model adapter for ``"provider:model"`` (providers: ``openai``, ``anthropic``).
+    """Build a model adapter from a ``"provider:model"`` string.
 
-    ``options`` go to the adapter's constructor. Raises ``ValueError`` for an
-    unknown provider or a spec without a model, and ``ExtraNotInstalledError``
-    (an ``ImportError`` naming the extra to install) when the vendor's client is missing.
+    The adapter's module is imported only when its provider is asked for.
+
+    Args:
+        spec: ``provider:model``, e.g. ``openai:gpt-4.1-mini`` or
+            ``anthropic:claude-sonnet-4-5`` (providers: ``openai``, ``anthropic``).
+        **options: Passed to the adapter's constructor (``OpenAIChatModel`` or
+            ``AnthropicModel``): ``base_url``, ``api_key``, ``price``, request options...
+
+    Returns:
+        The adapter, a ``Model``.
+
+    Raises:
+        InvalidArgumentError: A ``ValueError``: an unknown provider, or a spec
+            without a model.
+        ExtraNotInstalledError: An ``ImportError`` naming the extra to install,
+            when the vendor's client is missing.
     """
     provider, _, model = spec.partition(":")
     if not model:

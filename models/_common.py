@@ -21,9 +21,15 @@ STOP_REASONS = {"stop": "end", "end_turn": "end", "tool_calls": "tool_use", "too
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """US dollars per million input and output tokens, for ``Usage.cost_usd`` when
-    the provider's response does not report a cost. Raises ``ValueError`` for a
-    figure that is not finite and >= 0."""
+    """A model's price per token, for ``Usage.cost_usd`` when the provider's response reports no cost.
+
+    Attributes:
+        input_per_mtok: US dollars per million input (prompt) tokens.
+        output_per_mtok: US dollars per million output tokens.
+
+    Raises:
+        InvalidArgumentError: A ``ValueError``: a figure is not a finite number >= 0.
+    """
 
     input_per_mtok: float
     output_per_mtok: float
@@ -34,7 +40,15 @@ class Price:
                 raise InvalidArgumentError(f"Price figures must be finite and >= 0, got {value!r}")
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """The cost in US dollars of that many tokens."""
+        """The cost of one call at this price.
+
+        Args:
+            input_tokens: Tokens the model read.
+            output_tokens: Tokens the model wrote.
+
+        Returns:
+            The cost in US dollars.
+        """
         return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1_000_000
 
 

@@ -24,16 +24,22 @@ from ._common import MalformedToolCallError, Price, as_text, stop_reason, transi
 
 
 class AnthropicModel:
-    """A ``Model`` answering through ``POST {base_url}/v1/messages``.
+    """A ``Model`` answering through ``POST {base_url}/v1/messages`` (Anthropic's Messages API).
 
-    In: ``model`` (e.g. ``claude-sonnet-4-5``), ``client`` (an
-    ``anthropic.AsyncAnthropic``) or ``base_url`` / ``api_key`` (default:
-    ``$ANTHROPIC_API_KEY``) / ``timeout`` (seconds) to build one,
-    ``max_tokens`` per reply (the API requires it), ``price`` (a ``Price``:
-    the API reports tokens, not money) and ``options`` passed to every request.
-    ``respond`` raises ``TransientModelError`` for timeouts, connection errors
-    and HTTP 408/409/429/5xx/529 (with the ``Retry-After``), and
-    ``MalformedToolCallError`` for a tool call whose input is not an object.
+    A client built here has its own retries off (``max_retries=0``): durably's
+    ``RetryPolicy`` retries and journals each attempt.
+
+    Args:
+        model: The model name, e.g. ``claude-sonnet-4-5``.
+        client: An ``anthropic.AsyncAnthropic`` you configured; when given,
+            ``base_url``, ``api_key`` and ``timeout`` are not used.
+        base_url: The API's base URL for the client built here (None: Anthropic's).
+        api_key: The API key for the client built here (None: ``$ANTHROPIC_API_KEY``).
+        timeout: Seconds per request for the client built here.
+        max_tokens: The most tokens per reply (the API requires a limit).
+        price: Gives ``Usage.cost_usd`` (the API reports tokens, not money);
+            None gives 0.0.
+        **options: Passed to every request.
     """
 
     #: ``gen_ai.provider.name`` on its spans and metrics (OpenTelemetry GenAI conventions).
@@ -49,7 +55,26 @@ class AnthropicModel:
                                                          max_retries=0)
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
-        """One Messages API call for ``messages`` with ``tools`` (see ``durably.Model``)."""
+        """One Messages API call for ``messages`` with ``tools`` (``durably.Model.respond``).
+
+        Args:
+            messages: The conversation, OpenAI-style dicts; system messages go
+                to ``system``, the rest become alternating turns (``to_wire``).
+            tools: The agent's tool specs (``name``, ``description``,
+                ``parameters``, sent as ``input_schema``).
+
+        Returns:
+            The reply's text blocks joined and its tool calls, with its usage
+            and its stop reason in durably's words.
+
+        Raises:
+            TransientModelError: A timeout or connection error, or HTTP
+                408/409/429/5xx (529 "overloaded" included; with its
+                ``Retry-After``). Other HTTP errors (400, 401...) propagate as the
+                client's ``anthropic.APIStatusError``.
+            MalformedToolCallError: A ``TransientModelError``: a tool call's
+                input is not a JSON object.
+        """
         system, turns = to_wire(messages)
         request: dict[str, Any] = {"model": self.name, "max_tokens": self.max_tokens, "messages": turns, **self.options}
         if system:
@@ -78,7 +103,22 @@ class AnthropicModel:
 
 
 def to_wire(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """``(system, turns)``: system messages joined, the rest as alternating turns."""
+    """Convert durably's conversation to the Messages API's system prompt and turns.
+
+    The API takes the system prompt apart and wants user and assistant turns to
+    alternate, so consecutive messages of one side (a turn's tool results, then
+    a message the operator sent) are merged into one turn.
+
+    Args:
+        messages: durably's messages (``role``, ``content``, ``tool_calls``,
+            ``tool_call_id``).
+
+    Returns:
+        ``(system, turns)``: the system messages' text joined by blank lines
+        ("" when there are none), and the other messages as alternating
+        ``user`` / ``assistant`` turns of content blocks (tool results as
+        ``tool_result`` blocks of the user's side).
+    """
     system = "\n\n".join(as_text(m["content"]) for m in messages if m["role"] == "system")
     turns: list[dict[str, Any]] = []
     for m in messages:

@@ -26,15 +26,22 @@ from ._common import MalformedToolCallError, Price, as_text, finite_cost, stop_r
 class OpenAIChatModel:
     """A ``Model`` answering through ``POST {base_url}/chat/completions``.
 
-    In: ``model`` (the provider's model name, e.g. ``gpt-4.1-mini``),
-    ``client`` (an ``openai.AsyncOpenAI`` you configured) or ``base_url`` /
-    ``api_key`` (default: ``$OPENAI_API_KEY``) / ``timeout`` (seconds) to build
-    one, ``price`` (a ``Price``, for ``Usage.cost_usd`` when the response reports
-    no cost, as LiteLLM and OpenRouter do in ``usage.cost``), and ``options``
-    passed to every request (``temperature``, ``max_completion_tokens``...).
-    ``respond`` raises ``TransientModelError`` for timeouts, connection errors,
-    HTTP 408/409/429/5xx (with the ``Retry-After``) and malformed tool-call JSON
-    (``MalformedToolCallError``); other API errors propagate as the client's.
+    The Chat Completions wire format, also served by vLLM, Ollama, LM Studio and
+    LiteLLM's proxy. A client built here has its own retries off
+    (``max_retries=0``): durably's ``RetryPolicy`` retries and journals each attempt.
+
+    Args:
+        model: The provider's model name, e.g. ``gpt-4.1-mini``.
+        client: An ``openai.AsyncOpenAI`` you configured; when given,
+            ``base_url``, ``api_key`` and ``timeout`` are not used.
+        base_url: The API's base URL for the client built here (None: OpenAI's).
+        api_key: The API key for the client built here (None: ``$OPENAI_API_KEY``).
+        timeout: Seconds per request for the client built here.
+        price: Gives ``Usage.cost_usd`` when the response reports no cost (as
+            LiteLLM and OpenRouter do, in ``usage.cost``); None with no reported
+            cost gives 0.0.
+        **options: Passed to every request (``temperature``,
+            ``max_completion_tokens``...).
     """
 
     #: ``gen_ai.provider.name`` on its spans and metrics (OpenTelemetry GenAI conventions).
@@ -48,7 +55,26 @@ class OpenAIChatModel:
         self.client = client or openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
-        """One chat completion for ``messages`` with ``tools`` (see ``durably.Model``)."""
+        """One chat completion for ``messages`` with ``tools`` (``durably.Model.respond``).
+
+        Args:
+            messages: The conversation, OpenAI-style dicts; tool results and
+                tool-call arguments that are not text are sent as JSON.
+            tools: The agent's tool specs (``name``, ``description``,
+                ``parameters``), sent as ``function`` tools.
+
+        Returns:
+            The first choice's text and tool calls, with its usage and its stop
+            reason in durably's words.
+
+        Raises:
+            TransientModelError: A timeout or connection error, HTTP
+                408/409/429/5xx (with its ``Retry-After``), or a reply with no
+                choices. Other HTTP errors (400, 401...) propagate as the client's
+                ``openai.APIStatusError``.
+            MalformedToolCallError: A ``TransientModelError``: a tool call's
+                arguments are not a JSON object.
+        """
         request: dict[str, Any] = {"model": self.name, "messages": to_wire(messages), **self.options}
         if tools:
             request["tools"] = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
@@ -88,7 +114,17 @@ def _call(call: Any) -> ToolCall:
 
 
 def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """durably's conversation as Chat Completions messages (tool results as JSON text)."""
+    """Convert durably's conversation to Chat Completions messages.
+
+    Args:
+        messages: durably's messages (``role``, ``content``, ``tool_calls``,
+            ``tool_call_id``).
+
+    Returns:
+        The Chat Completions messages, in order. Contents (an assistant's
+        aside) and tool-call arguments that are not strings become JSON text;
+        an assistant message's empty content becomes None.
+    """
     wire: list[dict[str, Any]] = []
     for m in messages:
         role = m["role"]

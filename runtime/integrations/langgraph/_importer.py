@@ -23,7 +23,13 @@ from durably.errors import ImportSourceError as ImportSourceError  # re-exported
 
 @dataclass(frozen=True, slots=True)
 class ImportedThread:
-    """One thread copied: its id, and how many checkpoints and pending writes it had."""
+    """One thread copied by ``import_sqlite_threads``.
+
+    Attributes:
+        thread_id: The thread's id (kept in the ``DurablySaver``).
+        checkpoints: How many checkpoints the source thread had.
+        writes: How many pending writes were copied.
+    """
 
     thread_id: str
     checkpoints: int
@@ -34,17 +40,24 @@ async def import_sqlite_threads(source: str | Path, saver: DurablySaver, *,
                                 thread_ids: list[str] | None = None) -> list[ImportedThread]:
     """Copy threads of the LangGraph SQLite database at ``source`` into ``saver``.
 
-    Args:
-        source: path of the ``AsyncSqliteSaver`` / ``SqliteSaver`` database file.
-        saver: the ``DurablySaver`` to write to (threads keep their ids).
-        thread_ids: only these threads (default: every thread in the file).
+    The database is opened read-only. Importing a thread twice stores nothing
+    new the second time (checkpoints keep their ids; values and writes already
+    stored are kept). The store's errors propagate.
 
-    Returns one ``ImportedThread`` per thread copied, in thread id order.
-    Raises ``ImportSourceError`` for a missing file or one without LangGraph's
-    tables, ``CheckpointValueError`` / ``UnencodableValueError`` for a value
-    that cannot be stored, and the store's errors. Importing a thread twice
-    stores nothing new the second time (checkpoints keep their ids; values and
-    writes already stored are kept).
+    Args:
+        source: Path of the ``AsyncSqliteSaver`` / ``SqliteSaver`` database file.
+        saver: The ``DurablySaver`` to write to (threads keep their ids).
+        thread_ids: Only these threads (None: every thread in the file).
+
+    Returns:
+        One ``ImportedThread`` per thread copied, in thread id order.
+
+    Raises:
+        ImportSourceError: ``source`` is not a file, or not a database with
+            LangGraph's tables.
+        CheckpointValueError: A value cannot be stored.
+        UnencodableValueError: A value cannot be stored.
+        TypeError: The saver's ``serde`` cannot serialize a value.
     """
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver

@@ -76,25 +76,37 @@ def _copy(value: Any) -> Any:
 class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
     """A LangGraph ``BaseCheckpointSaver`` whose threads are durably streams.
 
+    A drop-in checkpointer, like LangGraph's ``AsyncSqliteSaver``: its methods
+    implement ``BaseCheckpointSaver``'s, async natively and sync through the
+    saver's event loop (``SyncInterface``). Building it does no I/O; the store
+    is opened on first use, on the first event loop that awaits the saver.
+
+    Its methods raise ``CheckpointValueError`` (a stored value that cannot be
+    rebuilt, naming its thread, namespace, checkpoint and channel),
+    ``InvalidThreadIdError`` (a config without ``configurable.thread_id``, or
+    one that cannot be a stream id), ``SyncCallOnLoopError`` (a sync method
+    called on the saver's loop), ``ForeignLoopError`` (used from a second event
+    loop) and the store's errors (``StoreUnavailableError``...).
+
     Args:
-        store: a durably ``Store`` (opened by the saver on first use) or a store
+        store: A durably ``Store`` (opened by the saver on first use) or a store
             URL (``sqlite:///agents.db``, ``s3://bucket/prefix?...``, ``memory://name``).
-        namespace: the durably namespace holding the threads (one stream each).
-        serde: LangGraph serializer for values (default ``JsonPlusSerializer``).
-        cipher: a ``FrameCipher`` (``durably.AESGCMCipher``):
-            every record and snapshot is encrypted with its stream and seq as
-            associated data.
-        redaction: a ``RedactionPolicy``: secret-named fields and credential
+        namespace: The durably namespace holding the threads (one stream each).
+        serde: LangGraph serializer for values (None: ``JsonPlusSerializer``).
+        cipher: A ``FrameCipher`` (``durably.AESGCMCipher``): every record and
+            snapshot is encrypted with its stream and seq as associated data
+            (None: stored unencrypted).
+        redaction: A ``RedactionPolicy``: secret-named fields and credential
             tokens in channel values, writes and metadata are redacted before
             they are stored (the live graph keeps the originals).
-        ttl: seconds of inactivity after which a thread is purged (on its next
-            access, or by ``asweep``); None keeps threads forever.
-        snapshot_min_bytes: record bytes after which the first snapshot is written.
-        cache_threads: threads whose fold this process keeps in memory.
+        ttl: Seconds of inactivity (since the thread's last record was written)
+            after which a thread is purged, on its next access or by ``asweep``;
+            None keeps threads forever.
+        snapshot_min_bytes: Record bytes after which the first snapshot is written.
+        cache_threads: How many threads' folds this process keeps in memory.
 
-    Raises ``CheckpointValueError`` (a value that cannot be rebuilt, with its
-    channel), ``InvalidThreadIdError``, ``SyncCallOnLoopError``,
-    ``ForeignLoopError`` and the store's errors (``StoreUnavailableError``...).
+    Raises:
+        InvalidArgumentError: ``ttl`` is not None and not > 0.
     """
 
     def __init__(self, store: Store | str, *, namespace: str = "langgraph", serde: Any = None,
@@ -113,7 +125,20 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> "DurablySaver":
-        """A saver on the store at ``url`` (no I/O until first use); ``options`` as ``__init__``."""
+        """Build a saver on the store at ``url``; no I/O until first use.
+
+        Args:
+            url: A durably store URL (``sqlite:///agents.db``, ``memory://name``...).
+            **options: The constructor's keyword arguments (``namespace``,
+                ``cipher``, ``ttl``...).
+
+        Returns:
+            The saver.
+
+        Raises:
+            InvalidStoreURLError: The store rejects ``url``.
+            InvalidArgumentError: As the constructor (a ``ttl`` <= 0).
+        """
         return cls(url, **options)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -210,9 +235,23 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         return CheckpointTuple(config, cast(Checkpoint, checkpoint), metadata, parent_config, pending)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The checkpoint ``config`` names (its ``checkpoint_id``, else the thread's
-        latest in ``checkpoint_ns``), with its pending writes in ``writes_sort_key``
-        order; None when there is none. Raises ``CheckpointValueError``."""
+        """Fetch one checkpoint tuple (``BaseCheckpointSaver.aget_tuple``).
+
+        The thread is restored from the store, or caught up with what other
+        processes appended, first.
+
+        Args:
+            config: Names the thread (``thread_id``), ``checkpoint_ns`` ("" by
+                default) and optionally a ``checkpoint_id`` (none: the latest).
+
+        Returns:
+            The checkpoint with its metadata, parent config and pending writes
+            in ``writes_sort_key`` order; None when there is no such checkpoint.
+
+        Raises:
+            CheckpointValueError: A stored value cannot be rebuilt.
+            InvalidThreadIdError: ``config`` has no usable ``thread_id``.
+        """
         await self._bridge.enter()
         conf = config["configurable"]
         thread_id, ns = conf.get("thread_id"), conf.get("checkpoint_ns", "")
@@ -226,12 +265,25 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
 
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
-        """The checkpoints of ``config``'s thread (every thread when None), newest first.
+        """List checkpoints, each thread's newest first (``BaseCheckpointSaver.alist``).
 
-        ``checkpoint_ns`` / ``checkpoint_id`` in ``config`` narrow it; ``filter``:
-        metadata keys that must be equal; ``before``: only ids below its
-        ``checkpoint_id``; ``limit``: at most that many. One read of each thread's
-        new records, whatever the number of checkpoints (no query per checkpoint).
+        One read of each thread's new records, whatever the number of
+        checkpoints (no query per checkpoint).
+
+        Args:
+            config: Names the thread; its ``checkpoint_ns`` / ``checkpoint_id``
+                narrow the listing. None (or no ``thread_id``): every thread of
+                the namespace, in thread id order.
+            filter: Metadata keys whose values must be equal.
+            before: Only checkpoints whose id is below its ``checkpoint_id``.
+            limit: At most that many tuples (None: all).
+
+        Yields:
+            A ``CheckpointTuple`` per matching checkpoint, as ``aget_tuple`` gives it.
+
+        Raises:
+            CheckpointValueError: A stored value cannot be rebuilt.
+            InvalidThreadIdError: ``config``'s ``thread_id`` cannot be a stream id.
         """
         await self._bridge.enter()
         conf = (config or {}).get("configurable", {})
@@ -276,10 +328,36 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
-        """Journal ``checkpoint`` with the values of the channels in ``new_versions``.
+        """Journal ``checkpoint`` with the values of the channels in ``new_versions`` (``BaseCheckpointSaver.aput``).
 
-        Returns the config naming it. Raises ``UnencodableValueError`` (nothing
-        written) and the store's errors; durable when it returns.
+        Values are serialized at once, as LangGraph's own savers do. A value is
+        stored once per ``(ns, channel, version)`` (the first stored wins); a
+        list extending the one stored before is stored as the new items plus a
+        reference. Saves submitted in the same event-loop turn share one
+        append. Durable when it returns.
+
+        Args:
+            config: Names the thread, ``checkpoint_ns`` and, as
+                ``checkpoint_id``, the parent checkpoint (none: a first one).
+            checkpoint: The checkpoint to store.
+            metadata: Its metadata, completed from the config's as LangGraph's
+                ``get_serializable_checkpoint_metadata`` does (redacted when the
+                saver redacts).
+            new_versions: The channels given a new version by this checkpoint:
+                only their values are stored.
+
+        Returns:
+            The config naming the stored checkpoint (thread, ns, its id).
+
+        Raises:
+            TypeError: ``serde`` cannot serialize a value (nothing written).
+            UnencodableValueError: A ``TypeError`` too: the record cannot be
+                encoded (a string that is not valid Unicode, a record over the
+                codec's size limit); nothing written.
+            InvalidThreadIdError: ``config`` has no usable ``thread_id``.
+            ConflictError: Other writers kept winning the thread's appends.
+            StoreUnavailableError: The store failed (the outcome is unknown; the
+                next operation restores the thread).
         """
         await self._bridge.enter()
         conf = config["configurable"]
@@ -329,11 +407,24 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
-        """Journal a task's ``writes`` against the checkpoint in ``config``.
+        """Journal a task's ``writes`` against the checkpoint in ``config`` (``BaseCheckpointSaver.aput_writes``).
 
         Regular writes already stored for ``(task_id, index)`` are kept (a
         retried task), special ones (error, interrupt, resume, scheduled)
-        replace; a call that adds nothing appends nothing.
+        replace; a call that adds nothing appends nothing. Durable when it returns.
+
+        Args:
+            config: Names the thread, ``checkpoint_ns`` and the ``checkpoint_id`` the writes belong to.
+            writes: ``(channel, value)`` pairs, in the task's order.
+            task_id: The task that made them.
+            task_path: The task's path (orders writes of different tasks).
+
+        Raises:
+            TypeError: ``serde`` cannot serialize a value (nothing written).
+            UnencodableValueError: A ``TypeError`` too: the record cannot be
+                encoded (over the codec's size limit...); nothing written.
+            InvalidThreadIdError: ``config`` has no usable ``thread_id``.
+            StoreUnavailableError: The store failed (the outcome is unknown).
         """
         await self._bridge.enter()
         conf = config["configurable"]
@@ -356,7 +447,14 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
     # -- deleting and copying -------------------------------------------------------------
 
     async def adelete_thread(self, thread_id: str) -> None:
-        """Purge the thread's stream: every checkpoint, write and snapshot."""
+        """Purge the thread's stream: every checkpoint, write and snapshot (``BaseCheckpointSaver.adelete_thread``).
+
+        Args:
+            thread_id: The thread to delete (unknown: no-op).
+
+        Raises:
+            InvalidThreadIdError: ``thread_id`` cannot be a stream id.
+        """
         await self._bridge.enter()
         async with self._journal.locked(thread_id):
             await self._journal.purge(thread_id)
@@ -368,8 +466,16 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             await self._journal.snapshot(thread)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in
-        ``run_ids``, in every thread of the namespace; the store is compacted after."""
+        """Delete the checkpoints of the given runs and their writes (``BaseCheckpointSaver.adelete_for_runs``).
+
+        Looks in every thread of the namespace. Deleted checkpoints are
+        tombstoned, then the thread is snapshotted and compacted, so their
+        bytes leave the store.
+
+        Args:
+            run_ids: The ``run_id`` values (from checkpoint metadata) to delete;
+                empty: no-op.
+        """
         await self._bridge.enter()
         wanted = set(run_ids)
         if not wanted:
@@ -381,7 +487,18 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
                 await self._delete(thread_id, thread, doomed)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint, value and write of one thread into another (one record)."""
+        """Copy every checkpoint, value and write of one thread into another (``BaseCheckpointSaver.acopy_thread``).
+
+        The copy is one record appended to the target; a source without
+        checkpoints copies nothing.
+
+        Args:
+            source_thread_id: The thread to copy from.
+            target_thread_id: The thread to copy into (what it holds stays).
+
+        Raises:
+            InvalidThreadIdError: A thread id cannot be a stream id.
+        """
         await self._bridge.enter()
         async with self._journal.locked(source_thread_id) as source:
             if not any(source.state.checkpoints.values()):
@@ -390,9 +507,17 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         await self._journal.append(target_thread_id, lambda state: [{"k": "i", **body, "t": time.time()}])
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``keep_latest``: keep only each namespace's newest checkpoint (and its
-        writes); ``delete``: purge the threads. The store is compacted after.
-        Raises ``InvalidPruneStrategyError`` for another strategy."""
+        """Prune checkpoints of the given threads (``BaseCheckpointSaver.aprune``).
+
+        Args:
+            thread_ids: The threads to prune.
+            strategy: ``keep_latest``: keep only each checkpoint namespace's
+                newest checkpoint (and its writes), then compact the store;
+                ``delete``: purge the threads.
+
+        Raises:
+            InvalidPruneStrategyError: ``strategy`` is neither of those.
+        """
         await self._bridge.enter()
         if strategy not in ("keep_latest", "delete"):
             raise InvalidPruneStrategyError(f"unknown prune strategy {strategy!r} (use 'keep_latest' or 'delete')")
@@ -406,7 +531,14 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
                 await self._delete(thread_id, thread, doomed)
 
     async def asweep(self) -> list[str]:
-        """Purge every thread of the namespace idle for longer than ``ttl``; return their ids."""
+        """Purge every thread of the namespace idle for longer than ``ttl``.
+
+        A durably addition (not in ``BaseCheckpointSaver``): expired threads
+        are otherwise purged only when next accessed. Reads each thread once.
+
+        Returns:
+            The ids of the threads found purged, sorted; [] when the saver has no ``ttl``.
+        """
         await self._bridge.enter()
         if self._journal.ttl is None:
             return []
@@ -418,7 +550,17 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         return purged
 
     def get_next_version(self, current: str | int | None, channel: None) -> str:
-        """The version after ``current``: a zero-padded counter and a random
-        fraction, so two forks of one thread never give different values one version."""
+        """The channel version after ``current`` (``BaseCheckpointSaver.get_next_version``).
+
+        As LangGraph's own savers: a zero-padded counter and a random fraction,
+        so two forks of one thread never give different values one version.
+
+        Args:
+            current: The channel's version now (None: the channel has none yet).
+            channel: Unused, as in LangGraph.
+
+        Returns:
+            ``"<32-digit counter>.<random fraction>"``, greater than ``current``.
+        """
         number = 0 if current is None else current if isinstance(current, int) else int(str(current).split(".")[0])
         return f"{number + 1:032}.{random.random():016}"

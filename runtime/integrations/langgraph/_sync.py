@@ -128,12 +128,42 @@ class SyncInterface(_Saver):
     _bridge: LoopBridge
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """``aget_tuple`` from a thread that is not the saver's event loop."""
+        """``aget_tuple`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.get_tuple``).
+
+        Args:
+            config: As ``aget_tuple``.
+
+        Returns:
+            The checkpoint tuple, or None.
+
+        Raises:
+            SyncCallOnLoopError: Called on the saver's event loop thread (or in
+                any running loop before the saver is bound to one).
+            ForeignLoopError: The event loop the saver is bound to has stopped.
+        """
         return self._bridge.run(self.aget_tuple(config))
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
-        """``alist``, collected on the saver's loop, from another thread."""
+        """``alist`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.list``).
+
+        Every matching tuple is collected on the saver's loop before the first
+        is returned, not one at a time.
+
+        Args:
+            config: As ``alist``.
+            filter: As ``alist``.
+            before: As ``alist``.
+            limit: As ``alist``.
+
+        Returns:
+            An iterator over the collected tuples, newest first.
+
+        Raises:
+            SyncCallOnLoopError: Called on the saver's event loop thread (or in
+                any running loop before the saver is bound to one).
+            ForeignLoopError: The event loop the saver is bound to has stopped.
+        """
 
         async def collect() -> list[CheckpointTuple]:
             return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
@@ -142,26 +172,91 @@ class SyncInterface(_Saver):
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
-        """``aput`` from a thread that is not the saver's event loop."""
+        """``aput`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.put``).
+
+        Args:
+            config: As ``aput``.
+            checkpoint: As ``aput``.
+            metadata: As ``aput``.
+            new_versions: As ``aput``.
+
+        Returns:
+            The config naming the stored checkpoint.
+
+        Raises:
+            SyncCallOnLoopError: Called on the saver's event loop thread (or in
+                any running loop before the saver is bound to one).
+            ForeignLoopError: The event loop the saver is bound to has stopped.
+        """
         return self._bridge.run(self.aput(config, checkpoint, metadata, new_versions))
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
-        """``aput_writes`` from a thread that is not the saver's event loop."""
+        """``aput_writes`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.put_writes``).
+
+        Args:
+            config: As ``aput_writes``.
+            writes: As ``aput_writes``.
+            task_id: As ``aput_writes``.
+            task_path: As ``aput_writes``.
+
+        Raises:
+            SyncCallOnLoopError: Called on the saver's event loop thread (or in
+                any running loop before the saver is bound to one).
+            ForeignLoopError: The event loop the saver is bound to has stopped.
+        """
         return self._bridge.run(self.aput_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        """``adelete_thread`` from a thread that is not the saver's event loop."""
+        """``adelete_thread`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.delete_thread``).
+
+        Args:
+            thread_id: As ``adelete_thread``.
+
+        Raises:
+            SyncCallOnLoopError: Called on the saver's event loop thread (or in
+                any running loop before the saver is bound to one).
+            ForeignLoopError: The event loop the saver is bound to has stopped.
+        """
         return self._bridge.run(self.adelete_thread(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """``adelete_for_runs`` from a thread that is not the saver's event loop."""
+        """``adelete_for_runs`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.delete_for_runs``).
+
+        Args:
+            run_ids: As ``adelete_for_runs``.
+
+        Raises:
+            SyncCallOnLoopError: Called on the saver's event loop thread (or in
+                any running loop before the saver is bound to one).
+            ForeignLoopError: The event loop the saver is bound to has stopped.
+        """
         return self._bridge.run(self.adelete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """``acopy_thread`` from a thread that is not the saver's event loop."""
+        """``acopy_thread`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.copy_thread``).
+
+        Args:
+            source_thread_id: As ``acopy_thread``.
+            target_thread_id: As ``acopy_thread``.
+
+        Raises:
+            SyncCallOnLoopError: Called on the saver's event loop thread (or in
+                any running loop before the saver is bound to one).
+            ForeignLoopError: The event loop the saver is bound to has stopped.
+        """
         return self._bridge.run(self.acopy_thread(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``aprune`` from a thread that is not the saver's event loop."""
+        """``aprune`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.prune``).
+
+        Args:
+            thread_ids: As ``aprune``.
+            strategy: As ``aprune``.
+
+        Raises:
+            SyncCallOnLoopError: Called on the saver's event loop thread (or in
+                any running loop before the saver is bound to one).
+            ForeignLoopError: The event loop the saver is bound to has stopped.
+        """
         return self._bridge.run(self.aprune(thread_ids, strategy=strategy))
