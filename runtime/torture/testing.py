@@ -43,7 +43,17 @@ class TortureConformance:
     store_class: type[Store] | None = None
 
     def store_url(self, tmp_path: Path) -> str:
-        """The URL of a fresh location for ``tmp_path``. Override this."""
+        """The URL of a fresh store location under ``tmp_path``, which worker processes open. Override this.
+
+        Args:
+            tmp_path: pytest's per-test directory (the ledger goes in ``tmp_path / "ledger"``).
+
+        Returns:
+            A store URL of your adapter's scheme, for a location nothing else uses.
+
+        Raises:
+            NotImplementedError: when the subclass does not override it.
+        """
         raise NotImplementedError(f"{type(self).__name__} must define store_url(self, tmp_path) -> str")
 
     def test_torture_keeps_every_invariant(self, tmp_path: Path) -> None:
