@@ -4,8 +4,9 @@ to look at the bytes a store holds (through the SPI, in files, in S3 objects).""
 from __future__ import annotations
 
 import copy
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import cbor2
 
@@ -85,3 +86,36 @@ def s3_keys(server, bucket: str, prefix: str = "") -> list[str]:
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         keys.extend(item["Key"] for item in page.get("Contents", []))
     return keys
+
+
+#: The adapters every privacy test runs on (a fixture's ``params``).
+BACKENDS = ["memory", "sqlite", "file", "s3"]
+
+
+class Backend(NamedTuple):
+    """One adapter to run a privacy test on: its URL and every byte it holds.
+
+    ``raw_bytes()`` is None for ``memory://`` (no bytes outside the process);
+    ``where`` is the memory store's name or the S3 ``(server, prefix)``.
+    """
+
+    kind: str
+    url: str
+    raw_bytes: Callable[[], bytes] | None
+    where: Any = None
+
+
+def backend(request, tmp_path: Path, prefix: str) -> Backend:
+    """The ``Backend`` of ``request.param`` (one of ``BACKENDS``) on a fresh location; S3 on the session server."""
+    from s3_server import BUCKET
+
+    if request.param == "memory":
+        name = uuid.uuid4().hex
+        return Backend("memory", f"memory://{name}", None, name)
+    if request.param == "sqlite":
+        return Backend("sqlite", f"sqlite:///{tmp_path}/db/agents.db?create=1", lambda: files_bytes(tmp_path / "db"))
+    if request.param == "file":
+        return Backend("file", f"file://{tmp_path}/store", lambda: files_bytes(tmp_path / "store"))
+    server = request.getfixturevalue("s3_server")
+    key_prefix = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    return Backend("s3", server.url(key_prefix), lambda: s3_bytes(server, BUCKET, key_prefix), (server, key_prefix))

@@ -54,6 +54,25 @@ def list_agent(steps: int, effects: list, *, policy: str = "retry", name: str = 
     return AgentDefinition(name=name, model=StepModel(steps), tools=[effect])
 
 
+def gated_agent(ran: list) -> AgentDefinition:
+    """``gated``: one call of the approval-gated tool ``effect(n=1)`` (appends ``n`` to ``ran``), then "done"."""
+
+    @tool(name="effect", requires_approval=True)
+    async def effect(n: int, *, ctx) -> int:
+        ran.append(n)
+        return n
+
+    class OneCall:
+        name = "one"
+
+        async def respond(self, messages, tools):
+            if messages[-1]["role"] == "tool":
+                return ModelResponse("done")
+            return ModelResponse("", (ToolCall("c1", "effect", {"n": 1}),))
+
+    return AgentDefinition(name="gated", model=OneCall(), tools=[effect])
+
+
 def append_line(path: Path, line: dict[str, Any]) -> None:
     """Append a JSON line and fsync it: survives the writer's SIGKILL."""
     with open(path, "a", encoding="utf-8") as fh:

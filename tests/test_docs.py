@@ -18,3 +18,10 @@ def test_docs_build_strict(tmp_path: Path) -> None:
     reference = (tmp_path / "site" / "reference" / "durably" / "index.html").read_text(encoding="utf-8")
     for name in ("Runtime", "AgentDefinition", "tool", "ModelResponse"):
         assert f'id="durably.{name}"' in reference, name
+    # every audience's public module has its reference page (tests/test_public_api.py lists them)
+    for page, anchor in [("storage", "durably.storage.Store"), ("conformance", "durably.storage.conformance.TortureConformance"),
+                         ("conformance", "durably.storage.conformance.StoreConformance"), ("schemas", "durably.schemas.upcaster"),
+                         ("models", "durably.models.openai.OpenAIChatModel"), ("models", "durably.models.anthropic.AnthropicModel"),
+                         ("langgraph", "durably.integrations.langgraph.DurablySaver")]:
+        html = (tmp_path / "site" / "reference" / page / "index.html").read_text(encoding="utf-8")
+        assert f'id="{anchor}"' in html, anchor

@@ -29,7 +29,8 @@ from durably._runtime.redaction import RedactionPolicy
 from durably._runtime.retention import DAY, RetentionPolicy, parse_duration
 from durably.storage import BlobNotFoundError, StreamId
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
-from privacy_support import ScriptModel, files_bytes, s3_bytes, s3_keys, spi_frames
+from privacy_support import BACKENDS, ScriptModel, files_bytes, s3_keys, spi_frames
+from privacy_support import backend as store_backend
 from support_agents import list_agent
 from durably.storage import _dictionaries as dictionaries
 
@@ -54,19 +55,10 @@ KEEP_ALL = RedactionPolicy.disabled()  # the planted value must be stored for th
 EVERY_SNAPSHOT = SnapshotPolicy(every_records=2, tail_ratio=0.0)
 
 
-@pytest.fixture(params=["memory", "sqlite", "file", "s3"])
+@pytest.fixture(params=BACKENDS)
 def backend(request, tmp_path):
-    """``(kind, url, raw_bytes, extra)`` for one adapter; ``raw_bytes()`` is every byte it holds."""
-    if request.param == "memory":
-        name = uuid.uuid4().hex
-        return "memory", f"memory://{name}", None, name
-    if request.param == "sqlite":
-        return "sqlite", f"sqlite:///{tmp_path}/db/agents.db?create=1", lambda: files_bytes(tmp_path / "db"), None
-    if request.param == "file":
-        return "file", f"file://{tmp_path}/store", lambda: files_bytes(tmp_path / "store"), None
-    server = request.getfixturevalue("s3_server")
-    prefix = f"purge-{uuid.uuid4().hex[:10]}"
-    return "s3", server.url(prefix), lambda: s3_bytes(server, BUCKET, prefix), (server, prefix)
+    """``(kind, url, raw_bytes, where)`` for one adapter; ``raw_bytes()`` is every byte it holds."""
+    return store_backend(request, tmp_path, "purge")
 
 
 async def test_purge_leaves_nothing_readable_behind(backend) -> None:

@@ -25,7 +25,9 @@ from durably._runtime.redaction import (
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
 from durably._runtime.record_codec import RecordCodec
+from privacy_support import backend as store_backend
 from privacy_support import (
+    BACKENDS,
     GH_TOKEN,
     OPENAI_KEY,
     PASSWORD,
@@ -34,7 +36,6 @@ from privacy_support import (
     ScriptModel,
     decoded_text,
     files_bytes,
-    s3_bytes,
     spi_frames,
 )
 from durably.storage import _dictionaries as dictionaries
@@ -198,18 +199,11 @@ def secretive_agent(received: list) -> tuple[AgentDefinition, ScriptModel]:
 POLICY = RedactionPolicy(rules=(ephemeral("fetch_inbox"),))
 
 
-@pytest.fixture(params=["memory", "sqlite", "file", "s3"])
+@pytest.fixture(params=BACKENDS)
 def backend(request, tmp_path):
     """``(store URL, raw_bytes())``: the URL to run on and a function returning every byte it holds."""
-    if request.param == "memory":
-        return f"memory://{uuid.uuid4().hex}", None
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/db/agents.db?create=1", lambda: files_bytes(tmp_path / "db")
-    if request.param == "file":
-        return f"file://{tmp_path}/store", lambda: files_bytes(tmp_path / "store")
-    server = request.getfixturevalue("s3_server")
-    prefix = f"redact-{uuid.uuid4().hex[:10]}"
-    return server.url(prefix), lambda: s3_bytes(server, BUCKET, prefix)
+    chosen = store_backend(request, tmp_path, "redact")
+    return chosen.url, chosen.raw_bytes
 
 
 async def run_secretive(url: str, policy: RedactionPolicy) -> tuple[list, ScriptModel, object, bytes | None, str]:

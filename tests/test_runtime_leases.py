@@ -8,6 +8,7 @@ import pytest
 
 from durably.adapters.memory import MemoryStore
 from durably._runtime import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
+from support_agents import gated_agent
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
 from durably._runtime.record_codec import RecordCodec
@@ -65,20 +66,7 @@ async def test_parked_agent_is_run_by_whichever_runtime_polls_after_the_decision
     url = f"sqlite:///{tmp_path}/a.db"
     ran: list = []
 
-    @tool(name="effect", requires_approval=True)
-    async def effect(n: int, *, ctx) -> int:
-        ran.append(n)
-        return n
-
-    class OneCall:
-        name = "one"
-
-        async def respond(self, messages, tools):
-            if messages[-1]["role"] == "tool":
-                return ModelResponse("done")
-            return ModelResponse("", (ToolCall("c1", "effect", {"n": 1}),))
-
-    definition = AgentDefinition(name="gated", model=OneCall(), tools=[effect])
+    definition = gated_agent(ran)
     async with Runtime(url, agents=[definition]) as a:
         state = await a.run(definition, "a1", "task")
         assert state.status == "waiting_approval"

@@ -16,24 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
-
-
-def gated(ran: list) -> AgentDefinition:
-    @tool(name="effect", requires_approval=True)
-    async def effect(n: int, *, ctx) -> int:
-        ran.append(n)
-        return n
-
-    class OneCall:
-        name = "one"
-
-        async def respond(self, messages, tools):
-            if messages[-1]["role"] == "tool":
-                return ModelResponse("done")
-            return ModelResponse("", (ToolCall("c1", "effect", {"n": 1}),))
-
-    return AgentDefinition(name="gated", model=OneCall(), tools=[effect])
+from durably._runtime import Runtime
+from support_agents import gated_agent as gated
 
 
 async def test_serve_backs_off_through_a_locked_database_and_carries_on(tmp_path, caplog):

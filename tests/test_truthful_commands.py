@@ -16,23 +16,7 @@ import anyio
 import pytest
 
 from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
-
-
-def gated(ran: list, slow: float = 0.0, steps: int = 1) -> AgentDefinition:
-    @tool(name="effect", requires_approval=True)
-    async def effect(n: int, *, ctx) -> int:
-        ran.append(n)
-        return n
-
-    class OneCall:
-        name = "one"
-
-        async def respond(self, messages, tools):
-            if messages[-1]["role"] == "tool":
-                return ModelResponse("done")
-            return ModelResponse("", (ToolCall("c1", "effect", {"n": 1}),))
-
-    return AgentDefinition(name="gated", model=OneCall(), tools=[effect])
+from support_agents import gated_agent as gated
 
 
 def dead_owner() -> str:

@@ -19,6 +19,8 @@ and the eventsourcing library's recorder test cases. See docs/writing-an-adapter
 your store, worker processes SIGKILLed at every journal boundary.
 """
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 # The checks live in this package, not in the user's test module, so ask pytest to
@@ -79,6 +81,9 @@ class StoreConformance(
     itself: its name has no ``Test`` prefix.
     """
 
+
+if TYPE_CHECKING:  # for type checkers and the API reference; at run time __getattr__ imports it
+    from durably._runtime.torture.testing import TortureConformance
 
 __all__ = ["StoreConformance", "StoreHarness", "TortureConformance", "files_bytes"]
 
