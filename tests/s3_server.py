@@ -40,6 +40,13 @@ BUCKET = "durably-test"
 REGION = "us-east-1"
 _MUTATING = frozenset({"PUT", "POST", "DELETE"})
 
+
+def _is_listing(environ) -> bool:
+    """A GET of the bucket itself (ListObjects): moto iterates the bucket's key dict, which a
+    concurrent DELETE changes under it (a KeyError, answered 500), so it runs under the write lock too."""
+    path = environ.get("PATH_INFO", "").strip("/")
+    return environ["REQUEST_METHOD"] == "GET" and "/" not in path
+
 _ERRORS = {
     "slowdown": ("503 Slow Down", "SlowDown", "Please reduce your request rate."),
     "conflict": ("409 Conflict", "ConditionalRequestConflict", "A conflicting operation is in progress."),
@@ -144,7 +151,7 @@ class _Gate:
             finally:
                 getattr(result, "close", lambda: None)()
 
-        if environ["REQUEST_METHOD"] in _MUTATING:
+        if environ["REQUEST_METHOD"] in _MUTATING or _is_listing(environ):
             with self.server.write_lock:
                 body = run()
         else:
