@@ -30,9 +30,7 @@ calls them, their names say what they check, their parameters are fixtures.
 What this check cannot see: whether units are given and where an idea comes
 from; that is for review.
 
-Until the conversion lands the check is an expected failure; ``pytest
---runxfail tests/test_docstyle.py`` prints every offender as
-``module.qualname: what is missing``.
+A failure lists every offender as ``module.qualname: what is missing``.
 """
 
 from __future__ import annotations
@@ -367,7 +365,6 @@ def offenders(targets: list[Target]) -> list[str]:
 # --- the checks ----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="docstrings not yet converted (issue 13)")
 def test_every_public_object_has_a_google_style_docstring():
     targets, skipped = public_surface()
     failing = offenders(targets)
