@@ -24,9 +24,24 @@ BEGIN = "<!-- BEGIN contract table: generated from storage/_spi.py by `python -m
 END = "<!-- END contract table -->"
 
 
+_SECTION = re.compile(r"(Args|Attributes|Returns|Yields|Raises):")
+_ENTRY = re.compile(r"    (\*{0,2}\w+):\s+(.*)")  # "    name: text" under Args/Attributes/Raises
+
+
 def _markdown(text: str) -> str:
-    """A docstring as one table cell: paragraphs joined, RST literals as Markdown code, pipes escaped."""
-    text = re.sub(r"\s+", " ", inspect.cleandoc(text)).strip()
+    """A docstring as one table cell: Google sections as bold labels with an entry per line,
+    paragraphs joined, RST literals as Markdown code, pipes escaped."""
+    parts: list[str] = []
+    section = ""
+    for line in inspect.cleandoc(text).splitlines():
+        if _SECTION.fullmatch(line):
+            section = line[:-1]
+            parts.append(f"<br>**{section}:**")
+        elif section in ("Args", "Attributes", "Raises") and (entry := _ENTRY.fullmatch(line)):
+            parts.append(f"<br>`{entry.group(1)}`: {entry.group(2)}")
+        else:
+            parts.append(line.strip())
+    text = re.sub(r"\s+", " ", " ".join(parts)).strip()
     return text.replace("``", "`").replace("|", "\\|")
 
 
