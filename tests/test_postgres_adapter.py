@@ -111,6 +111,9 @@ async def test_golden_v1_schema_is_migrated_forward_and_reads_back(pg_server: Po
         lease = await store.acquire_lease(blob_stream, "worker", 30)
         assert lease is not None and lease.token >= 1
         assert [s.agent_id async for s in store.list_streams(NAMESPACE)] == sorted(STREAMS)
+        for bad in (0, -1):  # a typed error, not an IndexError after an empty page
+            with pytest.raises(InvalidRequestError, match="page_size"):
+                [s async for s in store.list_streams(NAMESPACE, page_size=bad)]
     assert pg_server.psql("SELECT version FROM durably.schema_version", database=database).strip() == str(SCHEMA_VERSION)
 
 

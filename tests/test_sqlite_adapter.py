@@ -398,6 +398,9 @@ async def test_list_streams_pages(sqlite_store: SQLiteStore) -> None:
     for page_size in (1, 2, 3, 8):
         assert [s.agent_id async for s in sqlite_store.list_streams("ns", "a", page_size=page_size)] == agents[:7]
         assert [s.agent_id async for s in sqlite_store.list_streams("ns", page_size=page_size)] == agents
+    for bad in (0, -1):  # a typed error, not an IndexError after an empty page (or no LIMIT at all)
+        with pytest.raises(InvalidRequestError, match="page_size"):
+            [s async for s in sqlite_store.list_streams("ns", page_size=bad)]
 
 
 def test_prefix_successor() -> None:

@@ -462,8 +462,13 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
 
         Yields:
             Each ``StreamId``, in agent-id order (code points: the columns are ``COLLATE "C"``).
+
+        Raises:
+            InvalidRequestError: When ``page_size`` < 1 (raised at the first iteration).
         """
         self._check_open()
+        if page_size < 1:
+            raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
         upper = _prefix_successor(prefix)
         rows = await self._fetch("list_streams", self._sql["list_first"], namespace, prefix, upper, page_size)
         while True:

@@ -597,8 +597,13 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
 
         Yields:
             Each ``StreamId``, in agent-id order (code points, SQLite's BINARY collation).
+
+        Raises:
+            InvalidRequestError: When ``page_size`` < 1 (raised at the first iteration).
         """
         self._check_open()
+        if page_size < 1:
+            raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
         upper = _prefix_successor(prefix)
         bound, bound_params = ("AND agent_id < ? ", (upper,)) if upper is not None else ("", ())
         first = f"SELECT agent_id FROM streams WHERE namespace = ? AND agent_id >= ? {bound}ORDER BY agent_id LIMIT ?"
