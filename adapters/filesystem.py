@@ -60,6 +60,7 @@ from durably.storage._errors import (
     InvalidRequestError,
     InvalidStoreURLError,
     StoreUnavailableError,
+    TruncatedRecordError,
     UnsafeCompactionError,
 )
 from durably.storage._spi import AppendRequest, BlobStore, IndexStore, StoredRecord, StoredSnapshot, StreamId, check_append
@@ -109,7 +110,10 @@ def _fsync_dir(directory: Path) -> None:
 
 def _batch_count(path: Path) -> int:
     with open(path, "rb") as file:
-        magic, count = _BATCH_HEADER.unpack(file.read(_BATCH_HEADER.size))
+        header = file.read(_BATCH_HEADER.size)
+    if len(header) < _BATCH_HEADER.size:
+        raise TruncatedRecordError(f"{path} is cut short: {len(header)} of its {_BATCH_HEADER.size} header bytes")
+    magic, count = _BATCH_HEADER.unpack(header)
     if magic != _MAGIC:
         raise CorruptRecordError(f"{path} is not a batch file")
     return int(count)
@@ -117,13 +121,16 @@ def _batch_count(path: Path) -> int:
 
 def _read_batch(path: Path) -> list[bytes]:
     data = path.read_bytes()
-    magic, count = _BATCH_HEADER.unpack_from(data)
-    offset, records = _BATCH_HEADER.size, []
-    for _ in range(count):
-        (length,) = _RECORD_LENGTH.unpack_from(data, offset)
-        offset += _RECORD_LENGTH.size
-        records.append(data[offset : offset + length])
-        offset += length
+    try:
+        magic, count = _BATCH_HEADER.unpack_from(data)
+        offset, records = _BATCH_HEADER.size, []
+        for _ in range(count):
+            (length,) = _RECORD_LENGTH.unpack_from(data, offset)
+            offset += _RECORD_LENGTH.size
+            records.append(data[offset : offset + length])
+            offset += length
+    except struct.error:  # a header or a length prefix runs past the end: a torn or cut file
+        raise TruncatedRecordError(f"{path} is cut short ({len(data)} bytes)") from None
     if magic != _MAGIC or offset != len(data):
         raise CorruptRecordError(f"{path} is damaged")
     return records
