@@ -32,7 +32,6 @@ from collections.abc import AsyncIterator, Collection
 from dataclasses import asdict
 from pathlib import Path
 
-from durably.storage._errors import InvalidRequestError
 from durably.storage._spi import AppendRequest, IndexedStream, IndexEntry, StreamId
 
 RUNNING = "running"  # the one status a scan resumes: its entry is also written before the records
@@ -109,8 +108,6 @@ class FileSystemStatusIndex:
             if request.expected_seq == 0:
                 self._put_hint(request.stream, None)  # a new stream without an entry
             return
-        if not isinstance(entry, IndexEntry):
-            raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(entry).__name__}")
         self._put_hint(request.stream, entry.status)
         if entry.status == RUNNING:
             self._write_entry(request.stream, entry)  # a crash after the records leaves it runnable

@@ -271,9 +271,8 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
             stale or another writer won the same seqs.
 
         Raises:
-            InvalidRequestError: A malformed request (``check_append``), before
-                any I/O; or an ``index`` that is not an ``IndexEntry``, raised
-                when that request's turn comes (the requests before it are written).
+            InvalidRequestError: A malformed request (``check_append``: also an
+                ``index`` that is not an ``IndexEntry``), before any I/O.
             StoreUnavailableError: A filesystem error; re-read to see what was written.
         """
         self._check_open()

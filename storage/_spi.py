@@ -198,8 +198,8 @@ def check_append(request: AppendRequest) -> None:
         request: One request of the batch.
 
     Raises:
-        InvalidRequestError: For an empty batch, a negative expected seq or a
-            record that is not ``bytes``.
+        InvalidRequestError: For an empty batch, a negative expected seq, a
+            record that is not ``bytes`` or an index entry that is not an ``IndexEntry``.
     """
     if request.expected_seq < 0:
         raise InvalidRequestError(f"expected_seq must be >= 0, got {request.expected_seq}")
@@ -208,6 +208,8 @@ def check_append(request: AppendRequest) -> None:
     for data in request.records:
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"records must be bytes, got {type(data).__name__}")
+    if request.index is not None and not isinstance(request.index, IndexEntry):
+        raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(request.index).__name__}")
 
 
 def check_lease(owner: object, ttl: object) -> None:

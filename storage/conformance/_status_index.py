@@ -12,6 +12,8 @@ from typing import cast
 
 from durably.storage._spi import CAP_BLOBS, CAP_STATUS_INDEX, AppendRequest, BlobStore, IndexEntry, IndexStore, Store, StreamId
 
+from durably.storage._errors import InvalidRequestError
+
 from ._harness import StoreHarness, sid
 
 
@@ -71,6 +73,19 @@ class StatusIndexChecks(StoreHarness):
             assert isinstance(results[0], Exception)
             assert await ix(store).get_index(sid("fresh")) is None
             assert sid("fresh") not in await listed(store), "a refused append to a new stream leaves no trace"
+
+    @pytest.mark.anyio
+    async def test_an_entry_that_is_not_an_index_entry_is_refused_before_any_io(self, tmp_path: Path) -> None:
+        async with self.opened(tmp_path) as store:
+            self.require(store, CAP_STATUS_INDEX)
+            bystander, stream = sid("bystander"), sid("bad-entry")
+            bad = cast(IndexEntry, {"status": "running", "definition": "agent", "seq": 1, "updated_at": 0.0})
+            with pytest.raises(InvalidRequestError):
+                await store.append_batch([AppendRequest(bystander, 0, [b"valid"], entry("running", 1)),
+                                          AppendRequest(stream, 0, [b"x"], bad)])
+            assert await store.last_seq(bystander) == 0, "the valid request beside it is not written either"
+            assert await store.last_seq(stream) == 0
+            assert stream not in await listed(store) and bystander not in await listed(store)
 
     @pytest.mark.anyio
     async def test_list_index_filters_by_status_and_always_yields_streams_without_an_entry(self, tmp_path: Path) -> None:
