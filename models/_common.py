@@ -28,7 +28,7 @@ class Price:
         output_per_mtok: US dollars per million output tokens.
 
     Raises:
-        InvalidArgumentError: A ``ValueError``: a figure is not a finite number >= 0.
+        InvalidArgumentError: A ``ValueError``: a figure is not a finite number >= 0 (a ``bool`` is refused).
     """
 
     input_per_mtok: float
@@ -36,8 +36,8 @@ class Price:
 
     def __post_init__(self) -> None:
         for value in (self.input_per_mtok, self.output_per_mtok):
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise InvalidArgumentError(f"Price figures must be finite and >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise InvalidArgumentError(f"Price figures must be finite numbers >= 0, got {value!r}")
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         """The cost of one call at this price.

@@ -161,3 +161,12 @@ def test_from_spec_builds_each_adapter_and_refuses_unknown_ones(monkeypatch) -> 
         from_spec("acme:large")
     with pytest.raises(ValueError, match="provider:model"):
         from_spec("gpt-4.1")
+
+
+@pytest.mark.parametrize("figures", [(True, 1.0), (1.0, False), (-1, 1), (float("nan"), 1), (1, float("inf")), ("1", 1)])
+def test_a_price_refuses_what_is_not_a_finite_number_of_dollars(figures) -> None:
+    from durably.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="finite numbers >= 0"):
+        Price(*figures)
+    assert Price(0, 2.5).cost(1_000_000, 2_000_000) == 5.0
