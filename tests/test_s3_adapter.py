@@ -433,3 +433,15 @@ async def test_corrupt_batch_object_is_reported(s3_server, store) -> None:
     s3_server.client().put_object(Bucket=BUCKET, Key=key, Body=b"dyB1" + b"\x00" * 60)
     with pytest.raises(CorruptRecordError):
         await read_pairs(store, STREAM)
+
+
+async def test_a_foreign_key_in_the_stream_index_is_skipped_not_fatal(store, s3_server, caplog) -> None:
+    from durably.adapters.s3._keys import index_prefix
+
+    for agent in ("a1", "a2"):
+        await store.append(StreamId("ns", agent), 0, [b"x"])
+    foreign = index_prefix(store.options.prefix, "ns") + "a15!4"  # a truncated escape: not a key durably writes
+    s3_server.client().put_object(Bucket=BUCKET, Key=foreign, Body=b"")
+    with caplog.at_level("WARNING", logger="durably.adapters.s3._streams"):
+        assert [s.agent_id async for s in store.list_streams("ns")] == ["a1", "a2"]
+    assert foreign in caplog.text

@@ -8,6 +8,7 @@ they stand for (``s3_keys``), so the listing comes out in agent-id order.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,8 @@ from durably.storage._spi import StreamId
 
 from ._keys import StreamKeys, decode_segment, encode_segment, index_prefix
 from ._requests import S3Requests
+
+_log = logging.getLogger(__name__)
 
 
 async def delete_stream(s3: S3Requests, keys: StreamKeys) -> None:
@@ -53,8 +56,10 @@ async def list_streams(s3: S3Requests, root: str, namespace: str, prefix: str = 
     """The streams of ``namespace`` whose agent id starts with ``prefix``, in agent-id order.
 
     ``root`` is the store's key prefix. Pages through the index entries,
-    1,000 per request; an invalid namespace yields nothing. Raises
-    ``StoreUnavailableError`` when S3 stays unreachable.
+    1,000 per request; an invalid namespace yields nothing. A key under the
+    index that durably cannot have written (a malformed escape: another tool's
+    object) is skipped with a warning, so it cannot hide the namespace's
+    streams. Raises ``StoreUnavailableError`` when S3 stays unreachable.
     """
     if not isinstance(namespace, str) or not namespace or "/" in namespace or "\x00" in namespace:
         return
@@ -63,6 +68,11 @@ async def list_streams(s3: S3Requests, root: str, namespace: str, prefix: str = 
     while True:
         names, token = await s3.list_page(base + encode_segment(prefix), token=token)
         for name in names:
-            yield StreamId(namespace, decode_segment(name[len(base) :]))
+            try:
+                agent_id = decode_segment(name[len(base) :])
+            except ValueError as exc:
+                _log.warning("skipping S3 key %r: not a stream index key durably wrote (%s)", name, exc)
+                continue
+            yield StreamId(namespace, agent_id)
         if token is None:
             return
