@@ -15,7 +15,7 @@ import pytest
 from durably.adapters.postgres import PostgresSetupError, PostgresStore
 from durably.adapters.postgres._options import PostgresOptions, redacted
 from durably.adapters.postgres._schema import SCHEMA_VERSION
-from durably.storage import InvalidRequestError, StreamId, UnknownSchemaVersionError, open_store
+from durably.storage import InvalidRequestError, InvalidStoreURLError, StreamId, UnknownSchemaVersionError, open_store
 from durably.storage.conformance import StoreConformance
 
 try:
@@ -76,6 +76,11 @@ def test_url_options_and_redaction() -> None:
     options = PostgresOptions.from_url("postgresql://app:s3cret@db:5433/agents?schema=fleet&pool_max=4&sslmode=disable")
     assert (options.schema, options.pool_max) == ("fleet", 4)
     assert options.dsn == "postgresql://app:s3cret@db:5433/agents?sslmode=disable"  # libpq's own options pass
+    assert PostgresOptions.from_url("postgresql://db/agents?application_name=svc&target_session_attrs=read-write").dsn == \
+        "postgresql://db/agents?application_name=svc&target_session_attrs=read-write"
+    with pytest.raises(InvalidStoreURLError, match="unknown option.*pool_maxx") as caught:  # a typo of ours, not a server setting
+        PostgresOptions.from_url("postgresql://app:s3cret@db/agents?pool_maxx=4")
+    assert "s3cret" not in str(caught.value) and "s3cret" not in caught.value.url
     assert "s3cret" not in redacted("postgresql://app:s3cret@db/agents") and "s3cret" not in repr(
         open_store("postgres://app:s3cret@db/agents"))
     assert redacted("postgresql://db/agents?password=s3cret&schema=x") == "postgresql://db/agents?password=%2A%2A%2A&schema=x"

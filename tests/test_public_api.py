@@ -179,7 +179,7 @@ def test_storage_re_exports_are_the_same_classes():
 @pytest.mark.parametrize("url", [
     "sqlite:///a.db?synchronus=FULL", "sqlite:///a.db?busy_timeout=soon", "sqlite:///a.db?create=1&create=1",
     "s3://bucket?concurency=4", "s3://bucket?concurrency=x", "s3://?region=x", "file:///tmp/x?creat=1",
-    "memory://x?a=1", "memory://x/path", "postgresql://h/db?pool_max=ten", "postgresql://h/db?schema=a&schema=b",
+    "memory://x?a=1", "memory://x/path", "postgresql://h/db?pool_max=ten", "postgresql://h/db?schema=a&schema=b", "postgresql://h/db?shema=fleet",
     "nosuch://x", "sqlite:/agents.db", "sqlite:agents.db", "file:/tmp/x", "memory:x",
 ])
 def test_every_adapter_refuses_a_bad_url_with_the_same_error(url):

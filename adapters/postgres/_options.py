@@ -1,7 +1,8 @@
 """The PostgreSQL adapter's URL: ``postgresql://user@host:port/db?schema=durably``.
 
-Everything libpq understands stays in the URL and goes to asyncpg as it is
-(user, password, host, port, database, ``sslmode``, ``target_session_attrs``...);
+libpq's connection parameters stay in the URL and go to asyncpg as they are
+(user, password, host, port, database, ``sslmode``, ``target_session_attrs``,
+``options``...: ``LIBPQ_OPTIONS``; any other option is refused);
 parts left out come from the libpq environment variables (``PGHOST``,
 ``PGUSER``, ``PGPASSWORD``, ``PGDATABASE``...) and ``~/.pgpass``, as with
 ``psql``. durably's own query parameters are taken out first:
@@ -41,6 +42,16 @@ SCHEMES = ("postgresql", "postgres")
 #: A schema name durably accepts: an unquoted PostgreSQL identifier (lower case, so
 #: it means the same quoted or not), at most 63 bytes.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+#: The libpq connection parameters asyncpg reads from a URL's query (its connect_utils), plus
+#: ``application_name`` and ``options`` (libpq's way to set server settings: ``-c name=value``).
+#: asyncpg sends any other query option to the server as a setting, so a
+#: typo (``?shema=x``) would surface as a refused connection, retried until the deadline:
+#: durably refuses it when it parses the URL instead, like every adapter's unknown option.
+LIBPQ_OPTIONS = frozenset({
+    "host", "port", "dbname", "database", "user", "password", "passfile", "service", "sslmode", "sslcert",
+    "sslkey", "sslrootcert", "sslnegotiation", "sslcrl", "sslpassword", "ssl_min_protocol_version",
+    "ssl_max_protocol_version", "target_session_attrs", "krbsrvname", "gsslib", "application_name", "options",
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +70,26 @@ class PostgresOptions:
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresOptions":
-        """Parse ``url``. Raises ``InvalidStoreURLError`` (a ValueError) for another scheme, a
-        schema name that is not a plain identifier, or an option out of range."""
+        """Parse ``url``.
+
+        Raises:
+            InvalidStoreURLError: A ``ValueError``: another scheme, a schema name that is not a
+                plain identifier, an option out of range, or an option that is neither
+                durably's nor a libpq connection parameter (``LIBPQ_OPTIONS``).
+        """
         numbers = {"pool_min": int, "pool_max": int, "statement_timeout": float, "connect_timeout": float,
                    "deadline": float, "lock_timeout": float}
         parsed = parse_store_url(url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url),
                                  passthrough=True)  # libpq's own options (sslmode...) go on to asyncpg
         fields: dict[str, Any] = parsed.options  # each converted to its field's type; _validate checks ranges
         passed = parsed.passthrough
+        unknown = sorted({name for name, _ in passed} - LIBPQ_OPTIONS)
+        if unknown:
+            raise InvalidStoreURLError(
+                f"unknown option(s) {', '.join(unknown)} in {redacted(url)}: durably's are schema, pool_min, pool_max, "
+                "statement_timeout, connect_timeout, deadline, lock_timeout and listen_dsn; libpq's: "
+                + ", ".join(sorted(LIBPQ_OPTIONS)) + " (server settings go in options=-c%20name%3Dvalue)",
+                url=redacted(url))
         parts = urlsplit(url)
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
         fields.setdefault("listen_dsn", dsn)
