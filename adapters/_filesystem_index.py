@@ -28,9 +28,10 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from durably.storage._spi import AppendRequest, IndexedStream, IndexEntry, StreamId
 
@@ -40,6 +41,9 @@ _NONE = "none"  # hints of streams that may have no valid entry (not a hex diges
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+_T = TypeVar("_T")
 
 
 def _key(status: str | None) -> str:
@@ -56,6 +60,18 @@ class FileSystemStatusIndex:
 
     root: Path
 
+    if TYPE_CHECKING:  # the host's (FileSystemStore), declared for the type checker
+        def _check_open(self) -> None: ...
+
+        def _stream_dir(self, stream: StreamId) -> Path: ...
+
+        def _write(self, final: Path, data: Sequence[bytes], *, replace: bool) -> bool: ...
+
+        def _last_seq(self, directory: Path) -> int: ...
+
+        @staticmethod
+        async def _io(function: Callable[[], _T]) -> _T: ...
+
     # -- layout --------------------------------------------------------------
 
     def _hint(self, stream: StreamId, status: str | None) -> Path:
@@ -65,22 +81,22 @@ class FileSystemStatusIndex:
         path = self._hint(stream, status)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._write(path, [json.dumps([stream.namespace, stream.agent_id]).encode()], replace=True)  # type: ignore[attr-defined]
+            self._write(path, [json.dumps([stream.namespace, stream.agent_id]).encode()], replace=True)
 
     def _read_entry(self, stream: StreamId) -> IndexEntry | None:
         try:
-            fields = json.loads((self._stream_dir(stream) / "entry").read_bytes())  # type: ignore[attr-defined]
+            fields = json.loads((self._stream_dir(stream) / "entry").read_bytes())
         except FileNotFoundError:
             return None
         return IndexEntry(**{**fields, "open_approvals": tuple(fields["open_approvals"])})
 
     def _write_entry(self, stream: StreamId, entry: IndexEntry | None) -> None:
-        path = self._stream_dir(stream) / "entry"  # type: ignore[attr-defined]
+        path = self._stream_dir(stream) / "entry"
         if entry is None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             return
-        self._write(path, [json.dumps(asdict(entry)).encode()], replace=True)  # type: ignore[attr-defined]
+        self._write(path, [json.dumps(asdict(entry)).encode()], replace=True)
 
     def _settle(self, stream: StreamId, entry: IndexEntry | None, end_seq: int) -> bool:
         """After the records up to ``end_seq``: the hint, the entry, the other hints gone,
@@ -94,7 +110,7 @@ class FileSystemStatusIndex:
             if status_dir != keep:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(base / status_dir / name)
-        if self._last_seq(self._stream_dir(stream)) != end_seq:  # type: ignore[attr-defined]
+        if self._last_seq(self._stream_dir(stream)) != end_seq:
             self._put_hint(stream, None)
             return False
         return True
@@ -162,7 +178,7 @@ class FileSystemStatusIndex:
         Raises:
             StoreUnavailableError: A filesystem error.
         """
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         base = self.root / "index" / _digest(namespace)
 
         def scan() -> list[IndexedStream]:
@@ -179,14 +195,14 @@ class FileSystemStatusIndex:
                 except FileNotFoundError:
                     continue  # settled elsewhere meanwhile; its other hint is listed or it is not in the set
                 stream = StreamId(ns, agent_id)
-                if self._last_seq(self._stream_dir(stream)) == 0:  # type: ignore[attr-defined]
+                if self._last_seq(self._stream_dir(stream)) == 0:
                     continue  # purged, or only blobs
                 entry = self._read_entry(stream)
                 agrees = entry is not None and keys == {_key(entry.status)}
                 found.append(IndexedStream(stream, entry if agrees else None))
             return found
 
-        for row in await self._io(scan):  # type: ignore[attr-defined]
+        for row in await self._io(scan):
             yield row
 
     async def get_index(self, stream: StreamId) -> IndexEntry | None:
@@ -203,7 +219,7 @@ class FileSystemStatusIndex:
         Raises:
             StoreUnavailableError: A filesystem error.
         """
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
 
         def get() -> IndexEntry | None:
             entry = self._read_entry(stream)
@@ -212,7 +228,7 @@ class FileSystemStatusIndex:
             keys = {d for d in (os.listdir(base) if base.exists() else []) if (base / d / name).exists()}
             return entry if entry is not None and keys == {_key(entry.status)} else None
 
-        found: IndexEntry | None = await self._io(get)  # type: ignore[attr-defined]  # the host's
+        found: IndexEntry | None = await self._io(get)
         return found
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
@@ -235,12 +251,12 @@ class FileSystemStatusIndex:
         Raises:
             StoreUnavailableError: A filesystem error.
         """
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
 
         def put() -> bool:
-            if at_seq < 1 or self._last_seq(self._stream_dir(stream)) != at_seq:  # type: ignore[attr-defined]
+            if at_seq < 1 or self._last_seq(self._stream_dir(stream)) != at_seq:
                 return False
             return self._settle(stream, entry, at_seq)
 
-        written: bool = await self._io(put)  # type: ignore[attr-defined]  # the host's
+        written: bool = await self._io(put)
         return written

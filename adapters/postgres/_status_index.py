@@ -12,7 +12,7 @@ A purge deletes the row and the entry with it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durably.storage._index_rows import FIELDS, Scan, entry_columns, entry_from_row, list_rows
 from durably.storage._spi import AppendRequest, IndexedStream, IndexEntry, StreamId
@@ -72,6 +72,15 @@ class PostgresStatusIndex:
     ``_execute(what, sql, *args)`` and ``_sql`` (with ``index_sql``'s statements).
     """
 
+    if TYPE_CHECKING:  # the host's (PostgresStore), declared for the type checker
+        _sql: dict[str, str]
+
+        def _check_open(self) -> None: ...
+
+        async def _fetch(self, what: str, sql: str, *args: Any) -> list[Any]: ...  # asyncpg Records
+
+        async def _execute(self, what: str, sql: str, *args: Any) -> str: ...
+
     async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
                          page_size: int = 512) -> AsyncIterator[IndexedStream]:
         """Yield the streams of ``namespace`` whose entry's status is in ``statuses``; see ``IndexStore.list_index``.
@@ -92,14 +101,14 @@ class PostgresStatusIndex:
         Raises:
             InvalidRequestError: When ``page_size`` < 1.
         """
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         names = {"all": "list_index_all", "null": "list_index_null", "status": "list_index_status"}
 
         async def fetch(scan: Scan, after: str, limit: int) -> Sequence[Sequence[Any]]:
             kind, status = scan
             extra = () if status is None else (status,)
-            rows: Sequence[Sequence[Any]] = await self._fetch(  # type: ignore[attr-defined]
-                "list_index", self._sql[names[kind]], namespace, after, limit, *extra)  # type: ignore[attr-defined]
+            rows: Sequence[Sequence[Any]] = await self._fetch(
+                "list_index", self._sql[names[kind]], namespace, after, limit, *extra)
             return rows
 
         async for row in list_rows(namespace, statuses, page_size, fetch):
@@ -114,8 +123,8 @@ class PostgresStatusIndex:
         Returns:
             The entry, or None for an unknown stream or one without an entry.
         """
-        self._check_open()  # type: ignore[attr-defined]
-        rows = await self._fetch("get_index", self._sql["get_index"], stream.namespace, stream.agent_id)  # type: ignore[attr-defined]
+        self._check_open()
+        rows = await self._fetch("get_index", self._sql["get_index"], stream.namespace, stream.agent_id)
         if not rows:
             return None
         _, status, definition, seq, updated_at, approvals = tuple(rows[0])
@@ -140,7 +149,7 @@ class PostgresStatusIndex:
         Raises:
             InvalidRequestError: When ``entry`` is neither an ``IndexEntry`` nor None.
         """
-        self._check_open()  # type: ignore[attr-defined]
-        done = await self._execute("put_index", self._sql["put_index"], stream.namespace, stream.agent_id,  # type: ignore[attr-defined]
+        self._check_open()
+        done = await self._execute("put_index", self._sql["put_index"], stream.namespace, stream.agent_id,
                                    at_seq, *entry_columns(entry))
         return bool(done == "UPDATE 1")

@@ -12,7 +12,7 @@ streams without an entry have a NULL status and are found the same way.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
@@ -49,6 +49,13 @@ class SQLiteStatusIndex:
     statement; returns the rows changed).
     """
 
+    if TYPE_CHECKING:  # the host's (SQLiteStore), declared for the type checker
+        def _check_open(self) -> None: ...
+
+        async def _fetch(self, sql: str, params: Sequence[object], *, writer: bool = False) -> list[Any]: ...
+
+        async def _write(self, sql: str, params: Sequence[object]) -> int: ...
+
     async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
                          page_size: int = 512) -> AsyncIterator[IndexedStream]:
         """Yield the streams of ``namespace`` whose entry's status is in ``statuses``; see ``IndexStore.list_index``.
@@ -69,7 +76,7 @@ class SQLiteStatusIndex:
         Raises:
             InvalidRequestError: When ``page_size`` < 1.
         """
-        self._check_open()  # type: ignore[attr-defined]
+        self._check_open()
         where = {"all": "", "null": "AND status IS NULL ", "status": "AND status = ? "}
 
         async def fetch(scan: Scan, after: str, limit: int) -> Sequence[Sequence[Any]]:
@@ -77,7 +84,7 @@ class SQLiteStatusIndex:
             sql = (f"SELECT {FIELDS} FROM streams WHERE namespace = ? {where[kind]}AND agent_id > ? AND last_seq > 0 "
                    "ORDER BY agent_id LIMIT ?")
             params = (namespace, after, limit) if status is None else (namespace, status, after, limit)
-            rows: Sequence[Sequence[Any]] = await self._fetch(sql, params)  # type: ignore[attr-defined]
+            rows: Sequence[Sequence[Any]] = await self._fetch(sql, params)
             return rows
 
         async for row in list_rows(namespace, statuses, page_size, fetch):
@@ -92,8 +99,8 @@ class SQLiteStatusIndex:
         Returns:
             The entry, or None for an unknown stream or one without an entry.
         """
-        self._check_open()  # type: ignore[attr-defined]
-        rows = await self._fetch(  # type: ignore[attr-defined]
+        self._check_open()
+        rows = await self._fetch(
             f"SELECT {FIELDS} FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id))
         if not rows:
             return None
@@ -119,8 +126,8 @@ class SQLiteStatusIndex:
         Raises:
             InvalidRequestError: When ``entry`` is neither an ``IndexEntry`` nor None.
         """
-        self._check_open()  # type: ignore[attr-defined]
-        changed = await self._write(  # type: ignore[attr-defined]
+        self._check_open()
+        changed = await self._write(
             "UPDATE streams SET status = ?, definition = ?, index_seq = ?, updated_at = ?, approvals = ? "
             "WHERE namespace = ? AND agent_id = ? AND last_seq = ? AND last_seq > 0",
             (*entry_params(entry), stream.namespace, stream.agent_id, at_seq))
