@@ -70,7 +70,7 @@ from .telemetry import Telemetry
 if TYPE_CHECKING:
     from opentelemetry import metrics, trace
 
-log = logging.getLogger("durably._runtime")
+log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
 #: What ``__aenter__`` sets up; a method reaching one of them before that is told to enter the runtime.
 _STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"})

@@ -41,7 +41,7 @@ from durably.errors import InvalidArgumentError
 if TYPE_CHECKING:
     from .runtime import AgentHandle, Runtime
 
-log = logging.getLogger("durably._runtime")
+log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
 
 @dataclass

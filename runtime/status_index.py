@@ -34,7 +34,7 @@ from .state import RUNNING, AgentState, apply
 from .telemetry import Telemetry
 from durably.errors import InvalidArgumentError
 
-log = logging.getLogger("durably._runtime")
+log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
 #: Record kinds whose fold may change an entry; a batch with none of them carries none.
 INDEX_KINDS = frozenset({

@@ -25,7 +25,7 @@ from .errors import AgentFencedError, AgentLeasedError, AgentNotFoundError, Defi
 if TYPE_CHECKING:  # runtime imports this module
     from .runtime import AgentHandle, Runtime
 
-log = logging.getLogger("durably._runtime")
+log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
 
 class _NoFeed:

@@ -148,6 +148,8 @@ def test_exit_codes_version_and_error_documents(tmp_path) -> None:
     assert refused["type"] == "InvalidStoreURLError" and refused["message"].startswith("no durably database at '")
     version = durably("--version")
     assert version.returncode == 0 and version.stdout.startswith("durably ")
+    public = subprocess.run([sys.executable, "-m", "durably", "--version"], capture_output=True, text=True, timeout=120)
+    assert public.returncode == 0 and public.stdout == version.stdout  # python -m durably is the same command
     usage = durably("history")
     assert usage.returncode == 2 and "Missing argument" in usage.stderr
     assert durably("agents", "--limit", "0").returncode == 2

@@ -442,6 +442,6 @@ async def test_a_foreign_key_in_the_stream_index_is_skipped_not_fatal(store, s3_
         await store.append(StreamId("ns", agent), 0, [b"x"])
     foreign = index_prefix(store.options.prefix, "ns") + "a15!4"  # a truncated escape: not a key durably writes
     s3_server.client().put_object(Bucket=BUCKET, Key=foreign, Body=b"")
-    with caplog.at_level("WARNING", logger="durably.adapters.s3._streams"):
+    with caplog.at_level("WARNING", logger="durably.adapters.s3"):
         assert [s.agent_id async for s in store.list_streams("ns")] == ["a1", "a2"]
     assert foreign in caplog.text

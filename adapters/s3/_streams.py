@@ -19,7 +19,7 @@ from durably.storage._spi import StreamId
 from ._keys import StreamKeys, decode_segment, encode_segment, index_prefix
 from ._requests import S3Requests
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("durably.adapters.s3")
 
 
 async def delete_stream(s3: S3Requests, keys: StreamKeys) -> None:

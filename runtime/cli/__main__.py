@@ -1,4 +1,4 @@
-"""``python -m durably._cli``: the ``durably`` command."""
+"""``python -m durably._cli``: the ``durably`` command (``python -m durably`` is the public spelling)."""
 
 import sys
 

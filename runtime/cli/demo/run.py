@@ -125,7 +125,7 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
     if parked["approvals"]:
         argv = ["approve", agent_id, parked["approvals"][0], "--store", store, "--namespace", NAMESPACE, "--by", "demo-reviewer"]
         console.print(f"4. a separate process approves: durably {' '.join(argv)}", markup=False)
-        approver = subprocess.run([sys.executable, "-m", "durably._cli", *argv], capture_output=True, text=True, timeout=120)
+        approver = subprocess.run([sys.executable, "-m", "durably", *argv], capture_output=True, text=True, timeout=120)
         console.print(f"   {approver.stdout.strip() or approver.stderr.strip()}")
     console.print("5. worker 3 resumes and finishes...")
     w3 = _worker(store, agent_id, run_dir, *extra)
