@@ -74,6 +74,8 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
 
+__all__ = ["FileSystemStore"]
+
 
 async def _io(function: Callable[[*Args], T], *args: *Args) -> T:
     """``function(*args)`` in a worker thread; an ``OSError`` (disk full, I/O error, the

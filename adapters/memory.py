@@ -32,6 +32,9 @@ from durably.storage._spi import (
 )
 
 
+__all__ = ["MemoryStore"]
+
+
 @dataclass
 class _Stream:
     last_seq: int = 0

@@ -23,6 +23,9 @@ from durably._runtime.model import ModelResponse, ToolCall, TransientModelError,
 from ._common import MalformedToolCallError, Price, as_text, stop_reason, transient_from_status
 
 
+__all__ = ["AnthropicModel", "to_wire"]
+
+
 class AnthropicModel:
     """A ``Model`` answering through ``POST {base_url}/v1/messages`` (Anthropic's Messages API).
 

@@ -23,6 +23,9 @@ from durably._runtime.model import ModelResponse, ToolCall, TransientModelError,
 from ._common import MalformedToolCallError, Price, as_text, finite_cost, stop_reason, transient_from_status
 
 
+__all__ = ["OpenAIChatModel", "to_wire"]
+
+
 class OpenAIChatModel:
     """A ``Model`` answering through ``POST {base_url}/chat/completions``.
 

@@ -94,6 +94,13 @@ def test_every_internal_module_says_so_in_its_name():
     assert {"durably._runtime.actor", "durably.storage._codec", "durably.adapters.s3._store"} <= set(shipped_modules())
 
 
+@pytest.mark.parametrize("module", sorted(PUBLIC_MODULES | PUBLIC_CONTAINERS - {"durably.adapters", "durably.integrations"}))
+def test_every_public_module_says_what_is_public(module):
+    """``__all__`` is the public surface (``from m import *``, the API reference, the docstring check)."""
+    imported = importlib.import_module(module)
+    assert imported.__all__ and all(hasattr(imported, name) for name in imported.__all__), module
+
+
 def test_the_readme_example_imports_only_durably():
     section = (ROOT / "README.md").read_text().split("## Embedding it", 1)[1]
     example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
