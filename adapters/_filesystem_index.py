@@ -213,8 +213,8 @@ class FileSystemStatusIndex:
 
         Returns:
             Its entry; None for an unknown stream, one without an entry, and
-            also one whose entry its hints disagree with (as ``list_index`` sees
-            it), so the restore that follows repairs it.
+                also one whose entry its hints disagree with (as ``list_index`` sees
+                it), so the restore that follows repairs it.
 
         Raises:
             StoreUnavailableError: A filesystem error.
@@ -246,7 +246,7 @@ class FileSystemStatusIndex:
 
         Returns:
             True if written and still current; False when ``at_seq`` < 1, the
-            last seq is not ``at_seq``, or it moved during the write.
+                last seq is not ``at_seq``, or it moved during the write.
 
         Raises:
             StoreUnavailableError: A filesystem error.

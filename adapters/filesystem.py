@@ -269,8 +269,8 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
 
         Returns:
             One entry per request, in order: the stream's new last seq, or a
-            ``ConflictError`` (returned, not raised) when its expected seq was
-            stale or another writer won the same seqs.
+                ``ConflictError`` (returned, not raised) when its expected seq was
+                stale or another writer won the same seqs.
 
         Raises:
             InvalidRequestError: A malformed request (``check_append``: also an

@@ -100,7 +100,7 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
 
         Returns:
             One entry per request, in order: the stream's new last seq, or a
-            ``ConflictError`` (returned, not raised) when its expected seq was stale.
+                ``ConflictError`` (returned, not raised) when its expected seq was stale.
 
         Raises:
             InvalidRequestError: A malformed request (``check_append``), before anything is written.
@@ -395,7 +395,7 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
 
         Returns:
             True if written; False when the stream is unknown, has no records or
-            its last seq is not ``at_seq``.
+                its last seq is not ``at_seq``.
 
         Raises:
             StoreClosedError: The store is not open.
@@ -426,7 +426,7 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
 
         Returns:
             The lease held now (``expires_at``: now + ``ttl``, unix seconds), or
-            None when another owner holds an unexpired one.
+                None when another owner holds an unexpired one.
 
         Raises:
             InvalidRequestError: ``owner`` is not a non-empty str or ``ttl`` not

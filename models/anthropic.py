@@ -68,7 +68,7 @@ class AnthropicModel:
 
         Returns:
             The reply's text blocks joined and its tool calls, with its usage
-            and its stop reason in durably's words.
+                and its stop reason in durably's words.
 
         Raises:
             TransientModelError: A timeout or connection error, or HTTP
@@ -118,9 +118,9 @@ def to_wire(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
 
     Returns:
         ``(system, turns)``: the system messages' text joined by blank lines
-        ("" when there are none), and the other messages as alternating
-        ``user`` / ``assistant`` turns of content blocks (tool results as
-        ``tool_result`` blocks of the user's side).
+            ("" when there are none), and the other messages as alternating
+            ``user`` / ``assistant`` turns of content blocks (tool results as
+            ``tool_result`` blocks of the user's side).
     """
     system = "\n\n".join(as_text(m["content"]) for m in messages if m["role"] == "system")
     turns: list[dict[str, Any]] = []

@@ -68,7 +68,7 @@ class OpenAIChatModel:
 
         Returns:
             The first choice's text and tool calls, with its usage and its stop
-            reason in durably's words.
+                reason in durably's words.
 
         Raises:
             TransientModelError: A timeout or connection error, HTTP
@@ -125,8 +125,8 @@ def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Returns:
         The Chat Completions messages, in order. Contents (an assistant's
-        aside) and tool-call arguments that are not strings become JSON text;
-        an assistant message's empty content becomes None.
+            aside) and tool-call arguments that are not strings become JSON text;
+            an assistant message's empty content becomes None.
     """
     wire: list[dict[str, Any]] = []
     for m in messages:

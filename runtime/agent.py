@@ -98,8 +98,8 @@ class HistoryPolicy:
 
         Returns:
             ``(first, count)``: the index of the first message to drop and how
-            many, or None when the conversation is within ``max_messages`` (or a
-            cut would not shorten it).
+                many, or None when the conversation is within ``max_messages`` (or a
+                cut would not shorten it).
         """
         if len(messages) <= self.max_messages:
             return None
@@ -240,7 +240,7 @@ class AgentDefinition:
 
         Returns:
             The first 16 hex characters of the SHA-256 of version, instructions
-            and tool signatures (``Tool.signature()``, sorted).
+                and tool signatures (``Tool.signature()``, sorted).
         """
         parts = [self.version, self.instructions, *sorted(t.signature() for t in self.tools)]
         return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]

@@ -103,7 +103,7 @@ class AgentDescription:
 
         Returns:
             A plain, JSON-ready dict of every field but ``state``; ``lease`` as a
-            dict or None.
+                dict or None.
         """
         out = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "state"}
         out["lease"] = asdict(self.lease) if self.lease is not None else None

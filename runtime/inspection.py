@@ -118,8 +118,8 @@ class Inspection:
 
         Returns:
             Its ``AgentDescription``: status and why, definition, seq, usage and
-            budget left, open approvals, pending calls, lease holder and expiry,
-            times, fork origin.
+                budget left, open approvals, pending calls, lease holder and expiry,
+                times, fork origin.
 
         Raises:
             AgentNotFoundError: The agent has no records.
@@ -153,7 +153,7 @@ class Inspection:
 
         Returns:
             An endless async iterator of ``StatusChange`` (break out, or cancel,
-            to stop).
+                to stop).
 
         Raises:
             AgentNotFoundError: When iterated: the agent has no records yet.

@@ -105,7 +105,7 @@ class Model(Protocol):
 
         Returns:
             The next ``ModelResponse``; it is validated (``check_reply``) and
-            journaled before durably acts on it.
+                journaled before durably acts on it.
 
         Raises:
             TransientModelError: A failure a later attempt may not meet (also

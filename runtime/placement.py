@@ -65,7 +65,7 @@ class Placement:
 
         Returns:
             ``where`` and ``reason`` (str), ``holder`` (the lease holder's fields,
-            or None); the handle is a live object and is left out.
+                or None); the handle is a live object and is left out.
         """
         return {"where": self.where.value, "reason": self.reason,
                 "holder": {**asdict(self.holder), "liveness": self.holder.liveness.value} if self.holder else None}
@@ -81,7 +81,7 @@ class Placement:
 
         Returns:
             ``unassigned`` when nobody holds the lease or its holder is dead,
-            ``elsewhere`` when it is alive, ``after_lease`` when it is remote.
+                ``elsewhere`` when it is alive, ``after_lease`` when it is remote.
         """
         if holder is None:
             why = "nobody runs it yet: the next serve() with its definition resumes it"

@@ -196,7 +196,7 @@ class RedactionPolicy:
 
         Returns:
             A ``RedactionPolicy`` with no secret names, no token patterns and
-            no echo masking.
+                no echo masking.
         """
         return cls(secret_names=frozenset(), token_patterns=(), mask_echoes=False)
 
@@ -249,7 +249,7 @@ class RedactionPolicy:
 
         Returns:
             False when no pattern can match (no hint in ``lower``); True when one
-            may, or when some pattern has no hints.
+                may, or when some pattern has no hints.
         """
         groups = self.hint_groups
         if groups is None:

@@ -104,8 +104,8 @@ class AgentHandle:
 
         Returns:
             The agent's state when it stopped or parked. A state with status
-            ``running`` means this runtime stopped the activation itself
-            (``drain``, leaving ``async with``).
+                ``running`` means this runtime stopped the activation itself
+                (``drain``, leaving ``async with``).
 
         Raises:
             AgentFencedError: Another writer appended to the journal (this
@@ -361,7 +361,7 @@ class Runtime(Inspection):
 
         Returns:
             The live activation's handle; None when the agent is parked or done,
-            when the ``stop`` policy holds it, or while this runtime drains.
+                when the ``stop`` policy holds it, or while this runtime drains.
 
         Raises:
             AgentLeasedError: Another runtime holds the agent's lease (it runs
@@ -444,9 +444,9 @@ class Runtime(Inspection):
 
         Returns:
             A ``LeaseHolder``: owner, worker id, host and pid, expiry (unix
-            seconds) and liveness (``alive``; ``dead``: taken at once by the next
-            resume here or in ``serve``; ``remote``: only the expiry tells). None
-            when nobody holds it or the store has no leases.
+                seconds) and liveness (``alive``; ``dead``: taken at once by the next
+                resume here or in ``serve``; ``remote``: only the expiry tells). None
+                when nobody holds it or the store has no leases.
 
         Raises:
             StoreUnavailableError: The store cannot be reached.
@@ -647,10 +647,10 @@ class Runtime(Inspection):
 
         Returns:
             The state after the decision as a ``CommandResult`` whose
-            ``placement`` says truthfully whether and where the agent runs now
-            (here, in another live runtime, after a remote holder's lease lapses,
-            or not yet: a ``durably.Placement`` whose ``where`` is a
-            ``durably.Where``); every command returns one.
+                ``placement`` says truthfully whether and where the agent runs now
+                (here, in another live runtime, after a remote holder's lease lapses,
+                or not yet: a ``durably.Placement`` whose ``where`` is a
+                ``durably.Where``); every command returns one.
 
         Raises:
             ApprovalAlreadyDecidedError: The approval was decided already,
@@ -710,7 +710,7 @@ class Runtime(Inspection):
 
         Returns:
             The live activation's handle; None when the agent now waits for an
-            approval, or when its definition is not registered here.
+                approval, or when its definition is not registered here.
 
         Raises:
             InvalidCommandError: The agent is not failed.
@@ -806,7 +806,7 @@ class Runtime(Inspection):
 
         Returns:
             One ``durably.SweepItem`` per agent looked at (what was done and
-            why), in the store's listing order.
+                why), in the store's listing order.
 
         Raises:
             StoreUnavailableError: The store cannot be reached.
@@ -823,7 +823,7 @@ class Runtime(Inspection):
 
         Returns:
             One ``durably.ReencryptReport`` per stream, in the store's listing
-            order.
+                order.
 
         Raises:
             InvalidArgumentError: The runtime has no ``encryption`` (a

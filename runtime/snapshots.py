@@ -96,8 +96,8 @@ class SnapshotPolicy:
 
         Returns:
             True when ``every_records`` or ``every_bytes`` is reached and the tail
-            is at least ``tail_ratio`` of the last snapshot (always False when
-            ``every_records`` is 0).
+                is at least ``tail_ratio`` of the last snapshot (always False when
+                ``every_records`` is 0).
         """
         if self.every_records <= 0:
             return False

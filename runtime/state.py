@@ -104,7 +104,7 @@ class AgentState:
 
         Returns:
             One key per field; ``trace`` is left out while None (optional in
-            snapshot-v4.cddl).
+                snapshot-v4.cddl).
         """
         wire = {}
         for f in fields(self):

@@ -189,7 +189,7 @@ class Tool:
 
         Returns:
             A string of the name, the schema (so a changed signature is a
-            definition change), ``requires_approval`` and ``on_unknown_outcome``.
+                definition change), ``requires_approval`` and ``on_unknown_outcome``.
         """
         schema = json.dumps(self.parameters, sort_keys=True, default=str)
         return f"{self.name}|{schema}|{self.requires_approval}|{self.on_unknown_outcome.value}"
@@ -252,7 +252,7 @@ class Tool:
 
         Returns:
             ``stored`` validated into the tool's return annotation (through
-            pydantic); unchanged when the tool declares none.
+                pydantic); unchanged when the tool declares none.
 
         Raises:
             pydantic.ValidationError: ``stored`` does not fit the return type.

@@ -122,8 +122,8 @@ def missing_upcasters() -> list[tuple[int, int]]:
 
     Returns:
         ``(schema_id, version)`` per missing step from ``version``, sorted.
-        Empty when every older version of every schema can be read; a non-empty
-        answer means a version was bumped without its migration.
+            Empty when every older version of every schema can be read; a non-empty
+            answer means a version was bumped without its migration.
     """
     return [
         (schema_id, version)

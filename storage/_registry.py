@@ -46,7 +46,7 @@ def known_schemes() -> list[str]:
 
     Returns:
         The schemes of the installed ``durably.stores`` entry points and of
-        ``register_store``, sorted.
+            ``register_store``, sorted.
     """
     names = {ep.name for ep in _entry_points()}
     return sorted(names | set(_registered))

@@ -282,8 +282,8 @@ class Store(Protocol):
 
         Returns:
             One entry per request, in order: the new last seq (int) on success,
-            or a ``ConflictError`` (returned, not raised) when its expected seq
-            was stale.
+                or a ``ConflictError`` (returned, not raised) when its expected seq
+                was stale.
 
         Raises:
             StoreUnavailableError: When the backend fails; then nothing of the
@@ -317,7 +317,7 @@ class Store(Protocol):
 
         Returns:
             The last seq. It never decreases, also after ``delete_records``
-            removed every record.
+                removed every record.
         """
 
     def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
@@ -335,7 +335,7 @@ class Store(Protocol):
 
         Yields:
             The stored records, in seq order. An unknown stream yields nothing;
-            records deleted by compaction are not yielded.
+                records deleted by compaction are not yielded.
         """
 
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
@@ -474,7 +474,7 @@ class LeaseStore(Store, Protocol):
 
         Returns:
             The lease held now; None when another owner holds one that has not
-            expired (nothing changed).
+                expired (nothing changed).
 
         Raises:
             InvalidRequestError: For ``ttl`` <= 0 or an empty owner (``check_lease``).
@@ -508,8 +508,8 @@ class ChangeSubscription(Protocol):
 
         Returns:
             The streams said to have changed since the last call; None means
-            notifications may have been missed (the feed was down and is back):
-            whatever waits on it must look at every stream once, as it would on a poll.
+                notifications may have been missed (the feed was down and is back):
+                whatever waits on it must look at every stream once, as it would on a poll.
         """
 
 
@@ -579,11 +579,11 @@ class IndexStore(Store, Protocol):
 
         Yields:
             One ``IndexedStream`` per matching stream, in no particular order.
-            Also, with ``entry`` None, every stream with records but no entry
-            (written before the index existed, or by a writer that does not
-            keep it), whatever ``statuses`` says: the caller must read those
-            journals, so no missing entry ever hides a stream. Never a stream
-            that holds only blobs.
+                Also, with ``entry`` None, every stream with records but no entry
+                (written before the index existed, or by a writer that does not
+                keep it), whatever ``statuses`` says: the caller must read those
+                journals, so no missing entry ever hides a stream. Never a stream
+                that holds only blobs.
         """
 
     async def get_index(self, stream: StreamId) -> IndexEntry | None:
@@ -610,8 +610,8 @@ class IndexStore(Store, Protocol):
 
         Returns:
             True if written; False when the stream's last seq is no longer
-            ``at_seq``, or the stream is unknown (``at_seq`` 0 included: an
-            unknown stream is never given an entry).
+                ``at_seq``, or the stream is unknown (``at_seq`` 0 included: an
+                unknown stream is never given an entry).
         """
 
 

@@ -342,6 +342,14 @@ def missing_raises(obj: Any, listed: dict[str, set[str]]) -> str | None:
     return f"Raises: missing {', '.join(missing)}" if missing else None
 
 
+def split_results(sections: list[griffe.DocstringSection]) -> str | None:
+    """A Returns:/Yields: section read as several items: its continuation lines are not indented
+    past the first line, so griffe takes each line for a new return value (one table row each)."""
+    split = [section.kind.value for section in sections
+             if section.kind.value in ("returns", "yields") and len(section.value) > 1]
+    return f"{split[0].capitalize()}: one value written over lines not indented further" if split else None
+
+
 def problems(obj: Any) -> list[str]:
     """What ``obj``'s docstring lacks (empty when it passes)."""
     text = docstring_of(obj)
@@ -353,7 +361,7 @@ def problems(obj: Any) -> list[str]:
     if not (inspect.isclass(obj) and issubclass(obj, BaseException)):  # an error needs only its summary
         listed = listed_names(sections)
         found += [p for p in (missing_parameters(obj, listed), missing_result(obj, listed),
-                              missing_raises(obj, listed)) if p]
+                              missing_raises(obj, listed), split_results(sections)) if p]
     return found + [f"griffe: {message.split(': ', 1)[-1]}" for message in warnings]  # drop "<module>:N: "
 
 

@@ -195,7 +195,7 @@ class PostgresChanges:
 
         Yields:
             The ``ChangeFeed`` (a ``ChangeSubscription``); it stops listening when the block
-            ends.
+                ends.
         """
         self._check_open()
         options = self.options

@@ -83,7 +83,7 @@ class PostgresLeases:
 
         Returns:
             The lease now held by ``owner``, or None when another owner holds an unexpired one
-            (nothing changed).
+                (nothing changed).
 
         Raises:
             InvalidRequestError: For an empty owner or a ttl that is not a finite number > 0

@@ -96,7 +96,7 @@ class PostgresStatusIndex:
 
         Yields:
             An ``IndexedStream`` per stream, with ``entry`` None for a stream that has records
-            but no entry; in agent-id order within each scan, in no order across them.
+                but no entry; in agent-id order within each scan, in no order across them.
 
         Raises:
             InvalidRequestError: When ``page_size`` < 1.
@@ -144,7 +144,7 @@ class PostgresStatusIndex:
 
         Returns:
             True if written; False when a record was appended meanwhile (or the stream is
-            unknown), and nothing changed.
+                unknown), and nothing changed.
 
         Raises:
             InvalidRequestError: When ``entry`` is neither an ``IndexEntry`` nor None.

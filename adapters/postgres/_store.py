@@ -238,7 +238,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
 
         Returns:
             One entry per request, in order: the stream's new last seq, or a ``ConflictError``
-            (returned, not raised) when its expected seq was stale; that request writes nothing.
+                (returned, not raised) when its expected seq was stale; that request writes nothing.
 
         Raises:
             InvalidRequestError: For a malformed request or index entry, before any I/O, or for
@@ -516,7 +516,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
 
         Returns:
             The SHA-256 hex digest of ``data`` (64 lowercase hex characters), its name for
-            ``get_blob``.
+                ``get_blob``.
 
         Raises:
             InvalidRequestError: When ``data`` is not ``bytes``.

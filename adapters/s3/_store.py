@@ -268,8 +268,8 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
 
         Returns:
             One entry per request, in order: the stream's new last seq, or a ``ConflictError``
-            (returned, not raised) when its expected seq was stale or another writer created
-            the batch first.
+                (returned, not raised) when its expected seq was stale or another writer created
+                the batch first.
 
         Raises:
             InvalidRequestError: For a malformed request (``check_append``) or one whose seqs
@@ -572,7 +572,7 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
 
         Returns:
             The SHA-256 hex digest of ``data`` (64 lowercase hex characters), its name for
-            ``get_blob``.
+                ``get_blob``.
 
         Raises:
             InvalidRequestError: When ``data`` is not ``bytes``.
@@ -619,7 +619,7 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
 
         Returns:
             The lease now held by ``owner``, or None when another owner's lease is still held
-            (nothing changed).
+                (nothing changed).
 
         Raises:
             InvalidRequestError: For an empty owner or a ttl that is not a finite number > 0

@@ -71,7 +71,7 @@ class SQLiteStatusIndex:
 
         Yields:
             An ``IndexedStream`` per stream, with ``entry`` None for a stream that has records
-            but no entry; in agent-id order within each scan, in no order across them.
+                but no entry; in agent-id order within each scan, in no order across them.
 
         Raises:
             InvalidRequestError: When ``page_size`` < 1.
@@ -121,7 +121,7 @@ class SQLiteStatusIndex:
 
         Returns:
             True if written; False when a record was appended meanwhile (or the stream is
-            unknown), and nothing changed.
+                unknown), and nothing changed.
 
         Raises:
             InvalidRequestError: When ``entry`` is neither an ``IndexEntry`` nor None.

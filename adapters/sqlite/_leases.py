@@ -182,7 +182,7 @@ class SQLiteLeases:
 
         Returns:
             The lease now held by ``owner``, or None when another owner holds an unexpired
-            one (nothing changed).
+                one (nothing changed).
 
         Raises:
             InvalidRequestError: For an empty owner or a ttl that is not a finite number > 0

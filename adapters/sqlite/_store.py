@@ -349,7 +349,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
 
         Returns:
             One entry per request, in order: the stream's new last seq, or a ``ConflictError``
-            (returned, not raised) when its expected seq was stale; that request writes nothing.
+                (returned, not raised) when its expected seq was stale; that request writes nothing.
 
         Raises:
             InvalidRequestError: For a malformed request (``check_append``), before any I/O.
@@ -655,7 +655,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
 
         Returns:
             None when done (also when the file does not exist yet), else the reason it could
-            not be done, a sentence for the operator.
+                not be done, a sentence for the operator.
         """
         self._check_open()
         rows = await self._fetch("PRAGMA wal_checkpoint(TRUNCATE)", (), writer=True)
@@ -683,7 +683,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
 
         Returns:
             The SHA-256 hex digest of ``data`` (64 lowercase hex characters), its name for
-            ``get_blob``.
+                ``get_blob``.
 
         Raises:
             InvalidRequestError: When ``data`` is not ``bytes``.

@@ -170,8 +170,8 @@ class StoreHarness:
 
         Returns:
             The URL your store class takes as its only argument; None (the
-            default) when not given, and the cross-process checks then fail
-            unless the store declares ``CAP_SINGLE_PROCESS``.
+                default) when not given, and the cross-process checks then fail
+                unless the store declares ``CAP_SINGLE_PROCESS``.
         """
         return None
 
@@ -273,7 +273,7 @@ class StoreHarness:
 
         Returns:
             ``(store class, URL)``: what another OS process needs to build the
-            same store as ``YourClass(url)``.
+                same store as ``YourClass(url)``.
         """
         store = self.make_store(tmp_path)
         if CAP_SINGLE_PROCESS in store.capabilities:

@@ -246,7 +246,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
 
         Returns:
             The checkpoint with its metadata, parent config and pending writes
-            in ``writes_sort_key`` order; None when there is no such checkpoint.
+                in ``writes_sort_key`` order; None when there is no such checkpoint.
 
         Raises:
             CheckpointValueError: A stored value cannot be rebuilt.
