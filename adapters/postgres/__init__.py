@@ -10,7 +10,10 @@ messages or cancels one of its agents. Install with ``pip install
 ``faults`` (errors and retries), ``leases``, ``changes`` (LISTEN/NOTIFY).
 """
 
-from ._faults import PostgresSetupError
-from ._store import PostgresStore
+from durably.errors import ExtraNotInstalledError
+
+with ExtraNotInstalledError.guard(__name__, "postgres", "asyncpg"):
+    from ._faults import PostgresSetupError
+    from ._store import PostgresStore
 
 __all__ = ["PostgresSetupError", "PostgresStore"]

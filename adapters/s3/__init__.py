@@ -5,6 +5,9 @@ the other modules of this package are its parts (requests, batches, windows,
 compaction, snapshots, blobs, streams, leases, keys, retries, uploads, options).
 """
 
-from ._store import S3Store
+from durably.errors import ExtraNotInstalledError
+
+with ExtraNotInstalledError.guard(__name__, "s3", "aiobotocore", "botocore"):
+    from ._store import S3Store
 
 __all__ = ["S3Store"]

@@ -59,9 +59,12 @@ the names their audience needs.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:  # for annotations only: this module imports nothing of durably when it runs
+    from collections.abc import Iterator
+
     from durably._runtime.state import AgentState
     from durably.storage._spi import StreamId
 
@@ -600,6 +603,39 @@ class ExtraNotInstalledError(DurablyError, ImportError):
         module = missing.name or str(missing)
         return cls(f"{feature} needs the {extra} extra: pip install 'durably[{extra}]' ({module} is not installed)",
                    extra=extra, name=missing.name)
+
+    @classmethod
+    @contextmanager
+    def guard(cls, feature: str, extra: str, *modules: str) -> Iterator[None]:
+        """Turn a ``ModuleNotFoundError`` for one of ``modules`` raised in the block into this error.
+
+        Wraps the imports of a feature that needs an optional extra::
+
+            with ExtraNotInstalledError.guard("durably.adapters.s3", "s3", "aiobotocore", "botocore"):
+                from ._store import S3Store
+
+        Only a missing module that is (or is inside) one of ``modules``, the extra's
+        own libraries, is translated; any other ``ImportError`` (a bug in durably, a
+        broken install) propagates as itself.
+
+        Args:
+            feature: What needs the extra, e.g. ``durably.adapters.s3``.
+            extra: The extra's name, e.g. ``s3``.
+            *modules: The top-level modules the extra installs, e.g. ``aiobotocore``.
+
+        Yields:
+            Nothing: the block runs inside.
+
+        Raises:
+            ExtraNotInstalledError: One of ``modules`` is not installed; the
+                ``ModuleNotFoundError`` is its ``__cause__``.
+        """
+        try:
+            yield
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] not in modules:
+                raise
+            raise cls.of(feature, extra, exc) from exc
 
 
 class ConsoleNotInstalledError(ExtraNotInstalledError):

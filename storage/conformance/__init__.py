@@ -21,7 +21,10 @@ your store, worker processes SIGKILLed at every journal boundary.
 
 from typing import TYPE_CHECKING
 
-import pytest
+from durably.errors import ExtraNotInstalledError
+
+with ExtraNotInstalledError.guard(__name__, "testing", "pytest", "_pytest"):
+    import pytest
 
 # The checks live in this package, not in the user's test module, so ask pytest to
 # rewrite their asserts too: failures then show the compared values.

@@ -17,8 +17,11 @@ from ._errors import (
     InvalidThreadIdError,
     SyncCallOnLoopError,
 )
-from ._importer import ImportedThread, ImportSourceError, import_sqlite_threads
-from ._saver import DurablySaver
+from durably.errors import ExtraNotInstalledError
+
+with ExtraNotInstalledError.guard(__name__, "langgraph", "langgraph", "langchain_core"):
+    from ._importer import ImportedThread, ImportSourceError, import_sqlite_threads
+    from ._saver import DurablySaver
 
 __all__ = [
     "CheckpointValueError", "DurablySaver", "ForeignLoopError", "ImportSourceError", "ImportedThread",
