@@ -72,9 +72,9 @@ class HistoryPolicy:
             messages are replaced by nothing).
 
     Raises:
-        InvalidArgumentError: ``max_messages`` or ``keep_recent`` is not an int
-            >= 0, or not 0 < ``keep_recent`` <= ``max_messages`` - 4 (room for the
-            system prompt, the task, a summary, and something to drop).
+        InvalidArgumentError: ``max_messages`` or ``keep_recent`` is not an int of
+            at least 0, or ``keep_recent`` is not in 1..``max_messages - 4`` (room for
+            the system prompt, the task, a summary, and something to drop).
     """
 
     max_messages: int = 200

@@ -33,11 +33,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
-    """Who runs the agent now: ``owner`` (the runtime's lease owner name,
-    ``worker_id/nonce@host:pid:start:boot:pidns``, read by ``Runtime.lease_holder`` as a ``durably.LeaseHolder``),
-    ``expires_at`` (unix seconds), ``token`` (the fencing token), ``dead`` (True
-    when the owner is a process of this host that no longer exists, or an earlier
-    incarnation of a reused pid: the next resume or ``serve`` takes its agents at once)."""
+    """Who runs the agent now (``AgentDescription.lease``).
+
+    Attributes:
+        owner: The runtime's lease owner name, ``worker_id/nonce@host:pid:start:boot:pidns``
+            (``Runtime.lease_holder`` reads it as a ``durably.LeaseHolder``).
+        expires_at: When the lease expires, in unix seconds.
+        token: The lease's fencing token.
+        dead: True when the owner is a process of this host that no longer exists, or an
+            earlier incarnation of a reused pid: the next resume or ``serve`` takes its agents at once.
+    """
 
     owner: str
     expires_at: float

@@ -1,11 +1,15 @@
 """durably.schemas: the versioned record and snapshot schemas and their upcasters.
 
-Upcaster authors import from here::
+Upcaster authors import from here:
 
-    from durably.schemas import RECORD_SCHEMA_ID, upcaster
+```python
+from durably.schemas import RECORD_SCHEMA_ID, upcaster
+```
 
-``records`` holds the record kinds and wire shapes (CDDL beside it),
-``upcasters`` the registry that lifts old versions on read.
+``Kind`` names the record kinds, ``RECORD_SCHEMA_ID`` / ``SNAPSHOT_SCHEMA_ID``
+and ``CURRENT_VERSIONS`` the schemas and the versions this build writes (the
+CDDL texts ship beside this module, ``record-vN.cddl``), and ``upcaster``
+registers a step that lifts an old version on read.
 """
 
 from ._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind

@@ -8,6 +8,7 @@ internal to durably.
 
 from ._base import StoreBase
 from ._errors import (
+    ArgumentTypeError,
     BlobNotFoundError,
     CodecError,
     ConflictError,
@@ -16,6 +17,7 @@ from ._errors import (
     DurablyError,
     EncryptionRequiredError,
     FrameLimitError,
+    InvalidArgumentError,
     InvalidRequestError,
     InvalidStoreURLError,
     StoreClosedError,
@@ -36,7 +38,7 @@ from ._spi import IndexedStream, IndexEntry, IndexStore, supports_status_index
 
 __all__ = [
     "CAP_BLOBS", "CAP_CHANGES", "CAP_LEASES", "CAP_SINGLE_PROCESS", "ChangeStore", "ChangeSubscription", "AppendRequest", "Lease", "LeaseStore", "BlobNotFoundError", "BlobStore", "CodecError", "ConflictError", "CorruptRecordError",
-    "DecryptionError", "DurablyError", "EncryptionRequiredError", "FrameLimitError", "InvalidRequestError", "InvalidStoreURLError", "Store", "StoreBase", "StoreClosedError", "StoreError",
+    "ArgumentTypeError", "DecryptionError", "DurablyError", "EncryptionRequiredError", "FrameLimitError", "InvalidArgumentError", "InvalidRequestError", "InvalidStoreURLError", "Store", "StoreBase", "StoreClosedError", "StoreError",
     "StoreUnavailableError", "StoredRecord", "StoredSnapshot", "StreamId", "TruncatedRecordError",
     "UnencodableValueError", "UnknownDictionaryError", "UnknownKeyError", "UnknownSchemaVersionError", "UnknownSchemeError", "UnsafeCompactionError",
     "check_append", "check_lease", "known_schemes", "open_store", "register_store",

@@ -275,23 +275,55 @@ def _largest_part(value: Any, path: str, limit: int) -> tuple[str, int]:
 
 
 class FrameCipher(Protocol):
-    """Authenticated encryption of frame payloads; ``durably.storage._crypto.AESGCMCipher`` is one.
+    """Authenticated encryption of frame payloads; ``durably.AESGCMCipher`` is one.
 
-    ``required``: decoding refuses plaintext frames (``EncryptionRequiredError``).
-    ``current_key_id()`` names the key ``seal`` uses now (what re-encryption moves frames to);
-    ``seal(payload, aad)`` returns the sealed bytes (they name their key id);
-    ``open(sealed, aad, stream=, seq=)`` returns the payload or raises
-    ``DecryptionError`` (``UnknownKeyError`` for a key id it cannot get).
-    Both may be called from several threads at once.
+    Implement it to bring your own KMS or envelope scheme. Every method may be
+    called from several threads at once. The associated data binds a frame to
+    its namespace, agent id and seq, so a frame copied elsewhere fails to open.
+
+    Attributes:
+        required: When True, decoding refuses plaintext frames (``EncryptionRequiredError``).
     """
 
     required: bool
 
-    def current_key_id(self) -> str: ...
+    def current_key_id(self) -> str:
+        """The id of the key ``seal`` uses now (what re-encryption moves frames to).
 
-    def seal(self, payload: bytes, aad: bytes) -> bytes: ...
+        Returns:
+            A short key id; sealed bytes name it, so ``open`` can find the key later.
+        """
+        ...
 
-    def open(self, sealed: bytes, aad: bytes, *, stream: StreamId | None = None, seq: int | None = None) -> bytes: ...
+    def seal(self, payload: bytes, aad: bytes) -> bytes:
+        """Encrypt and authenticate one frame payload.
+
+        Args:
+            payload: The compressed CBOR payload.
+            aad: The associated data to authenticate with it (the frame's header and place).
+
+        Returns:
+            The sealed bytes, naming the key id they were sealed under.
+        """
+        ...
+
+    def open(self, sealed: bytes, aad: bytes, *, stream: StreamId | None = None, seq: int | None = None) -> bytes:
+        """Decrypt and verify one sealed payload.
+
+        Args:
+            sealed: What ``seal`` returned.
+            aad: The associated data it was sealed with.
+            stream: The frame's stream, for the error message.
+            seq: The frame's seq, for the error message.
+
+        Returns:
+            The payload.
+
+        Raises:
+            DecryptionError: The tag does not verify (tampered, moved, or another key).
+            UnknownKeyError: The key id it names cannot be had from the key provider.
+        """
+        ...
 
 
 def associated_data(flags: int, schema_id: int, schema_version: int, raw_size: int, stream: StreamId, seq: int,

@@ -3,13 +3,15 @@
 Every failure a caller can act on has its own class, so a caller never has to
 parse a message: a stale writer gets ``ConflictError``, bit rot gets
 ``CorruptRecordError``, an outage gets ``StoreUnavailableError``, a URL an
-adapter cannot use ``InvalidStoreURLError``. The one hierarchy of every durably
+adapter cannot use ``InvalidStoreURLError``, a bad argument to a shared
+value type (``StreamId``) ``InvalidArgumentError`` or ``ArgumentTypeError``. The one hierarchy of every durably
 error is ``durably.errors``; this module re-exports the part the SPI speaks.
 """
 
 from __future__ import annotations
 
 from durably.errors import (
+    ArgumentTypeError,
     BlobNotFoundError,
     CodecError,
     ConflictError,
@@ -18,6 +20,7 @@ from durably.errors import (
     DurablyError,
     EncryptionRequiredError,
     FrameLimitError,
+    InvalidArgumentError,
     InvalidRequestError,
     InvalidStoreURLError,
     StoreClosedError,
@@ -33,6 +36,7 @@ from durably.errors import (
 )
 
 __all__ = [
+    "ArgumentTypeError",
     "BlobNotFoundError",
     "CodecError",
     "ConflictError",
@@ -41,6 +45,7 @@ __all__ = [
     "DurablyError",
     "EncryptionRequiredError",
     "FrameLimitError",
+    "InvalidArgumentError",
     "InvalidRequestError",
     "InvalidStoreURLError",
     "StoreClosedError",

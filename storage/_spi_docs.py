@@ -46,10 +46,11 @@ def _markdown(text: str) -> str:
 
 
 def _signature(function: Callable[..., object]) -> str:
-    parameters = list(inspect.signature(function).parameters.values())
-    shown = [p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
-             for p in parameters if p.name != "self"]
-    return f"{function.__name__}({', '.join(shown)})"
+    """``name(a, b=1, *, c=2)``: the parameters as a caller writes them (keyword-only after ``*``)."""
+    signature = inspect.signature(function)
+    shown = inspect.Signature([p.replace(annotation=inspect.Parameter.empty)
+                               for p in signature.parameters.values() if p.name != "self"])
+    return f"{function.__name__}{shown}"
 
 
 def contract_rows() -> list[tuple[str, str]]:

@@ -2,9 +2,11 @@
 
 Every step an agent takes is written to a journal before it is acknowledged, so
 a crash, a deploy or a long approval wait becomes a pause, not a restart. Service
-builders import everything from here::
+builders import everything from here:
 
-    from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+```python
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+```
 
 Adapter authors import from ``durably.storage`` (the SPI, its errors, the URL
 registry) and ``durably.storage.conformance`` (the test kit). Model adapters are
@@ -97,12 +99,14 @@ _LAZY: dict[str, str] = {
     "RedactionPolicy": "durably._runtime.redaction",
     "ephemeral": "durably._runtime.redaction",
     "AgentDescription": "durably._runtime.describe",
+    "LeaseInfo": "durably._runtime.describe",
     "HistoryEntry": "durably._runtime.history",
     "StatusChange": "durably._runtime.watch",
     "CommandResult": "durably._runtime.placement",
     "Placement": "durably._runtime.placement",
     "Where": "durably._runtime.placement",
     "LeaseHolder": "durably._runtime.owner",
+    "Liveness": "durably._runtime.owner",
     "ReencryptReport": "durably._runtime.reencrypt",
     "AESGCMCipher": "durably.storage._crypto",
     "EnvKeyProvider": "durably.storage._crypto",
@@ -110,15 +114,16 @@ _LAZY: dict[str, str] = {
     "KeyProvider": "durably.storage._crypto",
     "generate_key": "durably.storage._crypto",
     "open_store": "durably.storage._registry",
+    "FrameCipher": "durably.storage._codec",
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the API reference
     from durably._runtime.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
-    from durably._runtime.describe import AgentDescription
+    from durably._runtime.describe import AgentDescription, LeaseInfo
     from durably._runtime.history import HistoryEntry
     from durably._runtime.model import Model, ModelResponse, ToolCall, Usage
     from durably._runtime.model_retry import RetryPolicy
-    from durably._runtime.owner import LeaseHolder
+    from durably._runtime.owner import LeaseHolder, Liveness
     from durably._runtime.placement import CommandResult, Placement, Where
     from durably._runtime.redaction import Redact, RedactionPolicy, ephemeral
     from durably._runtime.reencrypt import ReencryptReport
@@ -129,6 +134,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably._runtime.tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
     from durably._runtime.watch import StatusChange
     from durably.storage._crypto import AESGCMCipher, EnvKeyProvider, KeyProvider, StaticKeyProvider, generate_key
+    from durably.storage._codec import FrameCipher
     from durably.storage._registry import open_store
 
     __version__: str
@@ -186,6 +192,7 @@ __all__ = [
     "EncryptionRequiredError",
     "EnvKeyProvider",
     "ExtraNotInstalledError",
+    "FrameCipher",
     "FrameLimitError",
     "HistoryEntry",
     "HistoryPolicy",
@@ -197,6 +204,8 @@ __all__ = [
     "KeyConfigError",
     "KeyProvider",
     "LeaseHolder",
+    "LeaseInfo",
+    "Liveness",
     "MissingUpcasterError",
     "Model",
     "ModelReplyError",

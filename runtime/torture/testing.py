@@ -28,11 +28,40 @@ from .harness import run_torture
 class TortureConformance:
     """SIGKILL worker processes of a real agent on your store; every invariant must hold.
 
-    Override ``store_url(tmp_path) -> str`` (a fresh location per test). Settings:
-    ``torture_kills`` (200), ``torture_workers`` (2: takeovers between them),
-    ``torture_seed`` (0), ``torture_agents`` (4 per generation), ``torture_steps``
-    (5 tool calls per agent) and ``store_class`` (None: ``open_store(url)`` finds
-    your adapter by its scheme; else the class, importable by module and name).
+    Subclass it in a test module of its own (name the subclass ``Test...``) and
+    give the URL of a fresh location:
+
+    ```python
+    from durably.storage.conformance import TortureConformance
+
+    class TestMyStoreUnderTorture(TortureConformance):
+        torture_kills = 200
+
+        def store_url(self, tmp_path):
+            return f"myscheme://{tmp_path}"
+    ```
+
+    The subclass adds one test, ``test_torture_keeps_every_invariant``: worker
+    processes run agents on your store and are SIGKILLed ``torture_kills`` times
+    (at every journal boundary and at random moments), then one worker that is
+    never killed finishes everything, and the run is judged (no acknowledged
+    record lost, no effect twice under ``reconcile``/``fail``, the final states
+    equal an uninterrupted run's, nothing stuck). 200 kills take minutes: mark
+    the module as slow if your suite must stay quick. A store that declares
+    ``CAP_SINGLE_PROCESS`` (``memory://``) is refused: the workers are other
+    processes. The same run is ``durably torture --store URL --kills N``.
+
+    Attributes:
+        torture_kills: SIGKILLs in all (default 200).
+        torture_workers: Worker processes at once (default 2: takeovers between them).
+        torture_seed: Seed of the crash plans (default 0: the same run each time).
+        torture_agents: Agents per generation (default 4).
+        torture_steps: Tool calls per agent (default 5).
+        store_class: None: the workers find your adapter by its URL scheme through
+            the ``durably.stores`` entry point, so it must be installed; else your
+            store class, which the workers import by its module and name (needed
+            when your adapter is registered with ``register_store`` in the test
+            process only: that registration does not reach the workers).
     """
 
     torture_kills: int = 200

@@ -1,13 +1,19 @@
 """The storage adapter conformance kit: every promise of ``durably.storage.Store``, as pytest tests.
 
 Subclass ``StoreConformance`` in a test module, name the subclass ``Test...``
-and say how to build your store for a location::
+and give the URL of a fresh location (other OS processes open it too):
 
-    from durably.storage.conformance import StoreConformance
+```python
+from durably.storage.conformance import StoreConformance
 
-    class TestMyStore(StoreConformance):
-        def make_store(self, tmp_path):
-            return MyStore(f"my://{tmp_path}")
+class TestMyStore(StoreConformance):
+    def store_url(self, tmp_path):
+        return f"myscheme://{tmp_path}"
+```
+
+Override ``make_store(tmp_path)`` as well only when a store is not simply
+``open_store(store_url(tmp_path))``; without ``store_url`` the checks that
+need other processes fail and say so.
 
 Run it with ``pytest -rs`` to see the reasons of skipped checks (optional
 capabilities your store does not declare). The async checks run on anyio's
@@ -16,7 +22,8 @@ interfere in either of its modes. The same idea as Akka Persistence's plugin TCK
 and the eventsourcing library's recorder test cases. See docs/writing-an-adapter.md.
 
 ``TortureConformance`` is the crash-torture kit as a pytest check: real agents on
-your store, worker processes SIGKILLed at every journal boundary.
+your store, worker processes SIGKILLed at every journal boundary (see its
+docstring: it runs for minutes, so keep it in a test module of its own).
 """
 
 from typing import TYPE_CHECKING

@@ -1,9 +1,11 @@
 """durably.integrations.langgraph: LangGraph checkpoints on durably's journal.
 
-``DurablySaver`` is a LangGraph ``BaseCheckpointSaver`` over any durably store::
+``DurablySaver`` is a LangGraph ``BaseCheckpointSaver`` over any durably store:
 
-    from durably.integrations.langgraph import DurablySaver
-    graph = builder.compile(checkpointer=DurablySaver.from_url("sqlite:///agents.db"))
+```python
+from durably.integrations.langgraph import DurablySaver
+graph = builder.compile(checkpointer=DurablySaver.from_url("sqlite:///agents.db"))
+```
 
 ``import_sqlite_threads`` copies the threads of a LangGraph SQLite checkpoint
 database (``AsyncSqliteSaver`` / ``SqliteSaver``) into a ``DurablySaver``.
