@@ -22,6 +22,9 @@ def test_docs_build_strict(tmp_path: Path) -> None:
     for page, anchor in [("storage", "durably.storage.Store"), ("conformance", "durably.storage.conformance.TortureConformance"),
                          ("conformance", "durably.storage.conformance.StoreConformance"), ("schemas", "durably.schemas.upcaster"),
                          ("models", "durably.models.openai.OpenAIChatModel"), ("models", "durably.models.anthropic.AnthropicModel"),
-                         ("langgraph", "durably.integrations.langgraph.DurablySaver")]:
+                         ("langgraph", "durably.integrations.langgraph.DurablySaver"),
+                         ("durably", "durably.Runtime.wait"),  # inherited from the internal Inspection mixin
+                         ("schemas", "durably.schemas.RECORD_SCHEMA_ID"), ("schemas", "durably.schemas.Kind.TOOL_RESULT"),
+                         ("storage", "durably.storage.CAP_LEASES")]:
         html = (tmp_path / "site" / "reference" / page / "index.html").read_text(encoding="utf-8")
         assert f'id="{anchor}"' in html, anchor
