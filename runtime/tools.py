@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -82,6 +83,22 @@ def idempotency_key(namespace: str, agent_id: str, run_id: str, call_id: str) ->
 Reconciler = Callable[[ToolContext], Awaitable["Reconciled | None"]]
 
 
+#: The tool names every model API accepts (OpenAI's and Anthropic's function names).
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _check_name(name: object) -> str:
+    """``name`` if it is a tool name a model can call; raises ``ArgumentTypeError`` (a
+    ``TypeError``) for a non-str and ``InvalidArgumentError`` (a ``ValueError``) for any
+    other str. The one check of ``Tool`` and ``tool``."""
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"a tool's name must be a str, got {type(name).__name__} {name!r}")
+    if not _TOOL_NAME.fullmatch(name):
+        raise InvalidArgumentError(f"tool name {name!r} is not one a model can call: 1 to 64 ASCII letters, digits, "
+                                   "'_' or '-'")
+    return name
+
+
 def _policy(tool_name: str, value: Any) -> OnUnknownOutcome:
     """``value`` as an ``OnUnknownOutcome``; raises ``InvalidArgumentError`` (a ``ValueError``) naming the tool and the valid values."""
     try:
@@ -131,13 +148,13 @@ class Tool:
             of the same model turn.
 
     Raises:
-        ArgumentTypeError: ``fn`` is not a function (or is already a ``Tool``),
-            ``name`` is not a non-empty str, ``reconcile`` is not an async
-            function, or the signature is one a model cannot call (a
-            ``TypeError``).
-        InvalidArgumentError: ``reconcile`` policy without a hook, or an
-            ``on_unknown_outcome`` that is not a policy (the message lists them;
-            a ``ValueError``).
+        ArgumentTypeError: ``name`` is not a str, ``fn`` is not a function (or
+            is already a ``Tool``), ``reconcile`` is not an async function, or
+            the signature is one a model cannot call (a ``TypeError``).
+        InvalidArgumentError: ``name`` is not one a model can call (1 to 64
+            ASCII letters, digits, ``_`` or ``-``), ``reconcile`` policy without
+            a hook, or an ``on_unknown_outcome`` that is not a policy (the message
+            lists them; a ``ValueError``).
     """
 
     name: str
@@ -153,10 +170,9 @@ class Tool:
     _is_async: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        _check_name(self.name)
         if isinstance(self.fn, Tool) or not callable(self.fn):
             raise ArgumentTypeError(f"tool {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
-        if not isinstance(self.name, str) or not self.name:
-            raise ArgumentTypeError(f"a tool needs a non-empty str name, got {self.name!r}")
         object.__setattr__(self, "on_unknown_outcome", _policy(self.name, self.on_unknown_outcome))
         if self.on_unknown_outcome is OnUnknownOutcome.RECONCILE and self.reconcile is None:
             raise InvalidArgumentError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")
@@ -300,9 +316,14 @@ def tool(name: str | Callable[..., Any] | None = None, *, description: str | Non
         The ``Tool`` (bare use), or a decorator returning it.
 
     Raises:
-        TypeError: Decorating something that is not a function, or a tool;
-            a signature with no JSON Schema. Raised at decoration time.
-        ValueError: As ``Tool`` raises, e.g. ``reconcile`` policy without a hook.
+        ArgumentTypeError: ``name`` is not a str (when ``tool(...)`` is
+            called), or the decorated object is not a function or is already a
+            tool, or its signature has no JSON Schema (a ``TypeError``, at
+            decoration time).
+        InvalidArgumentError: ``name`` is not one a model can call (1 to 64
+            ASCII letters, digits, ``_`` or ``-``); a lambda (or any function
+            whose own name is not one) decorated without ``name=``; or as ``Tool``
+            raises, e.g. ``reconcile`` policy without a hook (a ``ValueError``).
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
@@ -310,7 +331,15 @@ def tool(name: str | Callable[..., Any] | None = None, *, description: str | Non
             raise ArgumentTypeError(f"{fn.name!r} is already a tool")
         if not callable(fn):
             raise ArgumentTypeError(f"@tool decorates a function, got {type(fn).__name__}")
-        tool_name = name if isinstance(name, str) and name else fn.__name__
+        if name is None:
+            own = getattr(fn, "__name__", None)
+            if not isinstance(own, str) or not _TOOL_NAME.fullmatch(own):
+                problem = (f"a {type(fn).__name__} has no __name__" if not isinstance(own, str) else
+                           f"{own!r} is not a tool name a model can call (1 to 64 ASCII letters, digits, '_' or '-')")
+                raise InvalidArgumentError(f"{problem}: pass name=, e.g. @tool(name=\"lookup_order\")")
+            tool_name = own
+        else:
+            tool_name = _check_name(name)
         return Tool(name=tool_name, fn=fn, description=description, parameters=parameters,
                     requires_approval=requires_approval, on_unknown_outcome=_policy(tool_name, on_unknown_outcome),
                     reconcile=reconcile, sequential=sequential)
@@ -318,4 +347,6 @@ def tool(name: str | Callable[..., Any] | None = None, *, description: str | Non
     if callable(name) and not isinstance(name, str):
         fn, name = name, None
         return wrap(fn)
+    if name is not None:
+        _check_name(name)  # now, not when the decorator runs: tool(42) fails where it is written
     return wrap

@@ -74,6 +74,10 @@ BAD_VALUES: list[tuple[str, Callable[[], object]]] = [
     ("reencrypt without a cipher", _reencrypt_without_cipher),
     ("status index rebuild on a store without one", _rebuild_without_index),
     ("StreamId('', 'a')", lambda: StreamId("", "a")),
+    ("Tool(name='')", lambda: durably.Tool("", _lookup)),
+    ("tool('')", lambda: durably.tool("")(_lookup)),
+    ("tool('look up')", lambda: durably.tool("look up")(_lookup)),
+    ("tool(a lambda)", lambda: durably.tool(lambda order_id: order_id)),
 ]
 
 BAD_TYPES: list[tuple[str, Callable[[], object]]] = [
@@ -83,7 +87,8 @@ BAD_TYPES: list[tuple[str, Callable[[], object]]] = [
      lambda: durably.AgentDefinition("a", _EchoModel(), tools=[_lookup])),  # type: ignore[list-item]
     ("@tool on a non-function", lambda: durably.tool()(42)),  # type: ignore[arg-type]
     ("@tool on a tool", lambda: durably.tool()(durably.tool(_lookup))),
-    ("Tool(name='')", lambda: durably.Tool("", _lookup)),
+    ("Tool(name=42)", lambda: durably.Tool(42, _lookup)),  # type: ignore[arg-type]
+    ("tool(42)", lambda: durably.tool(42)(_lookup)),  # type: ignore[call-overload]
     ("Tool(fn not a function)", lambda: durably.Tool("t", 42)),  # type: ignore[arg-type]
     ("EnvKeyProvider(not a mapping)", lambda: durably.EnvKeyProvider(123)),  # type: ignore[arg-type]
 ]

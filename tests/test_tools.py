@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import functools
 import threading
 import uuid
 from decimal import Decimal
@@ -233,11 +234,47 @@ def test_definitions_and_tools_are_checked_when_built() -> None:
     with pytest.raises(ValueError, match="reconcile policy needs a reconcile hook"):
         tool(on_unknown_outcome="reconcile")(fn)
     with pytest.raises(TypeError, match="cannot be passed by keyword"):
-        tool(lambda x, /: x)
+        tool(name="positional")(lambda x, /: x)
     with pytest.raises(TypeError, match="fn must be a function"):
         Tool(name="t", fn=42)
     with pytest.raises(ValueError, match="max_parallel_tools"):
         AgentDefinition(name="d", model=ScriptModel([]), max_parallel_tools=0)
+
+
+def test_tool_checks_its_name_as_tool_does() -> None:
+    """``tool(...)`` refuses the names ``Tool`` refuses, instead of falling back to the function's name."""
+    from durably.errors import ArgumentTypeError, InvalidArgumentError
+
+    async def lookup(order_id: str) -> str:
+        return order_id
+
+    for bad in (42, b"lookup", ["lookup"]):
+        with pytest.raises(ArgumentTypeError, match="name must be a str"):
+            tool(bad)(lookup)  # type: ignore[call-overload]
+        with pytest.raises(ArgumentTypeError, match="name must be a str"):
+            tool(name=bad)(lookup)  # type: ignore[arg-type]
+        with pytest.raises(ArgumentTypeError, match="name must be a str"):
+            Tool(bad, lookup)  # type: ignore[arg-type]
+    for bad in ("", "look up", "orders.lookup", "<lambda>", "x" * 65, "naïve"):
+        with pytest.raises(InvalidArgumentError, match="letters, digits"):
+            tool(bad)(lookup)
+        with pytest.raises(InvalidArgumentError, match="letters, digits"):
+            Tool(bad, lookup)
+    with pytest.raises(InvalidArgumentError, match=r"pass name="):
+        tool(lambda order_id: order_id)
+    with pytest.raises(InvalidArgumentError, match=r"pass name="):
+        tool()(lambda order_id: order_id)
+    with pytest.raises(InvalidArgumentError, match=r"pass name="):
+        tool(requires_approval=True)(lambda order_id: order_id)
+    with pytest.raises(InvalidArgumentError, match=r"a partial has no __name__: pass name="):
+        tool(functools.partial(lookup, order_id="o1"))
+
+    assert tool(lookup).name == "lookup"
+    assert tool()(lookup).name == "lookup"
+    assert tool(name="find-order_2")(lookup).name == "find-order_2"
+    assert tool("find")(lookup).name == "find"
+    assert tool(name="find")(lambda order_id: order_id).name == "find"
+    assert Tool("x" * 64, lookup).name == "x" * 64
 
 
 async def test_run_with_an_existing_id_and_another_task_or_definition_is_refused() -> None:
