@@ -26,8 +26,8 @@ class Budget:
         cost_usd: US dollars as the model reports them in ``Usage.cost_usd``, or None.
 
     Raises:
-        ValueError: A figure that is not a finite number >= 0 (an int for
-            ``steps`` and ``tokens``).
+        InvalidArgumentError: A ``ValueError``: a figure that is not a finite number
+            of at least 0 (an int for ``steps`` and ``tokens``).
     """
 
     steps: int | None = None
@@ -168,10 +168,10 @@ class AgentDefinition:
         max_parallel_tools: How many calls of one model turn run at once.
 
     Raises:
-        TypeError: A missing model (or one without an async ``respond``), a tool
+        ArgumentTypeError: A ``TypeError``: a missing model (or one without an async ``respond``), a tool
             list holding something other than ``Tool`` objects (a bare function:
             decorate it with ``@tool``), a non-str name.
-        ValueError: Duplicate tool names, ``migrate`` without a hook, a
+        InvalidArgumentError: A ``ValueError``: duplicate tool names, ``migrate`` without a hook, a
             ``max_parallel_tools`` below 1. A ``reconcile`` policy without a hook
             is refused by ``Tool`` itself.
     """

@@ -156,7 +156,7 @@ class Runtime(Inspection):
             read here) for the metrics listed on the Telemetry page of the docs.
 
     Raises:
-        ValueError: ``lease_ttl`` is not a finite number >= 0.
+        InvalidArgumentError: A ``ValueError``: ``lease_ttl`` is not a finite number >= 0.
         InvalidStoreError: ``store`` is neither a URL nor a ``Store`` (also a ``TypeError``).
         RuntimeNotStartedError: from every method but ``register`` and ``stream``,
             called before the runtime is entered.

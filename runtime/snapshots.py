@@ -68,7 +68,8 @@ class SnapshotPolicy:
             an audit trail).
 
     Raises:
-        ValueError: A figure that is not a finite number >= 0, or ``keep`` < 1.
+        InvalidArgumentError: A ``ValueError``: a figure that is not a finite number >= 0,
+            or ``keep`` < 1.
     """
 
     every_records: int = 200

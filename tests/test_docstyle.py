@@ -44,6 +44,7 @@ import importlib
 import inspect
 import logging
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -356,6 +357,8 @@ def problems(obj: Any) -> list[str]:
     with griffe_warnings() as warnings:
         sections = griffe.Docstring(text, parent=griffe_parent(obj)).parse("google")
     found = []
+    if re.search(r"^\s*>", text, re.M):  # Markdown reads it as a quote: "x\n    >= 0" renders as "x" + a quote
+        found.append("a line starts with '>' (Markdown makes it a quote: reword)")
     if not (sections and sections[0].kind.value == "text" and sections[0].value.strip()):
         found.append("no summary line" if text else "no docstring")
     if not (inspect.isclass(obj) and issubclass(obj, BaseException)):  # an error needs only its summary
