@@ -24,11 +24,11 @@ import socket
 import uuid
 import weakref
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from durably.storage._spi import Lease
 
-class Liveness(str, Enum):
+class Liveness(StrEnum):
     """``ALIVE``: a process of this host that runs; ``DEAD``: a process of this host
     that is gone (or a previous incarnation of a reused pid); ``REMOTE``: another
     host (or an owner string this build cannot read): only its lease expiry tells."""

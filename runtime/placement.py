@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .errors import AgentFencedError, AgentLeasedError
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .runtime import AgentHandle, Runtime
 
 
-class Where(str, Enum):
+class Where(StrEnum):
     """Where an agent runs after a command (public as ``durably.Where``; a ``str``, so
     ``placement.where == "here"`` works too): ``HERE``, ``ELSEWHERE``, ``AFTER_LEASE``,
     ``UNASSIGNED``, ``NOT_RUNNING``, as the module docstring explains."""
