@@ -53,7 +53,7 @@ def header_fields(frame: bytes) -> dict[str, Any]:
 @cache
 def shipped_dictionaries() -> dict[int, bytes]:
     """Every ``*.zdict`` file durably ships, by the id its own zstd header names (as ``frame.cddl`` says)."""
-    folder = importlib.resources.files("durably.storage") / "dictionaries"
+    folder = importlib.resources.files("durably.storage._dictionaries")
     files = [entry.read_bytes() for entry in folder.iterdir() if entry.name.endswith(".zdict")]
     return {zstandard.ZstdCompressionDict(data).dict_id(): data for data in files}
 
