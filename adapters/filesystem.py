@@ -139,7 +139,7 @@ def _read_batch(path: Path) -> list[bytes]:
 
 
 class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore):  # the index: adapters/_filesystem_index.py
-    """A ``Store`` in a local directory: ``file:///abs/path`` or ``file:relative/path``.
+    """A ``Store`` in a local directory: ``file:///abs/path``.
 
     Safe for many tasks and many processes on one directory (a local filesystem
     with hard links and atomic rename: ext4, xfs, apfs, ntfs). Not for network
@@ -152,17 +152,16 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
     (``_filesystem_index``), not leases.
 
     Args:
-        url: ``file:///abs/path`` (RFC 8089; host empty or ``localhost``) or
-            ``file:relative/path``; ``?create=1`` lets ``open()`` create missing
-            parent directories.
+        url: ``file:///abs/path`` (RFC 8089; host empty or ``localhost``);
+            ``?create=1`` lets ``open()`` create missing parent directories.
 
     Attributes:
         root: The store's directory.
         create: Whether ``open()`` creates missing parent directories (``?create=1``).
 
     Raises:
-        InvalidStoreURLError: A ``ValueError``: the URL names a remote host or no
-            path, or has an unknown option. ``open()`` raises it too when the
+        InvalidStoreURLError: A ``ValueError``: the URL names a remote host, no
+            path or the filesystem root, or has an unknown option. ``open()`` raises it too when the
             directory's parent does not exist and the URL lacks ``?create=1``.
     """
 
@@ -174,6 +173,8 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
         if parsed.netloc not in ("", "localhost") or not parsed.path:
             raise InvalidStoreURLError(f"expected file:///path/to/dir, got {url!r}", url=url)
         self.root = Path(url2pathname(parsed.path))
+        if self.root == Path(self.root.anchor):  # file:/// would spread streams/ and index/ over "/"
+            raise InvalidStoreURLError(f"{url!r} names the filesystem root; give a directory of its own", url=url)
         self.create = parsed.options.get(CREATE, False)
 
     def _location(self) -> str:

@@ -13,10 +13,10 @@ the URL as its only positional argument and implement the SPI.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
-from ._errors import UnknownSchemeError
+from ._errors import InvalidStoreURLError, UnknownSchemeError
 from ._spi import Store
 
 if TYPE_CHECKING:
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "durably.stores"
 
 _registered: dict[str, type] = {}
+#: RFC 3986's scheme: a letter, then letters, digits, '+', '-' or '.'.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
 
 def register_store(scheme: str, factory: type) -> None:
@@ -69,10 +71,15 @@ def open_store(url: str) -> Store:
     Raises:
         UnknownSchemeError: (listing the known schemes) when ``url`` has no
             scheme or no adapter handles it.
-        InvalidStoreURLError: (its base class, a ``ValueError``) when the adapter
-            rejects the URL.
+        InvalidStoreURLError: (its base class, a ``ValueError``) when ``url`` is not a
+            ``str`` or the adapter rejects it.
+        ExtraNotInstalledError: (an ``ImportError``) when the scheme's adapter needs an
+            optional extra that is not installed (``s3``, ``postgres``).
     """
-    scheme = urlsplit(url).scheme.lower()
+    if not isinstance(url, str):
+        raise InvalidStoreURLError(f"a store URL is a string, got {type(url).__name__}", url=repr(url))
+    head, colon, _ = url.partition(":")
+    scheme = head.lower() if colon and _SCHEME.fullmatch(head) else ""
     if not scheme:
         raise UnknownSchemeError(f"{url!r} has no scheme; known schemes: {', '.join(known_schemes())}", url=url)
     factory = _registered.get(scheme)

@@ -12,11 +12,12 @@ folders at the filesystem root.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ._errors import InvalidStoreURLError
 
@@ -50,6 +51,24 @@ class StoreURL:
     passthrough: list[tuple[str, str]] = field(default_factory=list)
 
 
+def seconds(raw: str) -> float:
+    """A URL option holding a finite number of seconds (``float`` also takes ``nan`` and ``inf``).
+
+    Args:
+        raw: The option's text.
+
+    Returns:
+        The number.
+
+    Raises:
+        ValueError: When it is not a finite number.
+    """
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ValueError("not a finite number of seconds")
+    return value
+
+
 def parse_store_url(url: str, schemes: tuple[str, ...] | None, options: Mapping[str, Callable[[str], Any]], *,
                     display: str | None = None, passthrough: bool = False) -> StoreURL:
     """Parse ``url`` for an adapter serving ``schemes`` and knowing ``options``.
@@ -60,13 +79,19 @@ def parse_store_url(url: str, schemes: tuple[str, ...] | None, options: Mapping[
     ``display``: the URL as errors may show it (a password masked); ``passthrough``:
     unknown options are returned in ``passthrough`` instead of refused (libpq's).
     Raises ``InvalidStoreURLError`` for another scheme, a scheme not followed by
-    ``//`` (``sqlite:/a.db``, ``sqlite:a.db``), an unknown or repeated option, or
-    a value its converter refuses.
+    ``//`` (``sqlite:/a.db``, ``sqlite:a.db``), a URL ``urlsplit`` cannot read (a
+    malformed host), a NUL character (also percent-encoded), an unknown or
+    repeated option (a passed-through one too), or a value its converter refuses.
     """
-    shown = display if display is not None else url
     if not isinstance(url, str):
         raise InvalidStoreURLError(f"a store URL is a string, got {type(url).__name__}", url=repr(url))
-    parts = urlsplit(url)
+    shown = display if display is not None else url
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": a '[' in the host
+        raise InvalidStoreURLError(f"{shown!r} is not a URL this adapter can read: {exc}", url=shown) from None
+    if "\x00" in unquote(url):
+        raise InvalidStoreURLError(f"{shown!r} holds a NUL character (%00): no path or option can", url=shown)
     scheme = parts.scheme.lower()
     if schemes is not None and scheme not in schemes:
         raise InvalidStoreURLError(f"{shown!r} is not a {' or '.join(s + '://' for s in schemes)} URL", url=shown)
@@ -82,6 +107,8 @@ def parse_store_url(url: str, schemes: tuple[str, ...] | None, options: Mapping[
     for name, raw in parse_qsl(parts.query, keep_blank_values=True):
         if name not in options:
             if passthrough:
+                if any(name == seen for seen, _ in unknown):
+                    raise InvalidStoreURLError(f"{scheme}:// URL option {name!r} is given twice in {shown!r}", url=shown)
                 unknown.append((name, raw))
                 continue
             known = ", ".join(sorted(options)) or "none"

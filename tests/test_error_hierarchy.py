@@ -121,6 +121,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("adapters/sqlite/_file.py", 'raise ValueError("known: FULL, NORMAL")'): "caught in storage/_urls.py",
     ("adapters/sqlite/_file.py", 'raise ValueError("a whole number of milliseconds")'): "caught in storage/_urls.py",
     ("storage/_urls.py", 'raise ValueError(f"not a boolean flag'): "caught in storage/_urls.py",
+    ("storage/_urls.py", 'raise ValueError("not a finite number of seconds")'): "caught in storage/_urls.py",
     # zstd size checks on a stored frame: the codec turns them into CorruptRecordError.
     ("storage/_dictionaries/__init__.py", 'raise ValueError(f"zstd frame declares'): "caught in storage/_codec.py",
     ("storage/_dictionaries/__init__.py", 'raise ValueError(f"payload is'): "caught in storage/_codec.py",

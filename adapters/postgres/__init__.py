@@ -5,9 +5,10 @@ fenced by their expected seq inside the database, leases hand agents to one
 worker at a time with fencing tokens from a sequence, and LISTEN/NOTIFY wakes
 a ``Runtime.serve()`` worker as soon as another process approves, extends,
 messages or cancels one of its agents. Install with ``pip install
-'durably[postgres]'``. Modules: ``store`` (``PostgresStore``, the SPI),
-``schema`` (tables, version row, migrations), ``options`` (the URL),
-``faults`` (errors and retries), ``leases``, ``changes`` (LISTEN/NOTIFY).
+'durably[postgres]'``. Private modules:
+``_store`` (``PostgresStore``, the SPI), ``_schema`` (tables, version row,
+migrations), ``_options`` (the URL), ``_faults`` (errors and retries),
+``_leases``, ``_changes`` (LISTEN/NOTIFY), ``_status_index``.
 """
 
 from durably.errors import ExtraNotInstalledError

@@ -30,13 +30,14 @@ store's ``repr`` uses that.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from durably.storage._errors import InvalidStoreURLError
-from durably.storage._urls import parse_store_url
+from durably.storage._urls import parse_store_url, seconds
 
 SCHEMES = ("postgresql", "postgres")
 #: A schema name durably accepts: an unquoted PostgreSQL identifier (lower case, so
@@ -77,8 +78,10 @@ class PostgresOptions:
                 plain identifier, an option out of range, or an option that is neither
                 durably's nor a libpq connection parameter (``LIBPQ_OPTIONS``).
         """
-        numbers = {"pool_min": int, "pool_max": int, "statement_timeout": float, "connect_timeout": float,
-                   "deadline": float, "lock_timeout": float}
+        if not isinstance(url, str):
+            raise InvalidStoreURLError(f"a store URL is a string, got {type(url).__name__}", url=repr(url))
+        numbers = {"pool_min": int, "pool_max": int, "statement_timeout": seconds, "connect_timeout": seconds,
+                   "deadline": seconds, "lock_timeout": seconds}
         parsed = parse_store_url(url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url),
                                  passthrough=True)  # libpq's own options (sslmode...) go on to asyncpg
         fields: dict[str, Any] = parsed.options  # each converted to its field's type; _validate checks ranges
@@ -104,14 +107,17 @@ class PostgresOptions:
         if self.pool_min < 0 or self.pool_max < 1 or self.pool_min > self.pool_max:
             raise InvalidStoreURLError(f"need 0 <= pool_min <= pool_max and pool_max >= 1 (got {self.pool_min}, {self.pool_max})")
         for name in ("statement_timeout", "connect_timeout", "deadline", "lock_timeout"):
-            if not getattr(self, name) > 0:
-                raise InvalidStoreURLError(f"{name} must be > 0 seconds")
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise InvalidStoreURLError(f"{name} must be a finite number of seconds > 0")
 
 
 def redacted(url: str) -> str:
     """``url`` with any password (in the user part or a ``password=`` option) replaced by ``***``,
-    for logs, reprs and error messages."""
-    parts = urlsplit(url)
+    for logs, reprs and error messages (a URL ``urlsplit`` cannot read shows as its scheme only)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # "Invalid IPv6 URL": nothing reliable to mask around, so show nothing of it
+        return url.partition(":")[0] + "://<unreadable URL>"
     netloc = parts.netloc
     if parts.password is not None:
         userinfo, host = netloc.rsplit("@", 1)

@@ -26,12 +26,13 @@ the URL, so URLs can be logged.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from durably.storage._errors import InvalidStoreURLError
-from durably.storage._urls import flag, parse_store_url
+from durably.storage._urls import flag, parse_store_url, seconds
 
 from ._retry import RetryPolicy
 
@@ -68,13 +69,13 @@ class S3Options:
             "region": str,
             "path_style": flag,
             "create_bucket": flag,
-            "connect_timeout": float,
-            "read_timeout": float,
+            "connect_timeout": seconds,
+            "read_timeout": seconds,
             "concurrency": int,
             "multipart_threshold": int,
             "part_size": int,
             "max_attempts": int,
-            "deadline": float,
+            "deadline": seconds,
         }
         parsed = parse_store_url(url, ("s3",), converters)
         if not parsed.netloc:
@@ -93,7 +94,7 @@ class S3Options:
     def _validate(self) -> None:
         if self.concurrency < 1 or self.retry.max_attempts < 1:
             raise InvalidStoreURLError("concurrency and max_attempts must be >= 1")
-        if min(self.connect_timeout, self.read_timeout, self.retry.deadline) <= 0:
-            raise InvalidStoreURLError("timeouts and deadline must be > 0 seconds")
+        if not all(math.isfinite(t) and t > 0 for t in (self.connect_timeout, self.read_timeout, self.retry.deadline)):
+            raise InvalidStoreURLError("timeouts and deadline must be finite numbers of seconds > 0")
         if self.part_size < MIN_PART_SIZE or self.multipart_threshold < 1:
             raise InvalidStoreURLError(f"part_size must be >= {MIN_PART_SIZE} bytes and multipart_threshold >= 1")

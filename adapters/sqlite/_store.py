@@ -125,11 +125,14 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
             )
         # A file that is not there yet is created by the first write, not here: reading
         # through a mistyped path must not leave an empty database behind (issue 11 item 17).
-        self._absent = not await anyio.to_thread.run_sync(self.path.exists)
-        if self._absent:  # a mistyped folder is refused, not created (unless ?create=1)
-            await anyio.to_thread.run_sync(partial(check_parent, self.path, create=self.create, url=str(self.path)))
-            if self.create:
-                await anyio.to_thread.run_sync(make_parents, self.path)
+        try:
+            self._absent = not await anyio.to_thread.run_sync(self.path.exists)
+            if self._absent:  # a mistyped folder is refused, not created (unless ?create=1)
+                await anyio.to_thread.run_sync(partial(check_parent, self.path, create=self.create, url=str(self.path)))
+                if self.create:
+                    await anyio.to_thread.run_sync(make_parents, self.path)
+        except OSError as exc:  # a name too long, a path through a file, no permission: the SPI's outage, typed
+            raise StoreUnavailableError(f"cannot use {self.path}: {exc}") from exc
         if not self._absent:
             await self._connect()
 
