@@ -46,7 +46,7 @@ from .errors import (
     DefinitionNotRegisteredError,
     InvalidCommandError,
 )
-from durably.errors import InvalidStoreError, RuntimeNotStartedError
+from durably.errors import ArgumentTypeError, InvalidArgumentError, InvalidStoreError, RuntimeNotStartedError
 from .agent_journal import AgentJournal, JournalServices
 from .inspection import Inspection
 from .leases import LeaseKeeper
@@ -364,6 +364,7 @@ class Runtime(Inspection):
                 when the ``stop`` policy holds it, or while this runtime drains.
 
         Raises:
+            ArgumentTypeError: ``force`` is not a bool (a ``TypeError``).
             AgentLeasedError: Another runtime holds the agent's lease (it runs
                 the agent).
             AgentNotFoundError: The agent has no records.
@@ -373,6 +374,7 @@ class Runtime(Inspection):
             CorruptRecordError: The journal is unreadable (also
                 ``UnknownSchemaVersionError``): not resumed, bytes untouched.
         """
+        cmd.check_bool("Runtime.resume", "force", force)
         return await self._resume(agent_id, force=force)
 
     async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = status_index.UNSEEN) -> AgentHandle | None:
@@ -653,6 +655,8 @@ class Runtime(Inspection):
                 ``durably.Where``); every command returns one.
 
         Raises:
+            ArgumentTypeError: ``approved`` is not a bool (a ``TypeError``: ``"no"``
+                would be truthy); nothing is journaled.
             ApprovalAlreadyDecidedError: The approval was decided already,
                 perhaps a moment ago by another process.
             InvalidCommandError: An unknown approval, a finished agent, or a
@@ -661,6 +665,7 @@ class Runtime(Inspection):
                 gives its field path).
             AgentNotFoundError: The agent has no records.
         """
+        cmd.check_bool("Runtime.approve", "approved", approved)
         return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note,
                                                         result=result))
 
@@ -736,33 +741,46 @@ class Runtime(Inspection):
         Args:
             agent_id: The agent in this runtime's namespace.
             content: The message's text.
-            role: The message's role in the conversation.
+            role: The message's role in the conversation: ``user`` or
+                ``system`` (an instruction).
 
         Returns:
             A ``CommandResult`` (as ``approve``).
 
         Raises:
+            ArgumentTypeError: ``content`` is not a str (a ``TypeError``);
+                nothing is journaled.
+            InvalidArgumentError: ``role`` is not ``user`` or ``system`` (a
+                ``ValueError``); nothing is journaled.
             InvalidCommandError: The agent is finished, failed or cancelled.
             AgentNotFoundError: The agent has no records.
         """
+        if not isinstance(content, str):
+            raise ArgumentTypeError(f"Runtime.send: content must be a str, got {type(content).__name__} {content!r}")
+        if role not in cmd.SEND_ROLES:
+            raise InvalidArgumentError(f"Runtime.send: role must be one of {', '.join(cmd.SEND_ROLES)}, got {role!r}")
         return await self._command(agent_id, cmd.SendMessage(content=content, role=role))
 
-    async def cancel(self, agent_id: str, reason: str = "") -> CommandResult:
+    async def cancel(self, agent_id: str, reason: str | None = "") -> CommandResult:
         """Stop the agent for good (after its current step).
 
         Args:
             agent_id: The agent in this runtime's namespace.
-            reason: Why, recorded with the ``cancelled`` record.
+            reason: Why, recorded with the ``cancelled`` record (None: no reason, as ``""``).
 
         Returns:
             A ``CommandResult`` (as ``approve``).
 
         Raises:
+            ArgumentTypeError: ``reason`` is neither a str nor None (a
+                ``TypeError``); nothing is journaled.
             InvalidCommandError: The agent is already finished, failed or
                 cancelled.
             AgentNotFoundError: The agent has no records.
         """
-        return await self._command(agent_id, cmd.Cancel(reason=reason))
+        if reason is not None and not isinstance(reason, str):
+            raise ArgumentTypeError(f"Runtime.cancel: reason must be a str or None, got {type(reason).__name__} {reason!r}")
+        return await self._command(agent_id, cmd.Cancel(reason=reason or ""))
 
     async def _command(self, agent_id: str, command: cmd.Command) -> CommandResult:
         """Apply ``command``; the state after it and where the agent runs now (see ``dispatch``)."""

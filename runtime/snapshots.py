@@ -33,6 +33,7 @@ from durably.storage._spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm
 from .telemetry import Telemetry
+from .commands import check_bool
 from .figures import check_figure
 from durably.errors import InvalidArgumentError
 
@@ -70,6 +71,7 @@ class SnapshotPolicy:
     Raises:
         InvalidArgumentError: A ``ValueError``: a figure that is not a finite number >= 0,
             or ``keep`` < 1.
+        ArgumentTypeError: ``compact`` is not a bool (a ``TypeError``).
     """
 
     every_records: int = 200
@@ -82,6 +84,7 @@ class SnapshotPolicy:
         check_figure("SnapshotPolicy", "every_records", self.every_records, integer=True, optional=False)
         check_figure("SnapshotPolicy", "every_bytes", self.every_bytes, integer=True, optional=False)
         check_figure("SnapshotPolicy", "tail_ratio", self.tail_ratio, optional=False)
+        check_bool("SnapshotPolicy", "compact", self.compact)
         if self.keep is None:
             object.__setattr__(self, "keep", 2 if self.compact else 1)
         elif self.keep < 1:

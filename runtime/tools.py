@@ -149,8 +149,9 @@ class Tool:
 
     Raises:
         ArgumentTypeError: ``name`` is not a str, ``fn`` is not a function (or
-            is already a ``Tool``), ``reconcile`` is not an async function, or
-            the signature is one a model cannot call (a ``TypeError``).
+            is already a ``Tool``), ``requires_approval`` is not a bool,
+            ``reconcile`` is not an async function, or the signature is one a
+            model cannot call (a ``TypeError``).
         InvalidArgumentError: ``name`` is not one a model can call (1 to 64
             ASCII letters, digits, ``_`` or ``-``), ``reconcile`` policy without
             a hook, or an ``on_unknown_outcome`` that is not a policy (the message
@@ -173,6 +174,10 @@ class Tool:
         _check_name(self.name)
         if isinstance(self.fn, Tool) or not callable(self.fn):
             raise ArgumentTypeError(f"tool {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
+        if not isinstance(self.requires_approval, bool):  # "no" is truthy: it would gate every call
+            # commands.check_bool's check, written out: commands imports state, which imports this module
+            raise ArgumentTypeError(f"tool {self.name!r}: requires_approval must be True or False, "
+                                    f"got {type(self.requires_approval).__name__} {self.requires_approval!r}")
         object.__setattr__(self, "on_unknown_outcome", _policy(self.name, self.on_unknown_outcome))
         if self.on_unknown_outcome is OnUnknownOutcome.RECONCILE and self.reconcile is None:
             raise InvalidArgumentError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")

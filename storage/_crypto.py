@@ -220,9 +220,16 @@ class AESGCMCipher:
     Attributes:
         keys: The key provider given.
         required: ``not allow_plaintext``: whether the codec refuses plaintext frames.
+
+    Raises:
+        ArgumentTypeError: ``allow_plaintext`` is not a bool (a ``TypeError``:
+            ``"no"`` would be truthy and let plaintext frames in).
     """
 
     def __init__(self, keys: KeyProvider, *, allow_plaintext: bool = False) -> None:
+        if not isinstance(allow_plaintext, bool):
+            raise ArgumentTypeError(f"AESGCMCipher: allow_plaintext must be True or False, "
+                                    f"got {type(allow_plaintext).__name__} {allow_plaintext!r}")
         self.keys = keys
         self.required = not allow_plaintext
         self._aeads: dict[str, AESGCM] = {}

@@ -1,0 +1,135 @@
+"""A wrong argument to a command or constructor is refused before anything is journaled.
+
+A str where a bool is expected is truthy: ``approve(..., approved="no")`` used to
+record an approval and run the gated tool. A bool parameter takes only a bool
+(``ArgumentTypeError``). ``send`` takes a str content and a role a sent message
+may have (``user``, ``system``); ``cancel`` a str reason or None.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import pytest
+
+from durably import AESGCMCipher, SnapshotPolicy
+from durably._runtime import Runtime, tool
+from durably.errors import ArgumentTypeError, InvalidArgumentError
+from durably.storage import open_store
+from durably.storage._crypto import StaticKeyProvider
+from support_agents import gated_agent
+
+
+async def journal(rt: Runtime, agent_id: str) -> list[tuple[int, str]]:
+    return [(entry.seq, entry.kind) async for entry in rt.history(agent_id)]
+
+
+@asynccontextmanager
+async def parked():
+    """A runtime whose ``g1`` (the gated agent) waits for approval ``c1``; ``ran``: the tool's calls.
+    (A context manager, not an async fixture: the runtime's task group must be left in the test's task.)"""
+    ran: list = []
+    definition = gated_agent(ran)
+    async with Runtime("memory://", agents=[definition]) as rt:
+        assert (await rt.run(definition, "g1", "task")).status == "waiting_approval"
+        yield rt, ran
+
+
+@pytest.mark.parametrize("approved", ["no", "False", 0, 1, None])
+async def test_approve_takes_only_a_bool_and_journals_nothing_else(approved):
+    async with parked() as (rt, ran):
+        before, messages = await journal(rt, "g1"), (await rt.status("g1")).messages
+        with pytest.raises(ArgumentTypeError, match="approved must be True or False"):
+            await rt.approve("g1", "c1", approved=approved)
+        assert await journal(rt, "g1") == before
+        state = await rt.status("g1")
+        assert state.status == "waiting_approval" and state.messages == messages and ran == []
+        result = await rt.approve("g1", "c1", approved=False)  # the real answer still applies: the call never runs
+        if result.placement.handle is not None:
+            await result.placement.handle.wait()
+        assert (await rt.status("g1")).status == "finished" and ran == []
+
+
+@pytest.mark.parametrize("content", [None, 3, b"bytes", ["x"]])
+async def test_send_refuses_content_that_is_not_a_str(content):
+    async with parked() as (rt, ran):
+        before = await journal(rt, "g1")
+        with pytest.raises(ArgumentTypeError, match="content must be a str"):
+            await rt.send("g1", content)
+        assert await journal(rt, "g1") == before and ran == []
+
+
+@pytest.mark.parametrize("role", ["bogus", "tool", "assistant", "", None])
+async def test_send_refuses_a_role_a_sent_message_cannot_have(role):
+    async with parked() as (rt, ran):
+        before, messages = await journal(rt, "g1"), (await rt.status("g1")).messages
+        with pytest.raises(InvalidArgumentError, match="role must be one of user, system"):
+            await rt.send("g1", "x", role=role)
+        assert await journal(rt, "g1") == before
+        state = await rt.status("g1")
+        assert state.messages == messages and state.inbox == [] and ran == []
+
+
+async def test_send_takes_the_user_and_system_roles():
+    async with parked() as (rt, _):
+        for role in ("user", "system"):
+            await rt.send("g1", f"from {role}", role=role)
+        assert [m["role"] for m in (await rt.status("g1")).inbox] == ["user", "system"]
+
+
+@pytest.mark.parametrize("reason", [3, b"why", ["why"], True])
+async def test_cancel_refuses_a_reason_that_is_not_a_str(reason):
+    async with parked() as (rt, ran):
+        before = await journal(rt, "g1")
+        with pytest.raises(ArgumentTypeError, match="reason must be a str or None"):
+            await rt.cancel("g1", reason=reason)
+        assert await journal(rt, "g1") == before and (await rt.status("g1")).status == "waiting_approval"
+
+
+async def test_cancel_without_a_reason():
+    async with parked() as (rt, _):
+        assert (await rt.cancel("g1", reason=None)).status == "cancelled"
+        assert (await rt.status("g1")).reason == ""
+
+
+async def test_resume_force_takes_only_a_bool():
+    """The agent is runnable and not live here: a resume would journal ``resumed``."""
+    ran: list = []
+    definition = gated_agent(ran)
+    async with open_store("memory://") as store:
+        async with Runtime(store, agents=[definition]) as rt:
+            assert (await rt.run(definition, "g1", "task")).status == "waiting_approval"
+        async with Runtime(store) as bare:  # no definition here: the approval leaves it runnable
+            await bare.approve("g1", "c1", approved=False)
+        async with Runtime(store, agents=[definition]) as rt:
+            before = await journal(rt, "g1")
+            assert (await rt.status("g1")).status == "running"
+            with pytest.raises(ArgumentTypeError, match="force must be True or False"):
+                await rt.resume("g1", force="x")
+            assert await journal(rt, "g1") == before and ran == []
+
+
+async def effect() -> int:
+    return 1
+
+
+CONSTRUCTORS = {
+    "allow_plaintext": lambda v: AESGCMCipher(StaticKeyProvider({"k1": b"\x01" * 32}), allow_plaintext=v),
+    "compact": lambda v: SnapshotPolicy(compact=v),
+    "requires_approval": lambda v: tool(name="effect", requires_approval=v)(effect),
+}
+
+
+@pytest.mark.parametrize("value", ["yes", "no", 1, None])
+@pytest.mark.parametrize("name", sorted(CONSTRUCTORS))
+def test_constructors_take_only_a_bool(name, value):
+    with pytest.raises(ArgumentTypeError, match=f"{name} must be True or False"):
+        CONSTRUCTORS[name](value)
+
+
+def test_the_bools_themselves_are_taken():
+    keys = StaticKeyProvider({"k1": b"\x01" * 32})
+    assert AESGCMCipher(keys).required and not AESGCMCipher(keys, allow_plaintext=True).required
+    assert SnapshotPolicy(compact=True).keep == 2
+
+    assert tool(name="effect", requires_approval=True)(effect).requires_approval is True
