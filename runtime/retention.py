@@ -15,6 +15,7 @@ one record carrying the last activity's time).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,8 +26,8 @@ from durably._runtime.record_codec import RecordCodec
 from durably.storage._spi import Store, StreamId
 
 from .restore import restore
-from durably.errors import PurgeIncompleteError
-from durably.errors import InvalidArgumentError
+from .watch import STATUSES
+from durably.errors import ArgumentTypeError, InvalidArgumentError, PurgeIncompleteError
 
 if TYPE_CHECKING:
     from .telemetry import Telemetry
@@ -46,20 +47,32 @@ class RetentionPolicy:
 
     Attributes:
         ttl: Status (``finished``, ``failed``, ``cancelled``, ``suspended``,
-            ``waiting_approval``, ``running``) -> seconds.
+            ``waiting_approval``, ``running``) -> seconds (None: keep forever).
+            Copied at construction.
         default: Seconds for a status not in ``ttl`` (None: keep forever).
 
     Raises:
-        InvalidArgumentError: A negative TTL (a ``ValueError``).
+        InvalidArgumentError: A TTL that is negative, NaN or infinite, or a
+            status that is not one of the above (a ``ValueError``).
+        ArgumentTypeError: ``ttl`` not a mapping of status names, or a TTL
+            that is not a number (a bool is not; a ``TypeError``).
     """
 
-    ttl: Mapping[str, float] = field(default_factory=dict)
+    ttl: Mapping[str, float | None] = field(default_factory=dict)
     default: float | None = None
 
     def __post_init__(self) -> None:
-        for status, seconds in {**self.ttl, "(default)": self.default or 0}.items():
-            if seconds < 0:
-                raise InvalidArgumentError(f"retention TTL for {status} must be >= 0 seconds, got {seconds}")
+        if not isinstance(self.ttl, Mapping):
+            raise ArgumentTypeError(f"RetentionPolicy: ttl must be a mapping of status -> seconds, got {self.ttl!r}")
+        for status, seconds in self.ttl.items():
+            if not isinstance(status, str):
+                raise ArgumentTypeError(f"RetentionPolicy: ttl keys must be status names, got {status!r}")
+            if status not in STATUSES:
+                raise InvalidArgumentError(f"RetentionPolicy: unknown status {status!r} "
+                                           f"(statuses: {', '.join(sorted(STATUSES))})")
+            check_seconds(f"retention TTL for {status}", seconds)
+        check_seconds("retention default TTL", self.default)
+        object.__setattr__(self, "ttl", dict(self.ttl))  # checked once: a later change to the caller's dict is not seen
 
     def ttl_for(self, status: str) -> float | None:
         """How long an agent with ``status`` is kept.
@@ -104,6 +117,21 @@ class SweepItem:
     error: str = ""
 
 
+def check_seconds(name: str, value: object, *, negative: bool = False) -> None:
+    """Refuse ``value`` unless it is None or a finite number (not a bool), >= 0 unless ``negative``.
+
+    A NaN compares false with everything: a NaN age or TTL would expire (or keep) every agent.
+    Raises ``ArgumentTypeError`` for a non-number, ``InvalidArgumentError`` for NaN, inf or a refused negative.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentTypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0 and not negative:
+        bound = "" if negative else " >= 0"
+        raise InvalidArgumentError(f"{name} must be a finite number of seconds{bound}, got {value!r}")
+
+
 async def last_activity(store: Store, codec: RecordCodec, stream: StreamId) -> float | None:
     """Unix seconds of the stream's last record, or None (no record left).
 
@@ -127,8 +155,15 @@ async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: Retent
     ``purge`` (how to delete one stream; default ``store.delete_stream``; the
     runtime passes one that first stops its live actor). Out: one ``SweepItem``
     per stream, in ``list_streams`` order. A stream that cannot be read or dated
-    is kept. Raises ``StoreUnavailableError`` from the store.
+    is kept. Raises ``ArgumentTypeError`` / ``InvalidArgumentError`` for a bad
+    ``policy``, ``now`` (not a finite number) or ``dry_run`` (not a bool), before
+    anything is read or purged, and ``StoreUnavailableError`` from the store.
     """
+    if not isinstance(policy, RetentionPolicy):
+        raise ArgumentTypeError(f"sweep: retention must be a RetentionPolicy, got {policy!r}")
+    if not isinstance(dry_run, bool):
+        raise ArgumentTypeError(f"sweep: dry_run must be a bool, got {dry_run!r}")
+    check_seconds("sweep: now (unix seconds)", now, negative=True)
     now = time.time() if now is None else now
     purge = purge or (lambda stream: purge_stream(store, stream))
     shortest = policy.shortest()
@@ -189,7 +224,8 @@ async def purge_stream(store: Store, stream: StreamId) -> None:
 
 def parse_duration(text: str) -> float:
     """Seconds in ``text``: a number with an optional unit ``s``, ``m``, ``h``, ``d``
-    or ``w`` (``30d``, ``12h``, ``90``). Raises ``ValueError``."""
+    or ``w`` (``30d``, ``12h``, ``90``). Raises ``InvalidArgumentError`` (a ``ValueError``)
+    for anything else, a negative duration, NaN or infinity."""
     units = {"s": 1.0, "m": 60.0, "h": 3_600.0, "d": DAY, "w": 7 * DAY}
     text = text.strip().lower()
     scale = units.get(text[-1:], None)
@@ -198,6 +234,6 @@ def parse_duration(text: str) -> float:
         value = float(number) * (scale or 1.0)
     except ValueError:
         raise InvalidArgumentError(f"{text!r} is not a duration (e.g. 30d, 12h, 45m, 90s)") from None
-    if value < 0:
-        raise InvalidArgumentError(f"duration {text!r} is negative")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(f"duration {text!r} is not a finite number of seconds >= 0")
     return value

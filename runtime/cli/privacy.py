@@ -42,14 +42,15 @@ def encryption_from_env(*, allow_plaintext: bool = False) -> AESGCMCipher | None
 
 def _ttl(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
     ttls: dict[str, float] = {}
-    for text in values:
-        status, sep, duration = text.partition("=")
-        if not sep or not status.strip():
-            raise click.BadParameter(f"{text!r} is not STATUS=DURATION (e.g. finished=30d)")
-        try:
+    try:
+        for text in values:
+            status, sep, duration = text.partition("=")
+            if not sep or not status.strip():
+                raise click.BadParameter(f"{text!r} is not STATUS=DURATION (e.g. finished=30d)")
             ttls[status.strip()] = parse_duration(duration)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
+        RetentionPolicy(ttls)  # an unknown status is a usage error, before any store is opened
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
     return ttls
 
 
