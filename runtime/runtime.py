@@ -827,6 +827,9 @@ class Runtime(Inspection):
                 why), in the store's listing order.
 
         Raises:
+            InvalidArgumentError: ``now`` is NaN or infinite (before anything is read or purged).
+            ArgumentTypeError: ``now`` is not a number, ``dry_run`` not a bool or
+                ``retention`` not a ``RetentionPolicy`` (before anything is read or purged).
             StoreUnavailableError: The store cannot be reached.
             PurgeIncompleteError: A purge left something of a stream behind.
         """
