@@ -103,7 +103,7 @@ def test_the_command_line_reports_and_exits_zero(tmp_path, capsys) -> None:
 def test_the_fork_server_reads_botocore_models_once_for_every_worker() -> None:
     """Workers fork from a server that imported ``durably._runtime.torture.preload``: it read botocore's
     S3 models, so a worker's S3 session shares them instead of reading and parsing them again."""
-    check = ("import sys, durably._runtime.torture.preload; from durably.adapters.s3 import requests as s3_requests; "
+    check = ("import sys, durably._runtime.torture.preload; from durably.adapters.s3 import _requests as s3_requests; "
              "sys.exit(0 if s3_requests._shared_loader is not None else 1)")
     assert subprocess.run([sys.executable, "-c", check]).returncode == 0, "the preload did not read the models"
 
