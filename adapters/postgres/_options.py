@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -80,8 +81,9 @@ class PostgresOptions:
         """
         if not isinstance(url, str):
             raise InvalidStoreURLError(f"a store URL is a string, got {type(url).__name__}", url=repr(url))
-        numbers = {"pool_min": int, "pool_max": int, "statement_timeout": seconds, "connect_timeout": seconds,
-                   "deadline": seconds, "lock_timeout": seconds}
+        numbers: dict[str, Callable[[str], Any]] = {
+            "pool_min": int, "pool_max": int, "statement_timeout": seconds, "connect_timeout": seconds,
+            "deadline": seconds, "lock_timeout": seconds}
         parsed = parse_store_url(url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url),
                                  passthrough=True)  # libpq's own options (sslmode...) go on to asyncpg
         fields: dict[str, Any] = parsed.options  # each converted to its field's type; _validate checks ranges
