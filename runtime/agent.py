@@ -171,7 +171,7 @@ class AgentDefinition:
         ArgumentTypeError: A ``TypeError``: a missing model (or one without an async ``respond``), a tool
             list holding something other than ``Tool`` objects (a bare function:
             decorate it with ``@tool``), a non-str name.
-        InvalidArgumentError: A ``ValueError``: duplicate tool names, ``migrate`` without a hook, a
+        InvalidArgumentError: A ``ValueError``: an empty name, duplicate tool names, ``migrate`` without a hook, a
             ``max_parallel_tools`` below 1. A ``reconcile`` policy without a hook
             is refused by ``Tool`` itself.
     """
@@ -192,8 +192,10 @@ class AgentDefinition:
 
     def __post_init__(self) -> None:
         where = f"agent definition {self.name!r}"
-        if not isinstance(self.name, str) or not self.name:
+        if not isinstance(self.name, str):
             raise ArgumentTypeError(f"an agent definition needs a non-empty str name, got {self.name!r}")
+        if not self.name:
+            raise InvalidArgumentError("an agent definition needs a non-empty str name, got ''")
         if self.model is None or not callable(getattr(self.model, "respond", None)):
             raise ArgumentTypeError(f"{where}: model must be a Model (an object with async respond(messages, tools)), "
                             f"got {self.model!r}")

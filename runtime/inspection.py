@@ -140,9 +140,14 @@ class Inspection:
 
         Returns:
             One ``AgentDescription`` per agent.
+
+        Raises:
+            ArgumentTypeError: ``statuses`` is a bare ``str`` or not iterable.
+            InvalidArgumentError: ``statuses`` names a status no agent can have.
         """
+        wanted = watching.check_statuses("describe_all", statuses)
         return [d async for d in describe_namespace(self.store, self.codec, self.namespace, self.telemetry,
-                                                    statuses=statuses)]
+                                                    statuses=wanted)]
 
     def watch(self, agent_id: str, *, poll_interval: float = 0.2) -> AsyncIterator[watching.StatusChange]:
         """Follow the agent's status changes from now on, wherever it runs.

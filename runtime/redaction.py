@@ -35,7 +35,7 @@ from functools import cached_property
 from typing import Any
 
 from durably.errors import RedactedArgumentError
-from durably.errors import InvalidArgumentError
+from durably.errors import ArgumentTypeError, InvalidArgumentError
 
 MARKER = "$redacted"
 _MAX_DEPTH = 128  # deeper than the codec accepts: the codec rejects it with the field path
@@ -119,8 +119,10 @@ class Redact:
         reason: What the marker says, ``{"$redacted": reason}``.
 
     Raises:
-        InvalidArgumentError: ``path`` has another root or an empty segment (a
-            ``ValueError``).
+        InvalidArgumentError: ``path`` has another root or an empty segment, or
+            ``tool`` or ``agent`` is an empty name (a ``ValueError``).
+        ArgumentTypeError: ``path`` or ``reason`` is not a ``str``, or ``tool`` or
+            ``agent`` neither a ``str`` nor None (a ``TypeError``).
     """
 
     path: str
@@ -129,6 +131,12 @@ class Redact:
     reason: str = "policy"
 
     def __post_init__(self) -> None:
+        for name in ("path", "reason", "tool", "agent"):
+            value = getattr(self, name)
+            if not isinstance(value, str) and not (value is None and name in ("tool", "agent")):
+                raise ArgumentTypeError(f"Redact: {name} must be a str, got {type(value).__name__}")
+            if value == "" and name in ("tool", "agent"):
+                raise InvalidArgumentError(f"Redact: {name} is a name or None (every {name}), not ''")
         segments = self.path.split(".")
         if segments[0] not in _ROOTS or not all(segments):
             raise InvalidArgumentError(f"redaction path {self.path!r} must start with 'arguments' or 'result' and have no empty segment")
@@ -165,7 +173,13 @@ def ephemeral(tool: str, *, agent: str | None = None) -> Redact:
 
     Returns:
         ``Redact("result", tool=tool, agent=agent, reason="ephemeral")``.
+
+    Raises:
+        ArgumentTypeError: ``tool`` is not a ``str`` (None would cover every tool).
+        InvalidArgumentError: ``tool`` is empty.
     """
+    if not isinstance(tool, str):
+        raise ArgumentTypeError(f"ephemeral needs a tool name, got {type(tool).__name__}")
     return Redact("result", tool=tool, agent=agent, reason="ephemeral")
 
 

@@ -34,6 +34,7 @@ from durably.storage._spi import Lease, Store, StreamId
 
 from . import commands as cmd
 from . import dispatch, serving, status_index
+from . import watch as watching
 from .actor import AgentActor
 from .agent import AgentDefinition, Budget
 from .figures import check_figure
@@ -156,7 +157,11 @@ class Runtime(Inspection):
             read here) for the metrics listed on the Telemetry page of the docs.
 
     Raises:
-        InvalidArgumentError: A ``ValueError``: ``lease_ttl`` is not a finite number >= 0.
+        InvalidArgumentError: A ``ValueError``: ``lease_ttl`` is not a finite number
+            of at least 0, or ``mailbox_size`` not an int of at least 0.
+        ArgumentTypeError: A ``TypeError``: ``namespace`` or ``worker_id`` is not a
+            ``str``, ``snapshot_policy``, ``redaction`` or ``encryption`` not of its
+            type, ``agents`` not a collection of ``AgentDefinition``.
         InvalidStoreError: ``store`` is neither a URL nor a ``Store`` (also a ``TypeError``).
         RuntimeNotStartedError: from every method but ``register`` and ``stream``,
             called before the runtime is entered.
@@ -172,6 +177,16 @@ class Runtime(Inspection):
                                     f"got {type(store).__name__}")
         self._store_arg = store
         check_figure("Runtime", "lease_ttl", lease_ttl, optional=False)
+        check_figure("Runtime", "mailbox_size", mailbox_size, integer=True, optional=False)
+        for name, value, kind in (("namespace", namespace, str), ("worker_id", worker_id, str),
+                                  ("snapshot_policy", snapshot_policy, SnapshotPolicy),
+                                  ("redaction", redaction, RedactionPolicy)):
+            if value is not None and not isinstance(value, kind):
+                raise ArgumentTypeError(f"Runtime: {name} must be a {kind.__name__}, got {type(value).__name__}")
+        if encryption is not None and not all(callable(getattr(encryption, m, None)) for m in ("seal", "open", "current_key_id")):
+            raise ArgumentTypeError(f"Runtime: encryption must be a FrameCipher (such as AESGCMCipher), got {type(encryption).__name__}")
+        if isinstance(agents, (str, bytes)) or not isinstance(agents, Iterable):
+            raise ArgumentTypeError(f"Runtime: agents must be a list of AgentDefinition, got {type(agents).__name__}")
         self.lease_ttl = lease_ttl
         self.namespace = namespace
         self.redaction = redaction if redaction is not None else RedactionPolicy()
@@ -263,7 +278,12 @@ class Runtime(Inspection):
 
         Args:
             definition: The agent definition; its ``name`` is the key.
+
+        Raises:
+            ArgumentTypeError: ``definition`` is not an ``AgentDefinition``.
         """
+        if not isinstance(definition, AgentDefinition):
+            raise ArgumentTypeError(f"register takes an AgentDefinition, got {type(definition).__name__}")
         self._definitions[definition.name] = definition
 
     def _definition(self, name: str) -> AgentDefinition:
@@ -610,8 +630,12 @@ class Runtime(Inspection):
 
         Returns:
             The ``AgentState`` of each agent, sorted by agent id.
+
+        Raises:
+            ArgumentTypeError: ``statuses`` is a bare ``str`` or not iterable.
+            InvalidArgumentError: ``statuses`` names a status no agent can have.
         """
-        wanted = None if statuses is None else frozenset(statuses)
+        wanted = watching.check_statuses("agents", statuses)
         streams = status_index.listing(self.store, self.namespace, wanted) or self.store.list_streams(self.namespace)
         states = []
         async for stream in streams:

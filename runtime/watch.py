@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from durably.schemas._records import Kind, Record
+from durably.errors import ArgumentTypeError, InvalidArgumentError
 from durably.storage._errors import CodecError
 from durably._runtime.record_codec import RecordCodec
 from durably.storage._spi import Store, StreamId
@@ -37,6 +38,34 @@ if TYPE_CHECKING:
 
 #: Statuses ``wait`` accepts in ``until``.
 STATUSES = frozenset({RUNNING, WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CANCELLED})
+#: What a listing may also report: a journal that cannot be read, a definition that must be migrated first.
+LISTED_STATUSES = STATUSES | {"unreadable", "needs_migration"}
+
+
+def check_statuses(owner: str, statuses: Iterable[str] | None) -> frozenset[str] | None:
+    """``statuses`` as a set, refused when it is not a collection of known statuses.
+
+    Args:
+        owner: Who asks, for the message (``"agents"``).
+        statuses: The statuses to list, or None for all.
+
+    Returns:
+        The set, or None.
+
+    Raises:
+        ArgumentTypeError: ``statuses`` is a bare ``str`` (it would be read as its
+            letters) or not iterable.
+        InvalidArgumentError: It names a status no agent can have.
+    """
+    if statuses is None:
+        return None
+    if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Iterable):
+        raise ArgumentTypeError(f"{owner}: statuses is a collection such as ['finished'], got {statuses!r}")
+    wanted = frozenset(statuses)
+    unknown = sorted(str(s) for s in wanted - LISTED_STATUSES)
+    if unknown:
+        raise InvalidArgumentError(f"{owner}: unknown status(es) {', '.join(unknown)}; known: {', '.join(sorted(LISTED_STATUSES))}")
+    return wanted
 #: ``wait``'s default: the agent stopped or parked (nothing more happens without a human).
 STOPPED_OR_PARKED = frozenset({WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CANCELLED})
 

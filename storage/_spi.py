@@ -189,6 +189,10 @@ class AppendRequest:
     index: IndexEntry | None = None
 
 
+#: The highest seq a store must hold: a signed 64-bit integer, what SQLite and PostgreSQL columns take.
+MAX_SEQ = 2**63 - 1
+
+
 def check_append(request: AppendRequest) -> None:
     """Reject a malformed append before any I/O (call it first in ``append_batch``).
 
@@ -198,11 +202,15 @@ def check_append(request: AppendRequest) -> None:
         request: One request of the batch.
 
     Raises:
-        InvalidRequestError: For an empty batch, a negative expected seq, a
+        InvalidRequestError: For a stream that is not a ``StreamId``, an expected seq
+            that is not an int in 0..2**63-1 (a bool is not), an empty batch, a
             record that is not ``bytes`` or an index entry that is not an ``IndexEntry``.
     """
-    if request.expected_seq < 0:
-        raise InvalidRequestError(f"expected_seq must be >= 0, got {request.expected_seq}")
+    if not isinstance(request.stream, StreamId):
+        raise InvalidRequestError(f"an append's stream must be a StreamId, got {type(request.stream).__name__}")
+    seq = request.expected_seq
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_SEQ:
+        raise InvalidRequestError(f"expected_seq must be an int in 0..2**63-1, got {seq!r}")
     if not request.records:
         raise InvalidRequestError("an append needs at least one record")
     for data in request.records:

@@ -133,3 +133,44 @@ def test_the_bools_themselves_are_taken():
     assert SnapshotPolicy(compact=True).keep == 2
 
     assert tool(name="effect", requires_approval=True)(effect).requires_approval is True
+
+
+@pytest.mark.parametrize(("statuses", "error"), [("finished", ArgumentTypeError), (3, ArgumentTypeError),
+                                                 (["bogus"], InvalidArgumentError)])
+async def test_a_status_filter_is_a_collection_of_known_statuses(statuses, error):
+    async with Runtime("memory://", agents=[gated_agent([])]) as rt:
+        await rt.run("gated", "g1", "task")
+        for listing in (rt.agents, rt.describe_all):
+            with pytest.raises(error, match="status"):
+                await listing(statuses=statuses)
+        assert [s.agent_id for s in await rt.agents(statuses=["waiting_approval"])] == ["g1"]
+
+
+def test_register_takes_only_a_definition():
+    with pytest.raises(ArgumentTypeError, match="AgentDefinition"):
+        Runtime("memory://").register(3)
+
+
+@pytest.mark.parametrize("expected_seq", [True, 1.5, float("nan"), 2**63, -1, "0", None])
+async def test_an_append_needs_an_int_expected_seq_a_store_can_hold(expected_seq):
+    from durably.storage import AppendRequest, InvalidRequestError, StreamId
+
+    async with open_store("memory://") as store:  # the check is the SPI's check_append, which every adapter calls
+        with pytest.raises(InvalidRequestError, match="expected_seq"):
+            await store.append_batch([AppendRequest(StreamId("ns", "a"), expected_seq, [b"x"])])
+        with pytest.raises(InvalidRequestError, match="StreamId"):
+            await store.append_batch([AppendRequest("ns/a", 0, [b"x"])])  # type: ignore[arg-type]
+        assert await store.last_seq(StreamId("ns", "a")) == 0
+
+
+@pytest.mark.parametrize(("make", "error"), [
+    (lambda: __import__("durably").Redact(None), ArgumentTypeError),
+    (lambda: __import__("durably").Redact(1), ArgumentTypeError),
+    (lambda: __import__("durably").Redact("result", tool=""), InvalidArgumentError),
+    (lambda: __import__("durably").Redact("result", reason=3), ArgumentTypeError),
+    (lambda: __import__("durably").ephemeral(None), ArgumentTypeError),  # None would cover every tool
+    (lambda: __import__("durably").ephemeral(""), InvalidArgumentError),
+])
+def test_a_redaction_rule_is_checked_when_built(make, error):
+    with pytest.raises(error):
+        make()

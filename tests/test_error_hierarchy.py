@@ -78,10 +78,13 @@ BAD_VALUES: list[tuple[str, Callable[[], object]]] = [
     ("tool('')", lambda: durably.tool("")(_lookup)),
     ("tool('look up')", lambda: durably.tool("look up")(_lookup)),
     ("tool(a lambda)", lambda: durably.tool(lambda order_id: order_id)),
+    ("AgentDefinition(name='')", lambda: durably.AgentDefinition("", _EchoModel())),
+    ("Runtime(mailbox_size=-1)", lambda: durably.Runtime("sqlite:///unused.db", mailbox_size=-1)),
+    ("Runtime(mailbox_size=1.5)", lambda: durably.Runtime("sqlite:///unused.db", mailbox_size=1.5)),  # type: ignore[arg-type]
 ]
 
 BAD_TYPES: list[tuple[str, Callable[[], object]]] = [
-    ("AgentDefinition(name='')", lambda: durably.AgentDefinition("", _EchoModel())),
+    ("AgentDefinition(name=42)", lambda: durably.AgentDefinition(42, _EchoModel())),  # type: ignore[arg-type]
     ("AgentDefinition(model not a Model)", lambda: durably.AgentDefinition("a", _NoModel())),  # type: ignore[arg-type]
     ("AgentDefinition(tools=[a function])",
      lambda: durably.AgentDefinition("a", _EchoModel(), tools=[_lookup])),  # type: ignore[list-item]
@@ -91,6 +94,12 @@ BAD_TYPES: list[tuple[str, Callable[[], object]]] = [
     ("tool(42)", lambda: durably.tool(42)(_lookup)),  # type: ignore[call-overload]
     ("Tool(fn not a function)", lambda: durably.Tool("t", 42)),  # type: ignore[arg-type]
     ("EnvKeyProvider(not a mapping)", lambda: durably.EnvKeyProvider(123)),  # type: ignore[arg-type]
+    ("Runtime(redaction=3)", lambda: durably.Runtime("sqlite:///unused.db", redaction=3)),  # type: ignore[arg-type]
+    ("Runtime(encryption=3)", lambda: durably.Runtime("sqlite:///unused.db", encryption=3)),  # type: ignore[arg-type]
+    ("Runtime(snapshot_policy=3)", lambda: durably.Runtime("sqlite:///unused.db", snapshot_policy=3)),  # type: ignore[arg-type]
+    ("Runtime(agents=3)", lambda: durably.Runtime("sqlite:///unused.db", agents=3)),  # type: ignore[arg-type]
+    ("Runtime(agents=[3])", lambda: durably.Runtime("sqlite:///unused.db", agents=[3])),  # type: ignore[list-item]
+    ("Runtime(worker_id=3)", lambda: durably.Runtime("sqlite:///unused.db", worker_id=3)),  # type: ignore[arg-type]
 ]
 
 
