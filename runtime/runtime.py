@@ -569,10 +569,17 @@ class Runtime(Inspection):
                 workers.
 
         Raises:
-            InvalidArgumentError: ``max_agents`` < 1 (a ``ValueError``).
+            InvalidArgumentError: ``max_agents`` is not an int of at least 1, or
+                ``poll_interval`` or ``drain_timeout`` not a finite number of
+                seconds > 0 (a ``ValueError``), before anything is resumed.
             RuntimeNotStartedError: The runtime was not entered.
         """
         self._require_started()
+        check_figure("serve", "poll_interval", poll_interval, optional=False)
+        check_figure("serve", "drain_timeout", drain_timeout, optional=False)
+        check_figure("serve", "max_agents", max_agents, integer=True)
+        if poll_interval == 0 or max_agents == 0:
+            raise InvalidArgumentError("serve: poll_interval must be > 0 seconds and max_agents at least 1")
         await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
                             max_agents=max_agents)
 

@@ -174,3 +174,12 @@ async def test_an_append_needs_an_int_expected_seq_a_store_can_hold(expected_seq
 def test_a_redaction_rule_is_checked_when_built(make, error):
     with pytest.raises(error):
         make()
+
+
+@pytest.mark.parametrize("options", [{"poll_interval": float("nan")}, {"poll_interval": -1}, {"poll_interval": 0},
+                                     {"drain_timeout": float("nan")}, {"max_agents": True}, {"max_agents": 0},
+                                     {"max_agents": 1.5}])
+async def test_serve_checks_its_options_before_it_resumes_anything(options):
+    async with Runtime("memory://", agents=[gated_agent([])]) as rt:
+        with pytest.raises(InvalidArgumentError):
+            await rt.serve(**options)
