@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
+from durably.errors import ArgumentTypeError
+
 from . import time_travel
 from . import watch as watching
 from .describe import AgentDescription, describe, describe_namespace
@@ -55,12 +57,16 @@ class Inspection:
             An async iterator of ``HistoryEntry``.
 
         Raises:
+            ArgumentTypeError: ``kinds`` is a bare ``str`` (it would be read as its
+                letters) or not iterable.
             AgentNotFoundError: When iterated: the agent has no records.
             InvalidCommandError: When iterated: a negative ``after_seq`` or an
                 unknown kind.
             CorruptRecordError: When iterated, at the first record that cannot be
                 read (the entries before it were yielded).
         """
+        if kinds is not None and (isinstance(kinds, (str, bytes)) or not isinstance(kinds, Iterable)):
+            raise ArgumentTypeError(f"history: kinds is a collection such as ['tool_result'], got {kinds!r}")
         return read_history(self.store, self.codec, self.stream(agent_id), after_seq=after_seq, kinds=kinds,
                             payload=payload)
 

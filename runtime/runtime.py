@@ -323,7 +323,13 @@ class Runtime(Inspection):
             AgentExistsError: ``agent_id`` already has a journal (or is live here,
                 or another runtime holds its lease).
             DefinitionNotRegisteredError: ``agent`` names no registered definition.
+            ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``
+                (before anything is journaled).
         """
+        if not isinstance(task, str):
+            raise ArgumentTypeError(f"start: task must be a str, got {type(task).__name__}")
+        if budget is not None and not isinstance(budget, Budget):
+            raise ArgumentTypeError(f"start: budget must be a Budget, got {type(budget).__name__}")
         definition = agent if isinstance(agent, AgentDefinition) else self._definition(agent)
         self._definitions.setdefault(definition.name, definition)
         async with self._activating.hold(agent_id):
@@ -526,6 +532,7 @@ class Runtime(Inspection):
                 when).
             AgentLeaseLostError: Another runtime took the lease while it ran here.
             DefinitionNotRegisteredError: ``agent`` names no registered definition.
+            ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``.
             DurablyError: What ``resume`` and ``AgentHandle.wait`` raise.
         """
         handle: AgentHandle | None

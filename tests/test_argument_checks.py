@@ -183,3 +183,19 @@ async def test_serve_checks_its_options_before_it_resumes_anything(options):
     async with Runtime("memory://", agents=[gated_agent([])]) as rt:
         with pytest.raises(InvalidArgumentError):
             await rt.serve(**options)
+
+
+@pytest.mark.parametrize("call", [lambda rt: rt.run("gated", "g1", None), lambda rt: rt.run("gated", "g1", 1),
+                                  lambda rt: rt.run("gated", "g1", "task", budget=3)])
+async def test_run_checks_its_task_and_budget_before_anything_is_journaled(call):
+    async with Runtime("memory://", agents=[gated_agent([])]) as rt:
+        with pytest.raises(ArgumentTypeError):
+            await call(rt)
+        assert await rt.agents() == []
+
+
+async def test_history_refuses_a_bare_str_of_kinds():
+    async with Runtime("memory://", agents=[gated_agent([])]) as rt:
+        await rt.run("gated", "g1", "task")
+        with pytest.raises(ArgumentTypeError, match="kinds"):
+            rt.history("g1", kinds="tool_result")
