@@ -16,7 +16,6 @@ import anyio
 
 from durably.schemas._records import Kind
 
-from durably.errors import ArgumentTypeError
 
 from .errors import ApprovalAlreadyDecidedError, InvalidCommandError
 from .state import TERMINAL, AgentState
@@ -24,13 +23,6 @@ from .state import TERMINAL, AgentState
 #: The roles of a message sent from outside (``Runtime.send``): the user's, or an instruction.
 #: A ``tool`` message answers a call of the model's and an ``assistant`` one is the model's own.
 SEND_ROLES = ("user", "system")
-
-
-def check_bool(owner: str, name: str, value: object) -> None:
-    """Raise ``ArgumentTypeError`` unless ``value`` is a bool: ``"no"`` or ``0`` is not one
-    (a str is truthy, so ``approved="no"`` would approve). ``owner`` and ``name`` say where it came from."""
-    if not isinstance(value, bool):
-        raise ArgumentTypeError(f"{owner}: {name} must be True or False, got {type(value).__name__} {value!r}")
 
 
 @dataclass

@@ -37,7 +37,7 @@ from . import dispatch, serving, status_index
 from . import watch as watching
 from .actor import AgentActor
 from .agent import AgentDefinition, Budget
-from .figures import check_figure
+from .figures import check_bool, check_figure
 from .errors import (
     AgentExistsError,
     AgentFencedError,
@@ -400,7 +400,7 @@ class Runtime(Inspection):
             CorruptRecordError: The journal is unreadable (also
                 ``UnknownSchemaVersionError``): not resumed, bytes untouched.
         """
-        cmd.check_bool("Runtime.resume", "force", force)
+        check_bool("Runtime.resume", "force", force)
         return await self._resume(agent_id, force=force)
 
     async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = status_index.UNSEEN) -> AgentHandle | None:
@@ -703,7 +703,7 @@ class Runtime(Inspection):
                 gives its field path).
             AgentNotFoundError: The agent has no records.
         """
-        cmd.check_bool("Runtime.approve", "approved", approved)
+        check_bool("Runtime.approve", "approved", approved)
         return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note,
                                                         result=result))
 

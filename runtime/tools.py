@@ -23,6 +23,7 @@ from typing import Any, overload
 
 import anyio.to_thread
 
+from .figures import check_bool
 from .tool_results import journal_form
 from .tool_schema import CONTEXT_PARAMETER, ToolArgumentsError, ToolSignature, read_signature
 from durably.errors import ArgumentTypeError, InvalidArgumentError
@@ -174,10 +175,7 @@ class Tool:
         _check_name(self.name)
         if isinstance(self.fn, Tool) or not callable(self.fn):
             raise ArgumentTypeError(f"tool {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
-        if not isinstance(self.requires_approval, bool):  # "no" is truthy: it would gate every call
-            # commands.check_bool's check, written out: commands imports state, which imports this module
-            raise ArgumentTypeError(f"tool {self.name!r}: requires_approval must be True or False, "
-                                    f"got {type(self.requires_approval).__name__} {self.requires_approval!r}")
+        check_bool(f"tool {self.name!r}", "requires_approval", self.requires_approval)  # "no" would gate every call
         object.__setattr__(self, "on_unknown_outcome", _policy(self.name, self.on_unknown_outcome))
         if self.on_unknown_outcome is OnUnknownOutcome.RECONCILE and self.reconcile is None:
             raise InvalidArgumentError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")
