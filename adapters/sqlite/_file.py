@@ -97,6 +97,14 @@ def unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
     return error
 
 
+def locked(exc: BaseException) -> bool:
+    """True for SQLite's lock refusals (SQLITE_BUSY, SQLITE_LOCKED and their extended codes)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and code is not None and code & 0xFF in (
+        sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED,
+    )
+
+
 def damaged(exc: sqlite3.Error) -> bool:
     """True for SQLite's own corruption reports (SQLITE_CORRUPT, SQLITE_NOTADB) and
     for a BLOB column that reads back as text (a flipped type byte in a cell)."""

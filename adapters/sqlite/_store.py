@@ -59,7 +59,7 @@ from durably.storage._urls import check_parent
 
 from . import _index as sqlite_index
 from . import _layout as layout
-from ._file import daemonize, make_parents, path_from_url, prepare_file, translate, unavailable
+from ._file import daemonize, locked, make_parents, path_from_url, prepare_file, translate, unavailable
 from ._index import SQLiteStatusIndex
 from ._layout import SCHEMA_VERSION
 from ._leases import SQLiteLeases
@@ -192,31 +192,52 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         return reader
 
     async def _prepare_connection(self, db: aiosqlite.Connection) -> None:
-        """Check the schema version, set the pragmas, create the schema if missing."""
+        """Set the connection up, retrying while another connection holds the file's lock.
+
+        Two connections opening a fresh file at once both hold a shared lock when they
+        switch it to WAL; SQLite then refuses one with SQLITE_BUSY at once instead of
+        calling the busy handler (waiting could deadlock), so the busy timeout alone does
+        not cover it. Every step is idempotent, so the whole set-up is tried again, with
+        jittered backoff, until ``busy_timeout`` has passed.
+        """
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(locked),
+            stop=stop_after_delay(self.busy_timeout_ms / 1000),
+            wait=wait_random_exponential(multiplier=0.005, max=0.2),
+            reraise=True,
+        )
         try:
-            await self._schema_version(db)  # before any write: a newer file is left untouched
-            ((mode,),) = await db.execute_fetchall("PRAGMA journal_mode = WAL")
-            if str(mode).lower() != "wal":
-                raise StoreUnavailableError(f"{self.path}: SQLite refused WAL journal mode (got {mode!r})")
-            await db.execute(f"PRAGMA synchronous = {self.synchronous}")
-            await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            # Deleted rows (purge, compaction) are overwritten with zeros, freelist pages
-            # included, so a purged value cannot be read back from the file.
-            await db.execute("PRAGMA secure_delete = ON")
-            await db.execute("BEGIN IMMEDIATE")
-            try:
-                # Re-read under the write lock: another process may have just created it.
-                if await self._schema_version(db) < SCHEMA_VERSION:
-                    for statement in layout.SCHEMA:
-                        await db.execute(statement)
-                    await sqlite_index.upgrade(db)
-                    await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                await db.commit()
-            except BaseException:
-                await self._rollback(db)
-                raise
+            async for attempt in retrying:
+                with attempt:
+                    await self._set_up(db)
         except sqlite3.Error as exc:
             raise unavailable(exc) from exc
+
+    async def _set_up(self, db: aiosqlite.Connection) -> None:
+        """Check the schema version, set the pragmas, create the schema if missing."""
+        await self._schema_version(db)  # before any write: a newer file is left untouched
+        ((mode,),) = await db.execute_fetchall("PRAGMA journal_mode = WAL")
+        if str(mode).lower() != "wal":
+            raise StoreUnavailableError(f"{self.path}: SQLite refused WAL journal mode (got {mode!r})")
+        await db.execute(f"PRAGMA synchronous = {self.synchronous}")
+        await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        # Deleted rows (purge, compaction) are overwritten with zeros, freelist pages
+        # included, so a purged value cannot be read back from the file.
+        await db.execute("PRAGMA secure_delete = ON")
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-read under the write lock: another process may have just created it.
+            if await self._schema_version(db) < SCHEMA_VERSION:
+                for statement in layout.SCHEMA:
+                    await db.execute(statement)
+                await sqlite_index.upgrade(db)
+                await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            await db.commit()
+        except BaseException:
+            await self._rollback(db)
+            raise
 
     async def _schema_version(self, db: aiosqlite.Connection) -> int:
         """The file's ``user_version``; ``UnknownSchemaVersionError`` when newer than ``SCHEMA_VERSION``."""
