@@ -63,7 +63,7 @@ from durably.storage._errors import (
     TruncatedRecordError,
     UnsafeCompactionError,
 )
-from durably.storage._spi import AppendRequest, BlobStore, IndexStore, StoredRecord, StoredSnapshot, StreamId, check_append
+from durably.storage._spi import AppendRequest, BlobStore, IndexStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob
 
 from ._filesystem_index import FileSystemStatusIndex
 
@@ -574,8 +574,10 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
 
         Raises:
             StoreUnavailableError: A filesystem error.
+            InvalidRequestError: When ``data`` is not ``bytes`` (``check_blob``).
         """
         self._check_open()
+        check_blob(stream, data)
         digest = hashlib.sha256(data).hexdigest()
 
         def put() -> None:

@@ -28,6 +28,7 @@ from durably.storage._spi import (
     StoredSnapshot,
     StreamId,
     check_append,
+    check_blob,
     check_lease,
 )
 
@@ -307,8 +308,10 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
 
         Raises:
             StoreClosedError: The store is not open.
+            InvalidRequestError: When ``data`` is not ``bytes`` (``check_blob``).
         """
         self._check_open()
+        check_blob(stream, data)
         digest = hashlib.sha256(data).hexdigest()
         self._streams.setdefault(stream, _Stream()).blobs[digest] = bytes(data)
         return digest

@@ -37,6 +37,8 @@ from typing import Any
 from durably.errors import RedactedArgumentError
 from durably.errors import ArgumentTypeError, InvalidArgumentError
 
+from .figures import check_bool
+
 MARKER = "$redacted"
 _MAX_DEPTH = 128  # deeper than the codec accepts: the codec rejects it with the field path
 
@@ -196,6 +198,12 @@ class RedactionPolicy:
         mask_echoes: Also mask later occurrences of values redacted by name or
             rule in this activation.
         min_echo_length: The shortest value (characters) ``mask_echoes`` masks.
+
+    Raises:
+        ArgumentTypeError: When ``rules`` is not a tuple (or list) of ``Redact``,
+            ``token_patterns`` not one of ``TokenPattern``, ``secret_names`` not a
+            set of non-empty str, or ``mask_echoes`` not a bool.
+        InvalidArgumentError: When ``min_echo_length`` is not an int >= 1.
     """
 
     rules: tuple[Redact, ...] = ()
@@ -203,6 +211,29 @@ class RedactionPolicy:
     token_patterns: tuple[TokenPattern, ...] = DEFAULT_TOKEN_PATTERNS
     mask_echoes: bool = True
     min_echo_length: int = 6
+
+    def __post_init__(self) -> None:
+        # Checked here, not at the first record: a malformed policy would otherwise fail
+        # an agent mid-run, or (a str of names) silently redact by its letters.
+        for name, kind in (("rules", Redact), ("token_patterns", TokenPattern)):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+                raise ArgumentTypeError(f"RedactionPolicy: {name} must be a tuple of {kind.__name__}, "
+                                        f"got {type(value).__name__}")
+            wrong = [item for item in value if not isinstance(item, kind)]
+            if wrong:
+                raise ArgumentTypeError(f"RedactionPolicy: {name} must hold {kind.__name__} only, got {wrong[0]!r}")
+            object.__setattr__(self, name, tuple(value))
+        names = self.secret_names
+        if isinstance(names, (str, bytes)) or not isinstance(names, (frozenset, set, tuple, list)):
+            raise ArgumentTypeError(f"RedactionPolicy: secret_names must be a set of str, got {type(names).__name__}")
+        if not all(isinstance(name, str) and name for name in names):
+            raise ArgumentTypeError(f"RedactionPolicy: secret_names must hold non-empty str only, got {sorted(map(repr, names))}")
+        object.__setattr__(self, "secret_names", frozenset(names))
+        check_bool("RedactionPolicy", "mask_echoes", self.mask_echoes)
+        length = self.min_echo_length
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise InvalidArgumentError(f"RedactionPolicy: min_echo_length must be an int >= 1, got {length!r}")
 
     @classmethod
     def disabled(cls) -> "RedactionPolicy":

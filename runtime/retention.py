@@ -117,6 +117,10 @@ class SweepItem:
     error: str = ""
 
 
+#: The latest ``now`` a sweep accepts (9999-12-31T23:59:59Z, in unix seconds).
+LATEST_NOW = 253_402_300_799
+
+
 def check_seconds(name: str, value: object, *, negative: bool = False) -> None:
     """Refuse ``value`` unless it is None or a finite number (not a bool), >= 0 unless ``negative``.
 
@@ -156,7 +160,7 @@ async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: Retent
     runtime passes one that first stops its live actor). Out: one ``SweepItem``
     per stream, in ``list_streams`` order. A stream that cannot be read or dated
     is kept. Raises ``ArgumentTypeError`` / ``InvalidArgumentError`` for a bad
-    ``policy``, ``now`` (not a finite number) or ``dry_run`` (not a bool), before
+    ``policy``, ``now`` (not a finite number, or past year 9999: milliseconds) or ``dry_run`` (not a bool), before
     anything is read or purged, and ``StoreUnavailableError`` from the store.
     """
     if not isinstance(policy, RetentionPolicy):
@@ -164,6 +168,10 @@ async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: Retent
     if not isinstance(dry_run, bool):
         raise ArgumentTypeError(f"sweep: dry_run must be a bool, got {dry_run!r}")
     check_seconds("sweep: now (unix seconds)", now, negative=True)
+    if now is not None and now > LATEST_NOW:
+        # A millisecond timestamp (time.time() * 1000) reads as year 50,000: every TTL would have passed.
+        raise InvalidArgumentError(f"sweep: now must be unix seconds before year 10000, got {now!r} "
+                                   "(a millisecond timestamp?)")
     now = time.time() if now is None else now
     purge = purge or (lambda stream: purge_stream(store, stream))
     shortest = policy.shortest()

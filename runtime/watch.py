@@ -182,7 +182,11 @@ def check_until(until: Iterable[str] | str | None) -> frozenset[str]:
     """``until`` as a set of statuses (None: stopped or parked). Raises ``InvalidCommandError``."""
     if until is None:
         return STOPPED_OR_PARKED
+    if not isinstance(until, str) and not isinstance(until, Iterable):
+        raise InvalidCommandError(f"until must be a status or statuses (str), got {type(until).__name__}")
     wanted = frozenset([until] if isinstance(until, str) else until)
+    if not all(isinstance(status, str) for status in wanted):
+        raise InvalidCommandError(f"until must hold statuses (str), got {sorted(map(repr, wanted))}")
     unknown = sorted(wanted - STATUSES)
     if unknown or not wanted:
         raise InvalidCommandError(f"cannot wait for status {unknown[0] if unknown else 'nothing'!r} "

@@ -106,11 +106,13 @@ class StaticKeyProvider:
         current: The id new frames use; None (the default) for the last one in ``keys``.
 
     Raises:
-        KeyConfigError: When ``keys`` is empty, a key id is malformed, a key is
-            not 32 bytes, or ``current`` is not among the keys.
+        KeyConfigError: When ``keys`` is not a mapping or is empty, a key id is
+            malformed, a key is not 32 bytes, or ``current`` is not among the keys.
     """
 
     def __init__(self, keys: Mapping[str, bytes], current: str | None = None) -> None:
+        if not isinstance(keys, Mapping):
+            raise KeyConfigError(f"keys must be a mapping of key id to key, got {type(keys).__name__}")
         if not keys:
             raise KeyConfigError("a key provider needs at least one key")
         for key_id, key in keys.items():

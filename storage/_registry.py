@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ._errors import InvalidStoreURLError, UnknownSchemeError
+from ._errors import ArgumentTypeError, InvalidArgumentError, InvalidStoreURLError, UnknownSchemeError
 from ._spi import Store
 
 if TYPE_CHECKING:
@@ -39,7 +39,19 @@ def register_store(scheme: str, factory: type) -> None:
     Args:
         scheme: The URL scheme, e.g. ``"redis"``; matched case-insensitively.
         factory: The store class: it takes the URL as its only positional argument.
+
+    Raises:
+        InvalidArgumentError: When ``scheme`` is not a URL scheme (RFC 3986: a
+            letter, then letters, digits, ``+``, ``-`` or ``.``).
+        ArgumentTypeError: When ``scheme`` is not a str or ``factory`` is not callable.
     """
+    if not isinstance(scheme, str):
+        raise ArgumentTypeError(f"register_store: scheme must be a str, got {type(scheme).__name__}")
+    if _SCHEME.fullmatch(scheme) is None:
+        raise InvalidArgumentError(f"register_store: {scheme!r} is not a URL scheme (a letter, then letters, "
+                                   "digits, '+', '-' or '.')")
+    if not callable(factory):
+        raise ArgumentTypeError(f"register_store: factory must be a store class, got {type(factory).__name__}")
     _registered[scheme.lower()] = factory
 
 

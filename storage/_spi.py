@@ -220,6 +220,25 @@ def check_append(request: AppendRequest) -> None:
         raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(request.index).__name__}")
 
 
+def check_blob(stream: object, data: object) -> None:
+    """Reject a malformed ``put_blob`` before any I/O.
+
+    Adapters call this, as ``check_append``.
+
+    Args:
+        stream: The ``stream`` argument of ``put_blob``; must be a ``StreamId``.
+        data: The ``data`` argument; must be ``bytes`` (a ``bytearray`` or
+            ``memoryview`` could change after the digest is taken).
+
+    Raises:
+        InvalidRequestError: Unless ``stream`` is a ``StreamId`` and ``data`` is ``bytes``.
+    """
+    if not isinstance(stream, StreamId):
+        raise InvalidRequestError(f"a blob's stream must be a StreamId, got {type(stream).__name__}")
+    if not isinstance(data, bytes):
+        raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
+
+
 def check_lease(owner: object, ttl: object) -> None:
     """Reject a malformed ``acquire_lease`` before any I/O.
 

@@ -199,3 +199,71 @@ async def test_history_refuses_a_bare_str_of_kinds():
         await rt.run("gated", "g1", "task")
         with pytest.raises(ArgumentTypeError, match="kinds"):
             rt.history("g1", kinds="tool_result")
+
+
+@pytest.mark.parametrize(("kwargs", "error"), [
+    ({"rules": [1]}, ArgumentTypeError),
+    ({"rules": "arguments.password"}, ArgumentTypeError),  # a str would be read as its letters
+    ({"secret_names": "password"}, ArgumentTypeError),
+    ({"secret_names": {""}}, ArgumentTypeError),
+    ({"token_patterns": None}, ArgumentTypeError),
+    ({"mask_echoes": "no"}, ArgumentTypeError),
+    ({"min_echo_length": 0}, InvalidArgumentError),
+    ({"min_echo_length": 2.5}, InvalidArgumentError),
+])
+def test_a_redaction_policy_is_checked_when_built(kwargs, error):
+    """A malformed policy used to be accepted and fail the first record an agent wrote."""
+    from durably import RedactionPolicy
+
+    with pytest.raises(error, match="RedactionPolicy"):
+        RedactionPolicy(**kwargs)
+
+
+def test_a_redaction_policy_takes_lists_and_keeps_tuples():
+    from durably import Redact, RedactionPolicy
+
+    policy = RedactionPolicy(rules=[Redact("arguments.token")], secret_names={"pin"})
+    assert policy.rules == (Redact("arguments.token"),) and policy.secret_names == frozenset({"pin"})
+    hash(policy)  # still usable as a frozen value
+
+
+@pytest.mark.parametrize("keys", [[1], "k", None, [("k", b"\0" * 32)]])
+def test_a_static_key_provider_needs_a_mapping(keys):
+    from durably.errors import KeyConfigError
+
+    with pytest.raises(KeyConfigError, match="mapping"):
+        StaticKeyProvider(keys)
+
+
+@pytest.mark.parametrize(("scheme", "factory", "error"), [
+    ("", object, InvalidArgumentError),
+    ("1abc", object, InvalidArgumentError),
+    ("my scheme", object, InvalidArgumentError),
+    (None, object, ArgumentTypeError),
+    ("ok", 1, ArgumentTypeError),
+])
+def test_register_store_checks_the_scheme_and_factory(scheme, factory, error):
+    from durably.storage import known_schemes, register_store
+
+    before = known_schemes()
+    with pytest.raises(error, match="register_store"):
+        register_store(scheme, factory)
+    assert known_schemes() == before
+
+
+@pytest.mark.parametrize("until", [3, 1.5, [3], {"finished": 1, 2: 3}])
+async def test_wait_refuses_an_until_that_is_not_statuses(until):
+    from durably.errors import InvalidCommandError
+
+    async with Runtime("memory://", agents=[gated_agent([])]) as rt:
+        await rt.run("gated", "g1", "task")
+        with pytest.raises(InvalidCommandError, match="until"):
+            await rt.wait("g1", until, timeout=1)
+
+
+def test_dir_of_durably_lists_the_public_names_only():
+    import durably
+
+    names = set(dir(durably))
+    assert set(durably.__all__) <= names
+    assert not names & {"Any", "TYPE_CHECKING", "importlib", "annotations"}

@@ -106,3 +106,13 @@ async def test_the_sweep_command_refuses_nan_and_unknown_statuses(tmp_path, caps
         assert "Invalid value" in captured.err
     async with Runtime(url) as rt:
         assert await agents_in(rt) == {"keep-me"}
+
+
+@pytest.mark.parametrize("now", [time.time() * 1000, 1e30])
+async def test_a_millisecond_now_purges_nothing(now: float) -> None:
+    """``time.time() * 1000`` reads as a date ~50,000 years ahead: every TTL would have passed."""
+    async with Runtime(f"memory://{uuid.uuid4().hex}", agents=[list_agent(1, [])]) as rt:
+        assert (await rt.run("list-agent", "keep-me", "t")).status == "finished"
+        with pytest.raises(durably.InvalidArgumentError, match="before year 10000"):
+            await rt.sweep(RetentionPolicy(default=365 * DAY), now=now)
+        assert await agents_in(rt) == {"keep-me"}

@@ -47,7 +47,7 @@ from durably.storage._errors import (
     UnsafeCompactionError,
 )
 from durably.storage._spi import (
-    AppendRequest, BlobStore, ChangeStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
+    AppendRequest, BlobStore, ChangeStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob,
 )
 
 from . import _schema as layout
@@ -522,8 +522,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             InvalidRequestError: When ``data`` is not ``bytes``.
         """
         self._check_open()
-        if not isinstance(data, bytes):
-            raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
+        check_blob(stream, data)
         if len(data) > 1 << 20:  # hashlib releases the GIL: hash big blobs off the event loop
             digest = await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())
         else:

@@ -137,7 +137,7 @@ from durably.storage._errors import (
     UnsafeCompactionError,
 )
 from durably.storage._spi import (
-    AppendRequest, BlobStore, Lease, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
+    AppendRequest, BlobStore, Lease, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob,
 )
 
 from . import _blobs as s3_blobs, _snapshots as s3_snapshots, _streams as s3_streams
@@ -578,8 +578,7 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
             InvalidRequestError: When ``data`` is not ``bytes``.
         """
         self._check_open()
-        if not isinstance(data, bytes):
-            raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
+        check_blob(stream, data)
         return await s3_blobs.put_blob(self._s3, self.options, stream, self._keys(stream), data)
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:

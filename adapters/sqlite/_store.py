@@ -53,7 +53,7 @@ from durably.storage._errors import (
     UnsafeCompactionError,
 )
 from durably.storage._spi import (
-    AppendRequest, BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append,
+    AppendRequest, BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob,
 )
 from durably.storage._urls import check_parent
 
@@ -713,8 +713,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
             InvalidRequestError: When ``data`` is not ``bytes``.
         """
         self._check_open()
-        if not isinstance(data, bytes):
-            raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
+        check_blob(stream, data)
         # hashlib releases the GIL on large inputs: hash big blobs off the event loop.
         if len(data) > 1 << 20:
             digest = await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())

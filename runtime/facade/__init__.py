@@ -162,7 +162,9 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | {"__version__"})
+    # The public names and the public subpackages, not this module's own imports
+    # (``Any``, ``importlib``, ``annotations``) nor what is not loaded yet.
+    return sorted(set(__all__) | {"__version__", "errors", "models", "schemas", "storage", "adapters", "integrations"})
 
 
 __all__ = [

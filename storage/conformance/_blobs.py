@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from durably.storage._errors import BlobNotFoundError
+from durably.storage._errors import BlobNotFoundError, InvalidRequestError
 from ._harness import StoreHarness, expect_raises, sid
 
 
@@ -38,6 +38,19 @@ class BlobChecks(StoreHarness):
             await expect_raises(
                 BlobNotFoundError, lambda: store.get_blob(stream, "../" * 8 + "etc"), "get_blob of a malformed digest"
             )
+
+    @pytest.mark.anyio
+    async def test_malformed_blob_raises_invalid_request(self, tmp_path: Path) -> None:
+        async with self.opened(tmp_path) as opened:
+            store = self.blobs_of(opened)
+            stream = sid("bad-blob")
+            # Malformed on purpose: not bytes, whatever the signature says.
+            for what, data in {"a str": "text", "None": None, "an int": 7, "a bytearray": bytearray(b"x"),
+                               "a memoryview": memoryview(b"x")}.items():
+                await expect_raises(InvalidRequestError, lambda: store.put_blob(stream, data),  # type: ignore[arg-type]
+                                    f"put_blob of {what}")
+            await expect_raises(InvalidRequestError, lambda: store.put_blob(("ns", "a"), b"x"),  # type: ignore[arg-type]
+                                "put_blob to a stream that is not a StreamId")
 
     @pytest.mark.anyio
     async def test_blobs_survive_reopen_and_are_purged_with_the_stream(self, tmp_path: Path) -> None:
