@@ -280,8 +280,9 @@ class Store(Protocol):
     cannot be reached, times out or is full (never the backend's own exception
     types), after which everything acknowledged before is still there;
     ``InvalidRequestError`` for a malformed call (an empty batch, a negative
-    expected seq, a record that is not ``bytes``, a bad lease argument), raised
-    before any I/O by ``check_append`` / ``check_lease``.
+    expected seq, a record that is not ``bytes``, a blob that is not ``bytes``, a bad
+    lease argument), raised before any I/O by ``check_append`` / ``check_blob`` /
+    ``check_lease``.
     """
 
     #: Names of the optional capabilities this adapter supports (see ``CAP_*``).
@@ -454,6 +455,9 @@ class BlobStore(Store, Protocol):
 
         Returns:
             The SHA-256 hex digest of ``data`` (64 lowercase hex characters).
+
+        Raises:
+            InvalidRequestError: When ``data`` is not ``bytes`` (``check_blob``), before any I/O.
         """
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
