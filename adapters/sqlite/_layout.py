@@ -96,26 +96,6 @@ RESTORE_READ = (
 )
 
 
-#: ``RESTORE_READ`` for a read made on the event loop's thread (``SQLiteStore.read_restore``),
-#: bounded so it never holds the loop long: the snapshot's and seq 1's data only up to
-#: ``:big`` bytes (NULL above: the caller reads on its thread instead), the tail only while
-#: its running total stays within ``:tail_bytes`` (the rest is read by pages).
-RESTORE_READ_INLINE = (
-    "WITH s AS (SELECT id, last_seq FROM streams WHERE namespace = :namespace AND agent_id = :agent_id), "
-    "snap AS (SELECT seq, length(data) AS size FROM snapshots WHERE stream_id = (SELECT id FROM s) "
-    "AND seq <= :bound ORDER BY seq DESC LIMIT 1), "
-    "page AS (SELECT seq FROM (SELECT seq, sum(length(data)) OVER (ORDER BY seq) AS total FROM records "
-    "WHERE stream_id = (SELECT id FROM s) AND seq > coalesce((SELECT seq FROM snap), 0) ORDER BY seq "
-    "LIMIT :rows) WHERE total <= :tail_bytes) "
-    "SELECT 0, seq, CASE WHEN size <= :big THEN (SELECT data FROM snapshots "
-    "WHERE stream_id = (SELECT id FROM s) AND seq = snap.seq) END FROM snap "
-    "UNION ALL SELECT 1, last_seq, NULL FROM s "
-    "UNION ALL SELECT 2, seq, CASE WHEN length(data) <= :big THEN data END FROM records "
-    "WHERE stream_id = (SELECT id FROM s) AND seq = 1 AND EXISTS (SELECT 1 FROM snap) "
-    "UNION ALL SELECT 3, r.seq, r.data FROM page JOIN records r ON r.stream_id = (SELECT id FROM s) AND r.seq = page.seq"
-)
-
-
 def lock_streams_sql(count: int) -> str:
     """One statement of the slow path (inside its ``BEGIN IMMEDIATE``) that
     returns every stream's row, creating the unknown ones.

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -70,14 +69,6 @@ from ._leases import SQLiteLeases
 #: once (a scan resuming them, ``status()`` under load) overlap their reads.
 READERS = 2
 
-#: ``read_restore`` on the event loop's own thread (issue 16 item 7): under a loaded loop a hop
-#: to a reader's thread waits for the loop (and the GIL) longer than a small indexed read takes,
-#: so a restore's read is made in place when what it returns is small: a snapshot and a seq-1
-#: record of at most ``INLINE_BIG`` bytes each, tail records while their total is within
-#: ``INLINE_TAIL_BYTES`` (the rest is paged in from a reader). Never waits for a lock: a busy
-#: file makes it read on a reader's thread instead.
-INLINE_BIG = 256 * 1024
-INLINE_TAIL_BYTES = 256 * 1024
 
 
 # leases: adapters/sqlite/_leases.py; the status index: adapters/sqlite/_index.py
@@ -120,9 +111,6 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         self._read_locks = [anyio.Lock() for _ in range(READERS)]
         self._next_reader = 0
         self._absent = False  # the file did not exist at open: the first write creates it
-        # read_restore's connection on the event loop's thread (``_inline_read``), and that thread.
-        self._inline: sqlite3.Connection | None = None
-        self._inline_thread = 0
         self._lock = anyio.Lock()
 
     def _location(self) -> str:
@@ -181,23 +169,6 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
                 await db.close()
             raise
         self._db, self._readers = db, readers
-        self._inline = await anyio.to_thread.run_sync(self._connect_inline)
-        self._inline_thread = threading.get_ident()
-
-    def _connect_inline(self) -> sqlite3.Connection | None:
-        """``_inline_read``'s connection (blocking: run it in a thread): autocommit, query_only,
-        no busy wait. None when SQLite refuses it: restores then read on the reader threads."""
-        try:
-            inline = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False,
-                                     cached_statements=8)
-        except sqlite3.Error:
-            return None
-        try:
-            inline.execute("PRAGMA query_only = ON")
-        except sqlite3.Error:
-            inline.close()
-            return None
-        return inline
 
     async def _connect_reader(self) -> aiosqlite.Connection:
         """The reader connection (to a file the writer has set up): autocommit, so each
@@ -280,9 +251,6 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         # Taking the lock lets an in-flight transaction finish before the connection
         # goes; shielded so a cancelled close still joins aiosqlite's thread.
         with anyio.CancelScope(shield=True):
-            inline, self._inline = self._inline, None
-            if inline is not None:
-                inline.close()
             readers, self._readers = self._readers, []
             for reader, lock in zip(readers, self._read_locks):
                 async with lock:
@@ -603,9 +571,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         last seq, the ``started`` record, the records after the snapshot), and on
         a loaded event loop each read waits for the loop once more. One statement
         is also one read transaction: the four parts are of the same commit, so no
-        compaction or purge can fall between them. When what it returns is small it
-        is read on the calling (event loop's) thread, with no hop at all (see
-        ``INLINE_BIG``). ``durably``'s restore uses this when a store has it
+        compaction or purge can fall between them. ``durably``'s restore uses this when a store has it
         (``durably._runtime.restore``), and reads the rest of the tail with ``read``.
 
         Args:
@@ -618,9 +584,8 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
             ``(snapshot, last_seq, first, tail)``: the snapshot ``get_snapshot`` would
                 return (or None), ``last_seq(stream)``, the record at seq 1 when there is a
                 snapshot (else None: the tail begins with it), and up to ``page_size``
-                records after the snapshot's seq (after 0 without one), in seq order; fewer
-                when they are large (read on the loop's thread, see ``INLINE_TAIL_BYTES``):
-                the caller reads on from the last one while it is below ``last_seq``.
+                records after the snapshot's seq (after 0 without one), in seq order: the
+                caller reads on from the last one while it is below ``last_seq``.
 
         Raises:
             InvalidRequestError: When ``page_size`` < 1.
@@ -629,9 +594,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         if page_size < 1:
             raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
         bound = layout.MAX_SEQ if at_or_before is None else min(at_or_before, layout.MAX_SEQ)
-        rows = self._inline_read(stream, bound, page_size)
-        if rows is None:
-            rows = await self._fetch(layout.RESTORE_READ, (stream.namespace, stream.agent_id, bound, page_size))
+        rows = await self._fetch(layout.RESTORE_READ, (stream.namespace, stream.agent_id, bound, page_size))
         snapshot, last, first, tail = None, 0, None, []
         for part, seq, data in rows:
             if part == 0:
@@ -644,24 +607,6 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
                 tail.append(StoredRecord(seq, data))
         tail.sort(key=lambda stored: stored.seq)  # a compound SELECT promises no row order
         return snapshot, last, first, tail
-
-    def _inline_read(self, stream: StreamId, bound: int, page_size: int) -> list[Any] | None:
-        """``RESTORE_READ``'s rows read on this (the event loop's) thread when they are small
-        (``INLINE_BIG``, ``INLINE_TAIL_BYTES``; the tail may stop early); None when they are not,
-        when this is another thread, or on any SQLite error (SQLITE_BUSY included: it never
-        waits): then the caller reads on a reader's thread, which reports the error if it lasts."""
-        inline = self._inline
-        if inline is None or threading.get_ident() != self._inline_thread:
-            return None
-        try:
-            rows = inline.execute(layout.RESTORE_READ_INLINE, {
-                "namespace": stream.namespace, "agent_id": stream.agent_id, "bound": bound, "rows": page_size,
-                "tail_bytes": INLINE_TAIL_BYTES, "big": INLINE_BIG}).fetchall()
-        except (sqlite3.Error, UnicodeEncodeError):
-            return None
-        if any(part in (0, 2) and data is None for part, _, data in rows):
-            return None  # a big snapshot or first record: not on the loop
-        return rows
 
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
         """Delete the snapshots of ``stream`` with seq < ``before_seq``, always keeping the latest one.
