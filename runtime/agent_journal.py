@@ -136,6 +136,16 @@ class AgentJournal:
         """The last seq known durable (``state.last_seq`` minus the staged records)."""
         return self.state.last_seq - sum(len(s.records) for s in self._staged)
 
+    def durable_state(self) -> AgentState:
+        """A copy of ``state`` as of ``durable_seq``: without the staged records, as a restore
+        would find the agent if this process died now (``Runtime.status`` of a live agent)."""
+        copy = AgentState.from_wire(self.state.to_wire())
+        if not self._staged:
+            return copy
+        for staged in reversed(self._staged):
+            staged.undo(copy)  # puts back objects the live state held before staging ...
+        return AgentState.from_wire(copy.to_wire())  # ... so copied once more: nothing shared
+
     async def append(self, *entries: tuple[str, dict[str, Any]]) -> None:
         """Durably append ``(kind, data)`` entries as one atomic batch, then fold them.
 

@@ -610,9 +610,11 @@ class Runtime(Inspection):
     async def status(self, agent_id: str) -> AgentState:
         """The agent's current state.
 
-        An agent live in this runtime answers from its actor's state (a copy:
-        everything in it is durable, nothing is replayed); any other is
-        restored from the store (its latest snapshot and the records after it).
+        An agent live in this runtime answers from its actor's state, without
+        reading the store (a copy of what is durable: a tool result still being
+        committed is not in it, as a restore after a crash would not find it);
+        any other is restored from the store (its latest snapshot and the
+        records after it).
         A command another process appended to a live agent shows once that
         agent folds it in, at its next append.
 
@@ -627,7 +629,7 @@ class Runtime(Inspection):
         """
         actor = self._live.get(agent_id)
         if actor is not None and not actor.done.is_set():
-            return AgentState.from_wire(actor.state.to_wire())
+            return actor.journal.durable_state()
         return (await self._restore_journal(agent_id)).state
 
     async def agents(self, *, statuses: Iterable[str] | None = None) -> list[AgentState]:

@@ -79,6 +79,23 @@ FAST_MAX_ROWS = 240
 FAST_PAD = (None, None, None, None)  # a row the trigger skips (NULL seq)
 
 
+#: ``SQLiteStore.read_restore``'s one statement (one read transaction): part 0 the latest snapshot
+#: at or before a seq, 1 the stream's last seq, 2 its record at seq 1 (only with a snapshot: the
+#: run id check), 3 the first page of records after the snapshot. Binds namespace, agent id,
+#: the snapshot bound and the page size.
+RESTORE_READ = (
+    "WITH s AS (SELECT id, last_seq FROM streams WHERE namespace = ? AND agent_id = ?), "
+    "snap AS (SELECT seq, data FROM snapshots WHERE stream_id = (SELECT id FROM s) AND seq <= ? "
+    "ORDER BY seq DESC LIMIT 1) "
+    "SELECT 0, seq, data FROM snap "
+    "UNION ALL SELECT 1, last_seq, NULL FROM s "
+    "UNION ALL SELECT 2, seq, data FROM records WHERE stream_id = (SELECT id FROM s) AND seq = 1 "
+    "AND EXISTS (SELECT 1 FROM snap) "
+    "UNION ALL SELECT * FROM (SELECT 3, seq, data FROM records WHERE stream_id = (SELECT id FROM s) "
+    "AND seq > coalesce((SELECT seq FROM snap), 0) ORDER BY seq LIMIT ?)"
+)
+
+
 def lock_streams_sql(count: int) -> str:
     """One statement of the slow path (inside its ``BEGIN IMMEDIATE``) that
     returns every stream's row, creating the unknown ones.

@@ -70,6 +70,7 @@ from ._leases import SQLiteLeases
 READERS = 2
 
 
+
 # leases: adapters/sqlite/_leases.py; the status index: adapters/sqlite/_index.py
 class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore, IndexStore):
     """A ``Store`` in one SQLite database file (see the module docstring for the URL and durability).
@@ -561,6 +562,51 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
             (stream.namespace, stream.agent_id, bound),
         )
         return StoredSnapshot(rows[0][0], rows[0][1]) if rows else None
+
+    async def read_restore(self, stream: StreamId, at_or_before: int | None = None, page_size: int = 512,
+                           ) -> tuple[StoredSnapshot | None, int, StoredRecord | None, list[StoredRecord]]:
+        """What a restore of ``stream`` reads, in ONE statement on a reader connection (one hop).
+
+        A restore otherwise waits for three reads in turn (the snapshot and the
+        last seq, the ``started`` record, the records after the snapshot), and on
+        a loaded event loop each read waits for the loop once more. One statement
+        is also one read transaction: the four parts are of the same commit, so no
+        compaction or purge can fall between them. ``durably``'s restore uses this when a store has it
+        (``durably._runtime.restore``), and reads the rest of the tail with ``read``.
+
+        Args:
+            stream: The stream to read.
+            at_or_before: The highest snapshot seq wanted, as ``get_snapshot``; None:
+                the latest snapshot.
+            page_size: Most records in the tail, >= 1.
+
+        Returns:
+            ``(snapshot, last_seq, first, tail)``: the snapshot ``get_snapshot`` would
+                return (or None), ``last_seq(stream)``, the record at seq 1 when there is a
+                snapshot (else None: the tail begins with it), and up to ``page_size``
+                records after the snapshot's seq (after 0 without one), in seq order: the
+                caller reads on from the last one while it is below ``last_seq``.
+
+        Raises:
+            InvalidRequestError: When ``page_size`` < 1.
+        """
+        self._check_open()
+        if page_size < 1:
+            raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
+        bound = layout.MAX_SEQ if at_or_before is None else min(at_or_before, layout.MAX_SEQ)
+        rows = await self._fetch(layout.RESTORE_READ, (stream.namespace, stream.agent_id, bound, page_size))
+        snapshot, last, first, tail = None, 0, None, []
+        for part, seq, data in rows:
+            if part == 0:
+                snapshot = StoredSnapshot(seq, data)
+            elif part == 1:
+                last = max(seq, 0)
+            elif part == 2:
+                first = StoredRecord(seq, data)
+            else:
+                tail.append(StoredRecord(seq, data))
+        tail.sort(key=lambda stored: stored.seq)  # a compound SELECT promises no row order
+        return snapshot, last, first, tail
 
     async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
         """Delete the snapshots of ``stream`` with seq < ``before_seq``, always keeping the latest one.
