@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from functools import partial
@@ -403,17 +403,20 @@ class Runtime(Inspection):
         check_bool("Runtime.resume", "force", force)
         return await self._resume(agent_id, force=force)
 
-    async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = status_index.UNSEEN) -> AgentHandle | None:
+    async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = status_index.UNSEEN,
+                      gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
         """``resume``, and the resumes of ``resume_all`` and commands (``seen``: the status
-        index entry a scan just listed for it, so it is not read again).
+        index entry a scan just listed for it, so it is not read again; ``gather``: awaited
+        just before the ``resumed`` append, so a scan's resumes share its group commit).
 
         Single-flight: holding the agent id's lock, a second caller finds the
         first one's live actor and gets its handle instead of a second copy.
         """
         async with self._activating.hold(agent_id):
-            return await self._resume_held(agent_id, force=force, seen=seen)
+            return await self._resume_held(agent_id, force=force, seen=seen, gather=gather)
 
-    async def _resume_held(self, agent_id: str, *, force: bool, seen: Any = status_index.UNSEEN) -> AgentHandle | None:
+    async def _resume_held(self, agent_id: str, *, force: bool, seen: Any = status_index.UNSEEN,
+                           gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
         if self.draining:
@@ -434,6 +437,8 @@ class Runtime(Inspection):
             if (reference := tm.trace_reference(span)) is not None:
                 resumed["trace"] = reference
             try:
+                if gather is not None:
+                    await gather()
                 with tm.activated(span, end=False):
                     await journal.append(*changes, (Kind.RESUMED, resumed))
             except BaseException as exc:

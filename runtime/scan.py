@@ -24,7 +24,7 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,12 +74,22 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
         streams = _aiter(listed)
     outage: list[BaseException] = []
 
-    async def attempt(row: IndexedStream) -> None:
+    async def attempt(row: IndexedStream, gate: _Gather) -> None:
+        arrived = False
+
+        async def gather() -> None:
+            nonlocal arrived
+            arrived = True
+            await gate.arrive()
+
         try:
-            handle = await _resume_one(runtime, row, result)
+            handle = await _resume_one(runtime, row, result, gather)
         except (StoreUnavailableError, StoreClosedError) as exc:
             outage.append(exc)  # an outage is the whole store's, not this stream's (serve() backs off)
             return
+        finally:
+            if not arrived:
+                gate.leave()  # not resumed here (or failed before its append): nobody waits for it
         if handle is not None:
             result.handles.append(handle)
 
@@ -103,22 +113,56 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
 
 #: Resumes a scan runs at once.
 RESUME_CONCURRENCY = 16
+#: Longest a restored agent of a chunk waits for the others' restores before its ``resumed`` append.
+GATHER_SECONDS = 0.02
 
 
-async def _resume_chunk(chunk: list[IndexedStream], attempt: Callable[[IndexedStream], Coroutine[Any, Any, None]],
+class _Gather:
+    """Where the resumes of one chunk meet before their ``resumed`` appends.
+
+    Their restores end at different times (each is a few reads, queued on the
+    store's connections); appended as each ends, the ``resumed`` records went
+    out in about one group commit per two agents. Waiting here until every
+    resume of the chunk has restored (or given up), or ``GATHER_SECONDS`` have
+    passed, lets them share one or two commits. Each resume calls ``arrive``
+    or ``leave`` once.
+    """
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._all = anyio.Event()
+
+    def leave(self) -> None:
+        """One resume is done with the gathering (arrived, or will not append)."""
+        self._left -= 1
+        if self._left <= 0:
+            self._all.set()
+
+    async def arrive(self) -> None:
+        """Count this resume in, then wait for the others (at most ``GATHER_SECONDS``)."""
+        self.leave()
+        with anyio.move_on_after(GATHER_SECONDS):
+            await self._all.wait()
+
+
+async def _resume_chunk(chunk: list[IndexedStream],
+                        attempt: Callable[[IndexedStream, _Gather], Coroutine[Any, Any, None]],
                         outage: list[BaseException]) -> None:
+    gate = _Gather(len(chunk))
     async with anyio.create_task_group() as tg:
         for stream in chunk:
-            tg.start_soon(attempt, stream)
+            tg.start_soon(attempt, stream, gate)
     if outage:
         raise outage[0]
 
 
-async def _resume_one(runtime: Runtime, row: IndexedStream, result: ScanResult) -> AgentHandle | None:
+async def _resume_one(runtime: Runtime, row: IndexedStream, result: ScanResult,
+                      gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
     """Resume one stream's agent; None when it is not ours to run now (logged when unreadable)."""
     stream = row.stream
     try:
-        return await runtime._resume(stream.agent_id, seen=row.entry)  # the entry just listed: not read again
+        # The entry just listed is not read again.
+        return await runtime._resume(stream.agent_id, seen=row.entry, gather=gather)
     except AgentLeasedError as exc:
         result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
     except (DefinitionNotRegisteredError, DefinitionMigrationError, AgentFencedError):

@@ -26,13 +26,17 @@ When nothing records (no SDK configured: the API's no-op or proxy providers),
 ``Telemetry`` says so once, at construction, and the runtime then creates no
 span or instrument object at all: the step loop pays one ``is None`` test.
 OpenTelemetry itself is imported when the first ``Telemetry`` is built, not
-when durably is imported (it is a tenth of ``import durably._runtime``).
+when durably is imported (it is a tenth of ``import durably._runtime``), and
+not at all while nothing could have installed a provider (``_api_untouched``):
+a process that never imported the API (a ``durably`` command) skips it.
 See https://opentelemetry.io/docs/specs/semconv/gen-ai/ for the conventions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +88,14 @@ _TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 
 # Checkpoint latencies are milliseconds, not the seconds of a model call.
 _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _BYTES_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+
+
+def _api_untouched() -> bool:
+    """True when no global provider can exist yet: neither API module is imported (a provider
+    is installed through them) and no ``OTEL_PYTHON_*_PROVIDER`` variable names one. The
+    getters would then return the API's proxies, which ``_from_api_only`` says record nothing."""
+    return not ({"opentelemetry.trace", "opentelemetry.metrics"} & sys.modules.keys()
+                or {"OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"} & os.environ.keys())
 
 
 def _from_api_only(provider: object) -> bool:
@@ -151,16 +163,20 @@ class Telemetry:
 
     def __init__(self, namespace: str, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None) -> None:
-        from opentelemetry import metrics, trace
-
         self.namespace = namespace
         self.attributes = {NAMESPACE: namespace}
+        self.tracer: trace.Tracer | None = None
+        self.metrics: Metrics | None = None
+        if tracer_provider is None and meter_provider is None and _api_untouched():
+            return  # what the API's proxies would give, without importing it
+        from opentelemetry import metrics, trace
+
         tracer_provider = tracer_provider or trace.get_tracer_provider()
         meter_provider = meter_provider or metrics.get_meter_provider()
-        self.tracer: trace.Tracer | None = (
-            None if _from_api_only(tracer_provider) else tracer_provider.get_tracer(TRACER_NAME))
-        self.metrics: Metrics | None = (
-            None if _from_api_only(meter_provider) else Metrics(meter_provider.get_meter(TRACER_NAME)))
+        if not _from_api_only(tracer_provider):
+            self.tracer = tracer_provider.get_tracer(TRACER_NAME)
+        if not _from_api_only(meter_provider):
+            self.metrics = Metrics(meter_provider.get_meter(TRACER_NAME))
 
     @classmethod
     def disabled(cls) -> Telemetry:

@@ -8,11 +8,14 @@ that declares::
     redis = "my_package.store:RedisStore"
 
 is found by ``open_store("redis://...")`` once installed. The class must accept
-the URL as its only positional argument and implement the SPI.
+the URL as its only positional argument and implement the SPI. durably's own
+schemes (``BUILTIN``, the entry points it declares) are found without reading
+the installed packages' metadata.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import TYPE_CHECKING
 
@@ -25,6 +28,17 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "durably.stores"
 
 _registered: dict[str, type] = {}
+#: durably's own schemes: the entry points its ``pyproject.toml`` declares (a test keeps the two
+#: equal), resolved without ``importlib.metadata``, whose import and scan of every installed
+#: package cost a ``durably`` command more than opening the store and reading it.
+BUILTIN = {
+    "memory": "durably.adapters.memory:MemoryStore",
+    "sqlite": "durably.adapters.sqlite:SQLiteStore",
+    "file": "durably.adapters.filesystem:FileSystemStore",
+    "s3": "durably.adapters.s3:S3Store",
+    "postgresql": "durably.adapters.postgres:PostgresStore",
+    "postgres": "durably.adapters.postgres:PostgresStore",
+}
 #: RFC 3986's scheme: a letter, then letters, digits, '+', '-' or '.'.
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
@@ -59,18 +73,19 @@ def known_schemes() -> list[str]:
     """List the schemes ``open_store`` can handle now.
 
     Returns:
-        The schemes of the installed ``durably.stores`` entry points and of
-            ``register_store``, sorted.
+        The schemes of the installed ``durably.stores`` entry points, of durably's
+            own adapters and of ``register_store``, sorted.
     """
     names = {ep.name for ep in _entry_points()}
-    return sorted(names | set(_registered))
+    return sorted(names | set(BUILTIN) | set(_registered))
 
 
 def open_store(url: str) -> Store:
     """Build the store for ``url`` (no I/O); use it as ``async with open_store(url) as store``.
 
     The adapter is looked up by the URL's scheme (case-insensitively): first
-    ``register_store``, then the installed ``durably.stores`` entry points.
+    ``register_store``, then durably's own adapters, then the installed
+    ``durably.stores`` entry points.
 
     Args:
         url: ``scheme://...``: ``memory://name``, ``sqlite:///path/to.db``,
@@ -95,6 +110,9 @@ def open_store(url: str) -> Store:
     if not scheme:
         raise UnknownSchemeError(f"{url!r} has no scheme; known schemes: {', '.join(known_schemes())}", url=url)
     factory = _registered.get(scheme)
+    if factory is None and scheme in BUILTIN:
+        module, _, name = BUILTIN[scheme].partition(":")
+        factory = getattr(importlib.import_module(module), name)
     if factory is None:
         matches = [ep for ep in _entry_points() if ep.name == scheme]
         if not matches:

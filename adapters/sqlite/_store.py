@@ -199,8 +199,14 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         switch it to WAL; SQLite then refuses one with SQLITE_BUSY at once instead of
         calling the busy handler (waiting could deadlock), so the busy timeout alone does
         not cover it. Every step is idempotent, so the whole set-up is tried again, with
-        jittered backoff, until ``busy_timeout`` has passed.
+        jittered backoff, until ``busy_timeout`` has passed (tenacity is imported only then).
         """
+        try:
+            await self._set_up(db)
+            return  # the common case: no other connection was setting the file up
+        except sqlite3.Error as exc:
+            if not locked(exc):
+                raise unavailable(exc) from exc
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
         retrying = AsyncRetrying(

@@ -23,28 +23,94 @@ refused (a typed ``DurablyError``, printed as one line), 2 a usage error.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import click
 
-from durably.storage._registry import open_store
-
-from . import langgraph, operate, privacy, read, ui, verify
 from .options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
 from .output import Output
-from durably._runtime.torture import cli as torture_cli
+
+#: The commands defined in other modules (each lists its own in ``COMMANDS``): command name ->
+#: module. A command's module is imported only when that command runs (or ``--help`` lists
+#: them all), so ``durably agents`` does not pay for the torture kit, the LangGraph importer,
+#: the privacy commands or rich's tables it does not print.
+LAZY_COMMANDS = {
+    **dict.fromkeys(("agents", "show", "history", "state"), "durably._cli.read"),
+    **dict.fromkeys(("approve", "extend", "cancel", "send", "retry", "fork"), "durably._cli.operate"),
+    **dict.fromkeys(("purge", "sweep", "reencrypt"), "durably._cli.privacy"),
+    "ui": "durably._cli.ui",
+    "verify": "durably._cli.verify",
+    "import-langgraph": "durably._cli.langgraph",
+    "torture": "durably._runtime.torture.cli",
+}
+
+
+class _LazyGroup(click.Group):
+    """A ``click.Group`` that imports a command's module (``LAZY_COMMANDS``) on first use.
+
+    ``commands`` (what walks of the command tree read) loads every module first, so it
+    is the whole tree, as with eager registration.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._commands: dict[str, click.Command] = {}
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]  # click declares a plain attribute
+    def commands(self) -> dict[str, click.Command]:
+        for name in LAZY_COMMANDS:
+            self._load(name)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: dict[str, click.Command]) -> None:
+        self._commands = dict(value)
+
+    def _load(self, name: str) -> None:
+        if name not in self._commands and name in LAZY_COMMANDS:
+            for command in importlib.import_module(LAZY_COMMANDS[name]).COMMANDS:
+                self._commands.setdefault(command.name or "", command)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Register ``cmd`` under ``name`` (default: its own), without loading the lazy ones."""
+        name = name or cmd.name
+        if name is None:
+            raise TypeError("Command has no name.")
+        self._commands[name] = cmd  # not a chain group: nothing for click to check
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command called ``cmd_name``, its module imported now if it is a lazy one."""
+        self._load(cmd_name)
+        return self._commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name, sorted (without importing the lazy commands' modules)."""
+        return sorted(set(self._commands) | set(LAZY_COMMANDS))
+
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # imported here: 20-50 ms, for --version only
+
     try:
         return version("durably")
     except PackageNotFoundError:
         return "unknown"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(_version(), "--version", prog_name="durably", message="%(prog)s %(version)s")
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--version``: what ``click.version_option`` prints, the version read only when asked."""
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"durably {_version()}", color=ctx.color)
+    ctx.exit()
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 def cli() -> None:
     """Durable execution for LLM agents: inspect, operate and keep the store of durably agents.
 
@@ -104,6 +170,7 @@ def bench(options: tuple[str, ...]) -> int:
 def migrate(store: str, namespace: str, dry_run: bool, out: Output) -> int:
     """Rewrite snapshots written at an older schema version (records are upcast on read)."""
     from durably._runtime.migrate import StreamReport, migrate_store
+    from durably.storage._registry import open_store
 
     async def go() -> list[StreamReport]:
         async with open_store(store) as opened:
@@ -115,11 +182,6 @@ def migrate(store: str, namespace: str, dry_run: bool, out: Output) -> int:
     changed = sum(r.changes for r in reports)
     out.line(f"{len(reports)} streams in namespace {namespace!r}; {changed} {'would change' if dry_run else 'changed'}")
     return EXIT_REFUSED if any(r.problems for r in reports) else EXIT_OK
-
-
-for _module in (read, operate, privacy, ui, verify, langgraph, torture_cli):
-    for _command in _module.COMMANDS:
-        cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,10 +8,11 @@ line and exit status 1. Click itself gives status 2 to usage errors.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import anyio
@@ -20,6 +21,9 @@ import click
 from durably.storage._errors import DurablyError, InvalidStoreURLError
 
 from .output import Output
+
+if TYPE_CHECKING:
+    from durably.storage._crypto import AESGCMCipher
 
 DEFAULT_STORE = "sqlite:///durably.db"
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -65,6 +69,18 @@ def require_database(url: str) -> None:
     if parts.scheme == "sqlite" and not Path(unquote(parts.path[1:])).exists():
         raise InvalidStoreURLError(f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set "
                                    "$DURABLY_STORE", url=url)
+
+
+def encryption_from_env(*, allow_plaintext: bool = False) -> AESGCMCipher | None:
+    """An ``AESGCMCipher`` over ``EnvKeyProvider`` when ``$DURABLY_KEYS`` is set, else None.
+
+    Raises ``KeyConfigError`` (a ValueError) when the variables are malformed.
+    """
+    if not os.environ.get("DURABLY_KEYS"):
+        return None
+    from durably.storage._crypto import AESGCMCipher, EnvKeyProvider
+
+    return AESGCMCipher(EnvKeyProvider(), allow_plaintext=allow_plaintext)
 
 
 def run_async(fn: Callable[..., Any], *args: Any) -> Any:

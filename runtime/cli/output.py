@@ -17,12 +17,10 @@ import json
 import sys
 import unicodedata
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported on first use: a --json command never loads it
+    from rich.console import Console
 
 # Categories shown escaped: controls (C0, DEL, C1), format characters (bidi
 # overrides and isolates, zero-width joiners), line and paragraph separators,
@@ -85,16 +83,37 @@ class Output:
 
     def __init__(self, json_mode: bool = False) -> None:
         self.json_mode = json_mode
-        self.console = Console(highlight=False, soft_wrap=True)
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        """The rich console everything is printed on, made (and rich imported) on first use."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False, soft_wrap=True)
+        return self._console
+
+    @console.setter
+    def console(self, console: Console) -> None:
+        self._console = console
 
     def line(self, text: Any, *, style: str | None = None) -> None:
         """Print one line of untrusted text, neutralised."""
+        from rich.text import Text
+
         self.console.print(Text(neutralise(text, newlines=True), style=style or ""), soft_wrap=True)
 
     def block(self, text: str) -> None:
         """Print text that is already safe (our own JSON)."""
-        self.console.file.write(text + "\n")
-        self.console.file.flush()
+        if self._console is not None:
+            file = self._console.file
+        else:  # the file a new console would write to (rich's ``Console.file``), without making one
+            file = getattr(sys.stdout, "rich_proxied_file", sys.stdout)
+            if file is None:
+                return  # no stdout at all (pythonw): rich would discard it too
+        file.write(text + "\n")
+        file.flush()
 
     def json(self, document: Any) -> None:
         """Print ``document`` as one JSON document."""
@@ -109,6 +128,11 @@ class Output:
         instead of ending in an ellipsis. When stdout is not a terminal (a pipe, a
         file) nothing is wrapped or cut at all: the table is as wide as its widest row.
         """
+        from rich.console import Console
+        from rich.measure import Measurement
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table(title=Text(neutralise(title)) if title else None,
                       caption=Text(neutralise(caption)) if caption else None)
         for name in columns:
@@ -129,6 +153,8 @@ class Output:
         if self.json_mode:
             self.json({"error": {"type": type(exc).__name__, "message": str(exc)}})
         else:
+            from rich.text import Text
+
             self.console.print(Text.assemble(("error: ", "red"), neutralise(f"{type(exc).__name__}: {exc}")),
                                soft_wrap=True)
 

@@ -15,29 +15,17 @@ runtime reads and writes encrypted frames with them.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 
 import click
-
-from durably.storage._crypto import AESGCMCipher, EnvKeyProvider
 
 from .options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
 from .output import Output, stdin_is_terminal, when
 from durably._runtime.retention import RetentionPolicy, SweepItem, parse_duration
 from durably._runtime.reencrypt import ReencryptReport
 from durably._runtime.runtime import Runtime
-
-
-def encryption_from_env(*, allow_plaintext: bool = False) -> AESGCMCipher | None:
-    """An ``AESGCMCipher`` over ``EnvKeyProvider`` when ``$DURABLY_KEYS`` is set, else None.
-
-    Raises ``KeyConfigError`` (a ValueError) when the variables are malformed.
-    """
-    if not os.environ.get("DURABLY_KEYS"):
-        return None
-    return AESGCMCipher(EnvKeyProvider(), allow_plaintext=allow_plaintext)
+from .options import encryption_from_env as encryption_from_env  # re-exported: the other commands import it here
 
 
 def _ttl(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:

@@ -14,9 +14,8 @@ from typing import Any
 
 import click
 
-from .options import json_option, run_async, store_command
+from .options import encryption_from_env, json_option, run_async, store_command
 from .output import Output, neutralise, to_json, when
-from .privacy import encryption_from_env
 from durably._runtime.describe import AgentDescription
 from durably._runtime.history import clip
 from durably._runtime.runtime import Runtime

@@ -19,7 +19,7 @@ frames use. ``records-1.zdict`` was made by ``python -m durably._bench.dictionar
 from __future__ import annotations
 
 import functools
-from importlib import resources
+import pkgutil
 
 import zstandard
 
@@ -50,7 +50,13 @@ def dictionary_bytes(dictionary_id: int) -> bytes:
     name = _FILES.get(dictionary_id)
     if name is None:
         raise UnknownDictionaryError(dictionary_id, known())
-    data = (resources.files(__package__) / name).read_bytes()
+    # pkgutil: the package's loader reads the file (a plain file or a zip member), without
+    # importlib.resources, whose import (tempfile, shutil, zipfile...) costs more than the read.
+    data = pkgutil.get_data(__package__, name)
+    if data is None:  # a loader that cannot read files: the general (slower to import) way
+        from importlib import resources
+
+        data = (resources.files(__package__) / name).read_bytes()
     if zstandard.ZstdCompressionDict(data).dict_id() != dictionary_id:
         raise UnknownDictionaryError(dictionary_id, known(), f"the shipped file {name} is not dictionary {dictionary_id:#x}")
     return data
