@@ -103,7 +103,7 @@ def test_the_third_party_project_passes_the_kit(pytester, monkeypatch) -> None:
     # Its optional parts are skipped, each with the reason shown.
     result.stdout.fnmatch_lines(
         [
-            "*SKIPPED [[]3[]]*optional capability 'blobs' not declared by OneFileStore*",
+            "*SKIPPED [[]4[]]*optional capability 'blobs' not declared by OneFileStore*",
             "*SKIPPED [[]1[]]*concurrent_instances is False*",
         ]
     )
