@@ -107,7 +107,9 @@ class AgentJournal:
 
     ``records_since`` / ``bytes_since``: the tail after the last snapshot;
     ``snapshot_bytes``: that snapshot's size (both for the snapshot policy; bytes
-    are raw, the frames' CBOR sizes before compression).
+    are raw, the frames' CBOR sizes before compression); ``snapshot_seq``: the
+    seq of the newest snapshot this journal submitted (None: none yet), the only
+    one whose written size may replace the estimate in ``snapshot_bytes``.
     ``redactor`` holds, for this activation only, what redaction took out.
     ``state`` includes staged records (see the module docstring): ``durable_seq``
     is the last seq known durable.
@@ -121,6 +123,7 @@ class AgentJournal:
         self.records_since = records_since
         self.bytes_since = bytes_since
         self.snapshot_bytes = snapshot_bytes
+        self.snapshot_seq: int | None = None
         self.redactor = Redactor(services.redaction)
         self._staged: list[_Staged] = []
         self._inflight = False  # a commit of this stream is in the store's hands
@@ -363,6 +366,7 @@ class AgentJournal:
         """Hand the current state to the background snapshot writer (never with staged records)."""
         assert not self._staged, "a snapshot covers durable records only"
         self.services.snapshots.submit(self.stream, self.state.last_seq, self.state.to_wire())
+        self.snapshot_seq = self.state.last_seq
         # Until the writer reports the real size, the state grew by about the tail.
         self.snapshot_bytes += self.bytes_since
         self.records_since = self.bytes_since = 0

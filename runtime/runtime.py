@@ -949,7 +949,10 @@ class Runtime(Inspection):
 
     def _snapshot_written(self, stream: StreamId, seq: int, size: int) -> None:
         actor = self._live.get(stream.agent_id)
-        if actor is not None and stream.namespace == self.namespace:
+        # Only the newest submitted snapshot's size replaces the estimate: a slow writer can
+        # report an older, smaller one after a newer one was submitted, and that size would
+        # make the policy snapshot again after a tail far below tail_ratio of the newest.
+        if actor is not None and stream.namespace == self.namespace and seq == actor.journal.snapshot_seq:
             actor.journal.snapshot_bytes = size
 
 

@@ -8,12 +8,13 @@ measures disagree by that much.
 
 from __future__ import annotations
 
+import anyio
 import pytest
 from support_agents import StepModel
 
 from durably._runtime import AgentDefinition, Runtime, tool
 from durably._runtime.restore import restore
-from durably._runtime.snapshots import SnapshotPolicy
+from durably._runtime.snapshots import SnapshotPolicy, SnapshotWriter
 from durably.storage._codec import raw_size
 from durably._runtime.record_codec import RecordCodec
 from durably.storage._registry import open_store
@@ -79,3 +80,49 @@ async def test_tail_ratio_compares_raw_tail_with_the_raw_snapshot(tmp_path, rati
     assert restored.snapshot_raw == sizes[seqs[-1]]
     assert restored.tail_raw == sum(raw[seqs[-1]:])
     assert restored.tail_records == len(raw) - seqs[-1]
+
+
+async def test_a_late_size_of_an_older_snapshot_leaves_the_newer_estimate(tmp_path, monkeypatch) -> None:
+    """A slow writer (a loaded machine) reports snapshot 1's size after snapshot 6 was submitted.
+
+    That older, smaller size used to replace the estimate of snapshot 6, so the next snapshot
+    came one tool result later, far below ``tail_ratio`` of snapshot 6 (this test's 2.0 case
+    failed about 3 times in 20 under load). The writer is held by events, not by time: the
+    first write reports only once a newer snapshot is submitted, and the second writes only
+    after the run, so no reported size is the newest one's while the agent runs.
+    """
+    ratio = 2.0
+    newer_submitted, run_done = anyio.Event(), anyio.Event()
+    submitted: list[tuple[int, int]] = []  # (seq, raw size of the state submitted)
+    writes = 0
+    codec = RecordCodec()
+    write, submit = SnapshotWriter._write, SnapshotWriter.submit
+
+    async def held_write(self, codec_, stream, seq, wire):
+        nonlocal writes
+        writes += 1
+        if writes == 2:
+            await run_done.wait()
+        size = await write(self, codec_, stream, seq, wire)
+        if writes == 1:
+            await newer_submitted.wait()
+        return size
+
+    def spied_submit(self, stream, seq, wire):
+        submitted.append((seq, raw_size(codec.encode_snapshot(seq, wire, stream))))
+        if len(submitted) > 1:
+            newer_submitted.set()
+        submit(self, stream, seq, wire)
+
+    monkeypatch.setattr(SnapshotWriter, "_write", held_write)
+    monkeypatch.setattr(SnapshotWriter, "submit", spied_submit)
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    policy = SnapshotPolicy(every_records=1, tail_ratio=ratio, keep=1_000)
+    async with Runtime(url, agents=[chatty_agent(12)], snapshot_policy=policy) as rt:
+        await rt.run("chatty", "a1", "task")
+        run_done.set()
+    raw, _ = await stream_sizes(url)
+    assert len(submitted) >= 3
+    for (before, size), (after, _) in zip(submitted, submitted[1:]):
+        tail = sum(raw[before:after])
+        assert tail >= ratio * size / 2, (before, after, tail, size)
