@@ -24,8 +24,9 @@ def effects_of(effects, pid: int, phase: str) -> list[dict]:
 
 async def test_sigterm_drains_and_another_serve_takes_the_agents_within_a_second(tmp_path):
     """The take-over latency is measured on up to three runs of the deploy, and the best must be
-    under a second: on a loaded machine (CI: 2 cores) one run took 1.44 s in 6 (process
-    scheduling, not the drain). Every run checks everything else: no step twice, none lost.
+    under a second: on a loaded machine (CI: 2 cores) one run took 1.44 s in 6. Every run
+    checks everything else: no step twice, none lost. (Under heavier load all three took
+    1.0-1.4 s once in 8: where the take-over spends that time is not yet known.)
     """
     latencies = []
     for attempt in range(3):
