@@ -86,7 +86,7 @@ class Placement:
         if holder is None:
             why = "nobody runs it yet: the next serve() with its definition resumes it"
             if not registered:
-                why += " (its definition is not registered in this runtime)"
+                why += "; its definition is not registered in this runtime"
             return cls(Where.UNASSIGNED, why)
         if holder.liveness is Liveness.ALIVE:
             return cls(Where.ELSEWHERE, f"run by {holder.worker_id} (pid {holder.pid})", holder)
