@@ -30,6 +30,8 @@ from typing import Any
 
 import click
 
+from durably.errors import ArgumentTypeError
+
 from .options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
 from .output import Output
 
@@ -78,7 +80,7 @@ class _LazyGroup(click.Group):
         """Register ``cmd`` under ``name`` (default: its own), without loading the lazy ones."""
         name = name or cmd.name
         if name is None:
-            raise TypeError("Command has no name.")
+            raise ArgumentTypeError("a command added to durably's CLI needs a name")
         self._commands[name] = cmd  # not a chain group: nothing for click to check
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
