@@ -33,8 +33,7 @@ from durably.storage._spi import Store, StoredSnapshot, StreamId
 
 from . import telemetry as tm
 from .telemetry import Telemetry
-from .figures import check_bool
-from .figures import check_figure
+from .figures import check_bool, check_figure
 from durably.errors import InvalidArgumentError
 
 log = logging.getLogger("durably.snapshots")

@@ -70,7 +70,6 @@ from ._leases import SQLiteLeases
 READERS = 2
 
 
-
 # leases: adapters/sqlite/_leases.py; the status index: adapters/sqlite/_index.py
 class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore, IndexStore):
     """A ``Store`` in one SQLite database file (see the module docstring for the URL and durability).
