@@ -103,6 +103,15 @@ class Bench:
         """A namespace no earlier run used, so suites can share one store."""
         return "-".join(["bench", self.run_id, suite, *map(str, parts)])
 
+    def request_counts(self) -> dict[str, int]:
+        """Requests answered so far by the store's server, by HTTP method ({} when not counted)."""
+        return self.requests() if self.requests is not None else {}
+
+    def requests_since(self, before: dict[str, int]) -> dict[str, int]:
+        """Requests answered since ``before`` (a ``request_counts()``), by HTTP method."""
+        now = self.request_counts()
+        return {method: now[method] - before.get(method, 0) for method in now}
+
     def series(self, suite: str, name: str, seconds: list[float], unit: str = "ms", *, scale: float = 1e3,
                system: str = "durably", **params: Any) -> None:
         """Record per-step ``seconds`` (times ``scale``, in ``unit``) as a chart series."""

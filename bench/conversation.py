@@ -20,7 +20,11 @@ from .context import Bench
 
 @dataclass
 class Conversation:
-    """A finished single-agent run: ``steps``, the run, its stored bytes and restore times (s)."""
+    """A finished single-agent run: ``steps``, the run, its stored bytes and restore times (s).
+
+    ``requests``: what the bench's S3 server answered during the run itself, by
+    HTTP method (empty without one), not counting the reads that measure it after.
+    """
 
     steps: int
     namespace: str
@@ -28,6 +32,7 @@ class Conversation:
     stored: StreamBytes
     restore_cold_s: float
     restore_warm_s: list[float]
+    requests: dict[str, int]
 
 
 async def measure_restore(url: str, namespace: str, agent_id: str, repeats: int) -> tuple[float, list[float]]:
@@ -54,11 +59,13 @@ async def conversation(bench: Bench, steps: int) -> Conversation:
         return memo
     namespace = bench.namespace("conversation", steps)
     task = bench.progress.start(f"{steps:,}-step conversation", steps)
+    before = bench.request_counts()
     async with open_store(bench.store) as store:
         run = await run_agents(store, namespace, [bench.conversation(steps)],
                                on_step=lambda: bench.progress.advance(task))
+        requests = bench.requests_since(before)  # before stream_bytes and the restores read it all back
         stored = await stream_bytes(store, run.streams[0])
     cold, warm = await measure_restore(bench.store, namespace, run.streams[0].agent_id, bench.sizes.restore_repeats)
-    result = Conversation(steps, namespace, run, stored, cold, warm)
+    result = Conversation(steps, namespace, run, stored, cold, warm, requests)
     bench.memo[("conversation", steps)] = result
     return result

@@ -67,12 +67,10 @@ def _floor_figures(bench: Bench, run_wall: float, floor: FloorRun, url: str, age
     r.ratio(SUITE, "steps_per_s durably/floor", mine, theirs, **params)
 
 
-def _request_figures(bench: Bench, before: dict[str, int], total_steps: int, **params: Any) -> None:
-    """Requests the server saw since ``before`` (by method), per step of the ``total_steps`` run."""
+def _request_figures(bench: Bench, spent: dict[str, int], total_steps: int, **params: Any) -> None:
+    """The requests of a ``total_steps`` run (``spent``: by method), per step."""
     if bench.requests is None:
         return
-    now = bench.requests()
-    spent = {method: now.get(method, 0) - before.get(method, 0) for method in now}
     total = sum(spent.values())
     r = bench.results
     r.add(SUITE, "requests_per_step", total / total_steps, "requests/step", counted="at the server", **params)
@@ -82,17 +80,12 @@ def _request_figures(bench: Bench, before: dict[str, int], total_steps: int, **p
                   **params)
 
 
-def _counts(bench: Bench) -> dict[str, int]:
-    return bench.requests() if bench.requests is not None else {}
-
-
 async def run(bench: Bench) -> None:
     """The single-agent conversations of ``sizes.conversations``, then the concurrent run, each with its floor."""
     r = bench.results
     for steps in bench.sizes.conversations:
-        before = _counts(bench)
         conv = await conversation(bench, steps)
-        _request_figures(bench, before, steps, agents=1, steps=steps)
+        _request_figures(bench, conv.requests, steps, agents=1, steps=steps)
         records = conv.stored.records
         r.add(SUITE, "steps_per_s", steps / conv.run.wall_s, "steps/s", agents=1, steps=steps)
         r.add(SUITE, "records_per_s", records / conv.run.wall_s, "records/s", agents=1, steps=steps)
@@ -111,11 +104,11 @@ async def run(bench: Bench) -> None:
     agents, steps = bench.sizes.agents, bench.sizes.agent_steps
     task = bench.progress.start(f"{agents} agents x {steps} steps", agents * steps)
     conversations = [bench.conversation(steps, agent) for agent in range(1, agents + 1)]
-    before = _counts(bench)
+    before = bench.request_counts()
     async with open_store(bench.store) as store:
         run_ = await run_agents(store, bench.namespace(SUITE, "concurrent"), conversations,
                                 on_step=lambda: bench.progress.advance(task))
-        _request_figures(bench, before, agents * steps, agents=agents, steps=steps)
+        _request_figures(bench, bench.requests_since(before), agents * steps, agents=agents, steps=steps)
         task = bench.progress.start(f"floor: {agents} writers x {steps} steps", agents * (steps + 1))
         floor, url = await run_floor(bench, store, run_.streams, f"floor-{agents}",
                                      on_step=lambda: bench.progress.advance(task))
