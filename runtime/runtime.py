@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
@@ -50,6 +49,7 @@ from durably.errors import ArgumentTypeError, InvalidArgumentError, InvalidStore
 from .agent_journal import AgentJournal, JournalServices
 from .inspection import Inspection
 from .leases import LeaseKeeper
+from .owner import hostname
 from .redaction import RedactionPolicy
 from .retry import RETRY_APPEND_ATTEMPTS, retry_entries
 from .restore import restore
@@ -190,7 +190,7 @@ class Runtime(Inspection):
         self.namespace = namespace
         self.redaction = redaction if redaction is not None else RedactionPolicy()
         self.encryption = encryption
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.worker_id = worker_id or f"{hostname()}:{os.getpid()}"
         self.policy = snapshot_policy or SnapshotPolicy()
         self.telemetry = Telemetry(namespace, tracer_provider, meter_provider)
         self._mailbox_size = mailbox_size
