@@ -120,7 +120,6 @@ def _start_time_without_proc(pid: int) -> str | None:
     return ""
 
 
-#: Nonces of the ``Runtime`` objects alive in this process (see ``holder_liveness``).
 def hostname() -> str:
     """This host's name, ``socket.gethostname()``.
 
@@ -132,6 +131,7 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+#: Nonces of the ``Runtime`` objects alive in this process (see ``holder_liveness``).
 _LIVE_NONCES: weakref.WeakValueDictionary[str, object] = weakref.WeakValueDictionary()
 
 
