@@ -51,7 +51,6 @@ from .inspection import Inspection
 from .leases import LeaseKeeper
 from .owner import hostname
 from .redaction import RedactionPolicy
-from .retry import RETRY_APPEND_ATTEMPTS, retry_entries
 from .restore import restore
 from .single_flight import KeyedLock
 from .snapshots import SnapshotPolicy, SnapshotWriter
@@ -67,8 +66,8 @@ if TYPE_CHECKING:
     from .reencrypt import ReencryptReport
     from .retention import RetentionPolicy, SweepItem
 
-# Commands, serving, scans, definition changes, retention and key rotation import
-# their modules when first called: a runtime that only runs agents never loads them (import time).
+# Commands, retries, serving, scans, definition changes, retention and key rotation
+# import their modules when first called: a runtime that only runs agents never loads them (import time).
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
@@ -778,6 +777,8 @@ class Runtime(Inspection):
                 few attempts.
             DurablyError: What ``resume`` raises.
         """
+        from .retry import RETRY_APPEND_ATTEMPTS, retry_entries
+
         for _ in range(RETRY_APPEND_ATTEMPTS):
             journal = await self._restore_journal(agent_id)
             definition = self._definitions.get(journal.state.definition.get("name", ""))

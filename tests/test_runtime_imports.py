@@ -1,7 +1,7 @@
 """What ``import durably._runtime`` and a plain run load: not the modules only other calls need (issue 16 item 9).
 
 Inspection (describe, history, time travel, watch), commands (placement,
-dispatch), serving and scans, definition changes, retention and key rotation
+dispatch), retries, serving and scans, definition changes, retention and key rotation
 import their modules when first called, so neither the import nor running an
 agent on ``sqlite://`` pays for them (pydantic comes with the first tool
 schema). The heavy dependencies that were lazy already are checked too.
@@ -19,7 +19,7 @@ TESTS = Path(__file__).parent
 LAZY = ("durably._runtime.describe", "durably._runtime.history", "durably._runtime.time_travel",
         "durably._runtime.watch", "durably._runtime.placement", "durably._runtime.dispatch",
         "durably._runtime.scan", "durably._runtime.serving", "durably._runtime.wakeups",
-        "durably._runtime.migrate", "durably._runtime.retention", "durably._runtime.reencrypt",
+        "durably._runtime.migrate", "durably._runtime.retry", "durably._runtime.retention", "durably._runtime.reencrypt",
         "durably._runtime.verify", "durably.storage._crypto", "cryptography", "pydantic", "rich", "click",
         "tenacity", "opentelemetry", "durably._cli")
 
