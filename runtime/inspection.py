@@ -5,7 +5,8 @@ Each method is a thin call into the module that holds its logic
 store and a codec: none of them needs the agent to be running here, so any
 process on the same store (a CLI, a web console, a service) may use them.
 ``Runtime`` inherits this mixin; it provides ``store``, ``codec``, ``telemetry``,
-``namespace`` and ``stream()``.
+``namespace`` and ``stream()``. Each method imports its module when first
+called: a runtime that only runs agents never loads them (import time).
 """
 
 from __future__ import annotations
@@ -15,18 +16,15 @@ from typing import TYPE_CHECKING
 
 from durably.errors import ArgumentTypeError
 
-from . import time_travel
-from . import watch as watching
-from .describe import AgentDescription, describe, describe_namespace
-from .history import HistoryEntry
-from .history import history as read_history
-from .state import AgentState
-
 if TYPE_CHECKING:
     from durably._runtime.record_codec import RecordCodec
     from durably.storage._spi import Store, StreamId
 
+    from .describe import AgentDescription
+    from .history import HistoryEntry
+    from .state import AgentState
     from .telemetry import Telemetry
+    from .watch import StatusChange
 
 
 class Inspection:
@@ -65,6 +63,8 @@ class Inspection:
             CorruptRecordError: When iterated, at the first record that cannot be
                 read (the entries before it were yielded).
         """
+        from .history import history as read_history
+
         if kinds is not None and (isinstance(kinds, (str, bytes)) or not isinstance(kinds, Iterable)):
             raise ArgumentTypeError(f"history: kinds is a collection such as ['tool_result'], got {kinds!r}")
         return read_history(self.store, self.codec, self.stream(agent_id), after_seq=after_seq, kinds=kinds,
@@ -89,6 +89,8 @@ class Inspection:
                 before the oldest snapshot of a journal whose start was
                 compacted away.
         """
+        from . import time_travel
+
         return await time_travel.state_at(self.store, self.codec, self.stream(agent_id), seq, self.telemetry)
 
     async def fork(self, agent_id: str, at_seq: int, new_agent_id: str) -> AgentState:
@@ -113,6 +115,8 @@ class Inspection:
             SeqOutOfRangeError: ``at_seq`` is outside the source's journal, or
                 inside its compacted part (a fork copies the records).
         """
+        from . import time_travel
+
         return await time_travel.fork(self.store, self.codec, self.stream(agent_id), at_seq,
                                       self.stream(new_agent_id), self.telemetry)
 
@@ -132,6 +136,8 @@ class Inspection:
             CorruptRecordError: Its journal cannot be read (also
                 ``UnknownSchemaVersionError``).
         """
+        from .describe import describe
+
         return await describe(self.store, self.codec, self.stream(agent_id), self.telemetry)
 
     async def describe_all(self, *, statuses: Iterable[str] | None = None) -> list[AgentDescription]:
@@ -151,11 +157,14 @@ class Inspection:
             ArgumentTypeError: ``statuses`` is a bare ``str`` or not iterable.
             InvalidArgumentError: ``statuses`` names a status no agent can have.
         """
+        from . import watch as watching
+        from .describe import describe_namespace
+
         wanted = watching.check_statuses("describe_all", statuses)
         return [d async for d in describe_namespace(self.store, self.codec, self.namespace, self.telemetry,
                                                     statuses=wanted)]
 
-    def watch(self, agent_id: str, *, poll_interval: float = 0.2) -> AsyncIterator[watching.StatusChange]:
+    def watch(self, agent_id: str, *, poll_interval: float = 0.2) -> AsyncIterator[StatusChange]:
         """Follow the agent's status changes from now on, wherever it runs.
 
         Args:
@@ -171,9 +180,11 @@ class Inspection:
             InvalidCommandError: When iterated: ``poll_interval`` is not a
                 positive number.
         """
+        from . import watch as watching
+
         return watching.watch(self.store, self.codec, self.stream(agent_id), self.telemetry, poll_interval=poll_interval)
 
-    def watch_namespace(self, *, poll_interval: float = 0.5) -> AsyncIterator[watching.StatusChange]:
+    def watch_namespace(self, *, poll_interval: float = 0.5) -> AsyncIterator[StatusChange]:
         """Follow the status changes of every agent of the namespace from now on, new agents included.
 
         An agent whose journal cannot be read is skipped (its neighbours are not).
@@ -188,6 +199,8 @@ class Inspection:
             InvalidCommandError: When iterated: ``poll_interval`` is not a
                 positive number.
         """
+        from . import watch as watching
+
         return watching.watch_namespace(self.store, self.codec, self.namespace, self.telemetry, poll_interval=poll_interval)
 
     async def wait(self, agent_id: str, until: Iterable[str] | str | None = None, *, timeout: float | None = None,
@@ -215,5 +228,7 @@ class Inspection:
             InvalidCommandError: An unknown status, a bad ``timeout`` or
                 ``poll_interval``.
         """
+        from . import watch as watching
+
         return await watching.wait(self.store, self.codec, self.stream(agent_id), self.telemetry, until=until,
                                    timeout=timeout, poll_interval=poll_interval)

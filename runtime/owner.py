@@ -20,7 +20,6 @@ start time and boot id are empty and the check falls back to "is the pid there".
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 import weakref
 from dataclasses import dataclass
@@ -121,6 +120,17 @@ def _start_time_without_proc(pid: int) -> str | None:
     return ""
 
 
+def hostname() -> str:
+    """This host's name, ``socket.gethostname()``.
+
+    ``socket`` is imported on the first call: by the time a runtime runs, the
+    event loop (asyncio) has imported it anyway, so ``import durably`` need not.
+    """
+    import socket
+
+    return socket.gethostname()
+
+
 #: Nonces of the ``Runtime`` objects alive in this process (see ``holder_liveness``).
 _LIVE_NONCES: weakref.WeakValueDictionary[str, object] = weakref.WeakValueDictionary()
 
@@ -132,7 +142,7 @@ def new_identity(worker_id: str, keeper: object) -> OwnerIdentity:
     it lives: a lease of this very process whose nonce belongs to no live
     keeper is a dead runtime's (one that exited without releasing).
     """
-    identity = OwnerIdentity(worker_id, uuid.uuid4().hex[:12], socket.gethostname(), os.getpid(),
+    identity = OwnerIdentity(worker_id, uuid.uuid4().hex[:12], hostname(), os.getpid(),
                              process_start_time(os.getpid()) or "", _boot_id(), _pid_namespace())
     _LIVE_NONCES[identity.nonce] = keeper
     return identity
@@ -150,7 +160,7 @@ def holder_liveness(owner: str) -> Liveness:
     identity = OwnerIdentity.parse(owner)
     if identity is None:
         return _legacy_liveness(owner)
-    if identity.host != socket.gethostname():
+    if identity.host != hostname():
         return Liveness.REMOTE
     boot_id, pid_ns = _boot_id(), _pid_namespace()
     if identity.boot_id and boot_id and identity.boot_id != boot_id:
@@ -169,7 +179,7 @@ def holder_liveness(owner: str) -> Liveness:
 
 def _legacy_liveness(owner: str) -> Liveness:
     host, _, pid = owner.rpartition("/")[0].rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    if host != hostname() or not pid.isdigit():
         return Liveness.REMOTE
     if int(pid) == os.getpid():
         return Liveness.DEAD

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
@@ -33,8 +32,7 @@ from durably.storage._registry import open_store
 from durably.storage._spi import Lease, Store, StreamId
 
 from . import commands as cmd
-from . import dispatch, serving, status_index
-from . import watch as watching
+from . import status_index
 from .actor import AgentActor
 from .agent import AgentDefinition, Budget
 from .figures import check_bool, check_figure
@@ -51,17 +49,9 @@ from durably.errors import ArgumentTypeError, InvalidArgumentError, InvalidStore
 from .agent_journal import AgentJournal, JournalServices
 from .inspection import Inspection
 from .leases import LeaseKeeper
-from .owner import LeaseHolder
-from .placement import CommandResult
-from .migrate import definition_change_entries, hold_for_migration
+from .owner import hostname
 from .redaction import RedactionPolicy
-from .retry import RETRY_APPEND_ATTEMPTS, retry_entries
-from .reencrypt import ReencryptReport
-from .reencrypt import reencrypt as reencrypt_namespace
 from .restore import restore
-from .retention import RetentionPolicy, SweepItem, purge_stream
-from .retention import sweep as sweep_namespace
-from .scan import scan as scan_namespace
 from .single_flight import KeyedLock
 from .snapshots import SnapshotPolicy, SnapshotWriter
 from .state import RUNNING, AgentState
@@ -70,6 +60,14 @@ from .telemetry import Telemetry
 
 if TYPE_CHECKING:
     from opentelemetry import metrics, trace
+
+    from .owner import LeaseHolder
+    from .placement import CommandResult
+    from .reencrypt import ReencryptReport
+    from .retention import RetentionPolicy, SweepItem
+
+# Commands, retries, serving, scans, definition changes, retention and key rotation
+# import their modules when first called: a runtime that only runs agents never loads them (import time).
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
@@ -191,7 +189,7 @@ class Runtime(Inspection):
         self.namespace = namespace
         self.redaction = redaction if redaction is not None else RedactionPolicy()
         self.encryption = encryption
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.worker_id = worker_id or f"{hostname()}:{os.getpid()}"
         self.policy = snapshot_policy or SnapshotPolicy()
         self.telemetry = Telemetry(namespace, tracer_provider, meter_provider)
         self._mailbox_size = mailbox_size
@@ -430,6 +428,8 @@ class Runtime(Inspection):
                 await self._leases.release(stream)
                 return None
             definition = self._definition(journal.state.definition["name"])
+            from .migrate import definition_change_entries
+
             changes = definition_change_entries(journal.state, definition)
             state = journal.state
             span = self._activation_span(definition, agent_id, state.run_id, state.trace)
@@ -510,7 +510,9 @@ class Runtime(Inspection):
         Raises:
             StoreUnavailableError: The store is out (an outage is not skipped).
         """
-        return (await scan_namespace(self)).handles
+        from .scan import scan
+
+        return (await scan(self)).handles
 
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
         """Start an agent (or resume it if its journal exists) and wait until it stops or parks.
@@ -592,6 +594,8 @@ class Runtime(Inspection):
         check_figure("serve", "max_agents", max_agents, integer=True)
         if poll_interval == 0 or max_agents == 0:
             raise InvalidArgumentError("serve: poll_interval must be > 0 seconds and max_agents at least 1")
+        from . import serving
+
         await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
                             max_agents=max_agents)
 
@@ -610,6 +614,8 @@ class Runtime(Inspection):
             RuntimeNotStartedError: The runtime was not entered.
         """
         self._require_started()
+        from . import serving
+
         await serving.drain(self, timeout)
 
     async def status(self, agent_id: str) -> AgentState:
@@ -656,7 +662,9 @@ class Runtime(Inspection):
             ArgumentTypeError: ``statuses`` is a bare ``str`` or not iterable.
             InvalidArgumentError: ``statuses`` names a status no agent can have.
         """
-        wanted = watching.check_statuses("agents", statuses)
+        from .watch import check_statuses
+
+        wanted = check_statuses("agents", statuses)
         streams = status_index.listing(self.store, self.namespace, wanted) or self.store.list_streams(self.namespace)
         states = []
         async for stream in streams:
@@ -769,6 +777,8 @@ class Runtime(Inspection):
                 few attempts.
             DurablyError: What ``resume`` raises.
         """
+        from .retry import RETRY_APPEND_ATTEMPTS, retry_entries
+
         for _ in range(RETRY_APPEND_ATTEMPTS):
             journal = await self._restore_journal(agent_id)
             definition = self._definitions.get(journal.state.definition.get("name", ""))
@@ -829,6 +839,8 @@ class Runtime(Inspection):
 
     async def _command(self, agent_id: str, command: cmd.Command) -> CommandResult:
         """Apply ``command``; the state after it and where the agent runs now (see ``dispatch``)."""
+        from . import dispatch
+
         return await dispatch.submit(self, agent_id, command)
 
     # retention, purge, keys -------------------------------------------------
@@ -878,8 +890,10 @@ class Runtime(Inspection):
             StoreUnavailableError: The store cannot be reached.
             PurgeIncompleteError: A purge left something of a stream behind.
         """
-        return await sweep_namespace(self.store, self.codec, self.namespace, retention, telemetry=self.telemetry,
-                                     now=now, dry_run=dry_run, purge=self._purge_stream)
+        from .retention import sweep
+
+        return await sweep(self.store, self.codec, self.namespace, retention, telemetry=self.telemetry,
+                           now=now, dry_run=dry_run, purge=self._purge_stream)
 
     async def reencrypt(self) -> list[ReencryptReport]:
         """Rewrite this namespace's streams so every frame uses the current key.
@@ -899,7 +913,9 @@ class Runtime(Inspection):
                 that stream is not changed.
             ConflictError: A live writer kept appending to a stream.
         """
-        return await reencrypt_namespace(self.store, self.codec, self.namespace, telemetry=self.telemetry)
+        from .reencrypt import reencrypt
+
+        return await reencrypt(self.store, self.codec, self.namespace, telemetry=self.telemetry)
 
     async def _purge_stream(self, stream: StreamId) -> None:
         actor = self._live.get(stream.agent_id)
@@ -907,6 +923,8 @@ class Runtime(Inspection):
             actor.cancel_scope.cancel()
             await actor.done.wait()
         await self._services.snapshots.discard(stream)
+        from .retention import purge_stream
+
         await purge_stream(self.store, stream)
 
     # internals --------------------------------------------------------------
@@ -917,6 +935,8 @@ class Runtime(Inspection):
         if restored is None:
             raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
         services = self._services
+        from .migrate import hold_for_migration
+
         if hold_for_migration(restored.state, self._definitions):
             # Its status (needs_migration) is not the fold of its journal: never snapshot it.
             services = replace(services, policy=SnapshotPolicy(every_records=0))

@@ -1,0 +1,51 @@
+"""What ``import durably._runtime`` and a plain run load: not the modules only other calls need (issue 16 item 9).
+
+Inspection (describe, history, time travel, watch), commands (placement,
+dispatch), retries, serving and scans, definition changes, retention and key rotation
+import their modules when first called, so neither the import nor running an
+agent on ``sqlite://`` pays for them (pydantic comes with the first tool
+schema). The heavy dependencies that were lazy already are checked too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).parent
+
+#: Modules a runtime that only runs agents never needs.
+LAZY = ("durably._runtime.describe", "durably._runtime.history", "durably._runtime.time_travel",
+        "durably._runtime.watch", "durably._runtime.placement", "durably._runtime.dispatch",
+        "durably._runtime.scan", "durably._runtime.serving", "durably._runtime.wakeups",
+        "durably._runtime.migrate", "durably._runtime.retry", "durably._runtime.retention", "durably._runtime.reencrypt",
+        "durably._runtime.verify", "durably.storage._crypto", "cryptography", "pydantic", "rich", "click",
+        "tenacity", "opentelemetry", "durably._cli")
+
+
+def loaded_after(code: str) -> set[str]:
+    """The names in ``sys.modules`` after a fresh interpreter ran ``code``."""
+    done = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\nprint(sorted(sys.modules))"],
+                          capture_output=True, text=True, timeout=120, cwd=TESTS)
+    assert done.returncode == 0, done.stderr
+    return set(eval(done.stdout.splitlines()[-1]))  # noqa: S307  # our own printed list of names
+
+
+def test_importing_the_runtime_loads_none_of_the_lazy_modules() -> None:
+    loaded = loaded_after("import durably._runtime")
+    assert "durably._runtime.runtime" in loaded  # the check below is of a real import
+    assert sorted(loaded & set(LAZY)) == []
+    assert "socket" not in loaded  # the event loop imports it when a runtime runs
+
+
+def test_a_plain_run_on_sqlite_loads_none_of_them_either(tmp_path) -> None:
+    code = ("import anyio\nfrom durably._runtime import Runtime\nfrom support_agents import list_agent\n"
+            "async def main():\n"
+            f"    async with Runtime('sqlite:///{tmp_path / 'a.db'}') as rt:\n"
+            "        state = await rt.run(list_agent(2, []), 'a1', 'two steps')\n"
+            "        assert state.status == 'finished', state\n"
+            "anyio.run(main)")
+    loaded = loaded_after(code)
+    assert "durably.adapters.sqlite" in loaded
+    assert sorted(loaded & (set(LAZY) - {"pydantic"})) == []  # pydantic: the tool's schema, built on first use
