@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -244,5 +243,7 @@ class AgentDefinition:
             The first 16 hex characters of the SHA-256 of version, instructions
                 and tool signatures (``Tool.signature()``, sorted).
         """
+        from hashlib import sha256  # here, not at import: hashlib loads OpenSSL's bindings (import time)
+
         parts = [self.version, self.instructions, *sorted(t.signature() for t in self.tools)]
-        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
+        return sha256("\x00".join(parts).encode()).hexdigest()[:16]

@@ -11,7 +11,6 @@ nobody knows whether the side effect happened: the tool's
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import re
@@ -77,8 +76,10 @@ def idempotency_key(namespace: str, agent_id: str, run_id: str, call_id: str) ->
     The run id is part of it so that an agent id reused after a purge never
     collides with keys an external system saw before.
     """
+    from hashlib import sha256  # here, not at import: hashlib loads OpenSSL's bindings (import time)
+
     material = "\x00".join((namespace, agent_id, run_id, call_id)).encode()
-    return hashlib.sha256(material).hexdigest()[:32]
+    return sha256(material).hexdigest()[:32]
 
 
 Reconciler = Callable[[ToolContext], Awaitable["Reconciled | None"]]

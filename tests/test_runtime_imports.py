@@ -37,6 +37,7 @@ def test_importing_the_runtime_loads_none_of_the_lazy_modules() -> None:
     assert "durably._runtime.runtime" in loaded  # the check below is of a real import
     assert sorted(loaded & set(LAZY)) == []
     assert "socket" not in loaded  # the event loop imports it when a runtime runs
+    assert "hashlib" not in loaded  # the first idempotency key or definition digest imports it
 
 
 def test_a_plain_run_on_sqlite_loads_none_of_them_either(tmp_path) -> None:
