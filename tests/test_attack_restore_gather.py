@@ -1,0 +1,130 @@
+"""Adversarial tests of two changes: ``SQLiteStore.read_restore`` (a restore's reads in one
+statement, one read transaction) and ``resume_all``'s gathering (a chunk's resumes wait up to
+``GATHER_SECONDS`` for each other before their ``resumed`` appends).
+
+The restore races another process writing the same file (``restore_race_writer.py``: appends,
+snapshots, compaction, snapshot deletion, purges), reads damaged rows, and must always return
+the fold of the journal from scratch at some seq of one run, or a typed error for damage.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from durably.adapters.sqlite import SQLiteStore
+from durably._runtime.record_codec import RecordCodec
+from durably._runtime.restore import restore
+from durably.storage._spi import StreamId
+
+from restore_race_writer import STREAM, fold
+
+WRITER = Path(__file__).with_name("restore_race_writer.py")
+
+
+class Truth:
+    """The state of ``(run, seq)`` folded from scratch, cached."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int], dict] = {}
+
+    def __call__(self, run: str, seq: int) -> dict:
+        if (run, seq) not in self._cache:
+            self._cache[(run, seq)] = fold(run, seq).to_wire()
+        return self._cache[(run, seq)]
+
+
+async def _race(tmp_path: Path, *, compact: bool, purge: bool, travel: bool, seconds: float = 3.0) -> dict:
+    """Restore ``STREAM`` over and over while the writer process works on it; every state
+    restored must be the truth of its run and seq. Returns the writer's report and counts."""
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    async with SQLiteStore(url) as store:
+        await store.put_blob(StreamId("ns", "other"), b"x")  # the file exists before either side opens it
+    truth, codec, rng = Truth(), RecordCodec(), random.Random(7)
+    counts = {"restores": 0, "states": 0, "travels": 0}
+    writer = await anyio.open_process(
+        [sys.executable, str(WRITER), url, str(seconds), "11", str(int(compact)), str(int(purge))])
+    async with SQLiteStore(url) as store, writer:
+        seen: tuple[str, int] | None = None  # the run and last seq of the latest full restore
+        while writer.returncode is None:
+            restored = await restore(store, codec, STREAM)
+            counts["restores"] += 1
+            if restored is not None:
+                state = restored.state
+                assert state.to_wire() == truth(state.run_id, state.last_seq), (state.run_id, state.last_seq)
+                counts["states"] += 1
+                seen = (state.run_id, state.last_seq)
+            if travel and seen is not None:
+                upto = rng.randrange(1, seen[1] + 3)
+                back = await restore(store, codec, STREAM, upto=upto)
+                counts["travels"] += 1
+                if back is not None:
+                    state = back.state
+                    assert state.last_seq <= upto
+                    assert state.to_wire() == truth(state.run_id, state.last_seq)
+                    if state.run_id == seen[0] and upto <= seen[1]:
+                        assert state.last_seq == upto, "the run had reached upto: its state there, exactly"
+            await anyio.lowlevel.checkpoint()
+        assert writer.stdout is not None
+        out = await writer.stdout.receive()
+        assert await writer.wait() == 0
+    return {**json.loads(out), **counts}
+
+
+async def test_restore_racing_appends_snapshots_compaction_and_purges(tmp_path) -> None:
+    report = await _race(tmp_path, compact=True, purge=True, travel=False)
+    assert report["appended"] > 300 and len(report["runs"]) >= 2 and report["states"] > 50, report
+
+
+async def test_time_travel_racing_appends_snapshot_deletion_and_purges(tmp_path) -> None:
+    report = await _race(tmp_path, compact=False, purge=True, travel=True)
+    assert report["appended"] > 300 and len(report["runs"]) >= 2 and report["travels"] > 50, report
+
+
+class PurgedBetweenPages(SQLiteStore):
+    """A real SQLite store; before the restore reads past its first page, another connection
+    (``writer``) purges the stream and writes a new run of ``records`` records: the race,
+    pinned to the one moment a restore reads in a second transaction."""
+
+    writer: SQLiteStore | None = None
+    records = 0
+
+    async def read(self, stream, after_seq=0, *, page_size=512):  # type: ignore[override]
+        if self.writer is not None and after_seq > 0:
+            writer, self.writer = self.writer, None
+            await writer.delete_stream(stream)
+            await _write_run(writer, "run-b", self.records)
+        async for stored in super().read(stream, after_seq, page_size=page_size):
+            yield stored
+
+
+async def _write_run(store: SQLiteStore, run: str, count: int) -> None:
+    from durably.storage._spi import AppendRequest
+    from restore_race_writer import record
+
+    codec = RecordCodec()
+    frames = [codec.encode_record(record(run, n), STREAM) for n in range(1, count + 1)]
+    await store.append_batch([AppendRequest(STREAM, 0, frames)])
+
+
+@pytest.mark.parametrize("new_run", [300, 1500], ids=["shorter", "longer"])
+async def test_a_purge_and_a_new_run_between_tail_pages_never_mix_runs(tmp_path, new_run: int) -> None:
+    """A tail longer than one page is read in a second transaction: a purge and a new run of
+    the same agent id in between must not give the old run's first page followed by the new
+    run's records (a state that never existed), nor report the purge as damage."""
+    url = f"sqlite:///{tmp_path / 'pages.db'}"
+    async with SQLiteStore(url) as writer, PurgedBetweenPages(url) as store:
+        await _write_run(writer, "run-a", 1000)
+        store.writer, store.records = writer, new_run
+        restored = await restore(store, RecordCodec(), STREAM)
+        assert store.writer is None, "the restore read a second page"
+        assert restored is not None
+        state = restored.state
+        assert (state.run_id, state.last_seq) == ("run-b", new_run)
+        assert state.to_wire() == fold("run-b", new_run).to_wire()
