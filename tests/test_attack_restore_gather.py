@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import pytest
 from durably.adapters.sqlite import SQLiteStore
 from durably._runtime.record_codec import RecordCodec
 from durably._runtime.restore import restore
+from durably.storage._errors import CorruptRecordError, TruncatedRecordError
 from durably.storage._spi import StreamId
 
 from restore_race_writer import STREAM, fold
@@ -128,3 +129,48 @@ async def test_a_purge_and_a_new_run_between_tail_pages_never_mix_runs(tmp_path,
         state = restored.state
         assert (state.run_id, state.last_seq) == ("run-b", new_run)
         assert state.to_wire() == fold("run-b", new_run).to_wire()
+
+
+#: Damage done to a journal of records 1..12 (snapshots at 4 and 8) with the sqlite3 module: the
+#: SQL, then what a restore and a restore up to seq 11 must give: the truth at (the snapshot used,
+#: the seq), or that typed error.
+DAMAGE = {
+    "snapshot bytes cut": ("UPDATE snapshots SET data = substr(data, 1, length(data) - 3) WHERE seq = 8",
+                           (4, 12), (4, 11)),
+    "snapshot a TEXT cell": ("UPDATE snapshots SET data = 'x' WHERE seq = 8", (4, 12), (4, 11)),
+    "snapshot an empty blob": ("UPDATE snapshots SET data = X'' WHERE seq = 8", (4, 12), (4, 11)),
+    "snapshot moved past the last seq": ("UPDATE snapshots SET seq = 50 WHERE seq = 8", (4, 12), (4, 11)),
+    "snapshot seq a REAL": ("UPDATE snapshots SET seq = 8.5 WHERE seq = 8", (0, 12), (0, 11)),
+    "seq 1 compacted": ("DELETE FROM records WHERE seq = 1", (8, 12), (8, 11)),
+    "tail record cut": ("UPDATE records SET data = substr(data, 1, length(data) - 2) WHERE seq = 10",
+                        TruncatedRecordError, TruncatedRecordError),
+    "last record torn": ("UPDATE records SET data = substr(data, 1, 5) WHERE seq = 12", TruncatedRecordError, (8, 11)),
+    "tail record an INTEGER cell": ("UPDATE records SET data = 7 WHERE seq = 10", CorruptRecordError, CorruptRecordError),
+    "tail record seq a REAL": ("UPDATE records SET seq = 10.5 WHERE seq = 10", CorruptRecordError, CorruptRecordError),
+    "tail record seq a TEXT": ("UPDATE records SET seq = 'ten' WHERE seq = 10", CorruptRecordError, CorruptRecordError),
+    "last record seq past the end": ("UPDATE records SET seq = 9223372036854775807 WHERE seq = 12",
+                                     CorruptRecordError, (8, 11)),
+    "last seq a TEXT": ("UPDATE streams SET last_seq = 'abc'", CorruptRecordError, CorruptRecordError),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+async def test_a_damaged_row_gives_an_older_snapshot_or_a_typed_error(tmp_path, damage: str) -> None:
+    sql, *expected = DAMAGE[damage]
+    url, codec = f"sqlite:///{tmp_path / 'damaged.db'}", RecordCodec()
+    async with SQLiteStore(url) as store:
+        await _write_run(store, "r", 12)
+        for seq in (4, 8):
+            await store.put_snapshot(STREAM, seq, codec.encode_snapshot(seq, fold("r", seq).to_wire(), STREAM))
+    with sqlite3.connect(tmp_path / "damaged.db") as db:
+        db.execute(sql)
+    async with SQLiteStore(url) as store:
+        for upto, want in zip((None, 11), expected):
+            if isinstance(want, tuple):
+                restored = await restore(store, codec, STREAM, upto=upto)
+                assert restored is not None
+                assert (restored.snapshot_seq, restored.state.last_seq) == want
+                assert restored.state.to_wire() == fold("r", want[1]).to_wire()
+            else:
+                with pytest.raises(want):
+                    await restore(store, codec, STREAM, upto=upto)
