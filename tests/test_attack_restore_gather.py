@@ -19,12 +19,14 @@ import anyio
 import pytest
 
 from durably.adapters.sqlite import SQLiteStore
+from durably._runtime import AgentDefinition, Runtime
 from durably._runtime.record_codec import RecordCodec
 from durably._runtime.restore import restore
 from durably.storage._errors import CorruptRecordError, TruncatedRecordError
 from durably.storage._spi import StreamId
 
 from restore_race_writer import STREAM, fold
+from support_agents import StepModel, list_agent
 
 WRITER = Path(__file__).with_name("restore_race_writer.py")
 
@@ -174,3 +176,91 @@ async def test_a_damaged_row_gives_an_older_snapshot_or_a_typed_error(tmp_path, 
             else:
                 with pytest.raises(want):
                     await restore(store, codec, STREAM, upto=upto)
+
+
+# -- resume_all's gathering under cancellation and failures ----------------------------------
+
+AGENTS = 20  # two chunks of RESUME_CONCURRENCY (16): the second chunk's gate too
+
+
+class Gated(StepModel):
+    """Two tool steps, then an answer; blocks forever while ``open`` is false (a resumed agent
+    then stays live until its runtime exits, having journaled nothing but ``resumed``)."""
+
+    open = False
+
+    async def respond(self, messages, tools):
+        if not self.open:
+            await anyio.sleep_forever()
+        return await super().respond(messages, tools)
+
+
+def _agent(effects: list) -> AgentDefinition:
+    """One definition for every phase (the same digest: no definition change on resume)."""
+    definition = list_agent(2, effects, name="a")
+    return AgentDefinition(name="a", model=Gated(2), tools=definition.tools)
+
+
+async def _runnable(url: str, definition: AgentDefinition, count: int = AGENTS) -> list[str]:
+    """``count`` agents whose journal says running (their runtime exited mid-step)."""
+    ids = [f"ag{i:02}" for i in range(count)]
+    async with Runtime(url, agents=[definition]) as rt:
+        for agent_id in ids:
+            await rt.start("a", agent_id, "task")
+    return ids
+
+
+async def _settled(url: str, definition: AgentDefinition, ids: list[str], effects: list, *,
+                   leases_left: bool = False) -> None:
+    """Every agent still restores as running with no lease held (unless ``leases_left``: then
+    held by dead runtimes), and a new runtime resumes them all at once and runs each to the
+    end, every tool call once."""
+    definition.model.open = True
+    async with Runtime(url, agents=[definition]) as rt:
+        for agent_id in ids:
+            assert (await rt.status(agent_id)).status == "running", agent_id
+            if not leases_left:
+                assert await rt.store.get_lease(rt.stream(agent_id)) is None, f"{agent_id}: a lease left behind"
+        handles = await rt.resume_all()
+        assert sorted(h.agent_id for h in handles) == ids
+        for handle in handles:
+            assert (await handle.wait()).status == "finished"
+    assert len(effects) == len(set(effects)) == 2 * len(ids)
+
+
+def _no_other_tasks() -> None:
+    import asyncio
+
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    assert not others, others
+
+
+async def test_resume_all_cancelled_at_any_moment_leaves_no_lease_nor_task(tmp_path) -> None:
+    url, effects = f"sqlite:///{tmp_path / 'g.db'}", []
+    definition = _agent(effects)
+    ids = await _runnable(url, definition)
+    kept = []  # the runtimes stay referenced (alive): a lease they left is a live holder's
+    for step in range(0, 32, 2):
+        async with Runtime(url, agents=[definition]) as rt:
+            kept.append(rt)
+            with anyio.fail_after(10):
+                with anyio.move_on_after(step / 1000):
+                    await rt.resume_all()
+        _no_other_tasks()
+    await _settled(url, definition, ids, effects)
+
+
+async def test_a_runtime_cancelled_at_any_moment_of_its_resume_all_leaves_no_lease_nor_task(tmp_path) -> None:
+    """The deadline covers the runtime's start, the scan and the runtime's exit."""
+    url, effects = f"sqlite:///{tmp_path / 'g.db'}", []
+    definition = _agent(effects)
+    ids = await _runnable(url, definition)
+    kept = []
+    for step in range(0, 64, 3):
+        with anyio.fail_after(10):
+            with anyio.move_on_after(step / 1000):
+                async with Runtime(url, agents=[definition]) as rt:
+                    kept.append(rt)
+                    await rt.resume_all()
+        _no_other_tasks()
+    await _settled(url, definition, ids, effects)
