@@ -20,9 +20,10 @@ import pytest
 
 from durably.adapters.sqlite import SQLiteStore
 from durably._runtime import AgentDefinition, Runtime
+from durably.errors import RuntimeNotStartedError
 from durably._runtime.record_codec import RecordCodec
 from durably._runtime.restore import restore
-from durably.storage._errors import CorruptRecordError, TruncatedRecordError
+from durably.storage._errors import CorruptRecordError, StoreClosedError, TruncatedRecordError
 from durably.storage._spi import StreamId
 
 from restore_race_writer import STREAM, fold
@@ -264,3 +265,40 @@ async def test_a_runtime_cancelled_at_any_moment_of_its_resume_all_leaves_no_lea
                     await rt.resume_all()
         _no_other_tasks()
     await _settled(url, definition, ids, effects)
+
+
+async def test_a_runtime_exiting_while_its_resume_all_runs_elsewhere(tmp_path, caplog) -> None:
+    """resume_all in a task of an outer task group, the runtime's block ending meanwhile: the
+    scan ends with a typed error (the store is closed) or its handles, never an untyped one.
+    The leases it could not give back (the store closed under it) are a dead runtime's once
+    that runtime is gone, and the next runtime of this process takes them at once."""
+    import gc
+    import logging
+
+    # "lease not released" warnings carry the error, whose traceback holds the runtime: a
+    # captured record would keep it alive, and its leases a live holder's.
+    caplog.set_level(logging.ERROR, logger="durably.leases")
+    url, effects = f"sqlite:///{tmp_path / 'g.db'}", []
+    definition = _agent(effects)
+    ids = await _runnable(url, definition)
+    outcomes: list = []
+
+    async def scan(rt: Runtime) -> None:
+        try:
+            outcomes.append(len(await rt.resume_all()))
+        except (StoreClosedError, RuntimeNotStartedError) as exc:
+            outcomes.append(type(exc).__name__)
+
+    for step in range(0, 32, 2):
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                async with Runtime(url, agents=[definition]) as rt:
+                    tg.start_soon(scan, rt)
+                    await anyio.sleep(step / 1000)
+        _no_other_tasks()
+        del rt
+        gc.collect()  # the runtime is gone: a lease it left is a dead holder's
+    assert len(outcomes) == 16, outcomes
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors  # e.g. "unexpected error restoring it": anyio's RuntimeError from a closed task group
+    await _settled(url, definition, ids, effects, leases_left=True)
