@@ -23,7 +23,9 @@ from durably._runtime import AgentDefinition, Runtime
 from durably.errors import RuntimeNotStartedError
 from durably._runtime.record_codec import RecordCodec
 from durably._runtime.restore import restore
-from durably.storage._errors import CorruptRecordError, StoreClosedError, TruncatedRecordError
+from durably.storage._errors import (
+    CorruptRecordError, StoreClosedError, StoreUnavailableError, TruncatedRecordError,
+)
 from durably.storage._spi import StreamId
 
 from restore_race_writer import STREAM, fold
@@ -302,3 +304,87 @@ async def test_a_runtime_exiting_while_its_resume_all_runs_elsewhere(tmp_path, c
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, errors  # e.g. "unexpected error restoring it": anyio's RuntimeError from a closed task group
     await _settled(url, definition, ids, effects, leases_left=True)
+
+
+HOLDER = """
+import sys, anyio
+from durably.adapters.sqlite import SQLiteStore
+from durably._runtime.owner import new_identity
+from durably.storage._spi import StreamId
+
+class Keeper:  # what new_identity registers (weakly) for as long as this holder lives
+    pass
+
+async def main(url, agent_id):
+    keeper = Keeper()
+    async with SQLiteStore(url) as store:
+        lease = await store.acquire_lease(StreamId("default", agent_id), str(new_identity("other", keeper)), 600)
+        print("held" if lease else "refused", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.read)  # until the test closes our stdin
+
+anyio.run(main, *sys.argv[1:3])
+"""
+
+
+async def test_one_corrupt_and_one_leased_agent_of_a_chunk_do_not_stop_the_others(tmp_path) -> None:
+    """In one chunk: an agent whose journal is damaged and one whose lease another live process
+    holds; the others are resumed (gathered) and finish, those two are left as they are."""
+    url, effects = f"sqlite:///{tmp_path / 'g.db'}", []
+    definition = _agent(effects)
+    ids = await _runnable(url, definition, 12)
+    with sqlite3.connect(tmp_path / "g.db") as db:
+        db.execute("UPDATE records SET data = X'00' WHERE seq = 1 AND stream_id = "
+                   "(SELECT id FROM streams WHERE agent_id = 'ag03')")
+    holder = await anyio.open_process([sys.executable, "-c", HOLDER, url, "ag07"])
+    async with holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert (await holder.stdout.receive()).strip() == b"held"
+        definition.model.open = True
+        async with Runtime(url, agents=[definition]) as rt:
+            with anyio.fail_after(10):
+                handles = await rt.resume_all()
+                assert sorted(h.agent_id for h in handles) == [i for i in ids if i not in ("ag03", "ag07")]
+                for handle in handles:
+                    assert (await handle.wait()).status == "finished"
+            assert (await rt.lease_holder("ag07")).worker_id == "other"
+            assert (await rt.status("ag07")).status == "running"
+        await holder.stdin.aclose()
+        assert await holder.wait() == 0
+    assert len(effects) == len(set(effects)) == 2 * 10
+
+
+async def test_a_store_outage_in_the_middle_of_a_chunk(tmp_path) -> None:
+    """Another connection takes the file's write lock at moments sweeping a scan (the busy
+    timeout 50 ms): resume_all gives the agents it resumed or raises StoreUnavailableError,
+    never hangs; once the lock is gone, the same runtime's next scan resumes the rest, and
+    every agent runs to the end, each tool call once."""
+    path, effects = tmp_path / "g.db", []
+    definition = _agent(effects)
+    ids = await _runnable(f"sqlite:///{path}", definition)
+    url = f"sqlite:///{path}?busy_timeout=50"
+    outcomes = []
+    for step in range(0, 40, 4):
+        locker = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        try:
+            async with Runtime(url, agents=[definition]) as rt:
+
+                async def lock_later() -> None:
+                    await anyio.sleep(step / 1000)
+                    await anyio.to_thread.run_sync(locker.execute, "BEGIN IMMEDIATE")
+
+                with anyio.fail_after(10):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(lock_later)
+                        try:
+                            outcomes.append(len(await rt.resume_all()))
+                        except StoreUnavailableError:
+                            outcomes.append("outage")
+                await anyio.to_thread.run_sync(locker.execute, "ROLLBACK")
+                with anyio.fail_after(10):
+                    await rt.resume_all()  # the rest
+                assert sorted(rt._live) == ids, step
+        finally:
+            locker.close()
+        _no_other_tasks()
+    assert "outage" in outcomes, outcomes
+    await _settled(url, definition, ids, effects)
