@@ -388,3 +388,36 @@ async def test_a_store_outage_in_the_middle_of_a_chunk(tmp_path) -> None:
         _no_other_tasks()
     assert "outage" in outcomes, outcomes
     await _settled(url, definition, ids, effects)
+
+
+class CompactedBeforeTheRead(SQLiteStore):
+    """A real SQLite store; just before the restore's one read, another connection
+    (``writer``) snapshots at seq 12 and compacts behind the snapshot at 8, as the runtime's
+    snapshot writer does: the race, pinned between ``state_at``'s range check and its restore."""
+
+    writer: SQLiteStore | None = None
+
+    async def read_restore(self, stream, at_or_before=None, page_size=512):  # type: ignore[override]
+        if self.writer is not None:
+            writer, self.writer = self.writer, None
+            await writer.put_snapshot(stream, 12, RecordCodec().encode_snapshot(12, fold("r", 12).to_wire(), stream))
+            await writer.delete_snapshots(stream, 8)
+            await writer.delete_records(stream, 8)
+        return await super().read_restore(stream, at_or_before, page_size)
+
+
+async def test_time_travel_into_history_compacted_meanwhile_is_out_of_range_not_damage(tmp_path) -> None:
+    from durably._runtime.telemetry import Telemetry
+    from durably._runtime.time_travel import state_at
+    from durably.errors import SeqOutOfRangeError
+
+    url, codec = f"sqlite:///{tmp_path / 't.db'}", RecordCodec()
+    async with SQLiteStore(url) as writer, CompactedBeforeTheRead(url) as store:
+        await _write_run(writer, "r", 12)
+        for seq in (4, 8):
+            await writer.put_snapshot(STREAM, seq, codec.encode_snapshot(seq, fold("r", seq).to_wire(), STREAM))
+        assert (await state_at(store, codec, STREAM, 6, Telemetry.disabled())).to_wire() == fold("r", 6).to_wire()
+        store.writer = writer
+        with pytest.raises(SeqOutOfRangeError, match="compacted away"):
+            await state_at(store, codec, STREAM, 6, Telemetry.disabled())
+        assert (await state_at(store, codec, STREAM, 10, Telemetry.disabled())).to_wire() == fold("r", 10).to_wire()
