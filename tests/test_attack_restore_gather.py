@@ -421,3 +421,43 @@ async def test_time_travel_into_history_compacted_meanwhile_is_out_of_range_not_
         with pytest.raises(SeqOutOfRangeError, match="compacted away"):
             await state_at(store, codec, STREAM, 6, Telemetry.disabled())
         assert (await state_at(store, codec, STREAM, 10, Telemetry.disabled())).to_wire() == fold("r", 10).to_wire()
+
+
+class PurgedBeforeTheAppend(SQLiteStore):
+    """A real SQLite store; before its first append, another connection (``purger``) purges
+    the streams that append is for: an operator's ``durably purge`` landing between a resume's
+    restore and its ``resumed`` append."""
+
+    purger: SQLiteStore | None = None
+
+    async def append_batch(self, requests):  # type: ignore[override]
+        if self.purger is not None:
+            purger, self.purger = self.purger, None
+            for request in requests:
+                await purger.delete_stream(request.stream)
+        return await super().append_batch(requests)
+
+
+async def test_a_purge_between_restore_and_resumed_append_is_not_undone(tmp_path) -> None:
+    from durably.errors import AgentNotFoundError
+
+    url, effects = f"sqlite:///{tmp_path / 'g.db'}", []
+    definition = _agent(effects)
+    ids = await _runnable(url, definition, 3)
+    definition.model.open = True
+    store = PurgedBeforeTheAppend(url)
+    async with SQLiteStore(url) as purger, store, Runtime(store, agents=[definition]) as rt:
+        store.purger = purger
+        with anyio.fail_after(10):
+            handles = await rt.resume_all()
+            for handle in handles:
+                assert (await handle.wait()).status == "finished"
+        resumed = {h.agent_id for h in handles}
+        purged = set(ids) - resumed  # the agents of the first append
+        assert purged and len(effects) == len(set(effects)) == 2 * len(resumed)
+        for agent_id in purged:
+            with pytest.raises(AgentNotFoundError):
+                await rt.status(agent_id)
+            assert await store.last_seq(rt.stream(agent_id)) == 0
+            assert await store.get_lease(rt.stream(agent_id)) is None
+        assert [s.agent_id async for s in store.list_streams("default")] == sorted(resumed)
