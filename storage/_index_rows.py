@@ -41,11 +41,22 @@ def entry_columns(entry: IndexEntry | None) -> tuple[object, ...]:
 
 
 def entry_from_row(status: str | None, definition: str, seq: int, updated_at: float, approvals: str) -> IndexEntry | None:
-    """The entry stored in a row's five columns; None when the row has none (NULL status)."""
+    """The entry stored in a row's five columns; None when the row has none (NULL status).
+
+    Also None for columns that hold no entry (damaged: a status that is not text, approvals
+    that are not a JSON list): the stream is then looked at as one without an entry (the
+    journal is the truth, and its restore writes the entry anew), where raising json's
+    error stopped every scan of the namespace (``resume_all``, ``serve``, ``agents``)."""
     if status is None:
         return None
+    try:
+        found = json.loads(approvals)
+    except (TypeError, ValueError):  # JSONDecodeError is a ValueError
+        return None
+    if type(status) is not str or type(found) is not list:
+        return None
     return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at,
-                      open_approvals=tuple(json.loads(approvals)))
+                      open_approvals=tuple(found))
 
 
 async def list_rows(namespace: str, statuses: Collection[str] | None, page_size: int,

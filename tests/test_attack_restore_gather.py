@@ -461,3 +461,24 @@ async def test_a_purge_between_restore_and_resumed_append_is_not_undone(tmp_path
             assert await store.last_seq(rt.stream(agent_id)) == 0
             assert await store.get_lease(rt.stream(agent_id)) is None
         assert [s.agent_id async for s in store.list_streams("default")] == sorted(resumed)
+
+
+@pytest.mark.parametrize("approvals", ["'{not json'", "X'FFFE'", "'5'"])
+async def test_a_damaged_status_index_entry_does_not_stop_the_scan(tmp_path, approvals: str) -> None:
+    """A row of the status index whose approvals are not a JSON list: the scan (resume_all,
+    serve, agents) raised json's JSONDecodeError for the whole namespace. The entry is read
+    as none (the journal is the truth), so that agent is restored and resumed like the others."""
+    url, effects = f"sqlite:///{tmp_path / 'g.db'}", []
+    definition = _agent(effects)
+    ids = await _runnable(url, definition, 3)
+    with sqlite3.connect(tmp_path / "g.db") as db:
+        db.execute(f"UPDATE streams SET approvals = {approvals} WHERE agent_id = 'ag01'")
+    definition.model.open = True
+    async with Runtime(url, agents=[definition]) as rt:
+        assert sorted(state.agent_id for state in await rt.agents()) == ids
+        with anyio.fail_after(10):
+            handles = await rt.resume_all()
+            assert sorted(h.agent_id for h in handles) == ids
+            for handle in handles:
+                assert (await handle.wait()).status == "finished"
+        assert (await rt.store.get_index(rt.stream("ag01"))).status == "finished"  # written anew
