@@ -482,3 +482,54 @@ async def test_a_damaged_status_index_entry_does_not_stop_the_scan(tmp_path, app
             for handle in handles:
                 assert (await handle.wait()).status == "finished"
         assert (await rt.store.get_index(rt.stream("ag01"))).status == "finished"  # written anew
+
+
+RIVAL = """
+import json, sys, anyio
+sys.path.insert(0, sys.argv[2])
+from durably._runtime import Runtime
+from test_attack_restore_gather import _agent
+
+async def main(url):
+    effects = []
+    definition = _agent(effects)
+    definition.model.open = True
+    async with Runtime(url, agents=[definition]) as rt:
+        print("ready", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)  # go
+        handles = await rt.resume_all()
+        states = [await handle.wait() for handle in handles]
+    print(json.dumps({"resumed": [h.agent_id for h in handles], "statuses": [s.status for s in states],
+                      "effects": [key for key, _ in effects]}))
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def test_two_processes_resuming_all_at_once_run_each_agent_once(tmp_path) -> None:
+    """Another process's resume_all at the same moment: the leases split the agents between
+    the two scans (gathered chunks on both sides), each agent runs in one of them, to the end,
+    every tool call once overall."""
+    url, effects = f"sqlite:///{tmp_path / 'g.db'}", []
+    definition = _agent(effects)
+    ids = await _runnable(url, definition)
+    definition.model.open = True
+    rival = await anyio.open_process([sys.executable, "-c", RIVAL, url, str(Path(__file__).parent)])
+    async with rival, Runtime(url, agents=[definition]) as rt:
+        assert rival.stdin is not None and rival.stdout is not None
+        with anyio.fail_after(20):
+            out = await rival.stdout.receive()
+            assert out.startswith(b"ready\n"), out
+            await rival.stdin.send(b"go\n")
+            handles = await rt.resume_all()
+            for handle in handles:
+                assert (await handle.wait()).status == "finished"
+            async for chunk in rival.stdout:
+                out += chunk
+            assert await rival.wait() == 0
+    theirs = json.loads(out.split(b"\n", 1)[1])
+    mine = [h.agent_id for h in handles]
+    assert sorted(mine + theirs["resumed"]) == ids, (mine, theirs["resumed"])
+    assert set(theirs["statuses"]) <= {"finished"}
+    keys = [key for key, _ in effects] + theirs["effects"]
+    assert len(keys) == len(set(keys)) == 2 * len(ids)
