@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from ._errors import InvalidRequestError
 from ._spi import IndexedStream, IndexEntry, StreamId
+from durably.errors import InvalidArgumentError
 
 #: Which rows one scan returns: every row, the rows without an entry, or the rows of one status.
 Scan = tuple[Literal["all", "null", "status"], str | None]
@@ -26,6 +27,16 @@ FetchPage = Callable[[Scan, str, int], Awaitable[Sequence[Sequence[Any]]]]
 
 #: The columns a listing selects, in the order ``entry_from_row`` takes them after ``agent_id``.
 FIELDS = "agent_id, status, definition, index_seq, updated_at, approvals"
+
+
+def named_stream(namespace: str, agent_id: object) -> StreamId | None:
+    """The ``StreamId`` of a listed row; None for an agent id no ``StreamId`` can hold (bytes,
+    a NUL, over 200 characters: never written by durably, so a foreign row), which a listing
+    skips: no API can name that stream, and raising stopped every scan of the namespace."""
+    try:
+        return StreamId(namespace, agent_id)  # type: ignore[arg-type]  # checked by StreamId itself
+    except InvalidArgumentError:
+        return None
 
 
 def entry_columns(entry: IndexEntry | None) -> tuple[object, ...]:
@@ -76,8 +87,8 @@ async def list_rows(namespace: str, statuses: Collection[str] | None, page_size:
         while True:
             rows = await fetch(scan, after, page_size)
             for agent_id, status, definition, seq, updated_at, approvals in rows:
-                yield IndexedStream(StreamId(namespace, agent_id),
-                                    entry_from_row(status, definition, seq, updated_at, approvals))
+                if (stream := named_stream(namespace, agent_id)) is not None:
+                    yield IndexedStream(stream, entry_from_row(status, definition, seq, updated_at, approvals))
             if len(rows) < page_size:
                 break
             after = rows[-1][0]

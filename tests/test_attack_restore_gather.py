@@ -533,3 +533,23 @@ async def test_two_processes_resuming_all_at_once_run_each_agent_once(tmp_path) 
     assert set(theirs["statuses"]) <= {"finished"}
     keys = [key for key, _ in effects] + theirs["effects"]
     assert len(keys) == len(set(keys)) == 2 * len(ids)
+
+
+@pytest.mark.parametrize("agent_id", ["X'FF'", "'a' || char(0) || 'b'", "printf('%.300c', 'x')"])
+async def test_a_stream_row_whose_id_no_api_can_name_does_not_stop_the_scan(tmp_path, agent_id: str) -> None:
+    """A ``streams`` row whose agent id durably never writes (bytes, a NUL, over 200 characters):
+    building its ``StreamId`` raised InvalidArgumentError out of the listing, so resume_all,
+    serve() and agents() stopped for every agent of the namespace."""
+    url, effects = f"sqlite:///{tmp_path / 'g.db'}", []
+    definition = _agent(effects)
+    ids = await _runnable(url, definition, 3)
+    with sqlite3.connect(tmp_path / "g.db") as db:
+        db.execute(f"UPDATE streams SET agent_id = {agent_id} WHERE agent_id = 'ag01'")
+    definition.model.open = True
+    rest = [i for i in ids if i != "ag01"]
+    async with Runtime(url, agents=[definition]) as rt:
+        assert sorted(state.agent_id for state in await rt.agents()) == rest
+        assert [s.agent_id async for s in rt.store.list_streams("default")] == rest
+        with anyio.fail_after(10):
+            handles = await rt.resume_all()
+            assert sorted(h.agent_id for h in handles) == rest

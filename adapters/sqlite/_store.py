@@ -56,6 +56,7 @@ from durably.storage._errors import (
 from durably.storage._spi import (
     AppendRequest, BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob,
 )
+from durably.storage._index_rows import named_stream
 from durably.storage._urls import check_parent
 
 from . import _index as sqlite_index
@@ -689,7 +690,8 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         rows = await self._fetch(first, (namespace, prefix, *bound_params, page_size))
         while True:
             for (agent_id,) in rows:
-                yield StreamId(namespace, agent_id)
+                if (stream := named_stream(namespace, agent_id)) is not None:  # else a foreign row
+                    yield stream
             if len(rows) < page_size:
                 return
             rows = await self._fetch(rest, (namespace, rows[-1][0], *bound_params, page_size))
