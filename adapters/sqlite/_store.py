@@ -566,7 +566,8 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         self._check_open()
         bound = layout.MAX_SEQ if at_or_before is None else min(at_or_before, layout.MAX_SEQ)
         rows = await self._fetch(
-            f"SELECT seq, data FROM snapshots WHERE stream_id = {layout.STREAM_ID} AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            f"SELECT seq, {layout.SNAPSHOT_DATA} FROM snapshots WHERE stream_id = {layout.STREAM_ID} AND seq <= ? "
+            "ORDER BY seq DESC LIMIT 1",
             (stream.namespace, stream.agent_id, bound),
         )
         return StoredSnapshot(_seq(rows[0][0], stream), rows[0][1]) if rows else None
