@@ -575,3 +575,21 @@ async def test_a_snapshot_cell_of_text_that_is_not_utf8_is_skipped_for_the_older
             restored = await restore(store, codec, STREAM, upto=upto)
             assert restored is not None and restored.snapshot_seq == 4
             assert restored.state.to_wire() == fold("r", upto or 12).to_wire()
+
+
+async def test_time_travel_around_the_one_reads_page_boundary(tmp_path) -> None:
+    """Up to seqs on both sides of read_restore's first page (512 records), with and without
+    a snapshot: the state there, exactly, whether the tail ended in that page or went on."""
+    url, codec = f"sqlite:///{tmp_path / 'u.db'}", RecordCodec()
+    async with SQLiteStore(url) as store:
+        await _write_run(store, "r", 1100)
+        for snapshot in (None, 300):
+            if snapshot is not None:
+                await store.put_snapshot(STREAM, snapshot, codec.encode_snapshot(snapshot, fold("r", snapshot).to_wire(),
+                                                                                 STREAM))
+            for upto in (1, 299, 300, 301, 511, 512, 513, 812, 813, 1024, 1025, 1100, 5000):
+                restored = await restore(store, codec, STREAM, upto=upto)
+                want = min(upto, 1100)
+                assert restored is not None and restored.state.last_seq == want, upto
+                assert restored.snapshot_seq == (snapshot if snapshot is not None and upto >= snapshot else 0)
+                assert restored.state.to_wire() == fold("r", want).to_wire(), upto
