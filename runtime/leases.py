@@ -65,13 +65,13 @@ class LeaseKeeper:
         leases = self._leases
         if leases is None:
             return placeholder, None
-        lease = await leases.acquire_lease(stream, self.owner, self.ttl)
+        lease = await self._acquire(leases, stream)
         if lease is None:
             holder = await leases.get_lease(stream)
             if holder is not None and holder_liveness(holder.owner) is Liveness.DEAD:
                 log.info("lease of %s held by %s, a dead process: taken over", stream, holder.owner)
                 await leases.release_lease(holder)
-                lease = await leases.acquire_lease(stream, self.owner, self.ttl)
+                lease = await self._acquire(leases, stream)
                 if lease is None:
                     return None, None  # another runtime took it over first
             elif force or holder is None:
@@ -81,6 +81,26 @@ class LeaseKeeper:
                 return None, holder
         self._held[stream] = lease
         return lease, None
+
+    async def _acquire(self, leases: LeaseStore, stream: StreamId) -> Lease | None:
+        """``acquire_lease`` for a claim. Cancelled, it may have been granted all the same (the
+        SQLite adapter runs the lease statements queued meanwhile in one transaction, also those
+        of waiters cancelled since), and a lease nobody here tracks is neither renewed nor
+        released: other runtimes could not take the agent until it lapsed. So one of ours that
+        is not held here is given back before the cancellation goes on."""
+        try:
+            return await leases.acquire_lease(stream, self.owner, self.ttl)
+        except anyio.get_cancelled_exc_class():
+            if stream not in self._held:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        granted = await leases.get_lease(stream)
+                        if granted is not None and granted.owner == self.owner:
+                            await leases.release_lease(granted)
+                    except StoreError as exc:
+                        log.warning("lease of %s not released after a cancelled claim (it will expire): %s",
+                                    stream, exc)
+            raise
 
     async def holder_info(self, stream: StreamId) -> LeaseHolder | None:
         """Who holds ``stream``'s lease, until when, and whether that holder is alive; None if nobody."""

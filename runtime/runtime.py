@@ -216,6 +216,18 @@ class Runtime(Inspection):
             raise RuntimeNotStartedError(f"this Runtime is not started: use it as `async with Runtime(...) as rt:` "
                                          f"(on {self._describe_store()}) before calling its methods")
 
+    def _require_open(self) -> None:
+        """Raise ``RuntimeNotStartedError`` once the runtime is being left (``__aexit__`` began).
+
+        Called between an activation's durable record and its spawn: an agent whose
+        ``started`` or ``resumed`` record was appended while the runtime exited (a
+        ``resume_all`` in another task) must not reach a task group that is closing
+        (anyio's ``RuntimeError``); its journal is intact, and the next runtime resumes it.
+        """
+        if self._exit is None:
+            raise RuntimeNotStartedError("this Runtime was left while an agent was being activated; "
+                                         "its journal is intact and the next runtime resumes it")
+
     def _describe_store(self) -> str:
         store = self.__dict__.get("_store_arg")
         return repr(store) if store is not None else "its store"
@@ -355,6 +367,7 @@ class Runtime(Inspection):
         try:
             with tm.activated(span, end=False):
                 await journal.append((Kind.STARTED, data))
+            self._require_open()
         except BaseException as exc:
             _end_failed(span, exc)
             await self._leases.release(stream)
@@ -441,6 +454,7 @@ class Runtime(Inspection):
                     await gather()
                 with tm.activated(span, end=False):
                     await journal.append(*changes, (Kind.RESUMED, resumed))
+                self._require_open()
             except BaseException as exc:
                 _end_failed(span, exc)
                 raise
@@ -509,6 +523,8 @@ class Runtime(Inspection):
 
         Raises:
             StoreUnavailableError: The store is out (an outage is not skipped).
+            RuntimeNotStartedError: The runtime was left while the scan ran (from another
+                task); the agents not yet resumed stay as their journals say.
         """
         from .scan import scan
 

@@ -36,7 +36,7 @@ from durably.storage._spi import IndexedStream, StreamId
 from .errors import AgentFencedError, AgentLeasedError, DefinitionMigrationError, DefinitionNotRegisteredError
 from .state import RUNNING
 from .status_index import runnable_rows
-from durably.errors import InvalidArgumentError
+from durably.errors import InvalidArgumentError, RuntimeNotStartedError
 
 if TYPE_CHECKING:
     from .runtime import AgentHandle, Runtime
@@ -59,7 +59,8 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
     ``limit``: resume at most that many (None: all); ``shuffle``: visit the
     streams in a random order (their ids are then held in memory for the scan).
     Up to ``RESUME_CONCURRENCY`` agents are resumed at once.
-    Raises ``StoreUnavailableError`` and ``StoreClosedError``; nothing else.
+    Raises ``StoreUnavailableError``, ``StoreClosedError`` and ``RuntimeNotStartedError`` (the
+    runtime was left during the scan); nothing else.
     """
     result = ScanResult()
     if limit is not None and limit < 1:
@@ -84,7 +85,7 @@ async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = Fa
 
         try:
             handle = await _resume_one(runtime, row, result, gather)
-        except (StoreUnavailableError, StoreClosedError) as exc:
+        except (StoreUnavailableError, StoreClosedError, RuntimeNotStartedError) as exc:
             outage.append(exc)  # an outage is the whole store's, not this stream's (serve() backs off)
             return
         finally:
@@ -169,7 +170,7 @@ async def _resume_one(runtime: Runtime, row: IndexedStream, result: ScanResult,
         pass  # no registered definition can run it, or another runtime won the race to
     except CodecError as exc:
         log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
-    except (StoreUnavailableError, StoreClosedError):
+    except (StoreUnavailableError, StoreClosedError, RuntimeNotStartedError):
         raise
     except Exception:
         # Whatever else one stream's bytes provoke must not stop every other agent.

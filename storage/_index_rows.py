@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from ._errors import InvalidRequestError
 from ._spi import IndexedStream, IndexEntry, StreamId
+from durably.errors import InvalidArgumentError
 
 #: Which rows one scan returns: every row, the rows without an entry, or the rows of one status.
 Scan = tuple[Literal["all", "null", "status"], str | None]
@@ -26,6 +27,16 @@ FetchPage = Callable[[Scan, str, int], Awaitable[Sequence[Sequence[Any]]]]
 
 #: The columns a listing selects, in the order ``entry_from_row`` takes them after ``agent_id``.
 FIELDS = "agent_id, status, definition, index_seq, updated_at, approvals"
+
+
+def named_stream(namespace: str, agent_id: object) -> StreamId | None:
+    """The ``StreamId`` of a listed row; None for an agent id no ``StreamId`` can hold (bytes,
+    a NUL, over 200 characters: never written by durably, so a foreign row), which a listing
+    skips: no API can name that stream, and raising stopped every scan of the namespace."""
+    try:
+        return StreamId(namespace, agent_id)  # type: ignore[arg-type]  # checked by StreamId itself
+    except InvalidArgumentError:
+        return None
 
 
 def entry_columns(entry: IndexEntry | None) -> tuple[object, ...]:
@@ -41,11 +52,22 @@ def entry_columns(entry: IndexEntry | None) -> tuple[object, ...]:
 
 
 def entry_from_row(status: str | None, definition: str, seq: int, updated_at: float, approvals: str) -> IndexEntry | None:
-    """The entry stored in a row's five columns; None when the row has none (NULL status)."""
+    """The entry stored in a row's five columns; None when the row has none (NULL status).
+
+    Also None for columns that hold no entry (damaged: a status that is not text, approvals
+    that are not a JSON list): the stream is then looked at as one without an entry (the
+    journal is the truth, and its restore writes the entry anew), where raising json's
+    error stopped every scan of the namespace (``resume_all``, ``serve``, ``agents``)."""
     if status is None:
         return None
+    try:
+        found = json.loads(approvals)
+    except (TypeError, ValueError):  # JSONDecodeError is a ValueError
+        return None
+    if type(status) is not str or type(found) is not list:
+        return None
     return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at,
-                      open_approvals=tuple(json.loads(approvals)))
+                      open_approvals=tuple(found))
 
 
 async def list_rows(namespace: str, statuses: Collection[str] | None, page_size: int,
@@ -65,8 +87,8 @@ async def list_rows(namespace: str, statuses: Collection[str] | None, page_size:
         while True:
             rows = await fetch(scan, after, page_size)
             for agent_id, status, definition, seq, updated_at, approvals in rows:
-                yield IndexedStream(StreamId(namespace, agent_id),
-                                    entry_from_row(status, definition, seq, updated_at, approvals))
+                if (stream := named_stream(namespace, agent_id)) is not None:
+                    yield IndexedStream(stream, entry_from_row(status, definition, seq, updated_at, approvals))
             if len(rows) < page_size:
                 break
             after = rows[-1][0]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -79,12 +79,14 @@ _HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lease
 
 @dataclass(slots=True)
 class _Queued:
-    """One lease statement waiting for the next lease transaction, then its rows or error."""
+    """One lease statement waiting for the next lease transaction, then its rows or error;
+    ``done`` is set when the transaction that took it has ended (or gave it back unrun)."""
 
     sql: str
     params: Any
     rows: list[Any] | None = None
     error: BaseException | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
 
 
 class SQLiteLeases:
@@ -120,6 +122,13 @@ class SQLiteLeases:
                     queue.clear()
                     await self._commit_leases(batch)
         except BaseException:
+            if mine not in queue:
+                # Cancelled once a leader took it: wait for the end of that one transaction
+                # (shielded, as it is; its rows are set before the COMMIT), so the outcome is
+                # settled when the cancellation goes on: an acquire granted meanwhile is then
+                # committed, visible to the caller's clean-up read (LeaseKeeper gives it back).
+                with anyio.CancelScope(shield=True):
+                    await mine.done.wait()
             if mine in queue:
                 queue.remove(mine)  # cancelled while waiting, never sent
             raise
@@ -141,10 +150,19 @@ class SQLiteLeases:
                 queued.rows, queued.error = None, exc
         except BaseException:
             # Cancelled before the transaction began (once begun it is shielded): the
-            # statements not run go back to the queue for the next leader.
+            # statements not run go back to the queue for the next leader, each with a new
+            # ``done`` (the old one wakes a cancelled waiter, which then takes it out again).
             assert self._lease_queue is not None
-            self._lease_queue[:0] = [queued for queued in batch if queued.rows is None]
+            unrun = [queued for queued in batch if queued.rows is None]
+            for queued in unrun:
+                queued.done.set()
+                queued.done = anyio.Event()
+            self._lease_queue[:0] = unrun
             raise
+        finally:
+            for queued in batch:
+                if queued.rows is not None or queued.error is not None:
+                    queued.done.set()
 
     if TYPE_CHECKING:  # the host's (SQLiteStore), declared for the type checker
         _db: aiosqlite.Connection | None

@@ -46,6 +46,7 @@ from durably.storage._base import StoreBase
 from durably.storage._errors import (
     BlobNotFoundError,
     ConflictError,
+    CorruptRecordError,
     InvalidRequestError,
     StoreClosedError,
     StoreUnavailableError,
@@ -55,6 +56,7 @@ from durably.storage._errors import (
 from durably.storage._spi import (
     AppendRequest, BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob,
 )
+from durably.storage._index_rows import named_stream
 from durably.storage._urls import check_parent
 
 from . import _index as sqlite_index
@@ -83,7 +85,8 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
     Errors of every data method: ``StoreUnavailableError`` (cause attached) for SQLite
     errors such as "database is locked" past the busy timeout, I/O errors or a full disk,
     the failed transaction rolled back first; ``CorruptRecordError`` when SQLite reports
-    the file damaged (retrying cannot help); ``InvalidRequestError`` for a stream id
+    the file damaged (retrying cannot help), or for a seq cell that holds no integer (see
+    ``_seq``); ``InvalidRequestError`` for a stream id
     SQLite cannot store as UTF-8 (a lone surrogate).
 
     Args:
@@ -489,7 +492,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         rows = await self._fetch(
             "SELECT last_seq FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id)
         )
-        return max(rows[0][0], 0) if rows else 0
+        return max(_seq(rows[0][0], stream), 0) if rows else 0
 
     async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         """Yield the records of ``stream`` with seq > ``after_seq``, in seq order.
@@ -516,7 +519,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         while True:
             page = await self._fetch(sql, (stream.namespace, stream.agent_id, after_seq, page_size))
             for seq, data in page:
-                yield StoredRecord(seq, data)
+                yield StoredRecord(_seq(seq, stream), data)
             if len(page) < page_size:
                 return
             after_seq = page[-1][0]
@@ -563,10 +566,11 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         self._check_open()
         bound = layout.MAX_SEQ if at_or_before is None else min(at_or_before, layout.MAX_SEQ)
         rows = await self._fetch(
-            f"SELECT seq, data FROM snapshots WHERE stream_id = {layout.STREAM_ID} AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            f"SELECT seq, {layout.SNAPSHOT_DATA} FROM snapshots WHERE stream_id = {layout.STREAM_ID} AND seq <= ? "
+            "ORDER BY seq DESC LIMIT 1",
             (stream.namespace, stream.agent_id, bound),
         )
-        return StoredSnapshot(rows[0][0], rows[0][1]) if rows else None
+        return StoredSnapshot(_seq(rows[0][0], stream), rows[0][1]) if rows else None
 
     async def read_restore(self, stream: StreamId, at_or_before: int | None = None, page_size: int = 512,
                            ) -> tuple[StoredSnapshot | None, int, StoredRecord | None, list[StoredRecord]]:
@@ -601,7 +605,8 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         bound = layout.MAX_SEQ if at_or_before is None else min(at_or_before, layout.MAX_SEQ)
         rows = await self._fetch(layout.RESTORE_READ, (stream.namespace, stream.agent_id, bound, page_size))
         snapshot, last, first, tail = None, 0, None, []
-        for part, seq, data in rows:
+        for part, cell, data in rows:
+            seq = _seq(cell, stream)
             if part == 0:
                 snapshot = StoredSnapshot(seq, data)
             elif part == 1:
@@ -686,7 +691,8 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         rows = await self._fetch(first, (namespace, prefix, *bound_params, page_size))
         while True:
             for (agent_id,) in rows:
-                yield StreamId(namespace, agent_id)
+                if (stream := named_stream(namespace, agent_id)) is not None:  # else a foreign row
+                    yield stream
             if len(rows) < page_size:
                 return
             rows = await self._fetch(rest, (namespace, rows[-1][0], *bound_params, page_size))
@@ -805,6 +811,16 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         data: bytes = rows[0][0]
         return data
+
+
+def _seq(cell: Any, stream: StreamId) -> int:
+    """A seq (or last seq) cell as read: an ``int``, else ``CorruptRecordError``. INTEGER affinity
+    keeps what it cannot convert (a REAL with a fraction, a non-numeric TEXT) as it is, and
+    such a cell must be reported as damage, not raise a ``TypeError`` deep in a restore."""
+    if type(cell) is not int:
+        raise CorruptRecordError(f"a seq must be an integer, the SQLite file holds {type(cell).__name__} {cell!r:.40}",
+                                 stream=stream)
+    return cell
 
 
 def _prefix_successor(prefix: str) -> str | None:
