@@ -48,17 +48,15 @@ async def _best_time(operation: Callable[[], Awaitable[object]]) -> float:
     best = float("inf")
     enabled = gc.isenabled()
     gc.collect()
-    try:
-        for _ in range(TIMINGS):
-            gc.disable()
+    for _ in range(TIMINGS):
+        gc.disable()
+        try:
             started = time.perf_counter()
             await operation()
             best = min(best, time.perf_counter() - started)
+        finally:
             if enabled:
                 gc.enable()
-    finally:
-        if enabled:
-            gc.enable()
     return best
 
 
