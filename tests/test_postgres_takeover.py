@@ -54,7 +54,11 @@ def stored(url: str) -> dict[tuple[str, int], str]:
 
 
 @pytest.mark.parametrize("workers", [2, 4])
-@pytest.mark.parametrize("boundary,at", [("before_effect", 3), ("after_effect", 2), ("put_landed", 9), ("snapshot", 1)])
+# before_effect counts the process's tool calls, of AGENTS agents at once: the first AGENTS calls may all
+# be in flight when the count is reached, their effects not yet written (CI on 8892e96 saw A's pid in none).
+# The (AGENTS + 1)th call is a second step of some agent, so that agent's first effect is written.
+@pytest.mark.parametrize("boundary,at", [("before_effect", AGENTS + 1), ("after_effect", 2), ("put_landed", 9),
+                                         ("snapshot", 1)])
 def test_sigkilled_worker_is_taken_over_by_the_others(pg_server: PostgresTestServer, tmp_path, workers, boundary, at):
     url = pg_server.url()
     first = subprocess.Popen(worker_cmd(url, tmp_path, "--crash", boundary, "--at", str(at)),
