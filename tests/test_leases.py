@@ -211,3 +211,45 @@ async def test_processes_racing_on_one_file_get_each_lease_once(tmp_path: Path) 
             assert token == (first.token + 1 if agent_id == "lapsed" else 1)
             held = await store.get_lease(StreamId("xproc", agent_id))
             assert (held.owner, held.token) == (owner, token), "the winner's lease is the one stored"
+
+
+HOLDER = """
+import sys, anyio
+from durably.adapters.sqlite import SQLiteStore
+from durably.storage import StreamId
+
+async def main(url):
+    store = SQLiteStore(url)
+    await store.open()
+    lease = await store.acquire_lease(StreamId("crash", "held"), "holder", 60.0)
+    print(lease.token, flush=True)
+    await anyio.sleep(3600)  # killed here: never closed, nothing synced after the lease
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def test_a_lease_outlives_the_sigkill_of_its_holder(tmp_path: Path) -> None:
+    """Lease transactions skip the fsync (see durably.adapters.sqlite._leases, "Durability"):
+    committed to the WAL, the lease is still there, with its owner and token, when the holder's
+    process is killed without closing anything, so no other process can take it before it expires."""
+    url = f"sqlite:///{tmp_path / 'crash.db'}"
+    async with await anyio.open_process([sys.executable, "-c", HOLDER, url]) as process:
+        token = int(await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 64))
+        process.kill()
+        await process.wait()
+    async with SQLiteStore(url) as store:
+        held = await store.get_lease(StreamId("crash", "held"))
+        assert (held.owner, held.token) == ("holder", token)
+        assert await store.acquire_lease(StreamId("crash", "held"), "other", LONG) is None
+
+
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+async def test_lease_transactions_leave_the_writer_as_the_url_set_it(tmp_path: Path, synchronous: str) -> None:
+    """The unsynced lease commit is that transaction's only: the appends after it are synced as
+    ``synchronous=`` says (SQLite's values: FULL 2, NORMAL 1)."""
+    async with SQLiteStore(f"sqlite:///{tmp_path / 'sync.db'}?synchronous={synchronous}") as store:
+        lease = await store.acquire_lease(S, "me", LONG)
+        await store.release_lease(lease)
+        ((level,),) = await store._db.execute_fetchall("PRAGMA synchronous")
+        assert level == {"FULL": 2, "NORMAL": 1}[synchronous]

@@ -271,17 +271,24 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
     # -- connection access -------------------------------------------------------
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _transaction(self, *, fsync: bool = True) -> AsyncIterator[aiosqlite.Connection]:
         """Hold the connection for one ``BEGIN IMMEDIATE`` write transaction; commit on success.
 
         Shielded from cancellation: a transaction, once started, ends in COMMIT or
         ROLLBACK, never half-open. SQLite errors roll back and become
-        ``StoreUnavailableError``.
+        ``StoreUnavailableError``. ``fsync=False`` commits without syncing the WAL
+        (``synchronous = NORMAL`` for this one transaction): visible to every connection
+        at once and kept across a process crash, made durable by the next synced commit
+        (the WAL is a log: a synced frame makes every frame before it durable); only a
+        power loss before that commit can undo it.
         """
         async with self._lock:
             db = await self._ready(create=True)
             with anyio.CancelScope(shield=True):
+                relaxed = not fsync and self.synchronous != "NORMAL"
                 try:
+                    if relaxed:
+                        await db.execute("PRAGMA synchronous = NORMAL")
                     await db.execute("BEGIN IMMEDIATE")
                     yield db
                     if db.in_transaction:
@@ -292,6 +299,10 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
                     if translated is exc:
                         raise
                     raise translated from exc
+                finally:
+                    if relaxed:
+                        # Cannot fail short of a broken connection, on which no later commit succeeds either.
+                        await db.execute(f"PRAGMA synchronous = {self.synchronous}")
 
     @staticmethod
     async def _rollback(db: aiosqlite.Connection) -> None:
