@@ -38,7 +38,7 @@ without a synced append, and syncing the WAL makes every frame before it durable
 (the WAL is a log replayed up to its last valid frame), so no surviving record
 depends on a lease that was undone, and a token reissued after such a loss was
 used by nothing that lasted. What it saves: two fsyncs per agent run (the lease
-taken at start, given back at the end), about a third of ``start()``'s latency.
+taken at start, given back at the end).
 """
 
 from __future__ import annotations
