@@ -20,6 +20,7 @@ import anyio
 from durably.schemas._records import Kind
 from durably.storage._codec import raw_size
 from durably.storage._errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
+from durably.storage._one_read import RestoreRead, offers_one_read_restore
 from durably._runtime.record_codec import RecordCodec
 from durably.storage._spi import Store, StoredRecord, StoredSnapshot, StreamId
 
@@ -167,27 +168,21 @@ async def _snapshot_and_last_seq(store: Store, stream: StreamId,
 #: Records per page of the tail read (``Store.read``'s default).
 _PAGE = 512
 
-#: ``(snapshot, last_seq, first, tail)`` from a store's ``read_restore`` (see ``_read_restore``).
-_OneRead = tuple[StoredSnapshot | None, int, StoredRecord | None, list[StoredRecord]]
-
-
-async def _read_restore(store: Store, stream: StreamId, upto: int | None) -> _OneRead | None:
-    """The restore's reads in one call, from a store that offers ``read_restore`` (SQLite's
-    ``SQLiteStore.read_restore``: one statement, one read transaction, one hop); None for any
-    other store, or when that read fails as ``CorruptRecordError`` (then the separate reads
-    run, and ``_snapshot`` decides what such a failure means).
+async def _read_restore(store: Store, stream: StreamId, upto: int | None) -> RestoreRead | None:
+    """The restore's reads in one call, from a store that offers it (``OneReadRestore``:
+    SQLite's one statement, one read transaction, one hop); None for any other store, or
+    when that read fails as ``CorruptRecordError`` (then the separate reads run, and
+    ``_snapshot`` decides what such a failure means).
 
     On a loaded event loop each read of a restore waits for the loop once more: three reads
     in turn made ``status()`` of a finished agent cost three waits (issue 16 item 7).
     """
-    read = getattr(store, "read_restore", None)
-    if read is None:
+    if not offers_one_read_restore(store):
         return None
     try:
-        found: _OneRead = await read(stream, upto, _PAGE)
+        return await store.read_restore(stream, upto, _PAGE)
     except CorruptRecordError:
         return None
-    return found
 
 
 def _run_in(codec: RecordCodec, stream: StreamId, first: StoredRecord | None) -> str | None:

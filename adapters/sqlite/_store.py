@@ -57,6 +57,7 @@ from durably.storage._spi import (
     AppendRequest, BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob,
 )
 from durably.storage._index_rows import named_stream
+from durably.storage._one_read import OneReadRestore, RestoreRead
 from durably.storage._urls import check_parent
 
 from . import _index as sqlite_index
@@ -73,7 +74,7 @@ READERS = 2
 
 
 # leases: adapters/sqlite/_leases.py; the status index: adapters/sqlite/_index.py
-class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore, IndexStore):
+class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore, IndexStore, OneReadRestore):
     """A ``Store`` in one SQLite database file (see the module docstring for the URL and durability).
 
     Building the store does no I/O. ``1 + READERS`` connections per store, each used by one
@@ -583,8 +584,7 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
         )
         return StoredSnapshot(_seq(rows[0][0], stream), rows[0][1]) if rows else None
 
-    async def read_restore(self, stream: StreamId, at_or_before: int | None = None, page_size: int = 512,
-                           ) -> tuple[StoredSnapshot | None, int, StoredRecord | None, list[StoredRecord]]:
+    async def read_restore(self, stream: StreamId, at_or_before: int | None = None, page_size: int = 512) -> RestoreRead:
         """What a restore of ``stream`` reads, in ONE statement on a reader connection (one hop).
 
         A restore otherwise waits for three reads in turn (the snapshot and the
