@@ -20,7 +20,7 @@ from . import _spi as spi
 from ._errors import ConflictError
 from durably.errors import InvalidArgumentError
 
-BEGIN = "<!-- BEGIN contract table: generated from storage/_spi.py by `python -m durably.storage._spi_docs` -->"
+BEGIN = "<!-- BEGIN contract table: generated from the SPI's docstrings (storage/_spi*.py) by `python -m durably.storage._spi_docs` -->"
 END = "<!-- END contract table -->"
 
 

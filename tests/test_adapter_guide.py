@@ -15,7 +15,7 @@ def test_the_guides_contract_table_is_the_spi_docstrings() -> None:
     found = guide_table(GUIDE.read_text())
     assert found is not None, "the guide has lost its generated contract table"
     assert found == contract_table(), (
-        "docs/writing-an-adapter.md disagrees with storage/_spi.py: run "
+        "docs/writing-an-adapter.md disagrees with storage/_spi*.py: run "
         "`python -m durably.storage._spi_docs docs/writing-an-adapter.md` and review the diff"
     )
 

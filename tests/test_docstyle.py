@@ -463,6 +463,6 @@ def test_the_surface_holds_the_public_api_once():
     assert len(names) == len(set(names)), "an object counted twice"
     assert {"durably._runtime.runtime.Runtime", "durably._runtime.runtime.Runtime.start",  # a lazy name, a method
             "durably._runtime.state.AgentState.parked",  # a property
-            "durably.errors.DurablyError", "durably.storage._spi.Store.read",
+            "durably.errors.DurablyError", "durably.storage._spi_store.Store.read",
             "durably.adapters.memory.MemoryStore"} <= set(names)  # a module without __all__
     assert not [name for name in names if name.rpartition(".")[2].startswith(("test_", "_"))]

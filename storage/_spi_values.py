@@ -1,0 +1,229 @@
+"""The SPI's values: the shapes a store takes and returns, and the checks of its arguments.
+
+Part of the storage SPI (``durably.storage._spi``, which re-exports every name):
+plain frozen dataclasses, so an adapter can build and compare them freely, and
+``check_*`` functions that adapters call first so the argument rules live in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._errors import InvalidRequestError
+from durably.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class StreamId:
+    """The address of one agent's journal: a namespace (a tenant or app) and an agent id.
+
+    Both are non-empty strings of at most 200 characters without NUL; the
+    namespace also has no '/'. The agent id may hold '/', '..', spaces and any
+    Unicode, and ids differing only in case are different: an adapter whose
+    backend has key or path rules encodes or hashes them. ``str(stream)`` is
+    ``"namespace/agent_id"``.
+
+    Attributes:
+        namespace: The tenant or app the stream belongs to; no '/'.
+        agent_id: The agent's id within the namespace; any Unicode, '/' included.
+
+    Raises:
+        InvalidArgumentError: (a ``ValueError``) when either field is not a
+            non-empty ``str`` of at most 200 characters without NUL, or the
+            namespace contains '/'.
+    """
+
+    namespace: str
+    agent_id: str
+
+    def __post_init__(self) -> None:
+        for name, value in (("namespace", self.namespace), ("agent_id", self.agent_id)):
+            if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
+                raise InvalidArgumentError(f"StreamId.{name} must be a non-empty str of at most 200 chars without NUL")
+        if "/" in self.namespace:
+            raise InvalidArgumentError("StreamId.namespace must not contain '/'")
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.agent_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One journal record as stored: its seq and its encoded frame.
+
+    Attributes:
+        seq: The record's position in its stream, from 1, gapless.
+        data: The encoded frame, as the adapter was given it (never decoded by it).
+    """
+
+    seq: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSnapshot:
+    """One snapshot as stored: the seq it covers and its frame.
+
+    Attributes:
+        seq: The last record folded in: the snapshot covers records 1..seq.
+        data: The encoded snapshot frame.
+    """
+
+    seq: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A time-bounded claim of one worker on a stream.
+
+    A lease says who *should* run a stream; the expected-seq check on every
+    append is what makes a stale owner harmless (Kleppmann, "How to do
+    distributed locking", 2016: leases need fencing).
+
+    Attributes:
+        stream: The stream the lease is on.
+        owner: The worker holding it (a non-empty string the worker chose).
+        token: A fencing token: it increases every time the lease passes to a
+            new owner (a renewal by the same owner keeps it), and it never
+            decreases for a stream id, across releases, expiry, reopen and
+            ``delete_stream``.
+        expires_at: When the lease ends, in unix seconds of the store's clock.
+    """
+
+    stream: StreamId
+    owner: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """A stream's status index entry (``CAP_STATUS_INDEX``): what scans need without the journal.
+
+    The runtime computes it; an adapter stores it as given and never decodes
+    frames to make one.
+
+    Attributes:
+        status: The agent's status after record ``seq``: ``running``,
+            ``waiting_approval``, ``suspended``, ``finished``, ...
+        definition: The agent definition's name.
+        seq: The record that last changed the entry.
+        updated_at: When that record was written, in unix seconds.
+        open_approvals: The ids of approvals with no decision yet; empty by default.
+    """
+
+    status: str
+    definition: str
+    seq: int
+    updated_at: float
+    open_approvals: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedStream:
+    """One row of ``IndexStore.list_index``: a stream and its status index entry.
+
+    Attributes:
+        stream: The stream.
+        entry: Its status index entry; None when it has none (the caller must
+            read its journal).
+    """
+
+    stream: StreamId
+    entry: IndexEntry | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """One stream's part of a group commit: append ``records`` after ``expected_seq``.
+
+    Attributes:
+        stream: The stream to append to.
+        expected_seq: The last seq the writer saw (0 for a new stream); the
+            records get seqs ``expected_seq + 1 ..``.
+        records: The encoded frames to append, at least one, each ``bytes``.
+        index: The stream's new status index entry, written with the records
+            (same transaction, or see ``IndexStore`` for what a store without
+            transactions may lag by) when the request succeeds, and not at all
+            when it conflicts; None (the default) leaves the entry as it is.
+            Stores without ``CAP_STATUS_INDEX`` ignore it.
+    """
+
+    stream: StreamId
+    expected_seq: int
+    records: Sequence[bytes]
+    index: IndexEntry | None = None
+
+
+#: The highest seq a store must hold: a signed 64-bit integer, what SQLite and PostgreSQL columns take.
+MAX_SEQ = 2**63 - 1
+
+
+def check_append(request: AppendRequest) -> None:
+    """Reject a malformed append before any I/O (call it first in ``append_batch``).
+
+    Adapters call this; it keeps the checks in one place.
+
+    Args:
+        request: One request of the batch.
+
+    Raises:
+        InvalidRequestError: For a stream that is not a ``StreamId``, an expected seq
+            that is not an int in 0..2**63-1 (a bool is not), an empty batch, a
+            record that is not ``bytes`` or an index entry that is not an ``IndexEntry``.
+    """
+    if not isinstance(request.stream, StreamId):
+        raise InvalidRequestError(f"an append's stream must be a StreamId, got {type(request.stream).__name__}")
+    seq = request.expected_seq
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_SEQ:
+        raise InvalidRequestError(f"expected_seq must be an int in 0..2**63-1, got {seq!r}")
+    if not request.records:
+        raise InvalidRequestError("an append needs at least one record")
+    for data in request.records:
+        if not isinstance(data, bytes):
+            raise InvalidRequestError(f"records must be bytes, got {type(data).__name__}")
+    if request.index is not None and not isinstance(request.index, IndexEntry):
+        raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(request.index).__name__}")
+
+
+def check_blob(stream: object, data: object) -> None:
+    """Reject a malformed ``put_blob`` before any I/O.
+
+    Adapters call this, as ``check_append``.
+
+    Args:
+        stream: The ``stream`` argument of ``put_blob``; must be a ``StreamId``.
+        data: The ``data`` argument; must be ``bytes`` (a ``bytearray`` or
+            ``memoryview`` could change after the digest is taken).
+
+    Raises:
+        InvalidRequestError: Unless ``stream`` is a ``StreamId`` and ``data`` is ``bytes``.
+    """
+    if not isinstance(stream, StreamId):
+        raise InvalidRequestError(f"a blob's stream must be a StreamId, got {type(stream).__name__}")
+    if not isinstance(data, bytes):
+        raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
+
+
+def check_lease(owner: object, ttl: object) -> None:
+    """Reject a malformed ``acquire_lease`` before any I/O.
+
+    Adapters call this, as ``check_append``.
+
+    Args:
+        owner: The ``owner`` argument of ``acquire_lease``; must be a non-empty ``str``.
+        ttl: The ``ttl`` argument, in seconds; must be a finite number > 0 (a
+            NaN or infinite ttl would make a lease that never or always
+            expires; a ``bool`` is refused).
+
+    Raises:
+        InvalidRequestError: Unless ``owner`` is a non-empty ``str`` and ``ttl``
+            a finite number of seconds > 0.
+    """
+    if not isinstance(owner, str) or not owner:
+        raise InvalidRequestError(f"a lease owner must be a non-empty str, got {owner!r}")
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
+        raise InvalidRequestError(f"a lease ttl must be a finite number of seconds > 0, got {ttl!r}")
