@@ -89,7 +89,9 @@ class Lease:
         token: A fencing token: it increases every time the lease passes to a
             new owner (a renewal by the same owner keeps it), and it never
             decreases for a stream id, across releases, expiry, reopen and
-            ``delete_stream``.
+            ``delete_stream``. A store may commit leases without a fsync (SQLite
+            does): a power loss can then undo the last grants, and a token may be
+            issued again, but never one that a durable append was made under.
         expires_at: When the lease ends, in unix seconds of the store's clock.
     """
 
