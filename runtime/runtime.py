@@ -46,6 +46,7 @@ from .errors import (
 from durably.errors import ArgumentTypeError, InvalidArgumentError, InvalidStoreError, RuntimeNotStartedError
 from .agent_journal import AgentJournal, JournalServices
 from .handle import AgentHandle as AgentHandle  # re-exported: importable from here as before the move
+from .housekeeping import Housekeeping
 from .inspection import Inspection
 from .leases import LeaseKeeper
 from .operator_commands import OperatorCommands
@@ -62,8 +63,6 @@ if TYPE_CHECKING:
     from opentelemetry import metrics, trace
 
     from .owner import LeaseHolder
-    from .reencrypt import ReencryptReport
-    from .retention import RetentionPolicy, SweepItem
 
 # Commands, retries, serving, scans, definition changes, retention and key rotation
 # import their modules when first called: a runtime that only runs agents never loads them (import time).
@@ -74,7 +73,7 @@ log = logging.getLogger("durably.runtime")  # a logger name users configure, not
 _STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"})
 
 
-class Runtime(OperatorCommands, Inspection):
+class Runtime(OperatorCommands, Housekeeping, Inspection):
     """Runs durable agents on one store.
 
     Use as ``async with``; leaving it cancels live actors (their journals are
@@ -647,90 +646,6 @@ class Runtime(OperatorCommands, Inspection):
             if wanted is None or state.status in wanted:
                 states.append(state)
         return sorted(states, key=lambda state: state.agent_id)
-
-    # retention, purge, keys -------------------------------------------------
-
-    async def purge(self, agent_id: str) -> None:
-        """Delete everything stored of an agent in this namespace: records, snapshots, blobs, its seq.
-
-        The id may then be started anew, as a new run (fresh run id, so fresh
-        idempotency keys): nothing of the old one is seen. A live activation in
-        this runtime is stopped first and its queued snapshot dropped. Another
-        process still running the agent is fenced at its next append (the
-        stream it expects is gone).
-
-        Args:
-            agent_id: The agent in this runtime's namespace.
-
-        Raises:
-            AgentNotFoundError: Nothing of the agent is stored.
-            PurgeIncompleteError: Something of the stream is left after the delete.
-            StoreUnavailableError: The store cannot be reached.
-        """
-        stream = self.stream(agent_id)
-        if await self.store.last_seq(stream) == 0:
-            listed = [s async for s in self.store.list_streams(self.namespace, agent_id)]
-            if stream not in listed:
-                raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
-        await self._purge_stream(stream)
-
-    async def sweep(self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False) -> list[SweepItem]:
-        """Purge this namespace's agents whose time-to-live (by status, from their last record) has passed.
-
-        A stream that cannot be read or dated is kept (and reported so).
-
-        Args:
-            retention: The ``durably.RetentionPolicy`` setting the TTLs.
-            now: Unix seconds to measure ages from (None: the clock).
-            dry_run: Report what would be purged (``expired``) without deleting.
-
-        Returns:
-            One ``durably.SweepItem`` per agent looked at (what was done and
-                why), in the store's listing order.
-
-        Raises:
-            InvalidArgumentError: ``now`` is NaN or infinite (before anything is read or purged).
-            ArgumentTypeError: ``now`` is not a number, ``dry_run`` not a bool or
-                ``retention`` not a ``RetentionPolicy`` (before anything is read or purged).
-            StoreUnavailableError: The store cannot be reached.
-            PurgeIncompleteError: A purge left something of a stream behind.
-        """
-        from .retention import sweep
-
-        return await sweep(self.store, self.codec, self.namespace, retention, telemetry=self.telemetry,
-                           now=now, dry_run=dry_run, purge=self._purge_stream)
-
-    async def reencrypt(self) -> list[ReencryptReport]:
-        """Rewrite this namespace's streams so every frame uses the current key.
-
-        The history before the rewrite is compacted into a snapshot (see
-        ``durably reencrypt``).
-
-        Returns:
-            One ``durably.ReencryptReport`` per stream, in the store's listing
-                order.
-
-        Raises:
-            InvalidArgumentError: The runtime has no ``encryption`` (a
-                ``ValueError``; raised at the first stream, so an empty
-                namespace returns ``[]``).
-            DecryptionError: A frame does not decrypt (also ``UnknownKeyError``);
-                that stream is not changed.
-            ConflictError: A live writer kept appending to a stream.
-        """
-        from .reencrypt import reencrypt
-
-        return await reencrypt(self.store, self.codec, self.namespace, telemetry=self.telemetry)
-
-    async def _purge_stream(self, stream: StreamId) -> None:
-        actor = self._live.get(stream.agent_id)
-        if actor is not None and stream.namespace == self.namespace:
-            actor.cancel_scope.cancel()
-            await actor.done.wait()
-        await self._services.snapshots.discard(stream)
-        from .retention import purge_stream
-
-        await purge_stream(self.store, stream)
 
     # internals --------------------------------------------------------------
 
