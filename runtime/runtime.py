@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
@@ -43,8 +42,9 @@ from .errors import (
     AgentNotFoundError,
     DefinitionNotRegisteredError,
 )
-from durably.errors import ArgumentTypeError, InvalidArgumentError, InvalidStoreError, RuntimeNotStartedError
+from durably.errors import ArgumentTypeError, InvalidStoreError, RuntimeNotStartedError
 from .agent_journal import AgentJournal, JournalServices
+from .fleet import Fleet
 from .handle import AgentHandle as AgentHandle  # re-exported: importable from here as before the move
 from .housekeeping import Housekeeping
 from .inspection import Inspection
@@ -62,8 +62,6 @@ from .telemetry import Telemetry
 if TYPE_CHECKING:
     from opentelemetry import metrics, trace
 
-    from .owner import LeaseHolder
-
 # Commands, retries, serving, scans, definition changes, retention and key rotation
 # import their modules when first called: a runtime that only runs agents never loads them (import time).
 
@@ -73,7 +71,7 @@ log = logging.getLogger("durably.runtime")  # a logger name users configure, not
 _STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"})
 
 
-class Runtime(OperatorCommands, Housekeeping, Inspection):
+class Runtime(OperatorCommands, Housekeeping, Fleet, Inspection):
     """Runs durable agents on one store.
 
     Use as ``async with``; leaving it cancels live actors (their journals are
@@ -435,23 +433,6 @@ class Runtime(OperatorCommands, Housekeeping, Inspection):
             raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
                                    holder.expires_at if holder else None)
 
-    async def lease_holder(self, agent_id: str) -> LeaseHolder | None:
-        """Who holds an agent's lease now.
-
-        Args:
-            agent_id: The agent in this runtime's namespace.
-
-        Returns:
-            A ``LeaseHolder``: owner, worker id, host and pid, expiry (unix
-                seconds) and liveness (``alive``; ``dead``: taken at once by the next
-                resume here or in ``serve``; ``remote``: only the expiry tells). None
-                when nobody holds it or the store has no leases.
-
-        Raises:
-            StoreUnavailableError: The store cannot be reached.
-        """
-        return await self._leases.holder_info(self.stream(agent_id))
-
     def _lease_lost(self, stream: StreamId, holder: Lease | None) -> None:
         actor = self._live.get(stream.agent_id)
         if actor is not None and stream.namespace == self.namespace:
@@ -460,27 +441,6 @@ class Runtime(OperatorCommands, Housekeeping, Inspection):
             actor.error = AgentLeaseLostError(stream.agent_id, holder.owner if holder else None,
                                               holder.expires_at if holder else None)
             actor.cancel_scope.cancel()
-
-    async def resume_all(self) -> list[AgentHandle]:
-        """Resume every runnable agent of the namespace whose definition is registered.
-
-        An agent whose journal cannot be read (corrupt, foreign bytes, written by
-        a newer durably, or any other error restoring it) is logged and skipped,
-        never resumed: one bad stream must not stop every other agent of the
-        namespace. On a store with a status index only the agents it lists as
-        runnable are read.
-
-        Returns:
-            The handles of the agents resumed here.
-
-        Raises:
-            StoreUnavailableError: The store is out (an outage is not skipped).
-            RuntimeNotStartedError: The runtime was left while the scan ran (from another
-                task); the agents not yet resumed stay as their journals say.
-        """
-        from .scan import scan
-
-        return (await scan(self)).handles
 
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
         """Start an agent (or resume it if its journal exists) and wait until it stops or parks.
@@ -526,65 +486,6 @@ class Runtime(OperatorCommands, Housekeeping, Inspection):
             if handle is None:
                 return await self.status(agent_id)
         return await handle.wait()
-
-    async def serve(self, poll_interval: float = 1.0, *, drain_signals: Iterable[int] = (signal.SIGTERM,),
-                    drain_timeout: float = 30.0, max_agents: int | None = None) -> None:
-        """Resume runnable agents forever, polling the store every ``poll_interval`` seconds.
-
-        This is how an agent parked in one process runs on after another process
-        approved it or extended its budget, and how a dead worker's agents are
-        taken over (at once when it was a process of this host). A store outage
-        (``StoreUnavailableError``) does not end it: scans back off up to 30 s,
-        are logged, traced (``durably.serve.outage``) and counted, and serving
-        carries on when the store is back. On a drain signal it drains and
-        returns: a deploy's SIGTERM lets the steps in flight finish and hands the
-        agents to the other workers at once. Cancel the calling scope to stop
-        without draining.
-
-        Args:
-            poll_interval: Seconds between scans of the store.
-            drain_signals: Signal numbers that make it drain and return (handled
-                in the main thread only; ``()`` for none).
-            drain_timeout: Seconds ``drain`` waits for the steps in flight.
-            max_agents: Most live agents in this worker (None: no cap); scans
-                also take no more than an even split of what they saw among the
-                workers.
-
-        Raises:
-            InvalidArgumentError: ``max_agents`` is not an int of at least 1, or
-                ``poll_interval`` or ``drain_timeout`` not a finite number of
-                seconds > 0 (a ``ValueError``), before anything is resumed.
-            RuntimeNotStartedError: The runtime was not entered.
-        """
-        self._require_started()
-        check_figure("serve", "poll_interval", poll_interval, optional=False)
-        check_figure("serve", "drain_timeout", drain_timeout, optional=False)
-        check_figure("serve", "max_agents", max_agents, integer=True)
-        if poll_interval == 0 or max_agents == 0:
-            raise InvalidArgumentError("serve: poll_interval must be > 0 seconds and max_agents at least 1")
-        from . import serving
-
-        await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
-                            max_agents=max_agents)
-
-    async def drain(self, timeout: float = 30.0) -> None:
-        """Stop every live agent here after its current step, release its lease, resume nothing more.
-
-        Handles of drained activations return their state, whose status is
-        still ``running``: the agent goes on wherever it is resumed.
-
-        Args:
-            timeout: Seconds to wait for the steps in flight before cancelling
-                them (their intents then follow the tools' unknown-outcome
-                policies where they resume).
-
-        Raises:
-            RuntimeNotStartedError: The runtime was not entered.
-        """
-        self._require_started()
-        from . import serving
-
-        await serving.drain(self, timeout)
 
     async def status(self, agent_id: str) -> AgentState:
         """The agent's current state.
