@@ -57,6 +57,10 @@ if TYPE_CHECKING:
 _STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"})
 
 
+# Runtime's methods by idea, one module each: this one (construction, lifecycle, definitions, start, resume,
+# run, status, agents), activation (what start and resume do underneath), operator_commands (approve, extend_budget,
+# retry, send, cancel), housekeeping (purge, sweep, reencrypt), fleet (resume_all, serve, drain, lease_holder)
+# and inspection (history, state_at, fork, describe, wait, watch).
 class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
     """Runs durable agents on one store.
 
