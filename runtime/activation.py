@@ -6,9 +6,10 @@ span, spawns its actor in the runtime's task group, and, once the actor
 stops, gives the lease back under the agent id's lock. The runtime's callbacks
 on live actors (a lease lost to another runtime, a snapshot written) are
 here too. This is separate from ``runtime`` (one idea per module), whose
-public ``start``, ``resume`` and ``run`` call it, as do ``dispatch``, ``scan``
-and ``wakeups`` (``_restore_journal``, ``_resume``). ``Runtime`` inherits this
-mixin, as it does ``Inspection``; what it uses of its host is declared below.
+public ``start``, ``resume`` and ``run`` call it, as do ``dispatch``,
+``placement``, ``scan`` and ``wakeups`` (``_restore_journal``, ``_resume``).
+``Runtime`` inherits this mixin, as it does ``Inspection``; what it uses of its
+host is declared below.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 User code holds a handle to wait for an activation's end; it needs only the
 actor, not the runtime that made it. It is separate from ``runtime`` (one idea
-per module) so that the modules making handles (``runtime``, ``dispatch``,
-``scan``) and those naming them (``placement``, ``wakeups``) import it from here.
+per module) so that the modules making handles (``activation``, ``dispatch``)
+and those naming them (``runtime``, ``placement``, ``scan``, ``wakeups``) import
+it from here.
 """
 
 from __future__ import annotations
