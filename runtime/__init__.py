@@ -18,7 +18,8 @@ from .errors import (
 )
 from .model import Model, ModelReplyError, ModelResponse, ToolCall, TransientModelError, Usage
 from .model_retry import RetryPolicy
-from .runtime import AgentHandle, Runtime
+from .handle import AgentHandle
+from .runtime import Runtime
 from .snapshots import SnapshotPolicy
 from .state import AgentState
 from .tools import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolContext, tool

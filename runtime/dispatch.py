@@ -20,6 +20,7 @@ from . import commands as cmd
 from . import placement, wakeups
 from .actor import _Requeue
 from .errors import AgentFencedError
+from .handle import AgentHandle
 from .state import RUNNING
 from .placement import CommandResult
 
@@ -31,8 +32,6 @@ _COMMAND_RETRIES = 8  # expected-seq retries for a command racing another writer
 
 async def submit(runtime: Runtime, agent_id: str, command: cmd.Command) -> CommandResult:
     """Apply ``command`` to ``agent_id`` through ``runtime``; errors as the ``Runtime`` command methods."""
-    from .runtime import AgentHandle  # the runtime module imports this one
-
     actor = runtime._live.get(agent_id)
     if actor is not None and not actor.done.is_set():
         try:

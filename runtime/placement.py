@@ -29,7 +29,8 @@ from .owner import LeaseHolder, Liveness
 from .state import RUNNING, AgentState
 
 if TYPE_CHECKING:
-    from .runtime import AgentHandle, Runtime
+    from .handle import AgentHandle
+    from .runtime import Runtime
 
 
 class Where(StrEnum):

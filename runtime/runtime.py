@@ -10,118 +10,58 @@ resumes every agent where its journal ends.
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
-import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
-from dataclasses import replace
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from durably.schemas._records import Kind
 from durably.storage._codec import FrameCipher
 from durably.storage._errors import CodecError
 from durably.storage._group_commit import GroupCommitter
 from durably._runtime.record_codec import RecordCodec
 from durably.storage._registry import open_store
-from durably.storage._spi import Lease, Store, StreamId
+from durably.storage._spi import Store, StreamId
 
-from . import commands as cmd
 from . import status_index
 from .actor import AgentActor
 from .agent import AgentDefinition, Budget
 from .figures import check_bool, check_figure
-from .errors import (
-    AgentExistsError,
-    AgentFencedError,
-    AgentLeasedError,
-    AgentLeaseLostError,
-    AgentNotFoundError,
-    DefinitionNotRegisteredError,
-    InvalidCommandError,
-)
-from durably.errors import ArgumentTypeError, InvalidArgumentError, InvalidStoreError, RuntimeNotStartedError
-from .agent_journal import AgentJournal, JournalServices
+from .errors import AgentExistsError, AgentNotFoundError, DefinitionNotRegisteredError
+from durably.errors import ArgumentTypeError, InvalidStoreError, RuntimeNotStartedError
+from .activation import Activation
+from .agent_journal import JournalServices
+from .fleet import Fleet
+from .handle import AgentHandle as AgentHandle  # re-exported: importable from here as before the move
+from .housekeeping import Housekeeping
 from .inspection import Inspection
 from .leases import LeaseKeeper
+from .operator_commands import OperatorCommands
 from .owner import hostname
 from .redaction import RedactionPolicy
-from .restore import restore
 from .single_flight import KeyedLock
 from .snapshots import SnapshotPolicy, SnapshotWriter
-from .state import RUNNING, AgentState
-from . import telemetry as tm
+from .state import AgentState
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
     from opentelemetry import metrics, trace
 
-    from .owner import LeaseHolder
-    from .placement import CommandResult
-    from .reencrypt import ReencryptReport
-    from .retention import RetentionPolicy, SweepItem
-
 # Commands, retries, serving, scans, definition changes, retention and key rotation
 # import their modules when first called: a runtime that only runs agents never loads them (import time).
-
-log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
 #: What ``__aenter__`` sets up; a method reaching one of them before that is told to enter the runtime.
 _STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"})
 
 
-class AgentHandle:
-    """A live agent activation; ``await handle.wait()`` returns its state when it stops or parks.
-
-    The runtime makes handles (``start``, ``resume``, ``retry``); user code does
-    not build one.
-
-    Args:
-        actor: The activation's actor, owned by the runtime.
-    """
-
-    def __init__(self, actor: AgentActor) -> None:
-        self._actor = actor
-
-    @property
-    def agent_id(self) -> str:
-        """The id of the agent this activation runs."""
-        return self._actor.state.agent_id
-
-    def __repr__(self) -> str:
-        state = self._actor.state
-        phase = "ended" if self._actor.done.is_set() else "live"
-        return f"<AgentHandle {state.namespace}/{state.agent_id} {phase}, status {state.status} at seq {state.last_seq}>"
-
-    async def wait(self) -> AgentState:
-        """Wait for this activation to end and give its lease back.
-
-        Returns:
-            The agent's state when it stopped or parked. A state with status
-                ``running`` means this runtime stopped the activation itself
-                (``drain``, leaving ``async with``).
-
-        Raises:
-            AgentFencedError: Another writer appended to the journal (this
-                activation was stale).
-            StoreUnavailableError: The store failed and that stopped it.
-            AgentLeaseLostError: Another runtime took the agent's lease (this one
-                paused past its TTL, or lost the store for that long): the agent
-                runs there now, so a "running" state from here would be a lie.
-        """
-        await self._actor.done.wait()
-        await self._actor.exited.wait()
-        if self._actor.error is not None:
-            raise self._actor.error
-        return self._actor.state
-
-
-class Runtime(Inspection):
+# Runtime's methods by idea, one module each: this one (construction, lifecycle, definitions, start, resume,
+# run, status, agents), activation (what start and resume do underneath), operator_commands (approve, extend_budget,
+# retry, send, cancel), housekeeping (purge, sweep, reencrypt), fleet (resume_all, serve, drain, lease_holder)
+# and inspection (history, state_at, fork, describe, wait, watch).
+class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
     """Runs durable agents on one store.
 
     Use as ``async with``; leaving it cancels live actors (their journals are
@@ -345,37 +285,6 @@ class Runtime(Inspection):
         async with self._activating.hold(agent_id):
             return await self._start(definition, agent_id, task, budget)
 
-    async def _start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
-        stream = self.stream(agent_id)
-        if agent_id in self._live:  # running here: its lease is the live actor's, not ours to touch
-            raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
-        try:
-            await self._claim(stream)
-        except AgentLeasedError:
-            raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
-        journal = AgentJournal(self._services, stream, AgentState())
-        run_id = uuid.uuid4().hex
-        span = self._activation_span(definition, agent_id, run_id, None)
-        data = {
-            "namespace": self.namespace, "agent_id": agent_id, "run_id": run_id, "task": task,
-            "definition": {"name": definition.name, "version": definition.version, "digest": definition.digest()},
-            "instructions": definition.instructions, "budget": (budget or definition.budget).to_wire(),
-            "worker": self.worker_id,
-        }
-        if (reference := tm.trace_reference(span)) is not None:
-            data["trace"] = reference
-        try:
-            with tm.activated(span, end=False):
-                await journal.append((Kind.STARTED, data))
-            self._require_open()
-        except BaseException as exc:
-            _end_failed(span, exc)
-            await self._leases.release(stream)
-            if isinstance(exc, AgentFencedError):
-                raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
-            raise
-        return self._spawn(definition, journal, span)
-
     async def resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
         """Resume an agent from its journal if it can run.
 
@@ -413,122 +322,6 @@ class Runtime(Inspection):
         """
         check_bool("Runtime.resume", "force", force)
         return await self._resume(agent_id, force=force)
-
-    async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = status_index.UNSEEN,
-                      gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
-        """``resume``, and the resumes of ``resume_all`` and commands (``seen``: the status
-        index entry a scan just listed for it, so it is not read again; ``gather``: awaited
-        just before the ``resumed`` append, so a scan's resumes share its group commit).
-
-        Single-flight: holding the agent id's lock, a second caller finds the
-        first one's live actor and gets its handle instead of a second copy.
-        """
-        async with self._activating.hold(agent_id):
-            return await self._resume_held(agent_id, force=force, seen=seen, gather=gather)
-
-    async def _resume_held(self, agent_id: str, *, force: bool, seen: Any = status_index.UNSEEN,
-                           gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
-        if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
-            return AgentHandle(actor)
-        if self.draining:
-            return None  # shutting down: another runtime resumes it
-        stream = self.stream(agent_id)
-        await self._claim(stream, force=force)
-        try:
-            journal = await self._restore_journal(agent_id)
-            await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
-            if journal.state.status != RUNNING:
-                await self._leases.release(stream)
-                return None
-            definition = self._definition(journal.state.definition["name"])
-            from .migrate import definition_change_entries
-
-            changes = definition_change_entries(journal.state, definition)
-            state = journal.state
-            span = self._activation_span(definition, agent_id, state.run_id, state.trace)
-            resumed: dict[str, Any] = {"worker": self.worker_id, "pid": os.getpid()}
-            if (reference := tm.trace_reference(span)) is not None:
-                resumed["trace"] = reference
-            try:
-                if gather is not None:
-                    await gather()
-                with tm.activated(span, end=False):
-                    await journal.append(*changes, (Kind.RESUMED, resumed))
-                self._require_open()
-            except BaseException as exc:
-                _end_failed(span, exc)
-                raise
-        except BaseException:
-            await self._leases.release(stream)
-            raise
-        if (meters := self.telemetry.metrics) is not None:
-            meters.resumes.add(1, self.telemetry.attributes)
-        return self._spawn(definition, journal, span)
-
-    def _activation_span(self, definition: AgentDefinition, agent_id: str, run_id: str,
-                         continues: dict[str, Any] | None) -> trace.Span | None:
-        """The ``invoke_agent`` span of an activation about to be journaled (None when nothing records)."""
-        if self.telemetry.tracer is None:
-            return None
-        model = definition.model
-        return self.telemetry.activation_span(definition.name, agent_id, run_id, tm.provider_of(model),
-                                              getattr(model, "name", ""), continues)
-
-    async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
-        """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
-        lease, holder = await self._leases.claim_or_holder(stream, force=force)
-        if lease is None:
-            if holder is None:  # the refusal did not read who holds it (it lost a takeover race)
-                holder = await self._leases.holder(stream)
-            raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
-                                   holder.expires_at if holder else None)
-
-    async def lease_holder(self, agent_id: str) -> LeaseHolder | None:
-        """Who holds an agent's lease now.
-
-        Args:
-            agent_id: The agent in this runtime's namespace.
-
-        Returns:
-            A ``LeaseHolder``: owner, worker id, host and pid, expiry (unix
-                seconds) and liveness (``alive``; ``dead``: taken at once by the next
-                resume here or in ``serve``; ``remote``: only the expiry tells). None
-                when nobody holds it or the store has no leases.
-
-        Raises:
-            StoreUnavailableError: The store cannot be reached.
-        """
-        return await self._leases.holder_info(self.stream(agent_id))
-
-    def _lease_lost(self, stream: StreamId, holder: Lease | None) -> None:
-        actor = self._live.get(stream.agent_id)
-        if actor is not None and stream.namespace == self.namespace:
-            log.warning("lease of %s lost to another runtime; stopping the agent here", stream)
-            # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
-            actor.error = AgentLeaseLostError(stream.agent_id, holder.owner if holder else None,
-                                              holder.expires_at if holder else None)
-            actor.cancel_scope.cancel()
-
-    async def resume_all(self) -> list[AgentHandle]:
-        """Resume every runnable agent of the namespace whose definition is registered.
-
-        An agent whose journal cannot be read (corrupt, foreign bytes, written by
-        a newer durably, or any other error restoring it) is logged and skipped,
-        never resumed: one bad stream must not stop every other agent of the
-        namespace. On a store with a status index only the agents it lists as
-        runnable are read.
-
-        Returns:
-            The handles of the agents resumed here.
-
-        Raises:
-            StoreUnavailableError: The store is out (an outage is not skipped).
-            RuntimeNotStartedError: The runtime was left while the scan ran (from another
-                task); the agents not yet resumed stay as their journals say.
-        """
-        from .scan import scan
-
-        return (await scan(self)).handles
 
     async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
         """Start an agent (or resume it if its journal exists) and wait until it stops or parks.
@@ -574,65 +367,6 @@ class Runtime(Inspection):
             if handle is None:
                 return await self.status(agent_id)
         return await handle.wait()
-
-    async def serve(self, poll_interval: float = 1.0, *, drain_signals: Iterable[int] = (signal.SIGTERM,),
-                    drain_timeout: float = 30.0, max_agents: int | None = None) -> None:
-        """Resume runnable agents forever, polling the store every ``poll_interval`` seconds.
-
-        This is how an agent parked in one process runs on after another process
-        approved it or extended its budget, and how a dead worker's agents are
-        taken over (at once when it was a process of this host). A store outage
-        (``StoreUnavailableError``) does not end it: scans back off up to 30 s,
-        are logged, traced (``durably.serve.outage``) and counted, and serving
-        carries on when the store is back. On a drain signal it drains and
-        returns: a deploy's SIGTERM lets the steps in flight finish and hands the
-        agents to the other workers at once. Cancel the calling scope to stop
-        without draining.
-
-        Args:
-            poll_interval: Seconds between scans of the store.
-            drain_signals: Signal numbers that make it drain and return (handled
-                in the main thread only; ``()`` for none).
-            drain_timeout: Seconds ``drain`` waits for the steps in flight.
-            max_agents: Most live agents in this worker (None: no cap); scans
-                also take no more than an even split of what they saw among the
-                workers.
-
-        Raises:
-            InvalidArgumentError: ``max_agents`` is not an int of at least 1, or
-                ``poll_interval`` or ``drain_timeout`` not a finite number of
-                seconds > 0 (a ``ValueError``), before anything is resumed.
-            RuntimeNotStartedError: The runtime was not entered.
-        """
-        self._require_started()
-        check_figure("serve", "poll_interval", poll_interval, optional=False)
-        check_figure("serve", "drain_timeout", drain_timeout, optional=False)
-        check_figure("serve", "max_agents", max_agents, integer=True)
-        if poll_interval == 0 or max_agents == 0:
-            raise InvalidArgumentError("serve: poll_interval must be > 0 seconds and max_agents at least 1")
-        from . import serving
-
-        await serving.serve(self, poll_interval, drain_signals=drain_signals, drain_timeout=drain_timeout,
-                            max_agents=max_agents)
-
-    async def drain(self, timeout: float = 30.0) -> None:
-        """Stop every live agent here after its current step, release its lease, resume nothing more.
-
-        Handles of drained activations return their state, whose status is
-        still ``running``: the agent goes on wherever it is resumed.
-
-        Args:
-            timeout: Seconds to wait for the steps in flight before cancelling
-                them (their intents then follow the tools' unknown-outcome
-                policies where they resume).
-
-        Raises:
-            RuntimeNotStartedError: The runtime was not entered.
-        """
-        self._require_started()
-        from . import serving
-
-        await serving.drain(self, timeout)
 
     async def status(self, agent_id: str) -> AgentState:
         """The agent's current state.
@@ -694,307 +428,3 @@ class Runtime(Inspection):
             if wanted is None or state.status in wanted:
                 states.append(state)
         return sorted(states, key=lambda state: state.agent_id)
-
-    # commands ---------------------------------------------------------------
-
-    async def approve(self, agent_id: str, approval_id: str, *, approved: bool = True, by: str = "", note: str = "",
-                      result: Any = cmd.NO_RESULT) -> CommandResult:
-        """Decide an open approval; a parked agent then resumes here if its definition is registered.
-
-        For a call whose outcome is unknown (policy ``ask``) the three answers
-        are: ``approved=True`` runs it again, ``approved=False`` skips it (the
-        model is told it did not happen), and ``result=...`` says it happened:
-        that value is journaled as the call's result and the call never runs
-        again.
-
-        Args:
-            agent_id: The agent in this runtime's namespace.
-            approval_id: The open approval to decide.
-            approved: Run the call (True) or skip it (False).
-            by: Who decided, recorded with the decision.
-            note: Why, recorded with the decision.
-            result: The call's result, for a call that happened (JSON-like data,
-                or any value the journal stores exactly); the default means none.
-
-        Returns:
-            The state after the decision as a ``CommandResult`` whose
-                ``placement`` says truthfully whether and where the agent runs now
-                (here, in another live runtime, after a remote holder's lease lapses,
-                or not yet: a ``durably.Placement`` whose ``where`` is a
-                ``durably.Where``); every command returns one.
-
-        Raises:
-            ArgumentTypeError: ``approved`` is not a bool (a ``TypeError``: ``"no"``
-                would be truthy); nothing is journaled.
-            ApprovalAlreadyDecidedError: The approval was decided already,
-                perhaps a moment ago by another process.
-            InvalidCommandError: An unknown approval, a finished agent, or a
-                result with ``approved=False``.
-            UnencodableValueError: A result that cannot be stored (the message
-                gives its field path).
-            AgentNotFoundError: The agent has no records.
-        """
-        check_bool("Runtime.approve", "approved", approved)
-        return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note,
-                                                        result=result))
-
-    async def extend_budget(self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0) -> CommandResult:
-        """Raise a suspended (or running) agent's limits; a suspended one resumes.
-
-        Each figure is added to the limit of that name; a limit that is None
-        (unlimited) stays so.
-
-        Args:
-            agent_id: The agent in this runtime's namespace.
-            steps: Model responses to add to the ``steps`` limit.
-            tokens: Tokens to add to the ``tokens`` limit.
-            cost_usd: US dollars to add to the ``cost_usd`` limit.
-
-        Returns:
-            A ``CommandResult`` (as ``approve``).
-
-        Raises:
-            InvalidCommandError: A figure that is not finite and >= 0 (a NaN
-                limit would never bite), nothing to extend (the agent has no
-                limit on the figures given), or the agent is finished, failed or
-                cancelled.
-            AgentNotFoundError: The agent has no records.
-        """
-        for name, value, integer in (("steps", steps, True), ("tokens", tokens, True), ("cost_usd", cost_usd, False)):
-            try:
-                check_figure("budget extension", name, value, integer=integer, optional=False)
-            except ValueError as exc:
-                raise InvalidCommandError(str(exc)) from None
-        return await self._command(agent_id, cmd.ExtendBudget(steps=steps, tokens=tokens, cost_usd=cost_usd))
-
-    async def retry(self, agent_id: str) -> AgentHandle | None:
-        """Resume a ``failed`` agent from its journal, once its cause is fixed.
-
-        Appends a ``retried`` record (the status is running again) and resumes
-        the agent here: a model error is retried from the step that failed; a
-        call whose outcome is unknown under the ``fail`` policy becomes an
-        approval request (re-run, skip, or "it happened" with a result). A call
-        whose result could not be stored is never run again: the model is told
-        so. Without its definition registered here (``durably retry``), the
-        agent is made runnable for a worker that has it (``serve``), and every
-        call whose outcome is unknown becomes a question.
-
-        Args:
-            agent_id: The agent in this runtime's namespace.
-
-        Returns:
-            The live activation's handle; None when the agent now waits for an
-                approval, or when its definition is not registered here.
-
-        Raises:
-            InvalidCommandError: The agent is not failed.
-            AgentNotFoundError: The agent has no records.
-            AgentFencedError: Other writers appended first on every one of a
-                few attempts.
-            DurablyError: What ``resume`` raises.
-        """
-        from .retry import RETRY_APPEND_ATTEMPTS, retry_entries
-
-        for _ in range(RETRY_APPEND_ATTEMPTS):
-            journal = await self._restore_journal(agent_id)
-            definition = self._definitions.get(journal.state.definition.get("name", ""))
-            try:
-                await journal.append(*retry_entries(journal.state, definition, self.worker_id))
-            except AgentFencedError:
-                continue  # another writer got there first: decide again from what it wrote
-            # Without its definition here (the command line), a serving worker runs it.
-            return await self._resume(agent_id) if definition is not None else None
-        raise AgentFencedError(self.stream(agent_id), journal.state.last_seq, None)
-
-    async def send(self, agent_id: str, content: str, *, role: str = "user") -> CommandResult:
-        """Add a message to the agent's conversation (seen by its next model call).
-
-        Args:
-            agent_id: The agent in this runtime's namespace.
-            content: The message's text.
-            role: The message's role in the conversation: ``user`` or
-                ``system`` (an instruction).
-
-        Returns:
-            A ``CommandResult`` (as ``approve``).
-
-        Raises:
-            ArgumentTypeError: ``content`` is not a str (a ``TypeError``);
-                nothing is journaled.
-            InvalidArgumentError: ``role`` is not ``user`` or ``system`` (a
-                ``ValueError``); nothing is journaled.
-            InvalidCommandError: The agent is finished, failed or cancelled.
-            AgentNotFoundError: The agent has no records.
-        """
-        if not isinstance(content, str):
-            raise ArgumentTypeError(f"Runtime.send: content must be a str, got {type(content).__name__} {content!r}")
-        if role not in cmd.SEND_ROLES:
-            raise InvalidArgumentError(f"Runtime.send: role must be one of {', '.join(cmd.SEND_ROLES)}, got {role!r}")
-        return await self._command(agent_id, cmd.SendMessage(content=content, role=role))
-
-    async def cancel(self, agent_id: str, reason: str | None = "") -> CommandResult:
-        """Stop the agent for good (after its current step).
-
-        Args:
-            agent_id: The agent in this runtime's namespace.
-            reason: Why, recorded with the ``cancelled`` record (None: no reason, as ``""``).
-
-        Returns:
-            A ``CommandResult`` (as ``approve``).
-
-        Raises:
-            ArgumentTypeError: ``reason`` is neither a str nor None (a
-                ``TypeError``); nothing is journaled.
-            InvalidCommandError: The agent is already finished, failed or
-                cancelled.
-            AgentNotFoundError: The agent has no records.
-        """
-        if reason is not None and not isinstance(reason, str):
-            raise ArgumentTypeError(f"Runtime.cancel: reason must be a str or None, got {type(reason).__name__} {reason!r}")
-        return await self._command(agent_id, cmd.Cancel(reason=reason or ""))
-
-    async def _command(self, agent_id: str, command: cmd.Command) -> CommandResult:
-        """Apply ``command``; the state after it and where the agent runs now (see ``dispatch``)."""
-        from . import dispatch
-
-        return await dispatch.submit(self, agent_id, command)
-
-    # retention, purge, keys -------------------------------------------------
-
-    async def purge(self, agent_id: str) -> None:
-        """Delete everything stored of an agent in this namespace: records, snapshots, blobs, its seq.
-
-        The id may then be started anew, as a new run (fresh run id, so fresh
-        idempotency keys): nothing of the old one is seen. A live activation in
-        this runtime is stopped first and its queued snapshot dropped. Another
-        process still running the agent is fenced at its next append (the
-        stream it expects is gone).
-
-        Args:
-            agent_id: The agent in this runtime's namespace.
-
-        Raises:
-            AgentNotFoundError: Nothing of the agent is stored.
-            PurgeIncompleteError: Something of the stream is left after the delete.
-            StoreUnavailableError: The store cannot be reached.
-        """
-        stream = self.stream(agent_id)
-        if await self.store.last_seq(stream) == 0:
-            listed = [s async for s in self.store.list_streams(self.namespace, agent_id)]
-            if stream not in listed:
-                raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
-        await self._purge_stream(stream)
-
-    async def sweep(self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False) -> list[SweepItem]:
-        """Purge this namespace's agents whose time-to-live (by status, from their last record) has passed.
-
-        A stream that cannot be read or dated is kept (and reported so).
-
-        Args:
-            retention: The ``durably.RetentionPolicy`` setting the TTLs.
-            now: Unix seconds to measure ages from (None: the clock).
-            dry_run: Report what would be purged (``expired``) without deleting.
-
-        Returns:
-            One ``durably.SweepItem`` per agent looked at (what was done and
-                why), in the store's listing order.
-
-        Raises:
-            InvalidArgumentError: ``now`` is NaN or infinite (before anything is read or purged).
-            ArgumentTypeError: ``now`` is not a number, ``dry_run`` not a bool or
-                ``retention`` not a ``RetentionPolicy`` (before anything is read or purged).
-            StoreUnavailableError: The store cannot be reached.
-            PurgeIncompleteError: A purge left something of a stream behind.
-        """
-        from .retention import sweep
-
-        return await sweep(self.store, self.codec, self.namespace, retention, telemetry=self.telemetry,
-                           now=now, dry_run=dry_run, purge=self._purge_stream)
-
-    async def reencrypt(self) -> list[ReencryptReport]:
-        """Rewrite this namespace's streams so every frame uses the current key.
-
-        The history before the rewrite is compacted into a snapshot (see
-        ``durably reencrypt``).
-
-        Returns:
-            One ``durably.ReencryptReport`` per stream, in the store's listing
-                order.
-
-        Raises:
-            InvalidArgumentError: The runtime has no ``encryption`` (a
-                ``ValueError``; raised at the first stream, so an empty
-                namespace returns ``[]``).
-            DecryptionError: A frame does not decrypt (also ``UnknownKeyError``);
-                that stream is not changed.
-            ConflictError: A live writer kept appending to a stream.
-        """
-        from .reencrypt import reencrypt
-
-        return await reencrypt(self.store, self.codec, self.namespace, telemetry=self.telemetry)
-
-    async def _purge_stream(self, stream: StreamId) -> None:
-        actor = self._live.get(stream.agent_id)
-        if actor is not None and stream.namespace == self.namespace:
-            actor.cancel_scope.cancel()
-            await actor.done.wait()
-        await self._services.snapshots.discard(stream)
-        from .retention import purge_stream
-
-        await purge_stream(self.store, stream)
-
-    # internals --------------------------------------------------------------
-
-    async def _restore_journal(self, agent_id: str) -> AgentJournal:
-        stream = self.stream(agent_id)
-        restored = await restore(self.store, self.codec, stream, self.telemetry)
-        if restored is None:
-            raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
-        services = self._services
-        from .migrate import hold_for_migration
-
-        if hold_for_migration(restored.state, self._definitions):
-            # Its status (needs_migration) is not the fold of its journal: never snapshot it.
-            services = replace(services, policy=SnapshotPolicy(every_records=0))
-        return AgentJournal(services, stream, restored.state, records_since=restored.tail_records,
-                            bytes_since=restored.tail_raw, snapshot_bytes=restored.snapshot_raw)
-
-    def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
-        actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self._mailbox_size, span=span)
-        actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
-        agent_id = journal.state.agent_id
-        self._live[agent_id] = actor
-
-        async def run_actor() -> None:
-            try:
-                with actor.cancel_scope:
-                    await actor.run()
-            finally:
-                if self._live.get(agent_id) is actor:
-                    del self._live[agent_id]  # parked or done: nothing of it stays in memory
-                # Under the id's lock: a resume racing this exit renews the same lease,
-                # which must not be released under the activation it spawned.
-                with anyio.CancelScope(shield=True):
-                    async with self._activating.hold(agent_id):
-                        if agent_id not in self._live:
-                            await self._leases.release(journal.stream)
-                actor.exited.set()
-
-        self._tg.start_soon(run_actor)
-        return AgentHandle(actor)
-
-    def _snapshot_written(self, stream: StreamId, seq: int, size: int) -> None:
-        actor = self._live.get(stream.agent_id)
-        # Only the newest submitted snapshot's size replaces the estimate: a slow writer can
-        # report an older, smaller one after a newer one was submitted, and that size would
-        # make the policy snapshot again after a tail far below tail_ratio of the newest.
-        if actor is not None and stream.namespace == self.namespace and seq == actor.journal.snapshot_seq:
-            actor.journal.snapshot_bytes = size
-
-
-def _end_failed(span: trace.Span | None, exc: BaseException) -> None:
-    """End an activation span whose record could not be journaled (the agent did not run)."""
-    if span is not None:
-        if isinstance(exc, Exception):
-            tm.record_error(span, tm.error_type(exc))
-        span.end()

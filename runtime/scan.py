@@ -39,7 +39,8 @@ from .status_index import runnable_rows
 from durably.errors import InvalidArgumentError, RuntimeNotStartedError
 
 if TYPE_CHECKING:
-    from .runtime import AgentHandle, Runtime
+    from .handle import AgentHandle
+    from .runtime import Runtime
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 

@@ -23,7 +23,8 @@ from durably.storage._spi import ChangeSubscription, Store, StreamId, supports_c
 from .errors import AgentFencedError, AgentLeasedError, AgentNotFoundError, DefinitionMigrationError, DefinitionNotRegisteredError
 
 if TYPE_CHECKING:  # runtime imports this module
-    from .runtime import AgentHandle, Runtime
+    from .handle import AgentHandle
+    from .runtime import Runtime
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 

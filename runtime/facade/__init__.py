@@ -75,7 +75,7 @@ from .errors import (
 #: Public name -> the internal module that defines it (imported on first use).
 _LAZY: dict[str, str] = {
     "Runtime": "durably._runtime.runtime",
-    "AgentHandle": "durably._runtime.runtime",
+    "AgentHandle": "durably._runtime.handle",
     "AgentDefinition": "durably._runtime.agent",
     "Budget": "durably._runtime.agent",
     "HistoryPolicy": "durably._runtime.agent",
@@ -120,6 +120,7 @@ _LAZY: dict[str, str] = {
 if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the API reference
     from durably._runtime.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
     from durably._runtime.describe import AgentDescription, LeaseInfo
+    from durably._runtime.handle import AgentHandle
     from durably._runtime.history import HistoryEntry
     from durably._runtime.model import Model, ModelResponse, ToolCall, Usage
     from durably._runtime.model_retry import RetryPolicy
@@ -128,7 +129,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably._runtime.redaction import Redact, RedactionPolicy, ephemeral
     from durably._runtime.reencrypt import ReencryptReport
     from durably._runtime.retention import DAY, RetentionPolicy, SweepItem
-    from durably._runtime.runtime import AgentHandle, Runtime
+    from durably._runtime.runtime import Runtime
     from durably._runtime.snapshots import SnapshotPolicy
     from durably._runtime.state import AgentState
     from durably._runtime.tools import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
