@@ -2,9 +2,9 @@
 
 The store and its key layout, faults and limits are described in ``S3Store``;
 the package's private modules are its parts (``_store``, ``_journal``,
-``_requests``, ``_batch``, ``_put_batch``, ``_window``, ``_compaction``,
-``_snapshots``, ``_blobs``, ``_streams``, ``_leases``, ``_keys``,
-``_retry``, ``_upload``, ``_options``).
+``_snapshotting``, ``_requests``, ``_batch``, ``_put_batch``, ``_window``,
+``_compaction``, ``_snapshots``, ``_blobs``, ``_streams``, ``_leases``,
+``_keys``, ``_retry``, ``_upload``, ``_options``).
 """
 
 from durably.errors import ExtraNotInstalledError

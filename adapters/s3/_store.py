@@ -106,15 +106,15 @@ still holds a pre-purge view could recreate part of it); stop the agent first.
 
 Modules
 -------
-``S3Store`` (here: lifecycle, snapshots, compaction, purge and listing, blobs
-and leases; appends, ``last_seq`` and the read loop in its mixin
-``s3_journal``) is the SPI surface; it delegates to ``s3_requests`` (retried
-requests, the client), ``s3_put_batch`` (creating a batch object exactly
-once), ``s3_window`` (read windows), ``s3_compaction`` (the compaction mark,
-trimming, deleting batches), ``s3_snapshots``, ``s3_blobs``, ``s3_streams``
-(listing and purge) and ``s3_leases``; keys, batch objects, retries, multipart
-uploads and URL options are in ``s3_keys``, ``s3_batch``, ``s3_retry``,
-``s3_upload`` and ``s3_options``.
+``S3Store`` (here: lifecycle, purge and listing, blobs and leases; appends,
+``last_seq`` and the read loop in its mixin ``s3_journal``, snapshots and
+compaction in its mixin ``s3_snapshotting``) is the SPI surface; it delegates
+to ``s3_requests`` (retried requests, the client), ``s3_put_batch`` (creating
+a batch object exactly once), ``s3_window`` (read windows), ``s3_compaction``
+(the compaction mark, trimming, deleting batches), ``s3_snapshots``,
+``s3_blobs``, ``s3_streams`` (listing and purge) and ``s3_leases``; keys,
+batch objects, retries, multipart uploads and URL options are in ``s3_keys``,
+``s3_batch``, ``s3_retry``, ``s3_upload`` and ``s3_options``.
 """
 
 from __future__ import annotations
@@ -129,23 +129,23 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError
 
 from durably.storage._base import StoreBase
-from durably.storage._errors import InvalidRequestError, UnsafeCompactionError
-from durably.storage._spi import BlobStore, Lease, LeaseStore, StoredSnapshot, StreamId, check_blob
+from durably.storage._spi import BlobStore, Lease, LeaseStore, StreamId, check_blob
 
-from . import _blobs as s3_blobs, _snapshots as s3_snapshots, _streams as s3_streams
+from . import _blobs as s3_blobs, _streams as s3_streams
 from ._compaction import S3Compaction
 from ._journal import S3Journal
-from ._keys import StreamKeys, seq_from_name
+from ._keys import StreamKeys
 from ._leases import S3Leases
 from ._options import S3Options
 from ._requests import S3Requests, new_session
 from ._retry import unavailable
+from ._snapshotting import S3Snapshotting
 
 _KNOWN_ENDS_MAX = 65_536  # streams whose latest batch end this store remembers (LRU)
 
 
-# appends and reads: adapters/s3/_journal.py
-class S3Store(S3Journal, StoreBase, BlobStore, LeaseStore):
+# appends and reads: adapters/s3/_journal.py; snapshots and compaction: adapters/s3/_snapshotting.py
+class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
     """A ``Store`` in an S3 bucket; see the module docstring for layout, batching and faults.
 
     No I/O until ``open()``, which makes the aiobotocore client, checks the bucket (and
@@ -239,93 +239,7 @@ class S3Store(S3Journal, StoreBase, BlobStore, LeaseStore):
         if len(self._known_ends) > _KNOWN_ENDS_MAX:
             self._known_ends.popitem(last=False)
 
-    # ---------------------------------------------------------------- snapshots (s3_snapshots)
-
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
-        """Store the snapshot of ``stream`` at ``seq``, overwriting one at the same seq.
-
-        One PUT, or a multipart upload from ``multipart_threshold`` bytes. ``seq`` is checked
-        against the latest batch end this store knows, and only when it is above that against
-        ``last_seq`` (one list call and one ranged GET more).
-
-        Args:
-            stream: The stream the snapshot belongs to.
-            seq: The seq it covers (records 1..``seq`` folded in).
-            data: The encoded snapshot frame.
-
-        Raises:
-            InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within
-                1..``last_seq(stream)``.
-        """
-        self._check_open()
-        if not isinstance(data, bytes):
-            raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
-        keys = self._keys(stream)
-        if seq < 1 or (seq > self._known_ends.get(stream, 0) and seq > await self._last_seq(stream, keys)):
-            raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
-        await s3_snapshots.put_snapshot(self._s3, self.options, keys, seq, data)
-
-    async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
-        """The snapshot of ``stream`` with the highest seq <= ``at_or_before``: one list call and one GET.
-
-        Found without listing the history: snapshot names are descending seqs, so one list
-        call with ``StartAfter`` finds it.
-
-        Args:
-            stream: The stream to look in.
-            at_or_before: The highest seq wanted; None: the latest snapshot.
-
-        Returns:
-            The snapshot, or None when the stream has none at or before that seq.
-
-        Raises:
-            StoreUnavailableError: Also when listed snapshots kept being deleted before they
-                could be read (eight times).
-        """
-        self._check_open()
-        return await s3_snapshots.get_snapshot(self._s3, stream, self._keys(stream), at_or_before)
-
-    async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
-        """Delete the snapshots of ``stream`` with seq < ``before_seq``, always keeping the latest one.
-
-        List calls for the snapshots below ``before_seq``, then multi-object deletes (1,000
-        keys per request).
-
-        Args:
-            stream: The stream whose snapshots go.
-            before_seq: Snapshots below this seq are deleted, unless one is the latest.
-        """
-        self._check_open()
-        await s3_snapshots.delete_snapshots(self._s3, self._keys(stream), before_seq)
-
-    # ---------------------------------------------------------------- compaction (s3_compaction) and purge
-
-    async def delete_records(self, stream: StreamId, through_seq: int) -> None:
-        """Compaction: delete the records of ``stream`` with seq <= ``through_seq``.
-
-        As in "Compaction" in the module docstring: raises the compaction mark, trims the
-        batch holding ``through_seq + 1`` (or the newest one), then overwrites each batch
-        wholly <= ``through_seq`` with a tombstone, so no batch key is ever freed.
-        ``last_seq`` is unchanged. An unknown stream has nothing to delete: a no-op.
-
-        Args:
-            stream: The stream to compact.
-            through_seq: The highest seq to delete.
-
-        Raises:
-            UnsafeCompactionError: Unless a snapshot exists at a seq >= ``through_seq``.
-            StoreUnavailableError: Also when an object kept changing under a concurrent writer.
-        """
-        self._check_open()
-        keys = self._keys(stream)
-        latest, _token = await self._s3.list_page(keys.snapshots, max_keys=1)
-        if not latest or seq_from_name(latest[0]) < through_seq:
-            if not latest and await self._last_seq(stream, keys) == 0:
-                return  # an unknown stream has nothing to compact
-            raise UnsafeCompactionError(f"no snapshot at or after seq {through_seq} of {stream}")
-        if through_seq < 1:
-            return
-        await self._compaction.compact(keys, through_seq)
+    # ---------------------------------------------------------------- purge and listing (s3_streams)
 
     async def delete_stream(self, stream: StreamId) -> None:
         """Purge the stream: its batches, snapshots, blobs, compaction mark and index entry; see ``Store.delete_stream``.
