@@ -106,22 +106,21 @@ still holds a pre-purge view could recreate part of it); stop the agent first.
 
 Modules
 -------
-``S3Store`` (here: lifecycle, appends, ``last_seq`` and the read loop) is the
-SPI surface; it delegates to ``s3_requests`` (retried requests, the client),
-``s3_put_batch`` (creating a batch object exactly once), ``s3_window`` (read
-windows), ``s3_compaction`` (the compaction mark, trimming, deleting
-batches), ``s3_snapshots``, ``s3_blobs``, ``s3_streams`` (listing and purge)
-and ``s3_leases``; keys, batch objects, retries, multipart uploads and URL
-options are in ``s3_keys``, ``s3_batch``, ``s3_retry``, ``s3_upload`` and
-``s3_options``.
+``S3Store`` (here: lifecycle, purge and listing, blobs and leases; appends,
+``last_seq`` and the read loop in its mixin ``s3_journal``, snapshots and
+compaction in its mixin ``s3_snapshotting``) is the SPI surface; it delegates
+to ``s3_requests`` (retried requests, the client), ``s3_put_batch`` (creating
+a batch object exactly once), ``s3_window`` (read windows), ``s3_compaction``
+(the compaction mark, trimming, deleting batches), ``s3_snapshots``,
+``s3_blobs``, ``s3_streams`` (listing and purge) and ``s3_leases``; keys,
+batch objects, retries, multipart uploads and URL options are in ``s3_keys``,
+``s3_batch``, ``s3_retry``, ``s3_upload`` and ``s3_options``.
 """
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -130,31 +129,23 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError
 
 from durably.storage._base import StoreBase
-from durably.storage._errors import (
-    ConflictError,
-    InvalidRequestError,
-    StoreUnavailableError,
-    UnsafeCompactionError,
-)
-from durably.storage._spi import (
-    AppendRequest, BlobStore, Lease, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob,
-)
+from durably.storage._spi import BlobStore, Lease, LeaseStore, StreamId, check_blob
 
-from . import _blobs as s3_blobs, _snapshots as s3_snapshots, _streams as s3_streams
-from ._batch import HEADER_SIZE, TOKEN_SIZE, Batch, BatchHeader
-from ._put_batch import BatchTaken, put_new_batch
+from . import _blobs as s3_blobs, _streams as s3_streams
 from ._compaction import S3Compaction
-from ._keys import MAX_SEQ, StreamKeys, seq_from_name
+from ._journal import S3Journal
+from ._keys import StreamKeys
 from ._leases import S3Leases
 from ._options import S3Options
 from ._requests import S3Requests, new_session
 from ._retry import unavailable
-from ._window import read_window
+from ._snapshotting import S3Snapshotting
 
 _KNOWN_ENDS_MAX = 65_536  # streams whose latest batch end this store remembers (LRU)
 
 
-class S3Store(StoreBase, BlobStore, LeaseStore):
+# appends and reads: adapters/s3/_journal.py; snapshots and compaction: adapters/s3/_snapshotting.py
+class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
     """A ``Store`` in an S3 bucket; see the module docstring for layout, batching and faults.
 
     No I/O until ``open()``, which makes the aiobotocore client, checks the bucket (and
@@ -248,279 +239,7 @@ class S3Store(StoreBase, BlobStore, LeaseStore):
         if len(self._known_ends) > _KNOWN_ENDS_MAX:
             self._known_ends.popitem(last=False)
 
-    # ---------------------------------------------------------------- appends
-
-    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
-        """Append several streams' batches concurrently: a group commit; see ``Store.append_batch``.
-
-        Each request is one conditional PUT (``If-None-Match: *``) of its batch object, with no
-        read when its expected seq is the stream's latest batch end this store knows; otherwise
-        ``last_seq`` is read first (two requests) and a mismatch is a ``ConflictError`` without
-        any write. A new stream's index entry is written before its first batch. Requests of
-        different streams run concurrently (at most ``concurrency`` requests in flight), those
-        of one stream in order (see "Batching" in the module docstring). A PUT whose outcome is
-        unknown is resolved by reading the key back before anything is reported. Successful
-        requests are durable when this returns: S3 acknowledged their PUTs.
-
-        Args:
-            requests: The appends, in order; a repeated stream's later request sees the
-                earlier one's records.
-
-        Returns:
-            One entry per request, in order: the stream's new last seq, or a ``ConflictError``
-                (returned, not raised) when its expected seq was stale or another writer created
-                the batch first.
-
-        Raises:
-            InvalidRequestError: For a malformed request (``check_append``) or one whose seqs
-                would pass ``s3_keys.MAX_SEQ``, before any I/O.
-            StoreUnavailableError: When any request's outcome stays unknown; the other requests'
-                results are then not reported either: re-read before retrying. Another error of
-                a request (a ``CorruptRecordError``) is raised as it is.
-        """
-        self._check_open()
-        keys: list[StreamKeys] = []
-        for request in requests:
-            check_append(request)
-            if request.expected_seq + len(request.records) > MAX_SEQ:
-                raise InvalidRequestError(f"seq would exceed {MAX_SEQ}")
-            keys.append(self._keys(request.stream))
-        by_stream: dict[StreamId, list[int]] = {}
-        for index, request in enumerate(requests):
-            by_stream.setdefault(request.stream, []).append(index)
-        results: list[int | Exception | None] = [None] * len(requests)
-
-        async def append_in_order(indices: list[int]) -> None:
-            for position, index in enumerate(indices):
-                try:
-                    results[index] = await self._append_one(requests[index], keys[index])
-                except ConflictError as exc:
-                    results[index] = exc
-                except Exception as exc:  # unknown outcome: later requests of the stream depend on it
-                    for later in indices[position:]:
-                        results[later] = exc
-                    return
-
-        self._appending += 1
-        if self._appending == 1:
-            self._drained = anyio.Event()
-        try:
-            async with anyio.create_task_group() as group:
-                for indices in by_stream.values():
-                    group.start_soon(append_in_order, indices)
-        finally:
-            self._appending -= 1
-            if self._appending == 0 and self._drained is not None:
-                self._drained.set()
-        failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, ConflictError)]
-        if failures:
-            if isinstance(failures[0], StoreUnavailableError):
-                raise StoreUnavailableError(
-                    f"{len(failures)} of {len(requests)} appends have an unknown outcome; re-read before retrying"
-                ) from failures[0]
-            raise failures[0]
-        return results  # type: ignore[return-value]  # no None left: each request got its result or error above
-
-    async def _append_one(self, request: AppendRequest, keys: StreamKeys) -> int:
-        stream, expected = request.stream, request.expected_seq
-        first, last = expected + 1, expected + len(request.records)
-        if expected and self._known_ends.get(stream) != expected:
-            actual = await self._last_seq(stream, keys)
-            if actual != expected:
-                raise ConflictError(stream, expected, actual)
-        if expected == 0:
-            # Listable before its first record exists, never the other way round.
-            await self._s3.call("put_object", Key=keys.index, Body=json.dumps(
-                {"namespace": stream.namespace, "agent_id": stream.agent_id}).encode())
-        token = secrets.token_bytes(TOKEN_SIZE)
-        body = Batch(first, last, first, token, tuple(request.records)).encode()
-        # One PUT, no read: compaction never frees a key (see "Fencing after compaction").
-        await self._put_new_batch(stream, keys, expected, first, body, token)
-        self._remember_end(stream, last)
-        return last
-
-    async def _put_new_batch(
-        self, stream: StreamId, keys: StreamKeys, expected: int, first: int, body: bytes, token: bytes
-    ) -> None:
-        """Create the batch object of ``first`` exactly once (``s3_put_batch``).
-
-        Returns when the object at the key is ours. Raises ``ConflictError``
-        when it is another writer's, ``StoreUnavailableError`` when retries run out.
-        """
-        try:
-            await put_new_batch(self._s3, keys.batch(first), body, token)
-        except BatchTaken:
-            raise ConflictError(stream, expected, await self._last_seq_or_none(stream, keys)) from None
-
-    # ---------------------------------------------------------------- reading
-
-    async def last_seq(self, stream: StreamId) -> int:
-        """The highest seq ever appended to ``stream``: one list call and one 48-byte ranged GET.
-
-        The newest batch object, listed first thanks to descending names, holds it in its
-        header. Compaction never deletes that object, so the value never decreases.
-
-        Args:
-            stream: The stream to look up.
-
-        Returns:
-            The last seq; 0 for an unknown stream.
-        """
-        self._check_open()
-        return await self._last_seq(stream, self._keys(stream))
-
-    async def _last_seq(self, stream: StreamId, keys: StreamKeys) -> int:
-        for _ in range(3):  # the newest batch only vanishes under a concurrent purge
-            names, _token = await self._s3.list_page(keys.batches, max_keys=1)
-            if not names:
-                return 0
-            found = await self._s3.get(names[0], byte_range=f"bytes=0-{HEADER_SIZE - 1}")
-            if found is not None:
-                end = BatchHeader.decode(found[0]).last_seq
-                self._remember_end(stream, end)
-                return end
-        raise StoreUnavailableError(f"the newest batch of {stream} kept vanishing (purge in progress?)")
-
-    async def _last_seq_or_none(self, stream: StreamId, keys: StreamKeys) -> int | None:
-        try:
-            return await self._last_seq(stream, keys)
-        except StoreUnavailableError:
-            return None
-
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
-        """Yield the records of ``stream`` with seq > ``after_seq``, in seq order.
-
-        A page is a window of ``page_size`` seqs: one list call, then its batches fetched
-        concurrently ("Restore" in the module docstring); a read whose tail fits one window
-        costs two list calls. A read that starts below the compaction mark restarts at it.
-        Records deleted by compaction are not yielded; an unknown stream yields nothing.
-
-        Args:
-            stream: The stream to read.
-            after_seq: Yield the records after this seq, >= 0; 0 reads from the start.
-            page_size: Seqs per window, >= 1.
-
-        Yields:
-            Each ``StoredRecord`` (seq and frame), in seq order.
-
-        Raises:
-            InvalidRequestError: When ``after_seq`` < 0 or ``page_size`` < 1.
-            StoreUnavailableError: When S3 stays unreachable, or listed batches vanished before
-                they could be read more than three times (a concurrent compaction or purge).
-            CorruptRecordError: When a batch object is damaged or the batches do not continue
-                each other.
-        """
-        self._check_open()
-        if after_seq < 0 or page_size < 1:
-            raise InvalidRequestError("after_seq must be >= 0 and page_size >= 1")
-        keys = self._keys(stream)
-        position, first, vanished = after_seq, True, 0
-        while True:
-            window = await read_window(self._s3, self._compaction, keys, stream, position, page_size, first)
-            if window.restart_at is not None:
-                vanished += window.vanished
-                if vanished > 3:
-                    raise StoreUnavailableError(f"batches of {stream} keep vanishing while read")
-                position, first = window.restart_at, True
-                continue
-            for batch in window.batches:
-                for seq, data in zip(batch.seqs(), batch.records):
-                    if seq > position:
-                        yield StoredRecord(seq, data)
-                position = max(position, batch.last_seq)
-            first = False
-            if window.complete:
-                break
-        if position > after_seq:
-            self._remember_end(stream, position)
-
-    # ---------------------------------------------------------------- snapshots (s3_snapshots)
-
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
-        """Store the snapshot of ``stream`` at ``seq``, overwriting one at the same seq.
-
-        One PUT, or a multipart upload from ``multipart_threshold`` bytes. ``seq`` is checked
-        against the latest batch end this store knows, and only when it is above that against
-        ``last_seq`` (one list call and one ranged GET more).
-
-        Args:
-            stream: The stream the snapshot belongs to.
-            seq: The seq it covers (records 1..``seq`` folded in).
-            data: The encoded snapshot frame.
-
-        Raises:
-            InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within
-                1..``last_seq(stream)``.
-        """
-        self._check_open()
-        if not isinstance(data, bytes):
-            raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
-        keys = self._keys(stream)
-        if seq < 1 or (seq > self._known_ends.get(stream, 0) and seq > await self._last_seq(stream, keys)):
-            raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
-        await s3_snapshots.put_snapshot(self._s3, self.options, keys, seq, data)
-
-    async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
-        """The snapshot of ``stream`` with the highest seq <= ``at_or_before``: one list call and one GET.
-
-        Found without listing the history: snapshot names are descending seqs, so one list
-        call with ``StartAfter`` finds it.
-
-        Args:
-            stream: The stream to look in.
-            at_or_before: The highest seq wanted; None: the latest snapshot.
-
-        Returns:
-            The snapshot, or None when the stream has none at or before that seq.
-
-        Raises:
-            StoreUnavailableError: Also when listed snapshots kept being deleted before they
-                could be read (eight times).
-        """
-        self._check_open()
-        return await s3_snapshots.get_snapshot(self._s3, stream, self._keys(stream), at_or_before)
-
-    async def delete_snapshots(self, stream: StreamId, before_seq: int) -> None:
-        """Delete the snapshots of ``stream`` with seq < ``before_seq``, always keeping the latest one.
-
-        List calls for the snapshots below ``before_seq``, then multi-object deletes (1,000
-        keys per request).
-
-        Args:
-            stream: The stream whose snapshots go.
-            before_seq: Snapshots below this seq are deleted, unless one is the latest.
-        """
-        self._check_open()
-        await s3_snapshots.delete_snapshots(self._s3, self._keys(stream), before_seq)
-
-    # ---------------------------------------------------------------- compaction (s3_compaction) and purge
-
-    async def delete_records(self, stream: StreamId, through_seq: int) -> None:
-        """Compaction: delete the records of ``stream`` with seq <= ``through_seq``.
-
-        As in "Compaction" in the module docstring: raises the compaction mark, trims the
-        batch holding ``through_seq + 1`` (or the newest one), then overwrites each batch
-        wholly <= ``through_seq`` with a tombstone, so no batch key is ever freed.
-        ``last_seq`` is unchanged. An unknown stream has nothing to delete: a no-op.
-
-        Args:
-            stream: The stream to compact.
-            through_seq: The highest seq to delete.
-
-        Raises:
-            UnsafeCompactionError: Unless a snapshot exists at a seq >= ``through_seq``.
-            StoreUnavailableError: Also when an object kept changing under a concurrent writer.
-        """
-        self._check_open()
-        keys = self._keys(stream)
-        latest, _token = await self._s3.list_page(keys.snapshots, max_keys=1)
-        if not latest or seq_from_name(latest[0]) < through_seq:
-            if not latest and await self._last_seq(stream, keys) == 0:
-                return  # an unknown stream has nothing to compact
-            raise UnsafeCompactionError(f"no snapshot at or after seq {through_seq} of {stream}")
-        if through_seq < 1:
-            return
-        await self._compaction.compact(keys, through_seq)
+    # ---------------------------------------------------------------- purge and listing (s3_streams)
 
     async def delete_stream(self, stream: StreamId) -> None:
         """Purge the stream: its batches, snapshots, blobs, compaction mark and index entry; see ``Store.delete_stream``.

@@ -1,7 +1,8 @@
 """The SQLite adapter, ``sqlite:///path/to/agents.db``: ``SQLiteStore``, on aiosqlite.
 
 The store, its URL options and durability are described in ``SQLiteStore``;
-the package's private modules are its parts: ``_store``, ``_file`` (paths,
+the package's private modules are its parts: ``_store``, ``_connection``
+(opening, the connections), ``_journal`` (appends, reads), ``_file`` (paths,
 errors), ``_layout`` (tables, statements), ``_leases`` and ``_index``.
 """
 

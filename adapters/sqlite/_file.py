@@ -1,5 +1,6 @@
 """Opening the SQLite adapter's file: the URL, owner-only creation, and how
-SQLite's errors map to the SPI's typed errors."""
+SQLite's errors map to the SPI's typed errors (and ``_seq``: a seq cell read
+back that holds no integer is damage too)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from durably.storage._errors import CorruptRecordError, InvalidRequestError, InvalidStoreURLError, StoreUnavailableError
 from durably.storage._urls import CREATE, flag, parse_store_url
 
 from ._layout import SYNCHRONOUS
+
+if TYPE_CHECKING:
+    from durably.storage._spi import StreamId
+
 
 def path_from_url(url: str) -> tuple[Path, str, int, bool]:
     """``(path, synchronous, busy_timeout_ms, create)`` from a ``sqlite:///`` URL.
@@ -127,3 +133,13 @@ def translate(exc: BaseException) -> BaseException:
     if isinstance(exc, UnicodeEncodeError):
         return InvalidRequestError(f"stream ids must be valid Unicode text: {exc}")
     return exc
+
+
+def _seq(cell: Any, stream: StreamId) -> int:
+    """A seq (or last seq) cell as read: an ``int``, else ``CorruptRecordError``. INTEGER affinity
+    keeps what it cannot convert (a REAL with a fraction, a non-numeric TEXT) as it is, and
+    such a cell must be reported as damage, not raise a ``TypeError`` deep in a restore."""
+    if type(cell) is not int:
+        raise CorruptRecordError(f"a seq must be an integer, the SQLite file holds {type(cell).__name__} {cell!r:.40}",
+                                 stream=stream)
+    return cell

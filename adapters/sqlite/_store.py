@@ -33,11 +33,7 @@ more than ``sqlite_layout.FAST_MAX_ROWS`` records go the slow path directly.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from functools import partial
-from typing import Any, Literal, overload
+from collections.abc import AsyncIterator
 
 import aiosqlite
 import anyio
@@ -45,36 +41,28 @@ import anyio
 from durably.storage._base import StoreBase
 from durably.storage._errors import (
     BlobNotFoundError,
-    ConflictError,
-    CorruptRecordError,
     InvalidRequestError,
-    StoreClosedError,
-    StoreUnavailableError,
-    UnknownSchemaVersionError,
     UnsafeCompactionError,
 )
 from durably.storage._spi import (
-    AppendRequest, BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob,
+    BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_blob,
 )
 from durably.storage._index_rows import named_stream
 from durably.storage._one_read import OneReadRestore, RestoreRead
-from durably.storage._urls import check_parent
 
-from . import _index as sqlite_index
 from . import _layout as layout
-from ._file import daemonize, locked, make_parents, path_from_url, prepare_file, translate, unavailable
+from ._connection import READERS, SQLiteConnections
+from ._file import _seq, path_from_url
 from ._index import SQLiteStatusIndex
-from ._layout import SCHEMA_VERSION
+from ._journal import SQLiteJournal
+from ._layout import SCHEMA_VERSION  # noqa: F401  # tests import it from here
 from ._leases import SQLiteLeases
 
 
-#: Reader connections per store (each one aiosqlite thread): restores of several agents at
-#: once (a scan resuming them, ``status()`` under load) overlap their reads.
-READERS = 2
-
-
+# connections: adapters/sqlite/_connection.py; appends and reads: adapters/sqlite/_journal.py;
 # leases: adapters/sqlite/_leases.py; the status index: adapters/sqlite/_index.py
-class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore, IndexStore, OneReadRestore):
+class SQLiteStore(SQLiteConnections, SQLiteJournal, SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore,
+                  IndexStore, OneReadRestore):
     """A ``Store`` in one SQLite database file (see the module docstring for the URL and durability).
 
     Building the store does no I/O. ``1 + READERS`` connections per store, each used by one
@@ -118,423 +106,6 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
 
     def _location(self) -> str:
         return str(self.path)
-
-    # -- lifecycle ---------------------------------------------------------------
-
-    async def _open(self) -> None:
-        if sqlite3.sqlite_version_info < layout.MIN_SQLITE:
-            raise StoreUnavailableError(
-                f"the sqlite adapter needs SQLite >= {'.'.join(map(str, layout.MIN_SQLITE))} (RETURNING); "
-                f"this Python links {sqlite3.sqlite_version}"
-            )
-        # A file that is not there yet is created by the first write, not here: reading
-        # through a mistyped path must not leave an empty database behind (issue 11 item 17).
-        try:
-            self._absent = not await anyio.to_thread.run_sync(self.path.exists)
-            if self._absent:  # a mistyped folder is refused, not created (unless ?create=1)
-                await anyio.to_thread.run_sync(partial(check_parent, self.path, create=self.create, url=str(self.path)))
-                if self.create:
-                    await anyio.to_thread.run_sync(make_parents, self.path)
-        except OSError as exc:  # a name too long, a path through a file, no permission: the SPI's outage, typed
-            raise StoreUnavailableError(f"cannot use {self.path}: {exc}") from exc
-        if not self._absent:
-            await self._connect()
-
-    async def _connect(self) -> None:
-        """Create the file (owner-only) if missing, connect, set it up."""
-        try:
-            await anyio.to_thread.run_sync(prepare_file, self.path)
-        except OSError as exc:
-            raise StoreUnavailableError(f"cannot create {self.path}: {exc}") from exc
-        try:
-            # isolation_level None: autocommit, so a lone write statement is its own
-            # transaction (the fast append path); longer transactions BEGIN IMMEDIATE.
-            connecting = aiosqlite.connect(
-                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
-            )
-            daemonize(connecting)
-            db = await connecting
-        except sqlite3.Error as exc:
-            raise unavailable(exc) from exc
-        try:
-            await self._prepare_connection(db)
-            readers: list[aiosqlite.Connection] = []
-            try:
-                for _ in range(READERS):
-                    readers.append(await self._connect_reader())
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    for reader in readers:
-                        await reader.close()
-                raise
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await db.close()
-            raise
-        self._db, self._readers = db, readers
-
-    async def _connect_reader(self) -> aiosqlite.Connection:
-        """The reader connection (to a file the writer has set up): autocommit, so each
-        read is its own read transaction and sees every commit before it; query_only."""
-        try:
-            connecting = aiosqlite.connect(
-                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
-            )
-            daemonize(connecting)
-            reader = await connecting
-        except sqlite3.Error as exc:
-            raise unavailable(exc) from exc
-        try:
-            await reader.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            await reader.execute("PRAGMA query_only = ON")
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                await reader.close()
-            if isinstance(exc, sqlite3.Error):
-                raise unavailable(exc) from exc
-            raise
-        return reader
-
-    async def _prepare_connection(self, db: aiosqlite.Connection) -> None:
-        """Set the connection up, retrying while another connection holds the file's lock.
-
-        Two connections opening a fresh file at once both hold a shared lock when they
-        switch it to WAL; SQLite then refuses one with SQLITE_BUSY at once instead of
-        calling the busy handler (waiting could deadlock), so the busy timeout alone does
-        not cover it. Every step is idempotent, so the whole set-up is tried again, with
-        jittered backoff, until ``busy_timeout`` has passed (tenacity is imported only then).
-        """
-        try:
-            await self._set_up(db)
-            return  # the common case: no other connection was setting the file up
-        except sqlite3.Error as exc:
-            if not locked(exc):
-                raise unavailable(exc) from exc
-        from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
-
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(locked),
-            stop=stop_after_delay(self.busy_timeout_ms / 1000),
-            wait=wait_random_exponential(multiplier=0.005, max=0.2),
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    await self._set_up(db)
-        except sqlite3.Error as exc:
-            raise unavailable(exc) from exc
-
-    async def _set_up(self, db: aiosqlite.Connection) -> None:
-        """Check the schema version, set the pragmas, create the schema if missing."""
-        await self._schema_version(db)  # before any write: a newer file is left untouched
-        ((mode,),) = await db.execute_fetchall("PRAGMA journal_mode = WAL")
-        if str(mode).lower() != "wal":
-            raise StoreUnavailableError(f"{self.path}: SQLite refused WAL journal mode (got {mode!r})")
-        await db.execute(f"PRAGMA synchronous = {self.synchronous}")
-        await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-        # Deleted rows (purge, compaction) are overwritten with zeros, freelist pages
-        # included, so a purged value cannot be read back from the file.
-        await db.execute("PRAGMA secure_delete = ON")
-        await db.execute("BEGIN IMMEDIATE")
-        try:
-            # Re-read under the write lock: another process may have just created it.
-            if await self._schema_version(db) < SCHEMA_VERSION:
-                for statement in layout.SCHEMA:
-                    await db.execute(statement)
-                await sqlite_index.upgrade(db)
-                await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            await db.commit()
-        except BaseException:
-            await self._rollback(db)
-            raise
-
-    async def _schema_version(self, db: aiosqlite.Connection) -> int:
-        """The file's ``user_version``; ``UnknownSchemaVersionError`` when newer than ``SCHEMA_VERSION``."""
-        ((version,),) = await db.execute_fetchall("PRAGMA user_version")
-        if version > SCHEMA_VERSION:
-            raise UnknownSchemaVersionError(f"durably sqlite schema of {self.path}", version, SCHEMA_VERSION)
-        return int(version)
-
-    async def _close(self) -> None:
-        # Taking the lock lets an in-flight transaction finish before the connection
-        # goes; shielded so a cancelled close still joins aiosqlite's thread.
-        with anyio.CancelScope(shield=True):
-            readers, self._readers = self._readers, []
-            for reader, lock in zip(readers, self._read_locks):
-                async with lock:
-                    await reader.close()
-            async with self._lock:
-                db, self._db = self._db, None
-                if db is not None:
-                    await db.close()  # returns once aiosqlite's worker thread has stopped
-
-    # -- connection access -------------------------------------------------------
-
-    @asynccontextmanager
-    async def _transaction(self, *, fsync: bool = True) -> AsyncIterator[aiosqlite.Connection]:
-        """Hold the connection for one ``BEGIN IMMEDIATE`` write transaction; commit on success.
-
-        Shielded from cancellation: a transaction, once started, ends in COMMIT or
-        ROLLBACK, never half-open. SQLite errors roll back and become
-        ``StoreUnavailableError``. ``fsync=False`` commits without syncing the WAL
-        (``synchronous = NORMAL`` for this one transaction): visible to every connection
-        at once and kept across a process crash, made durable by the next synced commit
-        (the WAL is a log: a synced frame makes every frame before it durable); only a
-        power loss before that commit can undo it.
-        """
-        async with self._lock:
-            db = await self._ready(create=True)
-            with anyio.CancelScope(shield=True):
-                relaxed = not fsync and self.synchronous != "NORMAL"
-                try:
-                    if relaxed:
-                        await db.execute("PRAGMA synchronous = NORMAL")
-                    await db.execute("BEGIN IMMEDIATE")
-                    yield db
-                    if db.in_transaction:
-                        await db.commit()
-                except BaseException as exc:
-                    await self._rollback(db)
-                    translated = translate(exc)
-                    if translated is exc:
-                        raise
-                    raise translated from exc
-                finally:
-                    if relaxed:
-                        # Cannot fail short of a broken connection, on which no later commit succeeds either.
-                        await db.execute(f"PRAGMA synchronous = {self.synchronous}")
-
-    @staticmethod
-    async def _rollback(db: aiosqlite.Connection) -> None:
-        try:
-            await db.rollback()
-        except sqlite3.Error:
-            pass  # SQLite already rolled back (it does on some I/O errors); nothing to undo
-
-    async def _write(self, sql: str, params: Sequence[object]) -> int:
-        """Run one write statement in autocommit mode (its own transaction: one hop,
-        durable on return); returns the rows it changed. Shielded from cancellation,
-        so the caller always learns the outcome."""
-        async with self._lock:
-            db = await self._ready(create=True)
-            with anyio.CancelScope(shield=True):
-                try:
-                    cursor = await db.execute(sql, params)
-                except (sqlite3.Error, UnicodeEncodeError) as exc:
-                    raise translate(exc) from exc
-            return cursor.rowcount  # after the scope: mypy cannot know a shield never swallows
-
-    async def _fetch(self, sql: str, params: Sequence[object], *, writer: bool = False) -> list[Any]:
-        """Run one read statement (autocommit, so it sees only committed data) on the
-        reader connection, or on the writer's (``writer``: a WAL checkpoint)."""
-        if writer or not self._readers:  # also: a file absent at open, connected (or not) here
-            async with self._lock:
-                db = await self._ready(create=False)
-                if db is None:
-                    return []  # no file yet: nothing stored
-                return await self._run_read(db, sql, params)
-        # A free reader if there is one, else the next in turn.
-        free = [i for i, lock in enumerate(self._read_locks) if not lock.locked()]
-        if free:
-            choice = free[0]
-        else:
-            choice = self._next_reader = (self._next_reader + 1) % READERS
-        async with self._read_locks[choice]:
-            if not self._readers:
-                raise StoreClosedError("SQLiteStore is not open")
-            return await self._run_read(self._readers[choice], sql, params)
-
-    @staticmethod
-    async def _run_read(db: aiosqlite.Connection, sql: str, params: Sequence[object]) -> list[Any]:
-        try:
-            return list(await db.execute_fetchall(sql, params))
-        except (sqlite3.Error, UnicodeEncodeError) as exc:
-            raise translate(exc) from exc
-
-    def _connection(self) -> aiosqlite.Connection:
-        if self._db is None:
-            raise StoreClosedError("SQLiteStore is not open")
-        return self._db
-
-    @overload
-    async def _ready(self, *, create: Literal[True]) -> aiosqlite.Connection: ...
-
-    @overload
-    async def _ready(self, *, create: bool) -> aiosqlite.Connection | None: ...
-
-    async def _ready(self, *, create: bool) -> aiosqlite.Connection | None:
-        """The connection, under ``self._lock``; for a file absent at open, None while it
-        still is (reads see an empty store), or connected now: created by a write
-        (``create``), or found because another process created it meanwhile."""
-        if self._db is None and self._absent and self._is_open:
-            if not create and not await anyio.to_thread.run_sync(self.path.exists):
-                return None
-            await self._connect()
-            self._absent = False
-        return self._connection()
-
-    # -- journal -----------------------------------------------------------------
-
-    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
-        """Append several streams' batches in one group commit; see ``Store.append_batch``.
-
-        The fast path, for requests to existing streams (expected seq > 0) without index
-        entries and with at most ``FAST_MAX_ROWS`` records in all, is one multi-row INSERT in
-        autocommit mode: one hop to aiosqlite's thread. Otherwise, or when the database refuses
-        that statement (a stale expected seq, an unknown stream), the batch goes the slow path:
-        one ``BEGIN IMMEDIATE`` transaction that reads every ``last_seq`` first and also writes
-        the requests' index entries. Either way the expected-seq check is made under the write
-        lock, so it holds across processes. Successful requests are durable (committed, and
-        fsynced with ``synchronous=FULL``) when this returns.
-
-        Args:
-            requests: The appends, in order; a repeated stream's later request sees the
-                earlier one's records.
-
-        Returns:
-            One entry per request, in order: the stream's new last seq, or a ``ConflictError``
-                (returned, not raised) when its expected seq was stale; that request writes nothing.
-
-        Raises:
-            InvalidRequestError: For a malformed request (``check_append``), before any I/O.
-            StoreUnavailableError: For a SQLite error (locked past the busy timeout, I/O); the
-                transaction was rolled back and nothing of the call is acknowledged.
-        """
-        self._check_open()
-        for request in requests:
-            check_append(request)
-        if not requests:
-            return []
-        # An index entry must commit with its records: such (rare) batches take the slow path.
-        if all(request.expected_seq > 0 and request.index is None for request in requests):
-            if sum(len(request.records) for request in requests) <= layout.FAST_MAX_ROWS:
-                results = await self._append_fast(requests)
-                if results is not None:
-                    return results
-        return await self._append_slow(requests)
-
-    async def _append_fast(self, requests: Sequence[AppendRequest]) -> list[int | Exception] | None:
-        """Every request in one autocommitted INSERT (one hop); None when the
-        database refused it (a conflict or unknown stream, or anything else the
-        slow path will name): then nothing was written."""
-        params: list[object] = []
-        results: list[int | Exception] = []
-        for request in requests:
-            namespace, agent_id = request.stream.namespace, request.stream.agent_id
-            seq = request.expected_seq
-            for data in request.records:
-                seq += 1
-                params += (namespace, agent_id, seq, data)
-            results.append(seq)
-        rows = len(params) // 4
-        padded = layout.fast_bucket(rows)
-        params += layout.FAST_PAD * (padded - rows)
-        # A free lock is taken without a checkpoint (two event-loop round trips per commit).
-        try:
-            self._lock.acquire_nowait()
-        except anyio.WouldBlock:
-            await self._lock.acquire()
-        try:
-            db = await self._ready(create=True)
-            with anyio.CancelScope(shield=True):  # the caller learns the outcome, always
-                try:
-                    await db.execute(layout.fast_insert_sql(padded), params)
-                except sqlite3.IntegrityError:
-                    return None  # the trigger (or a constraint) aborted the statement: rolled back
-                except (sqlite3.Error, UnicodeEncodeError) as exc:
-                    raise translate(exc) from exc
-        finally:
-            self._lock.release()
-        return results
-
-    async def _append_slow(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
-        """The batch in one ``BEGIN IMMEDIATE`` transaction that reads every stream's
-        ``last_seq`` first, so each conflicting request is told apart and skipped."""
-        keys = list(dict.fromkeys((r.stream.namespace, r.stream.agent_id) for r in requests))
-        entries = [sqlite_index.entry_params(r.index) if r.index is not None else None for r in requests]
-        results: list[int | Exception] = []
-        indexed: list[tuple[object, ...]] = []
-        async with self._transaction() as db:
-            streams: dict[tuple[str, str], list[int]] = {}  # key -> [stream id, last seq]
-            for start in range(0, len(keys), layout.KEYS_PER_STATEMENT):
-                chunk = keys[start : start + layout.KEYS_PER_STATEMENT]
-                padded = layout.bucket(len(chunk))
-                params = [part for key in chunk for part in key]
-                params += params[-2:] * (padded - len(chunk))  # a repeated key is harmless in the upsert
-                for sid, namespace, agent_id, last in await db.execute_fetchall(layout.lock_streams_sql(padded), params):
-                    streams[(namespace, agent_id)] = [sid, last]
-            rows: list[tuple[int, int, bytes]] = []
-            for request, index in zip(requests, entries, strict=True):
-                entry = streams[(request.stream.namespace, request.stream.agent_id)]
-                actual = max(entry[1], 0)
-                if actual != request.expected_seq:
-                    results.append(ConflictError(request.stream, request.expected_seq, actual))
-                    continue
-                sid = entry[0]
-                if index is not None:
-                    indexed.append((*index, sid))  # a later request of the same stream wins: set in order
-                rows.extend((sid, actual + offset, data) for offset, data in enumerate(request.records, start=1))
-                entry[1] = actual + len(request.records)
-                results.append(entry[1])
-            if not rows:
-                # Every request conflicted: undo the lock statement, skip the fsync.
-                await db.rollback()
-                return results
-            orphans = [(sid,) for sid, last in streams.values() if last == layout.NEW_STREAM]
-            if orphans:  # unknown streams whose every request conflicted: leave no trace
-                await db.executemany("DELETE FROM streams WHERE id = ?", orphans)
-            await db.executemany(layout.INSERT_RECORD, rows)
-            if indexed:
-                await db.executemany(sqlite_index.SET_ENTRY, indexed)
-        return results
-
-    async def last_seq(self, stream: StreamId) -> int:
-        """The highest seq ever appended to ``stream``: one read of its ``streams`` row.
-
-        It never decreases, also after ``delete_records`` removed every record.
-
-        Args:
-            stream: The stream to look up.
-
-        Returns:
-            The last seq; 0 for an unknown stream.
-        """
-        self._check_open()
-        rows = await self._fetch(
-            "SELECT last_seq FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id)
-        )
-        return max(_seq(rows[0][0], stream), 0) if rows else 0
-
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
-        """Yield the records of ``stream`` with seq > ``after_seq``, in seq order.
-
-        One query of ``page_size`` rows per page on a reader connection, which is held for one
-        page at a time, never across a yield. Records deleted by compaction are not yielded;
-        an unknown stream yields nothing.
-
-        Args:
-            stream: The stream to read.
-            after_seq: Yield the records after this seq; 0 reads from the start.
-            page_size: Records per query, >= 1.
-
-        Yields:
-            Each ``StoredRecord`` (seq and frame), in seq order.
-
-        Raises:
-            InvalidRequestError: When ``page_size`` < 1.
-        """
-        self._check_open()
-        if page_size < 1:
-            raise InvalidRequestError(f"page_size must be >= 1, got {page_size}")
-        sql = f"SELECT seq, data FROM records WHERE stream_id = {layout.STREAM_ID} AND seq > ? ORDER BY seq LIMIT ?"
-        while True:
-            page = await self._fetch(sql, (stream.namespace, stream.agent_id, after_seq, page_size))
-            for seq, data in page:
-                yield StoredRecord(_seq(seq, stream), data)
-            if len(page) < page_size:
-                return
-            after_seq = page[-1][0]
 
     # -- snapshots ---------------------------------------------------------------
 
@@ -822,16 +393,6 @@ class SQLiteStore(SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseSt
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         data: bytes = rows[0][0]
         return data
-
-
-def _seq(cell: Any, stream: StreamId) -> int:
-    """A seq (or last seq) cell as read: an ``int``, else ``CorruptRecordError``. INTEGER affinity
-    keeps what it cannot convert (a REAL with a fraction, a non-numeric TEXT) as it is, and
-    such a cell must be reported as damage, not raise a ``TypeError`` deep in a restore."""
-    if type(cell) is not int:
-        raise CorruptRecordError(f"a seq must be an integer, the SQLite file holds {type(cell).__name__} {cell!r:.40}",
-                                 stream=stream)
-    return cell
 
 
 def _prefix_successor(prefix: str) -> str | None:
