@@ -253,3 +253,32 @@ async def test_lease_transactions_leave_the_writer_as_the_url_set_it(tmp_path: P
         await store.release_lease(lease)
         ((level,),) = await store._db.execute_fetchall("PRAGMA synchronous")
         assert level == {"FULL": 2, "NORMAL": 1}[synchronous]
+
+
+async def test_a_writer_that_cannot_be_put_back_to_full_writes_nothing_until_it_is(tmp_path: Path, monkeypatch) -> None:
+    """Fail closed: when the PRAGMA that ends a lease transaction's ``synchronous = NORMAL`` fails,
+    the lease call is an outage (``StoreUnavailableError``, not a raw ``sqlite3`` error), and every
+    later write first puts ``synchronous`` back, or fails too: no append is ever acknowledged unsynced."""
+    from durably.storage._errors import StoreUnavailableError
+
+    async with SQLiteStore(f"sqlite:///{tmp_path / 'resync.db'}") as store:
+        await store.append(S, 0, [b"one"])
+        db = store._db
+        real = db.execute
+        failures = {"left": 2}
+
+        async def execute(sql, *args, **kwargs):
+            if sql == "PRAGMA synchronous = FULL" and failures["left"]:
+                failures["left"] -= 1
+                raise sqlite3.OperationalError("disk I/O error")
+            return await real(sql, *args, **kwargs)
+
+        monkeypatch.setattr(db, "execute", execute)
+        with pytest.raises(StoreUnavailableError):
+            await store.acquire_lease(S, "me", LONG)
+        with pytest.raises(StoreUnavailableError):  # the second failure: the append is refused, unwritten
+            await store.append(S, 1, [b"two"])
+        assert await store.last_seq(S) == 1
+        assert await store.append(S, 1, [b"two"]) == 2  # put back first, then written
+        ((level,),) = await db.execute_fetchall("PRAGMA synchronous")
+        assert level == 2

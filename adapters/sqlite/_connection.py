@@ -59,6 +59,9 @@ class SQLiteConnections:
         _lock: anyio.Lock
         _is_open: bool
 
+    #: True from a ``fsync=False`` transaction's start until ``synchronous`` is the URL's again.
+    _unsynced_writer = False
+
     # -- lifecycle ---------------------------------------------------------------
 
     async def _open(self) -> None:
@@ -229,6 +232,7 @@ class SQLiteConnections:
                 relaxed = not fsync and self.synchronous != "NORMAL"
                 try:
                     if relaxed:
+                        self._unsynced_writer = True
                         await db.execute("PRAGMA synchronous = NORMAL")
                     await db.execute("BEGIN IMMEDIATE")
                     yield db
@@ -242,8 +246,19 @@ class SQLiteConnections:
                     raise translated from exc
                 finally:
                     if relaxed:
-                        # Cannot fail short of a broken connection, on which no later commit succeeds either.
-                        await db.execute(f"PRAGMA synchronous = {self.synchronous}")
+                        await self._resync(db)
+
+    async def _resync(self, db: aiosqlite.Connection) -> None:
+        """Put the writer's ``synchronous`` back to the URL's after a ``fsync=False`` transaction.
+
+        Until that succeeds no write runs: ``_ready`` tries again before each one, so a
+        failure here is an outage (``StoreUnavailableError``), never an unsynced append.
+        """
+        try:
+            await db.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except sqlite3.Error as exc:
+            raise unavailable(exc) from exc
+        self._unsynced_writer = False
 
     @staticmethod
     async def _rollback(db: aiosqlite.Connection) -> None:
@@ -312,4 +327,7 @@ class SQLiteConnections:
                 return None
             await self._connect()
             self._absent = False
-        return self._connection()
+        db = self._connection()
+        if self._unsynced_writer:  # a fsync=False transaction could not put synchronous back
+            await self._resync(db)
+        return db
