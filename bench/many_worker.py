@@ -1,8 +1,11 @@
 """The ``many`` suite's child process: many agents in one fresh process, for honest RSS.
 
-Peak RSS (``ru_maxrss``) is a process's high-water mark: measured in the
-bench's own process it would hold whatever earlier suites (a LangGraph thread
-of gigabytes) left. So each part runs in a new interpreter:
+Peak RSS is a process's high-water mark: measured in the bench's own process
+it would hold whatever earlier suites (a LangGraph thread of gigabytes) left.
+So each part runs in a new interpreter, and reads its peak from ``VmHWM`` in
+``/proc/self/status``, which starts afresh at ``exec``; ``ru_maxrss`` does not
+(Linux keeps it across ``fork`` and ``exec``), so it reported the bench
+process's own peak whenever that was larger than the child's:
 
 * ``concurrent``: ``AGENTS`` agents started at once, each on its own seeded
   ``STEPS``-step conversation (the bench agent of ``durably._bench.agent``),
@@ -44,8 +47,12 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size so far, in bytes (``ru_maxrss`` is KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak resident set size so far, in bytes (Linux ``VmHWM``, in KiB there)."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/self/status has no VmHWM line")
 
 
 async def concurrent(url: str, namespace: str, agents: int, steps: int, seed: int) -> dict[str, Any]:

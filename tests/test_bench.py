@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import struct
+import subprocess
+import sys
 
 import aiosqlite
 import pytest
@@ -320,3 +322,15 @@ def test_local_s3_counts_requests_per_step_at_the_server():
     assert gets.value < 1
     s3 = next(t for t in results.targets if t.name.startswith("S3:"))
     assert s3.measured is not None and s3.met == (s3.measured <= 1.2)
+
+
+def test_the_many_workers_peak_rss_is_its_own_not_its_parents() -> None:
+    """Linux keeps ``ru_maxrss`` across fork and exec: a child of a big bench process reported
+    the parent's peak as its own (1.09 GB for 1,000 agents). ``VmHWM`` starts afresh at exec."""
+    ballast = bytearray(256 * 1024 * 1024)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1  # resident, so the parent's peak is at least 256 MiB
+    probe = "from durably._bench.many_worker import peak_rss_bytes; print(peak_rss_bytes())"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    del ballast
+    assert 5 * 1024 * 1024 < int(out.stdout) < 128 * 1024 * 1024
