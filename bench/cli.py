@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--quick", action="store_const", const="quick", dest="mode", help="small sizes, under a minute")
     length.add_argument("--full", action="store_const", const="full", dest="mode",
-                        help="adds the 10,000-step conversation, the 100,000-record restore, 1,000 agents at once and the 100,000-agent scan")
+                        help="adds the 10,000-step conversation, the 100,000-record restore, "
+                             "1,000 agents at once and the 100,000-agent scan")
     parser.set_defaults(mode="medium")
     parser.add_argument("--store", default=None,
                         help="store URL to measure (default: a temporary SQLite file, synchronous=FULL)")
