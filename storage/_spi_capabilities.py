@@ -69,7 +69,9 @@ class LeaseStore(Store, Protocol):
 
         Taking it when free, released or expired (also by its former owner)
         gives a token greater than any before for this stream id, also across
-        reopen and ``delete_stream``; a renewal of an unexpired lease by its
+        reopen and ``delete_stream`` (a store that commits leases without a fsync,
+        as SQLite does, may give again the tokens of grants a power loss undid,
+        never one that a durable append was made under); a renewal of an unexpired lease by its
         owner keeps the token and moves ``expires_at`` (unix seconds: now +
         ``ttl``). Atomic: of workers racing for a free lease, also in other
         processes, exactly one gets it. A lease never makes the stream appear
