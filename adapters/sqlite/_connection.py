@@ -224,7 +224,7 @@ class SQLiteConnections:
         (``synchronous = NORMAL`` for this one transaction): visible to every connection
         at once and kept across a process crash, made durable by the next synced commit
         (the WAL is a log: a synced frame makes every frame before it durable); only a
-        power loss before that commit can undo it.
+        power loss or an OS crash before that commit can undo it.
         """
         async with self._lock:
             db = await self._ready(create=True)
