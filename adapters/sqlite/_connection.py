@@ -89,16 +89,7 @@ class SQLiteConnections:
             await anyio.to_thread.run_sync(prepare_file, self.path)
         except OSError as exc:
             raise StoreUnavailableError(f"cannot create {self.path}: {exc}") from exc
-        try:
-            # isolation_level None: autocommit, so a lone write statement is its own
-            # transaction (the fast append path); longer transactions BEGIN IMMEDIATE.
-            connecting = aiosqlite.connect(
-                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
-            )
-            daemonize(connecting)
-            db = await connecting
-        except sqlite3.Error as exc:
-            raise unavailable(exc) from exc
+        db = await self._new_connection()
         try:
             await self._prepare_connection(db)
             readers: list[aiosqlite.Connection] = []
@@ -116,17 +107,24 @@ class SQLiteConnections:
             raise
         self._db, self._readers = db, readers
 
-    async def _connect_reader(self) -> aiosqlite.Connection:
-        """The reader connection (to a file the writer has set up): autocommit, so each
-        read is its own read transaction and sees every commit before it; query_only."""
+    async def _new_connection(self) -> aiosqlite.Connection:
+        """A connection to the file, on a daemon aiosqlite thread; ``StoreUnavailableError`` if
+        SQLite refuses it. ``isolation_level`` None: autocommit, so a lone write statement is
+        its own transaction (the fast append path), a read its own read transaction; longer
+        transactions ``BEGIN IMMEDIATE``."""
         try:
             connecting = aiosqlite.connect(
                 self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, cached_statements=256
             )
             daemonize(connecting)
-            reader = await connecting
+            return await connecting
         except sqlite3.Error as exc:
             raise unavailable(exc) from exc
+
+    async def _connect_reader(self) -> aiosqlite.Connection:
+        """The reader connection (to a file the writer has set up): autocommit, so each
+        read is its own read transaction and sees every commit before it; query_only."""
+        reader = await self._new_connection()
         try:
             await reader.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             await reader.execute("PRAGMA query_only = ON")
