@@ -17,10 +17,10 @@ from typing import Any
 
 import anyio
 
-from durably._runtime import (
+from durably import (
     AgentDefinition, AgentHandle, ModelResponse, Runtime, SnapshotPolicy, Tool, ToolCall, ToolContext, Usage, tool,
 )
-from durably._runtime.state import FINISHED
+from durably._loop.state import FINISHED
 from durably.storage._spi import Store, StreamId
 
 from .workload import MODEL_NAME, TOOL_NAMES, Step

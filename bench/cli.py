@@ -103,7 +103,7 @@ def _plot(doc: dict[str, Any], folder: Path, console: Console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m durably._bench.cli``: the same as ``durably bench``."""
+    """``python -m durably.bench.cli``: the same as ``durably bench``."""
     parser = argparse.ArgumentParser(prog="durably bench", description="Checkpoint throughput suites.")
     add_arguments(parser)
     return run(parser.parse_args(argv))

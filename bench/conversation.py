@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from durably._runtime import Runtime
+from durably import Runtime
 from durably.storage._registry import open_store
 
 from .agent import AgentRun, StreamBytes, run_agents, stream_bytes

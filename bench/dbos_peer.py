@@ -11,7 +11,7 @@ with ``synchronous=FULL``, as durably's and LangGraph's are (DBOS's default,
 a rollback journal, is as durable but slower: WAL is the generous choice).
 
 DBOS is a process-wide singleton with background threads, so each run is a
-child process: ``python -m durably._bench.dbos_peer DB STEPS SEED OUT`` writes
+child process: ``python -m durably.bench.dbos_peer DB STEPS SEED OUT`` writes
 its figures as JSON to ``OUT``; ``run_dbos`` starts it and reads them. Needs
 the ``peers`` extra (``pip install 'durably[peers]'``).
 """
@@ -60,7 +60,7 @@ async def run_dbos(path: Path, steps: int, seed: int, agent: int = 0) -> DbosRun
     import anyio
 
     out = path.with_suffix(".json")
-    argv = [sys.executable, "-m", "durably._bench.dbos_peer", str(path), str(steps), str(seed), str(agent), str(out)]
+    argv = [sys.executable, "-m", "durably.bench.dbos_peer", str(path), str(steps), str(seed), str(agent), str(out)]
     proc = await anyio.run_process(argv, check=False)
     if proc.returncode != 0:
         tail = proc.stderr.decode(errors="replace")[-2000:]

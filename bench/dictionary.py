@@ -1,6 +1,6 @@
 """Train the zstd dictionary durably ships for record frames (``durably.storage._dictionaries``).
 
-Run by hand, once per new dictionary: ``python -m durably._bench.dictionary OUT``.
+Run by hand, once per new dictionary: ``python -m durably.bench.dictionary OUT``.
 A dictionary, once shipped, never changes: frames name it by id, and every
 build must go on reading them. A better one gets a new id and a new file.
 
@@ -29,7 +29,7 @@ from durably.storage import _values as values
 from durably.storage import _dictionaries as dictionaries
 from durably.storage._codec import Codec
 from durably.storage._dictionaries import DICTIONARY_SIZE, RECORDS_V1
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 
 from .agent import run_agents

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durably.schemas._records import Kind
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._spi import Store, StreamId
 
 from .context import Bench

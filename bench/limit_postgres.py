@@ -4,7 +4,7 @@ Used by the append suite when the store under test is ``postgresql://``: the
 limit then meets the same server, the same WAL flush per commit and the same
 network hop as durably's adapter, in a schema of its own (``<schema>_limit``,
 dropped at the end). The table is what any journal needs, a ``bytea`` keyed by
-(stream, seq). Two ways to insert, as ``durably._bench.limit.RawSQLite``:
+(stream, seq). Two ways to insert, as ``durably.bench.limit.RawSQLite``:
 
 * ``per_commit``: one row, one autocommitted INSERT (one round trip, one WAL
   flush) per append;
@@ -29,7 +29,7 @@ from durably.adapters.postgres._options import PostgresOptions
 class RawPostgres:
     """A plain asyncpg journal on the server of ``url`` (a ``postgresql://`` store URL). Use ``async with``.
 
-    ``per_commit`` and ``group`` are ``durably._bench.limit.Sink``s: ``await sink(stream, seq, data)``
+    ``per_commit`` and ``group`` are ``durably.bench.limit.Sink``s: ``await sink(stream, seq, data)``
     returns once the row is committed.
     """
 

@@ -8,7 +8,7 @@ So each part runs in a new interpreter, and reads its peak from ``VmHWM`` in
 process's own peak whenever that was larger than the child's:
 
 * ``concurrent``: ``AGENTS`` agents started at once, each on its own seeded
-  ``STEPS``-step conversation (the bench agent of ``durably._bench.agent``),
+  ``STEPS``-step conversation (the bench agent of ``durably.bench.agent``),
   through one ``Runtime``: wall time from the first start to the last finish,
   and peak RSS;
 * ``parked``: ``AGENTS`` agents whose first tool call needs an approval, each
@@ -17,7 +17,7 @@ process's own peak whenever that was larger than the child's:
   then a new store handle and ``Runtime`` time ``resume_all()`` scanning them
   (cold, then again warm). Nothing is runnable, so it must resume none.
 
-``python -m durably._bench.many_worker MODE STORE NAMESPACE AGENTS STEPS SEED OUT``
+``python -m durably.bench.many_worker MODE STORE NAMESPACE AGENTS STEPS SEED OUT``
 writes the figures as JSON to ``OUT``.
 """
 
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 if TYPE_CHECKING:  # imported lazily below, after the RSS baseline
-    from durably._runtime import AgentDefinition
+    from durably import AgentDefinition
 
 PAGE = resource.getpagesize()
 STARTING = 200  # agents being started at once in the parked part (each start is a few commits)
@@ -74,7 +74,7 @@ async def concurrent(url: str, namespace: str, agents: int, steps: int, seed: in
 
 def parked_definition() -> AgentDefinition:
     """An agent whose model asks for an approval-gated tool at once, then finishes."""
-    from durably._runtime import AgentDefinition, ModelResponse, ToolCall, Usage, tool
+    from durably import AgentDefinition, ModelResponse, ToolCall, Usage, tool
 
     class AsksFirst:
         name = "bench-approval"
@@ -100,7 +100,7 @@ def parked_definition() -> AgentDefinition:
 
 async def parked(url: str, namespace: str, agents: int) -> dict[str, Any]:
     """Park ``agents`` agents; RSS per parked agent and the ``resume_all`` scan time."""
-    from durably._runtime import Runtime
+    from durably import Runtime
     from durably.storage._registry import open_store
 
     definition = parked_definition()

@@ -66,11 +66,11 @@ async def run_bench(store: str | None, suites: Iterable[str], sizes: Sizes, *, m
             from durably.adapters.postgres._options import redacted
 
             results.store = redacted(bench.store)  # a password in the URL never reaches the report
-            results.note("the limit is plain asyncpg on the same PostgreSQL server (durably._bench.limit_postgres)")
+            results.note("the limit is plain asyncpg on the same PostgreSQL server (durably.bench.limit_postgres)")
         elif not bench.is_sqlite:
             results.note(f"the limit is plain aiosqlite on {scratch}; durably runs on {bench.store}")
         if requests is not None:
-            results.note("requests per step are counted at the bench's own S3 server (durably._bench.s3_server)")
+            results.note("requests per step are counted at the bench's own S3 server (durably.bench.s3_server)")
         elif urlsplit(bench.store).scheme == "s3":
             results.note("requests per step are counted only at the bench's own server: durably bench --local-s3")
         for name in names:

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durably._runtime.tools import idempotency_key
+from durably._tools.tool import idempotency_key
 from durably.schemas._records import Kind
 
 #: How many standard-library modules feed the corpus (sorted by name, so stable).
@@ -81,7 +81,7 @@ def corpus(start: int = 0) -> Corpus:
     """The corpus of this Python: docstrings and source lines of ``CORPUS_MODULES``
     top-level standard-library modules from the ``start``-th on, by name (loaded
     once, ~0.5 s). The bench uses ``start=0``; the shipped zstd dictionary was
-    trained on the next ones (``durably._bench.dictionary``), so it holds no text
+    trained on the next ones (``durably.bench.dictionary``), so it holds no text
     the bench measures."""
     root = Path(sysconfig.get_paths()["stdlib"])
     prose: list[str] = []
@@ -202,7 +202,7 @@ def journal_entries(steps: list[Step], namespace: str, agent_id: str, run_id: st
                     task: str = "Fix the failing test in the standard library.") -> list[tuple[str, dict[str, Any]]]:
     """The ``(kind, data)`` records the runtime journals for ``steps``, in order.
 
-    The same shapes ``durably._runtime`` writes: ``started``, then per step
+    The same shapes ``durably`` writes: ``started``, then per step
     ``model_responded``, ``tool_intent``, ``tool_result`` (3 records a step).
     Used where the bench writes a journal without running an agent (append,
     restore fixtures, codec), so the bytes are those of a real run.

@@ -22,7 +22,7 @@ from ._common import MalformedToolCallError, Price
 from durably.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from durably._runtime.model import Model
+    from durably._loop.model import Model
 
 __all__ = ["MalformedToolCallError", "Price", "from_spec"]
 

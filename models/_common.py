@@ -8,8 +8,8 @@ from typing import Any
 
 import pydantic_core
 
-from durably._runtime.model import TransientModelError
-from durably._runtime.model_retry import parse_retry_after
+from durably._loop.model import TransientModelError
+from durably._loop.model_retries import parse_retry_after
 from durably.errors import MalformedToolCallError as MalformedToolCallError  # re-exported: the old import path
 from durably.errors import InvalidArgumentError
 

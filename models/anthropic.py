@@ -18,7 +18,7 @@ try:
 except ImportError as exc:  # the vendor client is the optional extra durably[anthropic]
     raise ExtraNotInstalledError.of("durably.models.anthropic", "anthropic", exc) from None
 
-from durably._runtime.model import ModelResponse, ToolCall, TransientModelError, Usage
+from durably._loop.model import ModelResponse, ToolCall, TransientModelError, Usage
 
 from ._common import MalformedToolCallError, Price, as_text, stop_reason, transient_from_status
 

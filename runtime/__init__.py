@@ -1,11 +1,31 @@
-"""durably._runtime (internal): durable agent actors, the step loop, tools, approvals and budgets.
+"""durably: durable execution for long-running LLM agents.
 
-Import the public names from ``durably`` (``from durably import Runtime, tool``);
-this package and its modules are the implementation and may change in any
-release. The names below stay importable from here for the code that used them.
+Every step an agent takes is written to a journal before it is acknowledged, so
+a crash, a deploy or a long approval wait becomes a pause, not a restart. Service
+builders import everything from here:
+
+```python
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+```
+
+Adapter authors import from ``durably.storage`` (the SPI, its errors, the URL
+registry) and ``durably.storage.conformance`` (the test kit). Model adapters are
+in ``durably.models.openai`` and ``durably.models.anthropic``, the LangGraph
+bridge in ``durably.integrations.langgraph``. Every other module (``durably.*``,
+the adapters' parts, ``durably._cli``) is internal and may change in any release.
+
+The runtime's names are imported on first use (PEP 562), so ``import durably``
+costs little and ``import durably.storage`` does not load the runtime; errors are
+always here (``durably.errors``, one hierarchy rooted at ``DurablyError``).
+``__version__`` is the installed distribution's version (``pyproject.toml`` is
+its only source).
 """
 
-from .agent import AgentDefinition, Budget
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AgentExistsError,
     AgentFencedError,
@@ -13,21 +33,224 @@ from .errors import (
     AgentLeaseLostError,
     AgentNotFoundError,
     ApprovalAlreadyDecidedError,
+    ArgumentTypeError,
+    BlobNotFoundError,
+    CodecError,
+    ConflictError,
+    CorruptRecordError,
+    DecryptionError,
+    DefinitionMigrationError,
     DefinitionNotRegisteredError,
+    DurablyError,
+    EncryptionRequiredError,
+    ExtraNotInstalledError,
+    FrameLimitError,
+    InvalidArgumentError,
     InvalidCommandError,
+    InvalidRequestError,
+    InvalidStoreError,
+    InvalidStoreURLError,
+    KeyConfigError,
+    MissingUpcasterError,
+    ModelReplyError,
+    PurgeIncompleteError,
+    RedactedArgumentError,
+    RuntimeNotStartedError,
+    SeqOutOfRangeError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+    ToolArgumentsError,
+    TransientModelError,
+    TruncatedRecordError,
+    UnencodableValueError,
+    UnfoldableRecordError,
+    UnknownKeyError,
+    UnknownSchemaVersionError,
+    UnknownSchemeError,
+    UnsafeCompactionError,
+    WaitTimeoutError,
 )
-from .model import Model, ModelReplyError, ModelResponse, ToolCall, TransientModelError, Usage
-from .model_retry import RetryPolicy
-from .handle import AgentHandle
-from .runtime import Runtime
-from .snapshots import SnapshotPolicy
-from .state import AgentState
-from .tools import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolContext, tool
+
+#: Public name -> the internal module that defines it (imported on first use).
+_LAZY: dict[str, str] = {
+    "Runtime": "durably._runtime",
+    "AgentHandle": "durably._fleet.handle",
+    "AgentDefinition": "durably._loop.agent",
+    "Budget": "durably._loop.agent",
+    "HistoryPolicy": "durably._loop.agent",
+    "OnDefinitionChange": "durably._loop.agent",
+    "AgentState": "durably._loop.state",
+    "Model": "durably._loop.model",
+    "ModelResponse": "durably._loop.model",
+    "ToolCall": "durably._loop.model",
+    "Usage": "durably._loop.model",
+    "RetryPolicy": "durably._loop.model_retries",
+    "SnapshotPolicy": "durably._journal.snapshots",
+    "Tool": "durably._tools.tool",
+    "ToolContext": "durably._tools.tool",
+    "Reconciled": "durably._tools.tool",
+    "OnUnknownOutcome": "durably._tools.tool",
+    "tool": "durably._tools.tool",
+    "RetentionPolicy": "durably._upkeep.retention",
+    "DAY": "durably._upkeep.retention",
+    "SweepItem": "durably._upkeep.retention",
+    "Redact": "durably._journal.redaction_policy",
+    "RedactionPolicy": "durably._journal.redaction_policy",
+    "ephemeral": "durably._journal.redaction_policy",
+    "AgentDescription": "durably._reading.describe",
+    "LeaseInfo": "durably._reading.describe",
+    "HistoryEntry": "durably._reading.history",
+    "StatusChange": "durably._reading.watch",
+    "CommandResult": "durably._operate.placement",
+    "Placement": "durably._operate.placement",
+    "Where": "durably._operate.placement",
+    "LeaseHolder": "durably._fleet.owner",
+    "Liveness": "durably._fleet.owner",
+    "ReencryptReport": "durably._upkeep.reencrypt",
+    "AESGCMCipher": "durably.storage._crypto",
+    "EnvKeyProvider": "durably.storage._crypto",
+    "StaticKeyProvider": "durably.storage._crypto",
+    "KeyProvider": "durably.storage._crypto",
+    "generate_key": "durably.storage._crypto",
+    "open_store": "durably.storage._registry",
+    "FrameCipher": "durably.storage._codec",
+}
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the API reference
+    from durably._loop.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
+    from durably._reading.describe import AgentDescription, LeaseInfo
+    from durably._fleet.handle import AgentHandle
+    from durably._reading.history import HistoryEntry
+    from durably._loop.model import Model, ModelResponse, ToolCall, Usage
+    from durably._loop.model_retries import RetryPolicy
+    from durably._fleet.owner import LeaseHolder, Liveness
+    from durably._operate.placement import CommandResult, Placement, Where
+    from durably._journal.redaction_policy import Redact, RedactionPolicy, ephemeral
+    from durably._upkeep.reencrypt import ReencryptReport
+    from durably._upkeep.retention import DAY, RetentionPolicy, SweepItem
+    from durably._runtime import Runtime
+    from durably._journal.snapshots import SnapshotPolicy
+    from durably._loop.state import AgentState
+    from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
+    from durably._reading.watch import StatusChange
+    from durably.storage._crypto import AESGCMCipher, EnvKeyProvider, KeyProvider, StaticKeyProvider, generate_key
+    from durably.storage._codec import FrameCipher
+    from durably.storage._registry import open_store
+
+    __version__: str
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: import a public name's module the first time the name is used.
+
+    ``__version__`` comes from the installed distribution's metadata. Raises
+    ``AttributeError`` for a name that is not public here.
+    """
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value: Any = version("durably")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            value = "0+unknown"
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'durably' has no attribute {name!r}")
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    # The public names and the public subpackages, not this module's own imports
+    # (``Any``, ``importlib``, ``annotations``) nor what is not loaded yet.
+    return sorted(set(__all__) | {"__version__", "errors", "models", "schemas", "storage", "adapters", "integrations"})
+
 
 __all__ = [
-    "AgentDefinition", "AgentExistsError", "AgentFencedError", "AgentLeasedError", "AgentLeaseLostError", "AgentHandle", "AgentNotFoundError", "AgentState",
+    "AESGCMCipher",
+    "AgentDefinition",
+    "AgentDescription",
+    "AgentExistsError",
+    "AgentFencedError",
+    "AgentHandle",
+    "AgentLeaseLostError",
+    "AgentLeasedError",
+    "AgentNotFoundError",
+    "AgentState",
     "ApprovalAlreadyDecidedError",
-    "Budget", "DefinitionNotRegisteredError", "InvalidCommandError", "Model", "ModelReplyError", "ModelResponse",
-    "OnUnknownOutcome", "Reconciled", "RetryPolicy", "Runtime", "SnapshotPolicy", "Tool", "ToolArgumentsError", "ToolCall",
-    "ToolContext", "TransientModelError", "Usage", "tool",
+    "ArgumentTypeError",
+    "BlobNotFoundError",
+    "Budget",
+    "CodecError",
+    "CommandResult",
+    "ConflictError",
+    "CorruptRecordError",
+    "DAY",
+    "DecryptionError",
+    "DefinitionMigrationError",
+    "DefinitionNotRegisteredError",
+    "DurablyError",
+    "EncryptionRequiredError",
+    "EnvKeyProvider",
+    "ExtraNotInstalledError",
+    "FrameCipher",
+    "FrameLimitError",
+    "HistoryEntry",
+    "HistoryPolicy",
+    "InvalidArgumentError",
+    "InvalidCommandError",
+    "InvalidRequestError",
+    "InvalidStoreError",
+    "InvalidStoreURLError",
+    "KeyConfigError",
+    "KeyProvider",
+    "LeaseHolder",
+    "LeaseInfo",
+    "Liveness",
+    "MissingUpcasterError",
+    "Model",
+    "ModelReplyError",
+    "ModelResponse",
+    "OnDefinitionChange",
+    "OnUnknownOutcome",
+    "Placement",
+    "PurgeIncompleteError",
+    "Reconciled",
+    "Redact",
+    "RedactedArgumentError",
+    "RedactionPolicy",
+    "ReencryptReport",
+    "RetentionPolicy",
+    "RetryPolicy",
+    "Runtime",
+    "RuntimeNotStartedError",
+    "SeqOutOfRangeError",
+    "SnapshotPolicy",
+    "StaticKeyProvider",
+    "StatusChange",
+    "StoreClosedError",
+    "StoreError",
+    "StoreUnavailableError",
+    "SweepItem",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolCall",
+    "ToolContext",
+    "TransientModelError",
+    "TruncatedRecordError",
+    "UnencodableValueError",
+    "UnfoldableRecordError",
+    "UnknownKeyError",
+    "UnknownSchemaVersionError",
+    "UnknownSchemeError",
+    "UnsafeCompactionError",
+    "Usage",
+    "WaitTimeoutError",
+    "Where",
+    "ephemeral",
+    "generate_key",
+    "open_store",
+    "tool",
 ]

@@ -30,7 +30,7 @@ times...): a forged frame can neither build objects durably never wrote nor
 make a small record expand into a huge graph. Subclasses of str, int and float
 (``StrEnum``, ``IntEnum``, ``IntFlag`` members included) are refused at save
 time with their path rather than stored as the plain value, which would lose
-their type silently; ``durably._runtime.tool_results`` turns a tool's Enum,
+their type silently; ``durably._tools.results`` turns a tool's Enum,
 dataclass and pydantic results into data first, by a documented rule.
 """
 

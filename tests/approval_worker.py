@@ -14,7 +14,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably._runtime import AgentDefinition, AgentExistsError, Budget, Runtime, tool  # noqa: E402
+from durably import AgentDefinition, AgentExistsError, Budget, Runtime, tool  # noqa: E402
 from support_agents import StepModel, append_line  # noqa: E402
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from durably._runtime import AgentDefinition, ModelResponse, Usage
+from durably import AgentDefinition, ModelResponse, Usage
 
 
 class FlakyModel:

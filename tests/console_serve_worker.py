@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 
-from durably._runtime import Runtime
+from durably import Runtime
 from durably._cli.demo.survey import survey_agent
 
 

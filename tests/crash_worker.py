@@ -34,8 +34,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably._runtime import AgentExistsError, Runtime, SnapshotPolicy  # noqa: E402
-from durably._runtime.agent_journal import AgentJournal  # noqa: E402
+from durably import AgentExistsError, Runtime, SnapshotPolicy  # noqa: E402
+from durably._journal.writer import AgentJournal  # noqa: E402
 from durably.schemas._records import Kind  # noqa: E402
 from durably.storage._group_commit import GroupCommitter  # noqa: E402
 from support_agents import append_line, file_agent  # noqa: E402

@@ -20,7 +20,7 @@ from decimal import Decimal
 import anyio
 import pydantic
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
 
 
 class Color(enum.Enum):

@@ -17,7 +17,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably._runtime import AgentDefinition, Runtime, tool  # noqa: E402
+from durably import AgentDefinition, Runtime, tool  # noqa: E402
 from support_agents import StepModel  # noqa: E402
 
 

@@ -10,9 +10,9 @@ from typing import Any, Callable, NamedTuple
 
 import cbor2
 
-from durably._runtime import ModelResponse, Usage
+from durably import ModelResponse, Usage
 from durably.storage import StreamId
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 
 PASSWORD = "correct-horse-battery-staple-42"
 GH_TOKEN = "ghp_" + "Zx9" * 12  # the GitHub token format: ghp_ + 36 alphanumerics

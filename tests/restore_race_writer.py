@@ -20,8 +20,8 @@ import uuid
 import anyio
 
 from durably.adapters.sqlite import SQLiteStore
-from durably._runtime.record_codec import RecordCodec
-from durably._runtime.state import AgentState, apply
+from durably._journal.records import RecordCodec
+from durably._loop.state import AgentState, apply
 from durably.schemas._records import Kind, Record
 from durably.storage._spi import AppendRequest, StreamId
 

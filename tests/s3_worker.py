@@ -41,7 +41,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).parent))
 
 from durably.adapters.s3 import S3Store  # noqa: E402
-from durably._runtime import (  # noqa: E402
+from durably import (  # noqa: E402
     AgentDefinition,
     AgentExistsError,
     AgentLeasedError,
@@ -52,8 +52,8 @@ from durably._runtime import (  # noqa: E402
     SnapshotPolicy,
     tool,
 )
-from durably._runtime.agent_journal import AgentJournal  # noqa: E402
-from durably._runtime.snapshots import SnapshotWriter  # noqa: E402
+from durably._journal.writer import AgentJournal  # noqa: E402
+from durably._journal.snapshots import SnapshotWriter  # noqa: E402
 from durably.schemas._records import Kind  # noqa: E402
 from durably.storage._group_commit import GroupCommitter  # noqa: E402
 from support_agents import StepModel, append_line, read_lines  # noqa: E402

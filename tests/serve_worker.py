@@ -20,7 +20,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably._runtime import AgentDefinition, Reconciled, Runtime, tool  # noqa: E402
+from durably import AgentDefinition, Reconciled, Runtime, tool  # noqa: E402
 from support_agents import StepModel, append_line, read_lines  # noqa: E402
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from durably._runtime import AgentDefinition, ModelResponse, Reconciled, ToolCall, Usage, tool
+from durably import AgentDefinition, ModelResponse, Reconciled, ToolCall, Usage, tool
 
 
 class StepModel:

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from durably import AESGCMCipher, SnapshotPolicy
-from durably._runtime import Runtime, tool
+from durably import Runtime, tool
 from durably.errors import ArgumentTypeError, InvalidArgumentError
 from durably.storage import open_store
 from durably.storage._crypto import StaticKeyProvider

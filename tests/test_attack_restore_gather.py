@@ -19,10 +19,10 @@ import anyio
 import pytest
 
 from durably.adapters.sqlite import SQLiteStore
-from durably._runtime import AgentDefinition, Runtime
+from durably import AgentDefinition, Runtime
 from durably.errors import RuntimeNotStartedError
-from durably._runtime.record_codec import RecordCodec
-from durably._runtime.restore import restore
+from durably._journal.records import RecordCodec
+from durably._journal.restore import restore
 from durably.storage._errors import (
     CorruptRecordError, StoreClosedError, StoreUnavailableError, TruncatedRecordError,
 )
@@ -309,7 +309,7 @@ async def test_a_runtime_exiting_while_its_resume_all_runs_elsewhere(tmp_path, c
 HOLDER = """
 import sys, anyio
 from durably.adapters.sqlite import SQLiteStore
-from durably._runtime.owner import new_identity
+from durably._fleet.owner import new_identity
 from durably.storage._spi import StreamId
 
 class Keeper:  # what new_identity registers (weakly) for as long as this holder lives
@@ -407,8 +407,8 @@ class CompactedBeforeTheRead(SQLiteStore):
 
 
 async def test_time_travel_into_history_compacted_meanwhile_is_out_of_range_not_damage(tmp_path) -> None:
-    from durably._runtime.telemetry import Telemetry
-    from durably._runtime.time_travel import state_at
+    from durably._telemetry import Telemetry
+    from durably._reading.time_travel import state_at
     from durably.errors import SeqOutOfRangeError
 
     url, codec = f"sqlite:///{tmp_path / 't.db'}", RecordCodec()
@@ -487,7 +487,7 @@ async def test_a_damaged_status_index_entry_does_not_stop_the_scan(tmp_path, app
 RIVAL = """
 import json, sys, anyio
 sys.path.insert(0, sys.argv[2])
-from durably._runtime import Runtime
+from durably import Runtime
 from test_attack_restore_gather import _agent
 
 async def main(url):

@@ -16,17 +16,17 @@ import sys
 import aiosqlite
 import pytest
 
-from durably._bench import dbos_peer, peers
-from durably._bench.cli import main as bench_main
-from durably._bench.context import Sizes
-from durably._bench.limit import RawSQLite, run_writers
-from durably._bench.plot import plot
-from durably._bench.results import MAX_POINTS, Results
-from durably._bench.report import write_json
-from durably._bench.runner import run_bench
-from durably._bench.suites import SUITES
-from durably._bench.targets import GOALS
-from durably._bench.workload import MAX_RESULT_CHARS, TOOL_NAMES, Workload, journal_entries
+from durably.bench import dbos_peer, peers
+from durably.bench.cli import main as bench_main
+from durably.bench.context import Sizes
+from durably.bench.limit import RawSQLite, run_writers
+from durably.bench.plot import plot
+from durably.bench.results import MAX_POINTS, Results
+from durably.bench.report import write_json
+from durably.bench.runner import run_bench
+from durably.bench.suites import SUITES
+from durably.bench.targets import GOALS
+from durably.bench.workload import MAX_RESULT_CHARS, TOOL_NAMES, Workload, journal_entries
 from durably._cli.main import build_parser
 
 TINY = Sizes(append_records=8, append_concurrency=(1, 16), conversations=(24,), agents=3, agent_steps=4,
@@ -183,7 +183,7 @@ def test_overhead_reports_cpu_per_step_and_imports_their_ratio(tiny_run):
     cpu = {f["system"]: f["value"] for f in figures(tiny_run, "overhead", system=None) if f["name"] == "cpu_per_step"}
     assert set(cpu) == {"plain-loop", "durably-memory", "durably"} and all(v >= 0 for v in cpu.values())
     (ratio,) = [r for r in tiny_run["ratios"] if r["suite"] == "imports"]
-    assert ratio["name"] == "durably._runtime/dependencies" and ratio["value"] > 0
+    assert ratio["name"] == "durably/dependencies" and ratio["value"] > 0
 
 
 def test_series_are_bounded_and_ordered(tiny_run):
@@ -195,7 +195,7 @@ def test_series_are_bounded_and_ordered(tiny_run):
 
 
 def test_long_series_are_cut_into_buckets():
-    from durably._bench.results import Results
+    from durably.bench.results import Results
 
     series = Results(store="memory://", mode="t", seed=0).add_series("s", "n", [float(i) for i in range(2_000)], "ms")
     assert len(series.x) == MAX_POINTS and series.bucket == 4
@@ -301,7 +301,7 @@ async def test_limit_group_rows_commits_a_step_as_one_append(tmp_path):
 def test_local_s3_counts_requests_per_step_at_the_server():
     import anyio
 
-    from durably._bench.s3_server import BenchS3Server
+    from durably.bench.s3_server import BenchS3Server
 
     sizes = Sizes(append_records=8, append_concurrency=(1,), conversations=(5,), agents=2, agent_steps=3,
                   growth_steps=5, restore_records=(10,), restore_repeats=1, codec_steps=10, overhead_steps=5,
@@ -330,7 +330,7 @@ def test_the_many_workers_peak_rss_is_its_own_not_its_parents() -> None:
     ballast = bytearray(256 * 1024 * 1024)
     for i in range(0, len(ballast), 4096):
         ballast[i] = 1  # resident, so the parent's peak is at least 256 MiB
-    probe = "from durably._bench.many_worker import peak_rss_bytes; print(peak_rss_bytes())"
+    probe = "from durably.bench.many_worker import peak_rss_bytes; print(peak_rss_bytes())"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     del ballast
     assert 5 * 1024 * 1024 < int(out.stdout) < 128 * 1024 * 1024

@@ -14,7 +14,7 @@ import pytest
 
 from durably.adapters.filesystem import FileSystemStore
 from durably.adapters.memory import MemoryStore
-from durably._runtime.torture.ledgered_store import LedgeredStore
+from durably._torture.ledgered_store import LedgeredStore
 from durably.storage._base import StoreBase
 from durably.storage._torture import Ledger
 from durably.storage._spi import (

@@ -14,11 +14,11 @@ import anyio
 import click
 import pytest
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
 from durably._cli.main import cli, main
 from durably._cli.demo.survey import survey_agent
-from durably._runtime.state import AgentState, apply
-from durably._runtime.record_codec import RecordCodec
+from durably._loop.state import AgentState, apply
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 

@@ -46,5 +46,5 @@ def test_agents_json_imports_neither_rich_nor_the_other_commands(tmp_path) -> No
     assert json.loads(document)["agents"] == []
     loaded = set(eval("[" + modules))  # noqa: S307  # our own printed list of names
     for unneeded in ("rich", "tenacity", "opentelemetry", "importlib.metadata", "durably._cli.privacy",
-                     "durably._cli.operate", "durably._cli.langgraph", "durably._runtime.torture"):
+                     "durably._cli.operate", "durably._cli.langgraph", "durably._torture"):
         assert unneeded not in loaded, unneeded

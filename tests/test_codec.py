@@ -1,4 +1,4 @@
-"""The frame codec (storage/_codec.py) and the record/snapshot layer (runtime/record_codec.py).
+"""The frame codec (storage/_codec.py) and the record/snapshot layer (runtime/_journal/records.py).
 
 What is checked: every record kind and a snapshot round-trip; any flipped byte,
 truncation, trailing garbage or bad magic is reported as corruption, never
@@ -33,7 +33,7 @@ from durably.storage._errors import (
     UnencodableValueError,
     UnknownSchemaVersionError,
 )
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 STREAM = StreamId("tests", "agent-1")

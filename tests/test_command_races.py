@@ -11,10 +11,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from durably._runtime import AgentDefinition, Budget, InvalidCommandError, ModelResponse, Runtime, ToolCall, tool
+from durably import AgentDefinition, Budget, InvalidCommandError, ModelResponse, Runtime, ToolCall, tool
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 
 
 def gated() -> AgentDefinition:
@@ -64,7 +64,7 @@ async def test_of_two_racing_decisions_exactly_one_is_acknowledged(tmp_path, sec
     for i in range(6):
         decided = [r for r in await records(url, f"a{i}") if r.kind == Kind.APPROVAL_DECIDED]
         assert len(decided) == 1  # main: two, the last silently winning
-    from durably._runtime.errors import ApprovalAlreadyDecidedError
+    from durably.errors import ApprovalAlreadyDecidedError
 
     for i in range(6):
         mine = [outcomes[(f"a{i}", name)] for name in ("p1", "p2")]

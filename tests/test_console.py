@@ -21,7 +21,7 @@ import httpx
 import pytest
 from system_packages import ensure_debian_packages
 
-from durably._cli.console import ConsoleConfigError, ContentPolicy, create_app
+from durably._console import ConsoleConfigError, ContentPolicy, create_app
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -182,7 +182,7 @@ async def test_record_content_reaches_the_page_only_when_allowed(demo_store) -> 
 
 
 async def test_a_long_timeline_is_paged(tmp_path) -> None:
-    from durably._runtime import Runtime
+    from durably import Runtime
     from durably.schemas._records import Kind, Record
 
     url = f"sqlite:///{tmp_path / 'long.db'}"

@@ -19,10 +19,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from durably._runtime import AgentLeasedError, Runtime
+from durably import AgentLeasedError, Runtime
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from support_agents import read_lines
 from serve_worker import slow_file_agent
 
@@ -83,7 +83,7 @@ async def test_a_ghost_with_this_very_pid_is_dead(tmp_path, form):
     if form == "legacy":  # what this host's previous incarnation wrote before owner identities
         ghost = f"{socket.gethostname()}:{os.getpid()}/cafe"
     else:
-        from durably._runtime.owner import OwnerIdentity, new_identity
+        from durably._fleet.owner import OwnerIdentity, new_identity
 
         me = new_identity("svc", Keeper())
         ghost = str(OwnerIdentity(me.worker_id, "0ld", me.host, me.pid, "1", me.boot_id, me.pid_ns))
@@ -99,7 +99,7 @@ class Keeper:
 
 
 async def test_lease_holder_names_a_dead_holder(tmp_path):
-    from durably._runtime.owner import Liveness
+    from durably._fleet.owner import Liveness
 
     db, effects = tmp_path / "a.db", tmp_path / "effects.jsonl"
     pid = await kill_mid_run(db, effects, "--worker-id", "worker-a")
@@ -110,7 +110,7 @@ async def test_lease_holder_names_a_dead_holder(tmp_path):
 
 
 async def test_a_live_runtime_of_this_process_is_alive_and_a_remote_holder_shows_its_expiry(tmp_path):
-    from durably._runtime.owner import Liveness
+    from durably._fleet.owner import Liveness
 
     url = f"sqlite:///{tmp_path}/a.db"
     effects = tmp_path / "effects.jsonl"

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably._runtime.agent import OnDefinitionChange
-from durably._runtime.migrate import DefinitionMigrationError, definition_change_entries
-from durably._runtime.restore import restore
-from durably._runtime.state import NEEDS_MIGRATION
-from durably._runtime.record_codec import RecordCodec
+from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._loop.agent import OnDefinitionChange
+from durably._upkeep.migrate import DefinitionMigrationError, definition_change_entries
+from durably._journal.restore import restore
+from durably._loop.state import NEEDS_MIGRATION
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 

@@ -3,6 +3,7 @@ page or an API reference to a name that does not exist fails the suite."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_docs_build_strict(tmp_path: Path) -> None:
+def test_docs_build_strict(tmp_path: Path, shipped_tree: Path) -> None:
+    # The API reference reads the package as installed (a folder named durably), found first on the path.
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(shipped_tree)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "reference" / "durably" / "index.html").exists()
     reference = (tmp_path / "site" / "reference" / "durably" / "index.html").read_text(encoding="utf-8")

@@ -461,8 +461,8 @@ def test_the_surface_holds_the_public_api_once():
     targets, _ = public_surface()
     names = [t.name for t in targets]
     assert len(names) == len(set(names)), "an object counted twice"
-    assert {"durably._runtime.runtime.Runtime", "durably._runtime.runtime.Runtime.start",  # a lazy name, a method
-            "durably._runtime.state.AgentState.parked",  # a property
+    assert {"durably._runtime.Runtime", "durably._runtime.Runtime.start",  # a lazy name, a method
+            "durably._loop.state.AgentState.parked",  # a property
             "durably.errors.DurablyError", "durably.storage._spi_store.Store.read",
             "durably.adapters.memory.MemoryStore"} <= set(names)  # a module without __all__
     assert not [name for name in names if name.rpartition(".")[2].startswith(("test_", "_"))]

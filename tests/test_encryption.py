@@ -11,10 +11,10 @@ import zlib
 
 import pytest
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
 from durably._cli.main import main as cli_main
-from durably._runtime.reencrypt import COMPACTED, CURRENT, SNAPSHOT_REWRITTEN, key_census
-from durably._runtime.retention import last_activity
+from durably._upkeep.reencrypt import COMPACTED, CURRENT, SNAPSHOT_REWRITTEN, key_census
+from durably._upkeep.retention import last_activity
 from durably.schemas._records import RECORD_SCHEMA_ID, Kind, Record
 from durably.storage import StreamId, open_store
 from durably.storage._codec import FLAG_ENCRYPTED, FLAG_ZSTD, HEADER_SIZE, Codec
@@ -27,7 +27,7 @@ from durably.storage._crypto import (
     key_id_of,
 )
 from durably.storage._errors import CorruptRecordError, DecryptionError, EncryptionRequiredError, UnknownKeyError
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._spi import StoredRecord, StoredSnapshot
 from privacy_support import ScriptModel, files_bytes, s3_bytes, spi_frames
 

@@ -17,10 +17,10 @@ from typing import Any, Callable
 import pytest
 
 import durably
-from durably._runtime.reencrypt import reencrypt_stream
-from durably._runtime.record_codec import RecordCodec
-from durably._runtime.status_index import rebuild
-from durably._runtime.telemetry import Telemetry
+from durably._upkeep.reencrypt import reencrypt_stream
+from durably._journal.records import RecordCodec
+from durably._journal.status_index import rebuild
+from durably._telemetry import Telemetry
 from durably.storage._spi import StreamId
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +125,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # msgpack ext hook: StrictSerde._fail raises, values.py catches it and raises CheckpointValueError.
     ("runtime/integrations/langgraph/_values.py", "raise ValueError(problem)"): "caught in values.py",
     # json parse_constant hook of parse_result, which turns it into InvalidCommandError.
-    ("runtime/cli/operate.py", 'raise ValueError(f"{name} is not a number'): "caught in operate.py",
+    ("runtime/_cli/operate.py", 'raise ValueError(f"{name} is not a number'): "caught in operate.py",
     # URL option parsers: parse_store_url catches their ValueError and raises InvalidStoreURLError.
     ("adapters/sqlite/_file.py", 'raise ValueError("known: FULL, NORMAL")'): "caught in storage/_urls.py",
     ("adapters/sqlite/_file.py", 'raise ValueError("a whole number of milliseconds")'): "caught in storage/_urls.py",
@@ -137,7 +137,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # A malformed stored S3 key (another tool's object): list_streams catches it and skips the key.
     ("adapters/s3/_keys.py", 'raise ValueError(f"truncated escape'): "caught in adapters/s3/_streams.py",
     # The fold's seq invariant (a misread journal); status_index.py catches it.
-    ("runtime/state.py", 'raise ValueError(f"record seq'): "internal invariant",
+    ("runtime/_loop/state.py", 'raise ValueError(f"record seq'): "internal invariant",
 }
 
 _BARE = re.compile(r"raise (ValueError|TypeError)\(")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
-from durably._runtime import Runtime
+from durably import Runtime
 from serve_worker import slow_file_agent
 from support_agents import read_lines
 from test_dead_holders import spawn, until
@@ -41,7 +41,7 @@ async def test_three_serving_workers_split_twelve_agents(tmp_path):
 
 
 def test_fair_share_splits_what_it_has_seen():
-    from durably._runtime.scan import FairShare, ScanResult
+    from durably._fleet.scan import FairShare, ScanResult
 
     fair = FairShare()
     assert fair.limit(0) == 1  # first scan: one, until the others are seen

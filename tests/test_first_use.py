@@ -152,8 +152,8 @@ async def test_run_on_an_agent_another_runtime_runs_raises_agent_leased(tmp_path
 
 
 def test_what_a_user_names_is_public():
-    from durably._runtime.placement import Placement, Where
-    from durably._runtime.retention import DAY
+    from durably._operate.placement import Placement, Where
+    from durably._upkeep.retention import DAY
 
     assert durably.Where is Where and durably.Placement is Placement and durably.DAY == DAY == 86_400
     assert durably.Where.HERE == "here"

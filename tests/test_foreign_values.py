@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from durably.adapters.s3._keys import StreamKeys
-from durably._runtime import Runtime, SnapshotPolicy
+from durably import Runtime, SnapshotPolicy
 from durably.storage import StreamId
 from durably.storage._errors import CorruptRecordError
 from support_agents import list_agent

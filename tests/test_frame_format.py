@@ -36,7 +36,7 @@ from durably.storage._errors import (
     UnknownDictionaryError,
     UnknownSchemaVersionError,
 )
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 FORMAT2 = Path(__file__).resolve().parent / "golden" / "format2"

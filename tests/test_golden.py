@@ -22,11 +22,11 @@ import anyio
 import pytest
 from schema_wire import validate_frame
 
-from durably._runtime import AgentState, Runtime
+from durably import AgentState, Runtime
 from durably._cli.demo.survey import survey_agent
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
 from durably.storage._codec import Codec
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

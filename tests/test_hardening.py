@@ -10,7 +10,7 @@ import uuid
 import anyio
 import pytest
 
-from durably._runtime import (
+from durably import (
     AgentDefinition,
     Budget,
     InvalidCommandError,
@@ -19,11 +19,11 @@ from durably._runtime import (
     ToolCall,
     tool,
 )
-from durably._runtime.agent import HistoryPolicy
+from durably._loop.agent import HistoryPolicy
 from durably.schemas._records import Kind
 from durably.storage import StreamId, UnencodableValueError, open_store
 from durably.storage._codec import Codec, CodecLimits
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from support_agents import StepModel, list_agent
 
 

@@ -14,18 +14,18 @@ import anyio
 import pytest
 from support_agents import list_agent
 
-from durably._runtime import Runtime, SnapshotPolicy
+from durably import Runtime, SnapshotPolicy
 from durably._cli.demo.survey import survey_agent, survey_task
-from durably._runtime.errors import (
+from durably.errors import (
     AgentExistsError,
     AgentNotFoundError,
     InvalidCommandError,
     SeqOutOfRangeError,
     WaitTimeoutError,
 )
-from durably._runtime.state import AgentState, apply
+from durably._loop.state import AgentState, apply
 from durably.schemas._records import Kind, Record
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 
 WORKER = Path(__file__).parent / "approval_worker.py"
 

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from durably._runtime import (
+from durably import (
     AgentDefinition,
     AgentNotFoundError,
     ModelResponse,
@@ -24,8 +24,8 @@ from durably._runtime import (
     Usage,
     tool,
 )
-from durably._runtime.redaction import RedactionPolicy
-from durably._runtime.retention import RetentionPolicy
+from durably._journal.redaction_policy import RedactionPolicy
+from durably._upkeep.retention import RetentionPolicy
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 from privacy_support import GH_TOKEN, PASSWORD, ScriptModel, spi_frames
 

@@ -21,7 +21,7 @@ from durably.integrations.langgraph import (
     InvalidThreadIdError,
     SyncCallOnLoopError,
 )
-from durably._runtime.redaction import RedactionPolicy
+from durably._journal.redaction_policy import RedactionPolicy
 from durably.storage import StreamId
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 from durably.storage._errors import DecryptionError

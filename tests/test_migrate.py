@@ -19,15 +19,15 @@ import anyio
 import pytest
 from schema_wire import header_fields
 
-from durably._runtime import Runtime, SnapshotPolicy
+from durably import Runtime, SnapshotPolicy
 from durably._cli.main import main
 from durably._cli.demo.survey import survey_agent, survey_task
-from durably._runtime.migrate import migrate_store
-from durably._runtime.restore import restore
+from durably._upkeep.migrate import migrate_store
+from durably._journal.restore import restore
 from durably.schemas import _records as schemas
 from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
 from durably.storage._errors import UnknownSchemaVersionError
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 

@@ -22,9 +22,9 @@ from model_servers import (
 from durably.models import Price, from_spec
 from durably.models.anthropic import AnthropicModel
 from durably.models.openai import OpenAIChatModel
-from durably._runtime import AgentDefinition, RetryPolicy, Runtime, tool
+from durably import AgentDefinition, RetryPolicy, Runtime, tool
 from durably.schemas._records import Kind
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 
 FAST = RetryPolicy(attempts=6, initial_s=0.01, max_s=0.02, jitter_s=0.0)
 charged: list[int] = []

@@ -14,10 +14,10 @@ import pytest
 from support_agents import StepModel
 
 from durably.adapters.memory import MemoryStore
-from durably._runtime import AgentDefinition, Runtime, tool
+from durably import AgentDefinition, Runtime, tool
 from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._spi import AppendRequest, StoredRecord, StreamId
 
 

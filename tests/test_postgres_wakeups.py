@@ -16,10 +16,10 @@ import anyio
 import pytest
 
 from durably.adapters.postgres import PostgresStore
-from durably._runtime import AgentDefinition, Runtime, tool
+from durably import AgentDefinition, Runtime, tool
 from durably.schemas._records import Kind
 from durably.storage import StreamId
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from support_agents import StepModel
 
 try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import tomllib
 import re
 from pathlib import Path
 
@@ -64,34 +63,31 @@ def test_the_docs_import_only_public_names(document):
 
 
 def test_the_check_catches_a_private_import():
-    code = "from durably._runtime.agent import HistoryPolicy\nfrom durably import Runtime\n"
-    assert [m for m, _ in imports_of(code) if m not in PUBLIC_MODULES] == ["durably._runtime.agent"]
+    code = "from durably._loop.agent import HistoryPolicy\nfrom durably import Runtime\n"
+    assert [m for m, _ in imports_of(code) if m not in PUBLIC_MODULES] == ["durably._loop.agent"]
 
 
 def shipped_modules() -> list[str]:
-    """Every module the wheel holds, from ``[tool.setuptools]``: each listed package's folder and its ``.py`` files."""
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folders = setuptools["package-dir"]
-
-    def folder_of(package: str) -> Path:
-        mapped = max((name for name in folders if package == name or package.startswith(name + ".")), key=len)
-        return ROOT / folders[mapped] / package[len(mapped):].lstrip(".").replace(".", "/")
-
+    """Every module of the package, by the layout's one rule: runtime/ is ``durably``, a top-level folder X is ``durably.X``."""
     modules = []
-    for package in setuptools["packages"]:
-        modules.append(package)
-        modules += [f"{package}.{path.stem}" for path in sorted(folder_of(package).glob("*.py")) if path.stem != "__init__"]
+    for folder, package in [("runtime", "durably"), *((x, f"durably.{x}") for x in ("storage", "adapters", "schemas", "bench", "models"))]:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            modules.append(".".join([package, *parts[:-1]] + ([] if parts[-1] == "__init__" else [parts[-1]])))
     return modules
 
 
 def test_every_internal_module_says_so_in_its_name():
     """A module is public (listed above) or has a segment with a leading underscore:
-    ``durably._runtime.actor``, ``durably.storage._codec``, ``durably.adapters.s3._store``."""
+    ``durably._loop.actor``, ``durably.storage._codec``, ``durably.adapters.s3._store``.
+    ``durably.bench`` is the one internal package without one: the top-level folder bench/ is run
+    as ``durably bench``, never imported by users, and its package docstring says so."""
     public = PUBLIC_MODULES | PUBLIC_CONTAINERS
     unmarked = [name for name in shipped_modules()
-                if name not in public and not any(part.startswith("_") for part in name.split(".")[1:])]
+                if name not in public and not name.startswith("durably.bench")
+                and not any(part.startswith("_") for part in name.split(".")[1:])]
     assert unmarked == []
-    assert {"durably._runtime.actor", "durably.storage._codec", "durably.adapters.s3._store"} <= set(shipped_modules())
+    assert {"durably._loop.actor", "durably.storage._codec", "durably.adapters.s3._store"} <= set(shipped_modules())
 
 
 @pytest.mark.parametrize("module", sorted(PUBLIC_MODULES | PUBLIC_CONTAINERS - {"durably.adapters", "durably.integrations"}))
@@ -119,8 +115,8 @@ def test_every_public_name_resolves_and_is_listed():
 
 
 def test_the_facade_names_are_the_runtime_classes():
-    from durably._runtime.runtime import Runtime
-    from durably._runtime.tools import tool
+    from durably._runtime import Runtime
+    from durably._tools.tool import tool
 
     assert durably.Runtime is Runtime and durably.tool is tool
 
@@ -148,10 +144,10 @@ def all_durably_errors() -> set[type]:
 
 
 def test_every_durably_error_is_defined_in_durably_errors():
-    for module in ("durably._runtime", "durably.storage", "durably.storage._crypto", "durably.adapters.sqlite",
+    for module in ("durably", "durably.storage", "durably.storage._crypto", "durably.adapters.sqlite",
                    "durably.adapters.s3", "durably.adapters.postgres", "durably.adapters.filesystem",
-                   "durably.integrations.langgraph", "durably._cli.main", "durably._cli.console", "durably.models.openai",
-                   "durably._runtime.torture.harness", "durably._runtime.migrate", "durably._runtime.retention"):
+                   "durably.integrations.langgraph", "durably._cli.main", "durably._console", "durably.models.openai",
+                   "durably._torture.harness", "durably._upkeep.migrate", "durably._upkeep.retention"):
         importlib.import_module(module)
     misplaced = sorted(f"{cls.__module__}.{cls.__qualname__}" for cls in all_durably_errors()
                        if cls.__module__.startswith("durably.") and cls.__module__ != "durably.errors")

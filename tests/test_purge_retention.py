@@ -14,7 +14,7 @@ import pytest
 
 from durably.adapters import memory
 from durably.adapters.s3._keys import StreamKeys
-from durably._runtime import (
+from durably import (
     AgentDefinition,
     AgentNotFoundError,
     ModelResponse,
@@ -25,8 +25,8 @@ from durably._runtime import (
     tool,
 )
 from durably._cli.main import main as cli_main
-from durably._runtime.redaction import RedactionPolicy
-from durably._runtime.retention import DAY, RetentionPolicy, parse_duration
+from durably._journal.redaction_policy import RedactionPolicy
+from durably._upkeep.retention import DAY, RetentionPolicy, parse_duration
 from durably.storage import BlobNotFoundError, StreamId
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 from privacy_support import BACKENDS, ScriptModel, files_bytes, s3_keys, spi_frames

@@ -10,8 +10,8 @@ import uuid
 import anyio
 import pytest
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably._runtime.redaction import (
+from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._journal.redaction_policy import (
     MARKER,
     Redact,
     RedactedArgumentError,
@@ -24,7 +24,7 @@ from durably._runtime.redaction import (
 )
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from privacy_support import backend as store_backend
 from privacy_support import (
     BACKENDS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import anyio
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
 
 KEY_A = "sk-" + "a" * 32
 KEY_B = "sk-" + "b" * 32

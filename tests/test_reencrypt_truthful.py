@@ -16,7 +16,7 @@ import pytest
 
 from test_encryption import PLAIN, cipher, echo_agent, files_bytes
 
-from durably._runtime import Runtime
+from durably import Runtime
 from durably.storage import StreamId, open_store
 from durably.storage import _dictionaries as dictionaries
 

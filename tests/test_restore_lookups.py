@@ -15,7 +15,7 @@ from __future__ import annotations
 import anyio
 
 from durably.adapters.memory import MemoryStore
-from durably._runtime import Runtime, SnapshotPolicy
+from durably import Runtime, SnapshotPolicy
 from durably.storage._spi import StoredSnapshot, StreamId
 from support_agents import list_agent
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from durably.adapters.memory import MemoryStore
-from durably._runtime import Runtime, SnapshotPolicy
+from durably import Runtime, SnapshotPolicy
 from durably.storage._errors import CorruptRecordError
 
 from support_agents import list_agent

@@ -14,8 +14,8 @@ import pytest
 
 import durably
 from durably._cli.main import main as cli_main
-from durably._runtime import Runtime
-from durably._runtime.retention import DAY, RetentionPolicy, parse_duration
+from durably import Runtime
+from durably._upkeep.retention import DAY, RetentionPolicy, parse_duration
 from support_agents import list_agent
 
 

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from privacy_support import ScriptModel
 
-from durably._runtime import (
+from durably import (
     AgentDefinition,
     InvalidCommandError,
     ModelResponse,
@@ -28,7 +28,7 @@ from durably._runtime import (
 )
 from durably.schemas._records import Kind
 from durably.storage._errors import UnencodableValueError
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 
 FAST = RetryPolicy(initial_s=0.01, max_s=0.02, jitter_s=0.0)
 WORKER = Path(__file__).parent / "lossless_worker.py"

@@ -8,7 +8,7 @@ import uuid
 import anyio
 import pytest
 
-from durably._runtime import (
+from durably import (
     AgentDefinition,
     AgentFencedError,
     AgentLeasedError,
@@ -18,9 +18,9 @@ from durably._runtime import (
     SnapshotPolicy,
     tool,
 )
-from durably._runtime.restore import restore
+from durably._journal.restore import restore
 from durably.storage import CorruptRecordError, StreamId, open_store
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from support_agents import StepModel, list_agent
 
 
@@ -109,7 +109,7 @@ async def test_unknown_outcome_retry_reruns_with_the_same_key(store_url):
 
 
 async def test_unknown_outcome_reconcile_does_not_rerun_what_happened(store_url):
-    from durably._runtime import Reconciled
+    from durably import Reconciled
 
     await intent_without_result(store_url, "reconcile")
     ran: list = []

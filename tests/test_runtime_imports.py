@@ -1,4 +1,4 @@
-"""What ``import durably._runtime`` and a plain run load: not the modules only other calls need (issue 16 item 9).
+"""What ``import durably`` and a plain run load: not the modules only other calls need (issue 16 item 9).
 
 Inspection (describe, history, time travel, watch), commands (placement,
 dispatch), retries, serving and scans, definition changes, retention and key rotation
@@ -16,11 +16,11 @@ from pathlib import Path
 TESTS = Path(__file__).parent
 
 #: Modules a runtime that only runs agents never needs.
-LAZY = ("durably._runtime.describe", "durably._runtime.history", "durably._runtime.time_travel",
-        "durably._runtime.watch", "durably._runtime.placement", "durably._runtime.dispatch",
-        "durably._runtime.scan", "durably._runtime.serving", "durably._runtime.wakeups",
-        "durably._runtime.migrate", "durably._runtime.retry", "durably._runtime.retention", "durably._runtime.reencrypt",
-        "durably._runtime.verify", "durably.storage._crypto", "cryptography", "pydantic", "rich", "click",
+LAZY = ("durably._reading.describe", "durably._reading.history", "durably._reading.time_travel",
+        "durably._reading.watch", "durably._operate.placement", "durably._operate.dispatch",
+        "durably._fleet.scan", "durably._fleet.serving", "durably._fleet.wakeups",
+        "durably._upkeep.migrate", "durably._operate.retry_failed", "durably._upkeep.retention", "durably._upkeep.reencrypt",
+        "durably._reading.verify", "durably.storage._crypto", "cryptography", "pydantic", "rich", "click",
         "tenacity", "opentelemetry", "durably._cli")
 
 
@@ -33,15 +33,15 @@ def loaded_after(code: str) -> set[str]:
 
 
 def test_importing_the_runtime_loads_none_of_the_lazy_modules() -> None:
-    loaded = loaded_after("import durably._runtime")
-    assert "durably._runtime.runtime" in loaded  # the check below is of a real import
+    loaded = loaded_after("import durably")
+    assert "durably._runtime" in loaded  # the check below is of a real import
     assert sorted(loaded & set(LAZY)) == []
     assert "socket" not in loaded  # the event loop imports it when a runtime runs
     assert "hashlib" not in loaded  # the first idempotency key or definition digest imports it
 
 
 def test_a_plain_run_on_sqlite_loads_none_of_them_either(tmp_path) -> None:
-    code = ("import anyio\nfrom durably._runtime import Runtime\nfrom support_agents import list_agent\n"
+    code = ("import anyio\nfrom durably import Runtime\nfrom support_agents import list_agent\n"
             "async def main():\n"
             f"    async with Runtime('sqlite:///{tmp_path / 'a.db'}') as rt:\n"
             "        state = await rt.run(list_agent(2, []), 'a1', 'two steps')\n"

@@ -7,11 +7,11 @@ import anyio
 import pytest
 
 from durably.adapters.memory import MemoryStore
-from durably._runtime import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
+from durably import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
 from support_agents import gated_agent
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 
 
 def slow_agent(calls: list, effects: list, steps: int = 4) -> AgentDefinition:

@@ -22,7 +22,7 @@ import pycddl
 import pytest
 from schema_wire import cddl_name, cddl_text, header_fields, schema, validate_frame
 
-from durably._runtime import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, SnapshotPolicy, ToolCall, Usage, tool
 from durably._cli.demo.survey import survey_agent, survey_task
 from durably.schemas import _records as schemas
 from durably.schemas import _upcasters as upcasters
@@ -30,7 +30,7 @@ from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind,
 from durably.schemas._upcasters import NoUpcastPathError, missing_upcasters, upcast, upcaster
 from durably.storage._codec import Codec
 from durably.storage._errors import CorruptRecordError, UnknownSchemaVersionError
-from durably._runtime.record_codec import MissingUpcasterError, RecordCodec
+from durably._journal.records import MissingUpcasterError, RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 

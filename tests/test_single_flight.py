@@ -11,10 +11,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 
 
 def gated_agent(ran: list, policy: str) -> AgentDefinition:

@@ -12,11 +12,11 @@ import anyio
 import pytest
 from support_agents import StepModel
 
-from durably._runtime import AgentDefinition, Runtime, tool
-from durably._runtime.restore import restore
-from durably._runtime.snapshots import SnapshotPolicy, SnapshotWriter
+from durably import AgentDefinition, Runtime, tool
+from durably._journal.restore import restore
+from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
 from durably.storage._codec import raw_size
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from durably._runtime import Runtime, SnapshotPolicy
+from durably import Runtime, SnapshotPolicy
 from support_agents import list_agent
 
 

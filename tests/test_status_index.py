@@ -13,13 +13,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from durably._runtime import AgentDefinition, Runtime, tool
-from durably._runtime.restore import restore
-from durably._runtime.retention import RetentionPolicy
-from durably._runtime.status_index import entry_of, rebuild
+from durably import AgentDefinition, Runtime, tool
+from durably._journal.restore import restore
+from durably._upkeep.retention import RetentionPolicy
+from durably._journal.status_index import entry_of, rebuild
 from durably.adapters.filesystem import FileSystemStore
 from durably.storage import AppendRequest, IndexEntry, StreamId
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from support_agents import StepModel, list_agent
 
 pytestmark = pytest.mark.anyio

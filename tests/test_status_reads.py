@@ -13,10 +13,10 @@ import pytest
 
 from durably.adapters.memory import MemoryStore
 from durably.adapters.sqlite import SQLiteStore
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
-from durably._runtime.record_codec import RecordCodec
-from durably._runtime.restore import restore
-from durably._runtime.state import AgentState
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
+from durably._journal.records import RecordCodec
+from durably._journal.restore import restore
+from durably._loop.state import AgentState
 from durably.schemas._records import Kind, Record
 from durably.storage._spi import AppendRequest, StoredRecord, StreamId
 

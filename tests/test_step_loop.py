@@ -18,7 +18,7 @@ import pytest
 from privacy_support import ScriptModel
 from support_agents import list_agent, read_lines
 
-from durably._runtime import (
+from durably import (
     AgentDefinition,
     Budget,
     InvalidCommandError,
@@ -30,7 +30,7 @@ from durably._runtime import (
     Usage,
     tool,
 )
-from durably._runtime.agent import HistoryPolicy
+from durably._loop.agent import HistoryPolicy
 from durably.schemas._records import Kind, Record
 from durably.storage._errors import CorruptRecordError
 

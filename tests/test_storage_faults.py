@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from durably._runtime import AgentDefinition, Reconciled, Runtime, SnapshotPolicy, tool
+from durably import AgentDefinition, Reconciled, Runtime, SnapshotPolicy, tool
 from durably.storage._errors import StoreUnavailableError
 from durably.storage._spi import StreamId
 

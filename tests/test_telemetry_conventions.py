@@ -27,10 +27,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, SpanKind, StatusCode
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably._runtime.model_retry import RetryPolicy
-from durably._runtime.model import TransientModelError
-from durably._runtime.telemetry import Telemetry
+from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._loop.model_retries import RetryPolicy
+from durably._loop.model import TransientModelError
+from durably._telemetry import Telemetry
 from durably.schemas._records import Kind
 from durably.storage._codec import Codec
 from durably.storage._registry import open_store
@@ -281,7 +281,7 @@ async def test_nothing_records_means_no_span_or_instrument_objects(provider) -> 
 
 def test_importing_durably_does_not_import_opentelemetry() -> None:
     # Issue 16 item 9: OpenTelemetry loads when the first Runtime is built, not at import.
-    code = "import sys, durably._runtime, durably.storage; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    code = "import sys, durably, durably.storage; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -294,7 +294,7 @@ async def test_conflicts_fencings_and_tool_retries_are_counted(tmp_path) -> None
     # refused for good (a conflict and a fencing).
     import anyio
 
-    from durably._runtime import AgentFencedError
+    from durably import AgentFencedError
 
     rec = Recorder()
     store_url = f"sqlite:///{tmp_path}/agents.db"

@@ -18,7 +18,7 @@ import pytest
 from privacy_support import ScriptModel
 from typing_extensions import TypedDict
 
-from durably._runtime import (
+from durably import (
     AgentDefinition,
     AgentExistsError,
     Budget,
@@ -31,7 +31,7 @@ from durably._runtime import (
     tool,
 )
 from durably.schemas._records import Kind
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 
 
 class Color(enum.Enum):

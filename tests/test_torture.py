@@ -18,13 +18,13 @@ import pytest
 import broken_adapters
 from durably.adapters.memory import MemoryStore
 from durably._cli.main import main
-from durably._runtime import AgentDefinition, Runtime, tool
-from durably._runtime.errors import AgentLeasedError
-from durably._runtime.state import AgentState
-from durably._runtime.torture import TortureError, run_torture
-from durably._runtime.torture.invariants import check_effects, check_states, count_takeovers, expected_result
-from durably._runtime.torture.testing import TortureConformance
-from durably._runtime.torture.worker import wait_while_held
+from durably import AgentDefinition, Runtime, tool
+from durably.errors import AgentLeasedError
+from durably._loop.state import AgentState
+from durably._torture import TortureError, run_torture
+from durably._torture.invariants import check_effects, check_states, count_takeovers, expected_result
+from durably._torture.testing import TortureConformance
+from durably._torture.worker import wait_while_held
 from support_agents import StepModel
 
 try:
@@ -101,9 +101,9 @@ def test_the_command_line_reports_and_exits_zero(tmp_path, capsys) -> None:
 
 
 def test_the_fork_server_reads_botocore_models_once_for_every_worker() -> None:
-    """Workers fork from a server that imported ``durably._runtime.torture.preload``: it read botocore's
+    """Workers fork from a server that imported ``durably._torture.preload``: it read botocore's
     S3 models, so a worker's S3 session shares them instead of reading and parsing them again."""
-    check = ("import sys, durably._runtime.torture.preload; from durably.adapters.s3 import _requests as s3_requests; "
+    check = ("import sys, durably._torture.preload; from durably.adapters.s3 import _requests as s3_requests; "
              "sys.exit(0 if s3_requests._shared_loader is not None else 1)")
     assert subprocess.run([sys.executable, "-c", check]).returncode == 0, "the preload did not read the models"
 
@@ -169,7 +169,7 @@ def test_the_final_workers_budget_grows_with_the_agents_it_must_restore():
     """The final worker restores every agent of the run: after 2,000 kills on S3 that is about a
     thousand restores of several round trips each, which a fixed 120 s could not cover, so a healthy
     run was reported stuck. The budget is a base plus an allowance per agent."""
-    from durably._runtime.torture.harness import FINISH_TIMEOUT, finish_timeout
+    from durably._torture.harness import FINISH_TIMEOUT, finish_timeout
 
     assert finish_timeout(0) == FINISH_TIMEOUT
     assert finish_timeout(4) < finish_timeout(1_000)

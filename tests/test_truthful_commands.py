@@ -15,7 +15,7 @@ import sys
 import anyio
 import pytest
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
 from support_agents import gated_agent as gated
 
 
@@ -36,7 +36,7 @@ async def test_after_a_restart_an_approval_runs_the_agent_now_and_says_so(tmp_pa
         with anyio.fail_after(2):  # main: nothing ran until the dead lease lapsed, 30 s later
             while (await rt.status("a1")).status != "finished":
                 await anyio.sleep(0.02)
-        from durably._runtime.placement import Where
+        from durably._operate.placement import Where
 
         assert result.status == "running" and result.placement.where is Where.HERE
         assert (await result.placement.handle.wait()).status == "finished"
@@ -44,7 +44,7 @@ async def test_after_a_restart_an_approval_runs_the_agent_now_and_says_so(tmp_pa
 
 
 async def test_an_approval_while_a_remote_worker_holds_the_lease_names_it_and_its_expiry(tmp_path):
-    from durably._runtime.placement import Where
+    from durably._operate.placement import Where
 
     url = f"sqlite:///{tmp_path}/a.db"
     definition = gated([])
@@ -66,7 +66,7 @@ async def test_an_approval_while_a_remote_worker_holds_the_lease_names_it_and_it
 
 
 async def test_a_command_on_a_parked_agent_says_it_does_not_run(tmp_path):
-    from durably._runtime.placement import Where
+    from durably._operate.placement import Where
 
     url = f"sqlite:///{tmp_path}/a.db"
     definition = gated([])
@@ -98,7 +98,7 @@ async def test_an_activation_that_lost_its_lease_raises_instead_of_returning_run
         held = await rt.store.get_lease(rt.stream("a1"))
         await rt.store.release_lease(held)
         assert await rt.store.acquire_lease(rt.stream("a1"), "w2/n@far-host:1:2:3:4", 30.0) is not None
-        from durably._runtime import AgentLeaseLostError
+        from durably import AgentLeaseLostError
 
         with anyio.fail_after(5), pytest.raises(AgentLeaseLostError) as lost:
             await handle.wait()  # main: returned a state with status "running"

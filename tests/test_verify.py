@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from durably._runtime import Runtime, SnapshotPolicy
+from durably import Runtime, SnapshotPolicy
 from support_agents import list_agent
 
 
@@ -39,9 +39,9 @@ async def test_verify_reports_damage_under_a_snapshot_and_changes_nothing(tmp_pa
     async with Runtime(url) as rt:
         assert (await rt.status("damaged")).status == "finished"  # restore never reads seq 2: silent
     before = rows(path)
-    from durably._runtime.verify import verify_namespace
+    from durably._reading.verify import verify_namespace
     from durably.storage import open_store
-    from durably._runtime.record_codec import RecordCodec
+    from durably._journal.records import RecordCodec
 
     async with open_store(url) as store:
         reports = {r.stream.agent_id: r async for r in verify_namespace(store, RecordCodec(), "default")}
@@ -68,9 +68,9 @@ async def test_verify_reports_a_gap_and_a_journal_cut_short(tmp_path):
         last = (await rt.run(definition, "a1", "task")).last_seq
     with sqlite3.connect(path) as db:
         db.execute("DELETE FROM records WHERE seq IN (3, ?)", (last,))
-    from durably._runtime.verify import verify_stream
+    from durably._reading.verify import verify_stream
     from durably.storage import StreamId, open_store
-    from durably._runtime.record_codec import RecordCodec
+    from durably._journal.records import RecordCodec
 
     async with open_store(url) as store:
         report = await verify_stream(store, RecordCodec(), StreamId("default", "a1"))

@@ -163,7 +163,7 @@ class SQLiteStore(SQLiteConnections, SQLiteJournal, SQLiteStatusIndex, SQLiteLea
         a loaded event loop each read waits for the loop once more. One statement
         is also one read transaction: the four parts are of the same commit, so no
         compaction or purge can fall between them. ``durably``'s restore uses this when a store has it
-        (``durably._runtime.restore``), and reads the rest of the tail with ``read``.
+        (``durably._journal.restore``), and reads the rest of the tail with ``read``.
 
         Args:
             stream: The stream to read.

@@ -2,14 +2,14 @@
 
 A step is a model response with one tool call, the tool intent and the tool
 result (three durable appends). The model is scripted and the tool instant
-(``durably._bench.agent``), so the time is durably's. Per-step latency is taken
+(``durably.bench.agent``), so the time is durably's. Per-step latency is taken
 in-process from the model's call times; "first" and "last" are the first and
 last 10 % of the steps of one conversation: a cost that grows with history
 shows as last/first above 1.
 
 Also: 16 agents at once, each on its own conversation, to show group commit
 across agents. The headline ratios are against the one-commit floor
-(``durably._bench.floor``): the frames each run stored, replayed per step
+(``durably.bench.floor``): the frames each run stored, replayed per step
 through plain group commit right after the run, one writer per agent. One
 agent: durably's step cost / the floor's (lower is better); 16 agents: steps/s
 durably / floor. The record rate is also compared with the append suite's

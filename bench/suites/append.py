@@ -4,9 +4,9 @@ Each agent appends its journal (the records of a seeded conversation) one
 record per append, waiting for each to be durable before the next: a closed
 loop, as an agent's step loop is. durably's path is the runtime's: encode the
 record (``RecordCodec``: CBOR, zstd, checksum) and ``GroupCommitter.append``
-with the expected seq, on the store under test. The limit (``durably._bench.limit``)
+with the expected seq, on the store under test. The limit (``durably.bench.limit``)
 inserts the same frames with plain aiosqlite (plain asyncpg on the same server
-when the store is PostgreSQL: ``durably._bench.limit_postgres``), one row per
+when the store is PostgreSQL: ``durably.bench.limit_postgres``), one row per
 commit and with group commit, at the same concurrency; ratios are durably / limit.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from durably.schemas._records import Record
 from durably.storage._group_commit import GroupCommitter
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import Store, StreamId
 

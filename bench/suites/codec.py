@@ -22,10 +22,10 @@ import time
 import cbor2
 import zstandard
 
-from durably._runtime.state import AgentState, apply
+from durably._loop.state import AgentState, apply
 from durably.schemas._records import Record
 from durably.storage._codec import Codec, raw_size
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._spi import StoredRecord, StreamId, StoredSnapshot
 
 from ..context import Bench

@@ -10,7 +10,7 @@ and the cumulative total at every tenth of the run.
 from __future__ import annotations
 
 from durably.schemas._records import Kind
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 

@@ -1,10 +1,10 @@
-"""imports: how long a fresh ``python -c "import durably._runtime"`` takes, against its dependencies.
+"""imports: how long a fresh ``python -c "import durably"`` takes, against its dependencies.
 
 Each command runs in a new interpreter (``sys.executable``, with ``-c``), the
 two alternating so that load on the machine falls on both alike; the figure
 is the median wall time of ``REPEATS`` runs each. The floor is importing the
 four libraries a plain ``Runtime("sqlite:///...")`` cannot do without:
-anyio, aiosqlite, cbor2 and zstandard. ``durably._runtime / dependencies`` is
+anyio, aiosqlite, cbor2 and zstandard. ``durably / dependencies`` is
 the ratio (lower is better).
 
 Both sides are measured from bytecode: the dependencies' was written when pip
@@ -28,7 +28,7 @@ from ..results import percentile
 SUITE = "imports"
 REPEATS = 7
 COMMANDS = {
-    "durably": "import durably._runtime",
+    "durably": "import durably",
     "dependencies": "import anyio, aiosqlite, cbor2, zstandard",
 }
 
@@ -60,4 +60,4 @@ async def run(bench: Bench) -> None:
     for name, code in COMMANDS.items():
         figures[name] = r.add(SUITE, "import_wall_p50", percentile(times[name], 50) * 1e3, "ms", system=name,
                               store="none", command=f'python -c "{code}"', repeats=REPEATS)
-    r.ratio(SUITE, "durably._runtime/dependencies", figures["durably"], figures["dependencies"], better="lower")
+    r.ratio(SUITE, "durably/dependencies", figures["durably"], figures["dependencies"], better="lower")

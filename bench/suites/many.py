@@ -1,6 +1,6 @@
 """many: a thousand agents at once, and ten thousand parked ones, in one process.
 
-Two parts, each in a fresh child process (``durably._bench.many_worker``) so
+Two parts, each in a fresh child process (``durably.bench.many_worker``) so
 that RSS is the agents', not what earlier suites left in the bench's process:
 
 * ``sizes.many_agents`` agents x ``sizes.many_steps`` steps at once on the
@@ -29,7 +29,7 @@ SUITE = "many"
 async def _child(bench: Bench, mode: str, agents: int, steps: int) -> dict[str, Any]:
     out = bench.scratch / f"many-{mode}-{bench.run_id}.json"
     namespace = bench.namespace(SUITE, mode)
-    argv = [sys.executable, "-m", "durably._bench.many_worker", mode, bench.store, namespace, str(agents), str(steps),
+    argv = [sys.executable, "-m", "durably.bench.many_worker", mode, bench.store, namespace, str(agents), str(steps),
             str(bench.workload.seed), str(out)]
     proc = await anyio.run_process(argv, check=False)
     if proc.returncode != 0:

@@ -19,7 +19,7 @@ from typing import Any
 
 import time
 
-from durably._runtime.tools import ToolContext
+from durably._tools.tool import ToolContext
 from durably.storage._registry import open_store
 
 from ..agent import ScriptedModel, bench_tools, run_agents

@@ -2,14 +2,14 @@
 
 Every system runs the same seeded conversation (``bench.conversation``), the
 same step (a model answer with one tool call, then the tool's result: the
-scripted model and instant tools of ``durably._bench.workload``), on a fresh
+scripted model and instant tools of ``durably.bench.workload``), on a fresh
 SQLite file in the scratch folder with WAL and ``synchronous=FULL``:
 
 * ``durably``: the ``Runtime`` on its SQLite store;
 * ``langgraph-AsyncSqliteSaver``: LangGraph's ordinary tool-calling graph
-  (``durably._bench.peers``), ``durability="sync"``;
+  (``durably.bench.peers``), ``durability="sync"``;
 * ``dbos-sqlite``: DBOS Transact, the same loop as a workflow of a model step
-  and a tool step (``durably._bench.dbos_peer``), SQLite system database;
+  and a tool step (``durably.bench.dbos_peer``), SQLite system database;
 * ``langgraph-DurablySaver`` (at ``sizes.peer_steps`` only): LangGraph's graph
   again with one line changed, ``checkpointer=DurablySaver.from_url(...)``.
 

@@ -1,7 +1,7 @@
 """restore: latency to restore an agent with 100 .. 100,000 records of history.
 
 The histories are written straight to the store, in batches, with the
-runtime's own codec, fold (``durably._runtime.state.apply``) and snapshot
+runtime's own codec, fold (``durably._loop.state.apply``) and snapshot
 policy (``SnapshotPolicy``, default settings): the same records and snapshots
 a running agent leaves, without waiting for 100,000 fsyncs. Restore is
 ``Runtime.status``: the latest snapshot plus the tail after it. Cold is the
@@ -26,13 +26,13 @@ import time
 import cbor2
 import zstandard
 
-from durably._runtime.agent import HistoryPolicy
-from durably._runtime.snapshots import SnapshotPolicy
-from durably._runtime.state import AgentState, apply
+from durably._loop.agent import HistoryPolicy
+from durably._journal.snapshots import SnapshotPolicy
+from durably._loop.state import AgentState, apply
 from durably.schemas._records import Kind, Record
 from durably.storage._codec import FLAG_ZSTD, FORMAT_DICTIONARY, HEADER_SIZE, HEADER_SIZE_DICT, raw_size
 from durably.storage._dictionaries import DictionaryFrames
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import Store, StoredSnapshot, StreamId
 

@@ -50,11 +50,11 @@ from typing import Any, cast
 
 import anyio
 
-from durably._runtime import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
-from durably._runtime.state import AgentState
-from durably._runtime.status_index import entry_after
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
+from durably._loop.state import AgentState
+from durably._journal.status_index import entry_after
 from durably.schemas._records import Kind, Record
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import AppendRequest, Lease, LeaseStore, StreamId
 
@@ -253,7 +253,7 @@ async def _idle_serve_in_child(url: str, namespace: str) -> tuple[float, int]:
     bench's own process holds those earlier suites left (DBOS's and LangGraph's threads,
     gigabytes of heap for the collector, the progress display): measured there, an idle
     serve() cost 1.46% of a core in a ``--full`` run against 0.12% alone."""
-    code = ("import anyio, json, sys\nfrom durably._bench.suites.scan import _idle_serve\n"
+    code = ("import anyio, json, sys\nfrom durably.bench.suites.scan import _idle_serve\n"
             "print(json.dumps(anyio.run(_idle_serve, sys.argv[1], sys.argv[2])))")
     done = await anyio.run_process([sys.executable, "-c", code, url, namespace], check=True)
     cpu, calls = json.loads(done.stdout.decode().splitlines()[-1])

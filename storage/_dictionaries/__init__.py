@@ -12,7 +12,7 @@ fails with ``UnknownDictionaryError`` and its data stays as it is.
 
 A shipped dictionary never changes and is never removed: old frames name it.
 A better one is a new file under a new id; ``DEFAULT`` says which one new
-frames use. ``records-1.zdict`` was made by ``python -m durably._bench.dictionary``
+frames use. ``records-1.zdict`` was made by ``python -m durably.bench.dictionary``
 (see that module for what it was trained on).
 """
 

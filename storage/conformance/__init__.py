@@ -93,7 +93,7 @@ class StoreConformance(
 
 
 if TYPE_CHECKING:  # for type checkers and the API reference; at run time __getattr__ imports it
-    from durably._runtime.torture.testing import TortureConformance
+    from durably._torture.testing import TortureConformance
 
 __all__ = ["StoreConformance", "StoreHarness", "TortureConformance", "files_bytes"]
 
@@ -108,7 +108,7 @@ def __getattr__(name: str) -> object:
         AttributeError: for any other name.
     """
     if name == "TortureConformance":
-        from durably._runtime.torture.testing import TortureConformance
+        from durably._torture.testing import TortureConformance
 
         return TortureConformance
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

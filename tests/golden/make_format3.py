@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from durably.schemas._records import Kind, Record
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._spi import StreamId
 
 OUT = Path(__file__).resolve().parent / "format3"

@@ -36,11 +36,11 @@ from typing import Any
 import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
-from durably._runtime import Runtime, SnapshotPolicy
+from durably import Runtime, SnapshotPolicy
 from durably._cli.demo.survey import survey_agent, survey_task
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind, Record
 from durably.storage._codec import Codec
-from durably._runtime.record_codec import RecordCodec
+from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 

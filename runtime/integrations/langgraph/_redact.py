@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durably._runtime.redaction import RedactionPolicy, marker
+from durably._journal.redaction_policy import RedactionPolicy, marker
 
 _MAX_DEPTH = 64
 

@@ -34,7 +34,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from durably._runtime.redaction import RedactionPolicy
+from durably._journal.redaction_policy import RedactionPolicy
 from durably.storage._codec import Codec, FrameCipher
 from durably.storage._registry import open_store
 from durably.storage._spi import Store

@@ -1,0 +1,88 @@
+"""What every ``durably`` command shares: the store options, exit statuses, and running a command.
+
+``store_command`` gives a command ``--store`` (``$DURABLY_STORE``) and
+``--namespace``, refuses a SQLite path that does not exist (an operator verb
+never creates an empty database by mistake), and turns a typed error into one
+line and exit status 1. Click itself gives status 2 to usage errors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import anyio
+import click
+
+from durably.storage._errors import DurablyError, InvalidStoreURLError
+
+from durably._cli.output import Output
+
+if TYPE_CHECKING:
+    from durably.storage._crypto import AESGCMCipher
+
+DEFAULT_STORE = "sqlite:///durably.db"
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+
+store_option = click.option(
+    "--store", envvar="DURABLY_STORE", default=DEFAULT_STORE, show_default=True, show_envvar=True, metavar="URL",
+    help="store URL (sqlite:///path, postgresql://user@host/db, s3://bucket/prefix, file:///dir, memory://name)")
+namespace_option = click.option("--namespace", envvar="DURABLY_NAMESPACE", default="default", show_default=True, show_envvar=True,
+                                help="namespace (tenant) of the agents; the demo's is 'demo'")
+json_option = click.option("--json", "json_mode", is_flag=True, help="print one JSON document (shapes: docs/cli.md)")
+
+
+def store_command(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command ``--store`` and ``--namespace`` and run it on an existing store.
+
+    The wrapped function gets ``store`` and ``namespace`` with its other
+    parameters and returns an exit status (None: 0). A typed error it raises is
+    printed as one line and gives status 1.
+    """
+
+    @store_option
+    @namespace_option
+    @wraps(fn)
+    def command(**kwargs: Any) -> int:
+        out = Output(kwargs.get("json_mode", False))
+        try:
+            require_database(kwargs["store"])
+            status = fn(**kwargs, out=out)
+        except (DurablyError, ValueError) as exc:
+            out.error(exc)
+            return EXIT_REFUSED
+        return EXIT_OK if status is None else status
+
+    return command
+
+
+def require_database(url: str) -> None:
+    """Operator verbs read an existing store: refuse to create an empty SQLite file by mistake.
+
+    Raises ``InvalidStoreURLError`` (the store's URL names no database) when ``url`` is a
+    ``sqlite://`` URL whose file does not exist; other URLs are left to their adapter."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite" and not Path(unquote(parts.path[1:])).exists():
+        raise InvalidStoreURLError(f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set "
+                                   "$DURABLY_STORE", url=url)
+
+
+def encryption_from_env(*, allow_plaintext: bool = False) -> AESGCMCipher | None:
+    """An ``AESGCMCipher`` over ``EnvKeyProvider`` when ``$DURABLY_KEYS`` is set, else None.
+
+    Raises ``KeyConfigError`` (a ValueError) when the variables are malformed.
+    """
+    if not os.environ.get("DURABLY_KEYS"):
+        return None
+    from durably.storage._crypto import AESGCMCipher, EnvKeyProvider
+
+    return AESGCMCipher(EnvKeyProvider(), allow_plaintext=allow_plaintext)
+
+
+def run_async(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` (a coroutine function) in a fresh event loop: each command owns one."""
+    return anyio.run(fn, *args)

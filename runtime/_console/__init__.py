@@ -1,0 +1,12 @@
+"""durably's web console (``durably ui``, extra ``durably[ui]``): agents, timelines, state at a seq, approvals.
+
+``create_app(store, ...)`` returns the Starlette app; ``serve_console`` runs it
+with uvicorn. See ``app`` for the pages, ``security`` for who may use them,
+``timeline`` for how a journal is shown and what of its content.
+"""
+
+from durably._console.app import create_app
+from durably._console.security import ConsoleConfigError
+from durably._console.timeline import ContentPolicy
+
+__all__ = ["ConsoleConfigError", "ContentPolicy", "create_app"]

@@ -1,0 +1,180 @@
+"""The console's ASGI app: server-rendered pages over one store, no build step, no script.
+
+    GET  /                                  agents, with status and definition filters
+    GET  /agents/{agent}                    one agent: description, open approvals, timeline
+    GET  /agents/{agent}/state?seq=N        its folded state at seq N (content: see ContentPolicy)
+    POST /agents/{agent}/approvals/{id}     approve, deny, or "it happened" (with a JSON result)
+
+Pages are Jinja2 templates with autoescaping, and every value printed passes
+through ``neutralise`` first (``finalize``), so control characters chosen by a
+model show as escapes here as on the terminal. Decisions call
+``Runtime.approve`` on a runtime with no definitions: they append the same
+records as ``durably approve``, and a ``serve()`` elsewhere runs the agent on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+from collections.abc import AsyncIterator
+from importlib.resources import files
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from durably.storage._codec import FrameCipher
+from durably.storage._errors import DurablyError
+
+from durably._cli.output import neutralise, when
+from durably.errors import AgentNotFoundError, InvalidCommandError, SeqOutOfRangeError
+from durably._runtime import Runtime
+from durably._console.security import ConsoleSecurity, CSRFError, check_binding, csrf_token, require_csrf
+from durably._console.timeline import ContentPolicy, timeline
+
+_HERE = files("durably._console")
+#: State fields that describe the run rather than quote a model, a tool or a user.
+_NOT_CONTENT = frozenset({"namespace", "agent_id", "run_id", "definition", "status", "usage", "budget", "last_seq",
+                          "forked_from"})
+TIMELINE_ROWS = 500  # rows of one timeline page
+STATUSES = ("running", "waiting_approval", "suspended", "finished", "failed", "cancelled", "unreadable")
+
+
+def _templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(_HERE / "templates")), autoescape=select_autoescape(default=True),
+                      finalize=lambda value: neutralise(value, newlines=True) if isinstance(value, str) else value)
+    env.filters["when"] = when
+    env.filters["url"] = lambda value: quote(str(value), safe="")
+    env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True, default=str)
+    return env
+
+
+def create_app(store: str, *, namespace: str = "default", token: str | None = None, host: str = "127.0.0.1",
+               content: ContentPolicy | None = None, encryption: FrameCipher | None = None) -> Starlette:
+    """The console for ``namespace`` of ``store`` (a URL), to serve on ``host``.
+
+    ``token``: required from every request when set (and required to be set
+    when ``host`` is not loopback); ``content``: what of record content the
+    pages show (default: none); ``encryption``: to read an encrypted store.
+    Raises ``ConsoleConfigError`` for a non-loopback ``host`` without a token.
+    """
+    check_binding(host, token)
+    content = content or ContentPolicy()
+    env = _templates()
+    runtime = Runtime(store, namespace=namespace, encryption=encryption)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with runtime:
+            yield
+
+    def page(request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
+        body = env.get_template(name).render(namespace=namespace, store=store, csrf=csrf_token(request),
+                                             show_content=content.show, **context)
+        return HTMLResponse(body, code)
+
+    async def agents(request: Request) -> Response:
+        status, definition = request.query_params.get("status", ""), request.query_params.get("definition", "")
+        found = await runtime.describe_all()
+        definitions = sorted({d.definition.get("name", "") for d in found} - {""})
+        shown = [d for d in found if (not status or d.status == status)
+                 and (not definition or d.definition.get("name") == definition)]
+        shown.sort(key=lambda d: d.last_activity_at or 0.0, reverse=True)
+        return page(request, "agents.html", agents=shown, statuses=STATUSES, definitions=definitions,
+                    status=status, definition=definition)
+
+    async def agent(request: Request) -> Response:
+        agent_id = request.path_params["agent"]
+        try:
+            info = await runtime.describe(agent_id)
+        except AgentNotFoundError as exc:
+            return page(request, "error.html", code=404, message=str(exc))
+        after = request.query_params.get("after")
+        after_seq = int(after) if after is not None and after.isdigit() else None
+        entries = runtime.history(agent_id, after_seq=after_seq or 0, payload=True)
+        rows = await timeline(entries, content, info.definition.get("name"), TIMELINE_ROWS, newest=after_seq is None)
+        name = info.definition.get("name")
+        approvals = [dict(a, arguments=(content.view("approval_requested", a, name) or {}).get("arguments"))
+                     for a in info.open_approvals]
+        earlier = max(rows[0].seq - 1 - TIMELINE_ROWS, 0) if rows and rows[0].seq > 1 else None
+        full = after_seq is not None and len(rows) >= TIMELINE_ROWS
+        later = (rows[-1].result_seq or rows[-1].seq) if full else None
+        return page(request, "agent.html", info=info, rows=rows, approvals=approvals, earlier=earlier, later=later,
+                    notice=request.query_params.get("notice", ""), can_answer=_can_answer())
+
+    async def state(request: Request) -> Response:
+        agent_id = request.path_params["agent"]
+        try:
+            seq = int(request.query_params.get("seq", "0"))
+            folded = await (runtime.state_at(agent_id, seq) if seq else runtime.status(agent_id))
+        except ValueError as exc:
+            return page(request, "error.html", code=400, message=f"bad seq: {exc}")
+        except (AgentNotFoundError, SeqOutOfRangeError) as exc:
+            return page(request, "error.html", code=404, message=str(exc))
+        wire = folded.to_wire()
+        shape = {k: (v if content.show or k in _NOT_CONTENT else _shape(v)) for k, v in wire.items()}
+        return page(request, "state.html", agent_id=agent_id, seq=folded.last_seq, status=folded.status, state=shape)
+
+    async def decide(request: Request) -> Response:
+        agent_id, approval_id = request.path_params["agent"], request.path_params["approval"]
+        try:
+            form = await require_csrf(request)
+        except CSRFError as exc:
+            return PlainTextResponse(str(exc), 403)
+        action = form.get("action", "")
+        kwargs: dict[str, Any] = {"approved": action != "deny", "by": f"console ({form.get('by') or 'operator'})",
+                                  "note": form.get("note", "")}
+        try:
+            if action not in ("approve", "deny", "happened"):
+                raise InvalidCommandError(f"unknown action {action!r}")
+            if action == "happened":
+                if not _can_answer():
+                    raise InvalidCommandError("this durably cannot record 'it happened' answers")
+                kwargs["result"] = json.loads(form.get("result") or "null")
+            state = await runtime.approve(agent_id, approval_id, **kwargs)
+            placement = getattr(state, "placement", None)  # where the agent runs now, when the runtime says
+            where = f" ({placement.reason})" if placement is not None and state.status == "running" else ""
+            notice = f"{approval_id}: {'denied' if action == 'deny' else 'approved'}; status now {state.status}{where}"
+        except (DurablyError, ValueError) as exc:
+            notice = f"refused: {type(exc).__name__}: {exc}"
+        return RedirectResponse(f"/agents/{quote(agent_id, safe='')}?notice={quote(notice, safe='')}", 303)
+
+    async def stylesheet(request: Request) -> Response:
+        return Response((_HERE / "static" / "console.css").read_text(encoding="utf-8"), media_type="text/css")
+
+    routes = [
+        Route("/", agents), Route("/console.css", stylesheet),
+        Route("/agents/{agent:path}/state", state),
+        Route("/agents/{agent:path}/approvals/{approval}", decide, methods=["POST"]),
+        Route("/agents/{agent:path}", agent),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(ConsoleSecurity, token=token)
+    return app
+
+
+def _can_answer() -> bool:
+    """Whether ``Runtime.approve`` takes ``result=`` (an "it happened" answer)."""
+    return "result" in inspect.signature(Runtime.approve).parameters
+
+
+def _shape(value: Any) -> Any:
+    """What the state holds without its content: sizes and types, never the values."""
+    if isinstance(value, dict):
+        return f"{{{len(value)} entries}}"
+    if isinstance(value, list):
+        return f"[{len(value)} items]"
+    if isinstance(value, str):
+        return f"text, {len(value)} characters"
+    return value if isinstance(value, (int, float, bool)) or value is None else type(value).__name__
+
+
+def token_from_env(token: str | None) -> str | None:
+    """``token``, else ``$DURABLY_UI_TOKEN``, else None."""
+    return token or os.environ.get("DURABLY_UI_TOKEN") or None

@@ -1,0 +1,245 @@
+"""How an agent comes alive in ``Runtime`` and goes: the activation machinery behind start and resume.
+
+An activation takes the agent's lease, restores its journal (or begins one),
+journals its ``started`` or ``resumed`` record under its ``invoke_agent``
+span, spawns its actor in the runtime's task group, and, once the actor
+stops, gives the lease back under the agent id's lock. The runtime's callbacks
+on live actors (a lease lost to another runtime, a snapshot written) are
+here too. This is separate from ``runtime`` (one idea per module), whose
+public ``start``, ``resume`` and ``run`` call it, as do ``dispatch``,
+``placement``, ``scan`` and ``wakeups`` (``_restore_journal``, ``_resume``).
+``Runtime`` inherits this mixin, as it does ``Inspection``; what it uses of its
+host is declared below.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from durably.schemas._records import Kind
+
+from durably._journal import status_index
+from durably._loop.actor import AgentActor
+from durably.errors import (
+    AgentExistsError,
+    AgentFencedError,
+    AgentLeasedError,
+    AgentLeaseLostError,
+    AgentNotFoundError,
+)
+from durably._journal.writer import AgentJournal
+from durably._fleet.handle import AgentHandle
+from durably._journal.restore import restore
+from durably._journal.snapshots import SnapshotPolicy
+from durably._loop.state import RUNNING, AgentState
+from durably import _telemetry as tm
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+    from opentelemetry import trace
+
+    from durably._journal.records import RecordCodec
+    from durably.storage._spi import Lease, Store, StreamId
+
+    from durably._loop.agent import AgentDefinition, Budget
+    from durably._journal.writer import JournalServices
+    from durably._fleet.leases import LeaseKeeper
+    from durably._fleet.single_flight import KeyedLock
+    from durably._telemetry import Telemetry
+
+log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
+
+
+class Activation:
+    """Methods of ``Runtime`` that activate an agent and look after it while it is live (see the module docstring)."""
+
+    if TYPE_CHECKING:  # the host's (Runtime), declared for the type checker
+        store: Store
+        codec: RecordCodec
+        telemetry: Telemetry
+        namespace: str
+        worker_id: str
+        draining: bool
+        _definitions: dict[str, AgentDefinition]
+        _live: dict[str, AgentActor]
+        _activating: KeyedLock
+        _mailbox_size: int
+        _services: JournalServices
+        _leases: LeaseKeeper
+        _tg: TaskGroup
+
+        def stream(self, agent_id: str) -> StreamId: ...
+
+        def _definition(self, name: str) -> AgentDefinition: ...
+
+        def _require_open(self) -> None: ...
+
+    async def _start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
+        stream = self.stream(agent_id)
+        if agent_id in self._live:  # running here: its lease is the live actor's, not ours to touch
+            raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
+        try:
+            await self._claim(stream)
+        except AgentLeasedError:
+            raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
+        journal = AgentJournal(self._services, stream, AgentState())
+        run_id = uuid.uuid4().hex
+        span = self._activation_span(definition, agent_id, run_id, None)
+        data = {
+            "namespace": self.namespace, "agent_id": agent_id, "run_id": run_id, "task": task,
+            "definition": {"name": definition.name, "version": definition.version, "digest": definition.digest()},
+            "instructions": definition.instructions, "budget": (budget or definition.budget).to_wire(),
+            "worker": self.worker_id,
+        }
+        if (reference := tm.trace_reference(span)) is not None:
+            data["trace"] = reference
+        try:
+            with tm.activated(span, end=False):
+                await journal.append((Kind.STARTED, data))
+            self._require_open()
+        except BaseException as exc:
+            _end_failed(span, exc)
+            await self._leases.release(stream)
+            if isinstance(exc, AgentFencedError):
+                raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
+            raise
+        return self._spawn(definition, journal, span)
+
+    async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = status_index.UNSEEN,
+                      gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
+        """``resume``, and the resumes of ``resume_all`` and commands (``seen``: the status
+        index entry a scan just listed for it, so it is not read again; ``gather``: awaited
+        just before the ``resumed`` append, so a scan's resumes share its group commit).
+
+        Single-flight: holding the agent id's lock, a second caller finds the
+        first one's live actor and gets its handle instead of a second copy.
+        """
+        async with self._activating.hold(agent_id):
+            return await self._resume_held(agent_id, force=force, seen=seen, gather=gather)
+
+    async def _resume_held(self, agent_id: str, *, force: bool, seen: Any = status_index.UNSEEN,
+                           gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
+        if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
+            return AgentHandle(actor)
+        if self.draining:
+            return None  # shutting down: another runtime resumes it
+        stream = self.stream(agent_id)
+        await self._claim(stream, force=force)
+        try:
+            journal = await self._restore_journal(agent_id)
+            await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
+            if journal.state.status != RUNNING:
+                await self._leases.release(stream)
+                return None
+            definition = self._definition(journal.state.definition["name"])
+            from durably._upkeep.migrate import definition_change_entries
+
+            changes = definition_change_entries(journal.state, definition)
+            state = journal.state
+            span = self._activation_span(definition, agent_id, state.run_id, state.trace)
+            resumed: dict[str, Any] = {"worker": self.worker_id, "pid": os.getpid()}
+            if (reference := tm.trace_reference(span)) is not None:
+                resumed["trace"] = reference
+            try:
+                if gather is not None:
+                    await gather()
+                with tm.activated(span, end=False):
+                    await journal.append(*changes, (Kind.RESUMED, resumed))
+                self._require_open()
+            except BaseException as exc:
+                _end_failed(span, exc)
+                raise
+        except BaseException:
+            await self._leases.release(stream)
+            raise
+        if (meters := self.telemetry.metrics) is not None:
+            meters.resumes.add(1, self.telemetry.attributes)
+        return self._spawn(definition, journal, span)
+
+    def _activation_span(self, definition: AgentDefinition, agent_id: str, run_id: str,
+                         continues: dict[str, Any] | None) -> trace.Span | None:
+        """The ``invoke_agent`` span of an activation about to be journaled (None when nothing records)."""
+        if self.telemetry.tracer is None:
+            return None
+        model = definition.model
+        return self.telemetry.activation_span(definition.name, agent_id, run_id, tm.provider_of(model),
+                                              getattr(model, "name", ""), continues)
+
+    async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
+        """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
+        lease, holder = await self._leases.claim_or_holder(stream, force=force)
+        if lease is None:
+            if holder is None:  # the refusal did not read who holds it (it lost a takeover race)
+                holder = await self._leases.holder(stream)
+            raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
+                                   holder.expires_at if holder else None)
+
+    def _lease_lost(self, stream: StreamId, holder: Lease | None) -> None:
+        actor = self._live.get(stream.agent_id)
+        if actor is not None and stream.namespace == self.namespace:
+            log.warning("lease of %s lost to another runtime; stopping the agent here", stream)
+            # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
+            actor.error = AgentLeaseLostError(stream.agent_id, holder.owner if holder else None,
+                                              holder.expires_at if holder else None)
+            actor.cancel_scope.cancel()
+
+    async def _restore_journal(self, agent_id: str) -> AgentJournal:
+        stream = self.stream(agent_id)
+        restored = await restore(self.store, self.codec, stream, self.telemetry)
+        if restored is None:
+            raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
+        services = self._services
+        from durably._upkeep.migrate import hold_for_migration
+
+        if hold_for_migration(restored.state, self._definitions):
+            # Its status (needs_migration) is not the fold of its journal: never snapshot it.
+            services = replace(services, policy=SnapshotPolicy(every_records=0))
+        return AgentJournal(services, stream, restored.state, records_since=restored.tail_records,
+                            bytes_since=restored.tail_raw, snapshot_bytes=restored.snapshot_raw)
+
+    def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
+        actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self._mailbox_size, span=span)
+        actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
+        agent_id = journal.state.agent_id
+        self._live[agent_id] = actor
+
+        async def run_actor() -> None:
+            try:
+                with actor.cancel_scope:
+                    await actor.run()
+            finally:
+                if self._live.get(agent_id) is actor:
+                    del self._live[agent_id]  # parked or done: nothing of it stays in memory
+                # Under the id's lock: a resume racing this exit renews the same lease,
+                # which must not be released under the activation it spawned.
+                with anyio.CancelScope(shield=True):
+                    async with self._activating.hold(agent_id):
+                        if agent_id not in self._live:
+                            await self._leases.release(journal.stream)
+                actor.exited.set()
+
+        self._tg.start_soon(run_actor)
+        return AgentHandle(actor)
+
+    def _snapshot_written(self, stream: StreamId, seq: int, size: int) -> None:
+        actor = self._live.get(stream.agent_id)
+        # Only the newest submitted snapshot's size replaces the estimate: a slow writer can
+        # report an older, smaller one after a newer one was submitted, and that size would
+        # make the policy snapshot again after a tail far below tail_ratio of the newest.
+        if actor is not None and stream.namespace == self.namespace and seq == actor.journal.snapshot_seq:
+            actor.journal.snapshot_bytes = size
+
+
+def _end_failed(span: trace.Span | None, exc: BaseException) -> None:
+    """End an activation span whose record could not be journaled (the agent did not run)."""
+    if span is not None:
+        if isinstance(exc, Exception):
+            tm.record_error(span, tm.error_type(exc))
+        span.end()

@@ -1,0 +1,222 @@
+"""A scan of a namespace for agents to resume: what ``resume_all`` does, and ``serve()`` every poll.
+
+On a store with a status index (``CAP_STATUS_INDEX``, see
+``durably._journal.status_index``) a scan visits only the streams whose entry
+says ``running`` or that have no entry; on others, every stream.
+
+One bad stream never stops a scan: an agent whose journal cannot be read
+(corrupt, foreign bytes, written by a newer durably, any error restoring it)
+is logged and skipped. An outage (``StoreUnavailableError``) is the whole
+store's and is raised, for ``serve()`` to back off.
+
+Fair shares between serving workers (issue 11 item 17): ``serve()`` scans in
+a random order, so workers polling together do not all reach for the same
+agents first, and with a ``limit`` takes no more than that many agents in
+one scan. ``FairShare`` sets that limit: at most ``max_agents`` live agents in
+this runtime, and no more than an even split of the live agents it has seen
+among the workers holding them (itself included); its first scan takes one
+agent, so that workers started together see each other before they split.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from durably.storage._errors import CodecError, StoreClosedError, StoreUnavailableError
+from durably.storage._spi import IndexedStream, StreamId
+
+from durably.errors import AgentFencedError, AgentLeasedError, DefinitionMigrationError, DefinitionNotRegisteredError
+from durably._loop.state import RUNNING
+from durably._journal.status_index import runnable_rows
+from durably.errors import InvalidArgumentError, RuntimeNotStartedError
+
+if TYPE_CHECKING:
+    from durably._fleet.handle import AgentHandle
+    from durably._runtime import Runtime
+
+log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
+
+
+@dataclass
+class ScanResult:
+    """``handles`` of the agents resumed here; ``holders``: how many agents each other
+    live lease owner was seen running (owner string -> count)."""
+
+    handles: list[AgentHandle] = field(default_factory=list)
+    holders: Counter[str] = field(default_factory=Counter)
+
+
+async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = False) -> ScanResult:
+    """Resume the namespace's runnable agents whose definition ``runtime`` registers.
+
+    ``limit``: resume at most that many (None: all); ``shuffle``: visit the
+    streams in a random order (their ids are then held in memory for the scan).
+    Up to ``RESUME_CONCURRENCY`` agents are resumed at once.
+    Raises ``StoreUnavailableError``, ``StoreClosedError`` and ``RuntimeNotStartedError`` (the
+    runtime was left during the scan); nothing else.
+    """
+    result = ScanResult()
+    if limit is not None and limit < 1:
+        return result
+    # With a status index only the streams it says may run (and those it has no
+    # entry for) are restored and leased: an idle poll costs what is runnable.
+    rows = runnable_rows(runtime.store, runtime.namespace)
+    streams = rows if rows is not None else _unindexed(runtime.store.list_streams(runtime.namespace))
+    if shuffle:
+        listed = [stream async for stream in streams]
+        random.shuffle(listed)
+        streams = _aiter(listed)
+    outage: list[BaseException] = []
+
+    async def attempt(row: IndexedStream, gate: _Gather) -> None:
+        arrived = False
+
+        async def gather() -> None:
+            nonlocal arrived
+            arrived = True
+            await gate.arrive()
+
+        try:
+            handle = await _resume_one(runtime, row, result, gather)
+        except (StoreUnavailableError, StoreClosedError, RuntimeNotStartedError) as exc:
+            outage.append(exc)  # an outage is the whole store's, not this stream's (serve() backs off)
+            return
+        finally:
+            if not arrived:
+                gate.leave()  # not resumed here (or failed before its append): nobody waits for it
+        if handle is not None:
+            result.handles.append(handle)
+
+    # Up to RESUME_CONCURRENCY resumes at once: their leases, restores and ``resumed``
+    # appends overlap, and the appends share group commits.
+    chunk: list[IndexedStream] = []
+    async for row in streams:
+        if row.stream.agent_id in runtime._live:
+            continue
+        chunk.append(row)
+        room = RESUME_CONCURRENCY if limit is None else min(RESUME_CONCURRENCY, limit - len(result.handles))
+        if len(chunk) >= room:
+            await _resume_chunk(chunk, attempt, outage)
+            chunk = []
+            if limit is not None and len(result.handles) >= limit:
+                return result
+    if chunk:
+        await _resume_chunk(chunk, attempt, outage)
+    return result
+
+
+#: Resumes a scan runs at once.
+RESUME_CONCURRENCY = 16
+#: Longest a restored agent of a chunk waits for the others' restores before its ``resumed`` append.
+GATHER_SECONDS = 0.02
+
+
+class _Gather:
+    """Where the resumes of one chunk meet before their ``resumed`` appends.
+
+    Their restores end at different times (each is a few reads, queued on the
+    store's connections); appended as each ends, the ``resumed`` records went
+    out in about one group commit per two agents. Waiting here until every
+    resume of the chunk has restored (or given up), or ``GATHER_SECONDS`` have
+    passed, lets them share one or two commits. Each resume calls ``arrive``
+    or ``leave`` once.
+    """
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._all = anyio.Event()
+
+    def leave(self) -> None:
+        """One resume is done with the gathering (arrived, or will not append)."""
+        self._left -= 1
+        if self._left <= 0:
+            self._all.set()
+
+    async def arrive(self) -> None:
+        """Count this resume in, then wait for the others (at most ``GATHER_SECONDS``)."""
+        self.leave()
+        with anyio.move_on_after(GATHER_SECONDS):
+            await self._all.wait()
+
+
+async def _resume_chunk(chunk: list[IndexedStream],
+                        attempt: Callable[[IndexedStream, _Gather], Coroutine[Any, Any, None]],
+                        outage: list[BaseException]) -> None:
+    gate = _Gather(len(chunk))
+    async with anyio.create_task_group() as tg:
+        for stream in chunk:
+            tg.start_soon(attempt, stream, gate)
+    if outage:
+        raise outage[0]
+
+
+async def _resume_one(runtime: Runtime, row: IndexedStream, result: ScanResult,
+                      gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
+    """Resume one stream's agent; None when it is not ours to run now (logged when unreadable)."""
+    stream = row.stream
+    try:
+        # The entry just listed is not read again.
+        return await runtime._resume(stream.agent_id, seen=row.entry, gather=gather)
+    except AgentLeasedError as exc:
+        result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
+    except (DefinitionNotRegisteredError, DefinitionMigrationError, AgentFencedError):
+        pass  # no registered definition can run it, or another runtime won the race to
+    except CodecError as exc:
+        log.error("agent %s not resumed, its journal is unreadable: %s", stream, exc)
+    except (StoreUnavailableError, StoreClosedError, RuntimeNotStartedError):
+        raise
+    except Exception:
+        # Whatever else one stream's bytes provoke must not stop every other agent.
+        log.exception("agent %s not resumed: unexpected error restoring it", stream)
+    return None
+
+
+async def _aiter(items: Iterable[IndexedStream]) -> AsyncIterator[IndexedStream]:
+    for item in items:
+        yield item
+
+
+async def _unindexed(streams: AsyncIterator[StreamId]) -> AsyncIterator[IndexedStream]:
+    """A store without an index: every stream, as a row without an entry."""
+    async for stream in streams:
+        yield IndexedStream(stream, None)
+
+
+class FairShare:
+    """How many agents ``serve()`` may take in its next scan.
+
+    ``max_agents``: most live agents in this runtime at once (None: no cap).
+    """
+
+    def __init__(self, max_agents: int | None = None) -> None:
+        if max_agents is not None and max_agents < 1:
+            raise InvalidArgumentError("max_agents must be at least 1")
+        self.max_agents = max_agents
+        self._seen: ScanResult | None = None
+
+    def limit(self, live_here: int) -> int | None:
+        """The next scan's limit given ``live_here`` agents running in this runtime; None: no limit."""
+        cap = None if self.max_agents is None else max(0, self.max_agents - live_here)
+        if self._seen is None:
+            share = 1  # first scan: one, until the other workers are seen
+        elif not self._seen.holders:
+            share = None  # alone, as far as can be seen
+        else:
+            workers = 1 + len(self._seen.holders)
+            total = live_here + sum(self._seen.holders.values()) + 1  # room for one more
+            share = max(1, math.ceil(total / workers) - live_here)  # never 0: nothing starves
+        if cap is None:
+            return share
+        return cap if share is None else min(cap, share)
+
+    def observed(self, result: ScanResult) -> None:
+        """Remember what the last scan saw."""
+        self._seen = result

@@ -1,0 +1,167 @@
+"""``Runtime.serve``: resume runnable agents forever, ride out store outages, drain on SIGTERM.
+
+Three promises a serving worker makes (issue 11 item 8, issue 12 item 3):
+
+* **It outlives an outage.** A scan that meets ``StoreUnavailableError`` (a
+  SQLite lock held past the busy timeout, S3 answering 503 past its retry
+  deadline) is retried with capped exponential backoff and jitter (tenacity,
+  as in the AWS Architecture Blog's "Exponential Backoff And Jitter"); each failed scan is logged, recorded as a
+  ``durably.serve.outage`` span and counted in the ``durably.serve.outages``
+  metric; the first good scan logs the recovery and serving goes on.
+* **A deploy is a graceful drain.** On SIGTERM (the signal every process
+  supervisor sends first) the worker stops scanning, lets every live agent
+  finish the step it is in (the model call or tool running now, journaled as
+  usual), releases its leases and returns, so another worker's next scan takes
+  the agents at once. Steps still running after ``drain_timeout`` seconds are
+  cancelled: their intents without results follow each tool's unknown-outcome
+  policy where they resume, as after a crash.
+* **A command wakes it.** On a store with change notifications (``CAP_CHANGES``:
+  PostgreSQL's LISTEN/NOTIFY) an agent another process approves, extends,
+  messages or cancels is resumed as soon as the notification arrives, not at
+  the next scan; the scans go on as the fallback (``durably._fleet.wakeups``).
+* **Fair shares.** Scans visit the agents in a random order and take no more
+  than ``FairShare`` allows (``max_agents``, an even split of what was seen:
+  see ``durably._fleet.scan``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, cast
+
+import anyio
+
+from durably.storage._errors import StoreUnavailableError
+
+from durably._fleet import wakeups
+from durably._fleet.scan import FairShare, scan
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+    from tenacity.wait import wait_base
+
+    from durably._runtime import Runtime
+
+log = logging.getLogger("durably.serve")
+
+#: The longest pause between two scans during an outage, seconds.
+MAX_BACKOFF = 30.0
+
+
+async def serve(runtime: Runtime, poll_interval: float, *, drain_signals: Iterable[int], drain_timeout: float,
+                max_agents: int | None = None) -> None:
+    """Scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
+
+    Signals are only handled in the main thread (where Python delivers them);
+    elsewhere, cancel the caller's scope to stop and call ``Runtime.drain``.
+    """
+    signals = tuple(drain_signals)
+    fair = FairShare(max_agents)
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        if signals and threading.current_thread() is threading.main_thread():
+            tg.start_soon(_stop_on_signal, signals, stop)
+        tg.start_soon(_scan_forever, runtime, poll_interval, stop, fair)
+        await stop.wait()
+        tg.cancel_scope.cancel()
+    await runtime.drain(drain_timeout)
+
+
+async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
+    # anyio annotates ``signal.Signals`` but takes any signal number (it hands it to the event
+    # loop as is); converting here would refuse the real-time signals that Signals does not name.
+    with anyio.open_signal_receiver(*cast(tuple[signal.Signals, ...], signals)) as received:
+        async for signum in received:
+            log.warning("%s received: draining (finishing the steps in flight, then releasing leases)",
+                        signal.Signals(signum).name)
+            stop.set()
+            return
+
+
+async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Event, fair: FairShare) -> None:
+    from tenacity import AsyncRetrying, retry_if_exception_type, stop_never  # only serve() needs it (import time)
+
+    outage = _Outage(runtime)
+    retrying = AsyncRetrying(retry=retry_if_exception_type(StoreUnavailableError), stop=stop_never, reraise=True,
+                             wait=_backoff(poll_interval),
+                             before_sleep=outage.report, sleep=anyio.sleep)
+    # Between scans, the agents another process changes (a command to a parked agent) are
+    # resumed as soon as the store notifies us, where it can (``durably._fleet.wakeups``),
+    # within this worker's fair share.
+
+    async def woken(agent_id: str) -> object:
+        limit = fair.limit(len(runtime._live))
+        if limit is not None and limit < 1:
+            return None  # our share is full: the agent waits for a worker with room
+        return await wakeups.resume_if_runnable(runtime, agent_id)
+
+    async with wakeups.subscribe(runtime.store, runtime.namespace) as changes:
+        while not stop.is_set():
+            async for attempt in retrying:
+                with attempt:
+                    fair.observed(await scan(runtime, limit=fair.limit(len(runtime._live)), shuffle=True))
+            outage.ended()
+            await wakeups.wait_and_resume(changes, poll_interval, woken)
+
+
+def _backoff(poll_interval: float) -> wait_base:
+    """Exponential from one poll interval, capped at ``MAX_BACKOFF``, plus up to one interval of jitter."""
+    from tenacity import wait_exponential, wait_random
+
+    step = max(poll_interval, 0.05)
+    return wait_exponential(multiplier=step, max=MAX_BACKOFF) + wait_random(0, step)
+
+
+class _Outage:
+    """Reports an outage once per failed scan and its end once."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._since: float | None = None
+
+    def report(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if self._since is None:
+            self._since = time.monotonic()
+        pause = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning("serve(): store unavailable (scan %d failed: %s); next scan in %.1f s",
+                    state.attempt_number, exc, pause)
+        telemetry = self._runtime.telemetry
+        if telemetry.metrics is not None:
+            telemetry.metrics.serve_outages.add(1, telemetry.attributes)
+        with self._runtime.telemetry.span("durably.serve.outage") as span:
+            if span is not None:
+                span.set_attributes({"durably.serve.attempt": state.attempt_number, "durably.serve.backoff_s": pause,
+                                     "error.type": type(exc).__qualname__})
+
+    def ended(self) -> None:
+        if self._since is not None:
+            log.warning("serve(): store available again after %.1f s; serving on", time.monotonic() - self._since)
+            self._since = None
+
+
+async def drain(runtime: Runtime, timeout: float) -> None:
+    """Stop ``runtime``'s live agents after their current step and release their leases.
+
+    Waits up to ``timeout`` seconds for the steps in flight, then cancels what
+    is left. Afterwards the runtime resumes nothing more (``Runtime.draining``).
+    """
+    runtime.draining = True
+    actors = list(runtime._live.values())
+    for actor in actors:
+        actor.stop_after_step()
+    with anyio.move_on_after(timeout, shield=True):
+        for actor in actors:
+            await actor.done.wait()
+    for actor in actors:
+        if not actor.done.is_set():
+            log.warning("agent %s still in a step after %.1f s: cancelled", actor.state.agent_id, timeout)
+            actor.cancel_scope.cancel()
+    with anyio.CancelScope(shield=True):
+        for actor in actors:
+            await actor.done.wait()
+        await runtime._leases.release_all()

@@ -1,0 +1,343 @@
+"""An agent's state as a pure fold of its journal: ``apply(state, record)``.
+
+The state is what a step needs and what a snapshot stores: the conversation,
+the pending tool calls of the last model response, the ledger of executed calls
+keyed by idempotency key, approvals, plan, artifacts, usage against budget and
+the status. ``apply`` appends to the top-level lists and dicts in place (so a
+step costs the same at step 10 and step 10,000) but never mutates an element
+once stored: it replaces it. ``to_wire`` copies the top-level containers, so a
+snapshot being encoded in another thread shares only elements that never change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from typing import Any
+
+from durably.schemas._records import Kind, Record
+
+from durably._tools.tool import idempotency_key
+from durably.errors import UnfoldableRecordError
+
+# Statuses. Parked ones hold no memory in the runtime; terminal ones never run again.
+RUNNING = "running"
+WAITING_APPROVAL = "waiting_approval"
+SUSPENDED = "suspended"
+FINISHED = "finished"
+FAILED = "failed"
+CANCELLED = "cancelled"
+TERMINAL = frozenset({FINISHED, FAILED, CANCELLED})
+# Reported, never journaled: a runnable agent the runtime will not resume because its
+# registered definition changed and the definition's policy is "stop" (runtime.migrate).
+NEEDS_MIGRATION = "needs_migration"
+
+
+@dataclass
+class AgentState:
+    """The folded state of one agent. Plain data only, so it snapshots as CBOR.
+
+    Attributes:
+        namespace: The agent's namespace.
+        agent_id: The agent's id in its namespace.
+        run_id: The id of this run (a new one after a purge and restart).
+        definition: The recorded definition: ``{"name", "version", "digest"}``.
+        status: ``running``, ``waiting_approval``, ``suspended``, ``finished``,
+            ``failed``, ``cancelled`` (``new`` before the first record).
+        reason: Why the status is what it is (budget limit, failure, approval).
+        task: The task the run was started with.
+        messages: The working conversation, OpenAI-style dicts.
+        inbox: Messages that arrived while tool calls were pending: chat APIs
+            want every tool result right after its call, so they join the
+            conversation once the calls resolve.
+        pending_calls: The tool calls of the last model response not yet
+            resolved: ``{"id", "name", "arguments", "key"}``.
+        ledger: Idempotency key -> the executed call (call, tool, attempts,
+            done, result).
+        approvals: Approval id -> the request and its decision.
+        plan: The model's latest plan, a list of step descriptions.
+        artifacts: Stored artifacts: ``{"name", "digest", "size"}``.
+        usage: ``{"steps", "input_tokens", "output_tokens", "cost_usd"}`` used so
+            far (cost in US dollars).
+        budget: ``{"steps", "tokens", "cost_usd"}`` limits, each None where
+            unlimited.
+        result: The run's result once ``finished`` (None before).
+        last_seq: The seq of the last record folded in (0: none).
+        forked_from: A fork's origin (namespace, agent_id, run_id, seq of the
+            source), from its ``forked`` record; None when not a fork.
+        trace: The latest activation's trace reference (trace_id, span_id), from
+            its started or resumed record: the next activation's span links to
+            it. None: it was not traced.
+    """
+
+    namespace: str = ""
+    agent_id: str = ""
+    run_id: str = ""
+    definition: dict[str, Any] = field(default_factory=dict)  # name, version, digest
+    status: str = "new"
+    reason: str = ""  # why the status is what it is (budget limit, failure, approval)
+    task: str = ""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    # Messages that arrived while tool calls were pending: chat APIs want every tool
+    # result right after its call, so they join the conversation once the calls resolve.
+    inbox: list[dict[str, Any]] = field(default_factory=list)
+    pending_calls: list[dict[str, Any]] = field(default_factory=list)  # id, name, arguments, key
+    ledger: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> call, tool, attempts, done, result
+    approvals: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval id -> request + decision
+    plan: list[str] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)  # name, digest, size
+    usage: dict[str, Any] = field(default_factory=lambda: {"steps": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
+    budget: dict[str, Any] = field(default_factory=lambda: {"steps": None, "tokens": None, "cost_usd": None})
+    result: Any = None
+    last_seq: int = 0
+    # A fork's origin (namespace, agent_id, run_id, seq of the source), from its "forked" record.
+    forked_from: dict[str, Any] | None = None
+    # The latest activation's trace reference (trace_id, span_id), from its started or
+    # resumed record: the next activation's span links to it. None: it was not traced.
+    trace: dict[str, str] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The state as a plain dict for a snapshot.
+
+        Top-level containers are copied, so a snapshot being encoded in another
+        thread shares only elements that never change.
+
+        Returns:
+            One key per field; ``trace`` is left out while None (optional in
+                snapshot-v4.cddl).
+        """
+        wire = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            wire[f.name] = value.copy() if isinstance(value, (list, dict)) else value
+        if wire["trace"] is None:
+            del wire["trace"]
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> "AgentState":
+        """Rebuild a state from ``to_wire`` output.
+
+        Args:
+            wire: What ``to_wire`` returned (e.g. decoded from a snapshot).
+
+        Returns:
+            The state; unknown keys are ignored, missing ones take their default.
+        """
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in wire.items() if k in names})
+
+    @property
+    def parked(self) -> bool:
+        """True while the agent waits for a human (approval, budget)."""
+        return self.status in (WAITING_APPROVAL, SUSPENDED)
+
+    def open_approvals(self) -> list[dict[str, Any]]:
+        """The approval requests with no decision yet.
+
+        Returns:
+            The requests (dicts from ``approvals``) whose ``decision`` is None.
+        """
+        return [a for a in self.approvals.values() if a.get("decision") is None]
+
+
+def apply(state: AgentState, record: Record) -> AgentState:
+    """Fold one record into ``state`` (in place) and return it.
+
+    Raises ``ValueError`` when the record does not follow ``state.last_seq``
+    (a gap or a replay), which would mean the journal was misread, and
+    ``UnfoldableRecordError`` for a record whose data does not fit its kind.
+    """
+    if record.seq != state.last_seq + 1:
+        raise ValueError(f"record seq {record.seq} does not follow {state.last_seq}")
+    handler = _HANDLERS.get(record.kind)
+    if handler is not None:
+        try:
+            handler(state, record.data)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise UnfoldableRecordError(f"{record.kind} record does not fold: {type(exc).__name__}: {exc}",
+                                        seq=record.seq) from exc
+    state.last_seq = record.seq
+    return state
+
+
+def _started(s: AgentState, d: dict[str, Any]) -> None:
+    s.namespace, s.agent_id, s.run_id = d["namespace"], d["agent_id"], d["run_id"]
+    s.definition, s.task, s.status = d["definition"], d["task"], RUNNING
+    s.budget = d["budget"]
+    s.trace = d.get("trace")
+    messages = [{"role": "system", "content": d["instructions"]}] if d.get("instructions") else []
+    s.messages = messages + [{"role": "user", "content": d["task"]}]
+
+
+def _message_received(s: AgentState, d: dict[str, Any]) -> None:
+    message = {"role": d.get("role", "user"), "content": d["content"]}
+    (s.inbox if s.pending_calls else s.messages).append(message)
+
+
+def _model_responded(s: AgentState, d: dict[str, Any]) -> None:
+    calls = d["tool_calls"]
+    s.messages.append({"role": "assistant", "content": d["text"], "tool_calls": calls})
+    s.pending_calls = [c if "key" in c else dict(c, key=_legacy_key(s, c)) for c in calls]
+    usage = d["usage"]
+    s.usage = {
+        "steps": s.usage["steps"] + 1,
+        "input_tokens": s.usage["input_tokens"] + usage["input_tokens"],
+        "output_tokens": s.usage["output_tokens"] + usage["output_tokens"],
+        "cost_usd": s.usage["cost_usd"] + usage["cost_usd"],
+    }
+    if d.get("plan") is not None:
+        s.plan = d["plan"]
+
+
+def _tool_intent(s: AgentState, d: dict[str, Any]) -> None:
+    entry = s.ledger.get(d["key"], {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0, "done": False})
+    s.ledger[d["key"]] = {**entry, "attempts": d["attempt"]}
+
+
+def _tool_result(s: AgentState, d: dict[str, Any]) -> None:
+    key = d["key"]
+    entry = s.ledger.get(key, {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0})
+    outcome = {"result": d.get("result"), "error": d.get("error"), "reconciled": d.get("reconciled", False)}
+    s.ledger[key] = {**entry, "done": True, **outcome}
+    content = d["error"] if d.get("error") is not None else d.get("result")
+    _place_result(s, d["call_id"], {"role": "tool", "tool_call_id": d["call_id"], "content": content})
+    s.pending_calls = [c for c in s.pending_calls if c["key"] != key]
+    if not s.pending_calls and s.inbox:
+        s.messages.extend(s.inbox)
+        s.inbox = []
+
+
+def _place_result(s: AgentState, call_id: str, message: dict[str, Any]) -> None:
+    """Append a tool message so the results of one turn keep the model's call
+    order, whatever order its calls (run concurrently) finished in. Only that
+    turn's results follow its assistant message, so the search is short."""
+    messages, first = s.messages, len(s.messages)
+    while first > 0 and messages[first - 1]["role"] == "tool":
+        first -= 1
+    calls = messages[first - 1].get("tool_calls") or () if first > 0 else ()
+    order = {c["id"]: i for i, c in enumerate(calls)}
+    mine = order.get(call_id)
+    at = len(messages)
+    if mine is not None:
+        while at > first and order.get(messages[at - 1].get("tool_call_id"), -1) > mine:
+            at -= 1
+    messages.insert(at, message)
+
+
+def _plan_updated(s: AgentState, d: dict[str, Any]) -> None:
+    s.plan = d["plan"]
+
+
+def _artifact_stored(s: AgentState, d: dict[str, Any]) -> None:
+    s.artifacts.append(d)
+
+
+def _approval_requested(s: AgentState, d: dict[str, Any]) -> None:
+    s.approvals[d["approval_id"]] = {**d, "decision": None}
+    s.status, s.reason = WAITING_APPROVAL, f"approval {d['approval_id']}: {d['reason']}"
+
+
+def _approval_decided(s: AgentState, d: dict[str, Any]) -> None:
+    request = s.approvals[d["approval_id"]]
+    s.approvals[d["approval_id"]] = {**request, "decision": d}
+    if s.status == WAITING_APPROVAL and not s.open_approvals():
+        s.status, s.reason = RUNNING, ""
+
+
+def _budget_exceeded(s: AgentState, d: dict[str, Any]) -> None:
+    s.status, s.reason = SUSPENDED, f"budget: {d['limit']} limit {d['allowed']} reached ({d['spent']})"
+
+
+def _budget_extended(s: AgentState, d: dict[str, Any]) -> None:
+    s.budget = d["budget"]
+    if s.status == SUSPENDED:
+        s.status, s.reason = RUNNING, ""
+
+
+def _legacy_key(s: AgentState, call: dict[str, Any]) -> str:
+    # Records written before keys were journaled derive them from the call id.
+    return idempotency_key(s.namespace, s.agent_id, s.run_id, call["id"])
+
+
+def _history_compacted(s: AgentState, d: dict[str, Any]) -> None:
+    if "messages" in d:
+        s.messages = d["messages"]
+        return
+    first, count = d["first"], d["count"]
+    dropped = s.messages[first:first + count]
+    kept = [{"role": "user", "content": d["summary"]}] if d.get("summary") else []
+    s.messages[first:first + count] = kept
+    # The calls that left the conversation leave the ledger and approvals too, so
+    # the state (and every snapshot) stays bounded however long the run.
+    gone = {c.get("key") or _legacy_key(s, c) for m in dropped for c in m.get("tool_calls") or ()}
+    gone -= {c["key"] for c in s.pending_calls}
+    for key in gone:
+        s.ledger.pop(key, None)
+    for approval_id in [a for a, req in s.approvals.items() if req.get("key") in gone]:
+        del s.approvals[approval_id]
+
+
+def _finished(s: AgentState, d: dict[str, Any]) -> None:
+    s.status, s.result, s.reason = FINISHED, d["result"], ""
+
+
+def _failed(s: AgentState, d: dict[str, Any]) -> None:
+    s.status, s.reason = FAILED, d["reason"]
+
+
+def _cancelled(s: AgentState, d: dict[str, Any]) -> None:
+    s.status, s.reason = CANCELLED, d.get("reason", "")
+
+
+def _forked(s: AgentState, d: dict[str, Any]) -> None:
+    s.forked_from = {"namespace": d["namespace"], "agent_id": d["agent_id"], "run_id": d["run_id"], "seq": d["seq"]}
+    renamed = d.get("keys") or {}
+    if renamed:
+        # Calls the source chose but had not started at the fork run anew here, under new keys.
+        s.pending_calls = [dict(c, key=renamed[c["key"]]) if c["key"] in renamed else c for c in s.pending_calls]
+        # An approval the copied history holds for such a call holds for it under its new key.
+        for approval_id, request in list(s.approvals.items()):
+            if request.get("key") in renamed:
+                s.approvals[approval_id] = {**request, "key": renamed[request["key"]]}
+
+
+def _resumed(s: AgentState, d: dict[str, Any]) -> None:
+    s.trace = d.get("trace")
+
+
+def _retried(s: AgentState, d: dict[str, Any]) -> None:
+    if s.status == FAILED:
+        s.status, s.reason = RUNNING, ""
+
+
+def _definition_changed(s: AgentState, d: dict[str, Any]) -> None:
+    s.definition = d["definition"]
+    names = {f.name for f in fields(s)}
+    for name, value in d.get("state", {}).items():
+        if name in names:  # the writer checked the names; a reader never grows new attributes
+            setattr(s, name, value)
+
+
+_HANDLERS: dict[str, Callable[[AgentState, dict[str, Any]], None]] = {
+    Kind.STARTED: _started,
+    Kind.RESUMED: _resumed,
+    Kind.MESSAGE_RECEIVED: _message_received,
+    Kind.MODEL_RESPONDED: _model_responded,
+    Kind.TOOL_INTENT: _tool_intent,
+    Kind.TOOL_RESULT: _tool_result,
+    Kind.PLAN_UPDATED: _plan_updated,
+    Kind.ARTIFACT_STORED: _artifact_stored,
+    Kind.APPROVAL_REQUESTED: _approval_requested,
+    Kind.APPROVAL_DECIDED: _approval_decided,
+    Kind.BUDGET_EXCEEDED: _budget_exceeded,
+    Kind.BUDGET_EXTENDED: _budget_extended,
+    Kind.HISTORY_COMPACTED: _history_compacted,
+    Kind.FINISHED: _finished,
+    Kind.FAILED: _failed,
+    Kind.CANCELLED: _cancelled,
+    Kind.DEFINITION_CHANGED: _definition_changed,
+    Kind.FORKED: _forked,
+    Kind.RETRIED: _retried,
+    # model_failed is audit only: the step it belongs to either answers or fails.
+}

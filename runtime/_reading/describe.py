@@ -1,0 +1,201 @@
+"""What an operator asks about one agent: ``describe`` (as ``temporal workflow describe``, ``dbos workflow get``).
+
+An ``AgentDescription`` gathers, from the journal and the store's lease API
+only (no running agent needed, any process may ask): the status and why, the
+definition and its digest, seq and steps, usage and cost against the budget,
+the open approvals with the call each would run, the pending tool calls, the
+lease holder and its expiry (and whether that holder is a process of this
+host that is gone), when the agent was created and last active, and the agent
+it was forked from. ``to_json`` is the stable shape of ``durably show --json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import aclosing
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from durably.schemas._records import Record
+from durably.storage._errors import CodecError
+from durably._journal.records import RecordCodec
+from durably.storage._spi import Store, StreamId, supports_leases
+
+from durably._journal import status_index
+from durably.errors import AgentNotFoundError
+from durably._fleet.owner import Liveness, holder_liveness
+from durably._journal.restore import restore
+from durably._loop.state import AgentState
+
+if TYPE_CHECKING:
+    from durably._telemetry import Telemetry
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """Who runs the agent now (``AgentDescription.lease``).
+
+    Attributes:
+        owner: The runtime's lease owner name, ``worker_id/nonce@host:pid:start:boot:pidns``
+            (``Runtime.lease_holder`` reads it as a ``durably.LeaseHolder``).
+        expires_at: When the lease expires, in unix seconds.
+        token: The lease's fencing token.
+        dead: True when the owner is a process of this host that no longer exists, or an
+            earlier incarnation of a reused pid: the next resume or ``serve`` takes its agents at once.
+    """
+
+    owner: str
+    expires_at: float
+    token: int
+    dead: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDescription:
+    """Everything ``describe`` reports about one agent (see the module docstring).
+
+    Attributes:
+        namespace: The agent's namespace.
+        agent_id: The agent's id.
+        status: Its status (``unreadable`` when its journal cannot be read).
+        reason: Why the status is what it is (for ``unreadable``, the error).
+        definition: The recorded definition: ``{"name", "version", "digest"}``.
+        run_id: The id of the current run.
+        task: The task the run was started with.
+        seq: The seq of the last record folded in.
+        steps: Model responses so far.
+        usage: ``{"steps", "input_tokens", "output_tokens", "cost_usd"}`` used.
+        budget: ``{"steps", "tokens", "cost_usd"}`` limits (None: unlimited).
+        budget_left: Each limit mapped to what remains (None: unlimited).
+        open_approvals: The approvals with no decision yet, each with the call
+            it would run (``approval_id``, ``tool``, ``arguments``, ``call_id``,
+            ``key``, ``reason``).
+        pending_calls: The unresolved tool calls (``id``, ``tool``,
+            ``arguments``, ``key``, ``started``, ``attempts``).
+        created_at: Unix seconds of the first record (None when the first
+            records were compacted away).
+        last_activity_at: Unix seconds of the last record.
+        forked_from: A fork's origin (namespace, agent_id, run_id, seq), or None.
+        leases_supported: Whether the store has leases.
+        lease: The live lease (``LeaseInfo``); None when no live lease is held or
+            the store has no leases (``leases_supported`` says which).
+        state: The full folded state (not in ``to_json``: it holds content).
+    """
+
+    namespace: str
+    agent_id: str
+    status: str
+    reason: str
+    definition: dict[str, Any]
+    run_id: str
+    task: str
+    seq: int
+    steps: int
+    usage: dict[str, Any]
+    budget: dict[str, Any]
+    budget_left: dict[str, Any]
+    open_approvals: list[dict[str, Any]]
+    pending_calls: list[dict[str, Any]]
+    created_at: float | None
+    last_activity_at: float | None
+    forked_from: dict[str, Any] | None
+    leases_supported: bool
+    lease: LeaseInfo | None
+    state: AgentState = field(repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The description as ``durably show --json`` prints it (a stable shape).
+
+        Returns:
+            A plain, JSON-ready dict of every field but ``state``; ``lease`` as a
+                dict or None.
+        """
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "state"}
+        out["lease"] = asdict(self.lease) if self.lease is not None else None
+        return out
+
+
+async def describe(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry) -> AgentDescription:
+    """Describe the agent of ``stream`` as it is now.
+
+    Raises ``AgentNotFoundError`` (no records), ``CorruptRecordError`` /
+    ``UnknownSchemaVersionError`` (its journal cannot be read) and
+    ``StoreUnavailableError``.
+    """
+    restored = await restore(store, codec, stream, telemetry)
+    if restored is None:
+        raise AgentNotFoundError(f"no agent {stream.agent_id!r} in namespace {stream.namespace!r}")
+    return await describe_state(store, codec, stream, restored.state)
+
+
+async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, state: AgentState) -> AgentDescription:
+    """``describe`` for a state already restored (the lease and times are read here)."""
+    first = await _record_at(store, codec, stream, 0)
+    last_seq = state.last_seq or await store.last_seq(stream)  # an unreadable agent has no folded seq
+    last = await _record_at(store, codec, stream, max(last_seq - 1, 0))
+    supported = supports_leases(store)
+    lease = None
+    if supports_leases(store) and (held := await store.get_lease(stream)) is not None:
+        lease = LeaseInfo(held.owner, held.expires_at, held.token, holder_liveness(held.owner) is Liveness.DEAD)
+    return AgentDescription(
+        namespace=stream.namespace, agent_id=stream.agent_id, status=state.status, reason=state.reason,
+        definition=dict(state.definition), run_id=state.run_id, task=state.task, seq=state.last_seq,
+        steps=state.usage["steps"], usage=dict(state.usage), budget=dict(state.budget),
+        budget_left=budget_left(state), open_approvals=[_approval(a) for a in state.open_approvals()],
+        pending_calls=[_pending(state, c) for c in state.pending_calls],
+        created_at=first.at if first is not None and first.seq == 1 else None,
+        last_activity_at=last.at if last is not None else None, forked_from=state.forked_from,
+        leases_supported=supported, lease=lease, state=state)
+
+
+async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry: Telemetry, *,
+                             statuses: Iterable[str] | None = None) -> AsyncIterator[AgentDescription]:
+    """``describe`` every agent of ``namespace`` (``statuses``: only those with one of these), in the store's listing order.
+
+    An agent whose journal cannot be read is described with status
+    ``unreadable`` and the error as its reason, never stopping the listing.
+    With ``statuses`` on a store with a status index only the streams the
+    index names (and those it has no entry for) are read.
+    """
+    wanted = None if statuses is None else frozenset(statuses)
+    streams = status_index.listing(store, namespace, wanted) or store.list_streams(namespace)
+    async for stream in streams:
+        try:
+            found = await describe(store, codec, stream, telemetry)
+        except AgentNotFoundError:
+            continue  # purged between the listing and the read
+        except CodecError as exc:
+            state = AgentState(namespace=namespace, agent_id=stream.agent_id, status="unreadable",
+                               reason=f"{type(exc).__name__}: {exc}")
+            found = await describe_state(store, codec, stream, state)
+        if wanted is None or found.status in wanted:
+            yield found
+
+
+def budget_left(state: AgentState) -> dict[str, Any]:
+    """Each budget limit minus what is spent (None: that limit is unlimited)."""
+    usage = state.usage
+    spent = {"steps": usage["steps"], "tokens": usage["input_tokens"] + usage["output_tokens"], "cost_usd": usage["cost_usd"]}
+    return {name: (None if allowed is None else allowed - spent.get(name, 0)) for name, allowed in state.budget.items()}
+
+
+def _approval(request: dict[str, Any]) -> dict[str, Any]:
+    return {k: request.get(k) for k in ("approval_id", "tool", "arguments", "call_id", "key", "reason")}
+
+
+def _pending(state: AgentState, call: dict[str, Any]) -> dict[str, Any]:
+    entry = state.ledger.get(call["key"])
+    return {"id": call["id"], "tool": call["name"], "arguments": call["arguments"], "key": call["key"],
+            "started": entry is not None, "attempts": entry["attempts"] if entry else 0}
+
+
+async def _record_at(store: Store, codec: RecordCodec, stream: StreamId, after: int) -> Record | None:
+    """The first record after seq ``after`` that is still stored, decoded (None: none);
+    an unreadable one counts as none (the caller reports times only)."""
+    async with aclosing(store.read(stream, after, page_size=1)) as records:
+        async for stored in records:
+            try:
+                return codec.decode_record(stored, stream)
+            except CodecError:
+                return None
+    return None

@@ -1,0 +1,17 @@
+"""Crash torture: a real agent in worker processes, SIGKILLed at random moments and at every journal boundary.
+
+    report = await run_torture("sqlite:///tortured.db", kills=200, workers=2)
+    assert not report.violations, report.violations
+
+``durably torture --store URL [--kills N] [--workers K]`` runs it from the
+command line; ``TortureConformance`` (``durably._torture.testing``) is
+its pytest entry for an adapter's test suite. The invariants, checked from
+external fsynced ledgers of effects and acknowledgements: the final state
+equals an uninterrupted run, no effect happens twice under ``reconcile`` or
+``fail``, no acknowledged record is lost, nothing is stuck. The storage half
+(the ledger, a storage-level SIGKILLed writer) is ``durably.storage._torture``.
+"""
+
+from durably._torture.harness import TortureError, TortureReport, run_torture
+
+__all__ = ["TortureError", "TortureReport", "run_torture"]

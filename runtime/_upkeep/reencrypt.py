@@ -1,0 +1,182 @@
+"""Re-encryption after a key rotation: leave no frame under a retired key.
+
+Rotating a key (``KeyProvider.current_key_id`` names a new one) only changes
+what new frames use; old frames stay readable under the key id they name. To
+retire the old key, ``reencrypt_stream`` rewrites a stream so that every frame
+left in it is sealed with the current key.
+
+The SPI has no way to overwrite a journal record in place (records are
+append-only, and on S3 a batch object is created once with a conditional
+PUT), and adding one to every adapter would weaken the append-only contract
+for the sake of an operator task. So the rewrite uses what the SPI has:
+
+1. restore the state (old frames decrypt under their own key ids);
+2. append one ``resumed`` record (worker ``durably reencrypt``) under the new
+   key, whose envelope time is the *last activity's* time, so retention clocks
+   (``durably sweep``) do not restart at a rotation;
+3. put a snapshot at that seq under the new key;
+4. compact: delete every record before it and every older snapshot.
+
+The price, stated plainly: the journal's history before the rewrite is gone
+(only the state, which is what restore needs, survives), and the appended
+record fences off a process still running the agent (its next append fails
+its expected-seq check; it stops and is resumed from the journal, as after
+any takeover). A stream whose records are all already under the current key
+but whose latest snapshot is not just gets that snapshot rewritten at the same
+seq (``put_snapshot`` overwrites) and the older ones deleted.
+
+What is reported is true of the files' bytes (issue 11 item 4): afterwards
+``scrub_files`` asks the adapter to drop what it still keeps of the deleted
+frames (SQLite: checkpoint and truncate the WAL, whose old frames still hold
+them; freed pages are zeroed by ``secure_delete``). When another connection's
+open transaction prevents that, every report says so (``files_scrubbed``
+False, with the reason) rather than claiming success. What other stores keep
+of deleted objects (S3 object versions, backups, freed disk blocks) is outside
+what this command reaches, and the reports say that too (``None``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from durably.schemas._records import Kind, Record
+from durably.storage._crypto import key_id_of
+from durably.storage._errors import ConflictError
+from durably._journal.records import RecordCodec
+from durably.storage._spi import Store, StreamId
+
+from durably._journal.restore import restore
+from durably._loop.state import apply
+from durably.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from durably._telemetry import Telemetry
+
+_RETRIES = 8  # expected-seq retries against a live writer
+
+#: ``ReencryptReport.action`` values.
+CURRENT, SNAPSHOT_REWRITTEN, COMPACTED = "current", "snapshot-rewritten", "compacted"
+
+
+@dataclass(frozen=True, slots=True)
+class ReencryptReport:
+    """What ``reencrypt_stream`` found and did for ``stream``.
+
+    Attributes:
+        stream: The stream re-encrypted.
+        before: Frames per key id (None: plaintext) before, records and
+            snapshots together.
+        after: Frames per key id (None: plaintext) after, records and
+            snapshots together.
+        action: ``current`` (nothing to do), ``snapshot-rewritten`` or
+            ``compacted``.
+        seq: The snapshot seq written (0 when none).
+        files_scrubbed: True when the store's files no longer hold the bytes of
+            the frames rewritten or deleted (old WAL frames, freed pages), False
+            when something prevented it (``residue`` says what), None when the
+            adapter cannot tell (S3 object versions, a filesystem's freed
+            blocks: see the module docstring).
+        residue: What prevented the scrub (e.g. another connection's open
+            transaction); "" otherwise.
+    """
+
+    stream: StreamId
+    before: dict[str | None, int]
+    after: dict[str | None, int]
+    action: str
+    seq: int = 0
+    files_scrubbed: bool | None = None
+    residue: str = ""
+
+
+async def key_census(store: Store, stream: StreamId) -> tuple[Counter[str | None], Counter[str | None]]:
+    """``(records, snapshots)``: how many frames of each kind name each key id (None: plaintext).
+
+    Reads every remaining record and snapshot header; decrypts nothing.
+    """
+    records: Counter[str | None] = Counter()
+    async for stored in store.read(stream):
+        records[key_id_of(stored.data)] += 1
+    snapshots: Counter[str | None] = Counter()
+    snapshot = await store.get_snapshot(stream)
+    while snapshot is not None:
+        snapshots[key_id_of(snapshot.data)] += 1
+        snapshot = await store.get_snapshot(stream, snapshot.seq - 1)
+    return records, snapshots
+
+
+async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *, telemetry: Telemetry) -> ReencryptReport:
+    """Rewrite ``stream`` so every frame in it is sealed with the current key (see the module docstring).
+
+    ``codec`` must encrypt (its cipher holds the old keys and the current one;
+    with ``allow_plaintext`` it also moves a plaintext stream to encryption).
+    Raises ``ValueError`` for a codec without a cipher, ``DecryptionError`` /
+    ``UnknownKeyError`` when a frame does not decrypt (nothing is changed then),
+    ``AgentFencedError``-like ``ConflictError`` when a live writer keeps winning.
+    """
+    cipher = codec.codec.cipher
+    if cipher is None:
+        raise InvalidArgumentError("reencrypt needs a codec with a cipher (a key provider)")
+    target = cipher.current_key_id()
+    records, snapshots = await key_census(store, stream)
+    before = dict(records + snapshots)
+    if set(before) <= {target}:
+        return ReencryptReport(stream, before, before, CURRENT)
+    if set(records) <= {target}:
+        latest = await store.get_snapshot(stream)
+        assert latest is not None  # some snapshot is under an old key
+        seq, wire, _frame = codec.decode_snapshot(latest, stream)
+        await store.put_snapshot(stream, seq, codec.encode_snapshot(seq, wire, stream))
+        await store.delete_snapshots(stream, seq)
+        after_records, after_snapshots = await key_census(store, stream)
+        return ReencryptReport(stream, before, dict(after_records + after_snapshots), SNAPSHOT_REWRITTEN, seq)
+    for _ in range(_RETRIES):
+        restored = await restore(store, codec, stream, telemetry)
+        if restored is None:
+            return ReencryptReport(stream, before, before, CURRENT)
+        state = restored.state
+        last_seq = state.last_seq
+        last_at = None
+        async for stored in store.read(stream, last_seq - 1, page_size=1):
+            last_at = codec.decode_record(stored, stream).at
+        marker = Record(last_seq + 1, Kind.RESUMED, {"worker": f"durably reencrypt (key {target})", "pid": os.getpid()},
+                        last_at if last_at is not None else time.time())
+        try:
+            await store.append(stream, last_seq, [codec.encode_record(marker, stream)])
+        except ConflictError:
+            continue  # a live writer moved on: restore again
+        apply(state, marker)
+        await store.put_snapshot(stream, marker.seq, codec.encode_snapshot(marker.seq, state.to_wire(), stream))
+        await store.delete_records(stream, last_seq)
+        await store.delete_snapshots(stream, marker.seq)
+        after_records, after_snapshots = await key_census(store, stream)
+        return ReencryptReport(stream, before, dict(after_records + after_snapshots), COMPACTED, marker.seq)
+    raise ConflictError(stream, last_seq, None)
+
+
+async def reencrypt(store: Store, codec: RecordCodec, namespace: str, *, telemetry: Telemetry) -> list[ReencryptReport]:
+    """``reencrypt_stream`` for every stream of ``namespace``, in ``list_streams`` order,
+    then ``scrub_files``: every report carries whether the old bytes are gone from the files."""
+    reports = [await reencrypt_stream(store, codec, stream, telemetry=telemetry) async for stream in store.list_streams(namespace)]
+    scrubbed, residue = await scrub_files(store)
+    return [replace(report, files_scrubbed=scrubbed, residue=residue) for report in reports]
+
+
+async def scrub_files(store: Store) -> tuple[bool | None, str]:
+    """Make the store's files hold no byte of deleted or rewritten frames, if the adapter can.
+
+    Out: ``(True, "")`` when done; ``(False, why)`` when something prevented it
+    (retry once that is gone); ``(None, why)`` when the adapter has no such
+    operation (``erase_freed``, e.g. the SQLite adapter's WAL checkpoint and
+    truncation over pages ``secure_delete`` zeroed).
+    """
+    erase = getattr(store, "erase_freed", None)
+    if erase is None:
+        return None, (f"{type(store).__name__} cannot tell what it keeps of deleted frames "
+                      "(object versions, backups, freed disk blocks)")
+    residue = await erase()
+    return (True, "") if residue is None else (False, residue)

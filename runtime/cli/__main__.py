@@ -1,7 +1,0 @@
-"""``python -m durably._cli``: the ``durably`` command (``python -m durably`` is the public spelling)."""
-
-import sys
-
-from .main import main
-
-sys.exit(main())

@@ -1,0 +1,36 @@
+"""Fixtures shared by every test folder."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pip builds from a copy of this checkout (so the checkout gets no build/ or egg-info)."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "site",
+                                                                 "__pycache__", ".pytest_cache", ".hypothesis"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    return next((work / "dist").glob("durably-*.whl"))
+
+
+@pytest.fixture(scope="session")
+def shipped_tree(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the ``durably`` package as the wheel installs it (for tools that read a package tree:
+    mypy, the docs' API reference)."""
+    target = tmp_path_factory.mktemp("site")
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
+                                "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    return target
