@@ -60,13 +60,22 @@ the names their audience needs.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
-if TYPE_CHECKING:  # for annotations only: this module imports nothing of durably when it runs
+if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from durably._loop.state import AgentState
-    from durably.storage._spi import StreamId
+
+class _StreamAddress(Protocol):
+    """The stream an error concerns, by the shape it is read with (``durably.storage.StreamId`` has it).
+
+    Typed by shape because this module imports nothing of durably: every other module imports it."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def agent_id(self) -> str: ...
 
 
 class DurablyError(Exception):
@@ -123,7 +132,7 @@ class ConflictError(StoreError):
     returns it (not raises it) in ``append_batch``'s result list.
     """
 
-    def __init__(self, stream: StreamId, expected_seq: int, actual_seq: int | None) -> None:
+    def __init__(self, stream: _StreamAddress, expected_seq: int, actual_seq: int | None) -> None:
         self.stream = stream
         self.expected_seq = expected_seq
         self.actual_seq = actual_seq
@@ -228,7 +237,7 @@ class CorruptRecordError(CodecError):
     Attributes: ``stream`` and ``seq`` when known, else None.
     """
 
-    def __init__(self, message: str, *, stream: StreamId | None = None, seq: int | None = None) -> None:
+    def __init__(self, message: str, *, stream: _StreamAddress | None = None, seq: int | None = None) -> None:
         self.stream = stream
         self.seq = seq
         where = f" ({stream} seq {seq})" if stream is not None else ""
@@ -258,7 +267,7 @@ class UnknownKeyError(DecryptionError):
     """An encrypted frame names a key id the key provider does not have
     (a retired key, or the wrong provider). Attribute: ``key_id`` (str)."""
 
-    def __init__(self, message: str, *, key_id: str, stream: StreamId | None = None, seq: int | None = None) -> None:
+    def __init__(self, message: str, *, key_id: str, stream: _StreamAddress | None = None, seq: int | None = None) -> None:
         self.key_id = key_id
         super().__init__(message, stream=stream, seq=seq)
 
@@ -286,7 +295,7 @@ class UnknownSchemaVersionError(CodecError):
     Attributes: ``schema``, ``version``, ``supported`` (highest known), ``stream``, ``seq``.
     """
 
-    def __init__(self, schema: str, version: int, supported: int, *, stream: StreamId | None = None,
+    def __init__(self, schema: str, version: int, supported: int, *, stream: _StreamAddress | None = None,
                  seq: int | None = None) -> None:
         self.schema = schema
         self.version = version
@@ -307,7 +316,7 @@ class MissingUpcasterError(UnknownSchemaVersionError):
     Like its base class it stops that agent and leaves the data untouched.
     """
 
-    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream: StreamId | None = None,
+    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream: _StreamAddress | None = None,
                  seq: int | None = None) -> None:
         super().__init__(schema, version, supported, stream=stream, seq=seq)
         self.missing = missing
@@ -327,7 +336,7 @@ class UnknownDictionaryError(UnknownSchemaVersionError):
     """
 
     def __init__(self, dictionary_id: int, known: frozenset[int] = frozenset(), reason: str = "", *,
-                 stream: StreamId | None = None, seq: int | None = None) -> None:
+                 stream: _StreamAddress | None = None, seq: int | None = None) -> None:
         super().__init__("durably.frame dictionary", dictionary_id, max(known, default=0), stream=stream, seq=seq)
         self.dictionary_id = dictionary_id
         self.known = known
@@ -449,9 +458,9 @@ class SeqOutOfRangeError(DurablyError, ValueError):
 
 class WaitTimeoutError(DurablyError, TimeoutError):
     """``Runtime.wait`` gave up: the agent did not reach one of the wanted
-    statuses in time. ``state`` holds the last state seen."""
+    statuses in time. ``state`` holds the last state seen (an ``AgentState``)."""
 
-    def __init__(self, message: str, state: AgentState) -> None:
+    def __init__(self, message: str, state: Any) -> None:
         super().__init__(message)
         self.state = state
 

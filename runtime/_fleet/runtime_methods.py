@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from durably._fleet.handle import AgentHandle
     from durably._fleet.leases import LeaseKeeper
     from durably._fleet.owner import LeaseHolder
-    from durably._runtime import Runtime
+    from durably._host import RuntimeHost
 
 
 class Fleet:
@@ -74,7 +74,7 @@ class Fleet:
         """
         from durably._fleet.scan import scan
 
-        return (await scan(cast("Runtime", self))).handles  # self is the mixin's host
+        return (await scan(cast("RuntimeHost", self))).handles  # self is the mixin's host
 
     async def serve(self, poll_interval: float = 1.0, *, drain_signals: Iterable[int] = (signal.SIGTERM,),
                     drain_timeout: float = 30.0, max_agents: int | None = None) -> None:
@@ -113,7 +113,7 @@ class Fleet:
             raise InvalidArgumentError("serve: poll_interval must be > 0 seconds and max_agents at least 1")
         from durably._fleet import serving
 
-        await serving.serve(cast("Runtime", self), poll_interval, drain_signals=drain_signals,
+        await serving.serve(cast("RuntimeHost", self), poll_interval, drain_signals=drain_signals,
                             drain_timeout=drain_timeout, max_agents=max_agents)
 
     async def drain(self, timeout: float = 30.0) -> None:
@@ -133,4 +133,4 @@ class Fleet:
         self._require_started()
         from durably._fleet import serving
 
-        await serving.drain(cast("Runtime", self), timeout)
+        await serving.drain(cast("RuntimeHost", self), timeout)

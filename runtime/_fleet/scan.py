@@ -40,7 +40,7 @@ from durably.errors import InvalidArgumentError, RuntimeNotStartedError
 
 if TYPE_CHECKING:
     from durably._fleet.handle import AgentHandle
-    from durably._runtime import Runtime
+    from durably._host import RuntimeHost
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
@@ -54,7 +54,7 @@ class ScanResult:
     holders: Counter[str] = field(default_factory=Counter)
 
 
-async def scan(runtime: Runtime, *, limit: int | None = None, shuffle: bool = False) -> ScanResult:
+async def scan(runtime: RuntimeHost, *, limit: int | None = None, shuffle: bool = False) -> ScanResult:
     """Resume the namespace's runnable agents whose definition ``runtime`` registers.
 
     ``limit``: resume at most that many (None: all); ``shuffle``: visit the
@@ -158,7 +158,7 @@ async def _resume_chunk(chunk: list[IndexedStream],
         raise outage[0]
 
 
-async def _resume_one(runtime: Runtime, row: IndexedStream, result: ScanResult,
+async def _resume_one(runtime: RuntimeHost, row: IndexedStream, result: ScanResult,
                       gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
     """Resume one stream's agent; None when it is not ours to run now (logged when unreadable)."""
     stream = row.stream

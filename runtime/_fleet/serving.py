@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from tenacity import RetryCallState
     from tenacity.wait import wait_base
 
-    from durably._runtime import Runtime
+    from durably._host import RuntimeHost
 
 log = logging.getLogger("durably.serve")
 
@@ -52,7 +52,7 @@ log = logging.getLogger("durably.serve")
 MAX_BACKOFF = 30.0
 
 
-async def serve(runtime: Runtime, poll_interval: float, *, drain_signals: Iterable[int], drain_timeout: float,
+async def serve(runtime: RuntimeHost, poll_interval: float, *, drain_signals: Iterable[int], drain_timeout: float,
                 max_agents: int | None = None) -> None:
     """Scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
 
@@ -82,7 +82,7 @@ async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
             return
 
 
-async def _scan_forever(runtime: Runtime, poll_interval: float, stop: anyio.Event, fair: FairShare) -> None:
+async def _scan_forever(runtime: RuntimeHost, poll_interval: float, stop: anyio.Event, fair: FairShare) -> None:
     from tenacity import AsyncRetrying, retry_if_exception_type, stop_never  # only serve() needs it (import time)
 
     outage = _Outage(runtime)
@@ -119,7 +119,7 @@ def _backoff(poll_interval: float) -> wait_base:
 class _Outage:
     """Reports an outage once per failed scan and its end once."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RuntimeHost) -> None:
         self._runtime = runtime
         self._since: float | None = None
 
@@ -144,7 +144,7 @@ class _Outage:
             self._since = None
 
 
-async def drain(runtime: Runtime, timeout: float) -> None:
+async def drain(runtime: RuntimeHost, timeout: float) -> None:
     """Stop ``runtime``'s live agents after their current step and release their leases.
 
     Waits up to ``timeout`` seconds for the steps in flight, then cancels what

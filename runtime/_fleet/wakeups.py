@@ -24,7 +24,7 @@ from durably.errors import AgentFencedError, AgentLeasedError, AgentNotFoundErro
 
 if TYPE_CHECKING:  # runtime imports this module
     from durably._fleet.handle import AgentHandle
-    from durably._runtime import Runtime
+    from durably._host import RuntimeHost
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
@@ -58,7 +58,7 @@ async def publish(store: Store, stream: StreamId) -> None:
         log.warning("could not notify other processes of the change of %s (they will poll): %s", stream, exc)
 
 
-async def resume_if_runnable(runtime: Runtime, agent_id: str) -> AgentHandle | None:
+async def resume_if_runnable(runtime: RuntimeHost, agent_id: str) -> AgentHandle | None:
     """Resume ``agent_id`` in ``runtime`` after a wake-up; its handle, or None for an agent live
     there, not its to run, run by another runtime, purged meanwhile or unreadable (logged), as a
     scan would (``durably._fleet.scan``). Raises ``StoreUnavailableError``/``StoreClosedError``."""

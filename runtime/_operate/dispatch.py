@@ -26,12 +26,12 @@ from durably._loop.state import RUNNING
 from durably._operate.placement import CommandResult
 
 if TYPE_CHECKING:
-    from durably._runtime import Runtime
+    from durably._host import RuntimeHost
 
 _COMMAND_RETRIES = 8  # expected-seq retries for a command racing another writer
 
 
-async def submit(runtime: Runtime, agent_id: str, command: cmd.Command) -> CommandResult:
+async def submit(runtime: RuntimeHost, agent_id: str, command: cmd.Command) -> CommandResult:
     """Apply ``command`` to ``agent_id`` through ``runtime``; errors as the ``Runtime`` command methods."""
     actor = runtime._live.get(agent_id)
     if actor is not None and not actor.done.is_set():

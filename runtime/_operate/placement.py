@@ -30,7 +30,7 @@ from durably._loop.state import RUNNING, AgentState
 
 if TYPE_CHECKING:
     from durably._fleet.handle import AgentHandle
-    from durably._runtime import Runtime
+    from durably._host import RuntimeHost
 
 
 class Where(StrEnum):
@@ -165,7 +165,7 @@ def live_here(state: AgentState, handle: AgentHandle) -> Placement:
     return Placement(Where.HERE, "runs in this runtime", handle=handle)
 
 
-async def place(runtime: Runtime, state: AgentState, *, was_parked: bool) -> Placement:
+async def place(runtime: RuntimeHost, state: AgentState, *, was_parked: bool) -> Placement:
     """Where the agent of ``state`` (just after a command appended to its journal) runs now.
 
     An agent the command un-parked is resumed here when this runtime has its

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from durably._journal.writer import AgentJournal
     from durably._fleet.handle import AgentHandle
     from durably._operate.placement import CommandResult
-    from durably._runtime import Runtime
+    from durably._host import RuntimeHost
 
 
 class OperatorCommands:
@@ -205,4 +205,4 @@ class OperatorCommands:
         """Apply ``command``; the state after it and where the agent runs now (see ``dispatch``)."""
         from durably._operate import dispatch
 
-        return await dispatch.submit(cast("Runtime", self), agent_id, command)  # self is the mixin's host
+        return await dispatch.submit(cast("RuntimeHost", self), agent_id, command)  # self is the mixin's host
