@@ -16,7 +16,6 @@ from durably._journal.redaction_policy import (
     Redact,
     RedactedArgumentError,
     RedactionPolicy,
-    Redactor,
     ephemeral,
     is_marker,
     marker,
@@ -25,6 +24,7 @@ from durably._journal.redaction_policy import (
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
 from durably._journal.records import RecordCodec
+from durably._journal.redactor import Redactor
 from privacy_support import backend as store_backend
 from privacy_support import (
     BACKENDS,
