@@ -26,7 +26,7 @@ When nothing records (no SDK configured: the API's no-op or proxy providers),
 ``Telemetry`` says so once, at construction, and the runtime then creates no
 span or instrument object at all: the step loop pays one ``is None`` test.
 OpenTelemetry itself is imported when the first ``Telemetry`` is built, not
-when durably is imported (it is a tenth of ``import durably``), and
+when durably is imported (it is a tenth of ``import durably._runtime``), and
 not at all while nothing could have installed a provider (``_api_untouched``):
 a process that never imported the API (a ``durably`` command) skips it.
 See https://opentelemetry.io/docs/specs/semconv/gen-ai/ for the conventions.

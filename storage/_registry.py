@@ -127,7 +127,7 @@ def open_store(url: str) -> Store:
 def _entry_points() -> list[EntryPoint]:
     """The installed ``durably.stores`` entry points. ``importlib.metadata`` is imported
     here, at the first ``open_store``, not with durably (it costs more than the rest of
-    ``import durably``'s dependencies)."""
+    ``import durably._runtime``'s dependencies)."""
     from importlib.metadata import entry_points
 
     return list(entry_points(group=ENTRY_POINT_GROUP))

@@ -183,7 +183,7 @@ def test_overhead_reports_cpu_per_step_and_imports_their_ratio(tiny_run):
     cpu = {f["system"]: f["value"] for f in figures(tiny_run, "overhead", system=None) if f["name"] == "cpu_per_step"}
     assert set(cpu) == {"plain-loop", "durably-memory", "durably"} and all(v >= 0 for v in cpu.values())
     (ratio,) = [r for r in tiny_run["ratios"] if r["suite"] == "imports"]
-    assert ratio["name"] == "durably/dependencies" and ratio["value"] > 0
+    assert ratio["name"] == "durably._runtime/dependencies" and ratio["value"] > 0
 
 
 def test_series_are_bounded_and_ordered(tiny_run):

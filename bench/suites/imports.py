@@ -1,4 +1,4 @@
-"""imports: how long a fresh ``python -c "import durably"`` takes, against its dependencies.
+"""imports: how long a fresh ``python -c "import durably._runtime"`` takes, against its dependencies.
 
 Each command runs in a new interpreter (``sys.executable``, with ``-c``), the
 two alternating so that load on the machine falls on both alike; the figure
@@ -28,7 +28,7 @@ from ..results import percentile
 SUITE = "imports"
 REPEATS = 7
 COMMANDS = {
-    "durably": "import durably",
+    "durably": "import durably._runtime",
     "dependencies": "import anyio, aiosqlite, cbor2, zstandard",
 }
 
@@ -60,4 +60,4 @@ async def run(bench: Bench) -> None:
     for name, code in COMMANDS.items():
         figures[name] = r.add(SUITE, "import_wall_p50", percentile(times[name], 50) * 1e3, "ms", system=name,
                               store="none", command=f'python -c "{code}"', repeats=REPEATS)
-    r.ratio(SUITE, "durably/dependencies", figures["durably"], figures["dependencies"], better="lower")
+    r.ratio(SUITE, "durably._runtime/dependencies", figures["durably"], figures["dependencies"], better="lower")
