@@ -29,7 +29,7 @@ GOLDEN = Path(__file__).parent / "golden" / "postgres"
 class TestPostgresConformance(StoreConformance):
     """The kit in full. Not given: ``stored_bytes``, since PostgreSQL does not overwrite deleted
     rows (their bytes stay in the table files until VACUUM reuses the space, and in WAL), so a
-    purge cannot promise that nothing is readable on disk (the README says so)."""
+    purge cannot promise that nothing is readable on disk (docs/postgres.md says so)."""
 
     @pytest.fixture(autouse=True)
     def _server(self, pg_server: PostgresTestServer) -> None:

@@ -404,7 +404,7 @@ async def test_multipart_blob_and_snapshot(s3_server) -> None:
 
 
 async def test_request_cost_of_a_step_and_of_a_restore(s3_server) -> None:
-    """The README's cost model: an append is one conditional PUT and no read; a restore reads only the tail."""
+    """docs/s3.md's cost model: an append is one conditional PUT and no read; a restore reads only the tail."""
     prefix = fresh_prefix()
     async with make(s3_server, prefix) as writer:
         last = 0

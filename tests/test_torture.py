@@ -1,6 +1,6 @@
 """Crash torture, bounded for CI: real workers SIGKILLed at every journal boundary, the invariants judged.
 
-The long runs are in the README ("Crash torture"). Here: >= 200 kills on SQLite,
+The long runs are in docs/bench/index.md ("Crash torture runs"). Here: >= 200 kills on SQLite,
 >= 50 on file:// and on S3 (the local server), two workers each so agents are
 taken over between them; the judge catches a store that acknowledges from a
 cache; the invariants themselves on hand-made ledgers; the CLI's exit status.
