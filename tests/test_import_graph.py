@@ -90,3 +90,28 @@ def test_the_check_sees_a_circle_behind_type_checking():
     path.parent.mkdir(exist_ok=True)
     path.write_text(source)
     assert imports("durably._fleet.scan", path, {"durably._runtime"}) == {"durably._runtime"}
+
+
+#: Rooms that build on others, and the rooms below them that may never import them.
+UPPER = ("durably._fleet", "durably._operate", "durably._reading", "durably._upkeep", "durably._cli", "durably._console",
+         "durably._torture", "durably.integrations", "durably.bench", "durably._runtime")
+CORE = ("durably._loop", "durably._tools", "durably._journal")
+STORE_SIDE = ("durably.storage", "durably.adapters", "durably.schemas")
+#: The one arrow up, on purpose: the conformance kit hands adapter authors the runtime's agent-level torture
+#: harness (``TortureConformance``), imported when first used.
+ALLOWED_UP = {("durably.storage.conformance", "durably._torture.testing")}
+
+
+def test_the_arrows_point_one_way():
+    found = modules()
+    graph = {name: imports(name, path, set(found)) for name, path in found.items()}
+    wrong = []
+    for name, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if (name, target) in ALLOWED_UP:
+                continue
+            if name.startswith(CORE) and target.startswith(UPPER):
+                wrong.append(f"{name} -> {target}")
+            if name.startswith(STORE_SIDE) and not target.startswith((*STORE_SIDE, "durably.errors")):
+                wrong.append(f"{name} -> {target}")
+    assert wrong == []
