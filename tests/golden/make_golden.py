@@ -16,7 +16,7 @@ A set holds:
 * ``frames/*.bin``: raw frames, one record of every kind (those the run wrote,
   plus hand-built ones for the kinds no runtime path writes) and a snapshot;
 * ``manifest.json``: what each frame decodes to and the facts of the agent's
-  state as the run saw them, which ``tests/test_golden.py`` checks.
+  state as the run saw them, which ``tests/storage/test_golden.py`` checks.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Run once, by the release that introduced the version, from the repository root:
 ``python tests/golden/postgres/make_golden.py``. It starts a throw-away server
-(``tests/pg_server.py``), writes the content of ``CONTENT`` through the
+(``tests/support/pg_server.py``), writes the content of ``CONTENT`` through the
 adapter, and keeps ``pg_dump --inserts`` of the ``durably`` schema. Later
 versions never rewrite the file: the tests restore it and open it with the
 current build, which must migrate it forward and read every byte back.
@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE.parent.parent))
+sys.path.insert(0, str(HERE.parent.parent / "support"))
 
 from pg_server import BIN, USER, PostgresTestServer  # noqa: E402
 
