@@ -2,7 +2,7 @@
 
 ``durably bench --local-s3`` measures ``s3://`` against it, so requests per
 step are counted where they cost money, at the server, not estimated at the
-client. As the tests' server does (``tests/s3_server.py``), a WSGI wrapper
+client. As the tests' server does (``tests/support/s3_server.py``), a WSGI wrapper
 around moto's app logs each request and runs every mutating one (PUT, POST,
 DELETE) under one lock: moto checks ``If-None-Match`` and stores the object
 in two steps, and the lock makes that atomic as S3's conditional writes are.

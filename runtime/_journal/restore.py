@@ -111,7 +111,7 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, telemetry:
     snapshot, up to ``_RETRIES`` times. Found by ``durably torture``. So does a restore
     whose tail went on past the one read of ``read_restore`` when the stream was purged
     and written anew meanwhile (its first page and the new run's later records are no
-    state that ever existed; found by ``tests/test_attack_restore_gather.py``).
+    state that ever existed; found by ``tests/runtime/test_attack_restore_gather.py``).
     """
     telemetry = telemetry or _OFF
     meters = telemetry.metrics
