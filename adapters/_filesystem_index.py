@@ -61,6 +61,7 @@ class FileSystemStatusIndex:
     root: Path
 
     if TYPE_CHECKING:  # the host's (FileSystemStore), declared for the type checker
+
         def _check_open(self) -> None: ...
 
         def _stream_dir(self, stream: StreamId) -> Path: ...
@@ -156,8 +157,9 @@ class FileSystemStatusIndex:
 
     # -- IndexStore ----------------------------------------------------------
 
-    async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
-                         page_size: int = 512) -> AsyncIterator[IndexedStream]:
+    async def list_index(
+        self, namespace: str, statuses: Collection[str] | None = None, *, page_size: int = 512
+    ) -> AsyncIterator[IndexedStream]:
         """Yield the streams of ``namespace`` whose index entry's status is in ``statuses``.
 
         As ``IndexStore.list_index``. Here it reads the hint directories asked

@@ -45,14 +45,13 @@ import tempfile
 import uuid
 from bisect import bisect_right
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import TypeVar, TypeVarTuple
 from pathlib import Path
+from typing import TypeVar, TypeVarTuple
 from urllib.request import url2pathname
 
 from anyio.to_thread import run_sync
 
 from durably.storage._base import StoreBase
-from durably.storage._urls import CREATE, check_parent, flag, parse_store_url
 from durably.storage._errors import (
     BlobNotFoundError,
     ConflictError,
@@ -63,7 +62,17 @@ from durably.storage._errors import (
     TruncatedRecordError,
     UnsafeCompactionError,
 )
-from durably.storage._spi import AppendRequest, BlobStore, IndexStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob
+from durably.storage._spi import (
+    AppendRequest,
+    BlobStore,
+    IndexStore,
+    StoredRecord,
+    StoredSnapshot,
+    StreamId,
+    check_append,
+    check_blob,
+)
+from durably.storage._urls import CREATE, check_parent, flag, parse_store_url
 
 from ._filesystem_index import FileSystemStatusIndex
 
@@ -138,7 +147,9 @@ def _read_batch(path: Path) -> list[bytes]:
     return records
 
 
-class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore):  # the index: adapters/_filesystem_index.py
+class FileSystemStore(
+    FileSystemStatusIndex, StoreBase, BlobStore, IndexStore
+):  # the index: adapters/_filesystem_index.py
     """A ``Store`` in a local directory: ``file:///abs/path``.
 
     Safe for many tasks and many processes on one directory (a local filesystem
@@ -325,7 +336,9 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
 
     # -- reads ---------------------------------------------------------------
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
+    async def read(
+        self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512
+    ) -> AsyncGenerator[StoredRecord, None]:
         """Yield the stored records of ``stream`` with seq > ``after_seq``, in seq order.
 
         Each page is one hop to a worker thread, starting at the batch file
@@ -485,7 +498,7 @@ class FileSystemStore(FileSystemStatusIndex, StoreBase, BlobStore, IndexStore): 
             # Then whole batch files below the highest marker, never the newest one:
             # its name and count are where last_seq comes from.
             firsts = _seqs(directory / "records")
-            for first, next_first in zip(firsts, firsts[1:]):
+            for first, next_first in zip(firsts, firsts[1:], strict=False):
                 if next_first - 1 <= markers[-1]:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(directory / "records" / _name(first))

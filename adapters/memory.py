@@ -13,8 +13,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from dataclasses import dataclass, field
 
 from durably.storage._base import StoreBase
-from durably.storage._errors import BlobNotFoundError, ConflictError, InvalidRequestError, InvalidStoreURLError, UnsafeCompactionError
-from durably.storage._urls import parse_store_url
+from durably.storage._errors import (
+    BlobNotFoundError,
+    ConflictError,
+    InvalidRequestError,
+    InvalidStoreURLError,
+    UnsafeCompactionError,
+)
 from durably.storage._spi import (
     CAP_SINGLE_PROCESS,
     AppendRequest,
@@ -31,7 +36,7 @@ from durably.storage._spi import (
     check_blob,
     check_lease,
 )
-
+from durably.storage._urls import parse_store_url
 
 __all__ = ["MemoryStore"]
 
@@ -142,7 +147,9 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
         found = self._streams.get(stream)
         return found.last_seq if found else 0
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
+    async def read(
+        self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512
+    ) -> AsyncGenerator[StoredRecord, None]:
         """Yield the stored records of ``stream`` with seq > ``after_seq``, in seq order.
 
         The records are already in memory, so there are no pages: the walk
@@ -341,8 +348,9 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
     # of the event loop: as atomic as the appends. A listing walks the namespace
     # (this store is for tests; its cost follows the namespace, not the index).
 
-    async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
-                         page_size: int = 512) -> AsyncIterator[IndexedStream]:
+    async def list_index(
+        self, namespace: str, statuses: Collection[str] | None = None, *, page_size: int = 512
+    ) -> AsyncIterator[IndexedStream]:
         """Yield the streams of ``namespace`` whose index entry's status is in ``statuses``.
 
         As ``IndexStore.list_index``: a stream with records but no entry is
@@ -363,9 +371,13 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
         """
         self._check_open()
         wanted = None if statuses is None else frozenset(statuses)
-        found = [IndexedStream(stream, held.index) for stream, held in self._streams.items()
-                 if stream.namespace == namespace and held.last_seq > 0
-                 and (held.index is None or wanted is None or held.index.status in wanted)]
+        found = [
+            IndexedStream(stream, held.index)
+            for stream, held in self._streams.items()
+            if stream.namespace == namespace
+            and held.last_seq > 0
+            and (held.index is None or wanted is None or held.index.status in wanted)
+        ]
         for row in found:
             yield row
 

@@ -18,7 +18,16 @@ from typing import Any
 import anyio
 
 from durably import (
-    AgentDefinition, AgentHandle, ModelResponse, Runtime, SnapshotPolicy, Tool, ToolCall, ToolContext, Usage, tool,
+    AgentDefinition,
+    AgentHandle,
+    ModelResponse,
+    Runtime,
+    SnapshotPolicy,
+    Tool,
+    ToolCall,
+    ToolContext,
+    Usage,
+    tool,
 )
 from durably._loop.state import FINISHED
 from durably.storage._spi import Store, StreamId
@@ -47,12 +56,14 @@ class ScriptedModel:
         if i >= len(self.steps):
             return ModelResponse("All tests pass now.", (), Usage(0, 8, 0.0), model=MODEL_NAME)
         step = self.steps[i]
-        usage = Usage(step.input_tokens, step.output_tokens, round(step.input_tokens * 3e-6 + step.output_tokens * 15e-6, 6))
+        usage = Usage(
+            step.input_tokens, step.output_tokens, round(step.input_tokens * 3e-6 + step.output_tokens * 15e-6, 6)
+        )
         return ModelResponse(step.text, (ToolCall(step.call_id, step.tool, step.arguments),), usage, model=MODEL_NAME)
 
     def step_latencies(self) -> list[float]:
         """Seconds per completed step, in order."""
-        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
 
 
 def bench_tools(steps: list[Step]) -> list[Tool]:
@@ -69,13 +80,18 @@ def bench_tools(steps: list[Step]) -> list[Tool]:
     return [make(name) for name in TOOL_NAMES]
 
 
-def bench_definition(steps: list[Step], index: int = 0,
-                     on_step: Callable[[], None] = lambda: None) -> tuple[AgentDefinition, ScriptedModel]:
+def bench_definition(
+    steps: list[Step], index: int = 0, on_step: Callable[[], None] = lambda: None
+) -> tuple[AgentDefinition, ScriptedModel]:
     """An ``AgentDefinition`` replaying ``steps`` (named per agent: each has its own script);
     ``on_step`` is called after each completed step (for a progress bar)."""
     model = ScriptedModel(steps, on_step)
-    definition = AgentDefinition(name=f"bench-agent-{index}", model=model, tools=bench_tools(steps),
-                                 instructions="You are a careful software engineer. Use the tools.")
+    definition = AgentDefinition(
+        name=f"bench-agent-{index}",
+        model=model,
+        tools=bench_tools(steps),
+        instructions="You are a careful software engineer. Use the tools.",
+    )
     return definition, model
 
 
@@ -90,8 +106,13 @@ class AgentRun:
     latencies: list[list[float]] = field(default_factory=list)
 
 
-async def run_agents(store: Store, namespace: str, conversations: list[list[Step]],
-                     policy: SnapshotPolicy | None = None, on_step: Callable[[], None] = lambda: None) -> AgentRun:
+async def run_agents(
+    store: Store,
+    namespace: str,
+    conversations: list[list[Step]],
+    policy: SnapshotPolicy | None = None,
+    on_step: Callable[[], None] = lambda: None,
+) -> AgentRun:
     """Run one agent per conversation concurrently on ``store`` through a ``Runtime``.
 
     Every agent is started at once (a task group of ``start`` calls), so all of
@@ -115,7 +136,7 @@ async def run_agents(store: Store, namespace: str, conversations: list[list[Step
                 tg.start_soon(start_one, i, definition)
         states = [await handles[i].wait() for i in range(len(pairs))]
         wall = time.perf_counter() - start
-    for state, steps in zip(states, conversations):
+    for state, steps in zip(states, conversations, strict=False):
         if state.status != FINISHED or state.usage["steps"] != len(steps) + 1:
             raise RuntimeError(f"bench agent {state.agent_id} ended {state.status} after {state.usage['steps']} steps")
     models = [model for _, model in pairs]

@@ -1,12 +1,12 @@
 """``durably bench``: run the suites with a progress bar, print the tables, write --json.
 
-    durably bench --quick                          every suite, small, under a minute
-    durably bench                                  the 1,000-step conversation, LangGraph on it
-    durably bench --full --json bench.json         adds 10,000 steps and 100,000-record restore
-    durably bench --store sqlite:///my.db --suite append --suite restore
-    durably bench --plot charts/                   charts of the run (pip install 'durably[plot]')
-    durably bench --plot charts/ --from bench.json charts of an earlier run, without running one
-    durably bench --local-s3 --suite agent-steps   on the bench's own S3 server, requests counted there
+durably bench --quick                          every suite, small, under a minute
+durably bench                                  the 1,000-step conversation, LangGraph on it
+durably bench --full --json bench.json         adds 10,000 steps and 100,000-record restore
+durably bench --store sqlite:///my.db --suite append --suite restore
+durably bench --plot charts/                   charts of the run (pip install 'durably[plot]')
+durably bench --plot charts/ --from bench.json charts of an earlier run, without running one
+durably bench --local-s3 --suite agent-steps   on the bench's own S3 server, requests counted there
 """
 
 from __future__ import annotations
@@ -32,23 +32,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The bench options, for ``durably bench`` or a parser of your own."""
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--quick", action="store_const", const="quick", dest="mode", help="small sizes, under a minute")
-    length.add_argument("--full", action="store_const", const="full", dest="mode",
-                        help="adds the 10,000-step conversation, the 100,000-record restore, "
-                             "1,000 agents at once and the 100,000-agent scan")
+    length.add_argument(
+        "--full",
+        action="store_const",
+        const="full",
+        dest="mode",
+        help="adds the 10,000-step conversation, the 100,000-record restore, "
+        "1,000 agents at once and the 100,000-agent scan",
+    )
     parser.set_defaults(mode="medium")
-    parser.add_argument("--store", default=None,
-                        help="store URL to measure (default: a temporary SQLite file, synchronous=FULL)")
-    parser.add_argument("--suite", action="append", choices=list(SUITES), dest="suites",
-                        help="run only this suite (repeatable; default: all)")
+    parser.add_argument(
+        "--store", default=None, help="store URL to measure (default: a temporary SQLite file, synchronous=FULL)"
+    )
+    parser.add_argument(
+        "--suite",
+        action="append",
+        choices=list(SUITES),
+        dest="suites",
+        help="run only this suite (repeatable; default: all)",
+    )
     parser.add_argument("--json", type=Path, dest="json_path", help="write every figure to this JSON file")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default: %(default)s)")
-    parser.add_argument("--plot", type=Path, dest="plot_dir", metavar="DIR",
-                        help="write PNG charts of the run into DIR (needs the 'plot' extra: matplotlib)")
-    parser.add_argument("--from", type=Path, dest="from_json", metavar="JSON",
-                        help="with --plot: chart this earlier --json file instead of running the bench")
-    parser.add_argument("--local-s3", action="store_true", dest="local_s3",
-                        help="run a local S3-compatible server on 127.0.0.1 (moto) and measure s3:// on it; "
-                             "requests per step are counted at that server (needs the 'bench-s3' extra)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        dest="plot_dir",
+        metavar="DIR",
+        help="write PNG charts of the run into DIR (needs the 'plot' extra: matplotlib)",
+    )
+    parser.add_argument(
+        "--from",
+        type=Path,
+        dest="from_json",
+        metavar="JSON",
+        help="with --plot: chart this earlier --json file instead of running the bench",
+    )
+    parser.add_argument(
+        "--local-s3",
+        action="store_true",
+        dest="local_s3",
+        help="run a local S3-compatible server on 127.0.0.1 (moto) and measure s3:// on it; "
+        "requests per step are counted at that server (needs the 'bench-s3' extra)",
+    )
 
 
 class _RichProgress:
@@ -83,8 +108,18 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
             server = stack.enter_context(BenchS3Server())
             store, requests = server.url(args.store), server.counts
         with Progress(*columns, console=console, transient=False) as bar:
-            results = anyio.run(lambda: run_bench(store, suites, MODES[args.mode], mode=args.mode, seed=args.seed,
-                                                  progress=_RichProgress(bar), argv=sys.argv[1:], requests=requests))
+            results = anyio.run(
+                lambda: run_bench(
+                    store,
+                    suites,
+                    MODES[args.mode],
+                    mode=args.mode,
+                    seed=args.seed,
+                    progress=_RichProgress(bar),
+                    argv=sys.argv[1:],
+                    requests=requests,
+                )
+            )
     print_report(results, console)
     if args.json_path:
         write_json(results, args.json_path)

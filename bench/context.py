@@ -45,20 +45,59 @@ class Sizes:
 
 
 #: Under a minute on 2 cores, every suite included.
-QUICK = Sizes(append_records=1_024, append_concurrency=(1, 4, 16, 64), conversations=(300,), agents=16, agent_steps=30,
-              growth_steps=300, restore_records=(100, 1_000, 10_000), restore_repeats=5, codec_steps=300,
-              overhead_steps=300, peer_steps=200, peer_series=(50, 200), many_agents=100, many_steps=10,
-              parked_agents=300)
+QUICK = Sizes(
+    append_records=1_024,
+    append_concurrency=(1, 4, 16, 64),
+    conversations=(300,),
+    agents=16,
+    agent_steps=30,
+    growth_steps=300,
+    restore_records=(100, 1_000, 10_000),
+    restore_repeats=5,
+    codec_steps=300,
+    overhead_steps=300,
+    peer_steps=200,
+    peer_series=(50, 200),
+    many_agents=100,
+    many_steps=10,
+    parked_agents=300,
+)
 #: The default: the 1,000-step conversation the targets name, LangGraph on it.
-MEDIUM = Sizes(append_records=2_000, append_concurrency=(1, 4, 16, 64), conversations=(1_000,), agents=16,
-               agent_steps=100, growth_steps=1_000, restore_records=(100, 1_000, 10_000), restore_repeats=10,
-               codec_steps=1_000, overhead_steps=1_000, peer_steps=1_000, peer_series=(100, 300, 1_000),
-               many_agents=300, many_steps=20, parked_agents=2_000)
+MEDIUM = Sizes(
+    append_records=2_000,
+    append_concurrency=(1, 4, 16, 64),
+    conversations=(1_000,),
+    agents=16,
+    agent_steps=100,
+    growth_steps=1_000,
+    restore_records=(100, 1_000, 10_000),
+    restore_repeats=10,
+    codec_steps=1_000,
+    overhead_steps=1_000,
+    peer_steps=1_000,
+    peer_series=(100, 300, 1_000),
+    many_agents=300,
+    many_steps=20,
+    parked_agents=2_000,
+)
 #: Adds the 10,000-step conversation and the 100,000-record restore.
-FULL = Sizes(append_records=8_000, append_concurrency=(1, 4, 16, 64), conversations=(1_000, 10_000), agents=16,
-             agent_steps=300, growth_steps=10_000, restore_records=(100, 1_000, 10_000, 100_000), restore_repeats=10,
-             codec_steps=2_000, overhead_steps=2_000, peer_steps=1_000, peer_series=(100, 250, 500, 1_000),
-             many_agents=1_000, many_steps=20, parked_agents=10_000)
+FULL = Sizes(
+    append_records=8_000,
+    append_concurrency=(1, 4, 16, 64),
+    conversations=(1_000, 10_000),
+    agents=16,
+    agent_steps=300,
+    growth_steps=10_000,
+    restore_records=(100, 1_000, 10_000, 100_000),
+    restore_repeats=10,
+    codec_steps=2_000,
+    overhead_steps=2_000,
+    peer_steps=1_000,
+    peer_series=(100, 250, 500, 1_000),
+    many_agents=1_000,
+    many_steps=20,
+    parked_agents=10_000,
+)
 FULL = replace(FULL, scan_agents=100_000)  # the scan suite's target size
 MODES = {"quick": QUICK, "medium": MEDIUM, "full": FULL}
 
@@ -112,8 +151,17 @@ class Bench:
         now = self.request_counts()
         return {method: now[method] - before.get(method, 0) for method in now}
 
-    def series(self, suite: str, name: str, seconds: list[float], unit: str = "ms", *, scale: float = 1e3,
-               system: str = "durably", **params: Any) -> None:
+    def series(
+        self,
+        suite: str,
+        name: str,
+        seconds: list[float],
+        unit: str = "ms",
+        *,
+        scale: float = 1e3,
+        system: str = "durably",
+        **params: Any,
+    ) -> None:
         """Record per-step ``seconds`` (times ``scale``, in ``unit``) as a chart series."""
         self.results.add_series(suite, name, [v * scale for v in seconds], unit, system=system, **params)
 

@@ -61,8 +61,9 @@ async def conversation(bench: Bench, steps: int) -> Conversation:
     task = bench.progress.start(f"{steps:,}-step conversation", steps)
     before = bench.request_counts()
     async with open_store(bench.store) as store:
-        run = await run_agents(store, namespace, [bench.conversation(steps)],
-                               on_step=lambda: bench.progress.advance(task))
+        run = await run_agents(
+            store, namespace, [bench.conversation(steps)], on_step=lambda: bench.progress.advance(task)
+        )
         requests = bench.requests_since(before)  # before stream_bytes and the restores read it all back
         stored = await stream_bytes(store, run.streams[0])
     cold, warm = await measure_restore(bench.store, namespace, run.streams[0].agent_id, bench.sizes.restore_repeats)

@@ -98,7 +98,10 @@ def _child(db: Path, steps_count: int, seed: int, agent: int) -> dict[str, Any]:
 
     @DBOS.workflow()
     async def agent_loop(task: str) -> int:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": task}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": INSTRUCTIONS},
+            {"role": "user", "content": task},
+        ]
         while True:
             response = await model(messages)
             messages.append({"role": "assistant", "content": response["text"], "tool_calls": response["tool_calls"]})
@@ -133,7 +136,7 @@ def _child(db: Path, steps_count: int, seed: int, agent: int) -> dict[str, Any]:
         raise RuntimeError(f"DBOS's database is in journal mode {journal_mode!r}, not WAL")
     if messages != 2 + 2 * len(steps) + 1:
         raise RuntimeError(f"DBOS run ended with {messages} messages, expected {2 + 2 * len(steps) + 1}")
-    latencies = [b - a for a, b in zip(stamps, stamps[1:])]
+    latencies = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     return {"wall_s": wall, "cpu_s": cpu, "latencies": latencies, "steps": len(steps), "checkpoints": checkpoints}
 
 

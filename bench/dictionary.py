@@ -25,11 +25,11 @@ import anyio
 import cbor2
 import zstandard
 
-from durably.storage import _values as values
+from durably._journal.records import RecordCodec
 from durably.storage import _dictionaries as dictionaries
+from durably.storage import _values as values
 from durably.storage._codec import Codec
 from durably.storage._dictionaries import DICTIONARY_SIZE, RECORDS_V1
-from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 
 from .agent import run_agents
@@ -67,8 +67,10 @@ def main(out: str) -> None:
     payloads = anyio.run(samples)
     data = train(payloads, RECORDS_V1)
     Path(out).write_bytes(data)
-    print(f"{out}: {len(data)} bytes, id {RECORDS_V1:#x}, from {len(payloads)} records "
-          f"({sum(map(len, payloads)):,} raw bytes), Python {sys.version.split()[0]}")
+    print(
+        f"{out}: {len(data)} bytes, id {RECORDS_V1:#x}, from {len(payloads)} records "
+        f"({sum(map(len, payloads)):,} raw bytes), Python {sys.version.split()[0]}"
+    )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from durably.schemas._records import Kind
 from durably._journal.records import RecordCodec
+from durably.schemas._records import Kind
 from durably.storage._spi import Store, StreamId
 
 from .context import Bench
@@ -70,8 +70,9 @@ async def step_batches(store: Store, stream: StreamId) -> list[tuple[int, list[b
     return batches
 
 
-async def run_floor(bench: Bench, store: Store, streams: list[StreamId], label: str,
-                    on_step: Callable[[], None] = lambda: None) -> tuple[FloorRun, str]:
+async def run_floor(
+    bench: Bench, store: Store, streams: list[StreamId], label: str, on_step: Callable[[], None] = lambda: None
+) -> tuple[FloorRun, str]:
     """Replay ``streams``' frames per step through a fresh plain journal, one writer per stream.
 
     Returns the run and the limit's description (its URL, for the figures).
@@ -80,6 +81,7 @@ async def run_floor(bench: Bench, store: Store, streams: list[StreamId], label: 
     limit, url = raw_limit(bench, label)
 
     async with limit as raw:
+
         async def sink(index: int, _: int, item: tuple[int, list[bytes]]) -> None:
             await raw.group_rows(index, item[0], item[1])
 

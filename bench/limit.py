@@ -52,7 +52,7 @@ class RawSQLite:
         self._queue: list[list[Any]] = []
         self.commits = 0
 
-    async def __aenter__(self) -> "RawSQLite":
+    async def __aenter__(self) -> RawSQLite:
         # isolation_level None: autocommit, so a lone INSERT is its own transaction.
         self._db = await aiosqlite.connect(self.path, isolation_level=None)
         await self._db.execute("PRAGMA journal_mode = WAL")
@@ -112,8 +112,9 @@ class RawSQLite:
             raise RuntimeError("the group commit holding this row failed") from entry[1]
 
 
-async def run_writers(sink: Sink, items: Sequence[Sequence[Any]], *, stream_base: int = 0,
-                      on_done: Callable[[], None] = lambda: None) -> tuple[float, list[float]]:
+async def run_writers(
+    sink: Sink, items: Sequence[Sequence[Any]], *, stream_base: int = 0, on_done: Callable[[], None] = lambda: None
+) -> tuple[float, list[float]]:
     """Closed-loop writers, one per ``items[i]`` (writer i appends its items in order,
     seq from 1, each awaited before the next).
 

@@ -42,11 +42,13 @@ class RawPostgres:
         self._queue: list[list[Any]] = []
         self.commits = 0
 
-    async def __aenter__(self) -> "RawPostgres":
+    async def __aenter__(self) -> RawPostgres:
         self._conn = await asyncpg.connect(self._dsn)
-        await self._conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE; CREATE SCHEMA "{self.schema}"; '
-                                 f'CREATE TABLE "{self.schema}".journal (stream bigint NOT NULL, seq bigint NOT NULL, '
-                                 "data bytea NOT NULL, PRIMARY KEY (stream, seq))")
+        await self._conn.execute(
+            f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE; CREATE SCHEMA "{self.schema}"; '
+            f'CREATE TABLE "{self.schema}".journal (stream bigint NOT NULL, seq bigint NOT NULL, '
+            "data bytea NOT NULL, PRIMARY KEY (stream, seq))"
+        )
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -85,7 +87,10 @@ class RawPostgres:
                 try:
                     await self._opened().execute(
                         f'INSERT INTO "{self.schema}".journal SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])',
-                        [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+                        [r[0] for r in rows],
+                        [r[1] for r in rows],
+                        [r[2] for r in rows],
+                    )
                 except BaseException as exc:
                     for item in batch:
                         item[1] = exc

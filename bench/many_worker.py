@@ -68,8 +68,13 @@ async def concurrent(url: str, namespace: str, agents: int, steps: int, seed: in
     baseline = rss_bytes()
     async with open_store(url) as store:
         run = await run_agents(store, namespace, conversations)
-    return {"wall_s": run.wall_s, "steps": agents * steps, "rss_baseline": baseline, "rss_peak": peak_rss_bytes(),
-            "latencies_p50": sorted(lat for own in run.latencies for lat in own)[agents * steps // 2]}
+    return {
+        "wall_s": run.wall_s,
+        "steps": agents * steps,
+        "rss_baseline": baseline,
+        "rss_peak": peak_rss_bytes(),
+        "latencies_p50": sorted(lat for own in run.latencies for lat in own)[agents * steps // 2],
+    }
 
 
 def parked_definition() -> AgentDefinition:
@@ -82,8 +87,12 @@ def parked_definition() -> AgentDefinition:
         async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
             if messages[-1]["role"] == "tool":
                 return ModelResponse("Deployed.", (), Usage(10, 2, 0.0), model=self.name)
-            return ModelResponse("Deploying needs a human.", (ToolCall("deploy-1", "deploy", {"version": "1.2"}),),
-                                 Usage(10, 8, 0.0), model=self.name)
+            return ModelResponse(
+                "Deploying needs a human.",
+                (ToolCall("deploy-1", "deploy", {"version": "1.2"}),),
+                Usage(10, 8, 0.0),
+                model=self.name,
+            )
 
     @tool(requires_approval=True, on_unknown_outcome="retry")
     async def deploy(version: str, *, ctx: object) -> str:
@@ -94,8 +103,9 @@ def parked_definition() -> AgentDefinition:
         """
         return f"deployed {version}"
 
-    return AgentDefinition(name="bench-parked", model=AsksFirst(), tools=[deploy],
-                           instructions="You deploy when asked.")
+    return AgentDefinition(
+        name="bench-parked", model=AsksFirst(), tools=[deploy], instructions="You deploy when asked."
+    )
 
 
 async def parked(url: str, namespace: str, agents: int) -> dict[str, Any]:
@@ -135,8 +145,15 @@ async def parked(url: str, namespace: str, agents: int) -> dict[str, Any]:
                 scans.append(time.perf_counter() - t)
                 if resumed:
                     raise RuntimeError(f"resume_all resumed {len(resumed)} parked agents")
-    return {"agents": agents, "park_s": park_s, "rss_before": before, "rss_after": after,
-            "rss_peak": peak_rss_bytes(), "scan_cold_s": scans[0], "scan_warm_s": scans[1]}
+    return {
+        "agents": agents,
+        "park_s": park_s,
+        "rss_before": before,
+        "rss_after": after,
+        "rss_peak": peak_rss_bytes(),
+        "scan_cold_s": scans[0],
+        "scan_warm_s": scans[1],
+    }
 
 
 def main(argv: list[str]) -> None:

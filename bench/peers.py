@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypedDict
 
 from .workload import Step
@@ -55,7 +55,7 @@ def _graph(steps: list[Step], stamps: list[float]) -> Any:  # a LangGraph StateG
     from langgraph.graph.message import add_messages
 
     # The functional form: evaluated now, not as a string (this module has postponed annotations).
-    State = TypedDict("State", {"messages": Annotated[list[Any], add_messages]})
+    State = TypedDict("State", {"messages": Annotated[list[Any], add_messages]})  # noqa: UP013
 
     results = {s.call_id: s.result for s in steps}
 
@@ -70,7 +70,9 @@ def _graph(steps: list[Step], stamps: list[float]) -> Any:  # a LangGraph StateG
 
     async def tools(state: dict[str, Any]) -> dict[str, Any]:
         calls = state["messages"][-1].tool_calls
-        return {"messages": [ToolMessage(content=results[c["id"]], tool_call_id=c["id"], name=c["name"]) for c in calls]}
+        return {
+            "messages": [ToolMessage(content=results[c["id"]], tool_call_id=c["id"], name=c["name"]) for c in calls]
+        }
 
     def route(state: dict[str, Any]) -> str:
         return "tools" if state["messages"][-1].tool_calls else END
@@ -131,8 +133,14 @@ def _file_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
-async def run_langgraph(path: Path, steps: list[Step], *, thread_id: str = "bench", restore_repeats: int = 5,
-                        saver: str = "langgraph-AsyncSqliteSaver") -> PeerRun:
+async def run_langgraph(
+    path: Path,
+    steps: list[Step],
+    *,
+    thread_id: str = "bench",
+    restore_repeats: int = 5,
+    saver: str = "langgraph-AsyncSqliteSaver",
+) -> PeerRun:
     """Run ``steps`` through the LangGraph agent on a fresh checkpointer at ``path``.
 
     ``saver``: a key of ``SAVERS``. ``payload_bytes``: what the checkpointer
@@ -149,15 +157,20 @@ async def run_langgraph(path: Path, steps: list[Step], *, thread_id: str = "benc
     checkpointer, close = await open_saver(path)
     try:
         graph = builder.compile(checkpointer=checkpointer)
-        inputs = {"messages": [SystemMessage("You are a careful software engineer. Use the tools."), HumanMessage(TASK)]}
+        inputs = {
+            "messages": [SystemMessage("You are a careful software engineer. Use the tools."), HumanMessage(TASK)]
+        }
         start, cpu = time.perf_counter(), time.process_time()
         await graph.ainvoke(inputs, config, durability="sync")
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         if saver == "langgraph-AsyncSqliteSaver":
             conn = checkpointer.conn
-            (payload,) = await (await conn.execute(
-                "SELECT (SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints) + "
-                "(SELECT coalesce(sum(length(value)), 0) FROM writes)")).fetchone()
+            (payload,) = await (
+                await conn.execute(
+                    "SELECT (SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints) + "
+                    "(SELECT coalesce(sum(length(value)), 0) FROM writes)"
+                )
+            ).fetchone()
             (count,) = await (await conn.execute("SELECT count(*) FROM checkpoints")).fetchone()
             await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         else:
@@ -184,5 +197,5 @@ async def run_langgraph(path: Path, steps: list[Step], *, thread_id: str = "benc
     messages = len(snapshot.values["messages"])
     if messages != 2 + 2 * len(steps) + 1:
         raise RuntimeError(f"langgraph run stored {messages} messages, expected {2 + 2 * len(steps) + 1}")
-    latencies = [b - a for a, b in zip(stamps, stamps[1:])]
+    latencies = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     return PeerRun(wall, latencies, int(payload), file_bytes, count, cold, warm, messages, cpu)

@@ -61,19 +61,36 @@ def _by_system(doc: dict[str, Any], suite: str, name: str) -> dict[str, list[tup
 def _subtitle(doc: dict[str, Any]) -> str:
     m = doc.get("machine", {})
     load = m.get("load_average") or []
-    return (f"durably bench --{doc.get('mode', '?')}, {m.get('cores', '?')} cores, "
-            f"load {load[0]:.1f}" if load else f"durably bench --{doc.get('mode', '?')}")
+    return (
+        f"durably bench --{doc.get('mode', '?')}, {m.get('cores', '?')} cores, load {load[0]:.1f}"
+        if load
+        else f"durably bench --{doc.get('mode', '?')}"
+    )
 
 
-def _line_chart(plt: Any, doc: dict[str, Any], series: dict[str, list[tuple[float, float]]], ylabel: str, title: str,
-                path: Path, label_value: Callable[[float], str]) -> Path:
+def _line_chart(
+    plt: Any,
+    doc: dict[str, Any],
+    series: dict[str, list[tuple[float, float]]],
+    ylabel: str,
+    title: str,
+    path: Path,
+    label_value: Callable[[float], str],
+) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
     for system, points in series.items():
         colour, marker = STYLE.get(system, ("#555555", "x"))
-        xs, ys = zip(*points)
+        xs, ys = zip(*points, strict=False)
         ax.plot(xs, ys, marker=marker, color=colour, label=LABELS.get(system, system), linewidth=2)
-        ax.annotate(label_value(ys[-1]), (xs[-1], ys[-1]), textcoords="offset points", xytext=(6, 0),
-                    va="center", fontsize=8, color=colour)
+        ax.annotate(
+            label_value(ys[-1]),
+            (xs[-1], ys[-1]),
+            textcoords="offset points",
+            xytext=(6, 0),
+            va="center",
+            fontsize=8,
+            color=colour,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     lengths = sorted({x for points in series.values() for x, _ in points})
@@ -131,12 +148,30 @@ def plot(doc: dict[str, Any], folder: Path) -> list[Path]:
     written: list[Path] = []
     file_bytes = _by_system(doc, "peers", "file_bytes")
     if file_bytes:
-        written.append(_line_chart(plt, doc, file_bytes, "file bytes after close (database + -wal + -shm)",
-                                   "Stored bytes against conversation length", folder / "bytes_vs_steps.png", _bytes))
+        written.append(
+            _line_chart(
+                plt,
+                doc,
+                file_bytes,
+                "file bytes after close (database + -wal + -shm)",
+                "Stored bytes against conversation length",
+                folder / "bytes_vs_steps.png",
+                _bytes,
+            )
+        )
     rates = _by_system(doc, "peers", "steps_per_s")
     if rates:
-        written.append(_line_chart(plt, doc, rates, "agent steps per second", "Throughput against conversation length",
-                                   folder / "steps_per_s_vs_steps.png", lambda v: f"{v:,.0f}/s"))
+        written.append(
+            _line_chart(
+                plt,
+                doc,
+                rates,
+                "agent steps per second",
+                "Throughput against conversation length",
+                folder / "steps_per_s_vs_steps.png",
+                lambda v: f"{v:,.0f}/s",
+            )
+        )
     latency = _latency_chart(plt, doc, folder / "step_latency.png")
     if latency is not None:
         written.append(latency)

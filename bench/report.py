@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from .results import Figure, Results
-
 
 #: Table titles that say what a suite measures where its name alone could mislead.
 TITLES = {
@@ -63,12 +62,20 @@ def print_report(results: Results, console: Console) -> None:
         for column in ("issue", "target", "measured", "target value", "met", "measured on"):
             table.add_column(column)
         for t in results.targets:
-            table.add_row(t.issue, t.name, "-" if t.measured is None else f"{t.measured:.4g}", f"{t.op} {t.threshold:.4g}",
-                          MET[t.met], t.basis + (f"; {t.note}" if t.note else ""))
+            table.add_row(
+                t.issue,
+                t.name,
+                "-" if t.measured is None else f"{t.measured:.4g}",
+                f"{t.op} {t.threshold:.4g}",
+                MET[t.met],
+                t.basis + (f"; {t.note}" if t.note else ""),
+            )
         console.print(table)
     m = results.machine
-    console.print(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, SQLite {m['sqlite']}, "
-                  f"load average at start {', '.join(f'{x:.2f}' for x in m['load_average'] or [])}")
+    console.print(
+        f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, SQLite {m['sqlite']}, "
+        f"load average at start {', '.join(f'{x:.2f}' for x in m['load_average'] or [])}"
+    )
     for note in results.notes:
         console.print(f"note: {note}", markup=False)
 

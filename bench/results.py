@@ -17,8 +17,20 @@ from importlib import metadata
 from typing import Any
 
 #: Packages whose versions are recorded with every run.
-PACKAGES = ("durably", "aiosqlite", "anyio", "cbor2", "zstandard", "rich", "opentelemetry-api",
-            "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "langchain-core", "ormsgpack")
+PACKAGES = (
+    "durably",
+    "aiosqlite",
+    "anyio",
+    "cbor2",
+    "zstandard",
+    "rich",
+    "opentelemetry-api",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langchain-core",
+    "ormsgpack",
+)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -115,9 +127,14 @@ def machine() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return {
-        "cores": os.cpu_count(), "cpu": cpu, "os": platform.platform(), "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(), "sqlite": sqlite3.sqlite_version,
-        "packages": versions, "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "sqlite": sqlite3.sqlite_version,
+        "packages": versions,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -137,8 +154,17 @@ class Results:
         self.series: list[Series] = []
         self.machine = machine()
 
-    def add(self, suite: str, name: str, value: float, unit: str, *, system: str = "durably",
-            store: str | None = None, **params: Any) -> Figure:
+    def add(
+        self,
+        suite: str,
+        name: str,
+        value: float,
+        unit: str,
+        *,
+        system: str = "durably",
+        store: str | None = None,
+        **params: Any,
+    ) -> Figure:
         """Record a figure (``store`` defaults to the run's store) and return it."""
         figure = Figure(suite, name, float(value), unit, system, self.store if store is None else store, params)
         self.figures.append(figure)
@@ -153,25 +179,44 @@ class Results:
                 return figure
         return None
 
-    def ratio(self, suite: str, name: str, numerator: Figure | None, denominator: Figure | None,
-              better: str = "higher", **params: Any) -> Ratio | None:
+    def ratio(
+        self,
+        suite: str,
+        name: str,
+        numerator: Figure | None,
+        denominator: Figure | None,
+        better: str = "higher",
+        **params: Any,
+    ) -> Ratio | None:
         """Record ``numerator.value / denominator.value``; None when either is missing or zero."""
         if numerator is None or denominator is None or not denominator.value:
             return None
-        ratio = Ratio(suite, name, numerator.value / denominator.value, _ref(numerator), _ref(denominator), better, params)
+        ratio = Ratio(
+            suite, name, numerator.value / denominator.value, _ref(numerator), _ref(denominator), better, params
+        )
         self.ratios.append(ratio)
         return ratio
 
-    def target(self, name: str, measured: float | None, op: str, threshold: float, basis: str, note: str = "",
-               *, issue: str = "") -> Target:
+    def target(
+        self,
+        name: str,
+        measured: float | None,
+        op: str,
+        threshold: float,
+        basis: str,
+        note: str = "",
+        *,
+        issue: str = "",
+    ) -> Target:
         """Check a target; listed as not measured (``met`` None) when this run did not make its figure."""
         met = None if measured is None else (measured <= threshold if op == "<=" else measured >= threshold)
         target = Target(name, measured, op, threshold, met, basis, note, issue)
         self.targets.append(target)
         return target
 
-    def add_series(self, suite: str, name: str, values: list[float], unit: str, *, system: str = "durably",
-                   **params: Any) -> Series:
+    def add_series(
+        self, suite: str, name: str, values: list[float], unit: str, *, system: str = "durably", **params: Any
+    ) -> Series:
         """Record ``values`` (one per step, in order) as a series of at most ``MAX_POINTS`` points."""
         bucket = max(1, -(-len(values) // MAX_POINTS))
         x, y, y_p99 = [], [], []
@@ -193,14 +238,28 @@ class Results:
         info = dict(self.machine)
         info["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         return {
-            "format": "durably-bench/1", "started_at": self.started, "duration_s": time.time() - self.started,
-            "argv": self.argv, "mode": self.mode, "seed": self.seed, "store": self.store, "machine": info,
-            "figures": [asdict(f) for f in self.figures], "ratios": [asdict(r) for r in self.ratios],
-            "targets": [asdict(t) for t in self.targets], "notes": self.notes,
+            "format": "durably-bench/1",
+            "started_at": self.started,
+            "duration_s": time.time() - self.started,
+            "argv": self.argv,
+            "mode": self.mode,
+            "seed": self.seed,
+            "store": self.store,
+            "machine": info,
+            "figures": [asdict(f) for f in self.figures],
+            "ratios": [asdict(r) for r in self.ratios],
+            "targets": [asdict(t) for t in self.targets],
+            "notes": self.notes,
             "series": [asdict(s) for s in self.series],
         }
 
 
 def _ref(figure: Figure) -> dict[str, Any]:
-    return {"suite": figure.suite, "name": figure.name, "system": figure.system, "value": figure.value,
-            "unit": figure.unit, "params": figure.params}
+    return {
+        "suite": figure.suite,
+        "name": figure.name,
+        "system": figure.system,
+        "value": figure.value,
+        "unit": figure.unit,
+        "params": figure.params,
+    }

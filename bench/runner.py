@@ -34,9 +34,17 @@ def _scratch_for(store: str) -> Path:
     return Path(tempfile.mkdtemp(prefix="durably-bench-", dir=parent))
 
 
-async def run_bench(store: str | None, suites: Iterable[str], sizes: Sizes, *, mode: str = "custom", seed: int = 0,
-                    progress: Progress | None = None, argv: list[str] | None = None,
-                    requests: Callable[[], dict[str, int]] | None = None) -> Results:
+async def run_bench(
+    store: str | None,
+    suites: Iterable[str],
+    sizes: Sizes,
+    *,
+    mode: str = "custom",
+    seed: int = 0,
+    progress: Progress | None = None,
+    argv: list[str] | None = None,
+    requests: Callable[[], dict[str, int]] | None = None,
+) -> Results:
     """Run ``suites`` (names of ``SUITES``) on ``store`` (a URL; None: a temporary SQLite file).
 
     ``requests``: the store's server's request counts by method so far (the
@@ -50,7 +58,6 @@ async def run_bench(store: str | None, suites: Iterable[str], sizes: Sizes, *, m
     unknown = [n for n in names if n not in SUITES]
     if unknown:
         raise KeyError(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(SUITES)}")
-    temporary = store is None
     if store is None:
         scratch = Path(tempfile.mkdtemp(prefix="durably-bench-"))
         url = f"sqlite:///{scratch / 'durably-bench.db'}"
@@ -59,8 +66,15 @@ async def run_bench(store: str | None, suites: Iterable[str], sizes: Sizes, *, m
     try:
         results = Results(store=url, mode=mode, seed=seed, argv=argv)
         workload = await anyio.to_thread.run_sync(Workload, seed)  # reads the corpus files
-        bench = Bench(store=url, scratch=scratch, sizes=sizes, results=results, workload=workload,
-                      progress=progress or NoProgress(), requests=requests)
+        bench = Bench(
+            store=url,
+            scratch=scratch,
+            sizes=sizes,
+            results=results,
+            workload=workload,
+            progress=progress or NoProgress(),
+            requests=requests,
+        )
         bench.store = results.store = shareable_url(url, bench.run_id)
         if bench.is_postgres:
             from durably.adapters.postgres._options import redacted

@@ -21,15 +21,19 @@ import uuid
 from collections import Counter
 from typing import Any
 from urllib.parse import urlsplit
+
 from durably.errors import InvalidArgumentError
 
 BUCKET = "durably-bench"
 REGION = "us-east-1"
 _MUTATING = frozenset({"PUT", "POST", "DELETE"})
 _ENV = {
-    "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": REGION,
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": REGION,
     "AWS_CONFIG_FILE": "/nonexistent/durably-bench-aws-config",
-    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/durably-bench-aws-credentials", "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/durably-bench-aws-credentials",
+    "AWS_EC2_METADATA_DISABLED": "true",
 }
 _UNSET = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 
@@ -37,7 +41,7 @@ _UNSET = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_
 class _Counting:
     """WSGI wrapper: counts each request by method, serialises the mutating ones."""
 
-    def __init__(self, app: Any, server: "BenchS3Server") -> None:
+    def __init__(self, app: Any, server: BenchS3Server) -> None:
         self.app, self.server = app, server
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
@@ -63,7 +67,11 @@ class BenchS3Server:
 
     def __init__(self) -> None:
         try:
-            from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+            from moto.moto_server.werkzeug_app import (
+                DomainDispatcherApplication,
+                MotoRequestHandler,
+                create_backend_app,
+            )
             from moto.server import ThreadedMotoServer
         except ImportError as exc:
             raise ImportError("durably bench --local-s3 needs moto's server: pip install 'durably[bench-s3]'") from exc
@@ -74,13 +82,12 @@ class BenchS3Server:
         class _Server(ThreadedMotoServer):
             def _server_entry(self) -> None:
                 app = _Counting(DomainDispatcherApplication(create_backend_app), owner)
-                self._server = make_server(self._ip_address, self._port, app, True,
-                                           request_handler=_QuietHandler)
+                self._server = make_server(self._ip_address, self._port, app, True, request_handler=_QuietHandler)
                 self._server_ready_event.set()
                 self._server.serve_forever()
 
         class _QuietHandler(MotoRequestHandler):
-            def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002 - werkzeug's signature
+            def log(self, type: str, message: str, *args: Any) -> None:
                 pass
 
         self._server = _Server("127.0.0.1", 0, verbose=False)
@@ -89,7 +96,7 @@ class BenchS3Server:
         self._write_lock = threading.Lock()
         self._saved: dict[str, str | None] = {}
 
-    def __enter__(self) -> "BenchS3Server":
+    def __enter__(self) -> BenchS3Server:
         for name in (*_ENV, *_UNSET):
             self._saved[name] = os.environ.get(name)
         os.environ.update(_ENV)

@@ -86,7 +86,7 @@ def corpus(start: int = 0) -> Corpus:
     root = Path(sysconfig.get_paths()["stdlib"])
     prose: list[str] = []
     files: list[tuple[str, tuple[str, ...]]] = []
-    for path in sorted(root.glob("*.py"))[start:start + CORPUS_MODULES]:
+    for path in sorted(root.glob("*.py"))[start : start + CORPUS_MODULES]:
         source = path.read_text(encoding="utf-8", errors="replace")
         files.append((f"lib/{path.name}", tuple(source.splitlines())))
         try:
@@ -198,8 +198,13 @@ class Workload:
         return {"path": "lib/"}, "\n".join(sorted(set(names)))
 
 
-def journal_entries(steps: list[Step], namespace: str, agent_id: str, run_id: str | None = None,
-                    task: str = "Fix the failing test in the standard library.") -> list[tuple[str, dict[str, Any]]]:
+def journal_entries(
+    steps: list[Step],
+    namespace: str,
+    agent_id: str,
+    run_id: str | None = None,
+    task: str = "Fix the failing test in the standard library.",
+) -> list[tuple[str, dict[str, Any]]]:
     """The ``(kind, data)`` records the runtime journals for ``steps``, in order.
 
     The same shapes ``durably`` writes: ``started``, then per step
@@ -208,22 +213,42 @@ def journal_entries(steps: list[Step], namespace: str, agent_id: str, run_id: st
     restore fixtures, codec), so the bytes are those of a real run.
     """
     run_id = run_id or uuid.UUID(int=random.Random(agent_id).getrandbits(128)).hex
-    entries: list[tuple[str, dict[str, Any]]] = [(Kind.STARTED, {
-        "namespace": namespace, "agent_id": agent_id, "run_id": run_id, "task": task,
-        "definition": {"name": "bench-agent", "version": "1", "digest": "0" * 16},
-        "instructions": "You are a careful software engineer. Use the tools.",
-        "budget": {"steps": None, "tokens": None, "cost_usd": None}, "worker": "bench",
-    })]
+    entries: list[tuple[str, dict[str, Any]]] = [
+        (
+            Kind.STARTED,
+            {
+                "namespace": namespace,
+                "agent_id": agent_id,
+                "run_id": run_id,
+                "task": task,
+                "definition": {"name": "bench-agent", "version": "1", "digest": "0" * 16},
+                "instructions": "You are a careful software engineer. Use the tools.",
+                "budget": {"steps": None, "tokens": None, "cost_usd": None},
+                "worker": "bench",
+            },
+        )
+    ]
     for turn, step in enumerate(steps, start=1):
         # As the actor journals it (AgentActor._journal_calls): the key from the turn and the
         # call's position, written into the call, so restore never derives it again.
         key = idempotency_key(namespace, agent_id, run_id, f"{turn}:0:{step.call_id}")
-        usage = {"input_tokens": step.input_tokens, "output_tokens": step.output_tokens,
-                 "cost_usd": round(step.input_tokens * 3e-6 + step.output_tokens * 15e-6, 6)}
+        usage = {
+            "input_tokens": step.input_tokens,
+            "output_tokens": step.output_tokens,
+            "cost_usd": round(step.input_tokens * 3e-6 + step.output_tokens * 15e-6, 6),
+        }
         call = {"id": step.call_id, "name": step.tool, "arguments": step.arguments, "key": key}
-        entries.append((Kind.MODEL_RESPONDED, {"text": step.text, "tool_calls": [call], "usage": usage,
-                                                "plan": None, "model": MODEL_NAME}))
+        entries.append(
+            (
+                Kind.MODEL_RESPONDED,
+                {"text": step.text, "tool_calls": [call], "usage": usage, "plan": None, "model": MODEL_NAME},
+            )
+        )
         entries.append((Kind.TOOL_INTENT, {"key": key, "call_id": step.call_id, "tool": step.tool, "attempt": 1}))
-        entries.append((Kind.TOOL_RESULT, {"key": key, "call_id": step.call_id, "tool": step.tool,
-                                            "result": step.result, "error": None}))
+        entries.append(
+            (
+                Kind.TOOL_RESULT,
+                {"key": key, "call_id": step.call_id, "tool": step.tool, "result": step.result, "error": None},
+            )
+        )
     return entries

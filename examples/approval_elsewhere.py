@@ -13,7 +13,6 @@ The operator's side is what ``durably approve AGENT APPROVAL_ID`` does.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -71,8 +70,7 @@ async def worker(workdir: Path) -> int:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: rt.serve(poll_interval=0.1, drain_signals=()))
             # The operator runs in its own process, as a person at a terminal would.
-            await anyio.run_process([sys.executable, __file__, "--approve", str(workdir)],
-                                    stdout=None, stderr=None)
+            await anyio.run_process([sys.executable, __file__, "--approve", str(workdir)], stdout=None, stderr=None)
             state = await rt.wait(AGENT_ID, until=["finished", "failed"], timeout=60)
             tg.cancel_scope.cancel()
     deploys = (workdir / "deploys.log").read_text().split()

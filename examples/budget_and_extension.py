@@ -45,8 +45,9 @@ class TriageModel:
         return durably.ModelResponse(f"closed {closed} tickets", (), usage)
 
 
-agent = durably.AgentDefinition(name="triage", model=TriageModel(), tools=[close_ticket],
-                                budget=durably.Budget(steps=3))
+agent = durably.AgentDefinition(
+    name="triage", model=TriageModel(), tools=[close_ticket], budget=durably.Budget(steps=3)
+)
 
 
 async def main(workdir: Path) -> int:
@@ -57,8 +58,10 @@ async def main(workdir: Path) -> int:
             return 1
         await rt.extend_budget("queue-1", steps=5)  # `durably extend queue-1 --steps 5` from a shell
         state = await rt.wait("queue-1", until=["finished", "failed", "suspended"], timeout=60)
-        print(f"{state.status}: {state.result} after {state.usage['steps']} steps, "
-              f"{state.usage['input_tokens'] + state.usage['output_tokens']} tokens, ${state.usage['cost_usd']:.3f}")
+        print(
+            f"{state.status}: {state.result} after {state.usage['steps']} steps, "
+            f"{state.usage['input_tokens'] + state.usage['output_tokens']} tokens, ${state.usage['cost_usd']:.3f}"
+        )
         return 0 if state.status == "finished" and state.usage["steps"] == len(TICKETS) + 1 else 1
 
 

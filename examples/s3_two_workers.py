@@ -70,7 +70,9 @@ async def worker(url: str, effects: Path) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: rt.serve(poll_interval=0.1, drain_signals=()))
             with anyio.fail_after(120):
-                while any(state.status != "finished" for state in await rt.agents()) or len(await rt.agents()) < len(JOBS):
+                while any(state.status != "finished" for state in await rt.agents()) or len(await rt.agents()) < len(
+                    JOBS
+                ):
                     await anyio.sleep(0.2)
             tg.cancel_scope.cancel()
 

@@ -66,8 +66,9 @@ def support_agent(workdir: Path, *, crash: bool) -> durably.AgentDefinition:
             os.kill(os.getpid(), signal.SIGKILL)  # the payment happened; its result is not journaled yet
         return receipt
 
-    return durably.AgentDefinition(name="support", model=SupportModel(), tools=[refund],
-                                   instructions="You answer support tickets.")
+    return durably.AgentDefinition(
+        name="support", model=SupportModel(), tools=[refund], instructions="You answer support tickets."
+    )
 
 
 class SupportModel:
@@ -88,7 +89,9 @@ async def first_run(workdir: Path) -> None:
 
 
 async def resumed_run(workdir: Path) -> durably.AgentState:
-    async with durably.Runtime(f"sqlite:///{workdir / 'agents.db'}", agents=[support_agent(workdir, crash=False)]) as rt:
+    async with durably.Runtime(
+        f"sqlite:///{workdir / 'agents.db'}", agents=[support_agent(workdir, crash=False)]
+    ) as rt:
         return await (await rt.resume(AGENT_ID)).wait()
 
 

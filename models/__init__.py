@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._common import MalformedToolCallError, Price
 from durably.errors import InvalidArgumentError
+
+from ._common import MalformedToolCallError, Price
 
 if TYPE_CHECKING:
     from durably._loop.model import Model
@@ -52,8 +53,10 @@ def from_spec(spec: str, **options: Any) -> Model:
         raise InvalidArgumentError(f"model spec {spec!r} is not provider:model, e.g. openai:gpt-4.1-mini")
     if provider == "openai":
         from .openai import OpenAIChatModel
+
         return OpenAIChatModel(model, **options)
     if provider == "anthropic":
         from .anthropic import AnthropicModel
+
         return AnthropicModel(model, **options)
     raise InvalidArgumentError(f"unknown model provider {provider!r} (known: openai, anthropic)")

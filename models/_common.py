@@ -10,13 +10,21 @@ import pydantic_core
 
 from durably._loop.model import TransientModelError
 from durably._loop.model_retries import parse_retry_after
-from durably.errors import MalformedToolCallError as MalformedToolCallError  # re-exported: the old import path
 from durably.errors import InvalidArgumentError
+from durably.errors import MalformedToolCallError as MalformedToolCallError  # re-exported: the old import path
 
 #: Provider stop reasons in durably's words (the provider's own word is kept otherwise).
-STOP_REASONS = {"stop": "end", "end_turn": "end", "tool_calls": "tool_use", "tool_use": "tool_use",
-                "length": "max_tokens", "max_tokens": "max_tokens", "content_filter": "refused", "refusal": "refused",
-                "stop_sequence": "end"}
+STOP_REASONS = {
+    "stop": "end",
+    "end_turn": "end",
+    "tool_calls": "tool_use",
+    "tool_use": "tool_use",
+    "length": "max_tokens",
+    "max_tokens": "max_tokens",
+    "content_filter": "refused",
+    "refusal": "refused",
+    "stop_sequence": "end",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,6 @@ from durably._loop.model import ModelResponse, ToolCall, TransientModelError, Us
 
 from ._common import MalformedToolCallError, Price, as_text, stop_reason, transient_from_status
 
-
 __all__ = ["AnthropicModel", "to_wire"]
 
 
@@ -48,14 +47,25 @@ class AnthropicModel:
     #: ``gen_ai.provider.name`` on its spans and metrics (OpenTelemetry GenAI conventions).
     provider = "anthropic"
 
-    def __init__(self, model: str, *, client: Any = None, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 120.0, max_tokens: int = 4096, price: Price | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        max_tokens: int = 4096,
+        price: Price | None = None,
+        **options: Any,
+    ) -> None:
         self.name = model
         self.max_tokens = max_tokens
         self.price = price
         self.options = options
-        self.client = client or anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, timeout=timeout,
-                                                         max_retries=0)
+        self.client = client or anthropic.AsyncAnthropic(
+            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0
+        )
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
         """One Messages API call for ``messages`` with ``tools`` (``durably.Model.respond``).
@@ -83,8 +93,9 @@ class AnthropicModel:
         if system:
             request["system"] = system
         if tools:
-            request["tools"] = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
-                                for t in tools]
+            request["tools"] = [
+                {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in tools
+            ]
         try:
             reply = await self.client.messages.create(**request)
         except anthropic.APIStatusError as exc:
@@ -101,8 +112,13 @@ class AnthropicModel:
                 calls.append(ToolCall(block.id, block.name, block.input))
         tokens_in, tokens_out = reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
         cost = self.price.cost(tokens_in, tokens_out) if self.price else 0.0
-        return ModelResponse("".join(texts), tuple(calls), Usage(tokens_in, tokens_out, cost),
-                             model=reply.model or self.name, stop_reason=stop_reason(reply.stop_reason))
+        return ModelResponse(
+            "".join(texts),
+            tuple(calls),
+            Usage(tokens_in, tokens_out, cost),
+            model=reply.model or self.name,
+            stop_reason=stop_reason(reply.stop_reason),
+        )
 
 
 def to_wire(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -130,8 +146,10 @@ def to_wire(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
             continue
         if role == "assistant":
             blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
-            blocks += [{"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]}
-                       for c in m.get("tool_calls") or ()]
+            blocks += [
+                {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]}
+                for c in m.get("tool_calls") or ()
+            ]
             side = "assistant"
         elif role == "tool":
             blocks = [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": as_text(m["content"])}]

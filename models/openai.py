@@ -22,7 +22,6 @@ from durably._loop.model import ModelResponse, ToolCall, TransientModelError, Us
 
 from ._common import MalformedToolCallError, Price, as_text, finite_cost, stop_reason, transient_from_status
 
-
 __all__ = ["OpenAIChatModel", "to_wire"]
 
 
@@ -50,8 +49,17 @@ class OpenAIChatModel:
     #: ``gen_ai.provider.name`` on its spans and metrics (OpenTelemetry GenAI conventions).
     provider = "openai"
 
-    def __init__(self, model: str, *, client: Any = None, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 120.0, price: Price | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        price: Price | None = None,
+        **options: Any,
+    ) -> None:
         self.name = model
         self.price = price
         self.options = options
@@ -80,8 +88,13 @@ class OpenAIChatModel:
         """
         request: dict[str, Any] = {"model": self.name, "messages": to_wire(messages), **self.options}
         if tools:
-            request["tools"] = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
-                                                                  "parameters": t["parameters"]}} for t in tools]
+            request["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t["name"], "description": t["description"], "parameters": t["parameters"]},
+                }
+                for t in tools
+            ]
         try:
             reply = await self.client.chat.completions.create(**request)
         except openai.APIStatusError as exc:
@@ -93,8 +106,13 @@ class OpenAIChatModel:
         choice = reply.choices[0]
         message = choice.message
         calls = tuple(_call(c) for c in message.tool_calls or ())
-        return ModelResponse(message.content or "", calls, self._usage(reply.usage), model=reply.model or self.name,
-                             stop_reason=stop_reason(choice.finish_reason))
+        return ModelResponse(
+            message.content or "",
+            calls,
+            self._usage(reply.usage),
+            model=reply.model or self.name,
+            stop_reason=stop_reason(choice.finish_reason),
+        )
 
     def _usage(self, usage: Any) -> Usage:
         if usage is None:
@@ -132,9 +150,14 @@ def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in messages:
         role = m["role"]
         if role == "assistant":
-            calls = [{"id": c["id"], "type": "function",
-                      "function": {"name": c["name"], "arguments": as_text(c["arguments"])}}
-                     for c in m.get("tool_calls") or ()]
+            calls = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": as_text(c["arguments"])},
+                }
+                for c in m.get("tool_calls") or ()
+            ]
             entry: dict[str, Any] = {"role": "assistant", "content": m.get("content") or None}
             if calls:
                 entry["tool_calls"] = calls

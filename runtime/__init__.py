@@ -118,24 +118,24 @@ _LAZY: dict[str, str] = {
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the API reference
-    from durably._loop.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
-    from durably._reading.describe import AgentDescription, LeaseInfo
     from durably._fleet.handle import AgentHandle
-    from durably._reading.history import HistoryEntry
+    from durably._fleet.owner import LeaseHolder, Liveness
+    from durably._journal.redaction_policy import Redact, RedactionPolicy, ephemeral
+    from durably._journal.snapshots import SnapshotPolicy
+    from durably._loop.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
     from durably._loop.model import Model, ModelResponse, ToolCall, Usage
     from durably._loop.model_retries import RetryPolicy
-    from durably._fleet.owner import LeaseHolder, Liveness
+    from durably._loop.state import AgentState
     from durably._operate.placement import CommandResult, Placement, Where
-    from durably._journal.redaction_policy import Redact, RedactionPolicy, ephemeral
+    from durably._reading.describe import AgentDescription, LeaseInfo
+    from durably._reading.history import HistoryEntry
+    from durably._reading.watch import StatusChange
+    from durably._runtime import Runtime
+    from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
     from durably._upkeep.reencrypt import ReencryptReport
     from durably._upkeep.retention import DAY, RetentionPolicy, SweepItem
-    from durably._runtime import Runtime
-    from durably._journal.snapshots import SnapshotPolicy
-    from durably._loop.state import AgentState
-    from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
-    from durably._reading.watch import StatusChange
-    from durably.storage._crypto import AESGCMCipher, EnvKeyProvider, KeyProvider, StaticKeyProvider, generate_key
     from durably.storage._codec import FrameCipher
+    from durably.storage._crypto import AESGCMCipher, EnvKeyProvider, KeyProvider, StaticKeyProvider, generate_key
     from durably.storage._registry import open_store
 
     __version__: str

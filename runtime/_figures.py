@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
 from durably.errors import ArgumentTypeError, InvalidArgumentError
 
 

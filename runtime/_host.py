@@ -45,5 +45,11 @@ class RuntimeHost(Protocol):
 
     async def _restore_journal(self, agent_id: str) -> AgentJournal: ...
 
-    async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = ...,
-                      gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None: ...
+    async def _resume(
+        self,
+        agent_id: str,
+        *,
+        force: bool = False,
+        seen: Any = ...,
+        gather: Callable[[], Awaitable[None]] | None = None,
+    ) -> AgentHandle | None: ...

@@ -19,33 +19,38 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from durably._figures import check_bool, check_figure
+from durably._fleet.activation import Activation
+from durably._fleet.handle import AgentHandle as AgentHandle  # re-exported: importable from here as before the move
+from durably._fleet.leases import LeaseKeeper
+from durably._fleet.owner import hostname
+from durably._fleet.runtime_methods import Fleet
+from durably._fleet.single_flight import KeyedLock
+from durably._journal import status_index
+from durably._journal.records import RecordCodec
+from durably._journal.redaction_policy import RedactionPolicy
+from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
+from durably._journal.writer import JournalServices
+from durably._loop.actor import AgentActor
+from durably._loop.agent import AgentDefinition, Budget
+from durably._loop.state import AgentState
+from durably._operate.runtime_methods import OperatorCommands
+from durably._reading.runtime_methods import Inspection
+from durably._telemetry import Telemetry
+from durably._upkeep.runtime_methods import Housekeeping
+from durably.errors import (
+    AgentExistsError,
+    AgentNotFoundError,
+    ArgumentTypeError,
+    DefinitionNotRegisteredError,
+    InvalidStoreError,
+    RuntimeNotStartedError,
+)
 from durably.storage._codec import FrameCipher
 from durably.storage._errors import CodecError
 from durably.storage._group_commit import GroupCommitter
-from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import Store, StreamId
-
-from durably._journal import status_index
-from durably._loop.actor import AgentActor
-from durably._loop.agent import AgentDefinition, Budget
-from durably._figures import check_bool, check_figure
-from durably.errors import AgentExistsError, AgentNotFoundError, DefinitionNotRegisteredError
-from durably.errors import ArgumentTypeError, InvalidStoreError, RuntimeNotStartedError
-from durably._fleet.activation import Activation
-from durably._journal.writer import JournalServices
-from durably._fleet.runtime_methods import Fleet
-from durably._fleet.handle import AgentHandle as AgentHandle  # re-exported: importable from here as before the move
-from durably._upkeep.runtime_methods import Housekeeping
-from durably._reading.runtime_methods import Inspection
-from durably._fleet.leases import LeaseKeeper
-from durably._operate.runtime_methods import OperatorCommands
-from durably._fleet.owner import hostname
-from durably._journal.redaction_policy import RedactionPolicy
-from durably._fleet.single_flight import KeyedLock
-from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
-from durably._loop.state import AgentState
-from durably._telemetry import Telemetry
 
 if TYPE_CHECKING:
     from opentelemetry import metrics, trace
@@ -105,24 +110,43 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
             called before the runtime is entered.
     """
 
-    def __init__(self, store: str | Store, *, agents: Iterable[AgentDefinition] = (), namespace: str = "default",
-                 snapshot_policy: SnapshotPolicy | None = None, worker_id: str | None = None,
-                 tracer_provider: trace.TracerProvider | None = None, mailbox_size: int = 64,
-                 redaction: RedactionPolicy | None = None, encryption: FrameCipher | None = None,
-                 lease_ttl: float = 30.0, meter_provider: metrics.MeterProvider | None = None) -> None:
+    def __init__(
+        self,
+        store: str | Store,
+        *,
+        agents: Iterable[AgentDefinition] = (),
+        namespace: str = "default",
+        snapshot_policy: SnapshotPolicy | None = None,
+        worker_id: str | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+        mailbox_size: int = 64,
+        redaction: RedactionPolicy | None = None,
+        encryption: FrameCipher | None = None,
+        lease_ttl: float = 30.0,
+        meter_provider: metrics.MeterProvider | None = None,
+    ) -> None:
         if not isinstance(store, (str, Store)):
-            raise InvalidStoreError(f"Runtime needs a store URL (a str such as 'sqlite:///agents.db') or a Store, "
-                                    f"got {type(store).__name__}")
+            raise InvalidStoreError(
+                f"Runtime needs a store URL (a str such as 'sqlite:///agents.db') or a Store, "
+                f"got {type(store).__name__}"
+            )
         self._store_arg = store
         check_figure("Runtime", "lease_ttl", lease_ttl, optional=False)
         check_figure("Runtime", "mailbox_size", mailbox_size, integer=True, optional=False)
-        for name, value, kind in (("namespace", namespace, str), ("worker_id", worker_id, str),
-                                  ("snapshot_policy", snapshot_policy, SnapshotPolicy),
-                                  ("redaction", redaction, RedactionPolicy)):
+        for name, value, kind in (
+            ("namespace", namespace, str),
+            ("worker_id", worker_id, str),
+            ("snapshot_policy", snapshot_policy, SnapshotPolicy),
+            ("redaction", redaction, RedactionPolicy),
+        ):
             if value is not None and not isinstance(value, kind):
                 raise ArgumentTypeError(f"Runtime: {name} must be a {kind.__name__}, got {type(value).__name__}")
-        if encryption is not None and not all(callable(getattr(encryption, m, None)) for m in ("seal", "open", "current_key_id")):
-            raise ArgumentTypeError(f"Runtime: encryption must be a FrameCipher (such as AESGCMCipher), got {type(encryption).__name__}")
+        if encryption is not None and not all(
+            callable(getattr(encryption, m, None)) for m in ("seal", "open", "current_key_id")
+        ):
+            raise ArgumentTypeError(
+                f"Runtime: encryption must be a FrameCipher (such as AESGCMCipher), got {type(encryption).__name__}"
+            )
         if isinstance(agents, (str, bytes)) or not isinstance(agents, Iterable):
             raise ArgumentTypeError(f"Runtime: agents must be a list of AgentDefinition, got {type(agents).__name__}")
         self.lease_ttl = lease_ttl
@@ -153,8 +177,10 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
         """Raise ``RuntimeNotStartedError`` unless ``__aenter__`` opened the store (for methods that
         would otherwise first fail inside a task group)."""
         if "store" not in self.__dict__:
-            raise RuntimeNotStartedError(f"this Runtime is not started: use it as `async with Runtime(...) as rt:` "
-                                         f"(on {self._describe_store()}) before calling its methods")
+            raise RuntimeNotStartedError(
+                f"this Runtime is not started: use it as `async with Runtime(...) as rt:` "
+                f"(on {self._describe_store()}) before calling its methods"
+            )
 
     def _require_open(self) -> None:
         """Raise ``RuntimeNotStartedError`` once the runtime is being left (``__aexit__`` began).
@@ -165,8 +191,10 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
         (anyio's ``RuntimeError``); its journal is intact, and the next runtime resumes it.
         """
         if self._exit is None:
-            raise RuntimeNotStartedError("this Runtime was left while an agent was being activated; "
-                                         "its journal is intact and the next runtime resumes it")
+            raise RuntimeNotStartedError(
+                "this Runtime was left while an agent was being activated; "
+                "its journal is intact and the next runtime resumes it"
+            )
 
     def _describe_store(self) -> str:
         store = self.__dict__.get("_store_arg")
@@ -176,7 +204,7 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
         state = "started" if self.__dict__.get("_exit") is not None else "not started"
         return f"Runtime({self._describe_store()}, namespace={self.namespace!r}, {state})"
 
-    async def __aenter__(self) -> "Runtime":
+    async def __aenter__(self) -> Runtime:
         async with AsyncExitStack() as stack:
             if isinstance(self._store_arg, str):
                 self.store = await stack.enter_async_context(open_store(self._store_arg))
@@ -184,10 +212,22 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
                 self.store = self._store_arg
             self.codec = RecordCodec(cipher=self.encryption)
             committer = GroupCommitter(self.store, tracer=self.telemetry.tracer, attributes=self.telemetry.attributes)
-            snapshots = SnapshotWriter(self.store, policy=self.policy, telemetry=self.telemetry,
-                                       codec_factory=partial(RecordCodec, cipher=self.encryption))
-            self._services = JournalServices(self.store, self.codec, committer, snapshots, self.policy, self.telemetry,
-                                             redaction=self.redaction, indexed=status_index.indexed(self.store))
+            snapshots = SnapshotWriter(
+                self.store,
+                policy=self.policy,
+                telemetry=self.telemetry,
+                codec_factory=partial(RecordCodec, cipher=self.encryption),
+            )
+            self._services = JournalServices(
+                self.store,
+                self.codec,
+                committer,
+                snapshots,
+                self.policy,
+                self.telemetry,
+                redaction=self.redaction,
+                indexed=status_index.indexed(self.store),
+            )
             self._leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(snapshots.run, self._snapshot_written)
@@ -196,8 +236,9 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
             self._exit = stack.pop_all()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> Literal[False]:  # never swallows the body's exception
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:  # never swallows the body's exception
         exit_stack, self._exit = self._exit, None
         if exit_stack is None:
             return False
@@ -255,7 +296,9 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
 
     # starting and resuming --------------------------------------------------
 
-    async def start(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentHandle:
+    async def start(
+        self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
+    ) -> AgentHandle:
         """Start a new agent run and return its handle, without waiting for it.
 
         A definition passed as an object is registered if its name is not yet.
@@ -323,7 +366,9 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
         check_bool("Runtime.resume", "force", force)
         return await self._resume(agent_id, force=force)
 
-    async def run(self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None) -> AgentState:
+    async def run(
+        self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
+    ) -> AgentState:
         """Start an agent (or resume it if its journal exists) and wait until it stops or parks.
 
         A resumed run with the same definition and task is silent: calling
@@ -358,11 +403,15 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
             name = agent.name if isinstance(agent, AgentDefinition) else agent
             existing = await self.status(agent_id)
             if (recorded := existing.definition.get("name")) != name:
-                raise AgentExistsError(f"agent {agent_id!r} exists in namespace {self.namespace!r} under definition "
-                                       f"{recorded!r}, not {name!r}") from None
+                raise AgentExistsError(
+                    f"agent {agent_id!r} exists in namespace {self.namespace!r} under definition "
+                    f"{recorded!r}, not {name!r}"
+                ) from None
             if existing.task != task:
-                raise AgentExistsError(f"agent {agent_id!r} exists in namespace {self.namespace!r} with another task "
-                                       f"({existing.task[:60]!r}, not {task[:60]!r})") from None
+                raise AgentExistsError(
+                    f"agent {agent_id!r} exists in namespace {self.namespace!r} with another task "
+                    f"({existing.task[:60]!r}, not {task[:60]!r})"
+                ) from None
             handle = await self.resume(agent_id)
             if handle is None:
                 return await self.status(agent_id)
@@ -423,8 +472,12 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
             except AgentNotFoundError:
                 continue  # purged between the listing and the read
             except CodecError as exc:
-                state = AgentState(namespace=self.namespace, agent_id=stream.agent_id, status="unreadable",
-                                   reason=f"{type(exc).__name__}: {exc}")
+                state = AgentState(
+                    namespace=self.namespace,
+                    agent_id=stream.agent_id,
+                    status="unreadable",
+                    reason=f"{type(exc).__name__}: {exc}",
+                )
             if wanted is None or state.status in wanted:
                 states.append(state)
         return sorted(states, key=lambda state: state.agent_id)

@@ -94,8 +94,10 @@ def _api_untouched() -> bool:
     """True when no global provider can exist yet: neither API module is imported (a provider
     is installed through them) and no ``OTEL_PYTHON_*_PROVIDER`` variable names one. The
     getters would then return the API's proxies, which ``_from_api_only`` says record nothing."""
-    return not ({"opentelemetry.trace", "opentelemetry.metrics"} & sys.modules.keys()
-                or {"OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"} & os.environ.keys())
+    return not (
+        {"opentelemetry.trace", "opentelemetry.metrics"} & sys.modules.keys()
+        or {"OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"} & os.environ.keys()
+    )
 
 
 def _from_api_only(provider: object) -> bool:
@@ -119,35 +121,57 @@ class Metrics:
 
     def __init__(self, meter: metrics.Meter) -> None:
         def histogram(name: str, unit: str, text: str, buckets: tuple[float, ...]) -> metrics.Histogram:
-            return meter.create_histogram(name, unit=unit, description=text, explicit_bucket_boundaries_advisory=buckets)
+            return meter.create_histogram(
+                name, unit=unit, description=text, explicit_bucket_boundaries_advisory=buckets
+            )
 
-        self.save_duration = histogram("durably.checkpoint.save.duration", "s",
-                                       "Time to make one batch of an agent's records durable", _STORE_BUCKETS)
-        self.save_size = histogram("durably.checkpoint.save.size", "By", "Stored bytes of one checkpoint save",
-                                   _BYTES_BUCKETS)
-        self.restore_duration = histogram("durably.checkpoint.restore.duration", "s",
-                                          "Time to restore an agent's state (snapshot + tail)", _STORE_BUCKETS)
-        self.restore_size = histogram("durably.checkpoint.restore.size", "By", "Stored bytes read by one restore",
-                                      _BYTES_BUCKETS)
-        self.snapshot_duration = histogram("durably.snapshot.save.duration", "s",
-                                           "Time to encode and store one snapshot", _STORE_BUCKETS)
-        self.snapshot_size = histogram("durably.snapshot.save.size", "By", "Stored bytes of one snapshot",
-                                       _BYTES_BUCKETS)
-        self.operation_duration = histogram("gen_ai.client.operation.duration", "s", "GenAI operation duration",
-                                            _DURATION_BUCKETS)
-        self.token_usage = histogram("gen_ai.client.token.usage", "{token}",
-                                     "Number of input and output tokens used", _TOKEN_BUCKETS)
-        self.conflicts = meter.create_counter("durably.conflicts", unit="{conflict}",
-                                              description="Appends whose expected seq was stale")
-        self.fencings = meter.create_counter("durably.fencings", unit="{fencing}",
-                                             description="Appends refused for good: another writer owns the stream")
-        self.retries = meter.create_counter("durably.retries", unit="{retry}",
-                                            description="Model or tool calls tried again")
-        self.resumes = meter.create_counter("durably.resumes", unit="{resume}",
-                                            description="Agent activations resumed from a journal")
+        self.save_duration = histogram(
+            "durably.checkpoint.save.duration",
+            "s",
+            "Time to make one batch of an agent's records durable",
+            _STORE_BUCKETS,
+        )
+        self.save_size = histogram(
+            "durably.checkpoint.save.size", "By", "Stored bytes of one checkpoint save", _BYTES_BUCKETS
+        )
+        self.restore_duration = histogram(
+            "durably.checkpoint.restore.duration",
+            "s",
+            "Time to restore an agent's state (snapshot + tail)",
+            _STORE_BUCKETS,
+        )
+        self.restore_size = histogram(
+            "durably.checkpoint.restore.size", "By", "Stored bytes read by one restore", _BYTES_BUCKETS
+        )
+        self.snapshot_duration = histogram(
+            "durably.snapshot.save.duration", "s", "Time to encode and store one snapshot", _STORE_BUCKETS
+        )
+        self.snapshot_size = histogram(
+            "durably.snapshot.save.size", "By", "Stored bytes of one snapshot", _BYTES_BUCKETS
+        )
+        self.operation_duration = histogram(
+            "gen_ai.client.operation.duration", "s", "GenAI operation duration", _DURATION_BUCKETS
+        )
+        self.token_usage = histogram(
+            "gen_ai.client.token.usage", "{token}", "Number of input and output tokens used", _TOKEN_BUCKETS
+        )
+        self.conflicts = meter.create_counter(
+            "durably.conflicts", unit="{conflict}", description="Appends whose expected seq was stale"
+        )
+        self.fencings = meter.create_counter(
+            "durably.fencings", unit="{fencing}", description="Appends refused for good: another writer owns the stream"
+        )
+        self.retries = meter.create_counter(
+            "durably.retries", unit="{retry}", description="Model or tool calls tried again"
+        )
+        self.resumes = meter.create_counter(
+            "durably.resumes", unit="{resume}", description="Agent activations resumed from a journal"
+        )
         self.serve_outages = meter.create_counter(
-            "durably.serve.outages", unit="{scan}",
-            description="serve() scans that failed because the store was unavailable")
+            "durably.serve.outages",
+            unit="{scan}",
+            description="serve() scans that failed because the store was unavailable",
+        )
 
 
 class Telemetry:
@@ -161,8 +185,12 @@ class Telemetry:
     ``attributes`` is ``{"durably.namespace": namespace}``, shared, not to be mutated.
     """
 
-    def __init__(self, namespace: str, tracer_provider: trace.TracerProvider | None = None,
-                 meter_provider: metrics.MeterProvider | None = None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+    ) -> None:
         self.namespace = namespace
         self.attributes = {NAMESPACE: namespace}
         self.tracer: trace.Tracer | None = None
@@ -195,8 +223,9 @@ class Telemetry:
             return _NO_SPAN
         return _recorded(self.tracer, name, client, self.attributes)
 
-    def activation_span(self, agent_name: str, agent_id: str, run_id: str, provider: str, model: str,
-                        continues: dict[str, Any] | None) -> trace.Span | None:
+    def activation_span(
+        self, agent_name: str, agent_id: str, run_id: str, provider: str, model: str, continues: dict[str, Any] | None
+    ) -> trace.Span | None:
         """A started, not current, ``invoke_agent`` span for one activation of an
         agent, linked to the span of the activation it ``continues`` (a trace
         reference from ``trace_reference``), or None when nothing records."""
@@ -206,10 +235,22 @@ class Telemetry:
 
         links = [Link(context, {"durably.link": "continues"})] if (context := _context(continues)) else None
         return self.tracer.start_span(
-            f"invoke_agent {agent_name}", kind=SpanKind.INTERNAL, links=links,
-            attributes={**self.attributes, OPERATION: "invoke_agent", PROVIDER: provider, AGENT_ID: agent_id,
-                        AGENT_NAME: agent_name, CONVERSATION_ID: agent_id, MODEL: model, RUN_ID: run_id},
-            record_exception=False, set_status_on_exception=False)
+            f"invoke_agent {agent_name}",
+            kind=SpanKind.INTERNAL,
+            links=links,
+            attributes={
+                **self.attributes,
+                OPERATION: "invoke_agent",
+                PROVIDER: provider,
+                AGENT_ID: agent_id,
+                AGENT_NAME: agent_name,
+                CONVERSATION_ID: agent_id,
+                MODEL: model,
+                RUN_ID: run_id,
+            },
+            record_exception=False,
+            set_status_on_exception=False,
+        )
 
 
 _NO_SPAN = contextlib.nullcontext()
@@ -220,8 +261,9 @@ def _recorded(tracer: trace.Tracer, name: str, client: bool, attributes: dict[st
     from opentelemetry.trace import SpanKind
 
     kind = SpanKind.CLIENT if client else SpanKind.INTERNAL
-    with tracer.start_as_current_span(name, kind=kind, attributes=attributes, record_exception=False,
-                                      set_status_on_exception=False) as span:
+    with tracer.start_as_current_span(
+        name, kind=kind, attributes=attributes, record_exception=False, set_status_on_exception=False
+    ) as span:
         try:
             yield span
         except Exception as exc:
@@ -244,8 +286,12 @@ def _context(reference: dict[str, Any] | None) -> trace.SpanContext | None:
     from opentelemetry.trace import SpanContext, TraceFlags
 
     try:
-        context = SpanContext(int(reference["trace_id"], 16), int(reference["span_id"], 16), is_remote=True,
-                              trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        context = SpanContext(
+            int(reference["trace_id"], 16),
+            int(reference["span_id"], 16),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
     except (KeyError, TypeError, ValueError):
         return None  # a reference this build cannot read only costs the link
     return context if context.is_valid else None

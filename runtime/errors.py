@@ -267,7 +267,9 @@ class UnknownKeyError(DecryptionError):
     """An encrypted frame names a key id the key provider does not have
     (a retired key, or the wrong provider). Attribute: ``key_id`` (str)."""
 
-    def __init__(self, message: str, *, key_id: str, stream: _StreamAddress | None = None, seq: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, key_id: str, stream: _StreamAddress | None = None, seq: int | None = None
+    ) -> None:
         self.key_id = key_id
         super().__init__(message, stream=stream, seq=seq)
 
@@ -295,8 +297,9 @@ class UnknownSchemaVersionError(CodecError):
     Attributes: ``schema``, ``version``, ``supported`` (highest known), ``stream``, ``seq``.
     """
 
-    def __init__(self, schema: str, version: int, supported: int, *, stream: _StreamAddress | None = None,
-                 seq: int | None = None) -> None:
+    def __init__(
+        self, schema: str, version: int, supported: int, *, stream: _StreamAddress | None = None, seq: int | None = None
+    ) -> None:
         self.schema = schema
         self.version = version
         self.supported = supported
@@ -316,13 +319,23 @@ class MissingUpcasterError(UnknownSchemaVersionError):
     Like its base class it stops that agent and leaves the data untouched.
     """
 
-    def __init__(self, schema: str, version: int, supported: int, missing: int, *, stream: _StreamAddress | None = None,
-                 seq: int | None = None) -> None:
+    def __init__(
+        self,
+        schema: str,
+        version: int,
+        supported: int,
+        missing: int,
+        *,
+        stream: _StreamAddress | None = None,
+        seq: int | None = None,
+    ) -> None:
         super().__init__(schema, version, supported, stream=stream, seq=seq)
         self.missing = missing
         where = f" in {stream} at seq {seq}" if stream is not None else ""
-        self.args = (f"{schema} version {version}{where} has no upcaster from version {missing} to the "
-                     f"current version {supported}; the data was left untouched",)
+        self.args = (
+            f"{schema} version {version}{where} has no upcaster from version {missing} to the "
+            f"current version {supported}; the data was left untouched",
+        )
 
 
 class UnknownDictionaryError(UnknownSchemaVersionError):
@@ -335,15 +348,25 @@ class UnknownDictionaryError(UnknownSchemaVersionError):
     report every unreadable version alike.
     """
 
-    def __init__(self, dictionary_id: int, known: frozenset[int] = frozenset(), reason: str = "", *,
-                 stream: _StreamAddress | None = None, seq: int | None = None) -> None:
+    def __init__(
+        self,
+        dictionary_id: int,
+        known: frozenset[int] = frozenset(),
+        reason: str = "",
+        *,
+        stream: _StreamAddress | None = None,
+        seq: int | None = None,
+    ) -> None:
         super().__init__("durably.frame dictionary", dictionary_id, max(known, default=0), stream=stream, seq=seq)
         self.dictionary_id = dictionary_id
         self.known = known
         where = f" in {stream} at seq {seq}" if stream is not None else ""
         ids = ", ".join(f"{i:#x}" for i in sorted(known)) or "none"
-        self.args = (reason or f"frame{where} names zstd dictionary {dictionary_id:#x}, which this build does not ship "
-                               f"(it ships {ids}); the data was left untouched",)
+        self.args = (
+            reason
+            or f"frame{where} names zstd dictionary {dictionary_id:#x}, which this build does not ship "
+            f"(it ships {ids}); the data was left untouched",
+        )
 
 
 class KeyConfigError(DurablyError, ValueError):
@@ -527,8 +550,10 @@ class RedactedArgumentError(DurablyError):
         names = ", ".join(repr(p) for p in paths)
         verb = "was" if len(paths) == 1 else "were"
         noun = "argument" if len(paths) == 1 else "arguments"
-        super().__init__(f"{noun} {names} of tool {tool!r} {verb} redacted and {'is' if len(paths) == 1 else 'are'} "
-                         "not available after a restart; the call was not run")
+        super().__init__(
+            f"{noun} {names} of tool {tool!r} {verb} redacted and {'is' if len(paths) == 1 else 'are'} "
+            "not available after a restart; the call was not run"
+        )
 
 
 # ------------------------------------------------------------------ kits, bridges, operator surfaces
@@ -548,7 +573,9 @@ class CheckpointValueError(DurablyError):
     ``channel`` (the channel name), ``reason`` (str).
     """
 
-    def __init__(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None, channel: str, reason: str) -> None:
+    def __init__(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None, channel: str, reason: str
+    ) -> None:
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         self.checkpoint_id = checkpoint_id
@@ -610,8 +637,11 @@ class ExtraNotInstalledError(DurablyError, ImportError):
         """The error for ``feature`` (e.g. ``durably.models.openai``), which needs ``extra``
         and failed to import with ``missing``."""
         module = missing.name or str(missing)
-        return cls(f"{feature} needs the {extra} extra: pip install 'durably[{extra}]' ({module} is not installed)",
-                   extra=extra, name=missing.name)
+        return cls(
+            f"{feature} needs the {extra} extra: pip install 'durably[{extra}]' ({module} is not installed)",
+            extra=extra,
+            name=missing.name,
+        )
 
     @classmethod
     @contextmanager

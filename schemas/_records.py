@@ -74,7 +74,7 @@ class Record:
         return {"s": self.seq, "k": self.kind, "t": self.at, "d": self.data}
 
     @classmethod
-    def from_wire(cls, value: Any) -> "Record":
+    def from_wire(cls, value: Any) -> Record:
         """Rebuild a record; raises ``WireShapeError`` when ``value`` is not one."""
         if not isinstance(value, dict):
             raise WireShapeError(f"record is a {type(value).__name__}, not a map")

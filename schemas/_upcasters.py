@@ -33,8 +33,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._records import CURRENT_VERSIONS, SCHEMA_NAMES, UPCASTERS
 from durably.errors import InvalidArgumentError
+
+from ._records import CURRENT_VERSIONS, SCHEMA_NAMES, UPCASTERS
 
 Upcaster = Callable[[Any], Any]
 
@@ -78,7 +79,9 @@ def upcaster(schema_id: int, from_version: int) -> Callable[[Upcaster], Upcaster
     def register(fn: Upcaster) -> Upcaster:
         key = (schema_id, from_version)
         if key in UPCASTERS:
-            raise InvalidArgumentError(f"{SCHEMA_NAMES[schema_id]} already has an upcaster from version {from_version}: {UPCASTERS[key]!r}")
+            raise InvalidArgumentError(
+                f"{SCHEMA_NAMES[schema_id]} already has an upcaster from version {from_version}: {UPCASTERS[key]!r}"
+            )
         UPCASTERS[key] = fn
         return fn
 

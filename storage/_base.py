@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Self
 
-from ._errors import ConflictError, StoreClosedError
+from ._errors import StoreClosedError
 from ._spi import AppendRequest, Store, StreamId, declared_capabilities
 
 
@@ -59,8 +59,11 @@ class StoreBase(Store):
 
     def __repr__(self) -> str:
         where = self._location()
-        return f"{type(self).__name__}({where!r}, {'open' if self._is_open else 'closed'})" if where else \
-            f"<{type(self).__name__} {'open' if self._is_open else 'closed'}>"
+        return (
+            f"{type(self).__name__}({where!r}, {'open' if self._is_open else 'closed'})"
+            if where
+            else f"<{type(self).__name__} {'open' if self._is_open else 'closed'}>"
+        )
 
     def _location(self) -> str:
         """What ``repr`` shows of where the data lives (a URL without secrets, a path); adapters override."""

@@ -74,10 +74,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import cbor2
 import zstandard
 
-from . import _dictionaries as dictionaries, _values as values
+from . import _dictionaries as dictionaries
+from . import _values as values
 
 if TYPE_CHECKING:  # spi does not import the codec; the name is for annotations only
     from ._spi import StreamId
+
+from durably.errors import InvalidArgumentError
 
 from ._errors import (
     CorruptRecordError,
@@ -89,7 +92,6 @@ from ._errors import (
     UnencodableValueError,
     UnknownDictionaryError,
 )
-from durably.errors import InvalidArgumentError
 
 MAGIC = b"dy"
 FORMAT_VERSION = 2  # written when the frame's place is known (see place_seed)
@@ -215,7 +217,9 @@ def _checked_walk(value: Any, path: str, max_depth: int) -> bool:
         if kind is dict:
             for key, child in item.items():
                 if type(key) is not str:
-                    raise UnencodableValueError(f"{where}[{key!r}]", f"dict key of type {type(key).__name__} is not supported (use str)")
+                    raise UnencodableValueError(
+                        f"{where}[{key!r}]", f"dict key of type {type(key).__name__} is not supported (use str)"
+                    )
                 stack.append((child, f"{where}.{key}", depth + 1))
         elif kind is list:
             for index, child in enumerate(item):
@@ -229,8 +233,11 @@ def _checked_walk(value: Any, path: str, max_depth: int) -> bool:
         elif isinstance(item, (str, int, float, bytes)):
             # Stored as the plain value it equals, it would come back as another type.
             base = next(b for b in (bool, str, int, float, bytes) if isinstance(item, b))
-            raise UnencodableValueError(where, f"{kind.__name__} (a {base.__name__} subclass) is not supported: "
-                                               f"store its plain value, {base.__name__}(x)")
+            raise UnencodableValueError(
+                where,
+                f"{kind.__name__} (a {base.__name__} subclass) is not supported: "
+                f"store its plain value, {base.__name__}(x)",
+            )
         else:
             raise UnencodableValueError(where, f"{kind.__name__} is not supported")
     return tagged
@@ -263,8 +270,13 @@ def _largest_part(value: Any, path: str, limit: int) -> tuple[str, int]:
     size = len(cbor2.dumps(values.to_cbor(value)))
     while True:
         kind = type(value)
-        parts = (((f"{path}.{k}", v) for k, v in value.items()) if kind is dict
-                 else ((f"{path}[{i}]", v) for i, v in enumerate(value)) if kind in (list, tuple) else ())
+        parts = (
+            ((f"{path}.{k}", v) for k, v in value.items())
+            if kind is dict
+            else ((f"{path}[{i}]", v) for i, v in enumerate(value))
+            if kind in (list, tuple)
+            else ()
+        )
         sized = [(len(cbor2.dumps(values.to_cbor(v))), p, v) for p, v in parts]
         if not sized:
             return path, size
@@ -326,8 +338,15 @@ class FrameCipher(Protocol):
         ...
 
 
-def associated_data(flags: int, schema_id: int, schema_version: int, raw_size: int, stream: StreamId, seq: int,
-                    fmt: int = UNBOUND_FORMAT) -> bytes:
+def associated_data(
+    flags: int,
+    schema_id: int,
+    schema_version: int,
+    raw_size: int,
+    stream: StreamId,
+    seq: int,
+    fmt: int = UNBOUND_FORMAT,
+) -> bytes:
     """The bytes an encrypted frame's tag authenticates besides its payload.
 
     In: the header fields (``fmt``: the frame's format version), ``stream`` (a
@@ -383,8 +402,15 @@ class Codec:
     naming any shipped dictionary are read whatever it says.
     """
 
-    def __init__(self, *, level: int = 3, min_compress_size: int = 256, limits: CodecLimits | None = None,
-                 cipher: FrameCipher | None = None, dictionary: int | None | object = _SHIPPED) -> None:
+    def __init__(
+        self,
+        *,
+        level: int = 3,
+        min_compress_size: int = 256,
+        limits: CodecLimits | None = None,
+        cipher: FrameCipher | None = None,
+        dictionary: int | None | object = _SHIPPED,
+    ) -> None:
         self.limits = limits or CodecLimits()
         self.cipher = cipher
         self.dictionary: int | None = dictionaries.DEFAULT if dictionary is _SHIPPED else dictionary  # type: ignore[assignment]
@@ -412,8 +438,19 @@ class Codec:
             found = self._wide[window_log] = zstandard.ZstdCompressor(compression_params=params)
         return found
 
-    def encode(self, schema_id: int, schema_version: int, value: Any, *, path: str = "value", check: bool = True,
-               tagged: bool = True, stream: StreamId | None = None, seq: int | None = None, small: bool = False) -> bytes:
+    def encode(
+        self,
+        schema_id: int,
+        schema_version: int,
+        value: Any,
+        *,
+        path: str = "value",
+        check: bool = True,
+        tagged: bool = True,
+        stream: StreamId | None = None,
+        seq: int | None = None,
+        small: bool = False,
+    ) -> bytes:
         """Encode ``value`` as a frame (bytes).
 
         Raises ``UnencodableValueError`` with the field path (rooted at ``path``)
@@ -437,15 +474,24 @@ class Codec:
         if len(raw) > self.limits.max_raw_size:
             # Decoding refuses frames past this bound, so writing one would store an unreadable record.
             where, size = _largest_part(value, path, self.limits.max_raw_size)
-            raise UnencodableValueError(where, f"encodes to {size} bytes, over the "
-                                        f"{self.limits.max_raw_size}-byte limit that decoding allows")
+            raise UnencodableValueError(
+                where, f"encodes to {size} bytes, over the {self.limits.max_raw_size}-byte limit that decoding allows"
+            )
         flags = 0
         payload = raw
         if small and self.dictionary is not None and self.cipher is None and stream is not None and seq is not None:
             compressed = self._dictionaries.compress(raw)
             if len(compressed) + _DICT_ID_SIZE < len(raw):
-                header = _HEADER_DICT.pack(MAGIC, FORMAT_DICTIONARY, FLAG_ZSTD, schema_id, schema_version, len(raw),
-                                           len(compressed), self.dictionary)
+                header = _HEADER_DICT.pack(
+                    MAGIC,
+                    FORMAT_DICTIONARY,
+                    FLAG_ZSTD,
+                    schema_id,
+                    schema_version,
+                    len(raw),
+                    len(compressed),
+                    self.dictionary,
+                )
                 crc = zlib.crc32(compressed, zlib.crc32(header, place_seed(stream, seq)))
                 return b"".join((header, _CRC.pack(crc), compressed))
         if len(raw) >= self._min_compress:
@@ -463,7 +509,10 @@ class Codec:
         bound = stream is not None and seq is not None and not flags & FLAG_ENCRYPTED
         fmt = FORMAT_VERSION if bound else UNBOUND_FORMAT
         header = _HEADER.pack(MAGIC, fmt, flags, schema_id, schema_version, len(raw), len(payload))
-        crc = zlib.crc32(payload, zlib.crc32(header, place_seed(stream, seq) if bound and stream is not None and seq is not None else 0))
+        crc = zlib.crc32(
+            payload,
+            zlib.crc32(header, place_seed(stream, seq) if bound and stream is not None and seq is not None else 0),
+        )
         return b"".join((header, _CRC.pack(crc), payload))
 
     def decode(self, data: bytes, *, stream: StreamId | None = None, seq: int | None = None) -> Frame:
@@ -482,16 +531,22 @@ class Codec:
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             # A foreign value where an adapter keeps frames (a TEXT cell, a number).
-            raise CorruptRecordError(f"a frame must be bytes, the store holds a {type(data).__name__}",
-                                     stream=stream, seq=seq)
+            raise CorruptRecordError(
+                f"a frame must be bytes, the store holds a {type(data).__name__}", stream=stream, seq=seq
+            )
         view = memoryview(data)
         if len(view) < HEADER_SIZE:
-            raise TruncatedRecordError(f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE}-byte header", stream=stream, seq=seq)
+            raise TruncatedRecordError(
+                f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE}-byte header", stream=stream, seq=seq
+            )
         header, dictionary = _HEADER, 0
         if view[2] == FORMAT_DICTIONARY:
             if len(view) < HEADER_SIZE_DICT:
-                raise TruncatedRecordError(f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE_DICT}-byte "
-                                           "header of format 3", stream=stream, seq=seq)
+                raise TruncatedRecordError(
+                    f"frame of {len(view)} bytes is shorter than the {HEADER_SIZE_DICT}-byte header of format 3",
+                    stream=stream,
+                    seq=seq,
+                )
             header = _HEADER_DICT
             magic, fmt, flags, schema_id, schema_version, raw_size, stored_size, dictionary = header.unpack_from(view)
         else:
@@ -501,12 +556,18 @@ class Codec:
         if fmt not in (FORMAT_DICTIONARY, FORMAT_VERSION, UNBOUND_FORMAT):
             raise CorruptRecordError(f"unknown frame format version {fmt}", stream=stream, seq=seq)
         if fmt != UNBOUND_FORMAT and (stream is None or seq is None):
-            raise InvalidRequestError(f"a format {fmt} frame is bound to its place: decoding it needs its stream and seq")
-        payload = view[header.size + _CRC.size:]
+            raise InvalidRequestError(
+                f"a format {fmt} frame is bound to its place: decoding it needs its stream and seq"
+            )
+        payload = view[header.size + _CRC.size :]
         if len(payload) < stored_size:
-            raise TruncatedRecordError(f"frame payload has {len(payload)} of {stored_size} bytes", stream=stream, seq=seq)
+            raise TruncatedRecordError(
+                f"frame payload has {len(payload)} of {stored_size} bytes", stream=stream, seq=seq
+            )
         if len(payload) > stored_size:
-            raise CorruptRecordError(f"{len(payload) - stored_size} unexpected bytes after the frame", stream=stream, seq=seq)
+            raise CorruptRecordError(
+                f"{len(payload) - stored_size} unexpected bytes after the frame", stream=stream, seq=seq
+            )
         (crc,) = _CRC.unpack_from(view, header.size)
         # (stream and seq are known for a bound format: refused above otherwise; the test narrows them for mypy)
         seed = place_seed(stream, seq) if fmt != UNBOUND_FORMAT and stream is not None and seq is not None else 0
@@ -514,7 +575,11 @@ class Codec:
             where = " (or the frame was copied from another stream or seq)" if seed else ""
             raise CorruptRecordError(f"checksum mismatch{where}", stream=stream, seq=seq)
         if raw_size > self.limits.max_raw_size:
-            raise FrameLimitError(f"frame would decode to {raw_size} bytes, over the {self.limits.max_raw_size}-byte limit", stream=stream, seq=seq)
+            raise FrameLimitError(
+                f"frame would decode to {raw_size} bytes, over the {self.limits.max_raw_size}-byte limit",
+                stream=stream,
+                seq=seq,
+            )
         if fmt == FORMAT_DICTIONARY:
             if flags != FLAG_ZSTD:  # this format is only written for plaintext frames compressed with a dictionary
                 raise CorruptRecordError(f"format 3 frame with flags {flags:#x}", stream=stream, seq=seq)
@@ -527,14 +592,19 @@ class Codec:
                 raise UnknownDictionaryError(dictionary, exc.known, stream=stream, seq=seq) from None
             except (ValueError, zstandard.ZstdError) as exc:  # CBORDecodeError is a ValueError
                 cls = FrameLimitError if "depth" in str(exc) else CorruptRecordError
-                raise cls(f"{'cbor' if isinstance(exc, cbor2.CBORDecodeError) else 'zstd'}: {exc}",
-                          stream=stream, seq=seq) from exc
+                raise cls(
+                    f"{'cbor' if isinstance(exc, cbor2.CBORDecodeError) else 'zstd'}: {exc}", stream=stream, seq=seq
+                ) from exc
             return Frame(schema_id, schema_version, value, raw_size, len(payload))
         if flags & FLAG_ENCRYPTED:
             if self.cipher is None:
-                raise DecryptionError("frame is encrypted and this codec has no cipher (key provider)", stream=stream, seq=seq)
+                raise DecryptionError(
+                    "frame is encrypted and this codec has no cipher (key provider)", stream=stream, seq=seq
+                )
             if stream is None or seq is None:
-                raise DecryptionError("an encrypted frame cannot be decrypted without the stream and seq it is stored at")
+                raise DecryptionError(
+                    "an encrypted frame cannot be decrypted without the stream and seq it is stored at"
+                )
             aad = associated_data(flags, schema_id, schema_version, raw_size, stream, seq, fmt)
             payload = memoryview(self.cipher.open(bytes(payload), aad, stream=stream, seq=seq))
         elif self.cipher is not None and self.cipher.required:
@@ -546,15 +616,18 @@ class Codec:
                 # (a crafted bomb with a valid CRC) is refused before it inflates.
                 declared = zstandard.frame_content_size(payload)
                 if declared != raw_size:  # our frames always declare it; unknown (-1) is not ours
-                    raise CorruptRecordError(f"zstd frame declares {declared} bytes, header says {raw_size}", stream=stream, seq=seq)
+                    raise CorruptRecordError(
+                        f"zstd frame declares {declared} bytes, header says {raw_size}", stream=stream, seq=seq
+                    )
                 # One frame, and nothing after it (allow_extra_data=False refuses a second frame or
                 # junk); one call into an output sized from the content size (issue 16: for a large
                 # snapshot, 1.7x faster than a decompressobj growing its output).
                 try:
                     raw = self._decompressor.decompress(payload, max_output_size=raw_size, allow_extra_data=False)
                 except zstandard.ZstdError as exc:
-                    raise CorruptRecordError(f"zstd payload is not exactly one frame: {exc}", stream=stream,
-                                             seq=seq) from exc
+                    raise CorruptRecordError(
+                        f"zstd payload is not exactly one frame: {exc}", stream=stream, seq=seq
+                    ) from exc
             else:
                 raw = payload
             if len(raw) != raw_size:
@@ -572,9 +645,15 @@ class Codec:
         source = io.BytesIO(raw)
         decoder = self._decoder
         if decoder is None:  # made once per codec (a third of a small record's decode time), reused
-            decoder = cbor2.CBORDecoder(source, tag_hook=values.refuse_unknown, semantic_decoders=values.SEMANTIC_DECODERS,
-                                        max_depth=self.limits.max_depth, allow_indefinite=False,
-                                        allow_duplicate_keys=False, strict_hashable_types=True)
+            decoder = cbor2.CBORDecoder(
+                source,
+                tag_hook=values.refuse_unknown,
+                semantic_decoders=values.SEMANTIC_DECODERS,
+                max_depth=self.limits.max_depth,
+                allow_indefinite=False,
+                allow_duplicate_keys=False,
+                strict_hashable_types=True,
+            )
         else:
             decoder.fp = source
         self._decoder = None  # an item that fails leaves no half-used decoder behind

@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from durably.errors import ArgumentTypeError, KeyConfigError
+
 from ._codec import _HEADER, FLAG_ENCRYPTED, HEADER_SIZE, MAGIC
 from ._errors import CorruptRecordError, DecryptionError, UnknownKeyError
 from ._spi import StreamId
-from durably.errors import ArgumentTypeError, KeyConfigError
 
 KEY_SIZE = 32  # bytes: AES-256
 NONCE_SIZE = 12  # bytes: the 96-bit nonce GCM is specified for (SP 800-38D, 8.2)
@@ -83,7 +84,9 @@ def _check_key(key_id: str, key: bytes) -> None:
     if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
         raise KeyConfigError(f"key id {key_id!r} must be 1-64 characters of A-Z a-z 0-9 . _ -")
     if not isinstance(key, bytes) or len(key) != KEY_SIZE:
-        raise KeyConfigError(f"key {key_id!r} must be {KEY_SIZE} bytes (AES-256), got {len(key) if isinstance(key, bytes) else type(key).__name__}")
+        raise KeyConfigError(
+            f"key {key_id!r} must be {KEY_SIZE} bytes (AES-256), got {len(key) if isinstance(key, bytes) else type(key).__name__}"
+        )
 
 
 def generate_key() -> bytes:
@@ -188,11 +191,17 @@ class EnvKeyProvider(StaticKeyProvider):
         ArgumentTypeError: When ``environ`` is not a mapping.
     """
 
-    def __init__(self, environ: Mapping[str, str] | None = None, *, keys_var: str = "DURABLY_KEYS",
-                 current_var: str = "DURABLY_KEY_ID") -> None:
+    def __init__(
+        self,
+        environ: Mapping[str, str] | None = None,
+        *,
+        keys_var: str = "DURABLY_KEYS",
+        current_var: str = "DURABLY_KEY_ID",
+    ) -> None:
         if environ is not None and not isinstance(environ, Mapping):
-            raise ArgumentTypeError(f"EnvKeyProvider: environ must be a mapping (like os.environ), "
-                                    f"got {type(environ).__name__}")
+            raise ArgumentTypeError(
+                f"EnvKeyProvider: environ must be a mapping (like os.environ), got {type(environ).__name__}"
+            )
         env = os.environ if environ is None else environ
         listing = env.get(keys_var, "").strip()
         if not listing:
@@ -230,8 +239,10 @@ class AESGCMCipher:
 
     def __init__(self, keys: KeyProvider, *, allow_plaintext: bool = False) -> None:
         if not isinstance(allow_plaintext, bool):
-            raise ArgumentTypeError(f"AESGCMCipher: allow_plaintext must be True or False, "
-                                    f"got {type(allow_plaintext).__name__} {allow_plaintext!r}")
+            raise ArgumentTypeError(
+                f"AESGCMCipher: allow_plaintext must be True or False, "
+                f"got {type(allow_plaintext).__name__} {allow_plaintext!r}"
+            )
         self.keys = keys
         self.required = not allow_plaintext
         self._aeads: dict[str, AESGCM] = {}
@@ -302,7 +313,9 @@ class AESGCMCipher:
         try:
             aead = self._aead(key_id)
         except KeyError:
-            raise UnknownKeyError(f"no key {key_id!r} in the key provider", key_id=key_id, stream=stream, seq=seq) from None
+            raise UnknownKeyError(
+                f"no key {key_id!r} in the key provider", key_id=key_id, stream=stream, seq=seq
+            ) from None
         from cryptography.exceptions import InvalidTag
 
         kid = key_id.encode("ascii")
@@ -311,7 +324,10 @@ class AESGCMCipher:
         except InvalidTag:
             raise DecryptionError(
                 f"authentication failed under key {key_id!r}: the frame was altered, moved from another "
-                "stream or seq, or sealed with another key", stream=stream, seq=seq) from None
+                "stream or seq, or sealed with another key",
+                stream=stream,
+                seq=seq,
+            ) from None
 
 
 def _split(sealed: bytes, stream: StreamId | None = None, seq: int | None = None) -> tuple[str, bytes]:

@@ -33,7 +33,6 @@ import anyio.lowlevel
 from ._errors import DurablyError, StoreUnavailableError
 from ._spi import AppendRequest, IndexEntry, Store, StreamId, check_append
 
-
 if TYPE_CHECKING:
     from opentelemetry import trace
 
@@ -67,10 +66,18 @@ class GroupCommitter:
     per process; ``append`` is safe from any number of tasks of one event loop.
     """
 
-    def __init__(self, store: Store, *, max_batch: int = 512, tracer: trace.Tracer | None | object = _GLOBAL,
-                 attributes: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 512,
+        tracer: trace.Tracer | None | object = _GLOBAL,
+        attributes: dict[str, str] | None = None,
+    ) -> None:
         self._store = store
-        self._tracer: trace.Tracer | None = _global_tracer() if tracer is _GLOBAL else cast("trace.Tracer | None", tracer)
+        self._tracer: trace.Tracer | None = (
+            _global_tracer() if tracer is _GLOBAL else cast("trace.Tracer | None", tracer)
+        )
         self._attributes = attributes or {}
         self._max_batch = max_batch
         self._queue: list[_Pending] = []
@@ -79,8 +86,9 @@ class GroupCommitter:
         self._last_size = 1  # appends in the previous batch: the fast path only follows a lone one
         self.batches = 0  # commits made; appends / batches is the grouping factor
 
-    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes],
-                     index: IndexEntry | None = None) -> int:
+    async def append(
+        self, stream: StreamId, expected_seq: int, records: Sequence[bytes], index: IndexEntry | None = None
+    ) -> int:
         """Append ``records`` after ``expected_seq``; return the new last seq once durable.
 
         ``index``: the stream's new status index entry, committed with the records
@@ -157,15 +165,20 @@ class GroupCommitter:
         if self._tracer is None:
             return _NO_SPAN  # nothing records: no span object at all on the hot path
         span: contextlib.AbstractContextManager[trace.Span] = self._tracer.start_as_current_span(
-            "durably.journal.append", attributes=self._attributes)
+            "durably.journal.append", attributes=self._attributes
+        )
         return span
 
     async def _store_batch(self, batch: list[_Pending]) -> None:
         with self._span() as span:
             if span is not None:
-                span.set_attributes({"durably.append.count": len(batch),
-                                     "durably.record.count": sum(len(p.request.records) for p in batch),
-                                     "durably.bytes.stored": sum(len(r) for p in batch for r in p.request.records)})
+                span.set_attributes(
+                    {
+                        "durably.append.count": len(batch),
+                        "durably.record.count": sum(len(p.request.records) for p in batch),
+                        "durably.bytes.stored": sum(len(r) for p in batch for r in p.request.records),
+                    }
+                )
             try:
                 results = await self._store.append_batch([p.request for p in batch])
                 if len(results) != len(batch):

@@ -15,9 +15,10 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any, Literal
 
+from durably.errors import InvalidArgumentError
+
 from ._errors import InvalidRequestError
 from ._spi import IndexedStream, IndexEntry, StreamId
-from durably.errors import InvalidArgumentError
 
 #: Which rows one scan returns: every row, the rows without an entry, or the rows of one status.
 Scan = tuple[Literal["all", "null", "status"], str | None]
@@ -51,7 +52,9 @@ def entry_columns(entry: IndexEntry | None) -> tuple[object, ...]:
     return (entry.status, entry.definition, entry.seq, entry.updated_at, json.dumps(list(entry.open_approvals)))
 
 
-def entry_from_row(status: str | None, definition: str, seq: int, updated_at: float, approvals: str) -> IndexEntry | None:
+def entry_from_row(
+    status: str | None, definition: str, seq: int, updated_at: float, approvals: str
+) -> IndexEntry | None:
     """The entry stored in a row's five columns; None when the row has none (NULL status).
 
     Also None for columns that hold no entry (damaged: a status that is not text, approvals
@@ -66,12 +69,12 @@ def entry_from_row(status: str | None, definition: str, seq: int, updated_at: fl
         return None
     if type(status) is not str or type(found) is not list:
         return None
-    return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at,
-                      open_approvals=tuple(found))
+    return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at, open_approvals=tuple(found))
 
 
-async def list_rows(namespace: str, statuses: Collection[str] | None, page_size: int,
-                    fetch: FetchPage) -> AsyncIterator[IndexedStream]:
+async def list_rows(
+    namespace: str, statuses: Collection[str] | None, page_size: int, fetch: FetchPage
+) -> AsyncIterator[IndexedStream]:
     """``IndexStore.list_index`` over ``fetch``: the streams of ``namespace`` whose entry has
     one of ``statuses`` (every stream when None), and those without an entry, page by page.
 

@@ -21,7 +21,9 @@ RestoreRead = tuple[StoredSnapshot | None, int, StoredRecord | None, list[Stored
 class OneReadRestore(Protocol):
     """What a restore reads, in one call (for SQLite: one statement, one read transaction, one hop)."""
 
-    async def read_restore(self, stream: StreamId, at_or_before: int | None = None, page_size: int = 512) -> RestoreRead:
+    async def read_restore(
+        self, stream: StreamId, at_or_before: int | None = None, page_size: int = 512
+    ) -> RestoreRead:
         """The snapshot, last seq, first record and first page of the tail of ``stream``, of one commit.
 
         Args:

@@ -62,8 +62,9 @@ def register_store(scheme: str, factory: type) -> None:
     if not isinstance(scheme, str):
         raise ArgumentTypeError(f"register_store: scheme must be a str, got {type(scheme).__name__}")
     if _SCHEME.fullmatch(scheme) is None:
-        raise InvalidArgumentError(f"register_store: {scheme!r} is not a URL scheme (a letter, then letters, "
-                                   "digits, '+', '-' or '.')")
+        raise InvalidArgumentError(
+            f"register_store: {scheme!r} is not a URL scheme (a letter, then letters, digits, '+', '-' or '.')"
+        )
     if not callable(factory):
         raise ArgumentTypeError(f"register_store: factory must be a store class, got {type(factory).__name__}")
     _registered[scheme.lower()] = factory
@@ -117,7 +118,8 @@ def open_store(url: str) -> Store:
         matches = [ep for ep in _entry_points() if ep.name == scheme]
         if not matches:
             raise UnknownSchemeError(
-                f"no durably store adapter handles {scheme!r} URLs; known schemes: {', '.join(known_schemes())}", url=url
+                f"no durably store adapter handles {scheme!r} URLs; known schemes: {', '.join(known_schemes())}",
+                url=url,
             )
         factory = matches[0].load()
     store: Store = factory(url)

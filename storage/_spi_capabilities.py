@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeGuard, runtime_checkable
 
 from ._spi_store import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_STATUS_INDEX, Store
-from ._spi_values import IndexEntry, IndexedStream, Lease, StreamId
+from ._spi_values import IndexedStream, IndexEntry, Lease, StreamId
 
 
 @runtime_checkable
@@ -176,8 +176,9 @@ class IndexStore(Store, Protocol):
     the entry; ``delete_records`` keeps it.
     """
 
-    def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
-                   page_size: int = 512) -> AsyncIterator[IndexedStream]:
+    def list_index(
+        self, namespace: str, statuses: Collection[str] | None = None, *, page_size: int = 512
+    ) -> AsyncIterator[IndexedStream]:
         """Yield the streams of ``namespace`` whose entry's status is in ``statuses`` (None: every status).
 
         Costs what it yields, not the namespace's size (an index on status).
@@ -227,8 +228,12 @@ class IndexStore(Store, Protocol):
 
 #: Each optional capability's name in ``Store.capabilities`` and the protocol a store declaring it
 #: implements (``type``, not ``type[Store]``: a type checker takes only concrete classes there).
-OPTIONAL_PROTOCOLS: dict[str, type] = {CAP_BLOBS: BlobStore, CAP_LEASES: LeaseStore, CAP_CHANGES: ChangeStore,
-                                        CAP_STATUS_INDEX: IndexStore}
+OPTIONAL_PROTOCOLS: dict[str, type] = {
+    CAP_BLOBS: BlobStore,
+    CAP_LEASES: LeaseStore,
+    CAP_CHANGES: ChangeStore,
+    CAP_STATUS_INDEX: IndexStore,
+}
 
 
 def declared_capabilities(cls: type) -> frozenset[str]:

@@ -16,9 +16,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from durably.errors import InvalidArgumentError
+
 from . import _spi as spi
 from ._errors import ConflictError
-from durably.errors import InvalidArgumentError
 
 BEGIN = "<!-- BEGIN contract table: generated from the SPI's docstrings (storage/_spi*.py) by `python -m durably.storage._spi_docs` -->"
 END = "<!-- END contract table -->"
@@ -48,8 +49,9 @@ def _markdown(text: str) -> str:
 def _signature(function: Callable[..., object]) -> str:
     """``name(a, b=1, *, c=2)``: the parameters as a caller writes them (keyword-only after ``*``)."""
     signature = inspect.signature(function)
-    shown = inspect.Signature([p.replace(annotation=inspect.Parameter.empty)
-                               for p in signature.parameters.values() if p.name != "self"])
+    shown = inspect.Signature(
+        [p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values() if p.name != "self"]
+    )
     return f"{function.__name__}{shown}"
 
 

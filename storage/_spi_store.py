@@ -31,6 +31,7 @@ CAP_CHANGES = "changes"
 #: reading journals. Without it the runtime scans and restores every stream, as before.
 CAP_STATUS_INDEX = "status-index"
 
+
 @runtime_checkable
 class Store(Protocol):
     """An async store of streams, snapshots and (optionally) blobs.
@@ -65,7 +66,7 @@ class Store(Protocol):
     async def close(self) -> None:
         """Release connections. Idempotent. Pending appends finish or fail first."""
 
-    async def __aenter__(self) -> "Store": ...
+    async def __aenter__(self) -> Store: ...
 
     async def __aexit__(self, *exc_info: object) -> None: ...
 

@@ -11,8 +11,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._errors import InvalidRequestError
 from durably.errors import InvalidArgumentError
+
+from ._errors import InvalidRequestError
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -69,8 +69,14 @@ def seconds(raw: str) -> float:
     return value
 
 
-def parse_store_url(url: str, schemes: tuple[str, ...] | None, options: Mapping[str, Callable[[str], Any]], *,
-                    display: str | None = None, passthrough: bool = False) -> StoreURL:
+def parse_store_url(
+    url: str,
+    schemes: tuple[str, ...] | None,
+    options: Mapping[str, Callable[[str], Any]],
+    *,
+    display: str | None = None,
+    passthrough: bool = False,
+) -> StoreURL:
     """Parse ``url`` for an adapter serving ``schemes`` and knowing ``options``.
 
     In: ``schemes`` the adapter serves (lower case; None: any, for a class that
@@ -98,27 +104,36 @@ def parse_store_url(url: str, schemes: tuple[str, ...] | None, options: Mapping[
     if not url.partition(":")[2].startswith("//"):
         # "sqlite:/agents.db" splits as "sqlite:///agents.db" does (the relative path agents.db): refuse
         # the lookalike instead of guessing which path was meant.
-        raise InvalidStoreURLError(f"{shown!r} is not a {scheme}:// URL: the scheme is followed by '//' "
-                                   "(sqlite:///relative.db, sqlite:////absolute/path.db)"
-                                   if scheme == "sqlite" else
-                                   f"{shown!r} is not a {scheme}:// URL: the scheme is followed by '//'", url=shown)
+        raise InvalidStoreURLError(
+            f"{shown!r} is not a {scheme}:// URL: the scheme is followed by '//' "
+            "(sqlite:///relative.db, sqlite:////absolute/path.db)"
+            if scheme == "sqlite"
+            else f"{shown!r} is not a {scheme}:// URL: the scheme is followed by '//'",
+            url=shown,
+        )
     given: dict[str, Any] = {}
     unknown: list[tuple[str, str]] = []
     for name, raw in parse_qsl(parts.query, keep_blank_values=True):
         if name not in options:
             if passthrough:
                 if any(name == seen for seen, _ in unknown):
-                    raise InvalidStoreURLError(f"{scheme}:// URL option {name!r} is given twice in {shown!r}", url=shown)
+                    raise InvalidStoreURLError(
+                        f"{scheme}:// URL option {name!r} is given twice in {shown!r}", url=shown
+                    )
                 unknown.append((name, raw))
                 continue
             known = ", ".join(sorted(options)) or "none"
-            raise InvalidStoreURLError(f"unknown {scheme}:// URL option {name!r} in {shown!r} (known: {known})", url=shown)
+            raise InvalidStoreURLError(
+                f"unknown {scheme}:// URL option {name!r} in {shown!r} (known: {known})", url=shown
+            )
         if name in given:
             raise InvalidStoreURLError(f"{scheme}:// URL option {name!r} is given twice in {shown!r}", url=shown)
         try:
             given[name] = options[name](raw)
         except ValueError as exc:
-            raise InvalidStoreURLError(f"{scheme}:// URL option {name}={raw!r} is not valid: {exc}", url=shown) from None
+            raise InvalidStoreURLError(
+                f"{scheme}:// URL option {name}={raw!r} is not valid: {exc}", url=shown
+            ) from None
     return StoreURL(shown, scheme, parts.netloc, parts.path, given, unknown)
 
 
@@ -130,5 +145,8 @@ def check_parent(path: Path, *, create: bool, url: str) -> None:
     """
     parent = path.absolute().parent
     if not create and not parent.is_dir():
-        raise InvalidStoreURLError(f"{str(parent)!r} is not a directory (from {url!r}); add ?create=1 to the URL to "
-                                   "create the missing directories", url=url)
+        raise InvalidStoreURLError(
+            f"{str(parent)!r} is not a directory (from {url!r}); add ?create=1 to the URL to "
+            "create the missing directories",
+            url=url,
+        )

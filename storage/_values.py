@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from decimal import Decimal
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import cbor2
@@ -128,6 +128,7 @@ def _bignum(negative: bool) -> Callable[[Any, bool], int]:
             raise RefusedTagError(f"bignum of more than {_MAX_BIGNUM_BYTES} bytes")
         number = int.from_bytes(value, "big")
         return -1 - number if negative else number
+
     return decode
 
 
@@ -188,6 +189,7 @@ def _text(value: Any, tag: int) -> str:
 def _refuse(tag: int) -> Callable[[Any, bool], Any]:
     def refuse(value: Any, immutable: bool) -> Any:
         raise RefusedTagError(f"tag {tag} is not one durably writes")
+
     return refuse
 
 
@@ -205,5 +207,15 @@ def refuse_unknown(tag: cbor2.CBORTag, immutable: bool) -> Any:
 _NATIVE = (0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004, 43000, 55799)
 
 SEMANTIC_DECODERS: dict[int, Any] = {tag: _refuse(tag) for tag in _NATIVE}
-SEMANTIC_DECODERS.update({0: _datetime, 1004: _date, 2: _bignum(False), 3: _bignum(True), 4: _decimal, 37: _uuid,
-                          258: _set, _PYTHON: _python})
+SEMANTIC_DECODERS.update(
+    {
+        0: _datetime,
+        1004: _date,
+        2: _bignum(False),
+        3: _bignum(True),
+        4: _decimal,
+        37: _uuid,
+        258: _set,
+        _PYTHON: _python,
+    }
+)

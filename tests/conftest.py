@@ -17,10 +17,19 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel pip builds from a copy of this checkout (so the checkout gets no build/ or egg-info)."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "src"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "site",
-                                                                 "__pycache__", ".pytest_cache", ".hypothesis"))
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source)],
-                           capture_output=True, text=True, timeout=600)
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "site", "__pycache__", ".pytest_cache", ".hypothesis"
+        ),
+    )
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr
     return next((work / "dist").glob("durably-*.whl"))
 
@@ -30,7 +39,22 @@ def shipped_tree(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the ``durably`` package as the wheel installs it (for tools that read a package tree:
     mypy, the docs' API reference)."""
     target = tmp_path_factory.mktemp("site")
-    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
-                                "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=300)
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-compile",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stderr
     return target

@@ -104,8 +104,12 @@ class ChangeFeed:
                 await self._listen_once()
                 failures = 0
             except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-                log.warning("durably change feed on %s lost: %s: %s; polling until it is back",
-                            self._channel, type(exc).__name__, exc)
+                log.warning(
+                    "durably change feed on %s lost: %s: %s; polling until it is back",
+                    self._channel,
+                    type(exc).__name__,
+                    exc,
+                )
             finally:
                 self.connected = False
             self._started()
@@ -114,7 +118,7 @@ class ChangeFeed:
             self._wake()
             failures += 1
             self.reconnects += 1
-            await anyio.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** failures)))
+            await anyio.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**failures)))
 
     def _started(self) -> None:
         """Tell the task group's ``start`` (once) that the first attempt is over."""
@@ -124,8 +128,9 @@ class ChangeFeed:
 
     async def _listen_once(self) -> None:
         """One listening connection, from connect to its loss (returns or raises when it is gone)."""
-        conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout,
-                                     server_settings={"application_name": self._application_name})
+        conn = await asyncpg.connect(
+            self._dsn, timeout=self._connect_timeout, server_settings={"application_name": self._application_name}
+        )
         try:
             lost = anyio.Event()
             conn.add_termination_listener(lambda _conn: lost.set())
@@ -199,8 +204,9 @@ class PostgresChanges:
         """
         self._check_open()
         options = self.options
-        feed = ChangeFeed(options.listen_dsn, options.connect_timeout, f"{self._application_name}-listen",
-                          self._channel, namespace)
+        feed = ChangeFeed(
+            options.listen_dsn, options.connect_timeout, f"{self._application_name}-listen", self._channel, namespace
+        )
         async with anyio.create_task_group() as group:
             await group.start(feed.run)
             try:

@@ -29,8 +29,8 @@ import anyio
 import asyncpg
 import tenacity
 
-from durably.storage._errors import InvalidRequestError, StoreError, StoreUnavailableError
 from durably.errors import PostgresSetupError as PostgresSetupError  # re-exported: the old import path
+from durably.storage._errors import InvalidRequestError, StoreError, StoreUnavailableError
 
 T = TypeVar("T")
 
@@ -111,7 +111,7 @@ async def with_retries(deadline: float, what: str, attempt: Callable[[], Awaitab
         async for state in retrying(deadline):
             with state:
                 return await attempt()
-    except Exception as exc:  # noqa: BLE001 - translated, cause kept
+    except Exception as exc:
         translated = translate(exc, what)
         if translated is exc:
             raise

@@ -61,9 +61,9 @@ class PostgresLeases:
                 "RETURNING token, expires_at"
             ),
             "release_lease": f"UPDATE {s}.leases SET expires_at = 0 WHERE namespace = $1 AND agent_id = $2 "
-                             "AND owner = $3 AND token = $4",
+            "AND owner = $3 AND token = $4",
             "get_lease": f"SELECT owner, token, expires_at FROM {s}.leases WHERE namespace = $1 AND agent_id = $2 "
-                         f"AND expires_at > {_NOW}",
+            f"AND expires_at > {_NOW}",
             "delete_lease": f"DELETE FROM {s}.leases WHERE namespace = $1 AND agent_id = $2",
         }
 
@@ -91,8 +91,9 @@ class PostgresLeases:
         """
         self._check_open()
         check_lease(owner, ttl)
-        rows = await self._fetch("acquire_lease", self._sql["acquire_lease"],
-                                 stream.namespace, stream.agent_id, owner, float(ttl))
+        rows = await self._fetch(
+            "acquire_lease", self._sql["acquire_lease"], stream.namespace, stream.agent_id, owner, float(ttl)
+        )
         if not rows:
             return None
         token, expires_at = rows[0]
@@ -108,8 +109,9 @@ class PostgresLeases:
         """
         self._check_open()
         stream = lease.stream
-        await self._execute("release_lease", self._sql["release_lease"],
-                            stream.namespace, stream.agent_id, lease.owner, lease.token)
+        await self._execute(
+            "release_lease", self._sql["release_lease"], stream.namespace, stream.agent_id, lease.owner, lease.token
+        )
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
         """The unexpired lease of ``stream``, by the database's clock: one query.

@@ -49,11 +49,32 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: asyncpg sends any other query option to the server as a setting, so a
 #: typo (``?shema=x``) would surface as a refused connection, retried until the deadline:
 #: durably refuses it when it parses the URL instead, like every adapter's unknown option.
-LIBPQ_OPTIONS = frozenset({
-    "host", "port", "dbname", "database", "user", "password", "passfile", "service", "sslmode", "sslcert",
-    "sslkey", "sslrootcert", "sslnegotiation", "sslcrl", "sslpassword", "ssl_min_protocol_version",
-    "ssl_max_protocol_version", "target_session_attrs", "krbsrvname", "gsslib", "application_name", "options",
-})
+LIBPQ_OPTIONS = frozenset(
+    {
+        "host",
+        "port",
+        "dbname",
+        "database",
+        "user",
+        "password",
+        "passfile",
+        "service",
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "sslnegotiation",
+        "sslcrl",
+        "sslpassword",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+        "application_name",
+        "options",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +92,7 @@ class PostgresOptions:
     listen_dsn: str = ""  # "" = dsn
 
     @classmethod
-    def from_url(cls, url: str) -> "PostgresOptions":
+    def from_url(cls, url: str) -> PostgresOptions:
         """Parse ``url``.
 
         Raises:
@@ -82,10 +103,16 @@ class PostgresOptions:
         if not isinstance(url, str):
             raise InvalidStoreURLError(f"a store URL is a string, got {type(url).__name__}", url=repr(url))
         numbers: dict[str, Callable[[str], Any]] = {
-            "pool_min": int, "pool_max": int, "statement_timeout": seconds, "connect_timeout": seconds,
-            "deadline": seconds, "lock_timeout": seconds}
-        parsed = parse_store_url(url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url),
-                                 passthrough=True)  # libpq's own options (sslmode...) go on to asyncpg
+            "pool_min": int,
+            "pool_max": int,
+            "statement_timeout": seconds,
+            "connect_timeout": seconds,
+            "deadline": seconds,
+            "lock_timeout": seconds,
+        }
+        parsed = parse_store_url(
+            url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url), passthrough=True
+        )  # libpq's own options (sslmode...) go on to asyncpg
         fields: dict[str, Any] = parsed.options  # each converted to its field's type; _validate checks ranges
         passed = parsed.passthrough
         unknown = sorted({name for name, _ in passed} - LIBPQ_OPTIONS)
@@ -93,8 +120,10 @@ class PostgresOptions:
             raise InvalidStoreURLError(
                 f"unknown option(s) {', '.join(unknown)} in {redacted(url)}: durably's are schema, pool_min, pool_max, "
                 "statement_timeout, connect_timeout, deadline, lock_timeout and listen_dsn; libpq's: "
-                + ", ".join(sorted(LIBPQ_OPTIONS)) + " (server settings go in options=-c%20name%3Dvalue)",
-                url=redacted(url))
+                + ", ".join(sorted(LIBPQ_OPTIONS))
+                + " (server settings go in options=-c%20name%3Dvalue)",
+                url=redacted(url),
+            )
         parts = urlsplit(url)
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
         fields.setdefault("listen_dsn", dsn)
@@ -105,9 +134,12 @@ class PostgresOptions:
     def _validate(self) -> None:
         if not _SCHEMA_NAME.fullmatch(self.schema):
             raise InvalidStoreURLError(
-                f"schema {self.schema!r} must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 chars)")
+                f"schema {self.schema!r} must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 chars)"
+            )
         if self.pool_min < 0 or self.pool_max < 1 or self.pool_min > self.pool_max:
-            raise InvalidStoreURLError(f"need 0 <= pool_min <= pool_max and pool_max >= 1 (got {self.pool_min}, {self.pool_max})")
+            raise InvalidStoreURLError(
+                f"need 0 <= pool_min <= pool_max and pool_max >= 1 (got {self.pool_min}, {self.pool_max})"
+            )
         for name in ("statement_timeout", "connect_timeout", "deadline", "lock_timeout"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise InvalidStoreURLError(f"{name} must be a finite number of seconds > 0")

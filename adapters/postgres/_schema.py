@@ -247,8 +247,9 @@ def statements(schema: str, from_version: int, to_version: int = SCHEMA_VERSION)
     return [sql.format(s=quoted) for version in range(from_version + 1, to_version + 1) for sql in MIGRATIONS[version]]
 
 
-async def prepare(conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy[asyncpg.Record], schema: str,
-                  lock_timeout: float) -> int:
+async def prepare(
+    conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy[asyncpg.Record], schema: str, lock_timeout: float
+) -> int:
     """Check the server can hold a store and bring ``schema`` to ``SCHEMA_VERSION``; returns the version found.
 
     In: an asyncpg connection outside any transaction. Raises
@@ -283,11 +284,14 @@ async def prepare(conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy[as
                 await conn.execute(sql)
             await conn.execute(
                 f'INSERT INTO "{schema}".schema_version (version) VALUES ($1) '
-                "ON CONFLICT (only_row) DO UPDATE SET version = excluded.version", SCHEMA_VERSION)
+                "ON CONFLICT (only_row) DO UPDATE SET version = excluded.version",
+                SCHEMA_VERSION,
+            )
     except asyncpg.LockNotAvailableError as exc:
         raise PostgresSetupError(
             f"open() waited more than {lock_timeout:g} s for a lock on schema {schema!r}: another transaction "
-            "holds it (a transaction of the caller's own, still open on these tables?)") from exc
+            "holds it (a transaction of the caller's own, still open on these tables?)"
+        ) from exc
     return found
 
 

@@ -19,7 +19,7 @@ from durably.storage._spi import AppendRequest, IndexedStream, IndexEntry, Strea
 
 #: Schema version 5 (``schema.MIGRATIONS[5]``).
 MIGRATION = (
-    "ALTER TABLE {s}.streams ADD COLUMN status text COLLATE \"C\", ADD COLUMN definition text, "
+    'ALTER TABLE {s}.streams ADD COLUMN status text COLLATE "C", ADD COLUMN definition text, '
     "ADD COLUMN index_seq bigint, ADD COLUMN updated_at double precision, ADD COLUMN approvals text",
     "CREATE INDEX streams_by_status ON {s}.streams (namespace, status, agent_id)",
 )
@@ -29,19 +29,19 @@ def index_sql(s: str) -> dict[str, str]:
     """The statements of this module for schema ``s`` (quoted)."""
     return {
         "set_entries": f"UPDATE {s}.streams AS st SET status = e.status, definition = e.definition, "
-                       "index_seq = e.seq, updated_at = e.updated_at, approvals = e.approvals "
-                       "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::float8[], "
-                       "$7::text[]) AS e (namespace, agent_id, status, definition, seq, updated_at, approvals) "
-                       "WHERE st.namespace = e.namespace AND st.agent_id = e.agent_id",
+        "index_seq = e.seq, updated_at = e.updated_at, approvals = e.approvals "
+        "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::float8[], "
+        "$7::text[]) AS e (namespace, agent_id, status, definition, seq, updated_at, approvals) "
+        "WHERE st.namespace = e.namespace AND st.agent_id = e.agent_id",
         "list_index_all": f"SELECT {FIELDS} FROM {s}.streams WHERE namespace = $1 AND agent_id > $2 "
-                          "AND last_seq > 0 ORDER BY agent_id LIMIT $3",
+        "AND last_seq > 0 ORDER BY agent_id LIMIT $3",
         "list_index_null": f"SELECT {FIELDS} FROM {s}.streams WHERE namespace = $1 AND status IS NULL "
-                           "AND agent_id > $2 AND last_seq > 0 ORDER BY agent_id LIMIT $3",
+        "AND agent_id > $2 AND last_seq > 0 ORDER BY agent_id LIMIT $3",
         "list_index_status": f"SELECT {FIELDS} FROM {s}.streams WHERE namespace = $1 AND status = $4 "
-                             "AND agent_id > $2 AND last_seq > 0 ORDER BY agent_id LIMIT $3",
+        "AND agent_id > $2 AND last_seq > 0 ORDER BY agent_id LIMIT $3",
         "get_index": f"SELECT {FIELDS} FROM {s}.streams WHERE namespace = $1 AND agent_id = $2",
         "put_index": f"UPDATE {s}.streams SET status = $4, definition = $5, index_seq = $6, updated_at = $7, "
-                     "approvals = $8 WHERE namespace = $1 AND agent_id = $2 AND last_seq = $3 AND last_seq > 0",
+        "approvals = $8 WHERE namespace = $1 AND agent_id = $2 AND last_seq = $3 AND last_seq > 0",
     }
 
 
@@ -81,8 +81,9 @@ class PostgresStatusIndex:
 
         async def _execute(self, what: str, sql: str, *args: Any) -> str: ...
 
-    async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
-                         page_size: int = 512) -> AsyncIterator[IndexedStream]:
+    async def list_index(
+        self, namespace: str, statuses: Collection[str] | None = None, *, page_size: int = 512
+    ) -> AsyncIterator[IndexedStream]:
         """Yield the streams of ``namespace`` whose entry's status is in ``statuses``; see ``IndexStore.list_index``.
 
         One keyset-paged range scan of ``streams_by_status`` per status asked for, and one for
@@ -108,7 +109,8 @@ class PostgresStatusIndex:
             kind, status = scan
             extra = () if status is None else (status,)
             rows: Sequence[Sequence[Any]] = await self._fetch(
-                "list_index", self._sql[names[kind]], namespace, after, limit, *extra)
+                "list_index", self._sql[names[kind]], namespace, after, limit, *extra
+            )
             return rows
 
         async for row in list_rows(namespace, statuses, page_size, fetch):
@@ -150,6 +152,7 @@ class PostgresStatusIndex:
             InvalidRequestError: When ``entry`` is neither an ``IndexEntry`` nor None.
         """
         self._check_open()
-        done = await self._execute("put_index", self._sql["put_index"], stream.namespace, stream.agent_id,
-                                   at_seq, *entry_columns(entry))
+        done = await self._execute(
+            "put_index", self._sql["put_index"], stream.namespace, stream.agent_id, at_seq, *entry_columns(entry)
+        )
         return bool(done == "UPDATE 1")

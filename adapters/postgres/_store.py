@@ -47,7 +47,16 @@ from durably.storage._errors import (
     UnsafeCompactionError,
 )
 from durably.storage._spi import (
-    AppendRequest, BlobStore, ChangeStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_append, check_blob,
+    AppendRequest,
+    BlobStore,
+    ChangeStore,
+    IndexStore,
+    LeaseStore,
+    StoredRecord,
+    StoredSnapshot,
+    StreamId,
+    check_append,
+    check_blob,
 )
 
 from . import _schema as layout
@@ -67,7 +76,9 @@ log = logging.getLogger("durably.adapters.postgres")
 _MAX_SEQ = (1 << 63) - 1
 
 
-class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreBase, BlobStore, LeaseStore, ChangeStore, IndexStore):
+class PostgresStore(
+    PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreBase, BlobStore, LeaseStore, ChangeStore, IndexStore
+):
     """A ``Store`` in a PostgreSQL schema, shared by any number of processes on any hosts.
 
     Building the store does no I/O. ``open`` makes the connection pool and creates or
@@ -109,37 +120,38 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             "commit": f"SELECT results FROM {s}.commits WHERE token = $1",
             "last_seq": f"SELECT last_seq FROM {s}.streams WHERE namespace = $1 AND agent_id = $2",
             "read": f"SELECT r.seq, r.data FROM {s}.records AS r JOIN {s}.streams AS st ON st.id = r.stream_id "
-                    "WHERE st.namespace = $1 AND st.agent_id = $2 AND r.seq > $3 ORDER BY r.seq LIMIT $4",
+            "WHERE st.namespace = $1 AND st.agent_id = $2 AND r.seq > $3 ORDER BY r.seq LIMIT $4",
             "put_snapshot": f"INSERT INTO {s}.snapshots (stream_id, seq, data) SELECT id, $3::bigint, $4::bytea "
-                            f"FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 AND $3::bigint BETWEEN 1 AND last_seq "
-                            "ON CONFLICT (stream_id, seq) DO UPDATE SET data = excluded.data",
+            f"FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 AND $3::bigint BETWEEN 1 AND last_seq "
+            "ON CONFLICT (stream_id, seq) DO UPDATE SET data = excluded.data",
             "get_snapshot": f"SELECT sn.seq, sn.data FROM {s}.snapshots AS sn JOIN {s}.streams AS st ON st.id = sn.stream_id "
-                            "WHERE st.namespace = $1 AND st.agent_id = $2 AND sn.seq <= $3 ORDER BY sn.seq DESC LIMIT 1",
+            "WHERE st.namespace = $1 AND st.agent_id = $2 AND sn.seq <= $3 ORDER BY sn.seq DESC LIMIT 1",
             "delete_snapshots": f"DELETE FROM {s}.snapshots AS sn USING {s}.streams AS st WHERE st.id = sn.stream_id "
-                                "AND st.namespace = $1 AND st.agent_id = $2 AND sn.seq < $3 AND sn.seq < "
-                                f"(SELECT max(seq) FROM {s}.snapshots AS k WHERE k.stream_id = st.id)",
+            "AND st.namespace = $1 AND st.agent_id = $2 AND sn.seq < $3 AND sn.seq < "
+            f"(SELECT max(seq) FROM {s}.snapshots AS k WHERE k.stream_id = st.id)",
             # One statement, so the covering-snapshot check and the deletion see the same snapshots.
             "delete_records": f"WITH st AS (SELECT id, EXISTS (SELECT 1 FROM {s}.snapshots AS sn WHERE sn.stream_id = streams.id "
-                              f"AND sn.seq >= $3) AS covered FROM {s}.streams WHERE namespace = $1 AND agent_id = $2), "
-                              f"gone AS (DELETE FROM {s}.records WHERE stream_id = (SELECT id FROM st WHERE covered) "
-                              "AND seq <= $3) SELECT covered FROM st",
+            f"AND sn.seq >= $3) AS covered FROM {s}.streams WHERE namespace = $1 AND agent_id = $2), "
+            f"gone AS (DELETE FROM {s}.records WHERE stream_id = (SELECT id FROM st WHERE covered) "
+            "AND seq <= $3) SELECT covered FROM st",
             "list_first": f"SELECT agent_id FROM {s}.streams WHERE namespace = $1 AND agent_id >= $2 "
-                          "AND ($3::text IS NULL OR agent_id < $3) ORDER BY agent_id LIMIT $4",
+            "AND ($3::text IS NULL OR agent_id < $3) ORDER BY agent_id LIMIT $4",
             "list_next": f"SELECT agent_id FROM {s}.streams WHERE namespace = $1 AND agent_id > $2 "
-                         "AND ($3::text IS NULL OR agent_id < $3) ORDER BY agent_id LIMIT $4",
+            "AND ($3::text IS NULL OR agent_id < $3) ORDER BY agent_id LIMIT $4",
             "lock_stream": f"SELECT id FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 FOR UPDATE",
             "ensure_stream": f"INSERT INTO {s}.streams (namespace, agent_id) VALUES ($1, $2) "
-                             "ON CONFLICT (namespace, agent_id) DO NOTHING",
+            "ON CONFLICT (namespace, agent_id) DO NOTHING",
             "put_blob": f"INSERT INTO {s}.blobs (stream_id, digest, data) SELECT id, $3::text, $4::bytea "
-                        f"FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 ON CONFLICT (stream_id, digest) DO NOTHING",
+            f"FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 ON CONFLICT (stream_id, digest) DO NOTHING",
             "get_blob": f"SELECT b.data FROM {s}.blobs AS b JOIN {s}.streams AS st ON st.id = b.stream_id "
-                        "WHERE st.namespace = $1 AND st.agent_id = $2 AND b.digest = $3",
+            "WHERE st.namespace = $1 AND st.agent_id = $2 AND b.digest = $3",
         }
         self._sql.update(self._lease_sql(s))
         self._sql.update(index_sql(s))
         # delete_stream's statements, in order: the stream's rows, then the stream.
-        self._purge_sql = [f"DELETE FROM {s}.{table} WHERE stream_id = $1" for table in ("records", "snapshots", "blobs")] + [
-            f"DELETE FROM {s}.streams WHERE id = $1"]
+        self._purge_sql = [
+            f"DELETE FROM {s}.{table} WHERE stream_id = $1" for table in ("records", "snapshots", "blobs")
+        ] + [f"DELETE FROM {s}.streams WHERE id = $1"]
 
     def _location(self) -> str:
         return self._url  # the password, if any, replaced by ***
@@ -151,11 +163,16 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
 
         async def connect() -> asyncpg.Pool:
             return await asyncpg.create_pool(
-                opts.dsn, min_size=opts.pool_min, max_size=opts.pool_max, timeout=opts.connect_timeout,
+                opts.dsn,
+                min_size=opts.pool_min,
+                max_size=opts.pool_max,
+                timeout=opts.connect_timeout,
                 # Client-side bound a little past the server's: catches a dead link the server cannot report.
                 command_timeout=opts.statement_timeout + 5,
-                server_settings={"application_name": self._application_name,
-                                 "statement_timeout": str(int(opts.statement_timeout * 1000))},
+                server_settings={
+                    "application_name": self._application_name,
+                    "statement_timeout": str(int(opts.statement_timeout * 1000)),
+                },
                 reset=_end_transaction,
             )
 
@@ -265,8 +282,9 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         )
         # Distinct streams that all exist (the steady state of a runtime): one statement; else the function.
         keys = {(r.stream.namespace, r.stream.agent_id) for r in requests}
-        sql = self._sql["append_fast" if len(keys) == len(requests) and all(r.expected_seq > 0 for r in requests)
-                        else "append"]
+        sql = self._sql[
+            "append_fast" if len(keys) == len(requests) and all(r.expected_seq > 0 for r in requests) else "append"
+        ]
         unknown: OutcomeUnknown | None = None  # an attempt whose outcome must be read back before any re-send
         try:
             async for state in retrying(self.options.deadline):
@@ -281,7 +299,7 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
                         except OutcomeUnknown as exc:
                             unknown = exc
                             raise
-        except Exception as exc:  # noqa: BLE001 - translated, cause kept
+        except Exception as exc:
             translated = translate(exc, "append")
             if translated is exc:
                 raise
@@ -291,7 +309,9 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             for request, result in zip(requests, results, strict=True)
         ]
 
-    async def _append_once(self, sql: str, args: tuple[Any, ...], indexed: Sequence[AppendRequest] | None = None) -> list[int]:
+    async def _append_once(
+        self, sql: str, args: tuple[Any, ...], indexed: Sequence[AppendRequest] | None = None
+    ) -> list[int]:
         """One append statement (with ``indexed``, the requests, in one transaction with their
         index entries: ``status_index``). Raises ``OutcomeUnknown`` when the connection failed mid-call."""
         async with self._connection() as conn:
@@ -346,7 +366,9 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         rows = await self._fetch("last_seq", self._sql["last_seq"], stream.namespace, stream.agent_id)
         return rows[0][0] if rows else 0
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
+    async def read(
+        self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512
+    ) -> AsyncGenerator[StoredRecord, None]:
         """Yield the records of ``stream`` with seq > ``after_seq``, in seq order.
 
         One query of ``page_size`` rows per page; a pooled connection is held for one page at
@@ -396,7 +418,9 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
             raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
         if not 1 <= seq <= _MAX_SEQ:
             raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
-        status = await self._execute("put_snapshot", self._sql["put_snapshot"], stream.namespace, stream.agent_id, seq, data)
+        status = await self._execute(
+            "put_snapshot", self._sql["put_snapshot"], stream.namespace, stream.agent_id, seq, data
+        )
         if status != "INSERT 0 1":
             raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
 
@@ -443,7 +467,9 @@ class PostgresStore(PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreB
         """
         self._check_open()
         bound = max(min(through_seq, _MAX_SEQ), -1)
-        rows = await self._fetch("delete_records", self._sql["delete_records"], stream.namespace, stream.agent_id, bound)
+        rows = await self._fetch(
+            "delete_records", self._sql["delete_records"], stream.namespace, stream.agent_id, bound
+        )
         if rows and not rows[0][0]:
             raise UnsafeCompactionError(f"no snapshot at or after seq {through_seq} of {stream}")
 
@@ -578,4 +604,3 @@ def _prefix_successor(prefix: str) -> str | None:
         if code <= 0x10FFFF:
             return "".join(chars) + chr(code)
     return None
-

@@ -48,7 +48,7 @@ class BatchHeader:
     count: int
 
     @classmethod
-    def decode(cls, data: bytes) -> "BatchHeader":
+    def decode(cls, data: bytes) -> BatchHeader:
         """Parse a header; raises ``CorruptRecordError`` when it is not a consistent batch header."""
         if len(data) < HEADER_SIZE:
             raise CorruptRecordError(f"batch header is {len(data)} bytes, expected {HEADER_SIZE}")
@@ -82,7 +82,7 @@ class Batch:
         return body + _CRC.pack(zlib.crc32(body))
 
     @classmethod
-    def decode(cls, data: bytes) -> "Batch":
+    def decode(cls, data: bytes) -> Batch:
         """Parse a whole batch object; raises ``CorruptRecordError`` on a bad checksum or layout."""
         if len(data) < HEADER_SIZE + _CRC.size:
             raise CorruptRecordError(f"batch object is only {len(data)} bytes")
@@ -110,7 +110,7 @@ class Batch:
         return range(self.records_from, self.last_seq + 1)
 
     @classmethod
-    def tombstone(cls, first_seq: int, last_seq: int) -> "Batch":
+    def tombstone(cls, first_seq: int, last_seq: int) -> Batch:
         """The batch ``first_seq``..``last_seq`` with every record compacted away.
 
         It keeps the key taken (see ``durably.adapters.s3._compaction``). Its token is fresh: the
@@ -118,7 +118,7 @@ class Batch:
         """
         return cls(first_seq, last_seq, last_seq + 1, secrets.token_bytes(TOKEN_SIZE), ())
 
-    def trimmed(self, through_seq: int) -> "Batch":
+    def trimmed(self, through_seq: int) -> Batch:
         """This batch without the records at or below ``through_seq`` (compaction of a straddling batch)."""
         start = min(max(self.records_from, through_seq + 1), self.last_seq + 1)
         return Batch(self.first_seq, self.last_seq, start, self.token, self.records[start - self.records_from :])

@@ -40,11 +40,12 @@ async def put_blob(s3: S3Requests, options: S3Options, stream: StreamId, keys: S
                 return digest
         except ClientError:
             pass
-    await upload(
-        s3.call, key, data, threshold=options.multipart_threshold, part_size=options.part_size
+    await upload(s3.call, key, data, threshold=options.multipart_threshold, part_size=options.part_size)
+    await s3.call(
+        "put_object",
+        Key=keys.index,
+        Body=json.dumps({"namespace": stream.namespace, "agent_id": stream.agent_id}).encode(),
     )
-    await s3.call("put_object", Key=keys.index, Body=json.dumps(
-        {"namespace": stream.namespace, "agent_id": stream.agent_id}).encode())
     return digest
 
 

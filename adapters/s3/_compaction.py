@@ -66,9 +66,7 @@ class S3Compaction:
         token: str | None = None
         above: int | None = None  # first seq of the batch listed just before (the next higher one)
         while True:
-            names, token = await self._s3.list_page(
-                keys.batches, start_after=keys.batch(through_seq + 2), token=token
-            )
+            names, token = await self._s3.list_page(keys.batches, start_after=keys.batch(through_seq + 2), token=token)
             covered: list[tuple[str, int, int]] = []  # key, first seq, last seq of batches wholly <= through
             done = False
             for name in names:
@@ -92,6 +90,7 @@ class S3Compaction:
         Unconditional: a batch wholly below the mark has no other writer, and
         its tombstone is the same whoever writes it.
         """
+
         async def put(key: str, first: int, last: int) -> None:
             await self._s3.call("put_object", Key=key, Body=Batch.tombstone(first, last).encode())
 
@@ -112,8 +111,9 @@ class S3Compaction:
             before[0] = min(current["through"], through_seq)
             if current["through"] >= through_seq:
                 return
-            body = json.dumps({"through": through_seq, "generation": current["generation"] + 1,
-                               "writer": secrets.token_hex(8)}).encode()
+            body = json.dumps(
+                {"through": through_seq, "generation": current["generation"] + 1, "writer": secrets.token_hex(8)}
+            ).encode()
             condition = {"IfMatch": found[1]} if found else {"IfNoneMatch": "*"}
             try:
                 await self._s3.call("put_object", Key=keys.compacted, Body=body, expect=(404, 412), **condition)
@@ -134,8 +134,9 @@ class S3Compaction:
             if batch.records_from > through_seq:
                 return
             try:
-                await self._s3.call("put_object", Key=key, Body=batch.trimmed(through_seq).encode(),
-                                    IfMatch=found[1], expect=(404, 412))
+                await self._s3.call(
+                    "put_object", Key=key, Body=batch.trimmed(through_seq).encode(), IfMatch=found[1], expect=(404, 412)
+                )
             except ClientError as exc:
                 if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 412:
                     raise _Lost() from None
@@ -149,7 +150,6 @@ class S3Compaction:
                     await attempt()
         except _Lost:
             raise StoreUnavailableError(f"{what} kept changing under a concurrent writer") from None
-
 
 
 def _mark_through(data: bytes, key: str) -> int:

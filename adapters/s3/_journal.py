@@ -22,8 +22,8 @@ from durably.storage._errors import ConflictError, InvalidRequestError, StoreUna
 from durably.storage._spi import AppendRequest, StoredRecord, StreamId, check_append
 
 from ._batch import HEADER_SIZE, TOKEN_SIZE, Batch, BatchHeader
-from ._put_batch import BatchTaken, put_new_batch
 from ._keys import MAX_SEQ, StreamKeys
+from ._put_batch import BatchTaken, put_new_batch
 from ._window import read_window
 
 if TYPE_CHECKING:
@@ -136,8 +136,11 @@ class S3Journal:
                 raise ConflictError(stream, expected, actual)
         if expected == 0:
             # Listable before its first record exists, never the other way round.
-            await self._s3.call("put_object", Key=keys.index, Body=json.dumps(
-                {"namespace": stream.namespace, "agent_id": stream.agent_id}).encode())
+            await self._s3.call(
+                "put_object",
+                Key=keys.index,
+                Body=json.dumps({"namespace": stream.namespace, "agent_id": stream.agent_id}).encode(),
+            )
         token = secrets.token_bytes(TOKEN_SIZE)
         body = Batch(first, last, first, token, tuple(request.records)).encode()
         # One PUT, no read: compaction never frees a key (see "Fencing after compaction").
@@ -193,7 +196,9 @@ class S3Journal:
         except StoreUnavailableError:
             return None
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
+    async def read(
+        self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512
+    ) -> AsyncGenerator[StoredRecord, None]:
         """Yield the records of ``stream`` with seq > ``after_seq``, in seq order.
 
         A page is a window of ``page_size`` seqs: one list call, then its batches fetched
@@ -230,7 +235,7 @@ class S3Journal:
                 position, first = window.restart_at, True
                 continue
             for batch in window.batches:
-                for seq, data in zip(batch.seqs(), batch.records):
+                for seq, data in zip(batch.seqs(), batch.records, strict=False):
                     if seq > position:
                         yield StoredRecord(seq, data)
                 position = max(position, batch.last_seq)

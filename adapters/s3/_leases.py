@@ -98,19 +98,29 @@ class LeaseObject:
 
     def encode(self) -> bytes:
         """The object's bytes (JSON, see the module docstring)."""
-        return json.dumps({"v": LEASE_VERSION, "owner": self.owner, "token": self.token,
-                           "expires_at": self.expires_at, "ttl": self.ttl, "nonce": self.nonce}).encode()
+        return json.dumps(
+            {
+                "v": LEASE_VERSION,
+                "owner": self.owner,
+                "token": self.token,
+                "expires_at": self.expires_at,
+                "ttl": self.ttl,
+                "nonce": self.nonce,
+            }
+        ).encode()
 
     @classmethod
-    def decode(cls, data: bytes, stream: StreamId) -> "LeaseObject":
+    def decode(cls, data: bytes, stream: StreamId) -> LeaseObject:
         """Parse the object's bytes. Raises ``CorruptRecordError`` when they are not a lease object."""
         try:
             fields = json.loads(data)
             lease = cls(fields["owner"], fields["token"], fields["expires_at"], fields["ttl"], fields["nonce"])
             valid = (
                 fields.get("v") == LEASE_VERSION
-                and isinstance(lease.owner, str) and lease.owner
-                and type(lease.token) is int and lease.token >= 1
+                and isinstance(lease.owner, str)
+                and lease.owner
+                and type(lease.token) is int
+                and lease.token >= 1
                 and all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lease.expires_at, lease.ttl))
                 and lease.ttl > 0
                 and isinstance(lease.nonce, str)
@@ -143,8 +153,9 @@ class S3Leases:
     open before calling in.
     """
 
-    def __init__(self, call: Call, get: Get, *, prefix: str, policy: RetryPolicy,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, call: Call, get: Get, *, prefix: str, policy: RetryPolicy, clock: Callable[[], float] = time.time
+    ) -> None:
         self.call = call
         self.get = get
         self.prefix = prefix

@@ -58,7 +58,7 @@ class S3Options:
     retry: RetryPolicy = RetryPolicy()
 
     @classmethod
-    def from_url(cls, url: str, **overrides: Any) -> "S3Options":
+    def from_url(cls, url: str, **overrides: Any) -> S3Options:
         """Parse ``url``; keyword ``overrides`` replace fields (``retry=RetryPolicy(...)`` too).
 
         Raises ``InvalidStoreURLError`` (a ``ValueError``) for another scheme, a
@@ -83,7 +83,9 @@ class S3Options:
         prefix = parsed.path.strip("/")
         # Each value converted to its field's type above; the dataclass checks the rest (_validate).
         fields: dict[str, Any] = {"bucket": parsed.netloc, "prefix": f"{prefix}/" if prefix else ""}
-        retry: dict[str, Any] = {name: parsed.options.pop(name) for name in ("max_attempts", "deadline") if name in parsed.options}
+        retry: dict[str, Any] = {
+            name: parsed.options.pop(name) for name in ("max_attempts", "deadline") if name in parsed.options
+        }
         fields.update(parsed.options)
         if retry:
             fields["retry"] = RetryPolicy(**retry)

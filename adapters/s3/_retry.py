@@ -83,9 +83,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, ClientError):
         status = http_status(exc) or 0
         return error_code(exc) in TRANSIENT_CODES or status == 429 or status >= 500
-    return isinstance(
-        exc, (HTTPClientError, BotoConnectionError, aiohttp.ClientError, ConnectionError, TimeoutError)
-    )
+    return isinstance(exc, (HTTPClientError, BotoConnectionError, aiohttp.ClientError, ConnectionError, TimeoutError))
 
 
 def is_not_found(exc: BaseException) -> bool:
@@ -138,4 +136,3 @@ async def call_with_retries(
     except (BotoCoreError, aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
         raise unavailable(what, exc) from exc
     raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
-

@@ -22,8 +22,7 @@ async def put_snapshot(s3: S3Requests, options: S3Options, keys: StreamKeys, seq
     A multipart upload above ``options.multipart_threshold`` bytes. Raises
     ``StoreUnavailableError`` when S3 stays unreachable.
     """
-    await upload(s3.call, keys.snapshot(seq), data,
-                 threshold=options.multipart_threshold, part_size=options.part_size)
+    await upload(s3.call, keys.snapshot(seq), data, threshold=options.multipart_threshold, part_size=options.part_size)
 
 
 async def get_snapshot(

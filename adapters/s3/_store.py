@@ -131,7 +131,8 @@ from botocore.exceptions import BotoCoreError
 from durably.storage._base import StoreBase
 from durably.storage._spi import BlobStore, Lease, LeaseStore, StreamId, check_blob
 
-from . import _blobs as s3_blobs, _streams as s3_streams
+from . import _blobs as s3_blobs
+from . import _streams as s3_streams
 from ._compaction import S3Compaction
 from ._journal import S3Journal
 from ._keys import StreamKeys
@@ -172,7 +173,6 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
             created, the server ignores ``If-None-Match``, or S3 cannot be reached.
     """
 
-
     def __init__(self, url: str, **overrides: Any) -> None:
         super().__init__()
         self.options = S3Options.from_url(url, **overrides)
@@ -186,7 +186,9 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
 
     def _location(self) -> str:
         options = self.options
-        return f"s3://{options.bucket}/{options.prefix}".rstrip("/") + (f" at {options.endpoint_url}" if options.endpoint_url else "")
+        return f"s3://{options.bucket}/{options.prefix}".rstrip("/") + (
+            f" at {options.endpoint_url}" if options.endpoint_url else ""
+        )
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -35,9 +35,7 @@ async def delete_stream(s3: S3Requests, keys: StreamKeys) -> None:
         uploads = await s3.call("list_multipart_uploads", Prefix=keys.root, **markers)
         for item in uploads.get("Uploads", []):
             try:
-                await s3.call(
-                    "abort_multipart_upload", Key=item["Key"], UploadId=item["UploadId"], expect=(404,)
-                )
+                await s3.call("abort_multipart_upload", Key=item["Key"], UploadId=item["UploadId"], expect=(404,))
             except ClientError:
                 pass  # finished or aborted meanwhile
         if not uploads.get("IsTruncated"):

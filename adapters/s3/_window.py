@@ -33,7 +33,12 @@ class Window:
 
 
 async def read_window(
-    s3: S3Requests, compaction: S3Compaction, keys: StreamKeys, stream: StreamId, position: int, size: int,
+    s3: S3Requests,
+    compaction: S3Compaction,
+    keys: StreamKeys,
+    stream: StreamId,
+    position: int,
+    size: int,
     first: bool,
 ) -> Window:
     """The batches that start in (position, position + size], in seq order, fetched concurrently.
@@ -105,8 +110,9 @@ async def read_window(
             compacted = await compaction.compacted_through(keys)
             if compacted > position:
                 return Window(restart_at=compacted, vanished=1)
-            raise CorruptRecordError(f"batch starts at seq {batch.first_seq}, expected {expected}",
-                                     stream=stream, seq=expected)
+            raise CorruptRecordError(
+                f"batch starts at seq {batch.first_seq}, expected {expected}", stream=stream, seq=expected
+            )
         expected = batch.last_seq + 1
     end = batches[-1].last_seq if batches else position
     # Complete when the seq after the last batch falls inside the listed range, where no batch started.

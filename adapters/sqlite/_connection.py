@@ -202,7 +202,7 @@ class SQLiteConnections:
         # goes; shielded so a cancelled close still joins aiosqlite's thread.
         with anyio.CancelScope(shield=True):
             readers, self._readers = self._readers, []
-            for reader, lock in zip(readers, self._read_locks):
+            for reader, lock in zip(readers, self._read_locks, strict=False):
                 async with lock:
                     await reader.close()
             async with self._lock:

@@ -27,14 +27,23 @@ def path_from_url(url: str) -> tuple[Path, str, int, bool]:
     ``synchronous=FULL|NORMAL``, ``busy_timeout=<ms>``, ``create=1`` (make missing
     parent directories). Raises ``InvalidStoreURLError`` (a ValueError) if malformed.
     """
-    parsed = parse_store_url(url, ("sqlite",), {"synchronous": _synchronous, "busy_timeout": _milliseconds, CREATE: flag})
+    parsed = parse_store_url(
+        url, ("sqlite",), {"synchronous": _synchronous, "busy_timeout": _milliseconds, CREATE: flag}
+    )
     if parsed.netloc or not parsed.path.startswith("/") or len(parsed.path) < 2:
         raise InvalidStoreURLError(f"{url!r} is not a sqlite:///path/to.db URL", url=url)
     raw_path = unquote(parsed.path[1:])
     if raw_path == ":memory:" or raw_path.startswith("file:"):
-        raise InvalidStoreURLError("the sqlite adapter needs a database file path, not :memory: or a file: URI", url=url)
+        raise InvalidStoreURLError(
+            "the sqlite adapter needs a database file path, not :memory: or a file: URI", url=url
+        )
     options = parsed.options
-    return Path(raw_path), options.get("synchronous", "FULL"), options.get("busy_timeout", 10_000), options.get(CREATE, False)
+    return (
+        Path(raw_path),
+        options.get("synchronous", "FULL"),
+        options.get("busy_timeout", 10_000),
+        options.get(CREATE, False),
+    )
 
 
 def _synchronous(raw: str) -> str:
@@ -106,8 +115,14 @@ def unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
 def locked(exc: BaseException) -> bool:
     """True for SQLite's lock refusals (SQLITE_BUSY, SQLITE_LOCKED and their extended codes)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(exc, sqlite3.OperationalError) and code is not None and code & 0xFF in (
-        sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED,
+    return (
+        isinstance(exc, sqlite3.OperationalError)
+        and code is not None
+        and code & 0xFF
+        in (
+            sqlite3.SQLITE_BUSY,
+            sqlite3.SQLITE_LOCKED,
+        )
     )
 
 
@@ -140,6 +155,7 @@ def _seq(cell: Any, stream: StreamId) -> int:
     keeps what it cannot convert (a REAL with a fraction, a non-numeric TEXT) as it is, and
     such a cell must be reported as damage, not raise a ``TypeError`` deep in a restore."""
     if type(cell) is not int:
-        raise CorruptRecordError(f"a seq must be an integer, the SQLite file holds {type(cell).__name__} {cell!r:.40}",
-                                 stream=stream)
+        raise CorruptRecordError(
+            f"a seq must be an integer, the SQLite file holds {type(cell).__name__} {cell!r:.40}", stream=stream
+        )
     return cell

@@ -20,12 +20,16 @@ from durably.storage._index_rows import FIELDS, Scan, entry_columns, entry_from_
 from durably.storage._spi import IndexedStream, IndexEntry, StreamId
 
 #: Columns added to ``streams`` by schema version 3 (``ALTER TABLE``: a v2 file keeps its rows, entries NULL).
-COLUMNS = (("status", "TEXT"), ("definition", "TEXT"), ("index_seq", "INTEGER"), ("updated_at", "REAL"),
-           ("approvals", "TEXT"))
+COLUMNS = (
+    ("status", "TEXT"),
+    ("definition", "TEXT"),
+    ("index_seq", "INTEGER"),
+    ("updated_at", "REAL"),
+    ("approvals", "TEXT"),
+)
 CREATE_INDEX = "CREATE INDEX IF NOT EXISTS streams_by_status ON streams (namespace, status, agent_id)"
 #: The slow append path's statement for a request that carries an entry (``SET`` by the row's id).
-SET_ENTRY = ("UPDATE streams SET status = ?, definition = ?, index_seq = ?, updated_at = ?, approvals = ? "
-             "WHERE id = ?")
+SET_ENTRY = "UPDATE streams SET status = ?, definition = ?, index_seq = ?, updated_at = ?, approvals = ? WHERE id = ?"
 
 
 #: The five column values of an entry (all NULL for None), as the append statements bind them.
@@ -50,14 +54,16 @@ class SQLiteStatusIndex:
     """
 
     if TYPE_CHECKING:  # the host's (SQLiteStore), declared for the type checker
+
         def _check_open(self) -> None: ...
 
         async def _fetch(self, sql: str, params: Sequence[object], *, writer: bool = False) -> list[Any]: ...
 
         async def _write(self, sql: str, params: Sequence[object]) -> int: ...
 
-    async def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
-                         page_size: int = 512) -> AsyncIterator[IndexedStream]:
+    async def list_index(
+        self, namespace: str, statuses: Collection[str] | None = None, *, page_size: int = 512
+    ) -> AsyncIterator[IndexedStream]:
         """Yield the streams of ``namespace`` whose entry's status is in ``statuses``; see ``IndexStore.list_index``.
 
         One keyset-paged range scan of ``streams_by_status`` per status asked for, and one for
@@ -81,8 +87,10 @@ class SQLiteStatusIndex:
 
         async def fetch(scan: Scan, after: str, limit: int) -> Sequence[Sequence[Any]]:
             kind, status = scan
-            sql = (f"SELECT {FIELDS} FROM streams WHERE namespace = ? {where[kind]}AND agent_id > ? AND last_seq > 0 "
-                   "ORDER BY agent_id LIMIT ?")
+            sql = (
+                f"SELECT {FIELDS} FROM streams WHERE namespace = ? {where[kind]}AND agent_id > ? AND last_seq > 0 "
+                "ORDER BY agent_id LIMIT ?"
+            )
             params = (namespace, after, limit) if status is None else (namespace, status, after, limit)
             rows: Sequence[Sequence[Any]] = await self._fetch(sql, params)
             return rows
@@ -101,7 +109,8 @@ class SQLiteStatusIndex:
         """
         self._check_open()
         rows = await self._fetch(
-            f"SELECT {FIELDS} FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id))
+            f"SELECT {FIELDS} FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id)
+        )
         if not rows:
             return None
         _, status, definition, seq, updated_at, approvals = rows[0]
@@ -130,5 +139,6 @@ class SQLiteStatusIndex:
         changed = await self._write(
             "UPDATE streams SET status = ?, definition = ?, index_seq = ?, updated_at = ?, approvals = ? "
             "WHERE namespace = ? AND agent_id = ? AND last_seq = ? AND last_seq > 0",
-            (*entry_params(entry), stream.namespace, stream.agent_id, at_seq))
+            (*entry_params(entry), stream.namespace, stream.agent_id, at_seq),
+        )
         return bool(changed == 1)

@@ -130,7 +130,9 @@ class SQLiteJournal:
                 padded = layout.bucket(len(chunk))
                 params = [part for key in chunk for part in key]
                 params += params[-2:] * (padded - len(chunk))  # a repeated key is harmless in the upsert
-                for sid, namespace, agent_id, last in await db.execute_fetchall(layout.lock_streams_sql(padded), params):
+                for sid, namespace, agent_id, last in await db.execute_fetchall(
+                    layout.lock_streams_sql(padded), params
+                ):
                     streams[(namespace, agent_id)] = [sid, last]
             rows: list[tuple[int, int, bytes]] = []
             for request, index in zip(requests, entries, strict=True):
@@ -174,7 +176,9 @@ class SQLiteJournal:
         )
         return max(_seq(rows[0][0], stream), 0) if rows else 0
 
-    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
+    async def read(
+        self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512
+    ) -> AsyncGenerator[StoredRecord, None]:
         """Yield the records of ``stream`` with seq > ``after_seq``, in seq order.
 
         One query of ``page_size`` rows per page on a reader connection, which is held for one

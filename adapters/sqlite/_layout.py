@@ -117,7 +117,7 @@ def lock_streams_sql(count: int) -> str:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fast_insert_sql(rows: int) -> str:
     """The fast path's statement for ``rows`` rows (a bucket size, see ``fast_bucket``).
 

@@ -224,7 +224,11 @@ class SQLiteLeases:
         check_lease(owner, ttl)
         now = time.time()
         params = {
-            "namespace": stream.namespace, "agent_id": stream.agent_id, "owner": owner, "now": now, "expires_at": now + ttl
+            "namespace": stream.namespace,
+            "agent_id": stream.agent_id,
+            "owner": owner,
+            "now": now,
+            "expires_at": now + ttl,
         }
         rows = await self._lease_statement(_ACQUIRE, params)
         if not rows:

@@ -44,11 +44,17 @@ from durably.storage._errors import (
     InvalidRequestError,
     UnsafeCompactionError,
 )
-from durably.storage._spi import (
-    BlobStore, IndexStore, LeaseStore, StoredRecord, StoredSnapshot, StreamId, check_blob,
-)
 from durably.storage._index_rows import named_stream
 from durably.storage._one_read import OneReadRestore, RestoreRead
+from durably.storage._spi import (
+    BlobStore,
+    IndexStore,
+    LeaseStore,
+    StoredRecord,
+    StoredSnapshot,
+    StreamId,
+    check_blob,
+)
 
 from . import _layout as layout
 from ._connection import READERS, SQLiteConnections
@@ -61,8 +67,17 @@ from ._leases import SQLiteLeases
 
 # connections: adapters/sqlite/_connection.py; appends and reads: adapters/sqlite/_journal.py;
 # leases: adapters/sqlite/_leases.py; the status index: adapters/sqlite/_index.py
-class SQLiteStore(SQLiteConnections, SQLiteJournal, SQLiteStatusIndex, SQLiteLeases, StoreBase, BlobStore, LeaseStore,
-                  IndexStore, OneReadRestore):
+class SQLiteStore(
+    SQLiteConnections,
+    SQLiteJournal,
+    SQLiteStatusIndex,
+    SQLiteLeases,
+    StoreBase,
+    BlobStore,
+    LeaseStore,
+    IndexStore,
+    OneReadRestore,
+):
     """A ``Store`` in one SQLite database file (see the module docstring for the URL and durability).
 
     Building the store does no I/O. ``1 + READERS`` connections per store, each used by one
@@ -155,7 +170,9 @@ class SQLiteStore(SQLiteConnections, SQLiteJournal, SQLiteStatusIndex, SQLiteLea
         )
         return StoredSnapshot(_seq(rows[0][0], stream), rows[0][1]) if rows else None
 
-    async def read_restore(self, stream: StreamId, at_or_before: int | None = None, page_size: int = 512) -> RestoreRead:
+    async def read_restore(
+        self, stream: StreamId, at_or_before: int | None = None, page_size: int = 512
+    ) -> RestoreRead:
         """What a restore of ``stream`` reads, in ONE statement on a reader connection (one hop).
 
         A restore otherwise waits for three reads in turn (the snapshot and the
@@ -326,9 +343,11 @@ class SQLiteStore(SQLiteConnections, SQLiteJournal, SQLiteStatusIndex, SQLiteLea
             return None  # no file: no bytes
         ((busy, log_frames, checkpointed),) = rows
         if busy or log_frames != checkpointed:
-            return (f"another connection to {self.path} holds an open transaction, so the write-ahead log "
-                    f"(which still holds the old bytes) could not be checkpointed and truncated "
-                    f"({checkpointed} of {log_frames} frames copied); close it and run again")
+            return (
+                f"another connection to {self.path} holds an open transaction, so the write-ahead log "
+                f"(which still holds the old bytes) could not be checkpointed and truncated "
+                f"({checkpointed} of {log_frames} frames copied); close it and run again"
+            )
         return None
 
     # -- blobs -------------------------------------------------------------------

@@ -27,15 +27,16 @@ from durably.storage._registry import open_store
 
 from ..agent import run_agents
 from ..context import Bench
-from ..floor import FloorRun, run_floor
 from ..conversation import conversation
+from ..floor import FloorRun, run_floor
 from ..results import percentile
 
 SUITE = "agent-steps"
 
 
-def step_figures(bench: Bench, suite: str, latencies: list[float], system: str = "durably",
-                 store: str | None = None, **params: Any) -> None:
+def step_figures(
+    bench: Bench, suite: str, latencies: list[float], system: str = "durably", store: str | None = None, **params: Any
+) -> None:
     """p50/p99 over all steps and over the first and last 10 %, the slowest step, in ms; last/first p50."""
     r = bench.results
     tenth = max(1, len(latencies) // 10)
@@ -45,8 +46,15 @@ def step_figures(bench: Bench, suite: str, latencies: list[float], system: str =
             r.add(suite, f"step_p{q}_{part}", percentile(values, q) * 1e3, "ms", system=system, store=store, **params)
     # The worst step shows stalls the percentiles hide (e.g. a large snapshot encoded while the loop waits).
     r.add(suite, "step_max_all", max(latencies, default=0.0) * 1e3, "ms", system=system, store=store, **params)
-    r.ratio(suite, "step_p50_last10/first10", r.find(suite, "step_p50_last10", system, **params),
-            r.find(suite, "step_p50_first10", system, **params), better="lower", system=system, **params)
+    r.ratio(
+        suite,
+        "step_p50_last10/first10",
+        r.find(suite, "step_p50_last10", system, **params),
+        r.find(suite, "step_p50_first10", system, **params),
+        better="lower",
+        system=system,
+        **params,
+    )
 
 
 def _floor_figures(bench: Bench, run_wall: float, floor: FloorRun, url: str, agents: int, steps: int) -> None:
@@ -54,15 +62,20 @@ def _floor_figures(bench: Bench, run_wall: float, floor: FloorRun, url: str, age
     r = bench.results
     params: dict[str, Any] = {"agents": agents, "steps": steps}
     total = agents * steps
-    mine = r.add(SUITE, "steps_per_s", total / run_wall, "steps/s", **params) if agents > 1 else \
-        r.find(SUITE, "steps_per_s", agents=1, steps=steps)
-    theirs = r.add(SUITE, "steps_per_s", floor.steps / floor.wall_s, "steps/s", system="floor-step-commit",
-                   store=url, **params)
+    mine = (
+        r.add(SUITE, "steps_per_s", total / run_wall, "steps/s", **params)
+        if agents > 1
+        else r.find(SUITE, "steps_per_s", agents=1, steps=steps)
+    )
+    theirs = r.add(
+        SUITE, "steps_per_s", floor.steps / floor.wall_s, "steps/s", system="floor-step-commit", store=url, **params
+    )
     r.add(SUITE, "commits", floor.commits, "count", system="floor-step-commit", store=url, **params)
     if agents == 1:
         mean = r.add(SUITE, "step_mean", run_wall / steps * 1e3, "ms", **params)
-        floor_mean = r.add(SUITE, "step_mean", floor.wall_s / floor.steps * 1e3, "ms", system="floor-step-commit",
-                           store=url, **params)
+        floor_mean = r.add(
+            SUITE, "step_mean", floor.wall_s / floor.steps * 1e3, "ms", system="floor-step-commit", store=url, **params
+        )
         r.ratio(SUITE, "step_mean durably/floor", mean, floor_mean, better="lower", **params)
     r.ratio(SUITE, "steps_per_s durably/floor", mine, theirs, **params)
 
@@ -76,8 +89,14 @@ def _request_figures(bench: Bench, spent: dict[str, int], total_steps: int, **pa
     r.add(SUITE, "requests_per_step", total / total_steps, "requests/step", counted="at the server", **params)
     for method, count in sorted(spent.items()):
         if count:
-            r.add(SUITE, f"{method.lower()}_per_step", count / total_steps, "requests/step", counted="at the server",
-                  **params)
+            r.add(
+                SUITE,
+                f"{method.lower()}_per_step",
+                count / total_steps,
+                "requests/step",
+                counted="at the server",
+                **params,
+            )
 
 
 async def run(bench: Bench) -> None:
@@ -93,12 +112,19 @@ async def run(bench: Bench) -> None:
         step_figures(bench, SUITE, conv.run.latencies[0], agents=1, steps=steps)
         bench.series(SUITE, "step_latency", conv.run.latencies[0], "ms", scale=1e3, agents=1, steps=steps)
         limit = r.find("append", "records_per_s", "limit-group-commit", agents=1)
-        r.ratio(SUITE, "durably/limit-group-commit", r.find(SUITE, "records_per_s", agents=1, steps=steps), limit,
-                agents=1, steps=steps)
+        r.ratio(
+            SUITE,
+            "durably/limit-group-commit",
+            r.find(SUITE, "records_per_s", agents=1, steps=steps),
+            limit,
+            agents=1,
+            steps=steps,
+        )
         task = bench.progress.start(f"floor: {steps:,} steps, one commit each", steps + 1)
         async with open_store(bench.store) as store:
-            floor, url = await run_floor(bench, store, conv.run.streams, "floor-1",
-                                         on_step=lambda: bench.progress.advance(task))
+            floor, url = await run_floor(
+                bench, store, conv.run.streams, "floor-1", on_step=lambda: bench.progress.advance(task)
+            )
         _floor_figures(bench, conv.run.wall_s, floor, url, 1, steps)
 
     agents, steps = bench.sizes.agents, bench.sizes.agent_steps
@@ -106,12 +132,14 @@ async def run(bench: Bench) -> None:
     conversations = [bench.conversation(steps, agent) for agent in range(1, agents + 1)]
     before = bench.request_counts()
     async with open_store(bench.store) as store:
-        run_ = await run_agents(store, bench.namespace(SUITE, "concurrent"), conversations,
-                                on_step=lambda: bench.progress.advance(task))
+        run_ = await run_agents(
+            store, bench.namespace(SUITE, "concurrent"), conversations, on_step=lambda: bench.progress.advance(task)
+        )
         _request_figures(bench, bench.requests_since(before), agents * steps, agents=agents, steps=steps)
         task = bench.progress.start(f"floor: {agents} writers x {steps} steps", agents * (steps + 1))
-        floor, url = await run_floor(bench, store, run_.streams, f"floor-{agents}",
-                                     on_step=lambda: bench.progress.advance(task))
+        floor, url = await run_floor(
+            bench, store, run_.streams, f"floor-{agents}", on_step=lambda: bench.progress.advance(task)
+        )
     total_records = agents * (3 * steps + 3)  # + started, the final response and finished
     _floor_figures(bench, run_.wall_s, floor, url, agents, steps)
     rate = r.add(SUITE, "records_per_s", total_records / run_.wall_s, "records/s", agents=agents, steps=steps)

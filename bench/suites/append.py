@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from durably._journal.records import RecordCodec
 from durably.schemas._records import Record
 from durably.storage._group_commit import GroupCommitter
-from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import Store, StreamId
 
@@ -41,7 +41,9 @@ def _entries(bench: Bench, namespace: str, agents: int, per_agent: int) -> list[
     return [journal_entries(bench.conversation(steps, a), namespace, f"agent-{a}")[:per_agent] for a in range(agents)]
 
 
-def _report(bench: Bench, system: str, agents: int, wall: float, latencies: list[float], stored: int, store: str) -> None:
+def _report(
+    bench: Bench, system: str, agents: int, wall: float, latencies: list[float], stored: int, store: str
+) -> None:
     r, params = bench.results, {"agents": agents, "records": len(latencies)}
     r.add(SUITE, "records_per_s", len(latencies) / wall, "records/s", system=system, store=store, **params)
     r.add(SUITE, "mb_per_s", stored / wall / 1e6, "MB/s", system=system, store=store, **params)
@@ -49,8 +51,9 @@ def _report(bench: Bench, system: str, agents: int, wall: float, latencies: list
     r.add(SUITE, "append_p99", percentile(latencies, 99) * 1e3, "ms", system=system, store=store, **params)
 
 
-async def _durably(store: Store, namespace: str, entries: list[list[tuple[str, dict[str, Any]]]],
-                   on_done: Callable[[], None]) -> tuple[float, list[float], int, int]:
+async def _durably(
+    store: Store, namespace: str, entries: list[list[tuple[str, dict[str, Any]]]], on_done: Callable[[], None]
+) -> tuple[float, list[float], int, int]:
     """durably's writers: ``(wall s, per-append s, stored bytes, commits)``."""
     codec, committer, stored = RecordCodec(), GroupCommitter(store), 0
 
@@ -92,16 +95,31 @@ async def run(bench: Bench) -> None:
             entries = _entries(bench, namespace, agents, max(MIN_PER_AGENT, sizes.append_records // agents))
             wall, latencies, stored, commits = await _durably(store, namespace, entries, advance)
             _report(bench, "durably", agents, wall, latencies, stored, bench.store)
-            r.add(SUITE, "appends_per_commit", len(latencies) / max(1, commits), "appends/commit",
-                  agents=agents, records=len(latencies))
+            r.add(
+                SUITE,
+                "appends_per_commit",
+                len(latencies) / max(1, commits),
+                "appends/commit",
+                agents=agents,
+                records=len(latencies),
+            )
             # The limit gets the same bytes, encoded up front: it pays no codec.
-            frames = [[codec.encode_record(Record(seq, k, d, time.time())) for seq, (k, d) in enumerate(own, start=1)]
-                      for own in entries]
+            frames = [
+                [codec.encode_record(Record(seq, k, d, time.time())) for seq, (k, d) in enumerate(own, start=1)]
+                for own in entries
+            ]
             limit_bytes = sum(len(f) for own in frames for f in own)
-            for offset, (system, sink) in enumerate(zip(LIMITS, (raw.per_commit, raw.group))):
-                wall, latencies = await run_writers(sink, frames, stream_base=(2 * level + offset) * 1000, on_done=advance)
+            for offset, (system, sink) in enumerate(zip(LIMITS, (raw.per_commit, raw.group), strict=False)):
+                wall, latencies = await run_writers(
+                    sink, frames, stream_base=(2 * level + offset) * 1000, on_done=advance
+                )
                 _report(bench, system, agents, wall, latencies, limit_bytes, limit_url)
             durably = r.find(SUITE, "records_per_s", agents=agents)
             for system in LIMITS:
-                r.ratio(SUITE, f"durably/{system}", durably, r.find(SUITE, "records_per_s", system, agents=agents),
-                        agents=agents)
+                r.ratio(
+                    SUITE,
+                    f"durably/{system}",
+                    durably,
+                    r.find(SUITE, "records_per_s", system, agents=agents),
+                    agents=agents,
+                )

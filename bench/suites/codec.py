@@ -14,19 +14,18 @@ CBOR): a bound no shipped dictionary can honestly reach.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
-
-import time
 
 import cbor2
 import zstandard
 
+from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
 from durably.schemas._records import Record
 from durably.storage._codec import Codec, raw_size
-from durably._journal.records import RecordCodec
-from durably.storage._spi import StoredRecord, StreamId, StoredSnapshot
+from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 from ..context import Bench
 from ..workload import journal_entries
@@ -44,8 +43,9 @@ def _timed(fn: Callable[[], object], repeats: int = 3) -> float:
     return best
 
 
-def _speed_figures(bench: Bench, kind: str, raw: int, stored: int, encode_s: float, decode_s: float,
-                   **params: Any) -> None:
+def _speed_figures(
+    bench: Bench, kind: str, raw: int, stored: int, encode_s: float, decode_s: float, **params: Any
+) -> None:
     r = bench.results
     r.add(SUITE, "encode_mb_per_s", raw / encode_s / 1e6, "MB/s", kind=kind, **params)
     r.add(SUITE, "decode_mb_per_s", raw / decode_s / 1e6, "MB/s", kind=kind, **params)
@@ -61,14 +61,19 @@ async def run(bench: Bench) -> None:
     codec = RecordCodec()
     place = StreamId("bench", "agent-0")  # frames as the runtime writes them: format 2, bound to their place
     frames = [codec.encode_record(rec, place) for rec in records]
-    stored_frames = [StoredRecord(rec.seq, f) for rec, f in zip(records, frames)]
+    stored_frames = [StoredRecord(rec.seq, f) for rec, f in zip(records, frames, strict=False)]
     raw = sum(map(raw_size, frames))
     encode_s = _timed(lambda: [codec.encode_record(rec, place) for rec in records])
     decode_s = _timed(lambda: [codec.decode_record(s, place) for s in stored_frames])
     _speed_figures(bench, "record", raw, sum(map(len, frames)), encode_s, decode_s, records=len(records))
     plain = RecordCodec(Codec(dictionary=None))
-    without = bench.results.add(SUITE, "record_bytes_no_dict", sum(len(plain.encode_record(rec, place)) for rec in records),
-                                "B", records=len(records))
+    without = bench.results.add(
+        SUITE,
+        "record_bytes_no_dict",
+        sum(len(plain.encode_record(rec, place)) for rec in records),
+        "B",
+        records=len(records),
+    )
     shipped = bench.results.add(SUITE, "record_bytes", sum(map(len, frames)), "B", records=len(records))
     bench.results.ratio(SUITE, "record bytes without/with the shipped dictionary", without, shipped)
     bench.progress.advance(task)

@@ -9,8 +9,8 @@ and the cumulative total at every tenth of the run.
 
 from __future__ import annotations
 
-from durably.schemas._records import Kind
 from durably._journal.records import RecordCodec
+from durably.schemas._records import Kind
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 
@@ -61,5 +61,7 @@ async def run(bench: Bench) -> None:
     for decile in range(1, 11):
         # The last tenth also holds the final response and the finished record.
         upto = ends[-1] if decile == 10 else ends[steps * decile // 10 - 1]
-        total = sum(b for s, b in stored.record_sizes if s <= upto) + sum(b for s, b in stored.snapshot_sizes if s <= upto)
+        total = sum(b for s, b in stored.record_sizes if s <= upto) + sum(
+            b for s, b in stored.snapshot_sizes if s <= upto
+        )
         r.add(SUITE, "stored_bytes_at", total, "B", steps=steps, at_step=steps * decile // 10)

@@ -58,6 +58,14 @@ async def run(bench: Bench) -> None:
             bench.progress.advance(task)
     figures = {}
     for name, code in COMMANDS.items():
-        figures[name] = r.add(SUITE, "import_wall_p50", percentile(times[name], 50) * 1e3, "ms", system=name,
-                              store="none", command=f'python -c "{code}"', repeats=REPEATS)
+        figures[name] = r.add(
+            SUITE,
+            "import_wall_p50",
+            percentile(times[name], 50) * 1e3,
+            "ms",
+            system=name,
+            store="none",
+            command=f'python -c "{code}"',
+            repeats=REPEATS,
+        )
     r.ratio(SUITE, "durably._runtime/dependencies", figures["durably"], figures["dependencies"], better="lower")

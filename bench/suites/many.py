@@ -14,10 +14,9 @@ that RSS is the agents', not what earlier suites left in the bench's process:
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import sys
+from typing import Any
 
 import anyio
 
@@ -29,8 +28,18 @@ SUITE = "many"
 async def _child(bench: Bench, mode: str, agents: int, steps: int) -> dict[str, Any]:
     out = bench.scratch / f"many-{mode}-{bench.run_id}.json"
     namespace = bench.namespace(SUITE, mode)
-    argv = [sys.executable, "-m", "durably.bench.many_worker", mode, bench.store, namespace, str(agents), str(steps),
-            str(bench.workload.seed), str(out)]
+    argv = [
+        sys.executable,
+        "-m",
+        "durably.bench.many_worker",
+        mode,
+        bench.store,
+        namespace,
+        str(agents),
+        str(steps),
+        str(bench.workload.seed),
+        str(out),
+    ]
     proc = await anyio.run_process(argv, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"many ({mode}) failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}")

@@ -15,9 +15,8 @@ dictionary, compiling the redaction patterns) is not counted as per-step cost.
 
 from __future__ import annotations
 
-from typing import Any
-
 import time
+from typing import Any
 
 from durably._tools.tool import ToolContext
 from durably.storage._registry import open_store
@@ -39,7 +38,9 @@ async def plain_loop(steps: list[Step]) -> ScriptedModel:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test in the standard library."}]
     while True:
         response = await model.respond(messages, specs)
-        calls: list[dict[str, Any]] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls]
+        calls: list[dict[str, Any]] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls
+        ]
         messages.append({"role": "assistant", "content": response.text, "tool_calls": calls})
         if not calls:
             return model
@@ -69,8 +70,9 @@ async def run(bench: Bench) -> None:
     for system, url in stores.items():
         async with open_store(url) as store:
             cpu = time.process_time()
-            run_ = await run_agents(store, bench.namespace(SUITE, system), [steps],
-                                    on_step=lambda: bench.progress.advance(task))
+            run_ = await run_agents(
+                store, bench.namespace(SUITE, system), [steps], on_step=lambda: bench.progress.advance(task)
+            )
             cpus[system] = time.process_time() - cpu
         variants[system] = (run_.latencies[0], run_.wall_s, url)
     for system, (latencies, wall, url) in variants.items():
@@ -84,5 +86,12 @@ async def run(bench: Bench) -> None:
         durably = r.find(SUITE, "step_mean", system)
         if durably is None or plain is None:
             continue  # a system that did not run
-        r.add(SUITE, "overhead_per_step", durably.value - plain.value, "ms", system=system, store=durably.store,
-              steps=len(steps))
+        r.add(
+            SUITE,
+            "overhead_per_step",
+            durably.value - plain.value,
+            "ms",
+            system=system,
+            store=durably.store,
+            steps=len(steps),
+        )

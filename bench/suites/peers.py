@@ -28,10 +28,9 @@ own cost per step from its checkpointer's.
 
 from __future__ import annotations
 
-from typing import Any
-
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -65,9 +64,16 @@ def _remove(path: Path) -> None:
 class _Run:
     """What every system reports for one length: wall, latencies, file bytes, restore (or None)."""
 
-    def __init__(self, wall_s: float, cpu_s: float, latencies: list[float], file_bytes: int,
-                 restore_cold_s: float | None = None, restore_warm_s: list[float] | None = None,
-                 checkpoints: int | None = None) -> None:
+    def __init__(
+        self,
+        wall_s: float,
+        cpu_s: float,
+        latencies: list[float],
+        file_bytes: int,
+        restore_cold_s: float | None = None,
+        restore_warm_s: list[float] | None = None,
+        checkpoints: int | None = None,
+    ) -> None:
         self.wall_s, self.cpu_s, self.latencies, self.file_bytes = wall_s, cpu_s, latencies, file_bytes
         self.restore_cold_s, self.restore_warm_s, self.checkpoints = restore_cold_s, restore_warm_s, checkpoints
 
@@ -79,14 +85,18 @@ async def _durably(bench: Bench, path: Path, steps: int, restore: bool) -> _Run:
         cpu = time.process_time()
         run = await run_agents(store, namespace, [bench.conversation(steps)])
         cpu = time.process_time() - cpu
-    cold, warm = (await measure_restore(url, namespace, run.streams[0].agent_id, bench.sizes.restore_repeats)
-                  if restore else (None, None))
+    cold, warm = (
+        await measure_restore(url, namespace, run.streams[0].agent_id, bench.sizes.restore_repeats)
+        if restore
+        else (None, None)
+    )
     return _Run(run.wall_s, cpu, run.latencies[0], dbos_peer.file_bytes(path), cold, warm)
 
 
 async def _langgraph(bench: Bench, path: Path, steps: int, saver: str) -> _Run:
-    lg = await peers.run_langgraph(path, bench.conversation(steps), saver=saver,
-                                   restore_repeats=bench.sizes.restore_repeats)
+    lg = await peers.run_langgraph(
+        path, bench.conversation(steps), saver=saver, restore_repeats=bench.sizes.restore_repeats
+    )
     return _Run(lg.wall_s, lg.cpu_s, lg.latencies, lg.file_bytes, lg.restore_cold_s, lg.restore_warm_s, lg.checkpoints)
 
 
@@ -167,29 +177,65 @@ def _headline(bench: Bench, runs: dict[str, _Run], steps: int) -> None:
             r.add(SUITE, "cpu_per_step", run_.cpu_s / steps * 1e3, "ms", system=system, store=store, **params)
         if run_.checkpoints is not None:
             r.add(SUITE, "checkpoints", run_.checkpoints, "count", system=system, store=store, **params)
-            r.add(SUITE, "checkpoints_per_s", run_.checkpoints / run_.wall_s, "checkpoints/s", system=system,
-                  store=store, **params)
+            r.add(
+                SUITE,
+                "checkpoints_per_s",
+                run_.checkpoints / run_.wall_s,
+                "checkpoints/s",
+                system=system,
+                store=store,
+                **params,
+            )
         if run_.restore_cold_s is not None:
             r.add(SUITE, "restore_cold", run_.restore_cold_s * 1e3, "ms", system=system, store=store, **params)
             if run_.restore_warm_s is not None:
-                r.add(SUITE, "restore_warm_p50", percentile(run_.restore_warm_s, 50) * 1e3, "ms", system=system,
-                      store=store, **params)
+                r.add(
+                    SUITE,
+                    "restore_warm_p50",
+                    percentile(run_.restore_warm_s, 50) * 1e3,
+                    "ms",
+                    system=system,
+                    store=store,
+                    **params,
+                )
     for peer, short in ((SYSTEM, "langgraph"), (DBOS, "dbos")):
         if peer not in runs:
             continue
-        for name, better in (("steps_per_s", "higher"), ("cpu_per_step", "lower"), ("file_bytes", "lower"),
-                             ("restore_cold", "lower"), ("restore_warm_p50", "lower")):
-            r.ratio(SUITE, f"{name} durably/{short}", r.find(SUITE, name, DURABLY, **params),
-                    r.find(SUITE, name, peer, **params), better=better, **params)
+        for name, better in (
+            ("steps_per_s", "higher"),
+            ("cpu_per_step", "lower"),
+            ("file_bytes", "lower"),
+            ("restore_cold", "lower"),
+            ("restore_warm_p50", "lower"),
+        ):
+            r.ratio(
+                SUITE,
+                f"{name} durably/{short}",
+                r.find(SUITE, name, DURABLY, **params),
+                r.find(SUITE, name, peer, **params),
+                better=better,
+                **params,
+            )
     if BRIDGE in runs:
-        for name, better in (("checkpoints_per_s", "higher"), ("file_bytes", "lower"), ("restore_cold", "lower"),
-                             ("restore_warm_p50", "lower")):
-            r.ratio(SUITE, f"{name} DurablySaver/AsyncSqliteSaver", r.find(SUITE, name, BRIDGE, **params),
-                    r.find(SUITE, name, SYSTEM, **params), better=better, **params)
+        for name, better in (
+            ("checkpoints_per_s", "higher"),
+            ("file_bytes", "lower"),
+            ("restore_cold", "lower"),
+            ("restore_warm_p50", "lower"),
+        ):
+            r.ratio(
+                SUITE,
+                f"{name} DurablySaver/AsyncSqliteSaver",
+                r.find(SUITE, name, BRIDGE, **params),
+                r.find(SUITE, name, SYSTEM, **params),
+                better=better,
+                **params,
+            )
 
 
 async def bare_langgraph(bench: Bench, steps: int) -> None:
     """LangGraph's graph with no checkpointer: its own cost per step."""
     wall = await peers.run_langgraph_in_memory(bench.conversation(steps))
-    bench.results.add(SUITE, "steps_per_s", steps / wall, "steps/s", system="langgraph-no-checkpointer",
-                      store="none", steps=steps)
+    bench.results.add(
+        SUITE, "steps_per_s", steps / wall, "steps/s", system="langgraph-no-checkpointer", store="none", steps=steps
+    )

@@ -17,22 +17,21 @@ bounded one (``HistoryPolicy``, "window-200") as a long-running agent needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
 import itertools
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import cbor2
 import zstandard
 
-from durably._loop.agent import HistoryPolicy
+from durably._journal.records import RecordCodec
 from durably._journal.snapshots import SnapshotPolicy
+from durably._loop.agent import HistoryPolicy
 from durably._loop.state import AgentState, apply
 from durably.schemas._records import Kind, Record
 from durably.storage._codec import FLAG_ZSTD, FORMAT_DICTIONARY, HEADER_SIZE, HEADER_SIZE_DICT, raw_size
 from durably.storage._dictionaries import DictionaryFrames
-from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import Store, StoredSnapshot, StreamId
 
@@ -50,9 +49,14 @@ _BATCH = 500  # records per append while building a history
 WINDOW = HistoryPolicy(max_messages=200, keep_recent=100)
 
 
-async def build_history(store: Store, stream: StreamId, entries: list[tuple[str, dict[str, Any]]],
-                        policy: SnapshotPolicy, on_records: Callable[[int], object] = lambda n: None,
-                        history: HistoryPolicy | None = None) -> None:
+async def build_history(
+    store: Store,
+    stream: StreamId,
+    entries: list[tuple[str, dict[str, Any]]],
+    policy: SnapshotPolicy,
+    on_records: Callable[[int], object] = lambda n: None,
+    history: HistoryPolicy | None = None,
+) -> None:
     """Append ``entries`` to ``stream`` and snapshot the folded state where ``policy``
     says the runtime would (after every record, as ``AgentJournal.append`` checks).
     With ``history``, a ``history_compacted`` record is added wherever the actor
@@ -123,20 +127,31 @@ async def run(bench: Bench) -> None:
         async with open_store(bench.store) as store:
             tail = [stored.data async for stored in store.read(stream, snapshot.seq if snapshot else 0)]
         floor = r.add(SUITE, "floor_zstd_cbor2", _floor_time(snapshot, tail) * 1e3, "ms", **params)
-        r.ratio(SUITE, f"restore_warm_p50/floor ({records}, {label})", r.find(SUITE, "restore_warm_p50", **params),
-                floor, better="lower")
+        r.ratio(
+            SUITE,
+            f"restore_warm_p50/floor ({records}, {label})",
+            r.find(SUITE, "restore_warm_p50", **params),
+            floor,
+            better="lower",
+        )
     first, last = lengths[0], lengths[-1]
     if last != first:
         for kind, label in itertools.product(("restore_warm_p50", "restore_cold"), ("full", "window-200")):
-            r.ratio(SUITE, f"{kind} {last}/{first} ({label})", r.find(SUITE, kind, records=last, history=label),
-                    r.find(SUITE, kind, records=first, history=label), better="lower")
+            r.ratio(
+                SUITE,
+                f"{kind} {last}/{first} ({label})",
+                r.find(SUITE, kind, records=last, history=label),
+                r.find(SUITE, kind, records=first, history=label),
+                better="lower",
+            )
 
 
 def _inflate(frame: bytes, decompressor: zstandard.ZstdDecompressor, with_dictionary: DictionaryFrames) -> bytes:
     """The CBOR payload of ``frame``: zstd only, no checksum, bounds or place (the floor's work)."""
     if frame[2] == FORMAT_DICTIONARY:
-        return with_dictionary.decompress(memoryview(frame)[HEADER_SIZE_DICT:], int.from_bytes(frame[15:19], "big"),
-                                          raw_size(frame))
+        return with_dictionary.decompress(
+            memoryview(frame)[HEADER_SIZE_DICT:], int.from_bytes(frame[15:19], "big"), raw_size(frame)
+        )
     payload = memoryview(frame)[HEADER_SIZE:]
     return decompressor.decompress(payload) if frame[3] & FLAG_ZSTD else bytes(payload)
 

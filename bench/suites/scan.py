@@ -44,17 +44,17 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import anyio
 
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
-from durably._loop.state import AgentState
-from durably._journal.status_index import entry_after
-from durably.schemas._records import Kind, Record
 from durably._journal.records import RecordCodec
+from durably._journal.status_index import entry_after
+from durably._loop.state import AgentState
+from durably.schemas._records import Kind, Record
 from durably.storage._registry import open_store
 from durably.storage._spi import AppendRequest, Lease, LeaseStore, StreamId
 
@@ -93,35 +93,64 @@ def _definition(model: Any, name: str = "scan-agent") -> AgentDefinition:
 
 
 def _journal(agent_id: str, namespace: str, definition: AgentDefinition, kind: str) -> list[Record]:
-    started = {"namespace": namespace, "agent_id": agent_id, "run_id": uuid.uuid4().hex, "task": "seeded",
-               "definition": {"name": definition.name, "version": definition.version, "digest": definition.digest()},
-               "instructions": "", "budget": definition.budget.to_wire(), "worker": "bench"}
+    started = {
+        "namespace": namespace,
+        "agent_id": agent_id,
+        "run_id": uuid.uuid4().hex,
+        "task": "seeded",
+        "definition": {"name": definition.name, "version": definition.version, "digest": definition.digest()},
+        "instructions": "",
+        "budget": definition.budget.to_wire(),
+        "worker": "bench",
+    }
     call = {"id": "c1", "name": "effect", "arguments": {"n": 1}, "key": f"{agent_id}:c1"}
     usage = {"input_tokens": 10, "output_tokens": 10, "cost_usd": 0.0}
     at = time.time()
     records = [Record(1, Kind.STARTED, started, at)]
     if kind == "finished":
-        records += [Record(2, Kind.MODEL_RESPONDED, {"text": "done", "tool_calls": [], "usage": usage}, at),
-                    Record(3, Kind.FINISHED, {"result": "done"}, at)]
+        records += [
+            Record(2, Kind.MODEL_RESPONDED, {"text": "done", "tool_calls": [], "usage": usage}, at),
+            Record(3, Kind.FINISHED, {"result": "done"}, at),
+        ]
     elif kind == "runnable":
-        records += [Record(2, Kind.MODEL_RESPONDED, {"text": "step", "tool_calls": [call], "usage": usage}, at),
-                    Record(3, Kind.TOOL_INTENT, {"key": call["key"], "call_id": "c1", "tool": "effect", "attempt": 1}, at)]
+        records += [
+            Record(2, Kind.MODEL_RESPONDED, {"text": "step", "tool_calls": [call], "usage": usage}, at),
+            Record(3, Kind.TOOL_INTENT, {"key": call["key"], "call_id": "c1", "tool": "effect", "attempt": 1}, at),
+        ]
     else:  # waiting for an approval of its call
-        records += [Record(2, Kind.MODEL_RESPONDED, {"text": "step", "tool_calls": [call], "usage": usage}, at),
-                    Record(3, Kind.APPROVAL_REQUESTED, {"approval_id": "ap-1", "key": call["key"], "call_id": "c1",
-                                                         "tool": "effect", "arguments": {"n": 1}, "reason": "asks"}, at)]
+        records += [
+            Record(2, Kind.MODEL_RESPONDED, {"text": "step", "tool_calls": [call], "usage": usage}, at),
+            Record(
+                3,
+                Kind.APPROVAL_REQUESTED,
+                {
+                    "approval_id": "ap-1",
+                    "key": call["key"],
+                    "call_id": "c1",
+                    "tool": "effect",
+                    "arguments": {"n": 1},
+                    "reason": "asks",
+                },
+                at,
+            ),
+        ]
     return records
 
 
-async def seed(url: str, namespace: str, definition: AgentDefinition, counts: dict[str, int],
-               progress: Callable[[int], object] | None = None) -> None:
+async def seed(
+    url: str,
+    namespace: str,
+    definition: AgentDefinition,
+    counts: dict[str, int],
+    progress: Callable[[int], object] | None = None,
+) -> None:
     """Write ``counts`` agents of each kind (finished, runnable, waiting) into ``namespace`` through the SPI."""
     codec = RecordCodec()
     plan = [(kind, i) for kind, n in counts.items() for i in range(n)]
     async with open_store(url) as store:
         for start in range(0, len(plan), _GROUP):
             requests = []
-            for kind, i in plan[start:start + _GROUP]:
+            for kind, i in plan[start : start + _GROUP]:
                 stream = StreamId(namespace, f"{kind}-{i:06d}")
                 records = _journal(stream.agent_id, namespace, definition, kind)
                 index = entry_after(AgentState(), records)
@@ -166,8 +195,17 @@ def _commit_floor(path: Path, commits: int = 2, rounds: int = ROUNDS) -> float:
 
 def _cli_times(url: str, namespace: str) -> tuple[list[float], int]:
     durably = Path(sys.executable).parent / "durably"
-    command = [str(durably), "agents", "--store", url, "--namespace", namespace, "--status", "waiting_approval",
-               "--json"]
+    command = [
+        str(durably),
+        "agents",
+        "--store",
+        url,
+        "--namespace",
+        namespace,
+        "--status",
+        "waiting_approval",
+        "--json",
+    ]
     subprocess.run(command, capture_output=True, timeout=300, env=bytecode_env())  # durably's bytecode, untimed
     times, found = [], 0
     for _ in range(3):
@@ -205,8 +243,9 @@ async def _status_latency(url: str, steps: int) -> tuple[list[float], list[float
     """status() latencies of random agents while ``_CONCURRENT`` agents run, the latencies of a
     bare thread hop measured between them (the loop's own delay: a floor), approve() latencies."""
     definition = _definition(_StepModel(steps))
-    asking = AgentDefinition(name="asking", model=_StepModel(1), tools=[
-        tool(name="effect", requires_approval=True)(_approved_effect)])
+    asking = AgentDefinition(
+        name="asking", model=_StepModel(1), tools=[tool(name="effect", requires_approval=True)(_approved_effect)]
+    )
     ids = [f"busy-{i}" for i in range(_CONCURRENT)]
     statuses: list[float] = []
     hops: list[float] = []
@@ -253,8 +292,10 @@ async def _idle_serve_in_child(url: str, namespace: str) -> tuple[float, int]:
     bench's own process holds those earlier suites left (DBOS's and LangGraph's threads,
     gigabytes of heap for the collector, the progress display): measured there, an idle
     serve() cost 1.46% of a core in a ``--full`` run against 0.12% alone."""
-    code = ("import anyio, json, sys\nfrom durably.bench.suites.scan import _idle_serve\n"
-            "print(json.dumps(anyio.run(_idle_serve, sys.argv[1], sys.argv[2])))")
+    code = (
+        "import anyio, json, sys\nfrom durably.bench.suites.scan import _idle_serve\n"
+        "print(json.dumps(anyio.run(_idle_serve, sys.argv[1], sys.argv[2])))"
+    )
     done = await anyio.run_process([sys.executable, "-c", code, url, namespace], check=True)
     cpu, calls = json.loads(done.stdout.decode().splitlines()[-1])
     return float(cpu), int(calls)
@@ -292,14 +333,18 @@ async def run(bench: Bench) -> None:
     url = f"sqlite:///{path}"
     definition = _definition(_Blocked())
     task = bench.progress.start(f"scan: seed {finished:,} agents", finished + 2 * RUNNABLE + _IDLE_AGENTS)
-    await seed(url, "scan", definition, {"finished": finished, "runnable": RUNNABLE, "waiting": RUNNABLE},
-               lambda n: bench.progress.advance(task, n))
+    await seed(
+        url,
+        "scan",
+        definition,
+        {"finished": finished, "runnable": RUNNABLE, "waiting": RUNNABLE},
+        lambda n: bench.progress.advance(task, n),
+    )
     await seed(url, "idle", definition, {"finished": _IDLE_AGENTS}, lambda n: bench.progress.advance(task, n))
     params: dict[str, Any] = {"agents": finished, "runnable": RUNNABLE}
     times = await _resume_all_rounds(url, "scan", RUNNABLE)
     resumed = r.add(SUITE, "resume_all", statistics.median(times) * 1e3, "ms", **params)
-    floor = r.add(SUITE, "resume_floor", await anyio.to_thread.run_sync(_commit_floor, path) * 1e3, "ms",
-                  commits=2)
+    floor = r.add(SUITE, "resume_floor", await anyio.to_thread.run_sync(_commit_floor, path) * 1e3, "ms", commits=2)
     r.ratio(SUITE, "resume_all / two fsynced commits", resumed, floor, better="lower")
     idle = await _resume_all_rounds(url, "idle", 0)
     r.add(SUITE, "resume_all_idle", statistics.median(idle) * 1e3, "ms", agents=_IDLE_AGENTS, runnable=0)
@@ -311,8 +356,9 @@ async def run(bench: Bench) -> None:
     r.add(SUITE, "agents_status_cli", statistics.median(cli) * 1e3, "ms", found=found, **params)
     statuses, hops, approvals = await _status_latency(url, steps=20)
     r.add(SUITE, "status_p50", percentile(statuses, 50) * 1e3, "ms", agents=_CONCURRENT, calls=len(statuses))
-    status_p95 = r.add(SUITE, "status_p95", percentile(statuses, 95) * 1e3, "ms", agents=_CONCURRENT,
-                       calls=len(statuses))
+    status_p95 = r.add(
+        SUITE, "status_p95", percentile(statuses, 95) * 1e3, "ms", agents=_CONCURRENT, calls=len(statuses)
+    )
     hop_p95 = r.add(SUITE, "thread_hop_p95", percentile(hops, 95) * 1e3, "ms", agents=_CONCURRENT, calls=len(hops))
     r.ratio(SUITE, "status_p95 / thread_hop_p95", status_p95, hop_p95, better="lower")
     r.add(SUITE, "approve_p50", percentile(approvals, 50) * 1e3, "ms", agents=_CONCURRENT)

@@ -14,17 +14,24 @@ from pathlib import Path
 
 import click
 
-from durably.storage._errors import DurablyError
-
 from durably._cli.options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, json_option, run_async
 from durably._cli.output import Output
 from durably._cli.privacy import encryption_from_env
+from durably.storage._errors import DurablyError
 
 
 @click.command("import-langgraph")
 @click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--to", "store", envvar="DURABLY_STORE", default=DEFAULT_STORE, show_default=True, show_envvar=True,
-              metavar="URL", help="durably store URL to copy the threads into (created if needed)")
+@click.option(
+    "--to",
+    "store",
+    envvar="DURABLY_STORE",
+    default=DEFAULT_STORE,
+    show_default=True,
+    show_envvar=True,
+    metavar="URL",
+    help="durably store URL to copy the threads into (created if needed)",
+)
 @click.option("--namespace", default="langgraph", show_default=True, help="namespace of the DurablySaver threads")
 @click.option("--thread", "threads", multiple=True, metavar="ID", help="only this thread (repeatable; default: all)")
 @json_option
@@ -47,8 +54,15 @@ def import_langgraph(source: Path, store: str, namespace: str, threads: tuple[st
         out.error(exc)
         return EXIT_REFUSED
     if json_mode:
-        out.json({"store": store, "namespace": namespace, "threads": [
-            {"thread_id": t.thread_id, "checkpoints": t.checkpoints, "writes": t.writes} for t in imported]})
+        out.json(
+            {
+                "store": store,
+                "namespace": namespace,
+                "threads": [
+                    {"thread_id": t.thread_id, "checkpoints": t.checkpoints, "writes": t.writes} for t in imported
+                ],
+            }
+        )
         return EXIT_OK
     for thread in imported:
         out.line(f"{thread.thread_id}: {thread.checkpoints} checkpoints, {thread.writes} pending writes")

@@ -30,10 +30,9 @@ from typing import Any
 
 import click
 
-from durably.errors import ArgumentTypeError
-
 from durably._cli.options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
 from durably._cli.output import Output
+from durably.errors import ArgumentTypeError
 
 #: The commands defined in other modules (each lists its own in ``COMMANDS``): command name ->
 #: module. A command's module is imported only when that command runs (or ``--help`` lists
@@ -111,8 +110,14 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
-              help="Show the version and exit.")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """Durable execution for LLM agents: inspect, operate and keep the store of durably agents.
 
@@ -122,16 +127,36 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--store", envvar="DURABLY_STORE", default=DEFAULT_STORE, show_default=True, show_envvar=True,
-              metavar="URL", help="store URL the demo writes its agent to (namespace 'demo')")
-@click.option("--out", default="durably-demo", show_default=True, type=click.Path(path_type=Path),
-              help="folder for the tools' effects")
+@click.option(
+    "--store",
+    envvar="DURABLY_STORE",
+    default=DEFAULT_STORE,
+    show_default=True,
+    show_envvar=True,
+    metavar="URL",
+    help="store URL the demo writes its agent to (namespace 'demo')",
+)
+@click.option(
+    "--out",
+    default="durably-demo",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="folder for the tools' effects",
+)
 @click.option("--seed", type=int, help="seed for the module choice and the crash point (default: random)")
-@click.option("--modules", type=click.IntRange(1, 60), default=24, show_default=True,
-              help="how many standard-library modules to survey")
-@click.option("--model", metavar="PROVIDER:MODEL",
-              help="run the survey with a real LLM, e.g. openai:gpt-4.1-mini (key from the provider's usual "
-                   "environment variable); default: the scripted model, checked against a reference run")
+@click.option(
+    "--modules",
+    type=click.IntRange(1, 60),
+    default=24,
+    show_default=True,
+    help="how many standard-library modules to survey",
+)
+@click.option(
+    "--model",
+    metavar="PROVIDER:MODEL",
+    help="run the survey with a real LLM, e.g. openai:gpt-4.1-mini (key from the provider's usual "
+    "environment variable); default: the scripted model, checked against a reference run",
+)
 def demo(store: str, out: Path, seed: int | None, modules: int, model: str | None) -> int:
     """Run a real agent, SIGKILL it mid-run, resume it, approve it from another process and verify."""
     from rich.console import Console

@@ -22,9 +22,9 @@ from durably._cli.options import run_async, store_command
 from durably._cli.output import Output
 from durably._cli.privacy import encryption_from_env
 from durably._loop.agent import AgentDefinition
-from durably.errors import DefinitionNotRegisteredError, InvalidCommandError
-from durably._runtime import Runtime
 from durably._loop.state import AgentState
+from durably._runtime import Runtime
+from durably.errors import DefinitionNotRegisteredError, InvalidCommandError
 
 
 def _runtime(store: str, namespace: str) -> Runtime:
@@ -33,18 +33,27 @@ def _runtime(store: str, namespace: str) -> Runtime:
 
 #: ``--json`` of the commands that act on an agent: one document, the command's outcome (or the error).
 json_option = click.option(
-    "--json", "json_mode", is_flag=True,
+    "--json",
+    "json_mode",
+    is_flag=True,
     help='print one JSON document: {"namespace", "agent_id", "command", "status", "reason", "seq", "placement"} '
-         '(placement: {"where", "reason", "holder"} or null), or {"error": ...}')
+    '(placement: {"where", "reason", "holder"} or null), or {"error": ...}',
+)
 
 
 def command_json(namespace: str, agent_id: str, command: str, state: AgentState) -> dict[str, Any]:
     """The ``--json`` document of ``command`` (its name) on ``agent_id``: the status after it and,
     for a ``CommandResult``, where the agent runs now (``placement``; None otherwise)."""
     placement = getattr(state, "placement", None)
-    return {"namespace": namespace, "agent_id": agent_id, "command": command, "status": state.status,
-            "reason": state.reason, "seq": state.last_seq,
-            "placement": placement.to_json() if placement is not None else None}
+    return {
+        "namespace": namespace,
+        "agent_id": agent_id,
+        "command": command,
+        "status": state.status,
+        "reason": state.reason,
+        "seq": state.last_seq,
+        "placement": placement.to_json() if placement is not None else None,
+    }
 
 
 def _said(out: Output, agent_id: str, verdict: str, state: AgentState, *, namespace: str, command: str) -> None:
@@ -85,16 +94,34 @@ def _refuse_constant(name: str) -> Any:
 @click.argument("agent_id", metavar="AGENT")
 @click.argument("approval_id", metavar="APPROVAL")
 @click.option("--deny", is_flag=True, help="refuse instead of approve")
-@click.option("--happened", is_flag=True,
-              help="for a call whose outcome is unknown after a crash: it did happen, with --result as its result")
+@click.option(
+    "--happened",
+    is_flag=True,
+    help="for a call whose outcome is unknown after a crash: it did happen, with --result as its result",
+)
 @click.option("--result", "result_json", metavar="JSON", help="the call's result (JSON), with --happened")
-@click.option("--by", default=default_approver, show_default="$USER, else the login name",
-              help="who decides (recorded with the decision; must not be empty)")
+@click.option(
+    "--by",
+    default=default_approver,
+    show_default="$USER, else the login name",
+    help="who decides (recorded with the decision; must not be empty)",
+)
 @click.option("--note", default="", help="a note kept with the decision")
 @json_option
 @store_command
-def approve(store: str, namespace: str, agent_id: str, approval_id: str, deny: bool, happened: bool,
-            result_json: str | None, by: str, note: str, json_mode: bool, out: Output) -> None:
+def approve(
+    store: str,
+    namespace: str,
+    agent_id: str,
+    approval_id: str,
+    deny: bool,
+    happened: bool,
+    result_json: str | None,
+    by: str,
+    note: str,
+    json_mode: bool,
+    out: Output,
+) -> None:
     """Decide an open approval (what it would run: durably show AGENT)."""
     if happened and (deny or result_json is None):
         raise click.UsageError("--happened needs --result JSON and cannot be combined with --deny")
@@ -107,16 +134,25 @@ def approve(store: str, namespace: str, agent_id: str, approval_id: str, deny: b
     if happened:
         extra["result"] = parse_result(result_json or "")  # --happened requires --result (checked above)
         if "result" not in inspect.signature(Runtime.approve).parameters:
-            raise InvalidCommandError("this durably cannot record 'it happened' answers (Runtime.approve has no result=)")
+            raise InvalidCommandError(
+                "this durably cannot record 'it happened' answers (Runtime.approve has no result=)"
+            )
 
     async def go() -> AgentState:
         async with _runtime(store, namespace) as rt:
-            return await rt.approve(agent_id, approval_id, approved=not deny, by=f"{by} (pid {os.getpid()})",
-                                    note=note, **extra)
+            return await rt.approve(
+                agent_id, approval_id, approved=not deny, by=f"{by} (pid {os.getpid()})", note=note, **extra
+            )
 
     state = run_async(go)
-    _said(out, agent_id, "denied" if deny else "approved: it happened" if happened else "approved", state,
-          namespace=namespace, command="approve")
+    _said(
+        out,
+        agent_id,
+        "denied" if deny else "approved: it happened" if happened else "approved",
+        state,
+        namespace=namespace,
+        command="approve",
+    )
 
 
 def _amount(value: float) -> float:
@@ -129,12 +165,19 @@ def _amount(value: float) -> float:
 @click.argument("agent_id", metavar="AGENT")
 @click.option("--steps", type=click.IntRange(min=0), default=0, show_default=True, help="more model steps")
 @click.option("--tokens", type=click.IntRange(min=0), default=0, show_default=True, help="more tokens")
-@click.option("--cost-usd", type=float, default=0.0, show_default=True, callback=lambda c, p, v: _amount(v),
-              help="more spend, in US dollars")
+@click.option(
+    "--cost-usd",
+    type=float,
+    default=0.0,
+    show_default=True,
+    callback=lambda c, p, v: _amount(v),
+    help="more spend, in US dollars",
+)
 @json_option
 @store_command
-def extend(store: str, namespace: str, agent_id: str, steps: int, tokens: int, cost_usd: float, json_mode: bool,
-           out: Output) -> None:
+def extend(
+    store: str, namespace: str, agent_id: str, steps: int, tokens: int, cost_usd: float, json_mode: bool, out: Output
+) -> None:
     """Raise an agent's budget; a suspended one becomes runnable."""
 
     async def go() -> AgentState:
@@ -187,7 +230,9 @@ def load_definitions(specs: tuple[str, ...]) -> list[AgentDefinition]:
             value = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise click.BadParameter(f"{spec}: {exc}", param_hint="--agents") from None
-        items = [value] if isinstance(value, AgentDefinition) else list(value) if isinstance(value, (list, tuple)) else []
+        items = (
+            [value] if isinstance(value, AgentDefinition) else list(value) if isinstance(value, (list, tuple)) else []
+        )
         if not items or not all(isinstance(item, AgentDefinition) for item in items):
             raise click.BadParameter(f"{spec} is not an AgentDefinition or a list of them", param_hint="--agents")
         found.extend(items)
@@ -196,11 +241,18 @@ def load_definitions(specs: tuple[str, ...]) -> list[AgentDefinition]:
 
 @click.command()
 @click.argument("agent_id", metavar="AGENT")
-@click.option("--agents", "agent_specs", multiple=True, metavar="MODULE:ATTR",
-              help="import the agent's definition (an AgentDefinition, or a list of them) to run it here")
+@click.option(
+    "--agents",
+    "agent_specs",
+    multiple=True,
+    metavar="MODULE:ATTR",
+    help="import the agent's definition (an AgentDefinition, or a list of them) to run it here",
+)
 @json_option
 @store_command
-def retry(store: str, namespace: str, agent_id: str, agent_specs: tuple[str, ...], json_mode: bool, out: Output) -> None:
+def retry(
+    store: str, namespace: str, agent_id: str, agent_specs: tuple[str, ...], json_mode: bool, out: Output
+) -> None:
     """Run a failed agent again from its journal (Runtime.retry).
 
     With --agents MODULE:ATTR (its definition, importable) it runs here until
@@ -225,11 +277,15 @@ def retry(store: str, namespace: str, agent_id: str, agent_specs: tuple[str, ...
 
 @click.command()
 @click.argument("agent_id", metavar="AGENT")
-@click.option("--at", "at_seq", type=click.IntRange(min=1), required=True, help="the source's seq the fork starts after")
+@click.option(
+    "--at", "at_seq", type=click.IntRange(min=1), required=True, help="the source's seq the fork starts after"
+)
 @click.option("--as", "new_agent_id", required=True, metavar="NEW", help="the new agent's id")
 @json_option
 @store_command
-def fork(store: str, namespace: str, agent_id: str, at_seq: int, new_agent_id: str, json_mode: bool, out: Output) -> None:
+def fork(
+    store: str, namespace: str, agent_id: str, at_seq: int, new_agent_id: str, json_mode: bool, out: Output
+) -> None:
     """Fork an agent at a seq: a new agent with its history up to there, run anew from then on."""
 
     async def go() -> AgentState:
@@ -240,8 +296,10 @@ def fork(store: str, namespace: str, agent_id: str, at_seq: int, new_agent_id: s
     if json_mode:
         out.json({**command_json(namespace, new_agent_id, "fork", state), "forked_from": agent_id, "at_seq": at_seq})
         return
-    out.line(f"{new_agent_id}: fork of {agent_id} at seq {at_seq}; status {state.status}"
-             + (" (a worker with its definition registered runs it)" if state.status == "running" else ""))
+    out.line(
+        f"{new_agent_id}: fork of {agent_id} at seq {at_seq}; status {state.status}"
+        + (" (a worker with its definition registered runs it)" if state.status == "running" else "")
+    )
 
 
 COMMANDS = [approve, extend, cancel, send, retry, fork]

@@ -18,9 +18,8 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import click
 
-from durably.storage._errors import DurablyError, InvalidStoreURLError
-
 from durably._cli.output import Output
+from durably.storage._errors import DurablyError, InvalidStoreURLError
 
 if TYPE_CHECKING:
     from durably.storage._crypto import AESGCMCipher
@@ -29,10 +28,22 @@ DEFAULT_STORE = "sqlite:///durably.db"
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
 store_option = click.option(
-    "--store", envvar="DURABLY_STORE", default=DEFAULT_STORE, show_default=True, show_envvar=True, metavar="URL",
-    help="store URL (sqlite:///path, postgresql://user@host/db, s3://bucket/prefix, file:///dir, memory://name)")
-namespace_option = click.option("--namespace", envvar="DURABLY_NAMESPACE", default="default", show_default=True, show_envvar=True,
-                                help="namespace (tenant) of the agents; the demo's is 'demo'")
+    "--store",
+    envvar="DURABLY_STORE",
+    default=DEFAULT_STORE,
+    show_default=True,
+    show_envvar=True,
+    metavar="URL",
+    help="store URL (sqlite:///path, postgresql://user@host/db, s3://bucket/prefix, file:///dir, memory://name)",
+)
+namespace_option = click.option(
+    "--namespace",
+    envvar="DURABLY_NAMESPACE",
+    default="default",
+    show_default=True,
+    show_envvar=True,
+    help="namespace (tenant) of the agents; the demo's is 'demo'",
+)
 json_option = click.option("--json", "json_mode", is_flag=True, help="print one JSON document (shapes: docs/cli.md)")
 
 
@@ -67,8 +78,9 @@ def require_database(url: str) -> None:
     ``sqlite://`` URL whose file does not exist; other URLs are left to their adapter."""
     parts = urlsplit(url)
     if parts.scheme == "sqlite" and not Path(unquote(parts.path[1:])).exists():
-        raise InvalidStoreURLError(f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set "
-                                   "$DURABLY_STORE", url=url)
+        raise InvalidStoreURLError(
+            f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set $DURABLY_STORE", url=url
+        )
 
 
 def encryption_from_env(*, allow_plaintext: bool = False) -> AESGCMCipher | None:

@@ -119,8 +119,15 @@ class Output:
         """Print ``document`` as one JSON document."""
         self.block(to_json(document))
 
-    def table(self, columns: list[str], rows: list[list[Any]], *, title: str | None = None,
-              caption: str | None = None, keep: tuple[str, ...] = ()) -> None:
+    def table(
+        self,
+        columns: list[str],
+        rows: list[list[Any]],
+        *,
+        title: str | None = None,
+        caption: str | None = None,
+        keep: tuple[str, ...] = (),
+    ) -> None:
         """Print a table whose every cell is neutralised text.
 
         ``keep``: the columns (by name) whose cells are never cut short, e.g. ids and
@@ -133,8 +140,9 @@ class Output:
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=Text(neutralise(title)) if title else None,
-                      caption=Text(neutralise(caption)) if caption else None)
+        table = Table(
+            title=Text(neutralise(title)) if title else None, caption=Text(neutralise(caption)) if caption else None
+        )
         for name in columns:
             if name in keep:
                 table.add_column(name, no_wrap=True, overflow="fold")
@@ -155,8 +163,9 @@ class Output:
         else:
             from rich.text import Text
 
-            self.console.print(Text.assemble(("error: ", "red"), neutralise(f"{type(exc).__name__}: {exc}")),
-                               soft_wrap=True)
+            self.console.print(
+                Text.assemble(("error: ", "red"), neutralise(f"{type(exc).__name__}: {exc}")), soft_wrap=True
+            )
 
 
 def stdin_is_terminal() -> bool:

@@ -21,11 +21,13 @@ from collections import Counter
 import click
 
 from durably._cli.options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
+from durably._cli.options import (
+    encryption_from_env as encryption_from_env,  # re-exported: the other commands import it here
+)
 from durably._cli.output import Output, stdin_is_terminal, when
-from durably._upkeep.retention import RetentionPolicy, SweepItem, parse_duration
-from durably._upkeep.reencrypt import ReencryptReport
 from durably._runtime import Runtime
-from durably._cli.options import encryption_from_env as encryption_from_env  # re-exported: the other commands import it here
+from durably._upkeep.reencrypt import ReencryptReport
+from durably._upkeep.retention import RetentionPolicy, SweepItem, parse_duration
 
 
 def _ttl(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
@@ -74,7 +76,9 @@ def purge(store: str, namespace: str, agent_ids: tuple[str, ...], yes: bool, dry
             lines = []
             for agent_id in agent_ids:
                 info = await rt.describe(agent_id)  # AgentNotFoundError before anything is deleted
-                lines.append(f"{agent_id}: {info.status}, {info.seq} records, last active {when(info.last_activity_at)}")
+                lines.append(
+                    f"{agent_id}: {info.status}, {info.seq} records, last active {when(info.last_activity_at)}"
+                )
             return lines
 
     async def go() -> None:
@@ -102,15 +106,27 @@ def _sweep_line(item: SweepItem) -> str:
 
 
 @click.command()
-@click.option("--ttl", "ttls", multiple=True, callback=_ttl, metavar="STATUS=DURATION",
-              help="keep agents with STATUS this long after their last record (30d, 12h, 90m, 45s); repeat per status")
-@click.option("--default", "default_ttl", callback=_duration, metavar="DURATION",
-              help="time-to-live of the statuses not named by --ttl (default: keep forever)")
+@click.option(
+    "--ttl",
+    "ttls",
+    multiple=True,
+    callback=_ttl,
+    metavar="STATUS=DURATION",
+    help="keep agents with STATUS this long after their last record (30d, 12h, 90m, 45s); repeat per status",
+)
+@click.option(
+    "--default",
+    "default_ttl",
+    callback=_duration,
+    metavar="DURATION",
+    help="time-to-live of the statuses not named by --ttl (default: keep forever)",
+)
 @yes_option
 @dry_run_option
 @store_command
-def sweep(store: str, namespace: str, ttls: dict[str, float], default_ttl: float | None, yes: bool, dry_run: bool,
-          out: Output) -> int:
+def sweep(
+    store: str, namespace: str, ttls: dict[str, float], default_ttl: float | None, yes: bool, dry_run: bool, out: Output
+) -> int:
     """Purge agents whose time-to-live has passed (counted from their last record)."""
     policy = RetentionPolicy(ttls, default_ttl)
 
@@ -134,14 +150,19 @@ def sweep(store: str, namespace: str, ttls: dict[str, float], default_ttl: float
     for item in items:
         out.line(_sweep_line(item))
     counts = Counter(item.outcome for item in items)
-    out.line(f"{len(items)} agents in namespace {namespace!r}: "
-             + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())))
+    out.line(
+        f"{len(items)} agents in namespace {namespace!r}: "
+        + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+    )
     return EXIT_REFUSED if counts.get("unreadable") else EXIT_OK
 
 
 @click.command()
-@click.option("--allow-plaintext", is_flag=True,
-              help="also read plaintext frames and encrypt them (turning encryption on for a store)")
+@click.option(
+    "--allow-plaintext",
+    is_flag=True,
+    help="also read plaintext frames and encrypt them (turning encryption on for a store)",
+)
 @store_command
 def reencrypt(store: str, namespace: str, allow_plaintext: bool, out: Output) -> int:
     """Rewrite every frame under the current key of $DURABLY_KEYS (history compacted into a snapshot)."""
@@ -159,8 +180,11 @@ def reencrypt(store: str, namespace: str, allow_plaintext: bool, out: Output) ->
         before = ", ".join(f"{k or 'plaintext'}: {n}" for k, n in sorted(report.before.items(), key=str))
         out.line(f"{report.stream.agent_id}: {report.action} ({before})")
     stale = [r for r in reports if set(r.after) - {encryption.current_key_id()}]
-    out.line(f"{len(reports)} streams in namespace {namespace!r}; every frame now under key {encryption.current_key_id()!r}"
-             if not stale else f"{len(stale)} streams still hold frames under other keys (written meanwhile?)")
+    out.line(
+        f"{len(reports)} streams in namespace {namespace!r}; every frame now under key {encryption.current_key_id()!r}"
+        if not stale
+        else f"{len(stale)} streams still hold frames under other keys (written meanwhile?)"
+    )
     # True of the files' bytes too, or said: another connection may keep the old ones in the WAL.
     residue = next((r for r in reports if r.files_scrubbed is False), None)
     if residue is not None:

@@ -16,10 +16,10 @@ import click
 
 from durably._cli.options import encryption_from_env, json_option, run_async, store_command
 from durably._cli.output import Output, neutralise, to_json, when
+from durably._loop.state import AgentState
 from durably._reading.describe import AgentDescription
 from durably._reading.history import clip
 from durably._runtime import Runtime
-from durably._loop.state import AgentState
 
 
 def _runtime(store: str, namespace: str) -> Runtime:
@@ -40,38 +40,68 @@ def lease_text(info: AgentDescription, now: float | None = None) -> str:
 
 def approvals_text(info: AgentDescription) -> str:
     """Each open approval with the call it would run: the operator sees what they approve."""
-    return "; ".join(f"{a['approval_id']}: {a['tool']}({json.dumps(a['arguments'], sort_keys=True, default=str)})"
-                     for a in info.open_approvals)
+    return "; ".join(
+        f"{a['approval_id']}: {a['tool']}({json.dumps(a['arguments'], sort_keys=True, default=str)})"
+        for a in info.open_approvals
+    )
 
 
 def agent_row_json(info: AgentDescription) -> dict[str, Any]:
     """One agent of ``agents --json``."""
     lease = info.to_json()["lease"]
-    return {"agent_id": info.agent_id, "definition": info.definition.get("name", ""), "status": info.status,
-            "reason": info.reason, "seq": info.seq, "steps": info.steps, "created_at": info.created_at,
-            "last_activity_at": info.last_activity_at, "lease": lease,
-            "open_approvals": [{k: a[k] for k in ("approval_id", "tool", "arguments")} for a in info.open_approvals]}
+    return {
+        "agent_id": info.agent_id,
+        "definition": info.definition.get("name", ""),
+        "status": info.status,
+        "reason": info.reason,
+        "seq": info.seq,
+        "steps": info.steps,
+        "created_at": info.created_at,
+        "last_activity_at": info.last_activity_at,
+        "lease": lease,
+        "open_approvals": [{k: a[k] for k in ("approval_id", "tool", "arguments")} for a in info.open_approvals],
+    }
 
 
 @click.command()
-@click.option("--status", "statuses", multiple=True, metavar="STATUS",
-              help="only agents with this status (repeatable): running, waiting_approval, suspended, finished, "
-                   "failed, cancelled, unreadable")
-@click.option("--definition", "definitions", multiple=True, metavar="NAME",
-              help="only agents of this agent definition (repeatable)")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    metavar="STATUS",
+    help="only agents with this status (repeatable): running, waiting_approval, suspended, finished, "
+    "failed, cancelled, unreadable",
+)
+@click.option(
+    "--definition",
+    "definitions",
+    multiple=True,
+    metavar="NAME",
+    help="only agents of this agent definition (repeatable)",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="at most this many agents (most recent first)")
 @json_option
 @store_command
-def agents(store: str, namespace: str, statuses: tuple[str, ...], definitions: tuple[str, ...], limit: int | None,
-           json_mode: bool, out: Output) -> None:
+def agents(
+    store: str,
+    namespace: str,
+    statuses: tuple[str, ...],
+    definitions: tuple[str, ...],
+    limit: int | None,
+    json_mode: bool,
+    out: Output,
+) -> None:
     """List agents, the most recently active first, with their lease holder and what they wait for."""
 
     async def go() -> list[AgentDescription]:
         async with _runtime(store, namespace) as rt:
             return await rt.describe_all(statuses=statuses or None)  # the status index, where the store has one
 
-    found = [d for d in run_async(go) if (not statuses or d.status in statuses)
-             and (not definitions or d.definition.get("name") in definitions)]
+    found = [
+        d
+        for d in run_async(go)
+        if (not statuses or d.status in statuses) and (not definitions or d.definition.get("name") in definitions)
+    ]
     found.sort(key=lambda d: d.last_activity_at or 0.0, reverse=True)
     found = found[:limit] if limit else found
     if json_mode:
@@ -79,17 +109,33 @@ def agents(store: str, namespace: str, statuses: tuple[str, ...], definitions: t
         return
     if not found:
         filtered = " matching the filters" if statuses or definitions else ""
-        out.line(f"no agents{filtered} in namespace {namespace!r} of {store} "
-                 "(each namespace is separate: the demo's is 'demo')")
+        out.line(
+            f"no agents{filtered} in namespace {namespace!r} of {store} "
+            "(each namespace is separate: the demo's is 'demo')"
+        )
         return
     now = time.time()
-    rows = [[d.agent_id, d.definition.get("name", ""), d.status, str(d.seq), str(d.steps), when(d.last_activity_at),
-             lease_text(d, now), "; ".join(filter(None, [d.reason, approvals_text(d)]))] for d in found]
+    rows = [
+        [
+            d.agent_id,
+            d.definition.get("name", ""),
+            d.status,
+            str(d.seq),
+            str(d.steps),
+            when(d.last_activity_at),
+            lease_text(d, now),
+            "; ".join(filter(None, [d.reason, approvals_text(d)])),
+        ]
+        for d in found
+    ]
     running = any(d.status == "running" for d in found)
-    out.table(["agent", "definition", "status", "seq", "steps", "last activity", "lease", "reason"], rows,
-              title=f"agents in namespace {namespace!r} of {store}",
-              caption="running: runnable; any runtime with its definition registered resumes it" if running else None,
-              keep=("agent", "definition", "status"))
+    out.table(
+        ["agent", "definition", "status", "seq", "steps", "last activity", "lease", "reason"],
+        rows,
+        title=f"agents in namespace {namespace!r} of {store}",
+        caption="running: runnable; any runtime with its definition registered resumes it" if running else None,
+        keep=("agent", "definition", "status"),
+    )
 
 
 @click.command()
@@ -111,14 +157,23 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
     fields = [
         ("agent", f"{info.namespace}/{info.agent_id}"),
         ("status", f"{info.status}{': ' + info.reason if info.reason else ''}"),
-        ("definition", f"{definition.get('name', '')} v{definition.get('version', '')} digest {definition.get('digest', '')}"),
-        ("run", info.run_id), ("task", clip(info.task, 200)),
-        ("seq", str(info.seq)), ("steps", str(info.steps)),
-        ("usage", f"{info.usage['input_tokens']} input + {info.usage['output_tokens']} output tokens, "
-                  f"${info.usage['cost_usd']:.4f}"),
+        (
+            "definition",
+            f"{definition.get('name', '')} v{definition.get('version', '')} digest {definition.get('digest', '')}",
+        ),
+        ("run", info.run_id),
+        ("task", clip(info.task, 200)),
+        ("seq", str(info.seq)),
+        ("steps", str(info.steps)),
+        (
+            "usage",
+            f"{info.usage['input_tokens']} input + {info.usage['output_tokens']} output tokens, "
+            f"${info.usage['cost_usd']:.4f}",
+        ),
         ("budget left", ", ".join(f"{k} {'unlimited' if v is None else v}" for k, v in info.budget_left.items())),
         ("lease", lease_text(info)),
-        ("created", when(info.created_at)), ("last activity", when(info.last_activity_at)),
+        ("created", when(info.created_at)),
+        ("last activity", when(info.last_activity_at)),
     ]
     if info.forked_from:
         origin = info.forked_from
@@ -126,8 +181,10 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
     for name, value in fields:
         out.line(f"{name + ':':<15}{value}")
     for a in info.open_approvals:
-        out.line(f"{'approval:':<15}{a['approval_id']}: {a['tool']}({json.dumps(a['arguments'], sort_keys=True, default=str)})"
-                 f" ({a['reason']})")
+        out.line(
+            f"{'approval:':<15}{a['approval_id']}: {a['tool']}({json.dumps(a['arguments'], sort_keys=True, default=str)})"
+            f" ({a['reason']})"
+        )
     for c in info.pending_calls:
         started = f"started, attempt {c['attempts']}" if c["started"] else "not started"
         out.line(f"{'pending call:':<15}{c['id']}: {c['tool']}({clip(c['arguments'])}) [{started}]")
@@ -135,14 +192,30 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
 
 @click.command()
 @click.argument("agent_id", metavar="AGENT")
-@click.option("--kind", "kinds", multiple=True, metavar="KIND", help="only records of this kind (repeatable), e.g. tool_result")
-@click.option("--after", "after_seq", type=click.IntRange(min=0), default=0, show_default=True,
-              help="only records with a seq above this one")
+@click.option(
+    "--kind", "kinds", multiple=True, metavar="KIND", help="only records of this kind (repeatable), e.g. tool_result"
+)
+@click.option(
+    "--after",
+    "after_seq",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="only records with a seq above this one",
+)
 @click.option("--payload", is_flag=True, help="include each record's data")
 @json_option
 @store_command
-def history(store: str, namespace: str, agent_id: str, kinds: tuple[str, ...], after_seq: int, payload: bool,
-            json_mode: bool, out: Output) -> None:
+def history(
+    store: str,
+    namespace: str,
+    agent_id: str,
+    kinds: tuple[str, ...],
+    after_seq: int,
+    payload: bool,
+    json_mode: bool,
+    out: Output,
+) -> None:
     """The agent's journal, one record a line: seq, time (UTC), kind, summary. Streams any length."""
 
     async def go() -> None:
@@ -158,8 +231,10 @@ def history(store: str, namespace: str, agent_id: str, kinds: tuple[str, ...], a
             first = True
             async for e in entries:
                 if first:
-                    out.block(f'{{"namespace": {json.dumps(namespace)}, "agent_id": {json.dumps(agent_id, ensure_ascii=True)}, '
-                              '"records": [')
+                    out.block(
+                        f'{{"namespace": {json.dumps(namespace)}, "agent_id": {json.dumps(agent_id, ensure_ascii=True)}, '
+                        '"records": ['
+                    )
                 out.block(("" if first else ",") + to_json(e.to_json()))
                 first = False
             if first:  # nothing matched: still one document

@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import click
 
-from durably._journal.records import RecordCodec
-from durably.storage._registry import open_store
-
-from durably._journal.status_index import RebuildReport, indexed, rebuild
-from durably._telemetry import Telemetry
-from durably._reading.verify import StreamReport, verify_namespace
-
 from durably._cli.options import EXIT_OK, EXIT_REFUSED, json_option, run_async, store_command
 from durably._cli.output import Output
 from durably._cli.privacy import encryption_from_env
+from durably._journal.records import RecordCodec
+from durably._journal.status_index import RebuildReport, indexed, rebuild
+from durably._reading.verify import StreamReport, verify_namespace
+from durably._telemetry import Telemetry
+from durably.storage._registry import open_store
 
 
 @click.command()
-@click.option("--rebuild-index", is_flag=True,
-              help="then rewrite the namespace's status index from the journals (stores with one; the only write)")
+@click.option(
+    "--rebuild-index",
+    is_flag=True,
+    help="then rewrite the namespace's status index from the journals (stores with one; the only write)",
+)
 @json_option
 @store_command
 def verify(store: str, namespace: str, rebuild_index: bool, json_mode: bool, out: Output) -> int:
@@ -48,8 +49,10 @@ def verify(store: str, namespace: str, rebuild_index: bool, json_mode: bool, out
         out.line(f"{report.stream.agent_id}: {'ok' if report.ok else 'DAMAGED'} ({summary})")
         for problem in report.problems:
             out.line(f"  {problem.where} at seq {problem.seq}: {problem.error}: {problem.detail}")
-    out.line(f"{len(reports)} streams in namespace {namespace!r}: "
-             + (f"{len(bad)} damaged" if bad else "every frame reads back"))
+    out.line(
+        f"{len(reports)} streams in namespace {namespace!r}: "
+        + (f"{len(bad)} damaged" if bad else "every frame reads back")
+    )
     return EXIT_REFUSED if bad else EXIT_OK
 
 
@@ -65,9 +68,22 @@ def _rebuild(store: str, namespace: str, codec: RecordCodec, json_mode: bool, ou
         out.line(f"{store} keeps no status index (CAP_STATUS_INDEX): its scans read every journal; nothing to rebuild")
         return EXIT_REFUSED
     if json_mode:
-        out.json({"store": store, "namespace": namespace, "rebuilt": [
-            {"agent_id": r.stream.agent_id, "status": r.entry.status if r.entry else None, "changed": r.changed,
-             "raced": r.raced, "error": r.error} for r in reports]})
+        out.json(
+            {
+                "store": store,
+                "namespace": namespace,
+                "rebuilt": [
+                    {
+                        "agent_id": r.stream.agent_id,
+                        "status": r.entry.status if r.entry else None,
+                        "changed": r.changed,
+                        "raced": r.raced,
+                        "error": r.error,
+                    }
+                    for r in reports
+                ],
+            }
+        )
         return EXIT_OK
     for r in reports:
         if r.changed or r.raced or r.error:

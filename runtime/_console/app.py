@@ -29,34 +29,44 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from durably._cli.output import neutralise, when
+from durably._console.security import ConsoleSecurity, CSRFError, check_binding, csrf_token, require_csrf
+from durably._console.timeline import ContentPolicy, timeline
+from durably._runtime import Runtime
+from durably.errors import AgentNotFoundError, InvalidCommandError, SeqOutOfRangeError
 from durably.storage._codec import FrameCipher
 from durably.storage._errors import DurablyError
 
-from durably._cli.output import neutralise, when
-from durably.errors import AgentNotFoundError, InvalidCommandError, SeqOutOfRangeError
-from durably._runtime import Runtime
-from durably._console.security import ConsoleSecurity, CSRFError, check_binding, csrf_token, require_csrf
-from durably._console.timeline import ContentPolicy, timeline
-
 _HERE = files("durably._console")
 #: State fields that describe the run rather than quote a model, a tool or a user.
-_NOT_CONTENT = frozenset({"namespace", "agent_id", "run_id", "definition", "status", "usage", "budget", "last_seq",
-                          "forked_from"})
+_NOT_CONTENT = frozenset(
+    {"namespace", "agent_id", "run_id", "definition", "status", "usage", "budget", "last_seq", "forked_from"}
+)
 TIMELINE_ROWS = 500  # rows of one timeline page
 STATUSES = ("running", "waiting_approval", "suspended", "finished", "failed", "cancelled", "unreadable")
 
 
 def _templates() -> Environment:
-    env = Environment(loader=FileSystemLoader(str(_HERE / "templates")), autoescape=select_autoescape(default=True),
-                      finalize=lambda value: neutralise(value, newlines=True) if isinstance(value, str) else value)
+    env = Environment(
+        loader=FileSystemLoader(str(_HERE / "templates")),
+        autoescape=select_autoescape(default=True),
+        finalize=lambda value: neutralise(value, newlines=True) if isinstance(value, str) else value,
+    )
     env.filters["when"] = when
     env.filters["url"] = lambda value: quote(str(value), safe="")
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True, default=str)
     return env
 
 
-def create_app(store: str, *, namespace: str = "default", token: str | None = None, host: str = "127.0.0.1",
-               content: ContentPolicy | None = None, encryption: FrameCipher | None = None) -> Starlette:
+def create_app(
+    store: str,
+    *,
+    namespace: str = "default",
+    token: str | None = None,
+    host: str = "127.0.0.1",
+    content: ContentPolicy | None = None,
+    encryption: FrameCipher | None = None,
+) -> Starlette:
     """The console for ``namespace`` of ``store`` (a URL), to serve on ``host``.
 
     ``token``: required from every request when set (and required to be set
@@ -75,19 +85,30 @@ def create_app(store: str, *, namespace: str = "default", token: str | None = No
             yield
 
     def page(request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
-        body = env.get_template(name).render(namespace=namespace, store=store, csrf=csrf_token(request),
-                                             show_content=content.show, **context)
+        body = env.get_template(name).render(
+            namespace=namespace, store=store, csrf=csrf_token(request), show_content=content.show, **context
+        )
         return HTMLResponse(body, code)
 
     async def agents(request: Request) -> Response:
         status, definition = request.query_params.get("status", ""), request.query_params.get("definition", "")
         found = await runtime.describe_all()
         definitions = sorted({d.definition.get("name", "") for d in found} - {""})
-        shown = [d for d in found if (not status or d.status == status)
-                 and (not definition or d.definition.get("name") == definition)]
+        shown = [
+            d
+            for d in found
+            if (not status or d.status == status) and (not definition or d.definition.get("name") == definition)
+        ]
         shown.sort(key=lambda d: d.last_activity_at or 0.0, reverse=True)
-        return page(request, "agents.html", agents=shown, statuses=STATUSES, definitions=definitions,
-                    status=status, definition=definition)
+        return page(
+            request,
+            "agents.html",
+            agents=shown,
+            statuses=STATUSES,
+            definitions=definitions,
+            status=status,
+            definition=definition,
+        )
 
     async def agent(request: Request) -> Response:
         agent_id = request.path_params["agent"]
@@ -100,13 +121,24 @@ def create_app(store: str, *, namespace: str = "default", token: str | None = No
         entries = runtime.history(agent_id, after_seq=after_seq or 0, payload=True)
         rows = await timeline(entries, content, info.definition.get("name"), TIMELINE_ROWS, newest=after_seq is None)
         name = info.definition.get("name")
-        approvals = [dict(a, arguments=(content.view("approval_requested", a, name) or {}).get("arguments"))
-                     for a in info.open_approvals]
+        approvals = [
+            dict(a, arguments=(content.view("approval_requested", a, name) or {}).get("arguments"))
+            for a in info.open_approvals
+        ]
         earlier = max(rows[0].seq - 1 - TIMELINE_ROWS, 0) if rows and rows[0].seq > 1 else None
         full = after_seq is not None and len(rows) >= TIMELINE_ROWS
         later = (rows[-1].result_seq or rows[-1].seq) if full else None
-        return page(request, "agent.html", info=info, rows=rows, approvals=approvals, earlier=earlier, later=later,
-                    notice=request.query_params.get("notice", ""), can_answer=_can_answer())
+        return page(
+            request,
+            "agent.html",
+            info=info,
+            rows=rows,
+            approvals=approvals,
+            earlier=earlier,
+            later=later,
+            notice=request.query_params.get("notice", ""),
+            can_answer=_can_answer(),
+        )
 
     async def state(request: Request) -> Response:
         agent_id = request.path_params["agent"]
@@ -128,8 +160,11 @@ def create_app(store: str, *, namespace: str = "default", token: str | None = No
         except CSRFError as exc:
             return PlainTextResponse(str(exc), 403)
         action = form.get("action", "")
-        kwargs: dict[str, Any] = {"approved": action != "deny", "by": f"console ({form.get('by') or 'operator'})",
-                                  "note": form.get("note", "")}
+        kwargs: dict[str, Any] = {
+            "approved": action != "deny",
+            "by": f"console ({form.get('by') or 'operator'})",
+            "note": form.get("note", ""),
+        }
         try:
             if action not in ("approve", "deny", "happened"):
                 raise InvalidCommandError(f"unknown action {action!r}")
@@ -149,7 +184,8 @@ def create_app(store: str, *, namespace: str = "default", token: str | None = No
         return Response((_HERE / "static" / "console.css").read_text(encoding="utf-8"), media_type="text/css")
 
     routes = [
-        Route("/", agents), Route("/console.css", stylesheet),
+        Route("/", agents),
+        Route("/console.css", stylesheet),
         Route("/agents/{agent:path}/state", state),
         Route("/agents/{agent:path}/approvals/{approval}", decide, methods=["POST"]),
         Route("/agents/{agent:path}", agent),

@@ -28,14 +28,15 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from durably.errors import CSRFError as CSRFError, ConsoleConfigError as ConsoleConfigError  # re-exported: the old import path
+from durably.errors import ConsoleConfigError as ConsoleConfigError
+from durably.errors import CSRFError as CSRFError  # re-exported: the old import path
 
 TOKEN_COOKIE = "durably_ui_token"
 CSRF_COOKIE = "durably_csrf"
 CSRF_FIELD = "csrf"
 HEADERS = {
     "content-security-policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-                               "frame-ancestors 'none'; base-uri 'none'",
+    "frame-ancestors 'none'; base-uri 'none'",
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
     "x-frame-options": "DENY",
@@ -102,8 +103,9 @@ class ConsoleSecurity:
             csrf = secrets.token_urlsafe(32)
         scope.setdefault("state", {})["csrf"] = csrf
         if request.method not in ("GET", "HEAD") and not self._origin_ok(request, fresh):
-            await self._with_headers(PlainTextResponse("CSRF check failed: reload the page and try again", 403),
-                                     scope, receive, send)
+            await self._with_headers(
+                PlainTextResponse("CSRF check failed: reload the page and try again", 403), scope, receive, send
+            )
             return
 
         async def send_with_headers(message: Message) -> None:

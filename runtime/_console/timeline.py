@@ -21,11 +21,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from durably.schemas._records import Kind
-
-from durably._reading.history import HistoryEntry, call_text, clip
 from durably._journal.redaction_policy import RedactionPolicy
 from durably._journal.redactor import Redactor
+from durably._reading.history import HistoryEntry, call_text, clip
+from durably.schemas._records import Kind
 
 _PARKING = {Kind.APPROVAL_REQUESTED, Kind.BUDGET_EXCEEDED}
 
@@ -62,8 +61,14 @@ class Row:
     result_seq: int | None = None
 
 
-async def timeline(entries: AsyncIterator[HistoryEntry], content: ContentPolicy, agent: str | None,
-                   limit: int = 500, *, newest: bool = True) -> list[Row]:
+async def timeline(
+    entries: AsyncIterator[HistoryEntry],
+    content: ContentPolicy,
+    agent: str | None,
+    limit: int = 500,
+    *,
+    newest: bool = True,
+) -> list[Row]:
     """The rows of ``entries`` (a ``history`` with payloads): the last ``limit`` of them
     (``newest``), or the first ``limit``.
 
@@ -127,8 +132,15 @@ def _detail(kind: str, d: dict[str, Any]) -> str:
         return clip(d.get("text", ""), 200) + (f" -> {calls}" if calls else "")
     if kind == Kind.APPROVAL_REQUESTED:
         return call_text(d.get("tool"), d.get("arguments"))
-    keys: dict[str, str] = {Kind.STARTED: "task", Kind.MESSAGE_RECEIVED: "content", Kind.FINISHED: "result", Kind.FAILED: "reason",
-            Kind.CANCELLED: "reason", Kind.APPROVAL_DECIDED: "note", Kind.PLAN_UPDATED: "plan"}
+    keys: dict[str, str] = {
+        Kind.STARTED: "task",
+        Kind.MESSAGE_RECEIVED: "content",
+        Kind.FINISHED: "result",
+        Kind.FAILED: "reason",
+        Kind.CANCELLED: "reason",
+        Kind.APPROVAL_DECIDED: "note",
+        Kind.PLAN_UPDATED: "plan",
+    }
     return clip(d.get(keys[kind]), 200) if kind in keys and d.get(keys[kind]) not in (None, "") else ""
 
 
@@ -140,15 +152,22 @@ _TITLES: dict[str, Callable[[dict[str, Any]], str]] = {
     Kind.STARTED: lambda d: f"started {_safe(d.get('definition') or {}, 'name')}",
     Kind.RESUMED: lambda d: f"resumed by {_safe(d, 'worker')}",
     Kind.MESSAGE_RECEIVED: lambda d: f"{_safe(d, 'role')} message",
-    Kind.MODEL_RESPONDED: lambda d: (f"model turn: {len(d.get('tool_calls') or ())} tool call(s), "
-                                     f"{(d.get('usage') or {}).get('output_tokens', '?')} output tokens"),
+    Kind.MODEL_RESPONDED: lambda d: (
+        f"model turn: {len(d.get('tool_calls') or ())} tool call(s), "
+        f"{(d.get('usage') or {}).get('output_tokens', '?')} output tokens"
+    ),
     Kind.TOOL_INTENT: lambda d: f"call {_safe(d, 'tool')} {_safe(d, 'call_id')} (attempt {_safe(d, 'attempt')})",
-    Kind.TOOL_RESULT: lambda d: (f"result of {_safe(d, 'tool')} {_safe(d, 'call_id')}"
-                                 + (" (failed)" if d.get("error") is not None else "")
-                                 + (" (reconciled: it had happened)" if d.get("reconciled") else "")),
-    Kind.APPROVAL_REQUESTED: lambda d: f"approval {_safe(d, 'approval_id')} asked for {_safe(d, 'tool')}: {_safe(d, 'reason')}",
-    Kind.APPROVAL_DECIDED: lambda d: (f"approval {_safe(d, 'approval_id')} "
-                                      f"{'approved' if d.get('approved') else 'denied'} by {_safe(d, 'by')}"),
+    Kind.TOOL_RESULT: lambda d: (
+        f"result of {_safe(d, 'tool')} {_safe(d, 'call_id')}"
+        + (" (failed)" if d.get("error") is not None else "")
+        + (" (reconciled: it had happened)" if d.get("reconciled") else "")
+    ),
+    Kind.APPROVAL_REQUESTED: lambda d: (
+        f"approval {_safe(d, 'approval_id')} asked for {_safe(d, 'tool')}: {_safe(d, 'reason')}"
+    ),
+    Kind.APPROVAL_DECIDED: lambda d: (
+        f"approval {_safe(d, 'approval_id')} {'approved' if d.get('approved') else 'denied'} by {_safe(d, 'by')}"
+    ),
     Kind.BUDGET_EXCEEDED: lambda d: f"suspended: {_safe(d, 'limit')} budget spent",
     Kind.BUDGET_EXTENDED: lambda d: "budget extended",
     Kind.FINISHED: lambda d: "finished",

@@ -23,10 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from durably.schemas._records import Kind
-
+from durably import _telemetry as tm
+from durably._fleet.handle import AgentHandle
 from durably._journal import status_index
+from durably._journal.restore import restore
+from durably._journal.snapshots import SnapshotPolicy
+from durably._journal.writer import AgentJournal
 from durably._loop.actor import AgentActor
+from durably._loop.state import RUNNING, AgentState
 from durably.errors import (
     AgentExistsError,
     AgentFencedError,
@@ -34,25 +38,19 @@ from durably.errors import (
     AgentLeaseLostError,
     AgentNotFoundError,
 )
-from durably._journal.writer import AgentJournal
-from durably._fleet.handle import AgentHandle
-from durably._journal.restore import restore
-from durably._journal.snapshots import SnapshotPolicy
-from durably._loop.state import RUNNING, AgentState
-from durably import _telemetry as tm
+from durably.schemas._records import Kind
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
     from opentelemetry import trace
 
-    from durably._journal.records import RecordCodec
-    from durably.storage._spi import Lease, Store, StreamId
-
-    from durably._loop.agent import AgentDefinition, Budget
-    from durably._journal.writer import JournalServices
     from durably._fleet.leases import LeaseKeeper
     from durably._fleet.single_flight import KeyedLock
+    from durably._journal.records import RecordCodec
+    from durably._journal.writer import JournalServices
+    from durably._loop.agent import AgentDefinition, Budget
     from durably._telemetry import Telemetry
+    from durably.storage._spi import Lease, Store, StreamId
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
@@ -93,9 +91,13 @@ class Activation:
         run_id = uuid.uuid4().hex
         span = self._activation_span(definition, agent_id, run_id, None)
         data = {
-            "namespace": self.namespace, "agent_id": agent_id, "run_id": run_id, "task": task,
+            "namespace": self.namespace,
+            "agent_id": agent_id,
+            "run_id": run_id,
+            "task": task,
             "definition": {"name": definition.name, "version": definition.version, "digest": definition.digest()},
-            "instructions": definition.instructions, "budget": (budget or definition.budget).to_wire(),
+            "instructions": definition.instructions,
+            "budget": (budget or definition.budget).to_wire(),
             "worker": self.worker_id,
         }
         if (reference := tm.trace_reference(span)) is not None:
@@ -112,8 +114,14 @@ class Activation:
             raise
         return self._spawn(definition, journal, span)
 
-    async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = status_index.UNSEEN,
-                      gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
+    async def _resume(
+        self,
+        agent_id: str,
+        *,
+        force: bool = False,
+        seen: Any = status_index.UNSEEN,
+        gather: Callable[[], Awaitable[None]] | None = None,
+    ) -> AgentHandle | None:
         """``resume``, and the resumes of ``resume_all`` and commands (``seen``: the status
         index entry a scan just listed for it, so it is not read again; ``gather``: awaited
         just before the ``resumed`` append, so a scan's resumes share its group commit).
@@ -124,8 +132,14 @@ class Activation:
         async with self._activating.hold(agent_id):
             return await self._resume_held(agent_id, force=force, seen=seen, gather=gather)
 
-    async def _resume_held(self, agent_id: str, *, force: bool, seen: Any = status_index.UNSEEN,
-                           gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
+    async def _resume_held(
+        self,
+        agent_id: str,
+        *,
+        force: bool,
+        seen: Any = status_index.UNSEEN,
+        gather: Callable[[], Awaitable[None]] | None = None,
+    ) -> AgentHandle | None:
         if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
         if self.draining:
@@ -163,14 +177,16 @@ class Activation:
             meters.resumes.add(1, self.telemetry.attributes)
         return self._spawn(definition, journal, span)
 
-    def _activation_span(self, definition: AgentDefinition, agent_id: str, run_id: str,
-                         continues: dict[str, Any] | None) -> trace.Span | None:
+    def _activation_span(
+        self, definition: AgentDefinition, agent_id: str, run_id: str, continues: dict[str, Any] | None
+    ) -> trace.Span | None:
         """The ``invoke_agent`` span of an activation about to be journaled (None when nothing records)."""
         if self.telemetry.tracer is None:
             return None
         model = definition.model
-        return self.telemetry.activation_span(definition.name, agent_id, run_id, tm.provider_of(model),
-                                              getattr(model, "name", ""), continues)
+        return self.telemetry.activation_span(
+            definition.name, agent_id, run_id, tm.provider_of(model), getattr(model, "name", ""), continues
+        )
 
     async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
         """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
@@ -178,16 +194,18 @@ class Activation:
         if lease is None:
             if holder is None:  # the refusal did not read who holds it (it lost a takeover race)
                 holder = await self._leases.holder(stream)
-            raise AgentLeasedError(stream.agent_id, holder.owner if holder else None,
-                                   holder.expires_at if holder else None)
+            raise AgentLeasedError(
+                stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None
+            )
 
     def _lease_lost(self, stream: StreamId, holder: Lease | None) -> None:
         actor = self._live.get(stream.agent_id)
         if actor is not None and stream.namespace == self.namespace:
             log.warning("lease of %s lost to another runtime; stopping the agent here", stream)
             # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
-            actor.error = AgentLeaseLostError(stream.agent_id, holder.owner if holder else None,
-                                              holder.expires_at if holder else None)
+            actor.error = AgentLeaseLostError(
+                stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None
+            )
             actor.cancel_scope.cancel()
 
     async def _restore_journal(self, agent_id: str) -> AgentJournal:
@@ -201,8 +219,14 @@ class Activation:
         if hold_for_migration(restored.state, self._definitions):
             # Its status (needs_migration) is not the fold of its journal: never snapshot it.
             services = replace(services, policy=SnapshotPolicy(every_records=0))
-        return AgentJournal(services, stream, restored.state, records_since=restored.tail_records,
-                            bytes_since=restored.tail_raw, snapshot_bytes=restored.snapshot_raw)
+        return AgentJournal(
+            services,
+            stream,
+            restored.state,
+            records_since=restored.tail_records,
+            bytes_since=restored.tail_raw,
+            snapshot_bytes=restored.snapshot_raw,
+        )
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
         actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self._mailbox_size, span=span)

@@ -37,7 +37,9 @@ class AgentHandle:
     def __repr__(self) -> str:
         state = self._actor.state
         phase = "ended" if self._actor.done.is_set() else "live"
-        return f"<AgentHandle {state.namespace}/{state.agent_id} {phase}, status {state.status} at seq {state.last_seq}>"
+        return (
+            f"<AgentHandle {state.namespace}/{state.agent_id} {phase}, status {state.status} at seq {state.last_seq}>"
+        )
 
     async def wait(self) -> AgentState:
         """Wait for this activation to end and give its lease back.

@@ -16,10 +16,9 @@ from collections.abc import Callable
 
 import anyio
 
+from durably._fleet.owner import LeaseHolder, Liveness, holder_liveness, new_identity
 from durably.storage._errors import StoreError
 from durably.storage._spi import Lease, LeaseStore, Store, StreamId, supports_leases
-
-from durably._fleet.owner import LeaseHolder, Liveness, holder_liveness, new_identity
 
 log = logging.getLogger("durably.leases")
 
@@ -98,8 +97,9 @@ class LeaseKeeper:
                         if granted is not None and granted.owner == self.owner:
                             await leases.release_lease(granted)
                     except StoreError as exc:
-                        log.warning("lease of %s not released after a cancelled claim (it will expire): %s",
-                                    stream, exc)
+                        log.warning(
+                            "lease of %s not released after a cancelled claim (it will expire): %s", stream, exc
+                        )
             raise
 
     async def holder_info(self, stream: StreamId) -> LeaseHolder | None:
@@ -166,4 +166,3 @@ class LeaseKeeper:
                     # A new token means it lapsed and came back to us; anyone who
                     # acted meanwhile moved the seq, and our next append finds out.
                     self._held[stream] = lease
-

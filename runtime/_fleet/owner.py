@@ -27,6 +27,7 @@ from enum import StrEnum
 
 from durably.storage._spi import Lease
 
+
 class Liveness(StrEnum):
     """``ALIVE``: a process of this host that runs; ``DEAD``: a process of this host
     that is gone (or a previous incarnation of a reused pid); ``REMOTE``: another
@@ -142,8 +143,15 @@ def new_identity(worker_id: str, keeper: object) -> OwnerIdentity:
     it lives: a lease of this very process whose nonce belongs to no live
     keeper is a dead runtime's (one that exited without releasing).
     """
-    identity = OwnerIdentity(worker_id, uuid.uuid4().hex[:12], hostname(), os.getpid(),
-                             process_start_time(os.getpid()) or "", _boot_id(), _pid_namespace())
+    identity = OwnerIdentity(
+        worker_id,
+        uuid.uuid4().hex[:12],
+        hostname(),
+        os.getpid(),
+        process_start_time(os.getpid()) or "",
+        _boot_id(),
+        _pid_namespace(),
+    )
     _LIVE_NONCES[identity.nonce] = keeper
     return identity
 
@@ -221,5 +229,12 @@ class LeaseHolder:
             The holder, with its ``liveness`` as of this call.
         """
         identity = OwnerIdentity.parse(lease.owner)
-        return cls(lease.owner, identity.worker_id if identity else lease.owner, identity.host if identity else None,
-                   identity.pid if identity else None, lease.expires_at, lease.token, holder_liveness(lease.owner))
+        return cls(
+            lease.owner,
+            identity.worker_id if identity else lease.owner,
+            identity.host if identity else None,
+            identity.pid if identity else None,
+            lease.expires_at,
+            lease.token,
+            holder_liveness(lease.owner),
+        )

@@ -20,12 +20,11 @@ from durably._figures import check_figure
 from durably.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from durably.storage._spi import StreamId
-
     from durably._fleet.handle import AgentHandle
     from durably._fleet.leases import LeaseKeeper
     from durably._fleet.owner import LeaseHolder
     from durably._host import RuntimeHost
+    from durably.storage._spi import StreamId
 
 
 class Fleet:
@@ -76,8 +75,14 @@ class Fleet:
 
         return (await scan(cast("RuntimeHost", self))).handles  # self is the mixin's host
 
-    async def serve(self, poll_interval: float = 1.0, *, drain_signals: Iterable[int] = (signal.SIGTERM,),
-                    drain_timeout: float = 30.0, max_agents: int | None = None) -> None:
+    async def serve(
+        self,
+        poll_interval: float = 1.0,
+        *,
+        drain_signals: Iterable[int] = (signal.SIGTERM,),
+        drain_timeout: float = 30.0,
+        max_agents: int | None = None,
+    ) -> None:
         """Resume runnable agents forever, polling the store every ``poll_interval`` seconds.
 
         This is how an agent parked in one process runs on after another process
@@ -113,8 +118,13 @@ class Fleet:
             raise InvalidArgumentError("serve: poll_interval must be > 0 seconds and max_agents at least 1")
         from durably._fleet import serving
 
-        await serving.serve(cast("RuntimeHost", self), poll_interval, drain_signals=drain_signals,
-                            drain_timeout=drain_timeout, max_agents=max_agents)
+        await serving.serve(
+            cast("RuntimeHost", self),
+            poll_interval,
+            drain_signals=drain_signals,
+            drain_timeout=drain_timeout,
+            max_agents=max_agents,
+        )
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Stop every live agent here after its current step, release its lease, resume nothing more.

@@ -30,13 +30,17 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from durably._journal.status_index import runnable_rows
+from durably.errors import (
+    AgentFencedError,
+    AgentLeasedError,
+    DefinitionMigrationError,
+    DefinitionNotRegisteredError,
+    InvalidArgumentError,
+    RuntimeNotStartedError,
+)
 from durably.storage._errors import CodecError, StoreClosedError, StoreUnavailableError
 from durably.storage._spi import IndexedStream, StreamId
-
-from durably.errors import AgentFencedError, AgentLeasedError, DefinitionMigrationError, DefinitionNotRegisteredError
-from durably._loop.state import RUNNING
-from durably._journal.status_index import runnable_rows
-from durably.errors import InvalidArgumentError, RuntimeNotStartedError
 
 if TYPE_CHECKING:
     from durably._fleet.handle import AgentHandle
@@ -147,9 +151,11 @@ class _Gather:
             await self._all.wait()
 
 
-async def _resume_chunk(chunk: list[IndexedStream],
-                        attempt: Callable[[IndexedStream, _Gather], Coroutine[Any, Any, None]],
-                        outage: list[BaseException]) -> None:
+async def _resume_chunk(
+    chunk: list[IndexedStream],
+    attempt: Callable[[IndexedStream, _Gather], Coroutine[Any, Any, None]],
+    outage: list[BaseException],
+) -> None:
     gate = _Gather(len(chunk))
     async with anyio.create_task_group() as tg:
         for stream in chunk:
@@ -158,8 +164,9 @@ async def _resume_chunk(chunk: list[IndexedStream],
         raise outage[0]
 
 
-async def _resume_one(runtime: RuntimeHost, row: IndexedStream, result: ScanResult,
-                      gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None:
+async def _resume_one(
+    runtime: RuntimeHost, row: IndexedStream, result: ScanResult, gather: Callable[[], Awaitable[None]] | None = None
+) -> AgentHandle | None:
     """Resume one stream's agent; None when it is not ours to run now (logged when unreadable)."""
     stream = row.stream
     try:

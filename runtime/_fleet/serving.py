@@ -35,10 +35,9 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
-from durably.storage._errors import StoreUnavailableError
-
 from durably._fleet import wakeups
 from durably._fleet.scan import FairShare, scan
+from durably.storage._errors import StoreUnavailableError
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -52,8 +51,14 @@ log = logging.getLogger("durably.serve")
 MAX_BACKOFF = 30.0
 
 
-async def serve(runtime: RuntimeHost, poll_interval: float, *, drain_signals: Iterable[int], drain_timeout: float,
-                max_agents: int | None = None) -> None:
+async def serve(
+    runtime: RuntimeHost,
+    poll_interval: float,
+    *,
+    drain_signals: Iterable[int],
+    drain_timeout: float,
+    max_agents: int | None = None,
+) -> None:
     """Scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
 
     Signals are only handled in the main thread (where Python delivers them);
@@ -76,8 +81,10 @@ async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
     # loop as is); converting here would refuse the real-time signals that Signals does not name.
     with anyio.open_signal_receiver(*cast(tuple[signal.Signals, ...], signals)) as received:
         async for signum in received:
-            log.warning("%s received: draining (finishing the steps in flight, then releasing leases)",
-                        signal.Signals(signum).name)
+            log.warning(
+                "%s received: draining (finishing the steps in flight, then releasing leases)",
+                signal.Signals(signum).name,
+            )
             stop.set()
             return
 
@@ -86,9 +93,14 @@ async def _scan_forever(runtime: RuntimeHost, poll_interval: float, stop: anyio.
     from tenacity import AsyncRetrying, retry_if_exception_type, stop_never  # only serve() needs it (import time)
 
     outage = _Outage(runtime)
-    retrying = AsyncRetrying(retry=retry_if_exception_type(StoreUnavailableError), stop=stop_never, reraise=True,
-                             wait=_backoff(poll_interval),
-                             before_sleep=outage.report, sleep=anyio.sleep)
+    retrying = AsyncRetrying(
+        retry=retry_if_exception_type(StoreUnavailableError),
+        stop=stop_never,
+        reraise=True,
+        wait=_backoff(poll_interval),
+        before_sleep=outage.report,
+        sleep=anyio.sleep,
+    )
     # Between scans, the agents another process changes (a command to a parked agent) are
     # resumed as soon as the store notifies us, where it can (``durably._fleet.wakeups``),
     # within this worker's fair share.
@@ -128,15 +140,21 @@ class _Outage:
         if self._since is None:
             self._since = time.monotonic()
         pause = state.next_action.sleep if state.next_action is not None else 0.0
-        log.warning("serve(): store unavailable (scan %d failed: %s); next scan in %.1f s",
-                    state.attempt_number, exc, pause)
+        log.warning(
+            "serve(): store unavailable (scan %d failed: %s); next scan in %.1f s", state.attempt_number, exc, pause
+        )
         telemetry = self._runtime.telemetry
         if telemetry.metrics is not None:
             telemetry.metrics.serve_outages.add(1, telemetry.attributes)
         with self._runtime.telemetry.span("durably.serve.outage") as span:
             if span is not None:
-                span.set_attributes({"durably.serve.attempt": state.attempt_number, "durably.serve.backoff_s": pause,
-                                     "error.type": type(exc).__qualname__})
+                span.set_attributes(
+                    {
+                        "durably.serve.attempt": state.attempt_number,
+                        "durably.serve.backoff_s": pause,
+                        "error.type": type(exc).__qualname__,
+                    }
+                )
 
     def ended(self) -> None:
         if self._since is not None:

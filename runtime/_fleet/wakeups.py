@@ -17,10 +17,15 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from durably.errors import (
+    AgentFencedError,
+    AgentLeasedError,
+    AgentNotFoundError,
+    DefinitionMigrationError,
+    DefinitionNotRegisteredError,
+)
 from durably.storage._errors import CodecError, StoreClosedError, StoreError, StoreUnavailableError
 from durably.storage._spi import ChangeSubscription, Store, StreamId, supports_changes
-
-from durably.errors import AgentFencedError, AgentLeasedError, AgentNotFoundError, DefinitionMigrationError, DefinitionNotRegisteredError
 
 if TYPE_CHECKING:  # runtime imports this module
     from durably._fleet.handle import AgentHandle
@@ -66,7 +71,13 @@ async def resume_if_runnable(runtime: RuntimeHost, agent_id: str) -> AgentHandle
         return None
     try:
         return await runtime._resume(agent_id)
-    except (DefinitionNotRegisteredError, DefinitionMigrationError, AgentLeasedError, AgentFencedError, AgentNotFoundError):
+    except (
+        DefinitionNotRegisteredError,
+        DefinitionMigrationError,
+        AgentLeasedError,
+        AgentFencedError,
+        AgentNotFoundError,
+    ):
         return None
     except CodecError as exc:
         log.error("agent %s not resumed, its journal is unreadable: %s", runtime.stream(agent_id), exc)
@@ -78,8 +89,9 @@ async def resume_if_runnable(runtime: RuntimeHost, agent_id: str) -> AgentHandle
         return None
 
 
-async def wait_and_resume(feed: ChangeSubscription, poll_interval: float,
-                          resume: Callable[[str], Awaitable[object]]) -> None:
+async def wait_and_resume(
+    feed: ChangeSubscription, poll_interval: float, resume: Callable[[str], Awaitable[object]]
+) -> None:
     """Until ``poll_interval`` seconds have passed, ``resume(agent_id)`` each stream the feed names.
 
     Returns early when the feed says notifications were missed, or when a

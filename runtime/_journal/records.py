@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from durably.errors import MissingUpcasterError
 from durably.schemas._records import (
     CURRENT_VERSIONS,
     KINDS,
@@ -21,11 +22,9 @@ from durably.schemas._records import (
     snapshot_to_wire,
 )
 from durably.schemas._upcasters import NoUpcastPathError, upcast
-
 from durably.storage._codec import Codec, Frame, FrameCipher, check_encodable
 from durably.storage._errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
-from durably.errors import MissingUpcasterError
 
 #: Levels a record's data may end up below the top of a snapshot (e.g.
 #: ``state.messages[i].content``): records get that much less depth than
@@ -57,7 +56,9 @@ class RecordCodec:
         if type(record.at) not in (int, float):
             raise UnencodableValueError("record.at", f"at must be unix seconds (float), got {type(record.at).__name__}")
         if type(record.data) is not dict:
-            raise UnencodableValueError(f"{record.kind}.data", f"{type(record.data).__name__} is not supported (use a dict)")
+            raise UnencodableValueError(
+                f"{record.kind}.data", f"{type(record.data).__name__} is not supported (use a dict)"
+            )
         tagged = check_encodable(record.data, f"{record.kind}.data", self.codec.limits.max_depth - STATE_NESTING)
         label = f"{record.kind}.data"
         try:
@@ -65,15 +66,32 @@ class RecordCodec:
         except UnencodableValueError as exc:
             # Found on the wire map, whose "d" is the record's data: name it as the caller knows it.
             if exc.path.startswith(f"{label}.d"):
-                raise UnencodableValueError(label + exc.path[len(label) + 2:], exc.reason) from exc
+                raise UnencodableValueError(label + exc.path[len(label) + 2 :], exc.reason) from exc
             raise
 
-    def _encode(self, schema_id: int, value: dict[str, Any], stream: StreamId | None, seq: int, path: str,
-                tagged: bool, small: bool = False) -> bytes:
+    def _encode(
+        self,
+        schema_id: int,
+        value: dict[str, Any],
+        stream: StreamId | None,
+        seq: int,
+        path: str,
+        tagged: bool,
+        small: bool = False,
+    ) -> bytes:
         # The caller checked the user part with a meaningful path; the envelope is ours.
         # Records are small and many: they use the codec's zstd dictionary; snapshots do not.
-        return self.codec.encode(schema_id, CURRENT_VERSIONS[schema_id], value, path=path, check=False,
-                                 tagged=tagged, stream=stream, seq=seq, small=small)
+        return self.codec.encode(
+            schema_id,
+            CURRENT_VERSIONS[schema_id],
+            value,
+            path=path,
+            check=False,
+            tagged=tagged,
+            stream=stream,
+            seq=seq,
+            small=small,
+        )
 
     def decode_record(self, stored: StoredRecord, stream: StreamId | None = None) -> Record:
         """The ``Record`` in ``stored``. Raises ``CorruptRecordError`` (and subclasses)
@@ -101,7 +119,9 @@ class RecordCodec:
         tagged = check_encodable(state, "state", self.codec.limits.max_depth - 1)
         return self._encode(SNAPSHOT_SCHEMA_ID, snapshot_to_wire(seq, state), stream, seq, "state", tagged)
 
-    def decode_snapshot(self, stored: StoredSnapshot, stream: StreamId | None = None) -> tuple[int, dict[str, Any], Frame]:
+    def decode_snapshot(
+        self, stored: StoredSnapshot, stream: StreamId | None = None
+    ) -> tuple[int, dict[str, Any], Frame]:
         """``(seq, state, frame)`` of a stored snapshot; errors as ``decode_record``."""
         frame = self.codec.decode(stored.data, stream=stream, seq=stored.seq)
         value = self._upcast(frame, SNAPSHOT_SCHEMA_ID, stream, stored.seq)
@@ -117,7 +137,9 @@ class RecordCodec:
     def _upcast(frame: Frame, expected_schema: int, stream: StreamId | None, seq: int) -> Any:
         if frame.schema_id != expected_schema:
             raise CorruptRecordError(
-                f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[expected_schema]}", stream=stream, seq=seq
+                f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[expected_schema]}",
+                stream=stream,
+                seq=seq,
             )
         name, current, version = SCHEMA_NAMES[expected_schema], CURRENT_VERSIONS[expected_schema], frame.schema_version
         if version > current:
@@ -128,5 +150,6 @@ class RecordCodec:
             raise MissingUpcasterError(name, version, current, exc.missing, stream=stream, seq=seq) from None
         except Exception as exc:
             # The value is not what the version's upcaster expects: refuse it, never guess.
-            raise CorruptRecordError(f"{name} version {version} could not be upcast: {type(exc).__name__}: {exc}",
-                                     stream=stream, seq=seq) from exc
+            raise CorruptRecordError(
+                f"{name} version {version} could not be upcast: {type(exc).__name__}: {exc}", stream=stream, seq=seq
+            ) from exc

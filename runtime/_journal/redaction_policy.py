@@ -34,21 +34,46 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from durably.errors import RedactedArgumentError
-from durably.errors import ArgumentTypeError, InvalidArgumentError
-
 from durably._figures import check_bool
+from durably.errors import ArgumentTypeError, InvalidArgumentError
 
 MARKER = "$redacted"
 _MAX_DEPTH = 128  # deeper than the codec accepts: the codec rejects it with the field path
 
 #: Field names treated as secrets (matched against the name's trailing words).
-DEFAULT_SECRET_NAMES = frozenset({
-    "password", "passwd", "passphrase", "pwd", "secret", "client_secret", "token", "access_token",
-    "refresh_token", "id_token", "auth_token", "session_token", "api_key", "apikey", "api_token", "access_key",
-    "secret_key", "private_key", "authorization", "auth", "credential", "credentials", "cookie", "set_cookie",
-    "session_id", "cvv", "cvc", "card_number", "ssn",
-})
+DEFAULT_SECRET_NAMES = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "secret",
+        "client_secret",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "auth_token",
+        "session_token",
+        "api_key",
+        "apikey",
+        "api_token",
+        "access_key",
+        "secret_key",
+        "private_key",
+        "authorization",
+        "auth",
+        "credential",
+        "credentials",
+        "cookie",
+        "set_cookie",
+        "session_id",
+        "cvv",
+        "cvc",
+        "card_number",
+        "ssn",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,15 +93,21 @@ DEFAULT_TOKEN_PATTERNS: tuple[TokenPattern, ...] = (
     TokenPattern("anthropic-key", r"\bsk-ant-[A-Za-z0-9_-]{20,}", ("sk-ant-",)),
     TokenPattern("openai-key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}", ("sk-",)),
     TokenPattern("stripe-key", r"\b[rsp]k_(?:live|test)_[A-Za-z0-9]{16,}", ("k_live_", "k_test_")),
-    TokenPattern("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
-                 ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+    TokenPattern(
+        "github-token",
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
     TokenPattern("aws-access-key-id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", ("akia", "asia")),
     TokenPattern("slack-token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",)),
     TokenPattern("google-api-key", r"\bAIza[0-9A-Za-z_-]{35}", ("aiza",)),
     TokenPattern("jwt", r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{10,}", ("eyj",)),
     TokenPattern("bearer-token", r"\b(?i:bearer)\s+[A-Za-z0-9._~+/=-]{16,}", ("bearer",)),
-    TokenPattern("private-key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
-                 ("private key-----",)),
+    TokenPattern(
+        "private-key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+        ("private key-----",),
+    ),
 )
 
 _ROOTS = ("arguments", "result")
@@ -141,7 +172,9 @@ class Redact:
                 raise InvalidArgumentError(f"Redact: {name} is a name or None (every {name}), not ''")
         segments = self.path.split(".")
         if segments[0] not in _ROOTS or not all(segments):
-            raise InvalidArgumentError(f"redaction path {self.path!r} must start with 'arguments' or 'result' and have no empty segment")
+            raise InvalidArgumentError(
+                f"redaction path {self.path!r} must start with 'arguments' or 'result' and have no empty segment"
+            )
 
     @property
     def segments(self) -> tuple[str, ...]:
@@ -218,8 +251,9 @@ class RedactionPolicy:
         for name, kind in (("rules", Redact), ("token_patterns", TokenPattern)):
             value = getattr(self, name)
             if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
-                raise ArgumentTypeError(f"RedactionPolicy: {name} must be a tuple of {kind.__name__}, "
-                                        f"got {type(value).__name__}")
+                raise ArgumentTypeError(
+                    f"RedactionPolicy: {name} must be a tuple of {kind.__name__}, got {type(value).__name__}"
+                )
             wrong = [item for item in value if not isinstance(item, kind)]
             if wrong:
                 raise ArgumentTypeError(f"RedactionPolicy: {name} must hold {kind.__name__} only, got {wrong[0]!r}")
@@ -228,7 +262,9 @@ class RedactionPolicy:
         if isinstance(names, (str, bytes)) or not isinstance(names, (frozenset, set, tuple, list)):
             raise ArgumentTypeError(f"RedactionPolicy: secret_names must be a set of str, got {type(names).__name__}")
         if not all(isinstance(name, str) and name for name in names):
-            raise ArgumentTypeError(f"RedactionPolicy: secret_names must hold non-empty str only, got {sorted(map(repr, names))}")
+            raise ArgumentTypeError(
+                f"RedactionPolicy: secret_names must hold non-empty str only, got {sorted(map(repr, names))}"
+            )
         object.__setattr__(self, "secret_names", frozenset(names))
         check_bool("RedactionPolicy", "mask_echoes", self.mask_echoes)
         length = self.min_echo_length
@@ -236,7 +272,7 @@ class RedactionPolicy:
             raise InvalidArgumentError(f"RedactionPolicy: min_echo_length must be an int >= 1, got {length!r}")
 
     @classmethod
-    def disabled(cls) -> "RedactionPolicy":
+    def disabled(cls) -> RedactionPolicy:
         """A policy that redacts nothing: everything is stored as given.
 
         Returns:
@@ -369,4 +405,3 @@ class RedactionPolicy:
         for name, regex, _hints in self._candidates(text):
             text = regex.sub(f"[REDACTED:{name}]", text)
         return text
-

@@ -14,10 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from durably._journal.redaction_policy import _MAX_DEPTH, RedactionPolicy, is_marker, marker, marker_paths
 from durably.errors import RedactedArgumentError
 from durably.schemas._records import Kind
-
-from durably._journal.redaction_policy import _MAX_DEPTH, RedactionPolicy, is_marker, marker, marker_paths
 
 
 @dataclass
@@ -148,8 +147,9 @@ class Redactor:
             return ()
         return tuple((r.segments, r.reason) for r in self.policy.rules if r.root == root and r.applies(agent, tool))
 
-    def _tree(self, value: Any, rules: tuple[tuple[tuple[str, ...], str], ...], *, names: bool, whole: bool,
-              depth: int = 0) -> Any:
+    def _tree(
+        self, value: Any, rules: tuple[tuple[tuple[str, ...], str], ...], *, names: bool, whole: bool, depth: int = 0
+    ) -> Any:
         """``value`` with rules, secret names (``names``) and tokens applied; the same
         object when nothing changed. ``whole``: a string holding a token becomes a
         marker (tool arguments) instead of being masked inside (free text)."""
@@ -250,7 +250,7 @@ class Redactor:
         if record.kind == Kind.HISTORY_COMPACTED:  # the summary lands inside the conversation
             fresh = list(state.messages)
         else:
-            fresh = state.messages[before[0]:] + state.inbox[before[1]:]
+            fresh = state.messages[before[0] :] + state.inbox[before[1] :]
         for message in fresh:
             if id(message) not in self._origins:
                 self._origins[id(message)] = (message, record.seq, _source_field(record.kind, message))
@@ -275,11 +275,15 @@ class Redactor:
                     new = {**message, "content": self._texts[(seq, source)]}
             calls = message.get("tool_calls")
             if calls and any(type(c) is dict and _call_ref(c) in self._arguments for c in calls):
-                new = {**new, "tool_calls": [
-                    {**c, "arguments": self._arguments[cast(str, _call_ref(c))]}  # a key of it: a str
-                    if type(c) is dict and _call_ref(c) in self._arguments else c
-                    for c in calls
-                ]}
+                new = {
+                    **new,
+                    "tool_calls": [
+                        {**c, "arguments": self._arguments[cast(str, _call_ref(c))]}  # a key of it: a str
+                        if type(c) is dict and _call_ref(c) in self._arguments
+                        else c
+                        for c in calls
+                    ],
+                }
             view.append(new)
         return view
 

@@ -17,16 +17,15 @@ from typing import Any
 
 import anyio
 
+from durably import _telemetry as tm
+from durably._journal.records import RecordCodec
+from durably._loop.state import AgentState, apply
+from durably._telemetry import Telemetry
 from durably.schemas._records import Kind
 from durably.storage._codec import raw_size
 from durably.storage._errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
 from durably.storage._one_read import RestoreRead, offers_one_read_restore
-from durably._journal.records import RecordCodec
 from durably.storage._spi import Store, StoredRecord, StoredSnapshot, StreamId
-
-from durably import _telemetry as tm
-from durably._telemetry import Telemetry
-from durably._loop.state import AgentState, apply
 
 log = logging.getLogger("durably.restore")
 
@@ -88,8 +87,9 @@ class _ChangedMeanwhile(Exception):
     away behind a newer snapshot, or purged the stream and began a new run under its id."""
 
 
-async def restore(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry | None = None, *,
-                  upto: int | None = None) -> Restored | None:
+async def restore(
+    store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry | None = None, *, upto: int | None = None
+) -> Restored | None:
     """Rebuild an agent's state from ``store``; None when the stream has no records.
 
     ``telemetry``: where the ``durably.checkpoint.restore`` span and the restore
@@ -126,8 +126,9 @@ async def restore(store: Store, codec: RecordCodec, stream: StreamId, telemetry:
 _OFF = Telemetry.disabled()
 
 
-async def _restore_retrying(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry,
-                            upto: int | None) -> Restored | None:
+async def _restore_retrying(
+    store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry, upto: int | None
+) -> Restored | None:
     for _ in range(_RETRIES):
         try:
             return await _restore_once(store, codec, stream, telemetry, upto)
@@ -136,8 +137,7 @@ async def _restore_retrying(store: Store, codec: RecordCodec, stream: StreamId, 
     return await _restore_once(store, codec, stream, telemetry, upto, retry=False)
 
 
-async def _snapshot_and_last_seq(store: Store, stream: StreamId,
-                                 upto: int | None) -> tuple[StoredSnapshot | None, int]:
+async def _snapshot_and_last_seq(store: Store, stream: StreamId, upto: int | None) -> tuple[StoredSnapshot | None, int]:
     """The latest snapshot at or before ``upto`` (``_snapshot``) and the stream's last seq, looked up at once.
 
     On a remote store each is one or two round trips and neither needs the
@@ -168,6 +168,7 @@ async def _snapshot_and_last_seq(store: Store, stream: StreamId,
 #: Records per page of the tail read (``Store.read``'s default).
 _PAGE = 512
 
+
 async def _read_restore(store: Store, stream: StreamId, upto: int | None) -> RestoreRead | None:
     """The restore's reads in one call, from a store that offers it (``OneReadRestore``:
     SQLite's one statement, one read transaction, one hop); None for any other store, or
@@ -193,8 +194,9 @@ def _run_in(codec: RecordCodec, stream: StreamId, first: StoredRecord | None) ->
     return record.data.get("run_id") if record.kind == Kind.STARTED else None
 
 
-async def _tail(store: Store, stream: StreamId, after: int, read: list[StoredRecord] | None,
-                last: int) -> AsyncGenerator[StoredRecord, None]:
+async def _tail(
+    store: Store, stream: StreamId, after: int, read: list[StoredRecord] | None, last: int
+) -> AsyncGenerator[StoredRecord, None]:
     """The records after seq ``after``: ``read`` (the first records, already read from ``after``
     with ``last``, the stream's last seq then), then ``store.read`` from the last of them while
     that is below ``last``; without ``read``, all from the store."""
@@ -232,8 +234,9 @@ async def _newer_snapshot_covers(store: Store, stream: StreamId, upto: int | Non
     return newest is not None and newest.seq > used and newest.seq >= missing
 
 
-async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry, upto: int | None,
-                        *, retry: bool = True) -> Restored | None:
+async def _restore_once(
+    store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry, upto: int | None, *, retry: bool = True
+) -> Restored | None:
     """One attempt of ``restore``; raises ``_ChangedMeanwhile`` (when ``retry``) instead of a gap error
     for a gap behind a snapshot newer than the one it read, and for a stream purged and written anew
     while its tail was read past ``read_restore``'s page."""
@@ -249,6 +252,7 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, tele
                 newer.__cause__ = error
                 return newer
             return error
+
         one_read = await _read_restore(store, stream, upto)
         tail_read: list[StoredRecord] | None = None  # records after the snapshot, read with it
         first: StoredRecord | None = None  # the journal's seq 1, read with the snapshot
@@ -271,8 +275,9 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, tele
                     run = _run_in(codec, stream, first) if read_with else await _run_of_journal(store, codec, stream)
                 if run is not None and candidate.run_id != run:
                     # Written by a worker of a purged run whose write landed after the purge.
-                    raise CorruptRecordError(f"snapshot of run {candidate.run_id}, the journal is run {run}",
-                                             stream=stream, seq=snapshot.seq)
+                    raise CorruptRecordError(
+                        f"snapshot of run {candidate.run_id}, the journal is run {run}", stream=stream, seq=snapshot.seq
+                    )
                 state, snap_seq, snap_bytes = candidate, seq, len(snapshot.data)
                 state.last_seq = seq
                 raw_total = snap_raw = frame.raw_size
@@ -298,8 +303,10 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, tele
             if one_read is not None and later and await _first_changed(store, stream, origin):
                 if retry:
                     raise _ChangedMeanwhile()
-                raise CorruptRecordError("the stream was purged and written anew during every read of it",
-                                         stream=stream, seq=1)
+                raise CorruptRecordError(
+                    "the stream was purged and written anew during every read of it", stream=stream, seq=1
+                )
+
         async with aclosing(_tail(store, stream, state.last_seq, tail_read, last)) as records:
             async for stored in records:
                 if upto is not None and stored.seq > upto:
@@ -323,6 +330,13 @@ async def _restore_once(store: Store, codec: RecordCodec, stream: StreamId, tele
         if state.last_seq == 0:
             return None
         if span is not None:
-            span.set_attributes({tm.SEQ: state.last_seq, tm.SNAPSHOT_SEQ: snap_seq, tm.RECORD_COUNT: tail,
-                                 tm.STORED_BYTES: snap_bytes + tail_bytes, tm.RAW_BYTES: raw_total})
+            span.set_attributes(
+                {
+                    tm.SEQ: state.last_seq,
+                    tm.SNAPSHOT_SEQ: snap_seq,
+                    tm.RECORD_COUNT: tail,
+                    tm.STORED_BYTES: snap_bytes + tail_bytes,
+                    tm.RAW_BYTES: raw_total,
+                }
+            )
         return Restored(state, snap_seq, snap_bytes, tail, tail_bytes, snap_raw, raw_total - snap_raw)

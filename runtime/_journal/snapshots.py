@@ -26,15 +26,14 @@ from typing import Any
 
 import anyio
 
+from durably import _telemetry as tm
+from durably._figures import check_bool, check_figure
+from durably._journal.records import RecordCodec
+from durably._telemetry import Telemetry
+from durably.errors import InvalidArgumentError
 from durably.storage._codec import raw_size
 from durably.storage._errors import DurablyError
-from durably._journal.records import RecordCodec
 from durably.storage._spi import Store, StoredSnapshot, StreamId
-
-from durably import _telemetry as tm
-from durably._telemetry import Telemetry
-from durably._figures import check_bool, check_figure
-from durably.errors import InvalidArgumentError
 
 log = logging.getLogger("durably.snapshots")
 
@@ -120,8 +119,14 @@ class SnapshotWriter:
     ``telemetry`` gets a ``durably.snapshot.save`` span and the snapshot metrics.
     """
 
-    def __init__(self, store: Store, *, policy: SnapshotPolicy, telemetry: Telemetry | None = None,
-                 codec_factory: Callable[[], RecordCodec] = RecordCodec) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        policy: SnapshotPolicy,
+        telemetry: Telemetry | None = None,
+        codec_factory: Callable[[], RecordCodec] = RecordCodec,
+    ) -> None:
         self._store = store
         self._policy = policy
         self._telemetry = telemetry or Telemetry.disabled()

@@ -24,24 +24,34 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from durably.schemas._records import Kind, Record
-from durably.storage._errors import CodecError
 from durably._journal.records import RecordCodec
-from durably.storage._spi import IndexedStream, IndexEntry, IndexStore, Store, StreamId, supports_status_index
-
 from durably._journal.restore import restore
 from durably._loop.state import RUNNING, AgentState, apply
 from durably._telemetry import Telemetry
 from durably.errors import InvalidArgumentError
+from durably.schemas._records import Kind, Record
+from durably.storage._errors import CodecError
+from durably.storage._spi import IndexedStream, IndexEntry, IndexStore, Store, StreamId, supports_status_index
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
 #: Record kinds whose fold may change an entry; a batch with none of them carries none.
-INDEX_KINDS = frozenset({
-    Kind.STARTED, Kind.APPROVAL_REQUESTED, Kind.APPROVAL_DECIDED, Kind.BUDGET_EXCEEDED, Kind.BUDGET_EXTENDED,
-    Kind.HISTORY_COMPACTED, Kind.FINISHED, Kind.FAILED, Kind.CANCELLED, Kind.DEFINITION_CHANGED, Kind.FORKED,
-    Kind.RETRIED,
-})
+INDEX_KINDS = frozenset(
+    {
+        Kind.STARTED,
+        Kind.APPROVAL_REQUESTED,
+        Kind.APPROVAL_DECIDED,
+        Kind.BUDGET_EXCEEDED,
+        Kind.BUDGET_EXTENDED,
+        Kind.HISTORY_COMPACTED,
+        Kind.FINISHED,
+        Kind.FAILED,
+        Kind.CANCELLED,
+        Kind.DEFINITION_CHANGED,
+        Kind.FORKED,
+        Kind.RETRIED,
+    }
+)
 
 #: Statuses a journal can hold (the index knows them); others (``unreadable``,
 #: ``needs_migration``) are worked out by a restore, so asking for them lists everything.
@@ -60,9 +70,13 @@ def index_store(store: Store) -> IndexStore | None:
 
 def entry_of(state: AgentState, updated_at: float) -> IndexEntry:
     """The entry describing ``state`` (status, definition name, open approvals) at its last seq."""
-    return IndexEntry(status=state.status, definition=str(state.definition.get("name", "")), seq=state.last_seq,
-                      updated_at=updated_at,
-                      open_approvals=tuple(a for a, r in state.approvals.items() if r.get("decision") is None))
+    return IndexEntry(
+        status=state.status,
+        definition=str(state.definition.get("name", "")),
+        seq=state.last_seq,
+        updated_at=updated_at,
+        open_approvals=tuple(a for a, r in state.approvals.items() if r.get("decision") is None),
+    )
 
 
 def _same(a: IndexEntry | None, b: IndexEntry | None) -> bool:
@@ -82,10 +96,19 @@ def entry_after(state: AgentState, records: Sequence[Record]) -> IndexEntry | No
     """
     if not any(record.kind in INDEX_KINDS for record in records):
         return None
-    shadow = AgentState(namespace=state.namespace, agent_id=state.agent_id, run_id=state.run_id,
-                        definition=state.definition, status=state.status, reason=state.reason,
-                        pending_calls=list(state.pending_calls), approvals=dict(state.approvals),
-                        usage=dict(state.usage), budget=dict(state.budget), last_seq=state.last_seq)
+    shadow = AgentState(
+        namespace=state.namespace,
+        agent_id=state.agent_id,
+        run_id=state.run_id,
+        definition=state.definition,
+        status=state.status,
+        reason=state.reason,
+        pending_calls=list(state.pending_calls),
+        approvals=dict(state.approvals),
+        usage=dict(state.usage),
+        budget=dict(state.budget),
+        last_seq=state.last_seq,
+    )
     try:
         for record in records:
             apply(shadow, record)
@@ -148,8 +171,9 @@ class RebuildReport:
     error: str = ""
 
 
-async def rebuild(store: Store, codec: RecordCodec, namespace: str,
-                  telemetry: Telemetry | None = None) -> AsyncIterator[RebuildReport]:
+async def rebuild(
+    store: Store, codec: RecordCodec, namespace: str, telemetry: Telemetry | None = None
+) -> AsyncIterator[RebuildReport]:
     """Rewrite every entry of ``namespace`` from the journals (``durably verify --rebuild-index``).
 
     Each stream is restored; its entry gets the time of its last record. A

@@ -27,24 +27,21 @@ from typing import Any, cast
 
 import anyio
 
+from durably import _telemetry as tm
+from durably._journal.records import RecordCodec
+from durably._journal.redaction_policy import RedactionPolicy
+from durably._journal.redactor import Redactor
+from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
+from durably._journal.status_index import entry_after
+from durably._loop.commands import COMMAND_KINDS, rebase
+from durably._loop.state import RUNNING, AgentState, apply
+from durably._telemetry import Telemetry
+from durably.errors import AgentFencedError, InvalidArgumentError
 from durably.schemas._records import Kind, Record
 from durably.storage._codec import raw_size
 from durably.storage._errors import ConflictError
 from durably.storage._group_commit import GroupCommitter
-from durably._journal.records import RecordCodec
 from durably.storage._spi import Store, StreamId
-
-from durably import _telemetry as tm
-from durably._telemetry import Telemetry
-from durably._loop.commands import COMMAND_KINDS, rebase
-from durably.errors import AgentFencedError
-from durably._journal.redaction_policy import RedactionPolicy
-from durably._journal.redactor import Redactor
-from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
-from durably._loop.state import RUNNING, AgentState, apply
-from durably._journal.status_index import entry_after
-from durably.errors import InvalidArgumentError
-
 
 _REBASE_ATTEMPTS = 8  # commands racing one append: each retry folds in what came first
 _MISSING = object()
@@ -82,7 +79,13 @@ class _Staged:
 
     __slots__ = ("entries", "records", "frames", "last_seq", "turn_start", "turn", "pending", "inbox", "ledger")
 
-    def __init__(self, state: AgentState, entries: tuple[tuple[str, dict[str, Any]], ...], records: list[Record], frames: list[bytes]) -> None:
+    def __init__(
+        self,
+        state: AgentState,
+        entries: tuple[tuple[str, dict[str, Any]], ...],
+        records: list[Record],
+        frames: list[bytes],
+    ) -> None:
         self.entries, self.records, self.frames = entries, records, frames
         messages = state.messages
         start = len(messages)
@@ -93,7 +96,7 @@ class _Staged:
         self.ledger = {r.data["key"]: state.ledger.get(r.data["key"], _MISSING) for r in records}
 
     def undo(self, state: AgentState) -> None:
-        del state.messages[self.turn_start:]
+        del state.messages[self.turn_start :]
         state.messages.extend(self.turn)
         state.pending_calls, state.inbox, state.last_seq = self.pending, self.inbox, self.last_seq
         for key, entry in self.ledger.items():
@@ -116,8 +119,16 @@ class AgentJournal:
     is the last seq known durable.
     """
 
-    def __init__(self, services: JournalServices, stream: StreamId, state: AgentState,
-                 *, records_since: int = 0, bytes_since: int = 0, snapshot_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        services: JournalServices,
+        stream: StreamId,
+        state: AgentState,
+        *,
+        records_since: int = 0,
+        bytes_since: int = 0,
+        snapshot_bytes: int = 0,
+    ) -> None:
         self.services = services
         self.stream = stream
         self.state = state
@@ -285,7 +296,9 @@ class AgentJournal:
         """Fold the records appended after ours if all are commands and return their
         kinds; None if any is not (another writer took the stream over)."""
         svc, stream = self.services, self.stream
-        newer = [svc.codec.decode_record(stored, stream) async for stored in svc.store.read(stream, self.state.last_seq)]
+        newer = [
+            svc.codec.decode_record(stored, stream) async for stored in svc.store.read(stream, self.state.last_seq)
+        ]
         if not newer or any(record.kind not in COMMAND_KINDS for record in newer):
             return None
         for record in newer:
@@ -293,8 +306,9 @@ class AgentJournal:
         self.records_since += len(newer)
         return {record.kind for record in newer}
 
-    def _still_valid(self, entries: tuple[tuple[str, dict[str, Any]], ...], folded: set[str],
-                     limits_before: dict[str, Any]) -> tuple[tuple[str, dict[str, Any]], ...]:
+    def _still_valid(
+        self, entries: tuple[tuple[str, dict[str, Any]], ...], folded: set[str], limits_before: dict[str, Any]
+    ) -> tuple[tuple[str, dict[str, Any]], ...]:
         """The entries that still hold after folding in commands: what already happened
         (a model response, a tool result) always does; a command is re-validated
         (``commands.rebase``: raises ``InvalidCommandError`` for a lost decision race);
@@ -317,8 +331,10 @@ class AgentJournal:
         svc, now = self.services, time.time()
         # Redacted before encoding: the codec, the store and the fold see only the redacted form.
         agent = self.state.definition.get("name")
-        records = [Record(first + i, kind, self.redactor.redact(kind, data, agent, first + i), now)
-                   for i, (kind, data) in enumerate(entries)]
+        records = [
+            Record(first + i, kind, self.redactor.redact(kind, data, agent, first + i), now)
+            for i, (kind, data) in enumerate(entries)
+        ]
         return records, [svc.codec.encode_record(r, self.stream) for r in records]
 
     def _fold(self, records: list[Record]) -> None:
@@ -345,8 +361,15 @@ class AgentJournal:
         # One span and one save measurement per commit, staged records included.
         with telemetry.span("durably.checkpoint.save") as span:
             if span is not None:
-                span.set_attributes({tm.AGENT_ID: self.stream.agent_id, tm.SEQ: first + len(frames) - 1,
-                                     tm.RECORD_COUNT: len(frames), tm.RAW_BYTES: raw, tm.STORED_BYTES: stored})
+                span.set_attributes(
+                    {
+                        tm.AGENT_ID: self.stream.agent_id,
+                        tm.SEQ: first + len(frames) - 1,
+                        tm.RECORD_COUNT: len(frames),
+                        tm.RAW_BYTES: raw,
+                        tm.STORED_BYTES: stored,
+                    }
+                )
             started = time.perf_counter()
             try:
                 await svc.committer.append(self.stream, first - 1, frames, index=index)

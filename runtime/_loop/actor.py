@@ -20,20 +20,19 @@ import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from durably.schemas._records import Kind
-from durably.storage._errors import StoreUnavailableError, UnencodableValueError
-
 from durably import _telemetry as tm
+from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
 from durably._loop.commands import Command, to_record
-from durably.errors import AgentFencedError, InvalidCommandError
-from durably._journal.writer import AgentJournal
 from durably._loop.model import ModelResponse, ToolCall, check_reply
 from durably._loop.model_retries import is_transient
 from durably._loop.state import FAILED, RUNNING, AgentState
-from durably._telemetry import Telemetry
 from durably._loop.tool_calls import ToolCalls
+from durably._telemetry import Telemetry
 from durably._tools.tool import ToolArgumentsError, idempotency_key
+from durably.errors import AgentFencedError, InvalidCommandError
+from durably.schemas._records import Kind
+from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
 if TYPE_CHECKING:
     from opentelemetry import trace
@@ -56,8 +55,15 @@ class AgentActor(ToolCalls):
     #: Set once the lease is given back (the handle waits for it); ``Runtime._spawn`` sets it.
     exited: anyio.Event
 
-    def __init__(self, definition: AgentDefinition, journal: AgentJournal, telemetry: Telemetry, *,
-                 mailbox_size: int = 64, span: trace.Span | None = None) -> None:
+    def __init__(
+        self,
+        definition: AgentDefinition,
+        journal: AgentJournal,
+        telemetry: Telemetry,
+        *,
+        mailbox_size: int = 64,
+        span: trace.Span | None = None,
+    ) -> None:
         self.definition = definition
         self.journal = journal
         self.telemetry = telemetry
@@ -151,12 +157,13 @@ class AgentActor(ToolCalls):
         if policy.summarize is not None:
             try:
                 async with self.journal.overlapped():
-                    data["summary"] = await policy.summarize(self.state.messages[first:first + count])
+                    data["summary"] = await policy.summarize(self.state.messages[first : first + count])
             except (AgentFencedError, StoreUnavailableError):
                 raise  # the staged result's commit failed: nothing more can be written
             except Exception as exc:
-                log.warning("agent %s: summariser failed (%s), history kept for now", self.state.agent_id,
-                            type(exc).__name__)
+                log.warning(
+                    "agent %s: summariser failed (%s), history kept for now", self.state.agent_id, type(exc).__name__
+                )
                 return False
         await self.journal.append((Kind.HISTORY_COMPACTED, data))
         return True
@@ -214,7 +221,11 @@ class AgentActor(ToolCalls):
         data = {
             "text": response.text,
             "tool_calls": calls,
-            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd},
+            "usage": {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cost_usd": usage.cost_usd,
+            },
             "plan": response.plan,
             "model": response.model or self.definition.model.name,
         }
@@ -267,8 +278,15 @@ class AgentActor(ToolCalls):
             failure = None
             with telemetry.span(f"chat {model.name}", client=True) as span:
                 if span is not None:
-                    span.set_attributes({tm.OPERATION: "chat", tm.PROVIDER: provider, tm.MODEL: model.name,
-                                         tm.AGENT_ID: self.state.agent_id, tm.CONVERSATION_ID: self.state.agent_id})
+                    span.set_attributes(
+                        {
+                            tm.OPERATION: "chat",
+                            tm.PROVIDER: provider,
+                            tm.MODEL: model.name,
+                            tm.AGENT_ID: self.state.agent_id,
+                            tm.CONVERSATION_ID: self.state.agent_id,
+                        }
+                    )
                 try:
                     response = await model.respond(view, self._tool_specs)
                     check_reply(response)  # a reply that does not fold never reaches the journal
@@ -280,8 +298,13 @@ class AgentActor(ToolCalls):
                         self._measure_call(meters, provider, model.name, time.perf_counter() - started, failure)
                 if span is not None:
                     usage = response.usage
-                    span.set_attributes({tm.RESPONSE_MODEL: response.model or model.name,
-                                         tm.INPUT_TOKENS: usage.input_tokens, tm.OUTPUT_TOKENS: usage.output_tokens})
+                    span.set_attributes(
+                        {
+                            tm.RESPONSE_MODEL: response.model or model.name,
+                            tm.INPUT_TOKENS: usage.input_tokens,
+                            tm.OUTPUT_TOKENS: usage.output_tokens,
+                        }
+                    )
                     if response.stop_reason:
                         span.set_attribute(tm.FINISH_REASONS, (tm.finish_reason(response.stop_reason),))
                 if meters is not None:
@@ -292,8 +315,12 @@ class AgentActor(ToolCalls):
             # What failed and when, never what was said: no content in this record.
             if wait_s is not None and telemetry.metrics is not None:
                 telemetry.metrics.retries.add(1, {**telemetry.attributes, tm.RETRY_KIND: "model"})
-            await self.journal.append((Kind.MODEL_FAILED, {"attempt": number, "error": _type_name(exc),
-                                                           "transient": is_transient(exc), "retry_in": wait_s}))
+            await self.journal.append(
+                (
+                    Kind.MODEL_FAILED,
+                    {"attempt": number, "error": _type_name(exc), "transient": is_transient(exc), "retry_in": wait_s},
+                )
+            )
 
         try:
             # The last tool result is committed while the model thinks (or with its answer).
@@ -313,8 +340,13 @@ class AgentActor(ToolCalls):
         meters.operation_duration.record(seconds, attributes)
 
     def _measure_tokens(self, meters: tm.Metrics, provider: str, model: str, response: ModelResponse) -> None:
-        attributes = {**self.telemetry.attributes, tm.OPERATION: "chat", tm.PROVIDER: provider, tm.MODEL: model,
-                      tm.RESPONSE_MODEL: response.model or model}
+        attributes = {
+            **self.telemetry.attributes,
+            tm.OPERATION: "chat",
+            tm.PROVIDER: provider,
+            tm.MODEL: model,
+            tm.RESPONSE_MODEL: response.model or model,
+        }
         meters.token_usage.record(response.usage.input_tokens, {**attributes, tm.TOKEN_TYPE: "input"})
         meters.token_usage.record(response.usage.output_tokens, {**attributes, tm.TOKEN_TYPE: "output"})
 
@@ -351,7 +383,9 @@ class AgentActor(ToolCalls):
 
 def _type_name(exc: BaseException) -> str:
     kind = type(exc)
-    return kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
+    return (
+        kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
+    )
 
 
 class _Requeue(Exception):

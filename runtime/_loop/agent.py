@@ -196,8 +196,9 @@ class AgentDefinition:
         if not self.name:
             raise InvalidArgumentError("an agent definition needs a non-empty str name, got ''")
         if self.model is None or not callable(getattr(self.model, "respond", None)):
-            raise ArgumentTypeError(f"{where}: model must be a Model (an object with async respond(messages, tools)), "
-                            f"got {self.model!r}")
+            raise ArgumentTypeError(
+                f"{where}: model must be a Model (an object with async respond(messages, tools)), got {self.model!r}"
+            )
         tools = tuple(self.tools)
         for index, candidate in enumerate(tools):
             if not isinstance(candidate, Tool):

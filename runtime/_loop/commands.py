@@ -14,11 +14,9 @@ from typing import Any
 
 import anyio
 
-from durably.schemas._records import Kind
-
-
-from durably.errors import ApprovalAlreadyDecidedError, InvalidCommandError
 from durably._loop.state import TERMINAL, AgentState
+from durably.errors import ApprovalAlreadyDecidedError, InvalidCommandError
+from durably.schemas._records import Kind
 
 #: The roles of a message sent from outside (``Runtime.send``): the user's, or an instruction.
 #: A ``tool`` message answers a call of the model's and an ``assistant`` one is the model's own.
@@ -105,10 +103,17 @@ def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]
             raise InvalidCommandError(f"agent {state.agent_id} has no approval {command.approval_id!r}")
         if request.get("decision") is not None:
             raise ApprovalAlreadyDecidedError(state.agent_id, command.approval_id, request["decision"])
-        data = {"approval_id": command.approval_id, "approved": command.approved, "by": command.by, "note": command.note}
+        data = {
+            "approval_id": command.approval_id,
+            "approved": command.approved,
+            "by": command.by,
+            "note": command.note,
+        }
         if command.result is not NO_RESULT:
             if not command.approved:
-                raise InvalidCommandError("a reported result says the call happened: it cannot come with approved=False")
+                raise InvalidCommandError(
+                    "a reported result says the call happened: it cannot come with approved=False"
+                )
             data["result"] = command.result
         return Kind.APPROVAL_DECIDED, data
     if isinstance(command, ExtendBudget):

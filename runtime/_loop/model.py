@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from durably.errors import ModelReplyError as ModelReplyError, TransientModelError as TransientModelError  # re-exported: the old import path
+from durably.errors import ModelReplyError as ModelReplyError  # re-exported: the old import path
+from durably.errors import TransientModelError as TransientModelError
 
 #: Bounds on one model reply, checked before it is journaled (a reply past them
 #: is refused, never cut): characters of text, tool calls, plan steps, id/name length.

@@ -67,7 +67,7 @@ class RetryPolicy:
                 raise InvalidArgumentError(f"RetryPolicy: {name} must be finite and >= 0, got {value!r}")
 
     @classmethod
-    def none(cls) -> "RetryPolicy":
+    def none(cls) -> RetryPolicy:
         """A policy that never retries.
 
         Returns:
@@ -75,8 +75,9 @@ class RetryPolicy:
         """
         return cls(attempts=1)
 
-    async def call(self, fn: Callable[[], Awaitable[T]],
-                   on_failure: Callable[[int, BaseException, float | None], Awaitable[None]]) -> T:
+    async def call(
+        self, fn: Callable[[], Awaitable[T]], on_failure: Callable[[int, BaseException, float | None], Awaitable[None]]
+    ) -> T:
         """``await fn()``, retried while it raises a transient error (``is_transient``).
 
         Args:
@@ -126,9 +127,14 @@ class RetryPolicy:
 
         made = 0
         try:
-            async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts), wait=wait, sleep=anyio.sleep,
-                                               retry=retry_if_exception(retryable), before_sleep=before_sleep,
-                                               reraise=True):
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self.attempts),
+                wait=wait,
+                sleep=anyio.sleep,
+                retry=retry_if_exception(retryable),
+                before_sleep=before_sleep,
+                reraise=True,
+            ):
                 with attempt:
                     made = attempt.retry_state.attempt_number
                     return await again()

@@ -11,14 +11,13 @@ snapshot being encoded in another thread shares only elements that never change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Any
-
-from durably.schemas._records import Kind, Record
 
 from durably._tools.tool import idempotency_key
 from durably.errors import UnfoldableRecordError
+from durably.schemas._records import Kind, Record
 
 # Statuses. Parked ones hold no memory in the runtime; terminal ones never run again.
 RUNNING = "running"
@@ -86,7 +85,9 @@ class AgentState:
     approvals: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval id -> request + decision
     plan: list[str] = field(default_factory=list)
     artifacts: list[dict[str, Any]] = field(default_factory=list)  # name, digest, size
-    usage: dict[str, Any] = field(default_factory=lambda: {"steps": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
+    usage: dict[str, Any] = field(
+        default_factory=lambda: {"steps": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+    )
     budget: dict[str, Any] = field(default_factory=lambda: {"steps": None, "tokens": None, "cost_usd": None})
     result: Any = None
     last_seq: int = 0
@@ -115,7 +116,7 @@ class AgentState:
         return wire
 
     @classmethod
-    def from_wire(cls, wire: dict[str, Any]) -> "AgentState":
+    def from_wire(cls, wire: dict[str, Any]) -> AgentState:
         """Rebuild a state from ``to_wire`` output.
 
         Args:
@@ -155,8 +156,9 @@ def apply(state: AgentState, record: Record) -> AgentState:
         try:
             handler(state, record.data)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            raise UnfoldableRecordError(f"{record.kind} record does not fold: {type(exc).__name__}: {exc}",
-                                        seq=record.seq) from exc
+            raise UnfoldableRecordError(
+                f"{record.kind} record does not fold: {type(exc).__name__}: {exc}", seq=record.seq
+            ) from exc
     state.last_seq = record.seq
     return state
 
@@ -265,9 +267,9 @@ def _history_compacted(s: AgentState, d: dict[str, Any]) -> None:
         s.messages = d["messages"]
         return
     first, count = d["first"], d["count"]
-    dropped = s.messages[first:first + count]
+    dropped = s.messages[first : first + count]
     kept = [{"role": "user", "content": d["summary"]}] if d.get("summary") else []
-    s.messages[first:first + count] = kept
+    s.messages[first : first + count] = kept
     # The calls that left the conversation leave the ledger and approvals too, so
     # the state (and every snapshot) stays bounded however long the run.
     gone = {c.get("key") or _legacy_key(s, c) for m in dropped for c in m.get("tool_calls") or ()}

@@ -18,18 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from durably.errors import RedactedArgumentError
+from durably import _telemetry as tm
+from durably._loop.state import RUNNING, AgentState
+from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolContext
+from durably.errors import AgentFencedError, RedactedArgumentError
 from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
-from durably import _telemetry as tm
-from durably.errors import AgentFencedError
-from durably._loop.state import RUNNING, AgentState
-from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolContext
-
 if TYPE_CHECKING:
-    from durably._loop.agent import AgentDefinition
     from durably._journal.writer import AgentJournal
+    from durably._loop.agent import AgentDefinition
     from durably._telemetry import Telemetry
 
 
@@ -113,14 +111,18 @@ class ToolCalls:
         """A human decides what became of a call whose outcome is unknown: run it
         again (approve), skip it (deny: the model is told it did not happen), or
         report that it happened with its result (approve with ``result``)."""
-        reason = (f"outcome of attempt {attempt - 1} unknown after a crash; approve to run it again, "
-                  "deny to skip it, or report that it happened with its result")
+        reason = (
+            f"outcome of attempt {attempt - 1} unknown after a crash; approve to run it again, "
+            "deny to skip it, or report that it happened with its result"
+        )
         decision = await self._decision(call, approval_id, reason)
         if decision is None:
             return
         if not decision["approved"]:
             who = decision.get("by") or "an operator"
-            await self._result(call, error=f"not run: {who} chose to skip this call, so it did not happen{_note(decision)}")
+            await self._result(
+                call, error=f"not run: {who} chose to skip this call, so it did not happen{_note(decision)}"
+            )
         elif "result" in decision:
             await self._result(call, result=decision["result"])
         else:
@@ -131,18 +133,27 @@ class ToolCalls:
         requested it, which parks the agent, or it is still open)."""
         request = self.state.approvals.get(approval_id)
         if request is None:
-            data = {"approval_id": approval_id, "call_id": call["id"], "tool": call["name"],
-                    "arguments": call["arguments"], "key": call["key"], "reason": reason}
+            data = {
+                "approval_id": approval_id,
+                "call_id": call["id"],
+                "tool": call["name"],
+                "arguments": call["arguments"],
+                "key": call["key"],
+                "reason": reason,
+            }
             await self.journal.append((Kind.APPROVAL_REQUESTED, data))
             return None
         decision: dict[str, Any] | None = request["decision"]
         return decision
 
     def _context(self, call: dict[str, Any], attempt: int) -> ToolContext:
-        return ToolContext(idempotency_key=call["key"], agent_id=self.state.agent_id, call_id=call["id"], attempt=attempt)
+        return ToolContext(
+            idempotency_key=call["key"], agent_id=self.state.agent_id, call_id=call["id"], attempt=attempt
+        )
 
-    async def _execute(self, calls: list[tuple[dict[str, Any], int]],
-                       preceding: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
+    async def _execute(
+        self, calls: list[tuple[dict[str, Any], int]], preceding: Sequence[tuple[str, dict[str, Any]]] = ()
+    ) -> None:
         """Run ``(call, attempt)`` pairs concurrently, after one append holding
         ``preceding`` entries and every call's intent (durable before any side
         effect). Each result is appended as it completes; the conversation keeps
@@ -158,8 +169,9 @@ class ToolCalls:
             except RedactedArgumentError as exc:
                 entries.append(self._result_entry(call, error=str(exc)))
                 continue
-            entries.append((Kind.TOOL_INTENT, {"key": call["key"], "call_id": call["id"], "tool": tool.name,
-                                               "attempt": attempt}))
+            entries.append(
+                (Kind.TOOL_INTENT, {"key": call["key"], "call_id": call["id"], "tool": tool.name, "attempt": attempt})
+            )
             runs.append((tool, call, arguments, attempt))
         await self.journal.append(*entries)
         if self.state.status != RUNNING or not runs:
@@ -181,17 +193,27 @@ class ToolCalls:
             # One call's store error (fenced, outage) stops the agent as it would alone.
             raise _first(group) from None
 
-    async def _run(self, tool: Tool, call: dict[str, Any], arguments: dict[str, Any], attempt: int,
-                   lock: anyio.Lock | None = None) -> None:
+    async def _run(
+        self, tool: Tool, call: dict[str, Any], arguments: dict[str, Any], attempt: int, lock: anyio.Lock | None = None
+    ) -> None:
         with self.telemetry.span(f"execute_tool {tool.name}") as span:
             if span is not None:
-                span.set_attributes({tm.OPERATION: "execute_tool", tm.TOOL_NAME: tool.name, tm.TOOL_TYPE: "function",
-                                     tm.TOOL_CALL_ID: call["id"], tm.TOOL_ATTEMPT: attempt,
-                                     tm.AGENT_ID: self.state.agent_id, tm.AGENT_NAME: self.definition.name,
-                                     tm.CONVERSATION_ID: self.state.agent_id})
+                span.set_attributes(
+                    {
+                        tm.OPERATION: "execute_tool",
+                        tm.TOOL_NAME: tool.name,
+                        tm.TOOL_TYPE: "function",
+                        tm.TOOL_CALL_ID: call["id"],
+                        tm.TOOL_ATTEMPT: attempt,
+                        tm.AGENT_ID: self.state.agent_id,
+                        tm.AGENT_NAME: self.definition.name,
+                        tm.CONVERSATION_ID: self.state.agent_id,
+                    }
+                )
             try:
-                result = await tool.invoke(arguments, self._context(call, attempt),
-                                           validated=self._validated.pop(call["key"], None))
+                result = await tool.invoke(
+                    arguments, self._context(call, attempt), validated=self._validated.pop(call["key"], None)
+                )
                 outcome = {"result": tool.to_journal(result)}
             except Exception as exc:
                 tm.record_exception(span, exc)
@@ -213,15 +235,23 @@ class ToolCalls:
             await self._execute([(call, attempt)])
 
     @staticmethod
-    def _result_entry(call: dict[str, Any], *, result: Any = None, error: str | None = None,
-                      reconciled: bool = False) -> tuple[str, dict[str, Any]]:
+    def _result_entry(
+        call: dict[str, Any], *, result: Any = None, error: str | None = None, reconciled: bool = False
+    ) -> tuple[str, dict[str, Any]]:
         data = {"key": call["key"], "call_id": call["id"], "tool": call["name"], "result": result, "error": error}
         if reconciled:
             data["reconciled"] = True
         return Kind.TOOL_RESULT, data
 
-    async def _result(self, call: dict[str, Any], *, result: Any = None, error: str | None = None,
-                      reconciled: bool = False, staged: bool = False) -> None:
+    async def _result(
+        self,
+        call: dict[str, Any],
+        *,
+        result: Any = None,
+        error: str | None = None,
+        reconciled: bool = False,
+        staged: bool = False,
+    ) -> None:
         entry = self._result_entry(call, result=result, error=error, reconciled=reconciled)
         try:
             if staged:
@@ -233,12 +263,13 @@ class ToolCalls:
             # silent substitute: the agent fails naming the tool, the call and the field,
             # and the ledger marks the call done, so a retry after the fix never repeats it
             # (the model is then told the result was lost).
-            lost = (f"the call ran, but its result could not be stored ({exc.path}: {exc.reason}); "
-                    "it will not run again")
+            lost = f"the call ran, but its result could not be stored ({exc.path}: {exc.reason}); it will not run again"
             reason = f"tool {call['name']} call {call['id']}: result cannot be stored: {exc.path}: {exc.reason}"
             kind, data = entry
             self.failure = tm.error_type(exc)
-            await self.journal.append((kind, {**data, "result": None, "error": lost}), (Kind.FAILED, {"reason": reason}))
+            await self.journal.append(
+                (kind, {**data, "result": None, "error": lost}), (Kind.FAILED, {"reason": reason})
+            )
 
 
 def _note(decision: dict[str, Any]) -> str:

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from durably._loop import commands as cmd
-from durably._operate import placement
 from durably._fleet import wakeups
-from durably._loop.actor import _Requeue
-from durably.errors import AgentFencedError
 from durably._fleet.handle import AgentHandle
+from durably._loop import commands as cmd
+from durably._loop.actor import _Requeue
 from durably._loop.state import RUNNING
+from durably._operate import placement
 from durably._operate.placement import CommandResult
+from durably.errors import AgentFencedError
 
 if TYPE_CHECKING:
     from durably._host import RuntimeHost

@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from durably.errors import AgentFencedError, AgentLeasedError
 from durably._fleet.owner import LeaseHolder, Liveness
 from durably._loop.state import RUNNING, AgentState
+from durably.errors import AgentFencedError, AgentLeasedError
 
 if TYPE_CHECKING:
     from durably._fleet.handle import AgentHandle
@@ -68,8 +68,11 @@ class Placement:
             ``where`` and ``reason`` (str), ``holder`` (the lease holder's fields,
                 or None); the handle is a live object and is left out.
         """
-        return {"where": self.where.value, "reason": self.reason,
-                "holder": {**asdict(self.holder), "liveness": self.holder.liveness.value} if self.holder else None}
+        return {
+            "where": self.where.value,
+            "reason": self.reason,
+            "holder": {**asdict(self.holder), "liveness": self.holder.liveness.value} if self.holder else None,
+        }
 
     @classmethod
     def held_by(cls, holder: LeaseHolder | None, *, registered: bool) -> Placement:
@@ -92,11 +95,18 @@ class Placement:
         if holder.liveness is Liveness.ALIVE:
             return cls(Where.ELSEWHERE, f"run by {holder.worker_id} (pid {holder.pid})", holder)
         if holder.liveness is Liveness.DEAD:
-            return cls(Where.UNASSIGNED, f"its lease holder {holder.worker_id} (pid {holder.pid}) is gone: "
-                                         "the next resume or serve() with its definition takes it at once", holder)
+            return cls(
+                Where.UNASSIGNED,
+                f"its lease holder {holder.worker_id} (pid {holder.pid}) is gone: "
+                "the next resume or serve() with its definition takes it at once",
+                holder,
+            )
         until = datetime.fromtimestamp(holder.expires_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return cls(Where.AFTER_LEASE, f"leased by {holder.worker_id} until {until}; "
-                                      "it runs there, or after that wherever serve() polls", holder)
+        return cls(
+            Where.AFTER_LEASE,
+            f"leased by {holder.worker_id} until {until}; it runs there, or after that wherever serve() polls",
+            holder,
+        )
 
 
 @dataclass
@@ -184,6 +194,9 @@ async def place(runtime: RuntimeHost, state: AgentState, *, was_parked: bool) ->
         if handle is not None:
             return Placement(Where.HERE, "resumed in this runtime", handle=handle)
     if not runtime._leases.enabled:
-        return Placement(Where.UNASSIGNED, "this store has no leases: whether another runtime runs it cannot be "
-                                           "told; a serve() with its definition resumes it if none does")
+        return Placement(
+            Where.UNASSIGNED,
+            "this store has no leases: whether another runtime runs it cannot be "
+            "told; a serve() with its definition resumes it if none does",
+        )
     return Placement.held_by(await runtime.lease_holder(state.agent_id), registered=registered)

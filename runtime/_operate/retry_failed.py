@@ -12,21 +12,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from durably.schemas._records import Kind
-
 from durably._loop.agent import AgentDefinition
-from durably.errors import InvalidCommandError
 from durably._loop.state import FAILED, AgentState
 from durably._tools.tool import OnUnknownOutcome
+from durably.errors import InvalidCommandError
+from durably.schemas._records import Kind
 
 #: Expected-seq attempts of ``Runtime.retry`` racing another writer (each re-reads first).
 RETRY_APPEND_ATTEMPTS = 8
 
-_QUESTION = ("outcome of attempt {previous} unknown (the agent failed on it, policy fail); approve to run it "
-             "again, deny to skip it, or report that it happened with its result")
+_QUESTION = (
+    "outcome of attempt {previous} unknown (the agent failed on it, policy fail); approve to run it "
+    "again, deny to skip it, or report that it happened with its result"
+)
 
 
-def retry_entries(state: AgentState, definition: AgentDefinition | None, worker: str) -> list[tuple[str, dict[str, Any]]]:
+def retry_entries(
+    state: AgentState, definition: AgentDefinition | None, worker: str
+) -> list[tuple[str, dict[str, Any]]]:
     """The records that turn failed ``state`` back into a runnable agent.
 
     A ``retried`` record (status back to running), then, for each pending call
@@ -51,7 +54,17 @@ def retry_entries(state: AgentState, definition: AgentDefinition | None, worker:
         approval_id = f"{call['id']}#attempt{attempt}"
         if approval_id in state.approvals:
             continue
-        entries.append((Kind.APPROVAL_REQUESTED, {
-            "approval_id": approval_id, "call_id": call["id"], "tool": call["name"], "arguments": call["arguments"],
-            "key": call["key"], "reason": _QUESTION.format(previous=attempt - 1)}))
+        entries.append(
+            (
+                Kind.APPROVAL_REQUESTED,
+                {
+                    "approval_id": approval_id,
+                    "call_id": call["id"],
+                    "tool": call["name"],
+                    "arguments": call["arguments"],
+                    "key": call["key"],
+                    "reason": _QUESTION.format(previous=attempt - 1),
+                },
+            )
+        )
     return entries

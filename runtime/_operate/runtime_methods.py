@@ -16,19 +16,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from durably._loop import commands as cmd
-from durably.errors import AgentFencedError, InvalidCommandError
 from durably._figures import check_bool, check_figure
-from durably.errors import ArgumentTypeError, InvalidArgumentError
+from durably._loop import commands as cmd
+from durably.errors import AgentFencedError, ArgumentTypeError, InvalidArgumentError, InvalidCommandError
 
 if TYPE_CHECKING:
-    from durably.storage._spi import StreamId
-
-    from durably._loop.agent import AgentDefinition
-    from durably._journal.writer import AgentJournal
     from durably._fleet.handle import AgentHandle
-    from durably._operate.placement import CommandResult
     from durably._host import RuntimeHost
+    from durably._journal.writer import AgentJournal
+    from durably._loop.agent import AgentDefinition
+    from durably._operate.placement import CommandResult
+    from durably.storage._spi import StreamId
 
 
 class OperatorCommands:
@@ -42,11 +40,25 @@ class OperatorCommands:
 
         async def _restore_journal(self, agent_id: str) -> AgentJournal: ...
 
-        async def _resume(self, agent_id: str, *, force: bool = False, seen: Any = ...,
-                          gather: Callable[[], Awaitable[None]] | None = None) -> AgentHandle | None: ...
+        async def _resume(
+            self,
+            agent_id: str,
+            *,
+            force: bool = False,
+            seen: Any = ...,
+            gather: Callable[[], Awaitable[None]] | None = None,
+        ) -> AgentHandle | None: ...
 
-    async def approve(self, agent_id: str, approval_id: str, *, approved: bool = True, by: str = "", note: str = "",
-                      result: Any = cmd.NO_RESULT) -> CommandResult:
+    async def approve(
+        self,
+        agent_id: str,
+        approval_id: str,
+        *,
+        approved: bool = True,
+        by: str = "",
+        note: str = "",
+        result: Any = cmd.NO_RESULT,
+    ) -> CommandResult:
         """Decide an open approval; a parked agent then resumes here if its definition is registered.
 
         For a call whose outcome is unknown (policy ``ask``) the three answers
@@ -83,10 +95,13 @@ class OperatorCommands:
             AgentNotFoundError: The agent has no records.
         """
         check_bool("Runtime.approve", "approved", approved)
-        return await self._command(agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note,
-                                                        result=result))
+        return await self._command(
+            agent_id, cmd.Decide(approval_id=approval_id, approved=approved, by=by, note=note, result=result)
+        )
 
-    async def extend_budget(self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0) -> CommandResult:
+    async def extend_budget(
+        self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0
+    ) -> CommandResult:
         """Raise a suspended (or running) agent's limits; a suspended one resumes.
 
         Each figure is added to the limit of that name; a limit that is None
@@ -198,7 +213,9 @@ class OperatorCommands:
             AgentNotFoundError: The agent has no records.
         """
         if reason is not None and not isinstance(reason, str):
-            raise ArgumentTypeError(f"Runtime.cancel: reason must be a str or None, got {type(reason).__name__} {reason!r}")
+            raise ArgumentTypeError(
+                f"Runtime.cancel: reason must be a str or None, got {type(reason).__name__} {reason!r}"
+            )
         return await self._command(agent_id, cmd.Cancel(reason=reason or ""))
 
     async def _command(self, agent_id: str, command: cmd.Command) -> CommandResult:

@@ -16,16 +16,15 @@ from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from durably.schemas._records import Record
-from durably.storage._errors import CodecError
-from durably._journal.records import RecordCodec
-from durably.storage._spi import Store, StreamId, supports_leases
-
-from durably._journal import status_index
-from durably.errors import AgentNotFoundError
 from durably._fleet.owner import Liveness, holder_liveness
+from durably._journal import status_index
+from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import AgentState
+from durably.errors import AgentNotFoundError
+from durably.schemas._records import Record
+from durably.storage._errors import CodecError
+from durably.storage._spi import Store, StreamId, supports_leases
 
 if TYPE_CHECKING:
     from durably._telemetry import Telemetry
@@ -138,18 +137,32 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
     if supports_leases(store) and (held := await store.get_lease(stream)) is not None:
         lease = LeaseInfo(held.owner, held.expires_at, held.token, holder_liveness(held.owner) is Liveness.DEAD)
     return AgentDescription(
-        namespace=stream.namespace, agent_id=stream.agent_id, status=state.status, reason=state.reason,
-        definition=dict(state.definition), run_id=state.run_id, task=state.task, seq=state.last_seq,
-        steps=state.usage["steps"], usage=dict(state.usage), budget=dict(state.budget),
-        budget_left=budget_left(state), open_approvals=[_approval(a) for a in state.open_approvals()],
+        namespace=stream.namespace,
+        agent_id=stream.agent_id,
+        status=state.status,
+        reason=state.reason,
+        definition=dict(state.definition),
+        run_id=state.run_id,
+        task=state.task,
+        seq=state.last_seq,
+        steps=state.usage["steps"],
+        usage=dict(state.usage),
+        budget=dict(state.budget),
+        budget_left=budget_left(state),
+        open_approvals=[_approval(a) for a in state.open_approvals()],
         pending_calls=[_pending(state, c) for c in state.pending_calls],
         created_at=first.at if first is not None and first.seq == 1 else None,
-        last_activity_at=last.at if last is not None else None, forked_from=state.forked_from,
-        leases_supported=supported, lease=lease, state=state)
+        last_activity_at=last.at if last is not None else None,
+        forked_from=state.forked_from,
+        leases_supported=supported,
+        lease=lease,
+        state=state,
+    )
 
 
-async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry: Telemetry, *,
-                             statuses: Iterable[str] | None = None) -> AsyncIterator[AgentDescription]:
+async def describe_namespace(
+    store: Store, codec: RecordCodec, namespace: str, telemetry: Telemetry, *, statuses: Iterable[str] | None = None
+) -> AsyncIterator[AgentDescription]:
     """``describe`` every agent of ``namespace`` (``statuses``: only those with one of these), in the store's listing order.
 
     An agent whose journal cannot be read is described with status
@@ -165,8 +178,12 @@ async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, t
         except AgentNotFoundError:
             continue  # purged between the listing and the read
         except CodecError as exc:
-            state = AgentState(namespace=namespace, agent_id=stream.agent_id, status="unreadable",
-                               reason=f"{type(exc).__name__}: {exc}")
+            state = AgentState(
+                namespace=namespace,
+                agent_id=stream.agent_id,
+                status="unreadable",
+                reason=f"{type(exc).__name__}: {exc}",
+            )
             found = await describe_state(store, codec, stream, state)
         if wanted is None or found.status in wanted:
             yield found
@@ -175,7 +192,11 @@ async def describe_namespace(store: Store, codec: RecordCodec, namespace: str, t
 def budget_left(state: AgentState) -> dict[str, Any]:
     """Each budget limit minus what is spent (None: that limit is unlimited)."""
     usage = state.usage
-    spent = {"steps": usage["steps"], "tokens": usage["input_tokens"] + usage["output_tokens"], "cost_usd": usage["cost_usd"]}
+    spent = {
+        "steps": usage["steps"],
+        "tokens": usage["input_tokens"] + usage["output_tokens"],
+        "cost_usd": usage["cost_usd"],
+    }
     return {name: (None if allowed is None else allowed - spent.get(name, 0)) for name, allowed in state.budget.items()}
 
 
@@ -185,8 +206,14 @@ def _approval(request: dict[str, Any]) -> dict[str, Any]:
 
 def _pending(state: AgentState, call: dict[str, Any]) -> dict[str, Any]:
     entry = state.ledger.get(call["key"])
-    return {"id": call["id"], "tool": call["name"], "arguments": call["arguments"], "key": call["key"],
-            "started": entry is not None, "attempts": entry["attempts"] if entry else 0}
+    return {
+        "id": call["id"],
+        "tool": call["name"],
+        "arguments": call["arguments"],
+        "key": call["key"],
+        "started": entry is not None,
+        "attempts": entry["attempts"] if entry else 0,
+    }
 
 
 async def _record_at(store: Store, codec: RecordCodec, stream: StreamId, after: int) -> Record | None:

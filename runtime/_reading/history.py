@@ -18,11 +18,10 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from durably.schemas._records import KINDS, Kind, Record
 from durably._journal.records import RecordCodec
-from durably.storage._spi import Store, StreamId
-
 from durably.errors import AgentNotFoundError, InvalidCommandError
+from durably.schemas._records import KINDS, Kind, Record
+from durably.storage._spi import Store, StreamId
 
 _CLIP = 80  # characters of free text a summary quotes
 
@@ -69,8 +68,15 @@ def check_kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
     return wanted
 
 
-async def history(store: Store, codec: RecordCodec, stream: StreamId, *, after_seq: int = 0,
-                  kinds: Iterable[str] | None = None, payload: bool = False) -> AsyncIterator[HistoryEntry]:
+async def history(
+    store: Store,
+    codec: RecordCodec,
+    stream: StreamId,
+    *,
+    after_seq: int = 0,
+    kinds: Iterable[str] | None = None,
+    payload: bool = False,
+) -> AsyncIterator[HistoryEntry]:
     """Yield the records of ``stream`` with seq > ``after_seq`` (int >= 0) as ``HistoryEntry``.
 
     ``kinds``: only records of these kinds (None: all); ``payload``: include
@@ -142,16 +148,20 @@ _SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
     Kind.TOOL_RESULT: _result,
     Kind.PLAN_UPDATED: lambda d: f"plan: {clip('; '.join(map(str, d['plan'])))}",
     Kind.ARTIFACT_STORED: lambda d: f"artifact {d['name']} ({d['size']} bytes)",
-    Kind.APPROVAL_REQUESTED: lambda d: f"approval {d['approval_id']} asked: {call_text(d['tool'], d['arguments'])}: {d['reason']}",
+    Kind.APPROVAL_REQUESTED: lambda d: (
+        f"approval {d['approval_id']} asked: {call_text(d['tool'], d['arguments'])}: {d['reason']}"
+    ),
     Kind.APPROVAL_DECIDED: _decided,
     Kind.BUDGET_EXCEEDED: lambda d: f"budget: {d['limit']} limit {d['allowed']} reached ({d['spent']})",
     Kind.BUDGET_EXTENDED: lambda d: f"budget now {clip(d['budget'])}",
-    Kind.HISTORY_COMPACTED: lambda d: ("conversation replaced" if "messages" in d
-                                       else f"{d['count']} messages from {d['first']} compacted"),
+    Kind.HISTORY_COMPACTED: lambda d: (
+        "conversation replaced" if "messages" in d else f"{d['count']} messages from {d['first']} compacted"
+    ),
     Kind.FINISHED: lambda d: f"finished: {clip(d['result'])}",
     Kind.FAILED: lambda d: f"failed: {clip(d['reason'])}",
     Kind.CANCELLED: lambda d: f"cancelled: {clip(d.get('reason', ''))}",
-    Kind.DEFINITION_CHANGED: lambda d: (f"definition {d['previous']['version']} -> {d['definition']['version']} "
-                                        f"({d['policy']})"),
+    Kind.DEFINITION_CHANGED: lambda d: (
+        f"definition {d['previous']['version']} -> {d['definition']['version']} ({d['policy']})"
+    ),
     Kind.FORKED: lambda d: f"fork of {d['namespace']}/{d['agent_id']} at seq {d['seq']}",
 }

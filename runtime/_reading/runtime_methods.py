@@ -18,13 +18,12 @@ from durably.errors import ArgumentTypeError
 
 if TYPE_CHECKING:
     from durably._journal.records import RecordCodec
-    from durably.storage._spi import Store, StreamId
-
+    from durably._loop.state import AgentState
     from durably._reading.describe import AgentDescription
     from durably._reading.history import HistoryEntry
-    from durably._loop.state import AgentState
-    from durably._telemetry import Telemetry
     from durably._reading.watch import StatusChange
+    from durably._telemetry import Telemetry
+    from durably.storage._spi import Store, StreamId
 
 
 class Inspection:
@@ -38,8 +37,9 @@ class Inspection:
 
         def stream(self, agent_id: str) -> StreamId: ...
 
-    def history(self, agent_id: str, *, after_seq: int = 0, kinds: Iterable[str] | None = None,
-                payload: bool = False) -> AsyncIterator[HistoryEntry]:
+    def history(
+        self, agent_id: str, *, after_seq: int = 0, kinds: Iterable[str] | None = None, payload: bool = False
+    ) -> AsyncIterator[HistoryEntry]:
         """The agent's journal records, decoded, in seq order; bounded memory on any length.
 
         The idea is the event store's "read stream forward" (EventStoreDB) and
@@ -67,8 +67,9 @@ class Inspection:
 
         if kinds is not None and (isinstance(kinds, (str, bytes)) or not isinstance(kinds, Iterable)):
             raise ArgumentTypeError(f"history: kinds is a collection such as ['tool_result'], got {kinds!r}")
-        return read_history(self.store, self.codec, self.stream(agent_id), after_seq=after_seq, kinds=kinds,
-                            payload=payload)
+        return read_history(
+            self.store, self.codec, self.stream(agent_id), after_seq=after_seq, kinds=kinds, payload=payload
+        )
 
     async def state_at(self, agent_id: str, seq: int) -> AgentState:
         """The agent's folded state right after record ``seq``.
@@ -117,8 +118,9 @@ class Inspection:
         """
         from durably._reading import time_travel
 
-        return await time_travel.fork(self.store, self.codec, self.stream(agent_id), at_seq,
-                                      self.stream(new_agent_id), self.telemetry)
+        return await time_travel.fork(
+            self.store, self.codec, self.stream(agent_id), at_seq, self.stream(new_agent_id), self.telemetry
+        )
 
     async def describe(self, agent_id: str) -> AgentDescription:
         """Describe one agent as it is now (as ``temporal workflow describe``, ``dbos workflow get``).
@@ -161,8 +163,9 @@ class Inspection:
         from durably._reading.describe import describe_namespace
 
         wanted = watching.check_statuses("describe_all", statuses)
-        return [d async for d in describe_namespace(self.store, self.codec, self.namespace, self.telemetry,
-                                                    statuses=wanted)]
+        return [
+            d async for d in describe_namespace(self.store, self.codec, self.namespace, self.telemetry, statuses=wanted)
+        ]
 
     def watch(self, agent_id: str, *, poll_interval: float = 0.2) -> AsyncIterator[StatusChange]:
         """Follow the agent's status changes from now on, wherever it runs.
@@ -182,7 +185,9 @@ class Inspection:
         """
         from durably._reading import watch as watching
 
-        return watching.watch(self.store, self.codec, self.stream(agent_id), self.telemetry, poll_interval=poll_interval)
+        return watching.watch(
+            self.store, self.codec, self.stream(agent_id), self.telemetry, poll_interval=poll_interval
+        )
 
     def watch_namespace(self, *, poll_interval: float = 0.5) -> AsyncIterator[StatusChange]:
         """Follow the status changes of every agent of the namespace from now on, new agents included.
@@ -201,10 +206,18 @@ class Inspection:
         """
         from durably._reading import watch as watching
 
-        return watching.watch_namespace(self.store, self.codec, self.namespace, self.telemetry, poll_interval=poll_interval)
+        return watching.watch_namespace(
+            self.store, self.codec, self.namespace, self.telemetry, poll_interval=poll_interval
+        )
 
-    async def wait(self, agent_id: str, until: Iterable[str] | str | None = None, *, timeout: float | None = None,
-                   poll_interval: float = 0.2) -> AgentState:
+    async def wait(
+        self,
+        agent_id: str,
+        until: Iterable[str] | str | None = None,
+        *,
+        timeout: float | None = None,
+        poll_interval: float = 0.2,
+    ) -> AgentState:
         """Wait until the agent's status is one of ``until``, following it across activations and processes.
 
         ``start()`` launches an agent without waiting; this is how an embedding
@@ -230,5 +243,12 @@ class Inspection:
         """
         from durably._reading import watch as watching
 
-        return await watching.wait(self.store, self.codec, self.stream(agent_id), self.telemetry, until=until,
-                                   timeout=timeout, poll_interval=poll_interval)
+        return await watching.wait(
+            self.store,
+            self.codec,
+            self.stream(agent_id),
+            self.telemetry,
+            until=until,
+            timeout=timeout,
+            poll_interval=poll_interval,
+        )

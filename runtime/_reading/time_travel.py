@@ -21,16 +21,15 @@ import uuid
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
-from durably.schemas._records import Kind, Record
-from durably.storage._errors import ConflictError, CorruptRecordError
-from durably._journal.records import RecordCodec
-from durably.storage._spi import Store, StreamId
-
-from durably.errors import AgentExistsError, AgentNotFoundError, SeqOutOfRangeError
 from durably._journal import status_index
+from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import AgentState
 from durably._tools.tool import idempotency_key
+from durably.errors import AgentExistsError, AgentNotFoundError, SeqOutOfRangeError
+from durably.schemas._records import Kind, Record
+from durably.storage._errors import ConflictError, CorruptRecordError
+from durably.storage._spi import Store, StreamId
 
 if TYPE_CHECKING:
     from durably._telemetry import Telemetry
@@ -63,7 +62,9 @@ async def state_at(store: Store, codec: RecordCodec, stream: StreamId, seq: int,
     return restored.state
 
 
-async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, target: StreamId, telemetry: Telemetry) -> AgentState:
+async def fork(
+    store: Store, codec: RecordCodec, source: StreamId, at_seq: int, target: StreamId, telemetry: Telemetry
+) -> AgentState:
     """Make ``target`` a new agent whose journal is ``source``'s up to ``at_seq``, then a ``forked`` record.
 
     Returns the fork's state (status as the source's at ``at_seq``; a running
@@ -96,9 +97,18 @@ async def fork(store: Store, codec: RecordCodec, source: StreamId, at_seq: int, 
                 written = await _append(store, target, written, batch)
                 batch = []
     # Chosen but not started at the fork (no ledger entry under its key): runs anew, under a new key.
-    keys = {c["key"]: idempotency_key(target.namespace, target.agent_id, run_id, f"fork:{c['key']}")
-            for c in at.pending_calls if c["key"] not in at.ledger}
-    origin = {"namespace": source.namespace, "agent_id": source.agent_id, "run_id": at.run_id, "seq": at_seq, "keys": keys}
+    keys = {
+        c["key"]: idempotency_key(target.namespace, target.agent_id, run_id, f"fork:{c['key']}")
+        for c in at.pending_calls
+        if c["key"] not in at.ledger
+    }
+    origin = {
+        "namespace": source.namespace,
+        "agent_id": source.agent_id,
+        "run_id": at.run_id,
+        "seq": at_seq,
+        "keys": keys,
+    }
     batch.append(codec.encode_record(Record(at_seq + 1, Kind.FORKED, origin, time.time()), target))
     await _append(store, target, written, batch)
     restored = await restore(store, codec, target, telemetry)
@@ -111,8 +121,9 @@ async def _append(store: Store, stream: StreamId, expected: int, frames: list[by
     try:
         return await store.append(stream, expected, frames)
     except ConflictError:
-        raise AgentExistsError(f"agent {stream.agent_id!r} was created in namespace {stream.namespace!r} "
-                               "while the fork was written") from None
+        raise AgentExistsError(
+            f"agent {stream.agent_id!r} was created in namespace {stream.namespace!r} while the fork was written"
+        ) from None
 
 
 async def _last_seq(store: Store, stream: StreamId) -> int:
@@ -126,8 +137,9 @@ async def _check_not_compacted(store: Store, stream: StreamId, seq: int) -> None
     """Raise ``SeqOutOfRangeError`` when the state at ``seq`` can no longer be folded: no
     snapshot at or before it, and the journal's start compacted away."""
     if await store.get_snapshot(stream, seq) is None and (first := await _first_seq(store, stream)) > 1:
-        raise SeqOutOfRangeError(f"{stream} at seq {seq}: the records before seq {first} "
-                                 "were compacted away and no snapshot precedes it")
+        raise SeqOutOfRangeError(
+            f"{stream} at seq {seq}: the records before seq {first} were compacted away and no snapshot precedes it"
+        )
 
 
 async def _first_seq(store: Store, stream: StreamId) -> int:

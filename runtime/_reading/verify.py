@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from durably.storage._errors import CodecError, CorruptRecordError
 from durably._journal.records import RecordCodec
+from durably.storage._errors import CodecError, CorruptRecordError
 from durably.storage._spi import Store, StreamId
 
 
@@ -77,11 +77,20 @@ async def verify_stream(store: Store, codec: RecordCodec, stream: StreamId) -> S
             if expected == 0:
                 report.first_seq = stored.seq
                 if stored.seq > 1 and not any(seq >= stored.seq - 1 for seq in snapshot_seqs):
-                    report.problems.append(Problem("journal", 1, "CorruptRecordError",
-                                                   f"records 1..{stored.seq - 1} are missing and no snapshot covers them"))
+                    report.problems.append(
+                        Problem(
+                            "journal",
+                            1,
+                            "CorruptRecordError",
+                            f"records 1..{stored.seq - 1} are missing and no snapshot covers them",
+                        )
+                    )
             elif stored.seq != expected:
-                report.problems.append(Problem("journal", expected, "CorruptRecordError",
-                                               f"gap: seqs {expected}..{stored.seq - 1} are missing"))
+                report.problems.append(
+                    Problem(
+                        "journal", expected, "CorruptRecordError", f"gap: seqs {expected}..{stored.seq - 1} are missing"
+                    )
+                )
             expected = stored.seq + 1
             try:
                 codec.decode_record(stored, stream)
@@ -94,8 +103,14 @@ async def verify_stream(store: Store, codec: RecordCodec, stream: StreamId) -> S
         return report
     end = expected - 1 if expected else max(snapshot_seqs, default=0)
     if end < report.last_seq:
-        report.problems.append(Problem("journal", end + 1, "CorruptRecordError",
-                                       f"the journal ends at seq {end} but the stream's last seq is {report.last_seq}"))
+        report.problems.append(
+            Problem(
+                "journal",
+                end + 1,
+                "CorruptRecordError",
+                f"the journal ends at seq {end} but the stream's last seq is {report.last_seq}",
+            )
+        )
     return report
 
 

@@ -23,15 +23,19 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from durably.schemas._records import Kind, Record
-from durably.errors import ArgumentTypeError, InvalidArgumentError
-from durably.storage._errors import CodecError
 from durably._journal.records import RecordCodec
-from durably.storage._spi import Store, StreamId
-
-from durably.errors import AgentNotFoundError, InvalidCommandError, WaitTimeoutError
 from durably._journal.restore import restore
 from durably._loop.state import CANCELLED, FAILED, FINISHED, RUNNING, SUSPENDED, WAITING_APPROVAL, AgentState, apply
+from durably.errors import (
+    AgentNotFoundError,
+    ArgumentTypeError,
+    InvalidArgumentError,
+    InvalidCommandError,
+    WaitTimeoutError,
+)
+from durably.schemas._records import Kind, Record
+from durably.storage._errors import CodecError
+from durably.storage._spi import Store, StreamId
 
 if TYPE_CHECKING:
     from durably._telemetry import Telemetry
@@ -64,16 +68,26 @@ def check_statuses(owner: str, statuses: Iterable[str] | None) -> frozenset[str]
     wanted = frozenset(statuses)
     unknown = sorted(str(s) for s in wanted - LISTED_STATUSES)
     if unknown:
-        raise InvalidArgumentError(f"{owner}: unknown status(es) {', '.join(unknown)}; known: {', '.join(sorted(LISTED_STATUSES))}")
+        raise InvalidArgumentError(
+            f"{owner}: unknown status(es) {', '.join(unknown)}; known: {', '.join(sorted(LISTED_STATUSES))}"
+        )
     return wanted
+
+
 #: ``wait``'s default: the agent stopped or parked (nothing more happens without a human).
 STOPPED_OR_PARKED = frozenset({WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CANCELLED})
 
 _EVENTS: dict[str, str] = {
-    Kind.STARTED: "started", Kind.RESUMED: "resumed", Kind.APPROVAL_REQUESTED: "approval_requested",
-    Kind.APPROVAL_DECIDED: "approval_decided", Kind.BUDGET_EXCEEDED: "suspended",
-    Kind.BUDGET_EXTENDED: "budget_extended", Kind.FINISHED: "finished", Kind.FAILED: "failed",
-    Kind.CANCELLED: "cancelled", Kind.FORKED: "forked",
+    Kind.STARTED: "started",
+    Kind.RESUMED: "resumed",
+    Kind.APPROVAL_REQUESTED: "approval_requested",
+    Kind.APPROVAL_DECIDED: "approval_decided",
+    Kind.BUDGET_EXCEEDED: "suspended",
+    Kind.BUDGET_EXTENDED: "budget_extended",
+    Kind.FINISHED: "finished",
+    Kind.FAILED: "failed",
+    Kind.CANCELLED: "cancelled",
+    Kind.FORKED: "forked",
 }
 
 
@@ -115,8 +129,11 @@ class _Tail:
                 apply(self.state, record)
                 event = _EVENTS.get(record.kind)
                 if event is not None:
-                    changes.append(StatusChange(self.stream.agent_id, record.seq, record.at, event,
-                                                self.state.status, self.state.reason))
+                    changes.append(
+                        StatusChange(
+                            self.stream.agent_id, record.seq, record.at, event, self.state.status, self.state.reason
+                        )
+                    )
         return changes
 
 
@@ -132,8 +149,9 @@ def _check_interval(poll_interval: float) -> None:
         raise InvalidCommandError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
 
 
-async def watch(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry, *,
-                poll_interval: float = 0.2) -> AsyncIterator[StatusChange]:
+async def watch(
+    store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry, *, poll_interval: float = 0.2
+) -> AsyncIterator[StatusChange]:
     """Yield the agent's status changes from now on, forever (break out, or cancel, to stop).
 
     Raises ``AgentNotFoundError`` (no agent yet), ``InvalidCommandError`` (a bad
@@ -149,8 +167,9 @@ async def watch(store: Store, codec: RecordCodec, stream: StreamId, telemetry: T
         await anyio.sleep(poll_interval)
 
 
-async def watch_namespace(store: Store, codec: RecordCodec, namespace: str, telemetry: Telemetry, *,
-                          poll_interval: float = 0.5) -> AsyncIterator[StatusChange]:
+async def watch_namespace(
+    store: Store, codec: RecordCodec, namespace: str, telemetry: Telemetry, *, poll_interval: float = 0.5
+) -> AsyncIterator[StatusChange]:
     """Yield the status changes of every agent of ``namespace`` from now on, forever.
 
     Agents created after the call are followed from their first record. An
@@ -165,7 +184,11 @@ async def watch_namespace(store: Store, codec: RecordCodec, namespace: str, tele
             tail = tails.get(stream.agent_id)
             try:
                 if tail is None:
-                    tail = await _tail_from_now(store, codec, stream, telemetry) if first_scan else _Tail(stream, AgentState())
+                    tail = (
+                        await _tail_from_now(store, codec, stream, telemetry)
+                        if first_scan
+                        else _Tail(stream, AgentState())
+                    )
                     tails[stream.agent_id] = tail
                     if first_scan:
                         continue
@@ -189,13 +212,22 @@ def check_until(until: Iterable[str] | str | None) -> frozenset[str]:
         raise InvalidCommandError(f"until must hold statuses (str), got {sorted(map(repr, wanted))}")
     unknown = sorted(wanted - STATUSES)
     if unknown or not wanted:
-        raise InvalidCommandError(f"cannot wait for status {unknown[0] if unknown else 'nothing'!r} "
-                                  f"(statuses: {', '.join(sorted(STATUSES))})")
+        raise InvalidCommandError(
+            f"cannot wait for status {unknown[0] if unknown else 'nothing'!r} (statuses: {', '.join(sorted(STATUSES))})"
+        )
     return wanted
 
 
-async def wait(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry, *, until: Iterable[str] | str | None = None,
-               timeout: float | None = None, poll_interval: float = 0.2) -> AgentState:
+async def wait(
+    store: Store,
+    codec: RecordCodec,
+    stream: StreamId,
+    telemetry: Telemetry,
+    *,
+    until: Iterable[str] | str | None = None,
+    timeout: float | None = None,
+    poll_interval: float = 0.2,
+) -> AgentState:
     """Wait until the agent's status is one of ``until``; return its state then.
 
     ``until``: statuses (default: finished, failed, cancelled, waiting_approval,
@@ -220,5 +252,8 @@ async def wait(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Te
                         if tail.state.status in wanted:
                             break
         return tail.state
-    raise WaitTimeoutError(f"agent {stream.agent_id!r} still {tail.state.status} after {timeout} s "
-                           f"(waited for {', '.join(sorted(wanted))})", tail.state)
+    raise WaitTimeoutError(
+        f"agent {stream.agent_id!r} still {tail.state.status} after {timeout} s "
+        f"(waited for {', '.join(sorted(wanted))})",
+        tail.state,
+    )

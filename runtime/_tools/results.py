@@ -50,5 +50,5 @@ def journal_form(value: Any, _depth: int = 0) -> Any:
         return value if all(out[k] is v for k, v in value.items()) else out
     if kind in (list, tuple, set, frozenset):
         items = [journal_form(v, _depth + 1) for v in value]
-        return value if all(a is b for a, b in zip(items, value)) else kind(items)
+        return value if all(a is b for a, b in zip(items, value, strict=False)) else kind(items)
     return value

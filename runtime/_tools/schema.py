@@ -21,8 +21,8 @@ if TYPE_CHECKING:  # imported where a tool is built: ``import durably`` does not
     import pydantic
     from pydantic import TypeAdapter
 
-from durably.errors import ToolArgumentsError as ToolArgumentsError  # re-exported: the old import path
 from durably.errors import ArgumentTypeError
+from durably.errors import ToolArgumentsError as ToolArgumentsError  # re-exported: the old import path
 
 #: The parameter a tool declares to receive its ``ToolContext``.
 CONTEXT_PARAMETER = "ctx"
@@ -93,8 +93,10 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
             extra = "allow"  # **kwargs: any further argument is passed on as given
             continue
         if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
-            raise ArgumentTypeError(f"tool {name!r}: parameter {param.name!r} cannot be passed by keyword; "
-                            "a model calls tools with named arguments")
+            raise ArgumentTypeError(
+                f"tool {name!r}: parameter {param.name!r} cannot be passed by keyword; "
+                "a model calls tools with named arguments"
+            )
         annotation = hints.get(param.name, Any)
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, Field(default, description=described.get(param.name) or None))
@@ -110,7 +112,9 @@ def read_signature(name: str, fn: Callable[..., Any]) -> ToolSignature:
         try:
             adapter = TypeAdapter(returns)
         except Exception as exc:
-            raise ArgumentTypeError(f"tool {name!r}: return annotation {returns!r} is not a type pydantic knows: {exc}") from exc
+            raise ArgumentTypeError(
+                f"tool {name!r}: return annotation {returns!r} is not a type pydantic knows: {exc}"
+            ) from exc
     text = "\n\n".join(p for p in (doc.short_description, doc.long_description) if p)
     return ToolSignature(schema, text, takes_context, adapter, model, tuple(fields))
 

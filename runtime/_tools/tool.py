@@ -96,8 +96,9 @@ def _check_name(name: object) -> str:
     if not isinstance(name, str):
         raise ArgumentTypeError(f"a tool's name must be a str, got {type(name).__name__} {name!r}")
     if not _TOOL_NAME.fullmatch(name):
-        raise InvalidArgumentError(f"tool name {name!r} is not one a model can call: 1 to 64 ASCII letters, digits, "
-                                   "'_' or '-'")
+        raise InvalidArgumentError(
+            f"tool name {name!r} is not one a model can call: 1 to 64 ASCII letters, digits, '_' or '-'"
+        )
     return name
 
 
@@ -107,8 +108,9 @@ def _policy(tool_name: str, value: Any) -> OnUnknownOutcome:
         return OnUnknownOutcome(value)
     except ValueError:
         valid = ", ".join(repr(p.value) for p in OnUnknownOutcome)
-        raise InvalidArgumentError(f"tool {tool_name!r}: on_unknown_outcome={value!r} is not a policy; "
-                                   f"use one of {valid}") from None
+        raise InvalidArgumentError(
+            f"tool {tool_name!r}: on_unknown_outcome={value!r} is not a policy; use one of {valid}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +186,7 @@ class Tool:
             raise ArgumentTypeError(f"tool {self.name!r}: reconcile must be an async function")
         read: ToolSignature = read_signature(self.name, self.fn)
         object.__setattr__(self, "_read", read)
-        call = getattr(self.fn, "__call__", None)  # an object with an async __call__ is async too
+        call = getattr(self.fn, "__call__", None)  # noqa: B004  (the method itself: an object with an async __call__ is async too)
         object.__setattr__(self, "_is_async", inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(call))
         if self.parameters is None:
             object.__setattr__(self, "parameters", read.schema)
@@ -229,7 +231,9 @@ class Tool:
         """
         return self._read.validate(self.name, arguments)
 
-    async def invoke(self, arguments: dict[str, Any], ctx: ToolContext, *, validated: dict[str, Any] | None = None) -> Any:
+    async def invoke(
+        self, arguments: dict[str, Any], ctx: ToolContext, *, validated: dict[str, Any] | None = None
+    ) -> Any:
         """Validate ``arguments`` and call the tool.
 
         Args:
@@ -286,15 +290,28 @@ def tool(name: Callable[..., Any], /) -> Tool: ...
 
 
 @overload
-def tool(name: str | None = None, *, description: str | None = None, parameters: dict[str, Any] | None = None,
-         requires_approval: bool = False, on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.ASK,
-         reconcile: Reconciler | None = None, sequential: bool = False) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    name: str | None = None,
+    *,
+    description: str | None = None,
+    parameters: dict[str, Any] | None = None,
+    requires_approval: bool = False,
+    on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.ASK,
+    reconcile: Reconciler | None = None,
+    sequential: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
-def tool(name: str | Callable[..., Any] | None = None, *, description: str | None = None,
-         parameters: dict[str, Any] | None = None, requires_approval: bool = False,
-         on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.ASK, reconcile: Reconciler | None = None,
-         sequential: bool = False) -> Tool | Callable[[Callable[..., Any]], Tool]:
+def tool(
+    name: str | Callable[..., Any] | None = None,
+    *,
+    description: str | None = None,
+    parameters: dict[str, Any] | None = None,
+    requires_approval: bool = False,
+    on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.ASK,
+    reconcile: Reconciler | None = None,
+    sequential: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator turning a function (``async def`` or ``def``) into a ``Tool``.
 
     Use bare (``@tool``) or with options (``@tool(requires_approval=True)``).
@@ -338,15 +355,25 @@ def tool(name: str | Callable[..., Any] | None = None, *, description: str | Non
         if name is None:
             own = getattr(fn, "__name__", None)
             if not isinstance(own, str) or not _TOOL_NAME.fullmatch(own):
-                problem = (f"a {type(fn).__name__} has no __name__" if not isinstance(own, str) else
-                           f"{own!r} is not a tool name a model can call (1 to 64 ASCII letters, digits, '_' or '-')")
-                raise InvalidArgumentError(f"{problem}: pass name=, e.g. @tool(name=\"lookup_order\")")
+                problem = (
+                    f"a {type(fn).__name__} has no __name__"
+                    if not isinstance(own, str)
+                    else f"{own!r} is not a tool name a model can call (1 to 64 ASCII letters, digits, '_' or '-')"
+                )
+                raise InvalidArgumentError(f'{problem}: pass name=, e.g. @tool(name="lookup_order")')
             tool_name = own
         else:
             tool_name = _check_name(name)
-        return Tool(name=tool_name, fn=fn, description=description, parameters=parameters,
-                    requires_approval=requires_approval, on_unknown_outcome=_policy(tool_name, on_unknown_outcome),
-                    reconcile=reconcile, sequential=sequential)
+        return Tool(
+            name=tool_name,
+            fn=fn,
+            description=description,
+            parameters=parameters,
+            requires_approval=requires_approval,
+            on_unknown_outcome=_policy(tool_name, on_unknown_outcome),
+            reconcile=reconcile,
+            sequential=sequential,
+        )
 
     if callable(name) and not isinstance(name, str):
         fn, name = name, None

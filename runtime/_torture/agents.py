@@ -18,11 +18,10 @@ from typing import Any
 
 import anyio
 
-from durably.storage._torture import Ledger
-
 from durably._loop.agent import AgentDefinition
 from durably._loop.model import ModelResponse, ToolCall, Usage
 from durably._tools.tool import Reconciled, ToolContext, tool
+from durably.storage._torture import Ledger
 
 #: Namespace of the tortured agents.
 NAMESPACE = "torture"
@@ -52,8 +51,11 @@ class ScriptedModel:
         return ModelResponse(f"done {results}", (), usage)
 
 
-def torture_definitions(steps: int, effects: Ledger, hit: Callable[[str], None] = lambda boundary: None,
-                        ) -> list[AgentDefinition]:
+def torture_definitions(
+    steps: int,
+    effects: Ledger,
+    hit: Callable[[str], None] = lambda boundary: None,
+) -> list[AgentDefinition]:
     """The ``reconcile`` and ``fail`` definitions; ``hit(boundary)`` is called before and after each effect."""
 
     async def already_done(ctx: ToolContext) -> Reconciled | None:

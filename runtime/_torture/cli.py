@@ -21,18 +21,27 @@ from durably._torture.harness import TortureError, run_torture
 @click.command()
 @click.option("--store", required=True, metavar="URL", help="store URL to torture (one you can throw away)")
 @click.option("--kills", type=click.IntRange(1), default=200, show_default=True, help="SIGKILLs of worker processes")
-@click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
-              help="worker processes at once; more than 1 adds takeovers between them")
+@click.option(
+    "--workers",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="worker processes at once; more than 1 adds takeovers between them",
+)
 @click.option("--agents", type=click.IntRange(1), default=4, show_default=True, help="agents per generation")
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True, help="tool calls per agent")
 @click.option("--seed", type=int, help="seed of the crash plans (default: random)")
 @click.option("--ledger", type=click.Path(path_type=Path), help="keep the effect and acknowledgement ledgers here")
-def torture(store: str, kills: int, workers: int, agents: int, steps: int, seed: int | None,
-            ledger: Path | None) -> int:
+def torture(
+    store: str, kills: int, workers: int, agents: int, steps: int, seed: int | None, ledger: Path | None
+) -> int:
     """SIGKILL real agents at every journal boundary and at random moments; check the invariants."""
     try:
-        report = anyio.run(lambda: run_torture(store, kills=kills, workers=workers, agents=agents, steps=steps,
-                                               seed=seed, ledger=ledger))
+        report = anyio.run(
+            lambda: run_torture(
+                store, kills=kills, workers=workers, agents=agents, steps=steps, seed=seed, ledger=ledger
+            )
+        )
     except TortureError as exc:
         click.echo(f"error: {type(exc).__name__}: {exc}")
         return 1

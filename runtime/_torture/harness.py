@@ -31,24 +31,28 @@ from typing import Any
 
 import anyio
 
+from durably._runtime import Runtime
+from durably._torture.agents import NAMESPACE, POLICIES
+from durably._torture.invariants import check_acknowledged, check_effects, check_states, count_takeovers
+from durably._torture.worker import process_main
+from durably.errors import AgentNotFoundError, InvalidArgumentError
+from durably.errors import TortureError as TortureError  # re-exported: the old import path
 from durably.storage._registry import open_store
 from durably.storage._spi import CAP_SINGLE_PROCESS, Store, supports_leases
 from durably.storage._torture import Ledger
-
-from durably.errors import AgentNotFoundError
-from durably._runtime import Runtime
-from durably._torture.agents import NAMESPACE, POLICIES
-from durably._torture.worker import process_main
-from durably._torture.invariants import check_acknowledged, check_effects, check_states, count_takeovers
-from durably.errors import TortureError as TortureError  # re-exported: the old import path
-from durably.errors import InvalidArgumentError
 
 #: Crash plans: a boundary and the highest occurrence it may be chosen at; None is a random moment.
 #: Low occurrences on purpose: a worker dies soon after it starts, so most of a run's time is
 #: restarts, restores and takeovers, the paths that crashes exercise.
 BOUNDARIES: list[tuple[str | None, int]] = [
-    ("before_append", 6), ("after_ack", 6), ("before_effect", 3), ("after_effect", 3),
-    ("before_snapshot", 2), ("after_snapshot", 2), ("before_compact", 1), (None, 0),
+    ("before_append", 6),
+    ("after_ack", 6),
+    ("before_effect", 3),
+    ("after_effect", 3),
+    ("before_snapshot", 2),
+    ("after_snapshot", 2),
+    ("before_compact", 1),
+    (None, 0),
 ]
 #: Seconds a random-moment kill waits after the worker starts: up to this.
 RANDOM_KILL_WINDOW = 1.0
@@ -96,10 +100,12 @@ class TortureReport:
         """One paragraph for a terminal."""
         kinds = ", ".join(f"{name} {count}" for name, count in sorted(self.boundaries.items()))
         verdict = "0 violations" if not self.violations else f"{len(self.violations)} VIOLATIONS"
-        return (f"torture of {self.store}: {self.kills} SIGKILLs ({kinds}) of {self.workers} worker(s), "
-                f"{self.agents} agents in {self.generations} generations, {self.effects} effects, "
-                f"{self.acknowledged} acknowledged appends checked, {self.takeovers} takeovers, "
-                f"{self.seconds:.0f} s: {verdict}")
+        return (
+            f"torture of {self.store}: {self.kills} SIGKILLs ({kinds}) of {self.workers} worker(s), "
+            f"{self.agents} agents in {self.generations} generations, {self.effects} effects, "
+            f"{self.acknowledged} acknowledged appends checked, {self.takeovers} takeovers, "
+            f"{self.seconds:.0f} s: {verdict}"
+        )
 
 
 @dataclass
@@ -121,10 +127,18 @@ class _Run:
     plan_index: int = 0
 
     def spec(self, worker: str, agents: dict[str, str], crash: bool) -> tuple[dict[str, Any], str]:
-        spec: dict[str, Any] = {"store": self.store, "ledger": str(self.ledger), "worker": worker, "agents": agents,
-                                "steps": self.steps, "snapshot_every": 3, "compact": self.rng.random() < 0.5,
-                                "lease_ttl": self.lease_ttl, "store_class": self.store_class,
-                                "environ": dict(os.environ)}
+        spec: dict[str, Any] = {
+            "store": self.store,
+            "ledger": str(self.ledger),
+            "worker": worker,
+            "agents": agents,
+            "steps": self.steps,
+            "snapshot_every": 3,
+            "compact": self.rng.random() < 0.5,
+            "lease_ttl": self.lease_ttl,
+            "store_class": self.store_class,
+            "environ": dict(os.environ),
+        }
         kind = "none"
         if crash:
             boundary, highest = BOUNDARIES[self.plan_index % len(BOUNDARIES)]
@@ -151,8 +165,9 @@ class _Run:
                         process.kill()
                 await _exited(process)
         except TimeoutError:
-            raise TortureError(f"worker {worker} ({kind}) did not finish its {len(agents)} agents within "
-                               f"{budget:.0f} s: stuck")
+            raise TortureError(
+                f"worker {worker} ({kind}) did not finish its {len(agents)} agents within {budget:.0f} s: stuck"
+            ) from None
         finally:
             if process.exitcode is None:
                 process.kill()
@@ -172,9 +187,15 @@ class _Run:
         """Worker slot ``slot``: incarnations until the generation's agents are all done."""
         incarnation = 0
         while True:
-            agents = generation if self.leases else {
-                agent: policy for agent, policy in generation.items()
-                if agent not in self.done and self.owner.get(agent) == slot}
+            agents = (
+                generation
+                if self.leases
+                else {
+                    agent: policy
+                    for agent, policy in generation.items()
+                    if agent not in self.done and self.owner.get(agent) == slot
+                }
+            )
             if not agents:
                 if self.done >= set(generation):
                     return
@@ -192,9 +213,18 @@ class _Run:
                 self.done |= set(agents)
 
 
-async def run_torture(store: str, *, kills: int = 200, workers: int = 1, agents: int = 4, steps: int = 5,
-                      seed: int | None = None, ledger: Path | None = None, lease_ttl: float = 10.0,
-                      store_class: type | None = None) -> TortureReport:
+async def run_torture(
+    store: str,
+    *,
+    kills: int = 200,
+    workers: int = 1,
+    agents: int = 4,
+    steps: int = 5,
+    seed: int | None = None,
+    ledger: Path | None = None,
+    lease_ttl: float = 10.0,
+    store_class: type | None = None,
+) -> TortureReport:
     """SIGKILL ``workers`` worker processes on ``store`` ``kills`` times in all, then judge the run.
 
     In: a store URL (not ``CAP_SINGLE_PROCESS``: workers are processes),
@@ -222,9 +252,17 @@ async def run_torture(store: str, *, kills: int = 200, workers: int = 1, agents:
         directory = Path(ledger) if ledger is not None else Path(scratch)
         directory.mkdir(parents=True, exist_ok=True)
         report = TortureReport(store=store, workers=workers)
-        run = _Run(store, directory, workers, steps, lease_ttl, random.Random(seed), report,
-                   [store_class.__module__, store_class.__qualname__] if store_class is not None else None,
-                   leases=supports_leases(probe))
+        run = _Run(
+            store,
+            directory,
+            workers,
+            steps,
+            lease_ttl,
+            random.Random(seed),
+            report,
+            [store_class.__module__, store_class.__qualname__] if store_class is not None else None,
+            leases=supports_leases(probe),
+        )
         policies: dict[str, str] = {}
         run_id = f"{run.rng.getrandbits(32):08x}"
         while report.kills < kills:

@@ -18,9 +18,8 @@ import hashlib
 from collections import Counter
 from typing import Any
 
+from durably._loop.state import FAILED, FINISHED, AgentState
 from durably.storage._spi import Store, StreamId
-
-from durably._loop.state import AgentState, FAILED, FINISHED
 
 
 def expected_result(steps: int) -> str:
@@ -40,15 +39,18 @@ def check_states(states: dict[str, AgentState], policies: dict[str, str], steps:
             continue
         if policy == "fail" and state.status == FAILED and "outcome unknown after a crash" in state.reason:
             continue  # the fail policy at work: it refuses to guess
-        violations.append(f"{agent_id} ({policy}): ended {state.status} {state.result!r} {state.reason!r}, "
-                          f"not as an uninterrupted run ({expected_result(steps)!r})")
+        violations.append(
+            f"{agent_id} ({policy}): ended {state.status} {state.result!r} {state.reason!r}, "
+            f"not as an uninterrupted run ({expected_result(steps)!r})"
+        )
     return violations
 
 
 def check_effects(effects: list[dict[str, Any]], states: dict[str, AgentState], steps: int) -> list[str]:
     """Violations of "no duplicate effect" (any key twice) and, for finished agents, "exactly once"."""
-    violations = [f"effect {key} happened {count} times" for key, count in Counter(e["key"] for e in effects).items()
-                  if count > 1]
+    violations = [
+        f"effect {key} happened {count} times" for key, count in Counter(e["key"] for e in effects).items() if count > 1
+    ]
     per_agent = Counter(e["agent"] for e in effects)
     for agent_id, state in states.items():
         if state.status == FINISHED and per_agent[agent_id] != steps:
@@ -73,7 +75,9 @@ async def check_acknowledged(store: Store, namespace: str, acks: list[dict[str, 
                 found = stored.get(seq)
                 if found == digest:
                     continue
-                compacted = found is None and (lowest is None or seq < lowest) and snapshot is not None and snapshot.seq >= seq
+                compacted = (
+                    found is None and (lowest is None or seq < lowest) and snapshot is not None and snapshot.seq >= seq
+                )
                 if not compacted:
                     what = "missing" if found is None else "altered"
                     violations.append(f"{agent_id} seq {seq}: acknowledged to {entry['worker']}, now {what}")

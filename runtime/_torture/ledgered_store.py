@@ -15,12 +15,24 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection,
 
 import anyio
 
+from durably.errors import ArgumentTypeError
 from durably.storage._spi import (
-    AppendRequest, BlobStore, IndexedStream, IndexEntry, IndexStore, Lease, LeaseStore, Store, StoredRecord,
-    StoredSnapshot, StreamId, supports_blobs, supports_leases, supports_status_index,
+    AppendRequest,
+    BlobStore,
+    IndexedStream,
+    IndexEntry,
+    IndexStore,
+    Lease,
+    LeaseStore,
+    Store,
+    StoredRecord,
+    StoredSnapshot,
+    StreamId,
+    supports_blobs,
+    supports_leases,
+    supports_status_index,
 )
 from durably.storage._torture import Ledger
-from durably.errors import ArgumentTypeError
 
 
 class LedgeredStore:
@@ -39,7 +51,7 @@ class LedgeredStore:
     async def close(self) -> None:
         await self.inner.close()
 
-    async def __aenter__(self) -> "LedgeredStore":
+    async def __aenter__(self) -> LedgeredStore:
         await self.open()
         return self
 
@@ -50,11 +62,17 @@ class LedgeredStore:
         self.hit("before_append")
         results = await self.inner.append_batch(requests)
         acknowledged = [
-            {"agent": request.stream.agent_id, "first": result - len(request.records) + 1, "worker": self.worker,
-             "sha": [hashlib.sha256(data).hexdigest() for data in request.records]}
-            for request, result in zip(requests, results) if isinstance(result, int)
+            {
+                "agent": request.stream.agent_id,
+                "first": result - len(request.records) + 1,
+                "worker": self.worker,
+                "sha": [hashlib.sha256(data).hexdigest() for data in request.records],
+            }
+            for request, result in zip(requests, results, strict=False)
+            if isinstance(result, int)
         ]
         if acknowledged:
+
             def log_acknowledged() -> None:
                 for entry in acknowledged:
                     self.acks.append(entry)
@@ -128,8 +146,9 @@ class LedgeredStore:
             raise ArgumentTypeError(f"{type(self.inner).__name__} does not declare a status index")
         return self.inner
 
-    def list_index(self, namespace: str, statuses: Collection[str] | None = None, *,
-                   page_size: int = 512) -> AsyncIterator[IndexedStream]:
+    def list_index(
+        self, namespace: str, statuses: Collection[str] | None = None, *, page_size: int = 512
+    ) -> AsyncIterator[IndexedStream]:
         return self._index().list_index(namespace, statuses, page_size=page_size)
 
     async def get_index(self, stream: StreamId) -> IndexEntry | None:

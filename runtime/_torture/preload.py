@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 
-import durably.adapters.filesystem  # noqa: F401 - imported for the forks
+import durably.adapters.filesystem
 import durably.adapters.sqlite  # noqa: F401
-from durably.storage._torture import Ledger
-
 from durably._torture import worker  # noqa: F401
 from durably._torture.agents import torture_definitions
+from durably.storage._torture import Ledger
 
 try:
     from durably.adapters.s3._requests import preload_models

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import anyio
 
-from durably.storage._spi import Store
-
 from durably._torture.harness import run_torture
+from durably.storage._spi import Store
 
 
 class TortureConformance:
@@ -86,10 +85,18 @@ class TortureConformance:
         raise NotImplementedError(f"{type(self).__name__} must define store_url(self, tmp_path) -> str")
 
     def test_torture_keeps_every_invariant(self, tmp_path: Path) -> None:
-        report = anyio.run(lambda: run_torture(
-            self.store_url(tmp_path), kills=self.torture_kills, workers=self.torture_workers,
-            agents=self.torture_agents, steps=self.torture_steps, seed=self.torture_seed, ledger=tmp_path / "ledger",
-            store_class=self.store_class))
+        report = anyio.run(
+            lambda: run_torture(
+                self.store_url(tmp_path),
+                kills=self.torture_kills,
+                workers=self.torture_workers,
+                agents=self.torture_agents,
+                steps=self.torture_steps,
+                seed=self.torture_seed,
+                ledger=tmp_path / "ledger",
+                store_class=self.store_class,
+            )
+        )
         assert report.kills >= self.torture_kills, report.summary()
         assert not report.violations, f"{report.summary()}\n" + "\n".join(report.violations[:20])
         if self.torture_workers > 1:

@@ -25,18 +25,17 @@ from typing import Any
 
 import anyio
 
+from durably._fleet.owner import LeaseHolder, Liveness
+from durably._journal.snapshots import SnapshotPolicy
+from durably._loop.state import TERMINAL
+from durably._runtime import Runtime
+from durably._torture.agents import NAMESPACE, definition_name, torture_definitions
+from durably._torture.ledgered_store import LedgeredStore
+from durably.errors import AgentExistsError, AgentFencedError, AgentLeasedError, AgentNotFoundError
 from durably.storage._errors import StoreUnavailableError
 from durably.storage._registry import open_store
 from durably.storage._torture import Ledger
 from durably.storage._torture.spawn import load_class
-
-from durably.errors import AgentExistsError, AgentFencedError, AgentLeasedError, AgentNotFoundError
-from durably._fleet.owner import LeaseHolder, Liveness
-from durably._runtime import Runtime
-from durably._journal.snapshots import SnapshotPolicy
-from durably._loop.state import TERMINAL
-from durably._torture.agents import NAMESPACE, definition_name, torture_definitions
-from durably._torture.ledgered_store import LedgeredStore
 
 #: Seconds before a worker looks again at an agent another live worker runs.
 POLL = 0.2
@@ -86,8 +85,12 @@ async def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     inner = load_class(*spec["store_class"])(spec["store"]) if spec.get("store_class") else open_store(spec["store"])
     store = LedgeredStore(inner, acks, spec["worker"], plan.hit)
     final: dict[str, Any] = {}
-    async with store, Runtime(store, agents=definitions, namespace=NAMESPACE, snapshot_policy=policy,
-                              lease_ttl=spec["lease_ttl"]) as rt:
+    async with (
+        store,
+        Runtime(
+            store, agents=definitions, namespace=NAMESPACE, snapshot_policy=policy, lease_ttl=spec["lease_ttl"]
+        ) as rt,
+    ):
         # The runtime's own owner identity (host:pid): a killed worker's leases are then seen as a
         # dead local holder's, taken over at once by an explicit resume instead of after their ttl.
 

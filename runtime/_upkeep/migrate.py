@@ -24,16 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from durably._journal.records import RecordCodec
+from durably._loop.agent import AgentDefinition, OnDefinitionChange
+from durably._loop.state import NEEDS_MIGRATION, RUNNING, AgentState
+from durably.errors import DefinitionMigrationError
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
 from durably.schemas._upcasters import upcast
 from durably.storage._codec import check_encodable
 from durably.storage._errors import CodecError, UnencodableValueError, UnknownSchemaVersionError
-from durably._journal.records import RecordCodec
 from durably.storage._spi import Store, StreamId
-
-from durably._loop.agent import AgentDefinition, OnDefinitionChange
-from durably._loop.state import NEEDS_MIGRATION, RUNNING, AgentState
-from durably.errors import DefinitionMigrationError
 
 log = logging.getLogger("durably.migrate")
 
@@ -48,16 +47,22 @@ def definition_changed(recorded: Mapping[str, Any], definition: AgentDefinition)
 
 
 def _describe(recorded: Mapping[str, Any], definition: AgentDefinition) -> str:
-    return (f"definition {definition.name!r} changed since it was recorded (version {recorded.get('version')!r} -> "
-            f"{definition.version!r}, digest {recorded.get('digest')} -> {definition.digest()})")
+    return (
+        f"definition {definition.name!r} changed since it was recorded (version {recorded.get('version')!r} -> "
+        f"{definition.version!r}, digest {recorded.get('digest')} -> {definition.digest()})"
+    )
 
 
 def stop_reason(state: AgentState, definition: AgentDefinition) -> str | None:
     """Why ``state`` must not run under ``definition`` (policy ``stop`` and a change), or None."""
-    if definition.on_definition_change is not OnDefinitionChange.STOP or not definition_changed(state.definition, definition):
+    if definition.on_definition_change is not OnDefinitionChange.STOP or not definition_changed(
+        state.definition, definition
+    ):
         return None
-    return (f"{_describe(state.definition, definition)} and its policy is stop: register the recorded definition, "
-            f"or declare on_definition_change='continue' or 'migrate'")
+    return (
+        f"{_describe(state.definition, definition)} and its policy is stop: register the recorded definition, "
+        f"or declare on_definition_change='continue' or 'migrate'"
+    )
 
 
 def hold_for_migration(state: AgentState, definitions: Mapping[str, AgentDefinition]) -> bool:
@@ -93,19 +98,28 @@ def definition_change_entries(state: AgentState, definition: AgentDefinition) ->
     previous, current = dict(state.definition), definition.info()
     policy = definition.on_definition_change
     if policy is OnDefinitionChange.STOP:
-        raise DefinitionMigrationError(stop_reason(state, definition) or _describe(previous, definition),
-                                       agent_id=state.agent_id, previous=previous, current=current)
+        raise DefinitionMigrationError(
+            stop_reason(state, definition) or _describe(previous, definition),
+            agent_id=state.agent_id,
+            previous=previous,
+            current=current,
+        )
     data: dict[str, Any] = {"previous": previous, "definition": current, "policy": policy.value}
     if policy is OnDefinitionChange.MIGRATE:
         data["state"] = _migrated_fields(state, definition, previous, current)
     return [(Kind.DEFINITION_CHANGED, data)]
 
 
-def _migrated_fields(state: AgentState, definition: AgentDefinition, previous: dict[str, Any],
-                     current: dict[str, Any]) -> dict[str, Any]:
+def _migrated_fields(
+    state: AgentState, definition: AgentDefinition, previous: dict[str, Any], current: dict[str, Any]
+) -> dict[str, Any]:
     def refuse(problem: str, cause: BaseException | None = None) -> DefinitionMigrationError:
-        error = DefinitionMigrationError(f"agent {state.agent_id!r}: migrate hook of {definition.name!r} {problem}",
-                                         agent_id=state.agent_id, previous=previous, current=current)
+        error = DefinitionMigrationError(
+            f"agent {state.agent_id!r}: migrate hook of {definition.name!r} {problem}",
+            agent_id=state.agent_id,
+            previous=previous,
+            current=current,
+        )
         error.__cause__ = cause
         return error
 
@@ -189,8 +203,9 @@ class StreamReport:
         return f"{self.stream}: " + ("; ".join(parts) if parts else "up to date")
 
 
-async def migrate_store(store: Store, namespace: str, *, dry_run: bool = True,
-                        codec: RecordCodec | None = None) -> list[StreamReport]:
+async def migrate_store(
+    store: Store, namespace: str, *, dry_run: bool = True, codec: RecordCodec | None = None
+) -> list[StreamReport]:
     """Check every stream of ``namespace`` and rewrite its old-version snapshots.
 
     In: an open ``store``, a ``namespace``, ``dry_run`` (True: only report).
@@ -223,8 +238,10 @@ async def _check_records(store: Store, codec: RecordCodec, stream: StreamId, rep
             continue
         versions[frame.schema_version] += 1
         if frame.schema_version > current:
-            report.problems.append(f"record seq {stored.seq} is {name} v{frame.schema_version}, newer than this "
-                                   f"build (v{current}); left untouched")
+            report.problems.append(
+                f"record seq {stored.seq} is {name} v{frame.schema_version}, newer than this "
+                f"build (v{current}); left untouched"
+            )
         elif frame.schema_version < current:
             try:
                 upcast(RECORD_SCHEMA_ID, frame.schema_version, frame.value, current)
@@ -233,8 +250,9 @@ async def _check_records(store: Store, codec: RecordCodec, stream: StreamId, rep
     report.record_versions = dict(versions)
 
 
-async def _migrate_snapshots(store: Store, codec: RecordCodec, stream: StreamId, report: StreamReport,
-                             dry_run: bool) -> None:
+async def _migrate_snapshots(
+    store: Store, codec: RecordCodec, stream: StreamId, report: StreamReport, dry_run: bool
+) -> None:
     current = CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]
     stored = await store.get_snapshot(stream)
     while stored is not None:
@@ -255,7 +273,9 @@ async def _migrate_snapshots(store: Store, codec: RecordCodec, stream: StreamId,
                 if not dry_run:
                     await store.put_snapshot(stream, seq, data)
                     report.rewritten += 1
-                    log.info("rewrote snapshot of %s at seq %d from v%d to v%d", stream, seq, frame.schema_version, current)
+                    log.info(
+                        "rewrote snapshot of %s at seq %d from v%d to v%d", stream, seq, frame.schema_version, current
+                    )
         if stored.seq <= 1:
             break
         stored = await store.get_snapshot(stream, stored.seq - 1)

@@ -43,15 +43,14 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from durably.schemas._records import Kind, Record
-from durably.storage._crypto import key_id_of
-from durably.storage._errors import ConflictError
 from durably._journal.records import RecordCodec
-from durably.storage._spi import Store, StreamId
-
 from durably._journal.restore import restore
 from durably._loop.state import apply
 from durably.errors import InvalidArgumentError
+from durably.schemas._records import Kind, Record
+from durably.storage._crypto import key_id_of
+from durably.storage._errors import ConflictError
+from durably.storage._spi import Store, StreamId
 
 if TYPE_CHECKING:
     from durably._telemetry import Telemetry
@@ -109,7 +108,9 @@ async def key_census(store: Store, stream: StreamId) -> tuple[Counter[str | None
     return records, snapshots
 
 
-async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *, telemetry: Telemetry) -> ReencryptReport:
+async def reencrypt_stream(
+    store: Store, codec: RecordCodec, stream: StreamId, *, telemetry: Telemetry
+) -> ReencryptReport:
     """Rewrite ``stream`` so every frame in it is sealed with the current key (see the module docstring).
 
     ``codec`` must encrypt (its cipher holds the old keys and the current one;
@@ -143,8 +144,12 @@ async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *
         last_at = None
         async for stored in store.read(stream, last_seq - 1, page_size=1):
             last_at = codec.decode_record(stored, stream).at
-        marker = Record(last_seq + 1, Kind.RESUMED, {"worker": f"durably reencrypt (key {target})", "pid": os.getpid()},
-                        last_at if last_at is not None else time.time())
+        marker = Record(
+            last_seq + 1,
+            Kind.RESUMED,
+            {"worker": f"durably reencrypt (key {target})", "pid": os.getpid()},
+            last_at if last_at is not None else time.time(),
+        )
         try:
             await store.append(stream, last_seq, [codec.encode_record(marker, stream)])
         except ConflictError:
@@ -161,7 +166,10 @@ async def reencrypt_stream(store: Store, codec: RecordCodec, stream: StreamId, *
 async def reencrypt(store: Store, codec: RecordCodec, namespace: str, *, telemetry: Telemetry) -> list[ReencryptReport]:
     """``reencrypt_stream`` for every stream of ``namespace``, in ``list_streams`` order,
     then ``scrub_files``: every report carries whether the old bytes are gone from the files."""
-    reports = [await reencrypt_stream(store, codec, stream, telemetry=telemetry) async for stream in store.list_streams(namespace)]
+    reports = [
+        await reencrypt_stream(store, codec, stream, telemetry=telemetry)
+        async for stream in store.list_streams(namespace)
+    ]
     scrubbed, residue = await scrub_files(store)
     return [replace(report, files_scrubbed=scrubbed, residue=residue) for report in reports]
 
@@ -176,7 +184,9 @@ async def scrub_files(store: Store) -> tuple[bool | None, str]:
     """
     erase = getattr(store, "erase_freed", None)
     if erase is None:
-        return None, (f"{type(store).__name__} cannot tell what it keeps of deleted frames "
-                      "(object versions, backups, freed disk blocks)")
+        return None, (
+            f"{type(store).__name__} cannot tell what it keeps of deleted frames "
+            "(object versions, backups, freed disk blocks)"
+        )
     residue = await erase()
     return (True, "") if residue is None else (False, residue)

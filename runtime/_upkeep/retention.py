@@ -21,13 +21,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from durably.storage._errors import CodecError
 from durably._journal.records import RecordCodec
-from durably.storage._spi import Store, StreamId
-
 from durably._journal.restore import restore
 from durably._reading.watch import STATUSES
 from durably.errors import ArgumentTypeError, InvalidArgumentError, PurgeIncompleteError
+from durably.storage._errors import CodecError
+from durably.storage._spi import Store, StreamId
 
 if TYPE_CHECKING:
     from durably._telemetry import Telemetry
@@ -68,8 +67,9 @@ class RetentionPolicy:
             if not isinstance(status, str):
                 raise ArgumentTypeError(f"RetentionPolicy: ttl keys must be status names, got {status!r}")
             if status not in STATUSES:
-                raise InvalidArgumentError(f"RetentionPolicy: unknown status {status!r} "
-                                           f"(statuses: {', '.join(sorted(STATUSES))})")
+                raise InvalidArgumentError(
+                    f"RetentionPolicy: unknown status {status!r} (statuses: {', '.join(sorted(STATUSES))})"
+                )
             check_seconds(f"retention TTL for {status}", seconds)
         check_seconds("retention default TTL", self.default)
         object.__setattr__(self, "ttl", dict(self.ttl))  # checked once: a later change to the caller's dict is not seen
@@ -149,9 +149,17 @@ async def last_activity(store: Store, codec: RecordCodec, stream: StreamId) -> f
     return None
 
 
-async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: RetentionPolicy, *, telemetry: Telemetry,
-                now: float | None = None, dry_run: bool = False,
-                purge: Callable[[StreamId], Awaitable[None]] | None = None) -> list[SweepItem]:
+async def sweep(
+    store: Store,
+    codec: RecordCodec,
+    namespace: str,
+    policy: RetentionPolicy,
+    *,
+    telemetry: Telemetry,
+    now: float | None = None,
+    dry_run: bool = False,
+    purge: Callable[[StreamId], Awaitable[None]] | None = None,
+) -> list[SweepItem]:
     """Purge the streams of ``namespace`` whose TTL (by status) has passed.
 
     In: ``codec`` (decrypts, if the store is encrypted), ``now`` (unix seconds;
@@ -170,8 +178,9 @@ async def sweep(store: Store, codec: RecordCodec, namespace: str, policy: Retent
     check_seconds("sweep: now (unix seconds)", now, negative=True)
     if now is not None and now > LATEST_NOW:
         # A millisecond timestamp (time.time() * 1000) reads as year 50,000: every TTL would have passed.
-        raise InvalidArgumentError(f"sweep: now must be unix seconds before year 10000, got {now!r} "
-                                   "(a millisecond timestamp?)")
+        raise InvalidArgumentError(
+            f"sweep: now must be unix seconds before year 10000, got {now!r} (a millisecond timestamp?)"
+        )
     now = time.time() if now is None else now
     purge = purge or (lambda stream: purge_stream(store, stream))
     shortest = policy.shortest()

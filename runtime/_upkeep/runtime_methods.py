@@ -18,13 +18,12 @@ from durably.errors import AgentNotFoundError
 
 if TYPE_CHECKING:
     from durably._journal.records import RecordCodec
-    from durably.storage._spi import Store, StreamId
-
-    from durably._loop.actor import AgentActor
     from durably._journal.writer import JournalServices
+    from durably._loop.actor import AgentActor
+    from durably._telemetry import Telemetry
     from durably._upkeep.reencrypt import ReencryptReport
     from durably._upkeep.retention import RetentionPolicy, SweepItem
-    from durably._telemetry import Telemetry
+    from durably.storage._spi import Store, StreamId
 
 
 class Housekeeping:
@@ -64,7 +63,9 @@ class Housekeeping:
                 raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
         await self._purge_stream(stream)
 
-    async def sweep(self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False) -> list[SweepItem]:
+    async def sweep(
+        self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False
+    ) -> list[SweepItem]:
         """Purge this namespace's agents whose time-to-live (by status, from their last record) has passed.
 
         A stream that cannot be read or dated is kept (and reported so).
@@ -87,8 +88,16 @@ class Housekeeping:
         """
         from durably._upkeep.retention import sweep
 
-        return await sweep(self.store, self.codec, self.namespace, retention, telemetry=self.telemetry,
-                           now=now, dry_run=dry_run, purge=self._purge_stream)
+        return await sweep(
+            self.store,
+            self.codec,
+            self.namespace,
+            retention,
+            telemetry=self.telemetry,
+            now=now,
+            dry_run=dry_run,
+            purge=self._purge_stream,
+        )
 
     async def reencrypt(self) -> list[ReencryptReport]:
         """Rewrite this namespace's streams so every frame uses the current key.

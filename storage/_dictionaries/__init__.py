@@ -58,7 +58,9 @@ def dictionary_bytes(dictionary_id: int) -> bytes:
 
         data = (resources.files(__package__) / name).read_bytes()
     if zstandard.ZstdCompressionDict(data).dict_id() != dictionary_id:
-        raise UnknownDictionaryError(dictionary_id, known(), f"the shipped file {name} is not dictionary {dictionary_id:#x}")
+        raise UnknownDictionaryError(
+            dictionary_id, known(), f"the shipped file {name} is not dictionary {dictionary_id:#x}"
+        )
     return data
 
 
@@ -103,11 +105,20 @@ class DictionaryFrames:
             # (TABLE_LOG): the level's own (hash 2**17, chain 2**16 entries, ~768 KiB)
             # are cold in cache at every record of a busy loop, which made a record's
             # compression cost 4x its warm-cache time (issue 16, wip/perf16).
-            trained.precompute_compress(compression_params=zstandard.ZstdCompressionParameters.from_level(
-                self._level, hash_log=TABLE_LOG, chain_log=TABLE_LOG))
+            trained.precompute_compress(
+                compression_params=zstandard.ZstdCompressionParameters.from_level(
+                    self._level, hash_log=TABLE_LOG, chain_log=TABLE_LOG
+                )
+            )
             params = zstandard.ZstdCompressionParameters.from_level(
-                self._level, hash_log=TABLE_LOG, chain_log=TABLE_LOG,
-                format=MAGICLESS, write_content_size=True, write_dict_id=False, write_checksum=False)
+                self._level,
+                hash_log=TABLE_LOG,
+                chain_log=TABLE_LOG,
+                format=MAGICLESS,
+                write_content_size=True,
+                write_dict_id=False,
+                write_checksum=False,
+            )
             self._compressor = zstandard.ZstdCompressor(dict_data=trained, compression_params=params)
         return self._compressor.compress(raw)
 
@@ -121,8 +132,9 @@ class DictionaryFrames:
         """
         inflate = self._decompressors.get(dictionary)
         if inflate is None:
-            inflate = self._decompressors[dictionary] = zstandard.ZstdDecompressor(dict_data=load(dictionary),
-                                                                                   format=MAGICLESS)
+            inflate = self._decompressors[dictionary] = zstandard.ZstdDecompressor(
+                dict_data=load(dictionary), format=MAGICLESS
+            )
         declared = zstandard.get_frame_parameters(payload, format=MAGICLESS).content_size
         if declared != raw_size:
             raise ValueError(f"zstd frame declares {declared} bytes, header says {raw_size}")

@@ -33,6 +33,6 @@ async def read_all(stream: Any) -> bytes:
     try:
         async for chunk in stream:
             chunks.append(chunk)
-    except Exception:  # noqa: BLE001 - a closed or broken pipe holds nothing more
+    except Exception:
         pass
     return b"".join(chunks)

@@ -61,8 +61,9 @@ async def write_forever(store: Store, ledger: Ledger, seed: int, die_after: int)
             last[index] = await store.last_seq(stream)
             continue
         first = new_last - len(records) + 1
-        ledger.append({"agent": stream.agent_id, "first": first,
-                       "sha": [hashlib.sha256(data).hexdigest() for data in records]})
+        ledger.append(
+            {"agent": stream.agent_id, "first": first, "sha": [hashlib.sha256(data).hexdigest() for data in records]}
+        )
         last[index] = new_last
         acknowledged += 1
         if die_after and acknowledged == die_after:
@@ -88,8 +89,17 @@ class CrashReport:
 async def _one_round(store_class: type, url: str, ledger: Ledger, rng: random.Random) -> None:
     before = len(ledger.entries())
     die_after = rng.randrange(1, 12) if rng.random() < 0.5 else 0
-    command = [sys.executable, "-m", __name__, store_class.__module__, store_class.__qualname__, url,
-               str(ledger.path), str(rng.randrange(1 << 30)), str(die_after)]
+    command = [
+        sys.executable,
+        "-m",
+        __name__,
+        store_class.__module__,
+        store_class.__qualname__,
+        url,
+        str(ledger.path),
+        str(rng.randrange(1 << 30)),
+        str(die_after),
+    ]
     process = await anyio.open_process(command, env=child_environment(), stdout=None)
     try:
         with anyio.fail_after(ROUND_TIMEOUT):

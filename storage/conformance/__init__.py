@@ -36,10 +36,26 @@ with ExtraNotInstalledError.guard(__name__, "testing", "pytest", "_pytest"):
 # The checks live in this package, not in the user's test module, so ask pytest to
 # rewrite their asserts too: failures then show the compared values.
 pytest.register_assert_rewrite(
-    *(f"{__name__}._{name}" for name in (
-        "appends", "blobs", "compaction", "concurrency", "crash", "faults", "harness", "leases", "lifecycle",
-        "processes", "purge", "reads", "scale", "snapshots", "status_index",
-    ))
+    *(
+        f"{__name__}._{name}"
+        for name in (
+            "appends",
+            "blobs",
+            "compaction",
+            "concurrency",
+            "crash",
+            "faults",
+            "harness",
+            "leases",
+            "lifecycle",
+            "processes",
+            "purge",
+            "reads",
+            "scale",
+            "snapshots",
+            "status_index",
+        )
+    )
 )
 
 from ._appends import AppendChecks  # noqa: E402

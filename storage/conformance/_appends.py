@@ -58,7 +58,9 @@ class AppendChecks(StoreHarness):
     async def test_unknown_stream_expects_zero(self, tmp_path: Path) -> None:
         async with self.opened(tmp_path) as store:
             stream = sid("new")
-            await expect_raises(ConflictError, lambda: store.append(stream, 1, [b"x"]), "expected_seq 1 on an unknown stream")
+            await expect_raises(
+                ConflictError, lambda: store.append(stream, 1, [b"x"]), "expected_seq 1 on an unknown stream"
+            )
             assert await store.last_seq(stream) == 0
             assert await read_pairs(store, stream) == []
             assert stream not in await list_all(store), "a rejected first append does not create the stream"
@@ -98,7 +100,9 @@ class AppendChecks(StoreHarness):
                 ]
             )
             assert results[:2] == [2, 3], f"a later request for the same stream follows the earlier one: {results}"
-            assert isinstance(results[2], ConflictError), f"a third request with expected_seq 0 conflicts: {results[2]!r}"
+            assert isinstance(results[2], ConflictError), (
+                f"a third request with expected_seq 0 conflicts: {results[2]!r}"
+            )
             assert await read_pairs(store, stream) == numbered(payloads("r", 3))
 
     @pytest.mark.anyio

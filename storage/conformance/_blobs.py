@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from durably.storage._errors import BlobNotFoundError, InvalidRequestError
+
 from ._harness import StoreHarness, expect_raises, sid
 
 
@@ -33,8 +34,12 @@ class BlobChecks(StoreHarness):
             stream, other = sid("has-blob"), sid("other")
             digest = await store.put_blob(stream, b"mine")
             missing = hashlib.sha256(b"never stored").hexdigest()
-            await expect_raises(BlobNotFoundError, lambda: store.get_blob(stream, missing), "get_blob of an unknown digest")
-            await expect_raises(BlobNotFoundError, lambda: store.get_blob(other, digest), "get_blob from another stream")
+            await expect_raises(
+                BlobNotFoundError, lambda: store.get_blob(stream, missing), "get_blob of an unknown digest"
+            )
+            await expect_raises(
+                BlobNotFoundError, lambda: store.get_blob(other, digest), "get_blob from another stream"
+            )
             await expect_raises(
                 BlobNotFoundError, lambda: store.get_blob(stream, "../" * 8 + "etc"), "get_blob of a malformed digest"
             )
@@ -45,12 +50,23 @@ class BlobChecks(StoreHarness):
             store = self.blobs_of(opened)
             stream = sid("bad-blob")
             # Malformed on purpose: not bytes, whatever the signature says.
-            for what, data in {"a str": "text", "None": None, "an int": 7, "a bytearray": bytearray(b"x"),
-                               "a memoryview": memoryview(b"x")}.items():
-                await expect_raises(InvalidRequestError, lambda: store.put_blob(stream, data),  # type: ignore[arg-type]
-                                    f"put_blob of {what}")
-            await expect_raises(InvalidRequestError, lambda: store.put_blob(("ns", "a"), b"x"),  # type: ignore[arg-type]
-                                "put_blob to a stream that is not a StreamId")
+            for what, data in {
+                "a str": "text",
+                "None": None,
+                "an int": 7,
+                "a bytearray": bytearray(b"x"),
+                "a memoryview": memoryview(b"x"),
+            }.items():
+                await expect_raises(
+                    InvalidRequestError,
+                    lambda: store.put_blob(stream, data),  # type: ignore[arg-type]
+                    f"put_blob of {what}",
+                )
+            await expect_raises(
+                InvalidRequestError,
+                lambda: store.put_blob(("ns", "a"), b"x"),  # type: ignore[arg-type]
+                "put_blob to a stream that is not a StreamId",
+            )
 
     @pytest.mark.anyio
     async def test_blobs_survive_reopen_and_are_purged_with_the_stream(self, tmp_path: Path) -> None:
@@ -64,5 +80,7 @@ class BlobChecks(StoreHarness):
             store = self.blobs_of(opened)
             assert await store.get_blob(stream, digest) == b"kept", "an acknowledged blob survives reopen"
             await store.delete_stream(stream)
-            await expect_raises(BlobNotFoundError, lambda: store.get_blob(stream, digest), "get_blob after delete_stream")
+            await expect_raises(
+                BlobNotFoundError, lambda: store.get_blob(stream, digest), "get_blob after delete_stream"
+            )
             assert await store.get_blob(bystander, kept) == b"kept", "other streams' blobs are untouched"

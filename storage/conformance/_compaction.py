@@ -88,7 +88,9 @@ class CompactionChecks(StoreHarness):
             assert await read_pairs(store, stream) == []
             assert await store.last_seq(stream) == 10, "last_seq never decreases, even with no record left"
             assert stream in await list_all(store), "a compacted stream still exists"
-            await expect_raises(ConflictError, lambda: store.append(stream, 0, [b"x"]), "expected_seq 0 after compaction")
+            await expect_raises(
+                ConflictError, lambda: store.append(stream, 0, [b"x"]), "expected_seq 0 after compaction"
+            )
             assert await store.append(stream, 10, [b"eleven"]) == 11
             assert await read_pairs(store, stream) == [(11, b"eleven")]
 

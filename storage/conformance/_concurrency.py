@@ -90,7 +90,9 @@ class ConcurrencyChecks(StoreHarness):
                         break
                     except ConflictError as conflict:
                         # actual_seq may be None; then re-read, as a real writer would.
-                        expected = conflict.actual_seq if conflict.actual_seq is not None else await store.last_seq(stream)
+                        expected = (
+                            conflict.actual_seq if conflict.actual_seq is not None else await store.last_seq(stream)
+                        )
 
         async with self.opened(tmp_path) as store:
             async with anyio.create_task_group() as group:

@@ -39,10 +39,12 @@ class FaultChecks(StoreHarness):
                     await store.append(stream, 2, [b"during the outage"])
                 except StoreUnavailableError:
                     pass
-                except Exception as exc:  # noqa: BLE001 - the point of the check
+                except Exception as exc:
                     raw.append(f"append: {type(exc).__module__}.{type(exc).__name__}: {exc}")
                 else:
-                    pytest.fail("an append during an outage was acknowledged: the outage hook does not reach the backend")
+                    pytest.fail(
+                        "an append during an outage was acknowledged: the outage hook does not reach the backend"
+                    )
                 calls: dict[str, Callable[[], Awaitable[object]]] = {
                     "last_seq": lambda: store.last_seq(stream),
                     "read": lambda: read_pairs(store, stream),
@@ -55,13 +57,13 @@ class FaultChecks(StoreHarness):
                         await call()
                     except StoreUnavailableError:
                         pass
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         raw.append(f"{name}: {type(exc).__module__}.{type(exc).__name__}: {exc}")
-            assert not raw, (
-                f"an unreachable backend raises StoreUnavailableError, never its own exceptions: {raw}"
-            )
+            assert not raw, f"an unreachable backend raises StoreUnavailableError, never its own exceptions: {raw}"
             records = await read_pairs(store, stream)
-            assert records[:2] == [(1, b"one"), (2, b"two")], "everything acknowledged before the outage is there after it"
+            assert records[:2] == [(1, b"one"), (2, b"two")], (
+                "everything acknowledged before the outage is there after it"
+            )
             last = await store.last_seq(stream)
             assert last in (2, 3), f"the failed append landed whole or not at all: last seq {last}"
             assert await store.append(stream, last, [b"after the outage"]) == last + 1, "appends continue once it ends"

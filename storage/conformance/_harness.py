@@ -19,8 +19,17 @@ import pytest
 
 from durably.storage._registry import open_store
 from durably.storage._spi import (
-    CAP_BLOBS, CAP_LEASES, CAP_SINGLE_PROCESS, BlobStore, LeaseStore, Store, StoredRecord, StoredSnapshot, StreamId,
-    supports_blobs, supports_leases,
+    CAP_BLOBS,
+    CAP_LEASES,
+    CAP_SINGLE_PROCESS,
+    BlobStore,
+    LeaseStore,
+    Store,
+    StoredRecord,
+    StoredSnapshot,
+    StreamId,
+    supports_blobs,
+    supports_leases,
 )
 
 #: Namespace of the streams the checks create.
@@ -42,7 +51,9 @@ async def read_all(store: Store, stream: StreamId, after_seq: int = 0, page_size
     return [record async for record in store.read(stream, after_seq, page_size=page_size)]
 
 
-async def read_pairs(store: Store, stream: StreamId, after_seq: int = 0, page_size: int = 512) -> list[tuple[int, bytes]]:
+async def read_pairs(
+    store: Store, stream: StreamId, after_seq: int = 0, page_size: int = 512
+) -> list[tuple[int, bytes]]:
     """``read_all`` as ``(seq, data)`` tuples, which compare and print nicely."""
     return [(r.seq, r.data) for r in await read_all(store, stream, after_seq, page_size)]
 
@@ -307,6 +318,6 @@ async def expect_raises(error: type[BaseException], call: Callable[[], object], 
             result = await result
     except error:
         return
-    except Exception as other:  # noqa: BLE001 - reported as the wrong error type
+    except Exception as other:
         pytest.fail(f"{what}: expected {error.__name__}, got {type(other).__name__}: {other}")
     pytest.fail(f"{what}: expected {error.__name__}, but it returned {result!r:.200}")

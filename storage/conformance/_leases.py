@@ -113,7 +113,9 @@ class LeaseChecks(StoreHarness):
             assert before + LONG_TTL - CLOCK_SKEW <= first.expires_at <= after + LONG_TTL + CLOCK_SKEW, (
                 f"expires_at is unix seconds (now + ttl): {first.expires_at} for ttl {LONG_TTL} at {before}"
             )
-            assert await store.acquire_lease(stream, "worker-b", LONG_TTL) is None, "another owner's live lease is refused"
+            assert await store.acquire_lease(stream, "worker-b", LONG_TTL) is None, (
+                "another owner's live lease is refused"
+            )
             renewed = await self._take_lease(store, stream, "worker-a", 2 * LONG_TTL)
             assert renewed.token == first.token, "a renewal by the same owner keeps the token"
             assert renewed.expires_at > first.expires_at, "a renewal moves expires_at"
@@ -122,7 +124,9 @@ class LeaseChecks(StoreHarness):
             brief = sid("brief-lease")
             short = await self._take_lease(store, brief, "worker-a", self.lease_short_ttl)
             await self._wait_out_short_ttl()
-            assert await store.get_lease(brief) is None, f"a lease is gone once its ttl ({self.lease_short_ttl} s) has passed"
+            assert await store.get_lease(brief) is None, (
+                f"a lease is gone once its ttl ({self.lease_short_ttl} s) has passed"
+            )
             taken = await self._take_lease(store, brief, "worker-b")
             assert taken.token > short.token, "taking over an expired lease gives a greater token"
             assert await store.acquire_lease(brief, "worker-a", LONG_TTL) is None, "the former owner is now refused"
@@ -247,7 +251,9 @@ class LeaseChecks(StoreHarness):
         async with self.opened_leases(tmp_path) as first, self.opened_leases(tmp_path) as second:
             await self._lease_race_rounds([first, second])
             held = await self._take_lease(first, sid("seen-by-both"), "a")
-            assert _same(await second.get_lease(held.stream), held), "a lease taken on one instance is seen on the other"
+            assert _same(await second.get_lease(held.stream), held), (
+                "a lease taken on one instance is seen on the other"
+            )
             assert await second.acquire_lease(held.stream, "b", LONG_TTL) is None
 
     @pytest.mark.anyio
@@ -287,7 +293,9 @@ class LeaseChecks(StoreHarness):
             stream = sid("invalid-lease")
             for ttl in (0, 0.0, -1.0):
                 await expect_raises(InvalidRequestError, lambda: store.acquire_lease(stream, "a", ttl), f"ttl {ttl}")
-            await expect_raises(InvalidRequestError, lambda: store.acquire_lease(stream, "", LONG_TTL), "an empty owner")
+            await expect_raises(
+                InvalidRequestError, lambda: store.acquire_lease(stream, "", LONG_TTL), "an empty owner"
+            )
             assert await store.get_lease(stream) is None, "a refused request takes no lease"
             assert await store.last_seq(stream) == 0
 

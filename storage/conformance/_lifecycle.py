@@ -8,10 +8,16 @@ from pathlib import Path
 import pytest
 
 from durably.storage._errors import ConflictError, StoreClosedError
-from durably.storage._spi import OPTIONAL_PROTOCOLS, AppendRequest, Store, StreamId, declared_capabilities, supports_blobs
+from durably.storage._spi import (
+    OPTIONAL_PROTOCOLS,
+    AppendRequest,
+    Store,
+    StreamId,
+    declared_capabilities,
+    supports_blobs,
+)
 
 from ._harness import StoreHarness, expect_raises, list_all, numbered, payloads, read_pairs, sid
-
 
 #: Methods every adapter has; the optional ones are needed only with their capability.
 REQUIRED_METHODS = (

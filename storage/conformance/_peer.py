@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from durably.errors import InvalidArgumentError
 from durably.storage._errors import ConflictError
 from durably.storage._spi import Lease, Store, StreamId, supports_leases
 from durably.storage._torture.spawn import child_environment, load_class, read_all
-from durably.errors import InvalidArgumentError
 
 #: Seconds a peer may take to start and open the store, and to answer one request.
 PEER_TIMEOUT = 60.0
@@ -70,7 +70,7 @@ async def _main(module: str, qualname: str, url: str) -> None:
                 answer = {"ok": await _serve(store, json.loads(line))}
             except ConflictError as conflict:
                 answer = {"conflict": conflict.actual_seq}
-            except Exception as exc:  # noqa: BLE001 - reported to the parent, which judges it
+            except Exception as exc:
                 answer = {"error": type(exc).__name__, "message": str(exc)}
             print(json.dumps(answer), flush=True)
 

@@ -40,7 +40,9 @@ class ProcessChecks(StoreHarness):
                 snapshot = await peer.call("snapshot", agent=stream.agent_id)
                 assert snapshot == {"ok": [2, b"state@2".hex()]}, f"and its snapshot: {snapshot}"
                 assert await peer.call("list") == {"ok": [stream.agent_id]}, "and lists its stream"
-                appended = await peer.call("append", agent=stream.agent_id, expected=2, records=[b"from the peer".hex()])
+                appended = await peer.call(
+                    "append", agent=stream.agent_id, expected=2, records=[b"from the peer".hex()]
+                )
                 assert appended == {"ok": 3}, f"a second OS process appends to a stream the first has open: {appended}"
             assert await read_pairs(store, stream) == [(1, b"first"), (2, b"\x00binary\xff"), (3, b"from the peer")], (
                 "the first process reads what the second acknowledged"

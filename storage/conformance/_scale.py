@@ -111,7 +111,9 @@ class ScaleChecks(StoreHarness):
         async with self.opened(tmp_path) as store:
             assert await store.append(stream, 0, [b"small", record]) == 2
             stored = [r async for r in store.read(stream, 1, page_size=1)]
-            assert len(stored) == 1 and stored[0].data == record, f"a {self.huge_record_size >> 20} MiB record round-trips"
+            assert len(stored) == 1 and stored[0].data == record, (
+                f"a {self.huge_record_size >> 20} MiB record round-trips"
+            )
             del stored, record
             snapshot = os.urandom(self.huge_snapshot_size)
             await store.put_snapshot(stream, 2, snapshot)

@@ -68,7 +68,9 @@ class SnapshotChecks(StoreHarness):
         async with self.opened(tmp_path) as store:
             stream = sid("validate")
             await expect_raises(
-                InvalidRequestError, lambda: store.put_snapshot(sid("unknown"), 1, b"s"), "snapshot of an unknown stream"
+                InvalidRequestError,
+                lambda: store.put_snapshot(sid("unknown"), 1, b"s"),
+                "snapshot of an unknown stream",
             )
             await store.append(stream, 0, payloads("r", 3))
             for seq in (0, -1, 4, 50):
@@ -89,7 +91,9 @@ class SnapshotChecks(StoreHarness):
             await store.append(stream, 0, [b"r"])
             await store.put_snapshot(stream, 1, state)
             snapshot = await store.get_snapshot(stream)
-            assert snapshot is not None and snapshot.seq == 1 and snapshot.data == state, f"a {self.large_size}-byte snapshot round-trips"
+            assert snapshot is not None and snapshot.seq == 1 and snapshot.data == state, (
+                f"a {self.large_size}-byte snapshot round-trips"
+            )
 
     @pytest.mark.anyio
     async def test_delete_snapshots_keeps_the_latest(self, tmp_path: Path) -> None:

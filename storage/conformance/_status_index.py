@@ -4,15 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
+from typing import cast
 
 import anyio
 import pytest
 
-from typing import cast
-
-from durably.storage._spi import CAP_BLOBS, CAP_STATUS_INDEX, AppendRequest, BlobStore, IndexEntry, IndexStore, Store, StreamId
-
 from durably.storage._errors import InvalidRequestError
+from durably.storage._spi import (
+    CAP_BLOBS,
+    CAP_STATUS_INDEX,
+    AppendRequest,
+    BlobStore,
+    IndexEntry,
+    IndexStore,
+    Store,
+    StreamId,
+)
 
 from ._harness import StoreHarness, sid
 
@@ -23,12 +30,14 @@ def ix(store: Store) -> IndexStore:
 
 
 def entry(status: str, seq: int, *approvals: str, definition: str = "agent") -> IndexEntry:
-    return IndexEntry(status=status, definition=definition, seq=seq, updated_at=1_700_000_000.5 + seq,
-                      open_approvals=tuple(approvals))
+    return IndexEntry(
+        status=status, definition=definition, seq=seq, updated_at=1_700_000_000.5 + seq, open_approvals=tuple(approvals)
+    )
 
 
-async def listed(store: Store, namespace: str = "conformance",
-                 statuses: Collection[str] | None = None) -> dict[StreamId, IndexEntry | None]:
+async def listed(
+    store: Store, namespace: str = "conformance", statuses: Collection[str] | None = None
+) -> dict[StreamId, IndexEntry | None]:
     found: dict[StreamId, IndexEntry | None] = {}
     async for row in ix(store).list_index(namespace, statuses, page_size=2):
         assert row.stream not in found, f"list_index yielded {row.stream} twice"
@@ -62,10 +71,12 @@ class StatusIndexChecks(StoreHarness):
             self.require(store, CAP_STATUS_INDEX)
             stream, other = sid("contended"), sid("bystander")
             await store.append_batch([AppendRequest(stream, 0, [b"a", b"b"], entry("running", 2))])
-            results = await store.append_batch([
-                AppendRequest(stream, 1, [b"stale"], entry("finished", 2)),
-                AppendRequest(other, 0, [b"new"], entry("suspended", 1)),
-            ])
+            results = await store.append_batch(
+                [
+                    AppendRequest(stream, 1, [b"stale"], entry("finished", 2)),
+                    AppendRequest(other, 0, [b"new"], entry("suspended", 1)),
+                ]
+            )
             assert isinstance(results[0], Exception) and results[1] == 1
             assert await ix(store).get_index(stream) == entry("running", 2), "a conflict writes no entry"
             assert await ix(store).get_index(other) == entry("suspended", 1), "the batch's other requests keep theirs"
@@ -81,32 +92,51 @@ class StatusIndexChecks(StoreHarness):
             bystander, stream = sid("bystander"), sid("bad-entry")
             bad = cast(IndexEntry, {"status": "running", "definition": "agent", "seq": 1, "updated_at": 0.0})
             with pytest.raises(InvalidRequestError):
-                await store.append_batch([AppendRequest(bystander, 0, [b"valid"], entry("running", 1)),
-                                          AppendRequest(stream, 0, [b"x"], bad)])
+                await store.append_batch(
+                    [
+                        AppendRequest(bystander, 0, [b"valid"], entry("running", 1)),
+                        AppendRequest(stream, 0, [b"x"], bad),
+                    ]
+                )
             assert await store.last_seq(bystander) == 0, "the valid request beside it is not written either"
             assert await store.last_seq(stream) == 0
             assert stream not in await listed(store) and bystander not in await listed(store)
 
     @pytest.mark.anyio
-    async def test_list_index_filters_by_status_and_always_yields_streams_without_an_entry(self, tmp_path: Path) -> None:
+    async def test_list_index_filters_by_status_and_always_yields_streams_without_an_entry(
+        self, tmp_path: Path
+    ) -> None:
         async with self.opened(tmp_path) as store:
             self.require(store, CAP_STATUS_INDEX)
-            statuses = {"r1": "running", "r2": "running", "w": "waiting_approval", "f1": "finished", "f2": "finished",
-                        "s": "suspended"}
-            await store.append_batch([AppendRequest(sid(name), 0, [b"x"], entry(status, 1))
-                                      for name, status in statuses.items()])
+            statuses = {
+                "r1": "running",
+                "r2": "running",
+                "w": "waiting_approval",
+                "f1": "finished",
+                "f2": "finished",
+                "s": "suspended",
+            }
+            await store.append_batch(
+                [AppendRequest(sid(name), 0, [b"x"], entry(status, 1)) for name, status in statuses.items()]
+            )
             await store.append(sid("legacy"), 0, [b"written without an entry"])
             await store.append_batch([AppendRequest(sid("r1", "elsewhere"), 0, [b"x"], entry("running", 1))])
             if CAP_BLOBS in store.capabilities:
                 await cast(BlobStore, store).put_blob(sid("only-blobs"), b"artifact")
             every = await listed(store)
             assert set(every) == {sid(n) for n in statuses} | {sid("legacy")}, (
-                "list_index(ns) yields every stream with records of ns (not blob-only ones, not other namespaces)")
+                "list_index(ns) yields every stream with records of ns (not blob-only ones, not other namespaces)"
+            )
             assert every[sid("legacy")] is None and every[sid("w")] == entry("waiting_approval", 1)
             assert set(await listed(store, statuses={"running"})) == {sid("r1"), sid("r2"), sid("legacy")}, (
-                "a status filter keeps matching entries and every stream without an entry")
+                "a status filter keeps matching entries and every stream without an entry"
+            )
             assert set(await listed(store, statuses=["finished", "suspended"])) == {
-                sid("f1"), sid("f2"), sid("s"), sid("legacy")}
+                sid("f1"),
+                sid("f2"),
+                sid("s"),
+                sid("legacy"),
+            }
             assert set(await listed(store, statuses=())) == {sid("legacy")}
             assert set(await listed(store, "elsewhere")) == {sid("r1", "elsewhere")}
 
@@ -123,7 +153,9 @@ class StatusIndexChecks(StoreHarness):
             assert await ix(store).put_index(stream, None, 2) is True, "None removes the entry"
             assert await ix(store).get_index(stream) is None
             assert set(await listed(store, statuses={"finished"})) == {stream}, "without an entry it is listed anyway"
-            assert await ix(store).put_index(sid("unknown"), entry("running", 0), 0) is False, "no entry for an unknown stream"
+            assert await ix(store).put_index(sid("unknown"), entry("running", 0), 0) is False, (
+                "no entry for an unknown stream"
+            )
             assert sid("unknown") not in await listed(store)
 
     @pytest.mark.anyio

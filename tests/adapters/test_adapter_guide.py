@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from durably.storage.conformance import StoreConformance
 from durably.storage._spi_docs import contract_table, guide_table
+from durably.storage.conformance import StoreConformance
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "writing-an-adapter.md"
 
@@ -46,6 +46,8 @@ def test_every_kit_setting_and_hook_is_in_the_guide_with_its_default() -> None:
     for name, value in settings.items():
         row = rows.get(f"`{name}`")
         assert row is not None, f"the kit's setting {name!r} is not in the guide's settings table"
-        assert any(form in row.split("|")[2] for form in _shown(value)), f"{name}: the guide shows another default: {row}"
+        assert any(form in row.split("|")[2] for form in _shown(value)), (
+            f"{name}: the guide shows another default: {row}"
+        )
     for hook in ("store_url", "make_store", "stored_bytes", "outage"):
         assert f"{hook}(" in guide, f"the kit's hook {hook!r} is not in the guide"

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from durably._torture.ledgered_store import LedgeredStore
 from durably.adapters.filesystem import FileSystemStore
 from durably.adapters.memory import MemoryStore
-from durably._torture.ledgered_store import LedgeredStore
 from durably.storage._base import StoreBase
-from durably.storage._torture import Ledger
 from durably.storage._spi import (
     CAP_BLOBS,
     CAP_CHANGES,
@@ -35,6 +34,7 @@ from durably.storage._spi import (
     supports_changes,
     supports_leases,
 )
+from durably.storage._torture import Ledger
 
 
 class _Leased(StoreBase, LeaseStore):
@@ -68,8 +68,12 @@ def test_storebase_derives_capabilities_from_the_protocols_it_subclasses() -> No
 
 
 def test_each_cap_name_has_its_protocol() -> None:
-    assert OPTIONAL_PROTOCOLS == {CAP_BLOBS: BlobStore, CAP_LEASES: LeaseStore, CAP_CHANGES: ChangeStore,
-                                  CAP_STATUS_INDEX: IndexStore}
+    assert OPTIONAL_PROTOCOLS == {
+        CAP_BLOBS: BlobStore,
+        CAP_LEASES: LeaseStore,
+        CAP_CHANGES: ChangeStore,
+        CAP_STATUS_INDEX: IndexStore,
+    }
 
 
 def test_supports_answers_from_the_declaration_not_the_shape(tmp_path: Path) -> None:
@@ -77,12 +81,13 @@ def test_supports_answers_from_the_declaration_not_the_shape(tmp_path: Path) -> 
     assert supports_leases(store) and supports_blobs(store) and not supports_changes(store)
     # The torture kit's wrapper has every optional method and forwards the wrapped store's capabilities.
     wrapped = LedgeredStore(FileSystemStore(f"file://{tmp_path}"), Ledger(tmp_path / "acks.jsonl"), "w", lambda _: None)
-    assert callable(getattr(wrapped, "acquire_lease"))
+    assert callable(wrapped.acquire_lease)
     assert supports_blobs(wrapped) and not supports_leases(wrapped), "the filesystem store has blobs, no leases"
 
 
-@pytest.mark.parametrize("entry", sorted(entry_points(group="durably.stores"), key=lambda e: e.name),
-                         ids=lambda e: e.name)
+@pytest.mark.parametrize(
+    "entry", sorted(entry_points(group="durably.stores"), key=lambda e: e.name), ids=lambda e: e.name
+)
 def test_every_shipped_adapter_declares_by_protocol(entry: EntryPoint) -> None:
     """The string flags of durably's own adapters are derived: each names exactly the protocols it subclasses."""
     cls = entry.load()

@@ -16,7 +16,6 @@ import anyio
 
 from durably.adapters.filesystem import FileSystemStore
 from durably.adapters.memory import MemoryStore
-from durably.adapters.sqlite import SQLiteStore
 from durably.storage import StreamId
 from durably.storage.conformance import StoreConformance, files_bytes
 
@@ -104,5 +103,7 @@ async def test_filesystem_appends_race_across_processes(tmp_path) -> None:
     names = [record.data.decode().rsplit(".", 1) for record in records]
     for start in range(0, total, 3):
         owner = {name for name, _ in names[start : start + 3]}
-        assert len(owner) == 1 and [part for _, part in names[start : start + 3]] == ["0", "1", "2"], names[start : start + 3]
+        assert len(owner) == 1 and [part for _, part in names[start : start + 3]] == ["0", "1", "2"], names[
+            start : start + 3
+        ]
     assert len({name for name, _ in names}) == processes * batches, "every acknowledged batch exactly once"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 
+import broken_adapters
 import pytest
 
-import broken_adapters
 import durably.storage._registry as registry
 from durably.adapters.memory import MemoryStore
 from durably.storage._spi import AppendRequest, StoredRecord, StreamId
@@ -27,7 +27,7 @@ class LosesLastBatchOnReopen(MemoryStore):
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         results = await super().append_batch(requests)
-        for request, result in zip(requests, results):
+        for request, result in zip(requests, results, strict=False):
             if isinstance(result, int):
                 self._unsynced[id(self._streams)] = (request.stream, request.expected_seq, result)
         return results
@@ -184,20 +184,55 @@ def run_hooked_kit(pytester: pytest.Pytester, store_class: type, url: str, check
 
 BROKEN_PROMISES = [
     # (adapter, its URL, the checks to run, the check that must fail, words its message must hold)
-    (broken_adapters.ClaimsMultiProcess, MEMORY_URL, "second_process", "test_a_second_process_sees_one_store",
-     "a second OS process reads what the first acknowledged"),
-    (broken_adapters.WritesBehind, FILE_URL, "sigkill", "test_acknowledged_records_survive_sigkill",
-     "nothing is acknowledged from a cache"),
-    (broken_adapters.KeepsPurgedBytes, MEMORY_URL, "purge_leaves", "test_purge_leaves_no_readable_bytes",
-     "a purge leaves nothing readable behind"),
-    (broken_adapters.RestartsTokensAfterPurge, MEMORY_URL, "never_decrease", "test_lease_tokens_never_decrease_across_purge",
-     "fencing tokens never decrease for a stream id, purge included"),
-    (broken_adapters.LoadsWholeStream, MEMORY_URL, "paged_read_memory", "test_paged_read_memory_is_bounded",
-     "read pages through the stream with bounded memory"),
-    (broken_adapters.RaisesRawErrors, MEMORY_URL, "outage", "test_outage_raises_typed_errors_and_loses_nothing",
-     "an unreachable backend raises StoreUnavailableError, never its own exceptions"),
-    (broken_adapters.ScansTheStream, MEMORY_URL, "long_streams", "test_long_streams_are_as_fast_at_the_tail",
-     "lookups and tail reads must not scan the stream"),
+    (
+        broken_adapters.ClaimsMultiProcess,
+        MEMORY_URL,
+        "second_process",
+        "test_a_second_process_sees_one_store",
+        "a second OS process reads what the first acknowledged",
+    ),
+    (
+        broken_adapters.WritesBehind,
+        FILE_URL,
+        "sigkill",
+        "test_acknowledged_records_survive_sigkill",
+        "nothing is acknowledged from a cache",
+    ),
+    (
+        broken_adapters.KeepsPurgedBytes,
+        MEMORY_URL,
+        "purge_leaves",
+        "test_purge_leaves_no_readable_bytes",
+        "a purge leaves nothing readable behind",
+    ),
+    (
+        broken_adapters.RestartsTokensAfterPurge,
+        MEMORY_URL,
+        "never_decrease",
+        "test_lease_tokens_never_decrease_across_purge",
+        "fencing tokens never decrease for a stream id, purge included",
+    ),
+    (
+        broken_adapters.LoadsWholeStream,
+        MEMORY_URL,
+        "paged_read_memory",
+        "test_paged_read_memory_is_bounded",
+        "read pages through the stream with bounded memory",
+    ),
+    (
+        broken_adapters.RaisesRawErrors,
+        MEMORY_URL,
+        "outage",
+        "test_outage_raises_typed_errors_and_loses_nothing",
+        "an unreachable backend raises StoreUnavailableError, never its own exceptions",
+    ),
+    (
+        broken_adapters.ScansTheStream,
+        MEMORY_URL,
+        "long_streams",
+        "test_long_streams_are_as_fast_at_the_tail",
+        "lookups and tail reads must not scan the stream",
+    ),
 ]
 
 
@@ -208,16 +243,23 @@ BROKEN_PROMISES = [
 )
 def test_the_kit_names_each_broken_promise(pytester, store_class, url, checks, must_fail, promise) -> None:
     outcomes = run_hooked_kit(pytester, store_class, url, checks)
-    assert outcomes.get(must_fail, "").startswith("failed"), f"{store_class.__name__}: {must_fail} did not fail: {outcomes}"
+    assert outcomes.get(must_fail, "").startswith("failed"), (
+        f"{store_class.__name__}: {must_fail} did not fail: {outcomes}"
+    )
     assert promise in outcomes[must_fail], f"the failure names the promise {promise!r}: {outcomes[must_fail][-1500:]}"
 
 
 def test_the_new_checks_pass_on_stores_that_keep_their_promises(pytester) -> None:
     """The controls: a healthy store passes each new check that can run on it, none skipped silently."""
-    healthy = run_hooked_kit(pytester, broken_adapters.GoesDown, MEMORY_URL, "outage or never_decrease or paged or long_streams")
+    healthy = run_hooked_kit(
+        pytester, broken_adapters.GoesDown, MEMORY_URL, "outage or never_decrease or paged or long_streams"
+    )
     assert {name: outcome for name, outcome in healthy.items() if outcome != "passed"} == {}
-    assert {"test_outage_raises_typed_errors_and_loses_nothing", "test_lease_tokens_never_decrease_across_purge",
-            "test_paged_read_memory_is_bounded", "test_long_streams_are_as_fast_at_the_tail"} <= set(healthy)
+    assert {
+        "test_outage_raises_typed_errors_and_loses_nothing",
+        "test_lease_tokens_never_decrease_across_purge",
+        "test_paged_read_memory_is_bounded",
+        "test_long_streams_are_as_fast_at_the_tail",
+    } <= set(healthy)
     single = run_hooked_kit(pytester, MemoryStore, MEMORY_URL, "process or sigkill")
     assert set(single.values()) == {"skipped"}, f"a store declaring single-process skips the process checks: {single}"
-

@@ -40,8 +40,10 @@ SCRIPTS = {
 async def test_an_unclosed_sqlite_store_does_not_hang_the_exit(tmp_path, case):
     url = f"sqlite:///{tmp_path}/a.db"
     body = textwrap.indent(textwrap.dedent(SCRIPTS[case]), "    ")
-    script = (f"import anyio\nfrom durably import Runtime\nfrom durably.storage import StreamId, open_store\n"
-              f"URL = {url!r}\nasync def main():\n{body}\nanyio.run(main)\n")
+    script = (
+        f"import anyio\nfrom durably import Runtime\nfrom durably.storage import StreamId, open_store\n"
+        f"URL = {url!r}\nasync def main():\n{body}\nanyio.run(main)\n"
+    )
     try:
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:

@@ -14,15 +14,15 @@ import uuid
 
 import anyio
 import pytest
-
-from durably.adapters.s3._keys import StreamKeys
-from durably import Runtime, SnapshotPolicy
-from durably.storage import StreamId
-from durably.storage._errors import CorruptRecordError
 from support_agents import list_agent
 
+from durably import Runtime, SnapshotPolicy
+from durably.adapters.s3._keys import StreamKeys
+from durably.storage import StreamId
+from durably.storage._errors import CorruptRecordError
+
 try:
-    from .s3_server import BUCKET, s3_server  # noqa: F401 - s3_server is a fixture
+    from .s3_server import BUCKET, s3_server
 except ImportError:
     from s3_server import BUCKET, s3_server  # noqa: F401
 
@@ -67,8 +67,8 @@ async def test_a_foreign_sqlite_value_is_corrupt_and_isolated(tmp_path, table, f
     await two_runnable_agents(f"sqlite:///{path}", effects, snapshot=table == "snapshots")
     with sqlite3.connect(path) as db:
         changed = db.execute(
-            f"UPDATE {table} SET data = ? WHERE stream_id = (SELECT id FROM streams WHERE agent_id = 'bad')",
-            (foreign,)).rowcount
+            f"UPDATE {table} SET data = ? WHERE stream_id = (SELECT id FROM streams WHERE agent_id = 'bad')", (foreign,)
+        ).rowcount
     assert changed >= 1
     await check_isolated(f"sqlite:///{path}", effects, journal_damaged=table == "records")
 

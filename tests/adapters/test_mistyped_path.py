@@ -15,10 +15,10 @@ from __future__ import annotations
 import stat
 
 import pytest
+from support_agents import list_agent
 
 from durably import AgentNotFoundError, InvalidStoreURLError, Runtime
 from durably.storage import StreamId, open_store
-from support_agents import list_agent
 
 
 @pytest.mark.parametrize("scheme", ["sqlite", "file"])

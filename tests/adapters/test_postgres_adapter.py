@@ -19,7 +19,7 @@ from durably.storage import InvalidRequestError, InvalidStoreURLError, StreamId,
 from durably.storage.conformance import StoreConformance
 
 try:
-    from .pg_server import PostgresTestServer, pg_server  # noqa: F401 - pg_server is a fixture
+    from .pg_server import PostgresTestServer, pg_server
 except ImportError:
     from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
@@ -56,7 +56,9 @@ class TestPostgresConformance(StoreConformance):
         try:
             transaction = blocker.transaction()
             await transaction.start()
-            tables = ", ".join(f'"{schema}".{t}' for t in ("streams", "records", "snapshots", "blobs", "commits", "leases"))
+            tables = ", ".join(
+                f'"{schema}".{t}' for t in ("streams", "records", "snapshots", "blobs", "commits", "leases")
+            )
             await blocker.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
             yield
             await transaction.rollback()
@@ -76,16 +78,29 @@ def test_url_options_and_redaction() -> None:
     options = PostgresOptions.from_url("postgresql://app:s3cret@db:5433/agents?schema=fleet&pool_max=4&sslmode=disable")
     assert (options.schema, options.pool_max) == ("fleet", 4)
     assert options.dsn == "postgresql://app:s3cret@db:5433/agents?sslmode=disable"  # libpq's own options pass
-    assert PostgresOptions.from_url("postgresql://db/agents?application_name=svc&target_session_attrs=read-write").dsn == \
-        "postgresql://db/agents?application_name=svc&target_session_attrs=read-write"
-    with pytest.raises(InvalidStoreURLError, match="unknown option.*pool_maxx") as caught:  # a typo of ours, not a server setting
+    assert (
+        PostgresOptions.from_url("postgresql://db/agents?application_name=svc&target_session_attrs=read-write").dsn
+        == "postgresql://db/agents?application_name=svc&target_session_attrs=read-write"
+    )
+    with pytest.raises(
+        InvalidStoreURLError, match="unknown option.*pool_maxx"
+    ) as caught:  # a typo of ours, not a server setting
         PostgresOptions.from_url("postgresql://app:s3cret@db/agents?pool_maxx=4")
     assert "s3cret" not in str(caught.value) and "s3cret" not in caught.value.url
     assert "s3cret" not in redacted("postgresql://app:s3cret@db/agents") and "s3cret" not in repr(
-        open_store("postgres://app:s3cret@db/agents"))
-    assert redacted("postgresql://db/agents?password=s3cret&schema=x") == "postgresql://db/agents?password=%2A%2A%2A&schema=x"
-    for bad in ("postgresql://db/x?schema=Bad-Name", "postgresql://db/x?schema=a;drop", "postgresql://db/x?pool_max=0",
-                "postgresql://db/x?statement_timeout=abc", "mysql://db/x"):
+        open_store("postgres://app:s3cret@db/agents")
+    )
+    assert (
+        redacted("postgresql://db/agents?password=s3cret&schema=x")
+        == "postgresql://db/agents?password=%2A%2A%2A&schema=x"
+    )
+    for bad in (
+        "postgresql://db/x?schema=Bad-Name",
+        "postgresql://db/x?schema=a;drop",
+        "postgresql://db/x?pool_max=0",
+        "postgresql://db/x?statement_timeout=abc",
+        "mysql://db/x",
+    ):
         with pytest.raises(InvalidRequestError):
             PostgresOptions.from_url(bad)
 
@@ -105,7 +120,7 @@ async def test_golden_v1_schema_is_migrated_forward_and_reads_back(pg_server: Po
         for agent_id, records in STREAMS.items():
             stream = StreamId(NAMESPACE, agent_id)
             first = COMPACTED_THROUGH[1] + 1 if agent_id == COMPACTED_THROUGH[0] else 1
-            assert [(r.seq, r.data) async for r in store.read(stream)] == list(enumerate(records, 1))[first - 1:]
+            assert [(r.seq, r.data) async for r in store.read(stream)] == list(enumerate(records, 1))[first - 1 :]
             assert await store.last_seq(stream) == len(records)
             assert await store.append(stream, len(records), [b"after-migration"]) == len(records) + 1
         snapshot = await store.get_snapshot(StreamId(NAMESPACE, SNAPSHOT[0]))
@@ -119,7 +134,9 @@ async def test_golden_v1_schema_is_migrated_forward_and_reads_back(pg_server: Po
         for bad in (0, -1):  # a typed error, not an IndexError after an empty page
             with pytest.raises(InvalidRequestError, match="page_size"):
                 [s async for s in store.list_streams(NAMESPACE, page_size=bad)]
-    assert pg_server.psql("SELECT version FROM durably.schema_version", database=database).strip() == str(SCHEMA_VERSION)
+    assert pg_server.psql("SELECT version FROM durably.schema_version", database=database).strip() == str(
+        SCHEMA_VERSION
+    )
 
 
 async def test_migrated_schema_equals_a_new_one(pg_server: PostgresTestServer) -> None:
@@ -130,14 +147,19 @@ async def test_migrated_schema_equals_a_new_one(pg_server: PostgresTestServer) -
         pass
     async with PostgresStore(pg_server.url("fresh", database=database)):
         pass
-    shape = ("SELECT table_name, column_name, data_type, collation_name, is_nullable FROM information_schema.columns "
-             "WHERE table_schema = '{}' ORDER BY 1, 2")
+    shape = (
+        "SELECT table_name, column_name, data_type, collation_name, is_nullable FROM information_schema.columns "
+        "WHERE table_schema = '{}' ORDER BY 1, 2"
+    )
     functions = "SELECT routine_name FROM information_schema.routines WHERE routine_schema = '{}' ORDER BY 1"
-    bodies = ("SELECT p.proname, replace(p.prosrc, '\"{0}\"', 'S') FROM pg_proc AS p JOIN pg_namespace AS n "
-              "ON n.oid = p.pronamespace WHERE n.nspname = '{0}' ORDER BY 1")
+    bodies = (
+        "SELECT p.proname, replace(p.prosrc, '\"{0}\"', 'S') FROM pg_proc AS p JOIN pg_namespace AS n "
+        "ON n.oid = p.pronamespace WHERE n.nspname = '{0}' ORDER BY 1"
+    )
     for query in (shape, functions, bodies):
         assert pg_server.psql(query.format("durably"), database=database) == pg_server.psql(
-            query.format("fresh"), database=database)
+            query.format("fresh"), database=database
+        )
 
 
 async def test_newer_schema_version_is_refused_and_left_untouched(pg_server: PostgresTestServer) -> None:

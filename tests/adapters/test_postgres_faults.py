@@ -60,6 +60,7 @@ class CuttingProxy:
     async def _pipe(self, client) -> None:
         async with client, await anyio.connect_tcp("127.0.0.1", self.upstream_port) as upstream:
             async with anyio.create_task_group() as group:
+
                 async def up() -> None:
                     async for chunk in client:
                         await upstream.send(chunk)
@@ -121,9 +122,12 @@ async def test_append_cut_before_commit_is_sent_again_once(server: PostgresTestS
 
                 group.start_soon(append)
                 with anyio.fail_after(10):
-                    while not (pids := await blocker.fetch(
+                    while not (
+                        pids := await blocker.fetch(
                             "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                            store._application_name)):
+                            store._application_name,
+                        )
+                    ):
                         await anyio.sleep(0.01)
                 await blocker.execute("SELECT pg_terminate_backend($1)", pids[0]["pid"])
                 await anyio.sleep(0.3)  # the adapter resolves, then re-sends: it waits on the lock again
@@ -142,8 +146,9 @@ async def test_statement_timeout_is_retried_then_store_unavailable_and_writes_no
         blocker = await asyncpg.connect(server.dsn)
         try:
             async with blocker.transaction():
-                await blocker.execute(f"SELECT 1 FROM {store.options.schema}.streams WHERE agent_id = $1 FOR UPDATE",
-                                      stream.agent_id)
+                await blocker.execute(
+                    f"SELECT 1 FROM {store.options.schema}.streams WHERE agent_id = $1 FOR UPDATE", stream.agent_id
+                )
                 started = time.perf_counter()
                 with pytest.raises(StoreUnavailableError) as caught:
                     await store.append(stream, 1, [b"never"])

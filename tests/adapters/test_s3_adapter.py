@@ -39,7 +39,7 @@ from durably.storage import (
 from durably.storage.conformance import StoreConformance
 
 try:
-    from .s3_server import BUCKET, Fault, S3TestServer, s3_server  # noqa: F401 - s3_server is a fixture
+    from .s3_server import BUCKET, Fault, S3TestServer, s3_server
 except ImportError:
     from s3_server import BUCKET, Fault, S3TestServer, s3_server  # noqa: F401
 
@@ -99,8 +99,13 @@ class TestS3Conformance(StoreConformance):
         return make(self.server, self._prefix(tmp_path), multipart_threshold=MIN_PART_SIZE, part_size=MIN_PART_SIZE)
 
     def store_url(self, tmp_path):
-        return self.server.url(self._prefix(tmp_path), multipart_threshold=MIN_PART_SIZE, part_size=MIN_PART_SIZE,
-                               max_attempts=5, deadline=15)
+        return self.server.url(
+            self._prefix(tmp_path),
+            multipart_threshold=MIN_PART_SIZE,
+            part_size=MIN_PART_SIZE,
+            max_attempts=5,
+            deadline=15,
+        )
 
     async def stored_bytes(self, tmp_path):
         def fetch() -> bytes:
@@ -158,7 +163,12 @@ def test_batch_object_round_trip_trim_and_corruption() -> None:
 def test_url_options_and_registration() -> None:
     options = S3Options.from_url("s3://bkt/a/b/?endpoint_url=http://h:1&region=eu-west-1&path_style=1&deadline=3")
     assert (options.bucket, options.prefix, options.endpoint_url, options.region, options.path_style) == (
-        "bkt", "a/b/", "http://h:1", "eu-west-1", True)
+        "bkt",
+        "a/b/",
+        "http://h:1",
+        "eu-west-1",
+        True,
+    )
     assert options.retry.deadline == 3 and S3Options.from_url("s3://bkt").prefix == ""
     for bad in ("s3:///nobucket", "s3://bkt?color=red", "s3://bkt?part_size=1", "s3://bkt?path_style=maybe"):
         with pytest.raises(ValueError):
@@ -177,8 +187,10 @@ async def test_open_fails_cleanly_without_bucket_or_server(s3_server) -> None:
     async with created:
         assert await created.append(STREAM, 0, [b"x"]) == 1
     with socket_bound() as port:  # a port nobody listens on
-        dead = S3Store(f"s3://{BUCKET}/p?endpoint_url=http://127.0.0.1:{port}&path_style=1&region=us-east-1",
-                       retry=RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.01))
+        dead = S3Store(
+            f"s3://{BUCKET}/p?endpoint_url=http://127.0.0.1:{port}&path_style=1&region=us-east-1",
+            retry=RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.01),
+        )
         with pytest.raises(StoreUnavailableError):
             await dead.open()
 
@@ -351,8 +363,15 @@ async def test_unknown_outcome_when_another_writer_won_is_a_conflict(s3_server, 
     await store.append(STREAM, 0, [b"one"])
     key = StreamKeys(store.options.prefix, STREAM).batch(2)
     foreign = Batch(2, 2, 2, b"F" * 16, (b"theirs",)).encode()
-    s3_server.inject(Fault("PUT", "/r/", "drop_after", times=2,
-                           before=lambda: s3_server.client().put_object(Bucket=BUCKET, Key=key, Body=foreign)))
+    s3_server.inject(
+        Fault(
+            "PUT",
+            "/r/",
+            "drop_after",
+            times=2,
+            before=lambda: s3_server.client().put_object(Bucket=BUCKET, Key=key, Body=foreign),
+        )
+    )
     with pytest.raises(ConflictError) as caught:
         await store.append(STREAM, 1, [b"mine"])
     assert caught.value.actual_seq == 2

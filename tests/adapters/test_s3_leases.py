@@ -32,7 +32,7 @@ from durably.storage import (
 )
 
 try:
-    from .s3_server import BUCKET, Fault, S3TestServer, s3_server  # noqa: F401 - s3_server is a fixture
+    from .s3_server import BUCKET, Fault, S3TestServer, s3_server
 except ImportError:
     from s3_server import BUCKET, Fault, S3TestServer, s3_server  # noqa: F401
 
@@ -147,7 +147,8 @@ async def test_an_owner_back_after_its_lease_ran_out_gets_a_new_token(s3_server,
         assert await a.get_lease(STREAM) is None
         again = await a.acquire_lease(STREAM, "worker-a", 10)
         assert again == Lease(STREAM, "worker-a", lease.token + 1, clock.now + 10), (
-            "taken anew: others may have acted on the expiry")
+            "taken anew: others may have acted on the expiry"
+        )
 
 
 async def test_small_ttl_expires_on_the_real_clock(s3_server, prefix) -> None:
@@ -263,7 +264,7 @@ async def test_eight_stores_race_for_a_free_lease_exactly_one_wins(s3_server, pr
             assert met == [True] * racers, f"round {round_no}: all {racers} conditional PUTs were in flight at once"
             winners = {n: lease for n, lease in outcomes.items() if lease is not None}
             assert len(winners) == 1, f"{how_freed}: {outcomes}"
-            (n, lease), = winners.items()
+            ((n, lease),) = winners.items()
             assert lease.owner == f"worker-{n}" and lease.token == last_token + 1
             for store in stores:
                 assert await store.get_lease(STREAM) == lease
@@ -325,8 +326,15 @@ async def test_unknown_outcome_when_another_worker_won(s3_server, prefix) -> Non
     async with make(s3_server, prefix) as store:
         key = lease_key(store)
         foreign = LeaseObject("rival", 1, 4_000_000_000.0, 30.0, "f" * 32).encode()
-        s3_server.inject(Fault("PUT", "/lease", "drop_after", times=2,
-                               before=lambda: s3_server.client().put_object(Bucket=BUCKET, Key=key, Body=foreign)))
+        s3_server.inject(
+            Fault(
+                "PUT",
+                "/lease",
+                "drop_after",
+                times=2,
+                before=lambda: s3_server.client().put_object(Bucket=BUCKET, Key=key, Body=foreign),
+            )
+        )
         assert await store.acquire_lease(STREAM, "w", 10) is None
         assert (await store.get_lease(STREAM)).owner == "rival"
 

@@ -103,7 +103,12 @@ async def test_mixed_batch_one_conflict_others_succeed(store) -> None:
 
 async def test_a_repeated_stream_sees_the_earlier_request(store) -> None:
     results = await store.append_batch(
-        [AppendRequest(S, 0, [b"1", b"2"]), AppendRequest(S, 2, [b"3"]), AppendRequest(S, 2, [b"late"]), AppendRequest(S, 3, [b"4"])]
+        [
+            AppendRequest(S, 0, [b"1", b"2"]),
+            AppendRequest(S, 2, [b"3"]),
+            AppendRequest(S, 2, [b"late"]),
+            AppendRequest(S, 3, [b"4"]),
+        ]
     )
     assert results[:2] == [2, 3] and isinstance(results[2], ConflictError) and results[3] == 4
     assert [seq for seq, _ in await records(store)] == [1, 2, 3, 4]
@@ -117,7 +122,9 @@ async def test_all_conflicting_batch(store) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", [AppendRequest(S, 0, []), AppendRequest(S, -1, [b"x"]), AppendRequest(S, 0, ["text"])], ids=["empty", "negative", "str"]
+    "bad",
+    [AppendRequest(S, 0, []), AppendRequest(S, -1, [b"x"]), AppendRequest(S, 0, ["text"])],
+    ids=["empty", "negative", "str"],
 )
 async def test_malformed_requests_fail_the_call_before_any_write(store, bad: AppendRequest) -> None:
     other = StreamId("tenant", "other")
@@ -129,7 +136,9 @@ async def test_malformed_requests_fail_the_call_before_any_write(store, bad: App
 
 async def test_a_big_batch_across_many_streams(store) -> None:
     many = [StreamId("bulk", f"s{i:04d}") for i in range(300)]  # more than one lock statement's worth
-    results = await store.append_batch([AppendRequest(s, 0, [s.agent_id.encode()] * (1 + i % 2)) for i, s in enumerate(many)])
+    results = await store.append_batch(
+        [AppendRequest(s, 0, [s.agent_id.encode()] * (1 + i % 2)) for i, s in enumerate(many)]
+    )
     assert results == [1 + i % 2 for i in range(300)]
     assert await names(store, "bulk") == [s.agent_id for s in many]
     assert await records(store, many[298]) == [(1, b"s0298")]
@@ -342,7 +351,14 @@ async def test_pragmas_are_set(sqlite_store: SQLiteStore, db_path: Path) -> None
 
 @pytest.mark.parametrize(
     "bad",
-    ["sqlite://host/x.db", "sqlite:///", "sqlite:///:memory:", "sqlite:///x.db?synchronous=OFF", "sqlite:///x.db?busy_timeout=-1", "sqlite:///x.db?cache=shared"],
+    [
+        "sqlite://host/x.db",
+        "sqlite:///",
+        "sqlite:///:memory:",
+        "sqlite:///x.db?synchronous=OFF",
+        "sqlite:///x.db?busy_timeout=-1",
+        "sqlite:///x.db?cache=shared",
+    ],
 )
 def test_malformed_urls_are_refused(bad: str) -> None:
     with pytest.raises(ValueError):
@@ -634,20 +650,29 @@ async def test_appends_to_known_streams_are_one_autocommitted_statement(
         [AppendRequest(a, 1, [b"a2", b"a3"]), AppendRequest(b, 1, [b"b2"]), AppendRequest(a, 3, [b"a4"])]
     )
     assert results == [3, 2, 4]
-    assert [(method, sql.split(" (")[0]) for method, sql in calls] == [("execute", "INSERT INTO records")]  # no BEGIN, no COMMIT
+    assert [(method, sql.split(" (")[0]) for method, sql in calls] == [
+        ("execute", "INSERT INTO records")
+    ]  # no BEGIN, no COMMIT
     assert await records(sqlite_store, a) == [(1, b"a1"), (2, b"a2"), (3, b"a3"), (4, b"a4")]
     assert await records(sqlite_store, b) == [(1, b"b1"), (2, b"b2")]
     assert (await sqlite_store.last_seq(a), await sqlite_store.last_seq(b)) == (4, 2)
 
 
-async def test_a_conflict_among_known_streams_is_isolated(sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_conflict_among_known_streams_is_isolated(
+    sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a, b, c, d = (StreamId("t", n) for n in "abcd")
     for s in (a, b, c, d):
         await sqlite_store.append(s, 0, [b"1", b"2"])
     calls = calls_to_the_connection(sqlite_store, monkeypatch)
     results = await sqlite_store.append_batch(
-        [AppendRequest(a, 2, [b"3"]), AppendRequest(b, 1, [b"stale"]), AppendRequest(c, 2, [b"3"]),
-         AppendRequest(StreamId("t", "nobody"), 5, [b"x"]), AppendRequest(d, 4, [b"ahead"])]
+        [
+            AppendRequest(a, 2, [b"3"]),
+            AppendRequest(b, 1, [b"stale"]),
+            AppendRequest(c, 2, [b"3"]),
+            AppendRequest(StreamId("t", "nobody"), 5, [b"x"]),
+            AppendRequest(d, 4, [b"ahead"]),
+        ]
     )
     assert results[0] == 3 and results[2] == 3
     assert (results[1].expected_seq, results[1].actual_seq) == (1, 2)  # behind: its seq exists
@@ -670,10 +695,16 @@ async def test_batches_of_every_size_land_whole(sqlite_store: SQLiteStore, db_pa
     for s in streams:
         await sqlite_store.append(s, 0, [b"first"])
     split = [rows // 3, rows // 3, rows - 2 * (rows // 3)]
-    requests = [AppendRequest(s, 1, [f"{s.agent_id}-{n}".encode() for n in range(count)]) for s, count in zip(streams, split) if count]
+    requests = [
+        AppendRequest(s, 1, [f"{s.agent_id}-{n}".encode() for n in range(count)])
+        for s, count in zip(streams, split, strict=False)
+        if count
+    ]
     assert await sqlite_store.append_batch(requests) == [1 + len(r.records) for r in requests]
     for request in requests:
-        assert await records(sqlite_store, request.stream) == [(1, b"first")] + [(2 + n, d) for n, d in enumerate(request.records)]
+        assert await records(sqlite_store, request.stream) == [(1, b"first")] + [
+            (2 + n, d) for n, d in enumerate(request.records)
+        ]
     with sqlite3.connect(db_path) as raw:
         ((count,),) = raw.execute("SELECT count(*) FROM records")
     raw.close()
@@ -700,7 +731,9 @@ async def test_a_stream_purged_and_recreated_by_another_connection(db_path: Path
         assert await records(one, other) == [(1, b"x1")]
 
 
-async def test_the_database_refuses_records_that_do_not_continue_their_stream(sqlite_store: SQLiteStore, db_path: Path) -> None:
+async def test_the_database_refuses_records_that_do_not_continue_their_stream(
+    sqlite_store: SQLiteStore, db_path: Path
+) -> None:
     """The trigger holds for every writer of the file, not only this adapter."""
     await sqlite_store.append(S, 0, [b"a", b"b"])
     with sqlite3.connect(db_path) as raw:
@@ -747,7 +780,9 @@ async def test_a_v1_file_is_upgraded_in_place(db_path: Path) -> None:
         assert await records(store) == [(1, b"a"), (2, b"b")]
         assert await store.get_index(S) is None
         assert {(r.stream, r.entry) async for r in store.list_index("tenant", {"finished"})} == {
-            (S, None), (compacted, None)}, "streams from before the index are listed as having no entry"
+            (S, None),
+            (compacted, None),
+        }, "streams from before the index are listed as having no entry"
         assert (await store.last_seq(S), await store.last_seq(compacted)) == (2, 2)
         assert await records(store, compacted) == []
         assert await store.get_snapshot(compacted) == StoredSnapshot(2, b"s")

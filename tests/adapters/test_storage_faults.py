@@ -20,15 +20,14 @@ import os
 import subprocess
 
 import pytest
+from support_agents import StepModel
 
 from durably import AgentDefinition, Reconciled, Runtime, SnapshotPolicy, tool
 from durably.storage._errors import StoreUnavailableError
 from durably.storage._spi import StreamId
 
-from support_agents import StepModel
-
 try:
-    from .s3_server import Fault, s3_server  # noqa: F401 - a fixture
+    from .s3_server import Fault, s3_server
 except ImportError:
     from s3_server import Fault, s3_server  # noqa: F401
 
@@ -93,7 +92,9 @@ async def test_a_full_disk_fails_typed_loses_nothing_and_the_agent_resumes(tiny_
         after = await _stored(rt.store, stream)
     assert state.status == "finished", (state.status, state.reason)
     assert state.result == f"done {[_payload(n) for n in range(1, STEPS + 1)]}"
-    assert {seq: after.get(seq) for seq in before} == before, "every record acknowledged before the disk filled is intact"
+    assert {seq: after.get(seq) for seq in before} == before, (
+        "every record acknowledged before the disk filled is intact"
+    )
     assert sorted(n for _, n in effects) == list(range(1, STEPS + 1)), "each effect exactly once"
 
 

@@ -11,14 +11,22 @@ from durably.errors import InvalidStoreURLError, StoreUnavailableError
 from durably.storage import open_store
 
 
-@pytest.mark.parametrize("url", [
-    "s3://[b/x", "postgresql://[::1/db",  # urlsplit's "Invalid IPv6 URL"
-    "sqlite:///a%00b.db", "file:///tmp/x%00y",  # a NUL no path can hold
-    "s3://b?connect_timeout=nan", "s3://b?read_timeout=inf", "s3://b?deadline=nan",
-    "postgresql://u@h/db?statement_timeout=inf", "postgresql://u@h/db?lock_timeout=1e400",
-    "postgresql://u@h/db?sslmode=require&sslmode=disable",  # a repeated libpq option, as durably's own
-    "file:///",  # streams/ and index/ would land at the filesystem root
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "s3://[b/x",
+        "postgresql://[::1/db",  # urlsplit's "Invalid IPv6 URL"
+        "sqlite:///a%00b.db",
+        "file:///tmp/x%00y",  # a NUL no path can hold
+        "s3://b?connect_timeout=nan",
+        "s3://b?read_timeout=inf",
+        "s3://b?deadline=nan",
+        "postgresql://u@h/db?statement_timeout=inf",
+        "postgresql://u@h/db?lock_timeout=1e400",
+        "postgresql://u@h/db?sslmode=require&sslmode=disable",  # a repeated libpq option, as durably's own
+        "file:///",  # streams/ and index/ would land at the filesystem root
+    ],
+)
 def test_a_bad_url_is_an_invalid_store_url_error(url, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidStoreURLError):

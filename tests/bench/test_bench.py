@@ -16,22 +16,36 @@ import sys
 import aiosqlite
 import pytest
 
+from durably._cli.main import build_parser
 from durably.bench import dbos_peer, peers
 from durably.bench.cli import main as bench_main
 from durably.bench.context import Sizes
 from durably.bench.limit import RawSQLite, run_writers
 from durably.bench.plot import plot
-from durably.bench.results import MAX_POINTS, Results
 from durably.bench.report import write_json
+from durably.bench.results import MAX_POINTS, Results
 from durably.bench.runner import run_bench
 from durably.bench.suites import SUITES
 from durably.bench.targets import GOALS
 from durably.bench.workload import MAX_RESULT_CHARS, TOOL_NAMES, Workload, journal_entries
-from durably._cli.main import build_parser
 
-TINY = Sizes(append_records=8, append_concurrency=(1, 16), conversations=(24,), agents=3, agent_steps=4,
-             growth_steps=24, restore_records=(10, 250), restore_repeats=2, codec_steps=40, overhead_steps=12,
-             peer_steps=6, peer_series=(3, 6), many_agents=5, many_steps=3, parked_agents=7)
+TINY = Sizes(
+    append_records=8,
+    append_concurrency=(1, 16),
+    conversations=(24,),
+    agents=3,
+    agent_steps=4,
+    growth_steps=24,
+    restore_records=(10, 250),
+    restore_repeats=2,
+    codec_steps=40,
+    overhead_steps=12,
+    peer_steps=6,
+    peer_series=(3, 6),
+    many_agents=5,
+    many_steps=3,
+    parked_agents=7,
+)
 
 RATE_UNITS = {"records/s", "steps/s", "MB/s"}
 
@@ -49,8 +63,11 @@ def tiny_run(tmp_path_factory):
 
 def figures(doc, suite, name=None, system="durably"):
     """The figures of ``suite`` (and ``name``) of ``system`` (None: of every system)."""
-    return [f for f in doc["figures"] if f["suite"] == suite and (name is None or f["name"] == name)
-            and (system is None or f["system"] == system)]
+    return [
+        f
+        for f in doc["figures"]
+        if f["suite"] == suite and (name is None or f["name"] == name) and (system is None or f["system"] == system)
+    ]
 
 
 def test_json_names_the_run_and_the_machine(tiny_run):
@@ -140,8 +157,11 @@ def test_every_peer_runs_every_length_and_counts_every_file(tiny_run):
         assert sizes[max(sizes)] >= sizes[min(sizes)]  # more steps never store less
         assert {f["params"]["steps"] for f in figures(tiny_run, "peers", "steps_per_s", system)} == set(sizes)
     if dbos_peer.available():
-        dbos = {f["name"]: f["value"] for f in figures(tiny_run, "peers", system="dbos-sqlite")
-                if f["params"]["steps"] == TINY.peer_steps}
+        dbos = {
+            f["name"]: f["value"]
+            for f in figures(tiny_run, "peers", system="dbos-sqlite")
+            if f["params"]["steps"] == TINY.peer_steps
+        }
         assert dbos["checkpoints"] == 2 * TINY.peer_steps + 1  # a model and a tool step each, the final answer
         names = {r["name"] for r in tiny_run["ratios"] if r["suite"] == "peers"}
         assert {"file_bytes durably/dbos", "steps_per_s durably/dbos", "cpu_per_step durably/dbos"} <= names
@@ -157,14 +177,23 @@ async def test_file_bytes_count_the_wal_and_shm_beside_the_database(tmp_path):
 
 def test_agent_steps_has_its_one_commit_floor(tiny_run):
     for agents, steps in ((1, TINY.conversations[0]), (TINY.agents, TINY.agent_steps)):
-        (floor,) = [f for f in figures(tiny_run, "agent-steps", "steps_per_s", "floor-step-commit")
-                    if f["params"] == {"agents": agents, "steps": steps}]
+        (floor,) = [
+            f
+            for f in figures(tiny_run, "agent-steps", "steps_per_s", "floor-step-commit")
+            if f["params"] == {"agents": agents, "steps": steps}
+        ]
         assert floor["value"] > 0 and "plain aiosqlite" in floor["store"]
-        (commits,) = [f for f in figures(tiny_run, "agent-steps", "commits", "floor-step-commit")
-                      if f["params"]["agents"] == agents]
+        (commits,) = [
+            f
+            for f in figures(tiny_run, "agent-steps", "commits", "floor-step-commit")
+            if f["params"]["agents"] == agents
+        ]
         assert 1 <= commits["value"] <= agents * (steps + 1)  # at most one per step: group commit may join them
-        ratios = [r for r in tiny_run["ratios"] if r["name"] == "steps_per_s durably/floor"
-                  and r["params"]["agents"] == agents]
+        ratios = [
+            r
+            for r in tiny_run["ratios"]
+            if r["name"] == "steps_per_s durably/floor" and r["params"]["agents"] == agents
+        ]
         assert len(ratios) == 1 and ratios[0]["value"] > 0
     (mean,) = [r for r in tiny_run["ratios"] if r["name"] == "step_mean durably/floor"]
     assert mean["better"] == "lower" and mean["value"] > 0
@@ -191,7 +220,7 @@ def test_series_are_bounded_and_ordered(tiny_run):
     assert any(s["suite"] == "agent-steps" and s["params"]["agents"] == 1 for s in series)
     for s in series:
         assert len(s["x"]) == len(s["y"]) == len(s["y_p99"]) <= MAX_POINTS
-        assert s["x"] == sorted(s["x"]) and all(lo <= hi for lo, hi in zip(s["y"], s["y_p99"]))
+        assert s["x"] == sorted(s["x"]) and all(lo <= hi for lo, hi in zip(s["y"], s["y_p99"], strict=False))
 
 
 def test_long_series_are_cut_into_buckets():
@@ -233,8 +262,11 @@ def test_targets_list_every_goal_measured_or_not(tiny_run):
         assert target["op"] in ("<=", ">=") and target["basis"]
         assert (target["met"] is None) == (target["measured"] is None), target
         if target["met"] is not None:
-            assert target["met"] == (target["measured"] <= target["threshold"] if target["op"] == "<="
-                                     else target["measured"] >= target["threshold"])
+            assert target["met"] == (
+                target["measured"] <= target["threshold"]
+                if target["op"] == "<="
+                else target["measured"] >= target["threshold"]
+            )
     by_name = {t["name"]: t for t in tiny_run["targets"]}
     assert by_name["runtime CPU per step on memory:// <= 0.15 ms"]["measured"] is not None
     assert any(n.startswith("(storage only)") for n in names)  # the append suite's figure, labelled
@@ -288,6 +320,7 @@ async def test_limit_group_rows_commits_a_step_as_one_append(tmp_path):
     steps = [[[f"w{w}-s{s}-r{r}".encode() for r in range(3)] for s in range(5)] for w in range(4)]
 
     async with RawSQLite(tmp_path / "rows.db") as raw:
+
         async def sink(index, step, frames):
             await raw.group_rows(index, 3 * (step - 1) + 1, frames)
 
@@ -303,9 +336,19 @@ def test_local_s3_counts_requests_per_step_at_the_server():
 
     from durably.bench.s3_server import BenchS3Server
 
-    sizes = Sizes(append_records=8, append_concurrency=(1,), conversations=(5,), agents=2, agent_steps=3,
-                  growth_steps=5, restore_records=(10,), restore_repeats=1, codec_steps=10, overhead_steps=5,
-                  peer_steps=3)
+    sizes = Sizes(
+        append_records=8,
+        append_concurrency=(1,),
+        conversations=(5,),
+        agents=2,
+        agent_steps=3,
+        growth_steps=5,
+        restore_records=(10,),
+        restore_repeats=1,
+        codec_steps=10,
+        overhead_steps=5,
+        peer_steps=3,
+    )
     with BenchS3Server() as server:
         results = anyio.run(lambda: run_bench(server.url(), ["agent-steps"], sizes, requests=server.counts))
         total = sum(server.counts().values())
@@ -340,8 +383,10 @@ def test_targets_at_100000_agents_are_not_judged_from_a_smaller_scan() -> None:
     """A --quick or default run scans 300 or 2,000 agents: its resume_all and agents --status
     times say nothing about the 100,000-agent targets, which stay "not measured" there."""
     goals = {goal.name: goal for goal in GOALS}
-    wanted = ["100,000 finished + 10 runnable agents: resume_all() <= 50 ms",
-              "100,000 finished agents: durably agents --status waiting_approval <= 0.5 s"]
+    wanted = [
+        "100,000 finished + 10 runnable agents: resume_all() <= 50 ms",
+        "100,000 finished agents: durably agents --status waiting_approval <= 0.5 s",
+    ]
     for agents, measured in ((2_000, False), (100_000, True)):
         results = Results(store="sqlite:///x.db", mode="quick", seed=0)
         results.add("scan", "resume_all", 3.0, "ms", agents=agents, runnable=10)

@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from support_agents import read_lines
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "crash_worker.py"
@@ -22,8 +21,21 @@ AGENTS, STEPS = 4, 6
 
 
 def run_worker(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(WORKER), "--db", str(tmp_path / "agents.db"), "--effects", str(tmp_path / "effects.jsonl"),
-           "--acks", str(tmp_path / "acks.jsonl"), "--agents", str(AGENTS), "--steps", str(STEPS), *extra]
+    cmd = [
+        sys.executable,
+        str(WORKER),
+        "--db",
+        str(tmp_path / "agents.db"),
+        "--effects",
+        str(tmp_path / "effects.jsonl"),
+        "--acks",
+        str(tmp_path / "acks.jsonl"),
+        "--agents",
+        str(AGENTS),
+        "--steps",
+        str(STEPS),
+        *extra,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -48,8 +60,9 @@ def test_sigkill_at_boundary_resumes_without_duplicates_or_loss(tmp_path, bounda
     check_crash_and_resume(tmp_path, boundary, at)
 
 
-@pytest.mark.parametrize("boundary,at", [("after_result", 3), ("result_staged", 4), ("model_answered", 6),
-                                         ("group_commit", 8)])
+@pytest.mark.parametrize(
+    "boundary,at", [("after_result", 3), ("result_staged", 4), ("model_answered", 6), ("group_commit", 8)]
+)
 def test_sigkill_while_the_model_thinks(tmp_path, boundary, at):
     # A model that takes its time: each tool result is committed while it thinks.
     check_crash_and_resume(tmp_path, boundary, at, "--think", "0.05")
@@ -78,7 +91,8 @@ def check_crash_and_resume(tmp_path: Path, boundary: str, at: int, *extra: str) 
         stored = {
             (agent, seq): hashlib.sha256(data).hexdigest()
             for agent, seq, data in db.execute(
-                "SELECT s.agent_id, r.seq, r.data FROM records r JOIN streams s ON s.id = r.stream_id")
+                "SELECT s.agent_id, r.seq, r.data FROM records r JOIN streams s ON s.id = r.stream_id"
+            )
         }
     for ack in acked_before_crash:
         assert stored.get((ack["agent"], ack["seq"])) == ack["sha"], ack

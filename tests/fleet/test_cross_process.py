@@ -15,17 +15,33 @@ WORKER = Path(__file__).resolve().parents[1] / "support" / "approval_worker.py"
 
 
 def worker(tmp_path: Path, *extra: str) -> dict:
-    proc = subprocess.run([sys.executable, str(WORKER), "--db", str(tmp_path / "a.db"),
-                           "--effects", str(tmp_path / "effects.jsonl"), *extra],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(WORKER),
+            "--db",
+            str(tmp_path / "a.db"),
+            "--effects",
+            str(tmp_path / "effects.jsonl"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def durably(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "250"}  # a wide terminal, so table cells are not wrapped
-    return subprocess.run([sys.executable, "-m", "durably._cli", *argv, "--store", f"sqlite:///{tmp_path}/a.db"],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "durably._cli", *argv, "--store", f"sqlite:///{tmp_path}/a.db"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_approval_given_by_another_process_after_restart(tmp_path):

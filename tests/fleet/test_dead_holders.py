@@ -18,20 +18,24 @@ from pathlib import Path
 
 import anyio
 import pytest
+from serve_worker import slow_file_agent
+from support_agents import read_lines
 
 from durably import AgentLeasedError, Runtime
+from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably._journal.records import RecordCodec
-from support_agents import read_lines
-from serve_worker import slow_file_agent
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "serve_worker.py"
 
 
 def spawn(db: Path, effects: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(WORKER), "--db", str(db), "--effects", str(effects), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), "--db", str(db), "--effects", str(effects), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 async def until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
@@ -133,8 +137,10 @@ async def test_a_fresh_serve_after_a_local_sigkill_resumes_the_agent_in_under_tw
     db, effects = tmp_path / "a.db", tmp_path / "effects.jsonl"
     await kill_mid_run(db, effects)
     definition = slow_file_agent(2, effects, 0.0)
-    async with Runtime(f"sqlite:///{db}", agents=[definition], lease_ttl=30.0) as a, \
-            Runtime(f"sqlite:///{db}", agents=[definition], lease_ttl=30.0) as b:
+    async with (
+        Runtime(f"sqlite:///{db}", agents=[definition], lease_ttl=30.0) as a,
+        Runtime(f"sqlite:///{db}", agents=[definition], lease_ttl=30.0) as b,
+    ):
         begun = time.monotonic()
         async with anyio.create_task_group() as tg:
             tg.start_soon(a.serve, 0.1)

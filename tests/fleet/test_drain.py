@@ -12,10 +12,10 @@ import signal
 import time
 
 import anyio
-
-from durably.schemas._records import Kind
 from support_agents import read_lines
 from test_dead_holders import kinds, spawn, until
+
+from durably.schemas._records import Kind
 
 
 def effects_of(effects, pid: int, phase: str) -> list[dict]:

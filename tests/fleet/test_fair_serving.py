@@ -10,10 +10,11 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
-from durably import Runtime
 from serve_worker import slow_file_agent
 from support_agents import read_lines
 from test_dead_holders import spawn, until
+
+from durably import Runtime
 
 
 async def test_three_serving_workers_split_twelve_agents(tmp_path):
@@ -25,8 +26,13 @@ async def test_three_serving_workers_split_twelve_agents(tmp_path):
         await setup.drain(0)  # stop them at once: runnable, and nobody runs them
     workers = [spawn(db, effects, "--steps", "4", "--step-seconds", "0.2", "--max-agents", "4") for _ in range(3)]
     try:
-        await until(lambda: len({e["agent"] for e in read_lines(effects) if e["phase"] == "done" and e["n"] == 4}) == 12
-                    or any(w.poll() is not None for w in workers), timeout=60)
+        await until(
+            lambda: (
+                len({e["agent"] for e in read_lines(effects) if e["phase"] == "done" and e["n"] == 4}) == 12
+                or any(w.poll() is not None for w in workers)
+            ),
+            timeout=60,
+        )
         assert all(w.poll() is None for w in workers), [w.stderr.read() for w in workers if w.poll() is not None]
     finally:
         for worker in workers:

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-
-from durably.storage import StreamId, open_store
 from support_agents import read_lines
 from test_s3_takeover import AGENTS, EXPECTED_RESULT, NAMESPACE, assert_each_effect_once, last_json
 
+from durably.storage import StreamId, open_store
+
 try:
-    from .pg_server import PostgresTestServer, pg_server  # noqa: F401 - pg_server is a fixture
+    from .pg_server import PostgresTestServer, pg_server
 except ImportError:
     from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
@@ -35,8 +35,21 @@ STEPS = 6
 
 
 def worker_cmd(url: str, tmp_path: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(WORKER), "--store", url, "--effects", str(tmp_path / "effects.jsonl"),
-            "--acks", str(tmp_path / "acks.jsonl"), "--steps", str(STEPS), "--agents", str(AGENTS), *extra]
+    return [
+        sys.executable,
+        str(WORKER),
+        "--store",
+        url,
+        "--effects",
+        str(tmp_path / "effects.jsonl"),
+        "--acks",
+        str(tmp_path / "acks.jsonl"),
+        "--steps",
+        str(STEPS),
+        "--agents",
+        str(AGENTS),
+        *extra,
+    ]
 
 
 def stored(url: str) -> dict[tuple[str, int], str]:
@@ -57,19 +70,26 @@ def stored(url: str) -> dict[tuple[str, int], str]:
 # before_effect counts the process's tool calls, of AGENTS agents at once: the first AGENTS calls may all
 # be in flight when the count is reached, their effects not yet written (CI on 8892e96 saw A's pid in none).
 # The (AGENTS + 1)th call is a second step of some agent, so that agent's first effect is written.
-@pytest.mark.parametrize("boundary,at", [("before_effect", AGENTS + 1), ("after_effect", 2), ("put_landed", 9),
-                                         ("snapshot", 1)])
+@pytest.mark.parametrize(
+    "boundary,at", [("before_effect", AGENTS + 1), ("after_effect", 2), ("put_landed", 9), ("snapshot", 1)]
+)
 def test_sigkilled_worker_is_taken_over_by_the_others(pg_server: PostgresTestServer, tmp_path, workers, boundary, at):
     url = pg_server.url()
-    first = subprocess.Popen(worker_cmd(url, tmp_path, "--crash", boundary, "--at", str(at)),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        worker_cmd(url, tmp_path, "--crash", boundary, "--at", str(at)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     others: list[subprocess.Popen] = []
     try:
         deadline = time.monotonic() + 60
         while not read_lines(tmp_path / "acks.jsonl") and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)  # A has started its agents (their first records are acknowledged)
-        others = [subprocess.Popen(worker_cmd(url, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                  for _ in range(workers - 1)]
+        others = [
+            subprocess.Popen(worker_cmd(url, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(workers - 1)
+        ]
         _, crash_err = first.communicate(timeout=120)
         assert first.returncode == -signal.SIGKILL, crash_err[-3000:]
         acked_before_crash = read_lines(tmp_path / "acks.jsonl")
@@ -80,7 +100,7 @@ def test_sigkilled_worker_is_taken_over_by_the_others(pg_server: PostgresTestSer
                 proc.kill()
                 proc.wait()
     finished_by: dict[str, int] = {}
-    for proc, (out, err) in zip(others, outputs):
+    for proc, (out, err) in zip(others, outputs, strict=False):
         assert proc.returncode == 0, err[-3000:]
         states = last_json(out)
         # A survivor whose lease lapsed (a loop stalled past the 2 s TTL on a loaded machine) loses the
@@ -116,8 +136,12 @@ def test_stale_worker_wakes_up_fenced_and_writes_nothing(pg_server: PostgresTest
         assert held.startswith("HELD "), held + stale.communicate(timeout=60)[1][-3000:]
         os.kill(stale.pid, signal.SIGSTOP)
         try:
-            taker = subprocess.run([a if a != str(AGENTS) else "1" for a in worker_cmd(url, tmp_path)],
-                                   capture_output=True, text=True, timeout=120)
+            taker = subprocess.run(
+                [a if a != str(AGENTS) else "1" for a in worker_cmd(url, tmp_path)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert taker.returncode == 0, taker.stderr[-3000:]
             assert last_json(taker)[agent]["result"] == EXPECTED_RESULT
             before = pg_server.psql(journal)
@@ -142,8 +166,13 @@ def test_stale_worker_wakes_up_fenced_and_writes_nothing(pg_server: PostgresTest
 def test_demo_passes_on_postgres(pg_server: PostgresTestServer, tmp_path) -> None:
     """``durably demo --store postgresql://...``: SIGKILL, resume, approval from another process, all checks."""
     url = pg_server.url()
-    proc = subprocess.run([sys.executable, "-m", "durably._cli", "demo", "--modules", "4", "--seed", "3",
-                           "--store", url], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "durably._cli", "demo", "--modules", "4", "--seed", "3", "--store", url],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "all 9 checks passed" in proc.stdout
     rows = pg_server.psql(f"SELECT count(*) FROM {url.rsplit('schema=', 1)[1]}.records")

@@ -14,16 +14,16 @@ from urllib.parse import quote
 
 import anyio
 import pytest
-
-from durably.adapters.postgres import PostgresStore
-from durably import AgentDefinition, Runtime, tool
-from durably.schemas._records import Kind
-from durably.storage import StreamId
-from durably._journal.records import RecordCodec
 from support_agents import StepModel
 
+from durably import AgentDefinition, Runtime, tool
+from durably._journal.records import RecordCodec
+from durably.adapters.postgres import PostgresStore
+from durably.schemas._records import Kind
+from durably.storage import StreamId
+
 try:
-    from .pg_server import PostgresTestServer, pg_server  # noqa: F401 - pg_server is a fixture
+    from .pg_server import PostgresTestServer, pg_server
 except ImportError:
     from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
@@ -62,8 +62,10 @@ async def test_the_feed_reconnects_after_its_connection_is_killed_and_reports_th
     async with PostgresStore(url) as listener, PostgresStore(url) as publisher:
         async with listener.subscribe_changes("ns") as feed:
             assert feed.connected
-            killed = pg_server.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                    f"WHERE application_name = '{listener._application_name}-listen'")
+            killed = pg_server.psql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                f"WHERE application_name = '{listener._application_name}-listen'"
+            )
             assert killed.strip() == "1"
             with anyio.fail_after(10):
                 assert await feed.wait() is None, "a dropped feed says notifications may have been missed"
@@ -95,8 +97,10 @@ async def test_serve_polls_when_the_feed_cannot_connect(pg_server: PostgresTestS
         async with anyio.create_task_group() as group:
             group.start_soon(server.serve, 0.3)
             await anyio.sleep(0.2)
-            listening = pg_server.psql("SELECT count(*) FROM pg_stat_activity "
-                                       f"WHERE application_name = '{server.store._application_name}-listen'")
+            listening = pg_server.psql(
+                "SELECT count(*) FROM pg_stat_activity "
+                f"WHERE application_name = '{server.store._application_name}-listen'"
+            )
             assert listening.strip() == "0", "the feed of the serving runtime must be down for this test"
             await operator.approve("a1", "c1")
             with anyio.fail_after(20):
@@ -123,8 +127,12 @@ def test_cli_approval_resumes_an_agent_parked_in_another_process_serve(pg_server
 
 def _approve_from_another_process(url: str) -> float:
     """Park a1 in a worker's serve(), approve it with the CLI; seconds from approval to resume."""
-    worker = subprocess.Popen([sys.executable, str(WORKER), "--store", url, "--poll-interval", "60"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, str(WORKER), "--store", url, "--poll-interval", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = worker.stdout.readline()
         assert line.strip() == "PARKED", line + worker.stderr.read()[-3000:]
@@ -133,8 +141,13 @@ def _approve_from_another_process(url: str) -> float:
         with anyio.from_thread.start_blocking_portal() as portal:
             watcher = portal.start_task_soon(_watch_seqs, url, parked_seq, watch)
             env = {**os.environ, "COLUMNS": "250"}
-            decided = subprocess.run([sys.executable, "-m", "durably._cli", "approve", "a1", "c1", "--store", url],
-                                     capture_output=True, text=True, timeout=120, env=env)
+            decided = subprocess.run(
+                [sys.executable, "-m", "durably._cli", "approve", "a1", "c1", "--store", url],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
             assert decided.returncode == 0 and "approved" in decided.stdout, decided.stdout + decided.stderr
             watcher.result(timeout=30)
         out, err = worker.communicate(timeout=60)

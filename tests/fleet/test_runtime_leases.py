@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import anyio
 import pytest
-
-from durably.adapters.memory import MemoryStore
-from durably import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
 from support_agents import gated_agent
+
+from durably import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
+from durably._journal.records import RecordCodec
+from durably.adapters.memory import MemoryStore
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably._journal.records import RecordCodec
 
 
 def slow_agent(calls: list, effects: list, steps: int = 4) -> AgentDefinition:
@@ -46,7 +46,10 @@ async def test_two_serving_runtimes_never_take_live_agents_from_each_other(tmp_p
     calls: list = []
     effects: list = []
     definition = slow_agent(calls, effects)
-    async with Runtime(url, agents=[definition], lease_ttl=1.0) as a, Runtime(url, agents=[definition], lease_ttl=1.0) as b:
+    async with (
+        Runtime(url, agents=[definition], lease_ttl=1.0) as a,
+        Runtime(url, agents=[definition], lease_ttl=1.0) as b,
+    ):
         handles = [await a.start(definition, f"agent-{i}", "task") for i in range(4)]
         async with anyio.create_task_group() as tg:
             tg.start_soon(b.serve, 0.02)  # polls all the time; must find nothing to take
@@ -175,8 +178,12 @@ async def test_a_refused_resume_names_the_live_holder_from_the_lease_it_read():
 
     definition = AgentDefinition(name="held", model=OneCall(), tools=[effect])
     holder_store, other_store = _CountsLeaseReads("memory://refused-claim"), _CountsLeaseReads("memory://refused-claim")
-    async with holder_store, other_store, Runtime(holder_store, agents=[definition]) as holder, \
-            Runtime(other_store, agents=[definition]) as other:
+    async with (
+        holder_store,
+        other_store,
+        Runtime(holder_store, agents=[definition]) as holder,
+        Runtime(other_store, agents=[definition]) as other,
+    ):
         handle = await holder.start(definition, "a1", "hold it")
         with pytest.raises(AgentLeasedError) as refused:
             await other.resume("a1")

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+from support_agents import read_lines
 
 from durably.adapters.s3._keys import StreamKeys
 from durably.storage import StreamId, open_store
-from support_agents import read_lines
 
 try:
-    from .s3_server import BUCKET, S3TestServer, s3_server  # noqa: F401 - s3_server is a fixture
+    from .s3_server import BUCKET, S3TestServer, s3_server
 except ImportError:
     from s3_server import BUCKET, S3TestServer, s3_server  # noqa: F401
 
@@ -41,8 +41,19 @@ MUTATING = {"PUT", "POST", "DELETE"}
 
 
 def worker_cmd(url: str, tmp_path: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(WORKER), "--store", url, "--effects", str(tmp_path / "effects.jsonl"),
-            "--acks", str(tmp_path / "acks.jsonl"), "--steps", str(STEPS), *extra]
+    return [
+        sys.executable,
+        str(WORKER),
+        "--store",
+        url,
+        "--effects",
+        str(tmp_path / "effects.jsonl"),
+        "--acks",
+        str(tmp_path / "acks.jsonl"),
+        "--steps",
+        str(STEPS),
+        *extra,
+    ]
 
 
 def run_worker(url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -94,7 +105,8 @@ def assert_each_effect_once(tmp_path: Path, agents: int) -> list[dict]:
     duplicated = [key for key, n in Counter(e["key"] for e in effects).items() if n > 1]
     assert not duplicated, duplicated
     assert sorted((e["agent"], e["n"]) for e in effects) == sorted(
-        (f"agent-{i}", n) for i in range(agents) for n in range(1, STEPS + 1))
+        (f"agent-{i}", n) for i in range(agents) for n in range(1, STEPS + 1)
+    )
     return effects
 
 
@@ -109,12 +121,12 @@ def url(s3_server: S3TestServer) -> tuple[str, str]:
     [
         ("before_intent", 6),  # a step's model response is journaled, its tool intent is not
         ("before_effect", 5),  # the intent is durable, the tool has not acted: B runs it (once)
-        ("after_effect", 2),   # the tool acted, its result is not journaled: B must reconcile, not redo
+        ("after_effect", 2),  # the tool acted, its result is not journaled: B must reconcile, not redo
         ("after_effect", 13),
         ("after_result", 7),
-        ("put_landed", 11),    # a batch is on S3, its append not acknowledged: mid group commit, mid step
-        ("put_landed", 25),    # (of 4 x 8 batches: one commit per step)
-        ("snapshot", 2),       # inside the background snapshot writer, before its upload
+        ("put_landed", 11),  # a batch is on S3, its append not acknowledged: mid group commit, mid step
+        ("put_landed", 25),  # (of 4 x 8 batches: one commit per step)
+        ("snapshot", 2),  # inside the background snapshot writer, before its upload
     ],
 )
 def test_sigkilled_worker_is_taken_over_from_the_bucket(url, tmp_path, boundary, at):
@@ -152,8 +164,13 @@ def test_stale_worker_wakes_up_fenced_and_stops_cleanly(s3_server, url, tmp_path
     """
     store_url, prefix = url
     agent = "agent-0"
-    stale = subprocess.Popen(worker_cmd(store_url, tmp_path, "--agents", "1", "--hold", hold, "--hold-at", "3"),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stale = subprocess.Popen(
+        worker_cmd(store_url, tmp_path, "--agents", "1", "--hold", hold, "--hold-at", "3"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         held = stale.stdout.readline()  # EOF (not a hang) if A dies instead
         assert held.startswith("HELD "), held + stale.communicate(timeout=60)[1][-3000:]

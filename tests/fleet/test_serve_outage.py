@@ -15,9 +15,9 @@ import anyio
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support_agents import gated_agent as gated
 
 from durably import Runtime
-from support_agents import gated_agent as gated
 
 
 async def test_serve_backs_off_through_a_locked_database_and_carries_on(tmp_path, caplog):

@@ -13,22 +13,22 @@ import sys
 from collections import Counter
 
 import anyio
-import pytest
-
 import broken_adapters
-from durably.adapters.memory import MemoryStore
-from durably._cli.main import main
+import pytest
+from support_agents import StepModel
+
 from durably import AgentDefinition, Runtime, tool
-from durably.errors import AgentLeasedError
+from durably._cli.main import main
 from durably._loop.state import AgentState
 from durably._torture import TortureError, run_torture
 from durably._torture.invariants import check_effects, check_states, count_takeovers, expected_result
 from durably._torture.testing import TortureConformance
 from durably._torture.worker import wait_while_held
-from support_agents import StepModel
+from durably.adapters.memory import MemoryStore
+from durably.errors import AgentLeasedError
 
 try:
-    from .s3_server import s3_server  # noqa: F401 - a fixture
+    from .s3_server import s3_server
 except ImportError:
     from s3_server import s3_server  # noqa: F401
 
@@ -52,7 +52,7 @@ class TestS3UnderTorture(TortureConformance):
     torture_agents, torture_steps = 2, 4  # every request goes through moto, in this process: less work per kill
 
     @pytest.fixture(autouse=True)
-    def _local_s3(self, s3_server) -> None:  # noqa: F811
+    def _local_s3(self, s3_server) -> None:
         self.server = s3_server
 
     def store_url(self, tmp_path):
@@ -60,10 +60,15 @@ class TestS3UnderTorture(TortureConformance):
 
 
 def test_the_judge_catches_acknowledgements_from_a_cache(tmp_path) -> None:
-    report = anyio.run(lambda: run_torture((tmp_path / "cached").as_uri(), kills=12, workers=1, seed=3,
-                                           store_class=broken_adapters.WritesBehind))
+    report = anyio.run(
+        lambda: run_torture(
+            (tmp_path / "cached").as_uri(), kills=12, workers=1, seed=3, store_class=broken_adapters.WritesBehind
+        )
+    )
     lost = [v for v in report.violations if "acknowledged to" in v and ("now missing" in v or "now altered" in v)]
-    assert lost, f"a write-behind cache loses acknowledged appends on SIGKILL, and the judge must say so: {report.summary()}"
+    assert lost, (
+        f"a write-behind cache loses acknowledged appends on SIGKILL, and the judge must say so: {report.summary()}"
+    )
 
 
 def test_a_single_process_store_is_refused() -> None:
@@ -80,10 +85,14 @@ def _state(status: str, result=None, reason: str = "") -> AgentState:
 def test_the_invariants_on_hand_made_outcomes() -> None:
     steps, done = 2, expected_result(2)
     policies = {"r": "reconcile", "f": "fail", "gone": "reconcile"}
-    states = {"r": _state("finished", done), "f": _state("failed", reason="tool effect call call-1: outcome unknown "
-                                                                         "after a crash (policy fail)")}
+    states = {
+        "r": _state("finished", done),
+        "f": _state("failed", reason="tool effect call call-1: outcome unknown after a crash (policy fail)"),
+    }
     assert check_states(states, policies, steps) == ["gone: no journal at the end of the run"]
-    assert check_states({**states, "gone": _state("running")}, policies, steps)[0].startswith("gone (reconcile): ended running")
+    assert check_states({**states, "gone": _state("running")}, policies, steps)[0].startswith(
+        "gone (reconcile): ended running"
+    )
     assert check_states({"r": _state("failed", reason="outcome unknown after a crash")}, {"r": "reconcile"}, steps), (
         "a reconcile agent must not give up"
     )
@@ -103,8 +112,10 @@ def test_the_command_line_reports_and_exits_zero(tmp_path, capsys) -> None:
 def test_the_fork_server_reads_botocore_models_once_for_every_worker() -> None:
     """Workers fork from a server that imported ``durably._torture.preload``: it read botocore's
     S3 models, so a worker's S3 session shares them instead of reading and parsing them again."""
-    check = ("import sys, durably._torture.preload; from durably.adapters.s3 import _requests as s3_requests; "
-             "sys.exit(0 if s3_requests._shared_loader is not None else 1)")
+    check = (
+        "import sys, durably._torture.preload; from durably.adapters.s3 import _requests as s3_requests; "
+        "sys.exit(0 if s3_requests._shared_loader is not None else 1)"
+    )
     assert subprocess.run([sys.executable, "-c", check]).returncode == 0, "the preload did not read the models"
 
     from durably.adapters.s3 import _requests as s3_requests
@@ -143,8 +154,12 @@ async def test_a_waiting_worker_reads_only_the_lease_until_its_live_holder_is_go
 
     definition = AgentDefinition(name="held", model=StepModel(1), tools=[effect])
     holder_store, waiter_store = CountingStore("memory://torture-wait"), CountingStore("memory://torture-wait")
-    async with holder_store, waiter_store, Runtime(holder_store, agents=[definition]) as holder, \
-            Runtime(waiter_store, agents=[definition]) as waiter:
+    async with (
+        holder_store,
+        waiter_store,
+        Runtime(holder_store, agents=[definition]) as holder,
+        Runtime(waiter_store, agents=[definition]) as waiter,
+    ):
         handle = await holder.start(definition, "a1", "hold it")
         with pytest.raises(AgentLeasedError):
             await waiter.resume("a1")

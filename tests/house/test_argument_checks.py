@@ -11,13 +11,12 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 import pytest
+from support_agents import gated_agent
 
-from durably import AESGCMCipher, SnapshotPolicy
-from durably import Runtime, tool
+from durably import AESGCMCipher, Runtime, SnapshotPolicy, tool
 from durably.errors import ArgumentTypeError, InvalidArgumentError
 from durably.storage import open_store
 from durably.storage._crypto import StaticKeyProvider
-from support_agents import gated_agent
 
 
 async def journal(rt: Runtime, agent_id: str) -> list[tuple[int, str]]:
@@ -135,8 +134,9 @@ def test_the_bools_themselves_are_taken():
     assert tool(name="effect", requires_approval=True)(effect).requires_approval is True
 
 
-@pytest.mark.parametrize(("statuses", "error"), [("finished", ArgumentTypeError), (3, ArgumentTypeError),
-                                                 (["bogus"], InvalidArgumentError)])
+@pytest.mark.parametrize(
+    ("statuses", "error"), [("finished", ArgumentTypeError), (3, ArgumentTypeError), (["bogus"], InvalidArgumentError)]
+)
 async def test_a_status_filter_is_a_collection_of_known_statuses(statuses, error):
     async with Runtime("memory://", agents=[gated_agent([])]) as rt:
         await rt.run("gated", "g1", "task")
@@ -163,30 +163,48 @@ async def test_an_append_needs_an_int_expected_seq_a_store_can_hold(expected_seq
         assert await store.last_seq(StreamId("ns", "a")) == 0
 
 
-@pytest.mark.parametrize(("make", "error"), [
-    (lambda: __import__("durably").Redact(None), ArgumentTypeError),
-    (lambda: __import__("durably").Redact(1), ArgumentTypeError),
-    (lambda: __import__("durably").Redact("result", tool=""), InvalidArgumentError),
-    (lambda: __import__("durably").Redact("result", reason=3), ArgumentTypeError),
-    (lambda: __import__("durably").ephemeral(None), ArgumentTypeError),  # None would cover every tool
-    (lambda: __import__("durably").ephemeral(""), InvalidArgumentError),
-])
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (lambda: __import__("durably").Redact(None), ArgumentTypeError),
+        (lambda: __import__("durably").Redact(1), ArgumentTypeError),
+        (lambda: __import__("durably").Redact("result", tool=""), InvalidArgumentError),
+        (lambda: __import__("durably").Redact("result", reason=3), ArgumentTypeError),
+        (lambda: __import__("durably").ephemeral(None), ArgumentTypeError),  # None would cover every tool
+        (lambda: __import__("durably").ephemeral(""), InvalidArgumentError),
+    ],
+)
 def test_a_redaction_rule_is_checked_when_built(make, error):
     with pytest.raises(error):
         make()
 
 
-@pytest.mark.parametrize("options", [{"poll_interval": float("nan")}, {"poll_interval": -1}, {"poll_interval": 0},
-                                     {"drain_timeout": float("nan")}, {"max_agents": True}, {"max_agents": 0},
-                                     {"max_agents": 1.5}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"poll_interval": float("nan")},
+        {"poll_interval": -1},
+        {"poll_interval": 0},
+        {"drain_timeout": float("nan")},
+        {"max_agents": True},
+        {"max_agents": 0},
+        {"max_agents": 1.5},
+    ],
+)
 async def test_serve_checks_its_options_before_it_resumes_anything(options):
     async with Runtime("memory://", agents=[gated_agent([])]) as rt:
         with pytest.raises(InvalidArgumentError):
             await rt.serve(**options)
 
 
-@pytest.mark.parametrize("call", [lambda rt: rt.run("gated", "g1", None), lambda rt: rt.run("gated", "g1", 1),
-                                  lambda rt: rt.run("gated", "g1", "task", budget=3)])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda rt: rt.run("gated", "g1", None),
+        lambda rt: rt.run("gated", "g1", 1),
+        lambda rt: rt.run("gated", "g1", "task", budget=3),
+    ],
+)
 async def test_run_checks_its_task_and_budget_before_anything_is_journaled(call):
     async with Runtime("memory://", agents=[gated_agent([])]) as rt:
         with pytest.raises(ArgumentTypeError):
@@ -201,16 +219,19 @@ async def test_history_refuses_a_bare_str_of_kinds():
             rt.history("g1", kinds="tool_result")
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"rules": [1]}, ArgumentTypeError),
-    ({"rules": "arguments.password"}, ArgumentTypeError),  # a str would be read as its letters
-    ({"secret_names": "password"}, ArgumentTypeError),
-    ({"secret_names": {""}}, ArgumentTypeError),
-    ({"token_patterns": None}, ArgumentTypeError),
-    ({"mask_echoes": "no"}, ArgumentTypeError),
-    ({"min_echo_length": 0}, InvalidArgumentError),
-    ({"min_echo_length": 2.5}, InvalidArgumentError),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"rules": [1]}, ArgumentTypeError),
+        ({"rules": "arguments.password"}, ArgumentTypeError),  # a str would be read as its letters
+        ({"secret_names": "password"}, ArgumentTypeError),
+        ({"secret_names": {""}}, ArgumentTypeError),
+        ({"token_patterns": None}, ArgumentTypeError),
+        ({"mask_echoes": "no"}, ArgumentTypeError),
+        ({"min_echo_length": 0}, InvalidArgumentError),
+        ({"min_echo_length": 2.5}, InvalidArgumentError),
+    ],
+)
 def test_a_redaction_policy_is_checked_when_built(kwargs, error):
     """A malformed policy used to be accepted and fail the first record an agent wrote."""
     from durably import RedactionPolicy
@@ -235,13 +256,16 @@ def test_a_static_key_provider_needs_a_mapping(keys):
         StaticKeyProvider(keys)
 
 
-@pytest.mark.parametrize(("scheme", "factory", "error"), [
-    ("", object, InvalidArgumentError),
-    ("1abc", object, InvalidArgumentError),
-    ("my scheme", object, InvalidArgumentError),
-    (None, object, ArgumentTypeError),
-    ("ok", 1, ArgumentTypeError),
-])
+@pytest.mark.parametrize(
+    ("scheme", "factory", "error"),
+    [
+        ("", object, InvalidArgumentError),
+        ("1abc", object, InvalidArgumentError),
+        ("my scheme", object, InvalidArgumentError),
+        (None, object, ArgumentTypeError),
+        ("ok", 1, ArgumentTypeError),
+    ],
+)
 def test_register_store_checks_the_scheme_and_factory(scheme, factory, error):
     from durably.storage import known_schemes, register_store
 

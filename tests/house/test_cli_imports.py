@@ -36,15 +36,25 @@ def test_the_builtin_schemes_are_the_declared_entry_points() -> None:
 def test_agents_json_imports_neither_rich_nor_the_other_commands(tmp_path) -> None:
     path = tmp_path / "a.db"
     path.touch()  # an empty file: the store sets it up on open
-    code = ("import sys\nfrom durably._cli.main import main\n"
-            f"status = main(['agents', '--store', 'sqlite:///{path}', '--json'])\n"
-            "print(sorted(sys.modules))\n"
-            "sys.exit(status)\n")
+    code = (
+        "import sys\nfrom durably._cli.main import main\n"
+        f"status = main(['agents', '--store', 'sqlite:///{path}', '--json'])\n"
+        "print(sorted(sys.modules))\n"
+        "sys.exit(status)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     document, _, modules = done.stdout.rpartition("\n[")
     assert json.loads(document)["agents"] == []
-    loaded = set(eval("[" + modules))  # noqa: S307  # our own printed list of names
-    for unneeded in ("rich", "tenacity", "opentelemetry", "importlib.metadata", "durably._cli.privacy",
-                     "durably._cli.operate", "durably._cli.langgraph", "durably._torture"):
+    loaded = set(eval("[" + modules))  # our own printed list of names
+    for unneeded in (
+        "rich",
+        "tenacity",
+        "opentelemetry",
+        "importlib.metadata",
+        "durably._cli.privacy",
+        "durably._cli.operate",
+        "durably._cli.langgraph",
+        "durably._torture",
+    ):
         assert unneeded not in loaded, unneeded

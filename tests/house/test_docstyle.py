@@ -111,8 +111,11 @@ def public_names(module: ModuleType) -> list[str]:
     """``module.__all__``, or the public names the module defines itself when it has none."""
     if hasattr(module, "__all__"):
         return list(module.__all__)
-    return [name for name, value in vars(module).items()
-            if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__]
+    return [
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    ]
 
 
 def members_of(cls: type) -> Iterator[Any]:
@@ -198,17 +201,22 @@ def fields_of(cls: Any) -> list[str]:
 
 def griffe_parent(obj: Any) -> griffe.Object:
     """A griffe model of ``obj``'s signature, so griffe checks the docstring against it."""
-    parameters = griffe.Parameters(*[
-        griffe.Parameter(p.name, annotation=annotation_text(p.annotation),
-                         kind=griffe.ParameterKind(p.kind.description))
-        for p in parameters_of(obj)])
+    parameters = griffe.Parameters(
+        *[
+            griffe.Parameter(
+                p.name, annotation=annotation_text(p.annotation), kind=griffe.ParameterKind(p.kind.description)
+            )
+            for p in parameters_of(obj)
+        ]
+    )
     if inspect.isclass(obj):
         cls = griffe.Class(obj.__name__)
         cls.set_member("__init__", griffe.Function("__init__", parameters=parameters))
         return cls
     function = source_of(obj)
-    return griffe.Function(function.__name__, parameters=parameters,
-                           returns=annotation_text(inspect.signature(function).return_annotation))
+    return griffe.Function(
+        function.__name__, parameters=parameters, returns=annotation_text(inspect.signature(function).return_annotation)
+    )
 
 
 @contextlib.contextmanager
@@ -248,8 +256,11 @@ def definition_of(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | Non
         return None
     first_line = function.__code__.co_firstlineno  # the first decorator's line, if any
     for node in ast.walk(module_tree(path)):
-        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function.__name__
-                and min([node.lineno, *(d.lineno for d in node.decorator_list)]) == first_line):
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name == function.__name__
+            and min([node.lineno, *(d.lineno for d in node.decorator_list)]) == first_line
+        ):
             return node
     return None
 
@@ -338,16 +349,22 @@ def missing_result(obj: Any, listed: dict[str, set[str]]) -> str | None:
 def missing_raises(obj: Any, listed: dict[str, set[str]]) -> str | None:
     raised = raised_on_construction(obj) if inspect.isclass(obj) else raised_by(source_of(obj))
     documented = listed.get("raises", set())
-    missing = [error if isinstance(error, str) else error.__name__ for error in raised
-               if not documented & ({error} if isinstance(error, str) else {k.__name__ for k in error.__mro__})]
+    missing = [
+        error if isinstance(error, str) else error.__name__
+        for error in raised
+        if not documented & ({error} if isinstance(error, str) else {k.__name__ for k in error.__mro__})
+    ]
     return f"Raises: missing {', '.join(missing)}" if missing else None
 
 
 def split_results(sections: list[griffe.DocstringSection]) -> str | None:
     """A Returns:/Yields: section read as several items: its continuation lines are not indented
     past the first line, so griffe takes each line for a new return value (one table row each)."""
-    split = [section.kind.value for section in sections
-             if section.kind.value in ("returns", "yields") and len(section.value) > 1]
+    split = [
+        section.kind.value
+        for section in sections
+        if section.kind.value in ("returns", "yields") and len(section.value) > 1
+    ]
     return f"{split[0].capitalize()}: one value written over lines not indented further" if split else None
 
 
@@ -363,8 +380,16 @@ def problems(obj: Any) -> list[str]:
         found.append("no summary line" if text else "no docstring")
     if not (inspect.isclass(obj) and issubclass(obj, BaseException)):  # an error needs only its summary
         listed = listed_names(sections)
-        found += [p for p in (missing_parameters(obj, listed), missing_result(obj, listed),
-                              missing_raises(obj, listed), split_results(sections)) if p]
+        found += [
+            p
+            for p in (
+                missing_parameters(obj, listed),
+                missing_result(obj, listed),
+                missing_raises(obj, listed),
+                split_results(sections),
+            )
+            if p
+        ]
     return found + [f"griffe: {message.split(': ', 1)[-1]}" for message in warnings]  # drop "<module>:N: "
 
 
@@ -379,8 +404,10 @@ def offenders(targets: list[Target]) -> list[str]:
 def test_every_public_object_has_a_google_style_docstring():
     targets, skipped = public_surface()
     failing = offenders(targets)
-    assert not failing, (f"{len(failing)} of {len(targets)} public objects fail the docstring style "
-                         f"(skipped modules: {skipped or 'none'}):\n" + "\n".join(failing))
+    assert not failing, (
+        f"{len(failing)} of {len(targets)} public objects fail the docstring style "
+        f"(skipped modules: {skipped or 'none'}):\n" + "\n".join(failing)
+    )
     if skipped:
         pytest.skip(f"checked without modules whose extras are missing: {skipped}")
 
@@ -411,6 +438,7 @@ def sample_reads_well(path: str, *options: str, retries: int = 3) -> bytes:
     Raises:
         OSError: The file cannot be read after ``retries`` attempts.
     """
+
     def never_called() -> None:
         raise KeyError(path)  # raised by the helper, not by this function
 
@@ -461,8 +489,12 @@ def test_the_surface_holds_the_public_api_once():
     targets, _ = public_surface()
     names = [t.name for t in targets]
     assert len(names) == len(set(names)), "an object counted twice"
-    assert {"durably._runtime.Runtime", "durably._runtime.Runtime.start",  # a lazy name, a method
-            "durably._loop.state.AgentState.parked",  # a property
-            "durably.errors.DurablyError", "durably.storage._spi_store.Store.read",
-            "durably.adapters.memory.MemoryStore"} <= set(names)  # a module without __all__
+    assert {
+        "durably._runtime.Runtime",
+        "durably._runtime.Runtime.start",  # a lazy name, a method
+        "durably._loop.state.AgentState.parked",  # a property
+        "durably.errors.DurablyError",
+        "durably.storage._spi_store.Store.read",
+        "durably.adapters.memory.MemoryStore",
+    } <= set(names)  # a module without __all__
     assert not [name for name in names if name.rpartition(".")[2].startswith(("test_", "_"))]

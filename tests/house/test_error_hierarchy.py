@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 import durably
-from durably._upkeep.reencrypt import reencrypt_stream
 from durably._journal.records import RecordCodec
 from durably._journal.status_index import rebuild
 from durably._telemetry import Telemetry
+from durably._upkeep.reencrypt import reencrypt_stream
 from durably.storage._spi import StreamId
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,14 +48,21 @@ class _NoIndexStore:
 
 
 def _reencrypt_without_cipher() -> None:
-    asyncio.run(reencrypt_stream(_NoIndexStore(), RecordCodec(), StreamId("ns", "a"),  # type: ignore[arg-type]
-                                 telemetry=Telemetry("ns")))
+    asyncio.run(
+        reencrypt_stream(
+            _NoIndexStore(),
+            RecordCodec(),
+            StreamId("ns", "a"),  # type: ignore[arg-type]
+            telemetry=Telemetry("ns"),
+        )
+    )
 
 
 def _rebuild_without_index() -> None:
     async def go() -> None:
         async for _ in rebuild(_NoIndexStore(), RecordCodec(), "ns"):  # type: ignore[arg-type]
             pass
+
     asyncio.run(go())
 
 
@@ -65,12 +73,15 @@ BAD_VALUES: list[tuple[str, Callable[[], object]]] = [
     ("HistoryPolicy(max_messages=-1)", lambda: durably.HistoryPolicy(max_messages=-1)),
     ("RetentionPolicy(negative ttl)", lambda: durably.RetentionPolicy({"finished": -1})),
     ("Runtime(lease_ttl=-1)", lambda: durably.Runtime("sqlite:///unused.db", lease_ttl=-1)),
-    ("Tool(reconcile policy, no hook)",
-     lambda: durably.Tool("t", _lookup, on_unknown_outcome=durably.OnUnknownOutcome.RECONCILE)),
-    ("AgentDefinition(duplicate tools)",
-     lambda: durably.AgentDefinition("a", _EchoModel(), tools=[durably.tool(_lookup), durably.tool(_lookup)])),
-    ("AgentDefinition(max_parallel_tools=0)",
-     lambda: durably.AgentDefinition("a", _EchoModel(), max_parallel_tools=0)),
+    (
+        "Tool(reconcile policy, no hook)",
+        lambda: durably.Tool("t", _lookup, on_unknown_outcome=durably.OnUnknownOutcome.RECONCILE),
+    ),
+    (
+        "AgentDefinition(duplicate tools)",
+        lambda: durably.AgentDefinition("a", _EchoModel(), tools=[durably.tool(_lookup), durably.tool(_lookup)]),
+    ),
+    ("AgentDefinition(max_parallel_tools=0)", lambda: durably.AgentDefinition("a", _EchoModel(), max_parallel_tools=0)),
     ("reencrypt without a cipher", _reencrypt_without_cipher),
     ("status index rebuild on a store without one", _rebuild_without_index),
     ("StreamId('', 'a')", lambda: StreamId("", "a")),
@@ -86,8 +97,7 @@ BAD_VALUES: list[tuple[str, Callable[[], object]]] = [
 BAD_TYPES: list[tuple[str, Callable[[], object]]] = [
     ("AgentDefinition(name=42)", lambda: durably.AgentDefinition(42, _EchoModel())),  # type: ignore[arg-type]
     ("AgentDefinition(model not a Model)", lambda: durably.AgentDefinition("a", _NoModel())),  # type: ignore[arg-type]
-    ("AgentDefinition(tools=[a function])",
-     lambda: durably.AgentDefinition("a", _EchoModel(), tools=[_lookup])),  # type: ignore[list-item]
+    ("AgentDefinition(tools=[a function])", lambda: durably.AgentDefinition("a", _EchoModel(), tools=[_lookup])),  # type: ignore[list-item]
     ("@tool on a non-function", lambda: durably.tool()(42)),  # type: ignore[arg-type]
     ("@tool on a tool", lambda: durably.tool()(durably.tool(_lookup))),
     ("Tool(name=42)", lambda: durably.Tool(42, _lookup)),  # type: ignore[arg-type]

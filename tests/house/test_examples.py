@@ -10,22 +10,31 @@ import sys
 import uuid
 from pathlib import Path
 
-import pytest
-
 try:
-    from .s3_server import S3TestServer, s3_server  # noqa: F401 - s3_server is a fixture
+    from .s3_server import S3TestServer, s3_server
 except ImportError:
     from s3_server import S3TestServer, s3_server  # noqa: F401
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: What an example may import from durably: the facade, the adapter authors' SPI, the model adapters.
-PUBLIC_MODULES = {"durably", "durably.storage", "durably.storage.conformance", "durably.models",
-                  "durably.models.openai", "durably.models.anthropic"}
+PUBLIC_MODULES = {
+    "durably",
+    "durably.storage",
+    "durably.storage.conformance",
+    "durably.models",
+    "durably.models.openai",
+    "durably.models.anthropic",
+}
 
 
 def run_example(name: str, *args: str, timeout: float = 180) -> str:
-    done = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert done.returncode == 0, f"{name} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -44,11 +53,18 @@ def test_every_example_imports_only_public_names() -> None:
             for module, name in names:
                 assert module in PUBLIC_MODULES, f"{path.name} imports the internal module {module}"
                 exported = getattr(importlib.import_module(module), "__all__", None)
-                assert name is None or exported is None or name in exported, f"{path.name}: {module}.{name} is not public"
+                assert name is None or exported is None or name in exported, (
+                    f"{path.name}: {module}.{name} is not public"
+                )
         source = path.read_text(encoding="utf-8")
-        for attribute in {n.attr for n in ast.walk(ast.parse(source))
-                          if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "durably"}:
-            assert attribute in importlib.import_module("durably").__all__, f"{path.name}: durably.{attribute} is not public"
+        for attribute in {
+            n.attr
+            for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "durably"
+        }:
+            assert attribute in importlib.import_module("durably").__all__, (
+                f"{path.name}: durably.{attribute} is not public"
+            )
 
 
 def test_support_agent_refunds_once_across_a_sigkill(tmp_path: Path) -> None:
@@ -73,5 +89,7 @@ def test_custom_adapter_runs_an_agent() -> None:
 
 
 def test_two_workers_on_one_s3_bucket(s3_server: S3TestServer, tmp_path: Path) -> None:
-    out = run_example("s3_two_workers.py", s3_server.url(f"examples-{uuid.uuid4().hex[:8]}"), str(tmp_path), timeout=240)
+    out = run_example(
+        "s3_two_workers.py", s3_server.url(f"examples-{uuid.uuid4().hex[:8]}"), str(tmp_path), timeout=240
+    )
     assert "distinct keys: 6" in out and "tool calls: 6" in out

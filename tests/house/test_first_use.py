@@ -12,15 +12,18 @@ import durably
 from durably import ToolContext
 
 
-@pytest.mark.parametrize("module, extra", [("durably.models.openai", "openai"),
-                                           ("durably.models.anthropic", "anthropic")])
+@pytest.mark.parametrize(
+    "module, extra", [("durably.models.openai", "openai"), ("durably.models.anthropic", "anthropic")]
+)
 def test_a_model_adapter_without_its_vendor_client_names_the_extra(module, extra):
-    code = (f"import sys\nsys.modules[{extra!r}] = None  # the vendor client is not installed\n"
-            "import durably\n"
-            f"try:\n    import {module}\n"
-            "except durably.ExtraNotInstalledError as exc:\n"
-            "    assert isinstance(exc, ImportError) and exc.extra == " + repr(extra) + ", exc\n"
-            "    print(exc)\n")
+    code = (
+        f"import sys\nsys.modules[{extra!r}] = None  # the vendor client is not installed\n"
+        "import durably\n"
+        f"try:\n    import {module}\n"
+        "except durably.ExtraNotInstalledError as exc:\n"
+        "    assert isinstance(exc, ImportError) and exc.extra == " + repr(extra) + ", exc\n"
+        "    print(exc)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert f"pip install 'durably[{extra}]'" in proc.stdout and module in proc.stdout
@@ -67,8 +70,11 @@ async def test_a_runtime_used_without_async_with_says_to_enter_it():
         with pytest.raises(durably.RuntimeNotStartedError, match=r"async with Runtime\(") as caught:
             await call()
         assert isinstance(caught.value, durably.DurablyError), name
-    for name, call in (("history", lambda: rt.history("x")), ("watch", lambda: rt.watch("x")),
-                       ("watch_namespace", lambda: rt.watch_namespace())):
+    for _name, call in (
+        ("history", lambda: rt.history("x")),
+        ("watch", lambda: rt.watch("x")),
+        ("watch_namespace", lambda: rt.watch_namespace()),
+    ):
         with pytest.raises(durably.RuntimeNotStartedError):
             call()
     with pytest.raises(AttributeError):
@@ -86,8 +92,10 @@ def test_a_runtime_refuses_what_is_not_a_store(store):
 
 
 def test_key_error_based_errors_print_their_message_unquoted():
-    for error in (durably.AgentNotFoundError("no agent 'nope' in namespace 'default'"),
-                  durably.BlobNotFoundError("no blob abc for default/x")):
+    for error in (
+        durably.AgentNotFoundError("no agent 'nope' in namespace 'default'"),
+        durably.BlobNotFoundError("no blob abc for default/x"),
+    ):
         assert isinstance(error, KeyError)
         assert str(error) == error.args[0] and not str(error).startswith(('"', "'"))
     assert str(durably.AgentNotFoundError()) == ""
@@ -168,8 +176,9 @@ def test_public_docstrings_point_at_public_names():
     names = ["Runtime", "AgentHandle", "CommandResult", "Placement", "Where", "AgentDescription", "RetentionPolicy"]
     for name in names:
         cls = getattr(durably, name)
-        docs = [inspect.getdoc(cls) or ""] + [inspect.getdoc(m) or "" for n, m in inspect.getmembers(cls)
-                                                if not n.startswith("_") and callable(m)]
+        docs = [inspect.getdoc(cls) or ""] + [
+            inspect.getdoc(m) or "" for n, m in inspect.getmembers(cls) if not n.startswith("_") and callable(m)
+        ]
         found = [m.group(0) for doc in docs for m in internal.finditer(doc)]
         assert found == [], f"durably.{name}'s docstrings name internal modules: {found}"
 
@@ -177,11 +186,16 @@ def test_public_docstrings_point_at_public_names():
 def test_a_mistyped_policy_names_the_tool_and_the_valid_values():
     from durably import tool
 
-    with pytest.raises(ValueError, match=r"tool 'charge': on_unknown_outcome='retyr' is not a policy; "
-                                         r"use one of 'retry', 'reconcile', 'ask', 'fail'"):
+    with pytest.raises(
+        ValueError,
+        match=r"tool 'charge': on_unknown_outcome='retyr' is not a policy; "
+        r"use one of 'retry', 'reconcile', 'ask', 'fail'",
+    ):
+
         @tool(on_unknown_outcome="retyr")
         async def charge(amount: int) -> str:
             return "charged"
+
     with pytest.raises(ValueError, match=r"tool 'refund': .*'retyr'"):
         durably.Tool(name="refund", fn=lambda amount: amount, on_unknown_outcome="retyr")
 
@@ -212,7 +226,10 @@ async def test_handles_and_stores_print_what_they_are(tmp_path):
     assert repr(open_store("memory://named")) == "MemoryStore('memory://named', closed)"
     assert repr(open_store(f"file://{tmp_path}/files")) == f"FileSystemStore({str(tmp_path / 'files')!r}, closed)"
     assert repr(open_store("s3://bucket/agents/")).startswith("S3Store('s3://bucket/agents'")
-    assert repr(open_store("postgresql://ana:secret@db/agents")) == "PostgresStore('postgresql://ana:***@db/agents', closed)"
+    assert (
+        repr(open_store("postgresql://ana:secret@db/agents"))
+        == "PostgresStore('postgresql://ana:***@db/agents', closed)"
+    )
 
     class Done:
         name = "done"
@@ -226,4 +243,6 @@ async def test_handles_and_stores_print_what_they_are(tmp_path):
         handle = await rt.start(definition, "a1", "task")
         assert repr(handle).startswith("<AgentHandle default/a1 ")
         await handle.wait()
-        assert repr(handle) == f"<AgentHandle default/a1 ended, status finished at seq {(await rt.status('a1')).last_seq}>"
+        assert (
+            repr(handle) == f"<AgentHandle default/a1 ended, status finished at seq {(await rt.status('a1')).last_seq}>"
+        )

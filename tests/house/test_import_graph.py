@@ -93,8 +93,18 @@ def test_the_check_sees_a_circle_behind_type_checking():
 
 
 #: Rooms that build on others, and the rooms below them that may never import them.
-UPPER = ("durably._fleet", "durably._operate", "durably._reading", "durably._upkeep", "durably._cli", "durably._console",
-         "durably._torture", "durably.integrations", "durably.bench", "durably._runtime")
+UPPER = (
+    "durably._fleet",
+    "durably._operate",
+    "durably._reading",
+    "durably._upkeep",
+    "durably._cli",
+    "durably._console",
+    "durably._torture",
+    "durably.integrations",
+    "durably.bench",
+    "durably._runtime",
+)
 CORE = ("durably._loop", "durably._tools", "durably._journal")
 STORE_SIDE = ("durably.storage", "durably.adapters", "durably.schemas")
 #: The one arrow up, on purpose: the conformance kit hands adapter authors the runtime's agent-level torture

@@ -38,16 +38,27 @@ CHECK = (
 )
 
 
-@pytest.mark.parametrize("action, missing, extra, feature", [
-    ("import durably.storage.conformance", "pytest", "testing", "durably.storage.conformance"),
-    ("import durably.integrations.langgraph", "langchain_core", "langgraph", "durably.integrations.langgraph"),
-    ("import durably.integrations.langgraph", "langgraph", "langgraph", "durably.integrations.langgraph"),
-    ("durably.storage.open_store('s3://b/p')", "aiobotocore", "s3", "durably.adapters.s3"),
-    ("import durably.adapters.s3", "aiobotocore", "s3", "durably.adapters.s3"),
-    ("durably.storage.open_store('postgresql://u@h/db')", "asyncpg", "postgres", "durably.adapters.postgres"),
-    ("durably.storage.open_store('postgres://u@h/db')", "asyncpg", "postgres", "durably.adapters.postgres"),
-], ids=["conformance-pytest", "langgraph-langchain_core", "langgraph-langgraph", "open_store-s3", "import-s3",
-        "open_store-postgresql", "open_store-postgres"])
+@pytest.mark.parametrize(
+    "action, missing, extra, feature",
+    [
+        ("import durably.storage.conformance", "pytest", "testing", "durably.storage.conformance"),
+        ("import durably.integrations.langgraph", "langchain_core", "langgraph", "durably.integrations.langgraph"),
+        ("import durably.integrations.langgraph", "langgraph", "langgraph", "durably.integrations.langgraph"),
+        ("durably.storage.open_store('s3://b/p')", "aiobotocore", "s3", "durably.adapters.s3"),
+        ("import durably.adapters.s3", "aiobotocore", "s3", "durably.adapters.s3"),
+        ("durably.storage.open_store('postgresql://u@h/db')", "asyncpg", "postgres", "durably.adapters.postgres"),
+        ("durably.storage.open_store('postgres://u@h/db')", "asyncpg", "postgres", "durably.adapters.postgres"),
+    ],
+    ids=[
+        "conformance-pytest",
+        "langgraph-langchain_core",
+        "langgraph-langgraph",
+        "open_store-s3",
+        "import-s3",
+        "open_store-postgresql",
+        "open_store-postgres",
+    ],
+)
 def test_a_feature_without_its_extra_raises_extra_not_installed(action, missing, extra, feature):
     proc = run_without(missing, "import durably.storage\n" + CHECK.format(action=action, missing=missing, extra=extra))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -55,8 +66,9 @@ def test_a_feature_without_its_extra_raises_extra_not_installed(action, missing,
 
 
 def test_the_cli_prints_one_error_line_for_a_store_without_its_extra():
-    proc = run_without("aiobotocore", "from durably._cli.main import main\n"
-                                      "sys.exit(main(['agents', '--store', 's3://b/p']))\n")
+    proc = run_without(
+        "aiobotocore", "from durably._cli.main import main\nsys.exit(main(['agents', '--store', 's3://b/p']))\n"
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stdout.strip().splitlines()
@@ -65,8 +77,10 @@ def test_the_cli_prints_one_error_line_for_a_store_without_its_extra():
 
 
 def test_the_cli_json_error_names_the_extra():
-    proc = run_without("asyncpg", "from durably._cli.main import main\n"
-                                  "sys.exit(main(['agents', '--json', '--store', 'postgresql://u@h/db']))\n")
+    proc = run_without(
+        "asyncpg",
+        "from durably._cli.main import main\nsys.exit(main(['agents', '--json', '--store', 'postgresql://u@h/db']))\n",
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert '"type": "ExtraNotInstalledError"' in proc.stdout and "durably[postgres]" in proc.stdout
 

@@ -33,8 +33,13 @@ PUBLIC_MODULES = {
 #: Packages that are public so that an import path names them (entry points, ``durably.adapters.s3.S3Store``)
 #: and the folders that hold public modules; their other modules are internal and underscored.
 PUBLIC_CONTAINERS = {
-    "durably.adapters", "durably.adapters.memory", "durably.adapters.filesystem", "durably.adapters.sqlite",
-    "durably.adapters.s3", "durably.adapters.postgres", "durably.integrations",
+    "durably.adapters",
+    "durably.adapters.memory",
+    "durably.adapters.filesystem",
+    "durably.adapters.sqlite",
+    "durably.adapters.s3",
+    "durably.adapters.postgres",
+    "durably.integrations",
 }
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 
@@ -56,9 +61,12 @@ def imports_of(code: str) -> list[tuple[str, str | None]]:
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
 def test_the_docs_import_only_public_names(document):
-    private = [f"{module}:{name}" for code in python_blocks(document) for module, name in imports_of(code)
-               if module.split(".")[0] == "durably"
-               and (module not in PUBLIC_MODULES or (name or "").startswith("_"))]
+    private = [
+        f"{module}:{name}"
+        for code in python_blocks(document)
+        for module, name in imports_of(code)
+        if module.split(".")[0] == "durably" and (module not in PUBLIC_MODULES or (name or "").startswith("_"))
+    ]
     assert private == [], f"{document.name} imports internal names: {private}"
 
 
@@ -70,7 +78,10 @@ def test_the_check_catches_a_private_import():
 def shipped_modules() -> list[str]:
     """Every module of the package, by the layout's one rule: runtime/ is ``durably``, a top-level folder X is ``durably.X``."""
     modules = []
-    for folder, package in [("runtime", "durably"), *((x, f"durably.{x}") for x in ("storage", "adapters", "schemas", "bench", "models"))]:
+    for folder, package in [
+        ("runtime", "durably"),
+        *((x, f"durably.{x}") for x in ("storage", "adapters", "schemas", "bench", "models")),
+    ]:
         for path in sorted((ROOT / folder).rglob("*.py")):
             parts = path.relative_to(ROOT / folder).with_suffix("").parts
             modules.append(".".join([package, *parts[:-1]] + ([] if parts[-1] == "__init__" else [parts[-1]])))
@@ -83,14 +94,20 @@ def test_every_internal_module_says_so_in_its_name():
     ``durably.bench`` is the one internal package without one: the top-level folder bench/ is run
     as ``durably bench``, never imported by users, and its package docstring says so."""
     public = PUBLIC_MODULES | PUBLIC_CONTAINERS
-    unmarked = [name for name in shipped_modules()
-                if name not in public and not name.startswith("durably.bench")
-                and not any(part.startswith("_") for part in name.split(".")[1:])]
+    unmarked = [
+        name
+        for name in shipped_modules()
+        if name not in public
+        and not name.startswith("durably.bench")
+        and not any(part.startswith("_") for part in name.split(".")[1:])
+    ]
     assert unmarked == []
     assert {"durably._loop.actor", "durably.storage._codec", "durably.adapters.s3._store"} <= set(shipped_modules())
 
 
-@pytest.mark.parametrize("module", sorted(PUBLIC_MODULES | PUBLIC_CONTAINERS - {"durably.adapters", "durably.integrations"}))
+@pytest.mark.parametrize(
+    "module", sorted(PUBLIC_MODULES | PUBLIC_CONTAINERS - {"durably.adapters", "durably.integrations"})
+)
 def test_every_public_module_says_what_is_public(module):
     """``__all__`` is the public surface (``from m import *``, the API reference, the docstring check)."""
     imported = importlib.import_module(module)
@@ -125,8 +142,12 @@ def test_the_type_checking_imports_match_the_lazy_table():
     """Type checkers and the API reference read the ``TYPE_CHECKING`` imports; the
     runtime reads ``_LAZY``: they must name the same things from the same modules."""
     tree = ast.parse(Path(durably.__file__).read_text())
-    guarded = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
-    static = {alias.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    guarded = next(
+        node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+    )
+    static = {
+        alias.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
     assert static == durably._LAZY
     assert set(durably.__all__) == set(durably._LAZY) | {n for n in durably.errors.__all__ if n in durably.__all__}
 
@@ -144,13 +165,28 @@ def all_durably_errors() -> set[type]:
 
 
 def test_every_durably_error_is_defined_in_durably_errors():
-    for module in ("durably", "durably.storage", "durably.storage._crypto", "durably.adapters.sqlite",
-                   "durably.adapters.s3", "durably.adapters.postgres", "durably.adapters.filesystem",
-                   "durably.integrations.langgraph", "durably._cli.main", "durably._console", "durably.models.openai",
-                   "durably._torture.harness", "durably._upkeep.migrate", "durably._upkeep.retention"):
+    for module in (
+        "durably",
+        "durably.storage",
+        "durably.storage._crypto",
+        "durably.adapters.sqlite",
+        "durably.adapters.s3",
+        "durably.adapters.postgres",
+        "durably.adapters.filesystem",
+        "durably.integrations.langgraph",
+        "durably._cli.main",
+        "durably._console",
+        "durably.models.openai",
+        "durably._torture.harness",
+        "durably._upkeep.migrate",
+        "durably._upkeep.retention",
+    ):
         importlib.import_module(module)
-    misplaced = sorted(f"{cls.__module__}.{cls.__qualname__}" for cls in all_durably_errors()
-                       if cls.__module__.startswith("durably.") and cls.__module__ != "durably.errors")
+    misplaced = sorted(
+        f"{cls.__module__}.{cls.__qualname__}"
+        for cls in all_durably_errors()
+        if cls.__module__.startswith("durably.") and cls.__module__ != "durably.errors"
+    )
     assert misplaced == []
     defined = {cls.__name__ for cls in all_durably_errors() if cls.__module__ == "durably.errors"}
     assert set(durably.errors.__all__) == defined | {"DurablyError"}
@@ -179,12 +215,28 @@ def test_storage_re_exports_are_the_same_classes():
         assert getattr(durably.storage, name) is getattr(durably.errors, name)
 
 
-@pytest.mark.parametrize("url", [
-    "sqlite:///a.db?synchronus=FULL", "sqlite:///a.db?busy_timeout=soon", "sqlite:///a.db?create=1&create=1",
-    "s3://bucket?concurency=4", "s3://bucket?concurrency=x", "s3://?region=x", "file:///tmp/x?creat=1",
-    "memory://x?a=1", "memory://x/path", "postgresql://h/db?pool_max=ten", "postgresql://h/db?schema=a&schema=b", "postgresql://h/db?shema=fleet",
-    "nosuch://x", "sqlite:/agents.db", "sqlite:agents.db", "file:/tmp/x", "memory:x",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///a.db?synchronus=FULL",
+        "sqlite:///a.db?busy_timeout=soon",
+        "sqlite:///a.db?create=1&create=1",
+        "s3://bucket?concurency=4",
+        "s3://bucket?concurrency=x",
+        "s3://?region=x",
+        "file:///tmp/x?creat=1",
+        "memory://x?a=1",
+        "memory://x/path",
+        "postgresql://h/db?pool_max=ten",
+        "postgresql://h/db?schema=a&schema=b",
+        "postgresql://h/db?shema=fleet",
+        "nosuch://x",
+        "sqlite:/agents.db",
+        "sqlite:agents.db",
+        "file:/tmp/x",
+        "memory:x",
+    ],
+)
 def test_every_adapter_refuses_a_bad_url_with_the_same_error(url):
     from durably.storage import open_store
 

@@ -15,7 +15,7 @@ README = (ROOT / "README.md").read_text()
 
 
 def embedding_example() -> str:
-    section = README[README.index("## Embedding it"):]
+    section = README[README.index("## Embedding it") :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -28,18 +28,23 @@ def optional_modules() -> set[str]:
 
     core = names(project["dependencies"])
     extras = set().union(*map(names, project["optional-dependencies"].values())) - core - {"durably"}
-    return {module for module, dists in packages_distributions().items()
-            if dists and all(d.lower().replace("_", "-") in extras for d in dists)}
+    return {
+        module
+        for module, dists in packages_distributions().items()
+        if dists and all(d.lower().replace("_", "-") in extras for d in dists)
+    }
 
 
 def plain_install(code: str) -> str:
     """``code`` run as on the README's plain install: every module of an optional extra fails to import."""
-    return (f"import sys\nBLOCKED = {sorted(optional_modules())!r}\n"
-            "class PlainInstall:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name.partition('.')[0] in BLOCKED:\n"
-            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-            "sys.meta_path.insert(0, PlainInstall())\n") + code
+    return (
+        f"import sys\nBLOCKED = {sorted(optional_modules())!r}\n"
+        "class PlainInstall:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] in BLOCKED:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, PlainInstall())\n"
+    ) + code
 
 
 def test_the_plain_install_check_hides_the_extras():
@@ -52,16 +57,28 @@ def test_the_plain_install_check_hides_the_extras():
 def test_embedding_example_runs_on_the_plain_install(tmp_path):
     """The README installs durably without extras: its example must run as pasted there."""
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    proc = subprocess.run([sys.executable, "-c", plain_install(embedding_example())], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", plain_install(embedding_example())],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "finished Replied to the customer."
 
 
 def test_embedding_example_with_a_key_but_no_extra_names_the_extra(tmp_path):
     env = {**os.environ, "OPENAI_API_KEY": "sk-never-sent"}
-    proc = subprocess.run([sys.executable, "-c", plain_install(embedding_example())], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", plain_install(embedding_example())],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 1
     assert "ExtraNotInstalledError" in proc.stderr and "pip install 'durably[openai]'" in proc.stderr
 
@@ -70,11 +87,14 @@ def test_embedding_example_runs(tmp_path):
     code = embedding_example()
     # Without an API key the example uses its stand-in model (never a real provider from CI).
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "finished Replied to the customer."
-    again = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                           env=env)
+    again = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+    )
     assert again.stdout.strip() == "finished Replied to the customer."  # resumed from agents.db, not re-run
 
 

@@ -35,15 +35,26 @@ def test_every_top_level_package_declares_py_typed(wheel) -> None:
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
-    missing = [folder for folder in ["", *sorted(TOP_FOLDERS)] if f"durably/{folder}/py.typed".replace("//", "/") not in names]
+    missing = [
+        folder for folder in ["", *sorted(TOP_FOLDERS)] if f"durably/{folder}/py.typed".replace("//", "/") not in names
+    ]
     assert not missing, f"py.typed is not shipped in {missing} (add it to the folder and to package-data)"
 
 
 @pytest.mark.timeout(1200)  # a cold mypy run of the whole package on a loaded 2-core machine
 def test_mypy_strict_is_clean_on_the_shipped_package(shipped_tree: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-         "--cache-dir", str(ROOT / "build" / "mypy-cache"), "-p", "durably"],
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / "build" / "mypy-cache"),
+            "-p",
+            "durably",
+        ],
         cwd=shipped_tree,
         capture_output=True,
         text=True,

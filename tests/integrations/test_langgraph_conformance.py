@@ -14,10 +14,9 @@ import uuid
 from contextlib import redirect_stdout
 
 import pytest
+from s3_server import s3_server  # noqa: F401 - the fixture
 
 from durably.integrations.langgraph import DurablySaver
-
-from s3_server import s3_server  # noqa: F401 - the fixture
 
 conformance = pytest.importorskip("langgraph.checkpoint.conformance")
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402

@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-
 from langgraph_agent import ScriptedChatModel, build_agent
 from langgraph_worker import THREAD, run_once
 
@@ -39,7 +38,8 @@ KILLS = [kill for step in range(STEPS) for kill in (f"sibling:s{step}c1", f"afte
 def _child(kind: str, db: Path, kill: str, effects: Path, approval: bool = False) -> int:
     # fork: a new process that starts in a few milliseconds (langgraph is already imported).
     process = multiprocessing.get_context("fork").Process(
-        target=run_once, args=(kind, str(db), kill, STEPS, str(effects), approval))
+        target=run_once, args=(kind, str(db), kill, STEPS, str(effects), approval)
+    )
     process.start()
     process.join(120)
     if process.is_alive():
@@ -88,9 +88,11 @@ def test_twenty_sigkills_mid_superstep_then_resume(tmp_path) -> None:
     assert all(effects["durably"][f"s{step}c0"] == 1 for step in range(STEPS))
     # And AsyncSqliteSaver, under the same kills, re-runs exactly the same.
     assert effects["durably"] == effects["sqlite"]
-    print(f"\n20 SIGKILLs each: tool executions durably={sum(effects['durably'].values())} "
-          f"AsyncSqliteSaver={sum(effects['sqlite'].values())} for {2 * STEPS} calls; "
-          f"re-run (effect then kill before its writes): {sorted(rerun)}")
+    print(
+        f"\n20 SIGKILLs each: tool executions durably={sum(effects['durably'].values())} "
+        f"AsyncSqliteSaver={sum(effects['sqlite'].values())} for {2 * STEPS} calls; "
+        f"re-run (effect then kill before its writes): {sorted(rerun)}"
+    )
 
 
 def test_an_interrupt_is_resumed_from_another_process(tmp_path) -> None:

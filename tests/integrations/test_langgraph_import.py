@@ -6,10 +6,9 @@ import aiosqlite
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph_agent import ScriptedChatModel, build_agent
 
 from durably.integrations.langgraph import DurablySaver, ImportSourceError, import_sqlite_threads
-
-from langgraph_agent import ScriptedChatModel, build_agent
 
 
 async def _tuples(saver, thread: str) -> list:
@@ -22,7 +21,9 @@ async def test_threads_move_over_exactly_and_keep_running(tmp_path) -> None:
         sqlite_saver = AsyncSqliteSaver(conn)
         await sqlite_saver.setup()
         for thread, steps in (("a", 4), ("b", 2)):
-            graph = build_agent(ScriptedChatModel(steps=steps), approval=thread == "b").compile(checkpointer=sqlite_saver)
+            graph = build_agent(ScriptedChatModel(steps=steps), approval=thread == "b").compile(
+                checkpointer=sqlite_saver
+            )
             await graph.ainvoke({"messages": [HumanMessage(f"go {thread}")]}, {"configurable": {"thread_id": thread}})
         theirs = {thread: await _tuples(sqlite_saver, thread) for thread in ("a", "b")}
     async with DurablySaver.from_url(target) as saver:

@@ -12,8 +12,10 @@ import anyio
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.graph import START, StateGraph
+from langgraph_agent import ScriptedChatModel, State, build_agent
 from pydantic import BaseModel
 
+from durably._journal.redaction_policy import RedactionPolicy
 from durably.integrations.langgraph import (
     CheckpointValueError,
     DurablySaver,
@@ -21,13 +23,10 @@ from durably.integrations.langgraph import (
     InvalidThreadIdError,
     SyncCallOnLoopError,
 )
-from durably._journal.redaction_policy import RedactionPolicy
 from durably.storage import StreamId
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 from durably.storage._errors import DecryptionError
 from durably.storage._registry import open_store
-
-from langgraph_agent import ScriptedChatModel, State, build_agent
 
 
 def _config(thread: str = "t1", **extra) -> dict:
@@ -91,8 +90,10 @@ async def test_reads_rebuild_exactly_what_langgraph_wrote(tmp_path) -> None:
     assert len(saver.puts) > 20
     async with DurablySaver.from_url(url) as fresh:  # a new saver: everything comes from the store
         for checkpoint, metadata in saver.puts:
-            tup = await fresh.aget_tuple(_config(checkpoint_id=checkpoint["id"]) | {
-                "configurable": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}})
+            tup = await fresh.aget_tuple(
+                _config(checkpoint_id=checkpoint["id"])
+                | {"configurable": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}}
+            )
             assert tup.checkpoint == checkpoint
             assert metadata.items() <= tup.metadata.items()
             written = {(task, channel, repr(value)) for task, channel, value in tup.pending_writes}
@@ -227,10 +228,25 @@ async def test_redaction_keeps_secrets_out_of_the_store(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'redact.db'}"
     token = "sk-" + "a1B2c3D4e5" * 4
     builder = StateGraph(State)
-    builder.add_node("leak", lambda s: {"messages": [
-        AIMessage(content=f"the key is {token}", tool_calls=[{"name": "login", "id": "c1", "type": "tool_call",
-                                                               "args": {"user": "ana", "password": "hunter2"}}]),
-        ToolMessage(content="ok", tool_call_id="c1")]})
+    builder.add_node(
+        "leak",
+        lambda s: {
+            "messages": [
+                AIMessage(
+                    content=f"the key is {token}",
+                    tool_calls=[
+                        {
+                            "name": "login",
+                            "id": "c1",
+                            "type": "tool_call",
+                            "args": {"user": "ana", "password": "hunter2"},
+                        }
+                    ],
+                ),
+                ToolMessage(content="ok", tool_call_id="c1"),
+            ]
+        },
+    )
     builder.add_edge(START, "leak")
     async with DurablySaver.from_url(url, redaction=RedactionPolicy()) as saver:
         live = await builder.compile(checkpointer=saver).ainvoke({"messages": [HumanMessage("hi")]}, _config())
@@ -273,12 +289,22 @@ async def test_bad_input_gets_typed_errors(tmp_path) -> None:
 async def test_two_writers_on_one_thread_rebase_instead_of_losing_data(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'two.db'}"
     async with DurablySaver.from_url(url) as first, DurablySaver.from_url(url) as second:
-        stored = await first.aput({"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
-                                  {"v": 1, "id": "1", "ts": "", "channel_values": {}, "channel_versions": {},
-                                   "versions_seen": {}, "updated_channels": None}, {"step": 0}, {})
+        stored = await first.aput(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            {
+                "v": 1,
+                "id": "1",
+                "ts": "",
+                "channel_values": {},
+                "channel_versions": {},
+                "versions_seen": {},
+                "updated_channels": None,
+            },
+            {"step": 0},
+            {},
+        )
         await second.aget_tuple(stored)  # second knows the thread at seq 1
         await first.aput_writes(stored, [("a", 1)], "task-a")
         await second.aput_writes(stored, [("b", 2)], "task-b")  # stale by one record: conflict, rebase
         tup = await first.aget_tuple(stored)
     assert sorted(w[1:] for w in tup.pending_writes) == [("a", 1), ("b", 2)]
-

@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from durably import AgentDefinition, Budget, InvalidCommandError, ModelResponse, Runtime, ToolCall, tool
+from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-from durably._journal.records import RecordCodec
 
 
 def gated() -> AgentDefinition:

@@ -26,9 +26,9 @@ from durably import (
     TransientModelError,
     tool,
 )
+from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage._errors import UnencodableValueError
-from durably._journal.records import RecordCodec
 
 FAST = RetryPolicy(initial_s=0.01, max_s=0.02, jitter_s=0.0)
 WORKER = Path(__file__).resolve().parents[1] / "support" / "lossless_worker.py"
@@ -108,7 +108,7 @@ async def test_a_failed_unknown_outcome_is_retried_as_a_question_answered_with_i
             await rt.approve("p1", question["approval_id"], approved=False, result={"charged": 5})
         with pytest.raises(UnencodableValueError, match="result.when"):
             await rt.approve("p1", question["approval_id"], result={"when": object()})
-        when = dt.datetime(2025, 5, 1, 9, 0, tzinfo=dt.timezone.utc)
+        when = dt.datetime(2025, 5, 1, 9, 0, tzinfo=dt.UTC)
         await rt.approve("p1", question["approval_id"], by="ops", result={"charged": 5, "at": when})
         with anyio.fail_after(10):
             while (state := await rt.status("p1")).status == "running":

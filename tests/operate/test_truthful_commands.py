@@ -14,9 +14,9 @@ import sys
 
 import anyio
 import pytest
+from support_agents import gated_agent as gated
 
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
-from support_agents import gated_agent as gated
 
 
 def dead_owner() -> str:

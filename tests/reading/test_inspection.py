@@ -16,6 +16,8 @@ from support_agents import list_agent
 
 from durably import Runtime, SnapshotPolicy
 from durably._cli.demo.survey import survey_agent, survey_task
+from durably._journal.records import RecordCodec
+from durably._loop.state import AgentState, apply
 from durably.errors import (
     AgentExistsError,
     AgentNotFoundError,
@@ -23,9 +25,7 @@ from durably.errors import (
     SeqOutOfRangeError,
     WaitTimeoutError,
 )
-from durably._loop.state import AgentState, apply
 from durably.schemas._records import Kind, Record
-from durably._journal.records import RecordCodec
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "approval_worker.py"
 
@@ -68,15 +68,26 @@ async def test_history_streams_100k_records_with_flat_memory(tmp_path: Path) -> 
     total = 100_000
     async with Runtime(url) as rt:
         codec, stream = RecordCodec(), rt.stream("long")
-        start = {"namespace": "default", "agent_id": "long", "run_id": "r" * 32, "task": "t",
-                 "definition": {"name": "d", "version": "1", "digest": "0" * 16}, "instructions": "",
-                 "budget": {"steps": None, "tokens": None, "cost_usd": None}, "worker": "w"}
+        start = {
+            "namespace": "default",
+            "agent_id": "long",
+            "run_id": "r" * 32,
+            "task": "t",
+            "definition": {"name": "d", "version": "1", "digest": "0" * 16},
+            "instructions": "",
+            "budget": {"steps": None, "tokens": None, "cost_usd": None},
+            "worker": "w",
+        }
         seq = 0
         while seq < total:
             frames = []
             for _ in range(2000):
                 seq += 1
-                kind, data = (Kind.STARTED, start) if seq == 1 else (Kind.MESSAGE_RECEIVED, {"role": "user", "content": f"m{seq} " * 8})
+                kind, data = (
+                    (Kind.STARTED, start)
+                    if seq == 1
+                    else (Kind.MESSAGE_RECEIVED, {"role": "user", "content": f"m{seq} " * 8})
+                )
                 frames.append(codec.encode_record(Record(seq, kind, data, 1.0 + seq), stream))
             await rt.store.append(stream, seq - len(frames), frames)
         tracemalloc.start()
@@ -174,7 +185,11 @@ async def test_describe_names_the_lease_holder_times_approvals_and_budget(tmp_pa
     async with Runtime(url) as rt:
         info = await rt.describe("survey")
         assert (info.status, info.seq, info.steps, info.definition["name"]) == (
-            "waiting_approval", state.last_seq, state.usage["steps"], "stdlib-survey")
+            "waiting_approval",
+            state.last_seq,
+            state.usage["steps"],
+            "stdlib-survey",
+        )
         assert info.definition["digest"] and info.created_at <= info.last_activity_at <= time.time()
         (approval,) = info.open_approvals
         assert approval["tool"] == "publish_report" and "title" in approval["arguments"]

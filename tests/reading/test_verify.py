@@ -12,14 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from durably import Runtime, SnapshotPolicy
 from support_agents import list_agent
+
+from durably import Runtime, SnapshotPolicy
 
 
 def rows(path) -> list:
     with sqlite3.connect(path) as db:
-        return db.execute("SELECT stream_id, seq, data FROM records ORDER BY 1, 2").fetchall() + \
-            db.execute("SELECT stream_id, seq, data FROM snapshots ORDER BY 1, 2").fetchall()
+        return (
+            db.execute("SELECT stream_id, seq, data FROM records ORDER BY 1, 2").fetchall()
+            + db.execute("SELECT stream_id, seq, data FROM snapshots ORDER BY 1, 2").fetchall()
+        )
 
 
 async def test_verify_reports_damage_under_a_snapshot_and_changes_nothing(tmp_path):
@@ -39,9 +42,9 @@ async def test_verify_reports_damage_under_a_snapshot_and_changes_nothing(tmp_pa
     async with Runtime(url) as rt:
         assert (await rt.status("damaged")).status == "finished"  # restore never reads seq 2: silent
     before = rows(path)
+    from durably._journal.records import RecordCodec
     from durably._reading.verify import verify_namespace
     from durably.storage import open_store
-    from durably._journal.records import RecordCodec
 
     async with open_store(url) as store:
         reports = {r.stream.agent_id: r async for r in verify_namespace(store, RecordCodec(), "default")}
@@ -51,7 +54,9 @@ async def test_verify_reports_damage_under_a_snapshot_and_changes_nothing(tmp_pa
     assert rows(path) == before
     # The command: exit 1 and a JSON report naming the damaged record.
     durably = Path(sys.executable).parent / "durably"
-    done = subprocess.run([str(durably), "verify", "--store", url, "--json"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(durably), "verify", "--store", url, "--json"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1, done.stderr
     out = json.loads(done.stdout)
     damaged = [s for s in out["streams"] if s["stream"]["agent_id"] == "damaged"]
@@ -68,9 +73,9 @@ async def test_verify_reports_a_gap_and_a_journal_cut_short(tmp_path):
         last = (await rt.run(definition, "a1", "task")).last_seq
     with sqlite3.connect(path) as db:
         db.execute("DELETE FROM records WHERE seq IN (3, ?)", (last,))
+    from durably._journal.records import RecordCodec
     from durably._reading.verify import verify_stream
     from durably.storage import StreamId, open_store
-    from durably._journal.records import RecordCodec
 
     async with open_store(url) as store:
         report = await verify_stream(store, RecordCodec(), StreamId("default", "a1"))

@@ -17,19 +17,21 @@ from pathlib import Path
 
 import anyio
 import pytest
-
-from durably.adapters.sqlite import SQLiteStore
-from durably import AgentDefinition, Runtime
-from durably.errors import RuntimeNotStartedError
-from durably._journal.records import RecordCodec
-from durably._journal.restore import restore
-from durably.storage._errors import (
-    CorruptRecordError, StoreClosedError, StoreUnavailableError, TruncatedRecordError,
-)
-from durably.storage._spi import StreamId
-
 from restore_race_writer import STREAM, fold
 from support_agents import StepModel, list_agent
+
+from durably import AgentDefinition, Runtime
+from durably._journal.records import RecordCodec
+from durably._journal.restore import restore
+from durably.adapters.sqlite import SQLiteStore
+from durably.errors import RuntimeNotStartedError
+from durably.storage._errors import (
+    CorruptRecordError,
+    StoreClosedError,
+    StoreUnavailableError,
+    TruncatedRecordError,
+)
+from durably.storage._spi import StreamId
 
 WRITER = Path(__file__).resolve().parents[1] / "support" / "restore_race_writer.py"
 
@@ -55,7 +57,8 @@ async def _race(tmp_path: Path, *, compact: bool, purge: bool, travel: bool, sec
     truth, codec, rng = Truth(), RecordCodec(), random.Random(7)
     counts = {"restores": 0, "states": 0, "travels": 0}
     writer = await anyio.open_process(
-        [sys.executable, str(WRITER), url, str(seconds), "11", str(int(compact)), str(int(purge))])
+        [sys.executable, str(WRITER), url, str(seconds), "11", str(int(compact)), str(int(purge))]
+    )
     async with SQLiteStore(url) as store, writer:
         seen: tuple[str, int] | None = None  # the run and last seq of the latest full restore
         while writer.returncode is None:
@@ -111,8 +114,9 @@ class PurgedBetweenPages(SQLiteStore):
 
 
 async def _write_run(store: SQLiteStore, run: str, count: int) -> None:
-    from durably.storage._spi import AppendRequest
     from restore_race_writer import record
+
+    from durably.storage._spi import AppendRequest
 
     codec = RecordCodec()
     frames = [codec.encode_record(record(run, n), STREAM) for n in range(1, count + 1)]
@@ -140,21 +144,34 @@ async def test_a_purge_and_a_new_run_between_tail_pages_never_mix_runs(tmp_path,
 #: SQL, then what a restore and a restore up to seq 11 must give: the truth at (the snapshot used,
 #: the seq), or that typed error.
 DAMAGE = {
-    "snapshot bytes cut": ("UPDATE snapshots SET data = substr(data, 1, length(data) - 3) WHERE seq = 8",
-                           (4, 12), (4, 11)),
+    "snapshot bytes cut": (
+        "UPDATE snapshots SET data = substr(data, 1, length(data) - 3) WHERE seq = 8",
+        (4, 12),
+        (4, 11),
+    ),
     "snapshot a TEXT cell": ("UPDATE snapshots SET data = 'x' WHERE seq = 8", (4, 12), (4, 11)),
     "snapshot an empty blob": ("UPDATE snapshots SET data = X'' WHERE seq = 8", (4, 12), (4, 11)),
     "snapshot moved past the last seq": ("UPDATE snapshots SET seq = 50 WHERE seq = 8", (4, 12), (4, 11)),
     "snapshot seq a REAL": ("UPDATE snapshots SET seq = 8.5 WHERE seq = 8", (0, 12), (0, 11)),
     "seq 1 compacted": ("DELETE FROM records WHERE seq = 1", (8, 12), (8, 11)),
-    "tail record cut": ("UPDATE records SET data = substr(data, 1, length(data) - 2) WHERE seq = 10",
-                        TruncatedRecordError, TruncatedRecordError),
+    "tail record cut": (
+        "UPDATE records SET data = substr(data, 1, length(data) - 2) WHERE seq = 10",
+        TruncatedRecordError,
+        TruncatedRecordError,
+    ),
     "last record torn": ("UPDATE records SET data = substr(data, 1, 5) WHERE seq = 12", TruncatedRecordError, (8, 11)),
-    "tail record an INTEGER cell": ("UPDATE records SET data = 7 WHERE seq = 10", CorruptRecordError, CorruptRecordError),
+    "tail record an INTEGER cell": (
+        "UPDATE records SET data = 7 WHERE seq = 10",
+        CorruptRecordError,
+        CorruptRecordError,
+    ),
     "tail record seq a REAL": ("UPDATE records SET seq = 10.5 WHERE seq = 10", CorruptRecordError, CorruptRecordError),
     "tail record seq a TEXT": ("UPDATE records SET seq = 'ten' WHERE seq = 10", CorruptRecordError, CorruptRecordError),
-    "last record seq past the end": ("UPDATE records SET seq = 9223372036854775807 WHERE seq = 12",
-                                     CorruptRecordError, (8, 11)),
+    "last record seq past the end": (
+        "UPDATE records SET seq = 9223372036854775807 WHERE seq = 12",
+        CorruptRecordError,
+        (8, 11),
+    ),
     "last seq a TEXT": ("UPDATE streams SET last_seq = 'abc'", CorruptRecordError, CorruptRecordError),
 }
 
@@ -170,7 +187,7 @@ async def test_a_damaged_row_gives_an_older_snapshot_or_a_typed_error(tmp_path, 
     with sqlite3.connect(tmp_path / "damaged.db") as db:
         db.execute(sql)
     async with SQLiteStore(url) as store:
-        for upto, want in zip((None, 11), expected):
+        for upto, want in zip((None, 11), expected, strict=False):
             if isinstance(want, tuple):
                 restored = await restore(store, codec, STREAM, upto=upto)
                 assert restored is not None
@@ -213,8 +230,9 @@ async def _runnable(url: str, definition: AgentDefinition, count: int = AGENTS) 
     return ids
 
 
-async def _settled(url: str, definition: AgentDefinition, ids: list[str], effects: list, *,
-                   leases_left: bool = False) -> None:
+async def _settled(
+    url: str, definition: AgentDefinition, ids: list[str], effects: list, *, leases_left: bool = False
+) -> None:
     """Every agent still restores as running with no lease held (unless ``leases_left``: then
     held by dead runtimes), and a new runtime resumes them all at once and runs each to the
     end, every tool call once."""
@@ -333,8 +351,10 @@ async def test_one_corrupt_and_one_leased_agent_of_a_chunk_do_not_stop_the_other
     definition = _agent(effects)
     ids = await _runnable(url, definition, 12)
     with sqlite3.connect(tmp_path / "g.db") as db:
-        db.execute("UPDATE records SET data = X'00' WHERE seq = 1 AND stream_id = "
-                   "(SELECT id FROM streams WHERE agent_id = 'ag03')")
+        db.execute(
+            "UPDATE records SET data = X'00' WHERE seq = 1 AND stream_id = "
+            "(SELECT id FROM streams WHERE agent_id = 'ag03')"
+        )
     holder = await anyio.open_process([sys.executable, "-c", HOLDER, url, "ag07"])
     async with holder:
         assert holder.stdout is not None and holder.stdin is not None
@@ -407,8 +427,8 @@ class CompactedBeforeTheRead(SQLiteStore):
 
 
 async def test_time_travel_into_history_compacted_meanwhile_is_out_of_range_not_damage(tmp_path) -> None:
-    from durably._telemetry import Telemetry
     from durably._reading.time_travel import state_at
+    from durably._telemetry import Telemetry
     from durably.errors import SeqOutOfRangeError
 
     url, codec = f"sqlite:///{tmp_path / 't.db'}", RecordCodec()
@@ -514,8 +534,16 @@ async def test_two_processes_resuming_all_at_once_run_each_agent_once(tmp_path) 
     definition = _agent(effects)
     ids = await _runnable(url, definition)
     definition.model.open = True
-    rival = await anyio.open_process([sys.executable, "-c", RIVAL, url, str(Path(__file__).parent),
-                                      str(Path(__file__).resolve().parents[1] / "support")])
+    rival = await anyio.open_process(
+        [
+            sys.executable,
+            "-c",
+            RIVAL,
+            url,
+            str(Path(__file__).parent),
+            str(Path(__file__).resolve().parents[1] / "support"),
+        ]
+    )
     async with rival, Runtime(url, agents=[definition]) as rt:
         assert rival.stdin is not None and rival.stdout is not None
         with anyio.fail_after(20):
@@ -586,8 +614,9 @@ async def test_time_travel_around_the_one_reads_page_boundary(tmp_path) -> None:
         await _write_run(store, "r", 1100)
         for snapshot in (None, 300):
             if snapshot is not None:
-                await store.put_snapshot(STREAM, snapshot, codec.encode_snapshot(snapshot, fold("r", snapshot).to_wire(),
-                                                                                 STREAM))
+                await store.put_snapshot(
+                    STREAM, snapshot, codec.encode_snapshot(snapshot, fold("r", snapshot).to_wire(), STREAM)
+                )
             for upto in (1, 299, 300, 301, 511, 512, 513, 812, 813, 1024, 1025, 1100, 5000):
                 restored = await restore(store, codec, STREAM, upto=upto)
                 want = min(upto, 1100)

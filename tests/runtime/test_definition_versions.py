@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably._loop.agent import OnDefinitionChange
-from durably._upkeep.migrate import DefinitionMigrationError, definition_change_entries
-from durably._journal.restore import restore
-from durably._loop.state import NEEDS_MIGRATION
 from durably._journal.records import RecordCodec
+from durably._journal.restore import restore
+from durably._loop.agent import OnDefinitionChange
+from durably._loop.state import NEEDS_MIGRATION
+from durably._upkeep.migrate import DefinitionMigrationError, definition_change_entries
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 
@@ -24,7 +24,9 @@ class PlanModel:
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
         if not any(m["role"] == "tool" for m in messages):
-            return ModelResponse("publishing", (ToolCall("p1", "publish", {"title": "t"}),), Usage(3, 2, 0.0), plan=["publish"])
+            return ModelResponse(
+                "publishing", (ToolCall("p1", "publish", {"title": "t"}),), Usage(3, 2, 0.0), plan=["publish"]
+            )
         return ModelResponse(f"done under: {messages[0]['content']}", (), Usage(3, 2, 0.0))
 
 
@@ -35,8 +37,9 @@ def definition(instructions: str = "v1 prompt", version: str = "1", **policy: An
     async def publish(title: str, *, ctx) -> str:
         return f"published {title}"
 
-    return AgentDefinition(name="writer", model=PlanModel(), tools=[publish], instructions=instructions,
-                           version=version, **policy)
+    return AgentDefinition(
+        name="writer", model=PlanModel(), tools=[publish], instructions=instructions, version=version, **policy
+    )
 
 
 @pytest.fixture
@@ -147,7 +150,9 @@ async def test_migrate_rewrites_the_state_once_and_replays_it(store) -> None:
     assert state.plan == ["publish", "migrated"] and state.definition == new.info()
     # The record holds only the rewritten fields, and a fresh restore replays them.
     codec, stream = RecordCodec(), StreamId("default", "w1")
-    (record,) = [r for r in [codec.decode_record(s, stream) async for s in store.read(stream)] if r.kind == "definition_changed"]
+    (record,) = [
+        r for r in [codec.decode_record(s, stream) async for s in store.read(stream)] if r.kind == "definition_changed"
+    ]
     assert record.data["policy"] == "migrate" and set(record.data["state"]) == {"messages", "plan"}
     assert record.data["previous"]["version"] == "1" and record.data["definition"] == new.info()
     restored = await restore(store, codec, stream)
@@ -164,7 +169,9 @@ async def test_migrate_hook_sees_a_copy(store) -> None:
         previous["digest"] = "forged"
         return state
 
-    async with Runtime(store, agents=[definition("v2", on_definition_change="migrate", migrate=mutate_everything)]) as rt:
+    async with Runtime(
+        store, agents=[definition("v2", on_definition_change="migrate", migrate=mutate_everything)]
+    ) as rt:
         journal = await rt._restore_journal("w1")
         messages_before = [dict(m) for m in journal.state.messages]
         (entry,) = definition_change_entries(journal.state, rt._definitions["writer"])
@@ -173,14 +180,17 @@ async def test_migrate_hook_sees_a_copy(store) -> None:
         assert entry[1]["previous"]["digest"] != "forged"
 
 
-@pytest.mark.parametrize("hook, problem", [
-    (lambda s, p: 1 / 0, "raised ZeroDivisionError"),
-    (lambda s, p: None, "returned a NoneType"),
-    (lambda s, p: {**s, "colour": "blue"}, "unknown state fields"),
-    (lambda s, p: {**s, "run_id": "other"}, "the runtime owns"),
-    (lambda s, p: {**s, "messages": "flattened"}, "from a list into a str"),
-    (lambda s, p: {**s, "result": object()}, "cannot be stored"),  # (a set is stored exactly since issue 10)
-])
+@pytest.mark.parametrize(
+    "hook, problem",
+    [
+        (lambda s, p: 1 / 0, "raised ZeroDivisionError"),
+        (lambda s, p: None, "returned a NoneType"),
+        (lambda s, p: {**s, "colour": "blue"}, "unknown state fields"),
+        (lambda s, p: {**s, "run_id": "other"}, "the runtime owns"),
+        (lambda s, p: {**s, "messages": "flattened"}, "from a list into a str"),
+        (lambda s, p: {**s, "result": object()}, "cannot be stored"),  # (a set is stored exactly since issue 10)
+    ],
+)
 async def test_a_bad_migrate_hook_stops_the_resume_and_writes_nothing(store, hook, problem) -> None:
     await parked(store)
     before = await stored_bytes(store)

@@ -9,6 +9,7 @@ import uuid
 
 import anyio
 import pytest
+from support_agents import StepModel, list_agent
 
 from durably import (
     AgentDefinition,
@@ -19,12 +20,11 @@ from durably import (
     ToolCall,
     tool,
 )
+from durably._journal.records import RecordCodec
 from durably._loop.agent import HistoryPolicy
 from durably.schemas._records import Kind
 from durably.storage import StreamId, UnencodableValueError, open_store
 from durably.storage._codec import Codec, CodecLimits
-from durably._journal.records import RecordCodec
-from support_agents import StepModel, list_agent
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -147,8 +147,10 @@ async def test_a_cancel_from_elsewhere_stops_the_worker_after_recording_the_runn
     # model's next answer: that answer is recorded too (its tokens were spent), and
     # nothing it decided is (no intent, no second effect).
     journal = await kinds(url, "a1")
-    assert journal[journal.index("cancelled"):] in (["cancelled", "tool_result"],
-                                                   ["cancelled", "tool_result", "model_responded"])
+    assert journal[journal.index("cancelled") :] in (
+        ["cancelled", "tool_result"],
+        ["cancelled", "tool_result", "model_responded"],
+    )
 
 
 async def test_reused_provider_call_ids_get_distinct_keys(url):
@@ -165,7 +167,9 @@ async def test_reused_provider_call_ids_get_distinct_keys(url):
         async def respond(self, messages, tools):
             done = sum(m["role"] == "tool" for m in messages)
             if done == 0:
-                return ModelResponse("", (ToolCall("call_0", "send", {"to": "ana"}), ToolCall("call_0", "send", {"to": "bo"})))
+                return ModelResponse(
+                    "", (ToolCall("call_0", "send", {"to": "ana"}), ToolCall("call_0", "send", {"to": "bo"}))
+                )
             if done == 2:
                 return ModelResponse("", (ToolCall("call_0", "send", {"to": "cy"}),))
             return ModelResponse("done")
@@ -187,8 +191,12 @@ async def test_history_policy_bounds_the_state_and_replays_identically(url):
 
     effects: list = []
     base = list_agent(40, effects)
-    definition = AgentDefinition(name=base.name, model=LastResult(40), tools=base.tools,
-                                 history=HistoryPolicy(max_messages=12, keep_recent=6, summarize=summarize))
+    definition = AgentDefinition(
+        name=base.name,
+        model=LastResult(40),
+        tools=base.tools,
+        history=HistoryPolicy(max_messages=12, keep_recent=6, summarize=summarize),
+    )
     async with Runtime(url, agents=[definition]) as rt:
         state = await rt.run(definition, "a1", "task")
         restored = await rt.status("a1")
@@ -242,8 +250,12 @@ async def test_a_failing_summariser_postpones_compaction_instead_of_failing_the_
         return "summary"
 
     base = list_agent(10, [])
-    definition = AgentDefinition(name=base.name, model=LastResult(10), tools=base.tools,
-                                 history=HistoryPolicy(max_messages=8, keep_recent=4, summarize=summarize))
+    definition = AgentDefinition(
+        name=base.name,
+        model=LastResult(10),
+        tools=base.tools,
+        history=HistoryPolicy(max_messages=8, keep_recent=4, summarize=summarize),
+    )
     async with Runtime(url, agents=[definition]) as rt:
         state = await rt.run(definition, "a1", "task")
     assert state.status == "finished" and len(calls) >= 3

@@ -13,6 +13,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from privacy_support import GH_TOKEN, PASSWORD, ScriptModel, spi_frames
 
 from durably import (
     AgentDefinition,
@@ -27,10 +28,9 @@ from durably import (
 from durably._journal.redaction_policy import RedactionPolicy
 from durably._upkeep.retention import RetentionPolicy
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
-from privacy_support import GH_TOKEN, PASSWORD, ScriptModel, spi_frames
 
 try:
-    from .s3_server import s3_server  # noqa: F401 - s3_server is a fixture
+    from .s3_server import s3_server
 except ImportError:
     from s3_server import s3_server  # noqa: F401
 
@@ -66,15 +66,17 @@ async def test_a_runtime_cannot_see_or_touch_another_namespaces_agents(url) -> N
 
     async with Runtime(url, agents=[asker()], namespace="x") as other:
         await other.run("asker", "same-id", "tenant x's task")  # the same id in x is another agent
-        for verb in (lambda: other.status("y-agent"),
-                     lambda: other.approve("y-agent", approval["approval_id"]),
-                     lambda: other.resume("y-agent"),
-                     lambda: other.purge("y-agent"),
-                     lambda: other.cancel("y-agent"),
-                     lambda: other.send("y-agent", "hello"),
-                     lambda: other.extend_budget("y-agent", steps=1),
-                     lambda: other.status("../y/y-agent"),
-                     lambda: other.purge("y/y-agent")):
+        for verb in (
+            lambda: other.status("y-agent"),
+            lambda: other.approve("y-agent", approval["approval_id"]),
+            lambda: other.resume("y-agent"),
+            lambda: other.purge("y-agent"),
+            lambda: other.cancel("y-agent"),
+            lambda: other.send("y-agent", "hello"),
+            lambda: other.extend_budget("y-agent", steps=1),
+            lambda: other.status("../y/y-agent"),
+            lambda: other.purge("y/y-agent"),
+        ):
             with pytest.raises(AgentNotFoundError):
                 await verb()
         assert [s.agent_id for s in await other.agents()] == ["same-id"]
@@ -129,26 +131,39 @@ async def test_spans_and_logs_carry_no_content(tmp_path, caplog) -> None:
                 raise ConnectionError(f"provider said: token {GH_TOKEN} revoked")
             return await super().respond(messages, tools)
 
-    model = FlakyModel([ModelResponse(f"log in as {PASSWORD}", (ToolCall("c1", "login", {"user": "bobby-q7x",
-                                                                                         "password": PASSWORD}),),
-                                      Usage(1, 1, 0.0))])
+    model = FlakyModel(
+        [
+            ModelResponse(
+                f"log in as {PASSWORD}",
+                (ToolCall("c1", "login", {"user": "bobby-q7x", "password": PASSWORD}),),
+                Usage(1, 1, 0.0),
+            )
+        ]
+    )
     definition = AgentDefinition(name="leaky", model=model, tools=[login])
     keys = AESGCMCipher(StaticKeyProvider({"k": generate_key()}))
     caplog.set_level(logging.DEBUG)
     url = f"sqlite:///{tmp_path}/agents.db"
-    async with Runtime(url, agents=[definition], tracer_provider=provider, redaction=RedactionPolicy.disabled(),
-                       snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0), encryption=keys) as rt:
+    async with Runtime(
+        url,
+        agents=[definition],
+        tracer_provider=provider,
+        redaction=RedactionPolicy.disabled(),
+        snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0),
+        encryption=keys,
+    ) as rt:
         state = await rt.run("leaky", "a1", f"use {PASSWORD} and {GH_TOKEN}")
         await rt.status("a1")
         await rt.sweep(RetentionPolicy(default=0.0), dry_run=True)
     async with Runtime(url) as rt:  # no key: the failed restore is logged and raised
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017  (any error: the point is that it is raised, not served)
             await rt.status("a1")
     assert state.status == "failed" and GH_TOKEN in state.reason  # redaction was off: the journal has it
 
     spans = exporter.get_finished_spans()
-    assert {"execute_tool login", "chat script-model", "durably.checkpoint.save", "durably.snapshot.save"} <= \
-           {s.name for s in spans}
+    assert {"execute_tool login", "chat script-model", "durably.checkpoint.save", "durably.snapshot.save"} <= {
+        s.name for s in spans
+    }
     texts = []
     for span in spans:
         texts += [span.name, repr(dict(span.attributes or {})), span.status.description or ""]

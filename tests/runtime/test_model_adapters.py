@@ -19,12 +19,12 @@ from model_servers import (
     reply,
 )
 
+from durably import AgentDefinition, RetryPolicy, Runtime, tool
+from durably._journal.records import RecordCodec
 from durably.models import Price, from_spec
 from durably.models.anthropic import AnthropicModel
 from durably.models.openai import OpenAIChatModel
-from durably import AgentDefinition, RetryPolicy, Runtime, tool
 from durably.schemas._records import Kind
-from durably._journal.records import RecordCodec
 
 FAST = RetryPolicy(attempts=6, initial_s=0.01, max_s=0.02, jitter_s=0.0)
 charged: list[int] = []
@@ -58,16 +58,22 @@ async def test_openai_adapter_runs_an_agent_through_every_transient_failure() ->
         fail(500),
         drop(),
         reply(openai_completion(calls=[("call_1", "charge", '{"amount": 5')], finish="tool_calls")),  # malformed
-        reply(openai_completion(calls=[("call_1", "charge", '{"amount": "500"}')], finish="tool_calls",
-                                usage={"prompt_tokens": 40, "completion_tokens": 10, "total_tokens": 50,
-                                       "cost": 0.0021})),
+        reply(
+            openai_completion(
+                calls=[("call_1", "charge", '{"amount": "500"}')],
+                finish="tool_calls",
+                usage={"prompt_tokens": 40, "completion_tokens": 10, "total_tokens": 50, "cost": 0.0021},
+            )
+        ),
         reply(openai_completion(content="Charged 500 cents.")),
     ]
     async with ScriptedServer("/v1/chat/completions", steps) as server:
-        model = OpenAIChatModel("gpt-test", base_url=f"{server.url}/v1", api_key="sk-test",
-                                price=Price(1.0, 4.0), temperature=0)
-        definition = AgentDefinition(name="billing", model=model, tools=[charge], retry=FAST,
-                                     instructions="You bill customers.")
+        model = OpenAIChatModel(
+            "gpt-test", base_url=f"{server.url}/v1", api_key="sk-test", price=Price(1.0, 4.0), temperature=0
+        )
+        definition = AgentDefinition(
+            name="billing", model=model, tools=[charge], retry=FAST, instructions="You bill customers."
+        )
         async with Runtime("memory://", agents=[definition]) as rt:
             started = time.monotonic()
             state = await rt.run("billing", "b1", "Charge 500 cents")
@@ -75,8 +81,12 @@ async def test_openai_adapter_runs_an_agent_through_every_transient_failure() ->
             records = await journal(rt, "b1")
     assert state.status == "finished" and state.result == "Charged 500 cents."
     assert charged == [500] and took >= 0.2  # the tool ran once, with coerced arguments; Retry-After honoured
-    assert failures(records) == ["TransientModelError", "TransientModelError", "TransientModelError",
-                                 "MalformedToolCallError"]
+    assert failures(records) == [
+        "TransientModelError",
+        "TransientModelError",
+        "TransientModelError",
+        "MalformedToolCallError",
+    ]
     responded = [d for k, d in records if k == Kind.MODEL_RESPONDED]
     assert [d["stop_reason"] for d in responded] == ["tool_use", "end"]
     assert responded[0]["usage"] == {"input_tokens": 40, "output_tokens": 10, "cost_usd": 0.0021}  # reported cost
@@ -85,7 +95,10 @@ async def test_openai_adapter_runs_an_agent_through_every_transient_failure() ->
     assert server.headers[0]["authorization"] == "Bearer sk-test" and first["temperature"] == 0
     assert first["tools"] == [{"type": "function", "function": charge.spec()}]
     assert first["tools"][0]["function"]["parameters"]["properties"]["amount"] == {
-        "description": "in cents.", "title": "Amount", "type": "integer"}
+        "description": "in cents.",
+        "title": "Amount",
+        "type": "integer",
+    }
     assert [m["role"] for m in last["messages"]] == ["system", "user", "assistant", "tool"]
     assert last["messages"][2]["tool_calls"][0]["function"] == {"name": "charge", "arguments": '{"amount":"500"}'}
     assert json.loads(last["messages"][3]["content"]) == {"charged": 500, "currency": "EUR"}
@@ -102,31 +115,43 @@ async def test_anthropic_adapter_runs_an_agent_through_every_transient_failure()
         reply(anthropic_message(text="Done: 7 cents.")),
     ]
     async with ScriptedServer("/v1/messages", steps) as server:
-        model = AnthropicModel("claude-test", base_url=server.url, api_key="sk-ant-test", max_tokens=256,
-                               price=Price(3.0, 15.0))
-        definition = AgentDefinition(name="billing", model=model, tools=[charge], retry=FAST,
-                                     instructions="You bill customers.")
+        model = AnthropicModel(
+            "claude-test", base_url=server.url, api_key="sk-ant-test", max_tokens=256, price=Price(3.0, 15.0)
+        )
+        definition = AgentDefinition(
+            name="billing", model=model, tools=[charge], retry=FAST, instructions="You bill customers."
+        )
         async with Runtime("memory://", agents=[definition]) as rt:
             started = time.monotonic()
             state = await rt.run("billing", "b1", "Charge 7 cents")
             took = time.monotonic() - started
             records = await journal(rt, "b1")
     assert state.status == "finished" and state.result == "Done: 7 cents." and charged == [7] and took >= 0.2
-    assert failures(records) == ["TransientModelError", "TransientModelError", "TransientModelError",
-                                 "MalformedToolCallError"]
+    assert failures(records) == [
+        "TransientModelError",
+        "TransientModelError",
+        "TransientModelError",
+        "MalformedToolCallError",
+    ]
     responded = [d for k, d in records if k == Kind.MODEL_RESPONDED]
     assert [d["stop_reason"] for d in responded] == ["tool_use", "end"]
-    assert responded[0]["usage"] == {"input_tokens": 20, "output_tokens": 7, "cost_usd": pytest.approx(20 * 3e-6 + 7 * 15e-6)}
+    assert responded[0]["usage"] == {
+        "input_tokens": 20,
+        "output_tokens": 7,
+        "cost_usd": pytest.approx(20 * 3e-6 + 7 * 15e-6),
+    }
     first, last = server.requests[0], server.requests[-1]
     sent_key = server.headers[0].get("x-api-key") or server.headers[0].get("authorization", "")
     assert sent_key.endswith("sk-ant-test") and first["max_tokens"] == 256
     assert first["system"] == "You bill customers."
-    assert first["tools"] == [{"name": "charge", "description": "Charge the customer.",
-                               "input_schema": charge.spec()["parameters"]}]
+    assert first["tools"] == [
+        {"name": "charge", "description": "Charge the customer.", "input_schema": charge.spec()["parameters"]}
+    ]
     assert [t["role"] for t in last["messages"]] == ["user", "assistant", "user"]
-    assert last["messages"][1]["content"] == [{"type": "text", "text": "Charging."},
-                                              {"type": "tool_use", "id": "toolu_1", "name": "charge",
-                                               "input": {"amount": 7}}]
+    assert last["messages"][1]["content"] == [
+        {"type": "text", "text": "Charging."},
+        {"type": "tool_use", "id": "toolu_1", "name": "charge", "input": {"amount": 7}},
+    ]
     (result,) = last["messages"][2]["content"]
     assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_1"
     assert json.loads(result["content"]) == {"charged": 7, "currency": "EUR"}
@@ -163,7 +188,9 @@ def test_from_spec_builds_each_adapter_and_refuses_unknown_ones(monkeypatch) -> 
         from_spec("gpt-4.1")
 
 
-@pytest.mark.parametrize("figures", [(True, 1.0), (1.0, False), (-1, 1), (float("nan"), 1), (1, float("inf")), ("1", 1)])
+@pytest.mark.parametrize(
+    "figures", [(True, 1.0), (1.0, False), (-1, 1), (float("nan"), 1), (1, float("inf")), ("1", 1)]
+)
 def test_a_price_refuses_what_is_not_a_finite_number_of_dollars(figures) -> None:
     from durably.errors import InvalidArgumentError
 

@@ -13,11 +13,11 @@ import anyio
 import pytest
 from support_agents import StepModel
 
-from durably.adapters.memory import MemoryStore
 from durably import AgentDefinition, Runtime, tool
+from durably._journal.records import RecordCodec
+from durably.adapters.memory import MemoryStore
 from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError
-from durably._journal.records import RecordCodec
 from durably.storage._spi import AppendRequest, StoredRecord, StreamId
 
 

@@ -9,23 +9,6 @@ import uuid
 
 import anyio
 import pytest
-
-from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably._journal.redaction_policy import (
-    MARKER,
-    Redact,
-    RedactedArgumentError,
-    RedactionPolicy,
-    ephemeral,
-    is_marker,
-    marker,
-    marker_paths,
-)
-from durably.schemas._records import Kind
-from durably.storage import StreamId, open_store
-from durably._journal.records import RecordCodec
-from durably._journal.redactor import Redactor
-from privacy_support import backend as store_backend
 from privacy_support import (
     BACKENDS,
     GH_TOKEN,
@@ -38,6 +21,23 @@ from privacy_support import (
     files_bytes,
     spi_frames,
 )
+from privacy_support import backend as store_backend
+
+from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._journal.records import RecordCodec
+from durably._journal.redaction_policy import (
+    MARKER,
+    Redact,
+    RedactedArgumentError,
+    RedactionPolicy,
+    ephemeral,
+    is_marker,
+    marker,
+    marker_paths,
+)
+from durably._journal.redactor import Redactor
+from durably.schemas._records import Kind
+from durably.storage import StreamId, open_store
 from durably.storage import _dictionaries as dictionaries
 
 
@@ -51,7 +51,7 @@ def greppable_frames(monkeypatch):
 
 
 try:
-    from .s3_server import BUCKET, s3_server  # noqa: F401 - s3_server is a fixture
+    from .s3_server import BUCKET, s3_server
 except ImportError:
     from s3_server import BUCKET, s3_server  # noqa: F401
 
@@ -63,8 +63,17 @@ EVERY_SNAPSHOT = SnapshotPolicy(every_records=1, tail_ratio=0.0)  # snapshots ho
 
 def test_secret_names_match_the_last_words_of_a_field_name_only() -> None:
     policy = RedactionPolicy()
-    for name in ("password", "db_password", "apiKey", "X-Api-Key", "Authorization", "github_token", "client_secret",
-                 "accessToken", "private_key"):
+    for name in (
+        "password",
+        "db_password",
+        "apiKey",
+        "X-Api-Key",
+        "Authorization",
+        "github_token",
+        "client_secret",
+        "accessToken",
+        "private_key",
+    ):
         assert policy.is_secret_name(name), name
     for name in ("input_tokens", "tokens", "max_tokens", "oauth_provider", "keyboard", "public_key", "user", "n"):
         assert not policy.is_secret_name(name), name
@@ -72,10 +81,20 @@ def test_secret_names_match_the_last_words_of_a_field_name_only() -> None:
 
 def test_tool_arguments_are_replaced_by_markers_and_the_input_is_never_mutated() -> None:
     redactor = Redactor(RedactionPolicy())
-    arguments = {"user": "bob", "password": PASSWORD, "headers": {"Authorization": "Bearer abc"},
-                 "notes": ["plain", f"the key is {GH_TOKEN}"], "limit": 3}
-    data = {"text": "t", "tool_calls": [{"id": "c1", "name": "http", "arguments": arguments}],
-            "usage": {"input_tokens": 5, "output_tokens": 6, "cost_usd": 0.0}, "plan": None, "model": "m"}
+    arguments = {
+        "user": "bob",
+        "password": PASSWORD,
+        "headers": {"Authorization": "Bearer abc"},
+        "notes": ["plain", f"the key is {GH_TOKEN}"],
+        "limit": 3,
+    }
+    data = {
+        "text": "t",
+        "tool_calls": [{"id": "c1", "name": "http", "arguments": arguments}],
+        "usage": {"input_tokens": 5, "output_tokens": 6, "cost_usd": 0.0},
+        "plan": None,
+        "model": "m",
+    }
     before = repr(data)
     stored = redactor.redact(Kind.MODEL_RESPONDED, data, "agent")
     assert repr(data) == before
@@ -98,9 +117,11 @@ def test_tool_arguments_are_replaced_by_markers_and_the_input_is_never_mutated()
 def test_tokens_in_free_text_are_masked_in_place_in_every_record_kind() -> None:
     redactor = Redactor(RedactionPolicy())
     text = f"use {OPENAI_KEY} then {GH_TOKEN}, Authorization: Bearer abcdefghijklmnop0123 and AKIAABCDEFGHIJKLMNOP"
-    for kind, data in ((Kind.MESSAGE_RECEIVED, {"role": "user", "content": text}),
-                       (Kind.FAILED, {"reason": text}),
-                       (Kind.FINISHED, {"result": {"summary": [text]}})):
+    for kind, data in (
+        (Kind.MESSAGE_RECEIVED, {"role": "user", "content": text}),
+        (Kind.FAILED, {"reason": text}),
+        (Kind.FINISHED, {"result": {"summary": [text]}}),
+    ):
         stored = repr(redactor.redact(kind, data, None))
         for token in (OPENAI_KEY, GH_TOKEN, "abcdefghijklmnop0123", "AKIAABCDEFGHIJKLMNOP"):
             assert token not in stored
@@ -110,12 +131,15 @@ def test_tokens_in_free_text_are_masked_in_place_in_every_record_kind() -> None:
 
 
 def test_rules_select_agent_tool_and_path_with_wildcards() -> None:
-    policy = RedactionPolicy(rules=(
-        Redact("arguments.card.number", tool="charge", agent="billing", reason="pci"),
-        Redact("arguments.rows.*.email", tool="import"),
-        ephemeral("read_mail"),
-        Redact("result.ssn", tool="lookup"),
-    ))
+    policy = RedactionPolicy(
+        rules=(
+            Redact("arguments.card.number", tool="charge", agent="billing", reason="pci"),
+            Redact("arguments.rows.*.email", tool="import"),
+            ephemeral("read_mail"),
+            Redact("result.ssn", tool="lookup"),
+        )
+    )
+
     def call(agent, tool_name, arguments):
         data = {"text": "", "tool_calls": [{"id": "c", "name": tool_name, "arguments": arguments}]}
         return Redactor(policy).redact(Kind.MODEL_RESPONDED, data, agent)["tool_calls"][0]["arguments"]
@@ -125,14 +149,22 @@ def test_rules_select_agent_tool_and_path_with_wildcards() -> None:
     assert call("support", "charge", card) == card  # another agent definition: the rule does not apply
     assert call("billing", "refund", card) == card  # another tool
     rows = {"rows": [{"email": "a@x.org", "n": 1}, {"email": "b@x.org", "n": 2}]}
-    assert call(None, "import", rows) == {"rows": [{"email": marker("policy"), "n": 1}, {"email": marker("policy"), "n": 2}]}
+    assert call(None, "import", rows) == {
+        "rows": [{"email": marker("policy"), "n": 1}, {"email": marker("policy"), "n": 2}]
+    }
 
     redactor = Redactor(policy)
-    result = redactor.redact(Kind.TOOL_RESULT, {"key": "k", "call_id": "m", "tool": "read_mail",
-                                                "result": {"mails": [PRIVATE_DOC]}, "error": None}, "a")
+    result = redactor.redact(
+        Kind.TOOL_RESULT,
+        {"key": "k", "call_id": "m", "tool": "read_mail", "result": {"mails": [PRIVATE_DOC]}, "error": None},
+        "a",
+    )
     assert result["result"] == marker("ephemeral")
-    looked = redactor.redact(Kind.TOOL_RESULT, {"key": "k", "call_id": "l", "tool": "lookup",
-                                                "result": {"name": "Ann", "ssn": "078-05-1120"}, "error": None}, "a")
+    looked = redactor.redact(
+        Kind.TOOL_RESULT,
+        {"key": "k", "call_id": "l", "tool": "lookup", "result": {"name": "Ann", "ssn": "078-05-1120"}, "error": None},
+        "a",
+    )
     assert looked["result"] == {"name": "Ann", "ssn": marker("policy")}
     with pytest.raises(ValueError):
         Redact("args.password")
@@ -142,8 +174,11 @@ def test_values_redacted_by_name_are_masked_where_they_are_echoed_later() -> Non
     redactor = Redactor(RedactionPolicy())
     data = {"text": "", "tool_calls": [{"id": "c", "name": "login", "arguments": {"password": PASSWORD}}]}
     redactor.redact(Kind.MODEL_RESPONDED, data, None)
-    echoed = redactor.redact(Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "login",
-                                                "result": f"logged in with {PASSWORD}", "error": None}, None)
+    echoed = redactor.redact(
+        Kind.TOOL_RESULT,
+        {"key": "k", "call_id": "c", "tool": "login", "result": f"logged in with {PASSWORD}", "error": None},
+        None,
+    )
     assert echoed["result"] == "logged in with [REDACTED]"
     failed = redactor.redact(Kind.FAILED, {"reason": f"ValueError: bad password {PASSWORD}"}, None)
     assert PASSWORD not in repr(failed)
@@ -157,8 +192,14 @@ def test_a_disabled_policy_stores_everything_as_given() -> None:
 
 def test_markers_survive_a_second_pass_unchanged() -> None:
     redactor = Redactor(RedactionPolicy())
-    data = {"approval_id": "a", "call_id": "c", "tool": "t", "key": "k", "reason": "r",
-            "arguments": {"password": marker("secret-name"), "token": marker("pattern:jwt")}}
+    data = {
+        "approval_id": "a",
+        "call_id": "c",
+        "tool": "t",
+        "key": "k",
+        "reason": "r",
+        "arguments": {"password": marker("secret-name"), "token": marker("pattern:jwt")},
+    }
     assert redactor.redact(Kind.APPROVAL_REQUESTED, data, None) == data
     assert is_marker(data["arguments"]["token"]) and MARKER == "$redacted"
 
@@ -185,14 +226,21 @@ def secretive_agent(received: list) -> tuple[AgentDefinition, ScriptModel]:
         received.append(("deploy", note))
         return "deployed"
 
-    model = ScriptModel([
-        ModelResponse("reading mail, then logging in", (ToolCall("c1", "fetch_inbox", {}),
-                                                        ToolCall("c2", "login", {"user": "bob", "password": PASSWORD})),
-                      Usage(1, 1, 0.0)),
-        ModelResponse(f"deploying with {GH_TOKEN}", (ToolCall("c3", "deploy", {"repo": "r", "note": f"use {GH_TOKEN}"}),),
-                      Usage(1, 1, 0.0)),
-        ModelResponse(f"done; the password was {PASSWORD}", (), Usage(1, 1, 0.0)),
-    ])
+    model = ScriptModel(
+        [
+            ModelResponse(
+                "reading mail, then logging in",
+                (ToolCall("c1", "fetch_inbox", {}), ToolCall("c2", "login", {"user": "bob", "password": PASSWORD})),
+                Usage(1, 1, 0.0),
+            ),
+            ModelResponse(
+                f"deploying with {GH_TOKEN}",
+                (ToolCall("c3", "deploy", {"repo": "r", "note": f"use {GH_TOKEN}"}),),
+                Usage(1, 1, 0.0),
+            ),
+            ModelResponse(f"done; the password was {PASSWORD}", (), Usage(1, 1, 0.0)),
+        ]
+    )
     return AgentDefinition(name="secretive", model=model, tools=[fetch_inbox, login, deploy]), model
 
 
@@ -285,8 +333,13 @@ def restart_agent(received: list, block: anyio.Event | None, started: anyio.Even
         received.append(password)
         return "in"
 
-    model = ScriptModel([ModelResponse("go", (ToolCall("c1", "slow", {}),
-                                              ToolCall("c2", "login", {"user": "bob", "password": PASSWORD})))])
+    model = ScriptModel(
+        [
+            ModelResponse(
+                "go", (ToolCall("c1", "slow", {}), ToolCall("c2", "login", {"user": "bob", "password": PASSWORD}))
+            )
+        ]
+    )
     return AgentDefinition(name="restart", model=model, tools=[slow, login])
 
 
@@ -303,8 +356,9 @@ async def test_a_tool_whose_argument_was_redacted_fails_clearly_after_a_restart(
     assert received == []  # the tool never got a mask instead of the password
     entry = next(e for e in state.ledger.values() if e["call_id"] == "c2")
     assert entry["done"] and entry["result"] is None
-    assert entry["error"] == ("argument 'password' of tool 'login' was redacted and is not available after a "
-                              "restart; the call was not run")
+    assert entry["error"] == (
+        "argument 'password' of tool 'login' was redacted and is not available after a restart; the call was not run"
+    )
     assert state.status == "finished"  # the model saw the error and answered
 
 
@@ -317,7 +371,9 @@ async def test_an_approval_wait_is_a_restart_for_redacted_arguments() -> None:
         received.append(api_key)
         return "sent"
 
-    model = ScriptModel([ModelResponse("pay", (ToolCall("c1", "transfer", {"amount": 5, "api_key": "live-key-123456"}),))])
+    model = ScriptModel(
+        [ModelResponse("pay", (ToolCall("c1", "transfer", {"amount": 5, "api_key": "live-key-123456"}),))]
+    )
     definition = AgentDefinition(name="payer", model=model, tools=[transfer])
     async with Runtime(f"memory://{uuid.uuid4().hex}", agents=[definition]) as rt:
         state = await rt.run("payer", "p1", "pay")
@@ -348,17 +404,42 @@ async def test_restored_state_shows_the_markers_and_the_journal_has_them(tmp_pat
 
 
 _FAST_PATH_CASES = [
-    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "fetch", "result": {"rows": [{"note": "plain"}]}, "error": None}),
-    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "fetch", "result": {"rows": [{"note": f"x {GH_TOKEN}"}]}, "error": None}),
-    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "fetch", "result": [[{"db_password": "hunter22"}]], "error": None}),
-    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "fetch", "result": None, "error": f"boom: Bearer {OPENAI_KEY}"}),
-    (Kind.TOOL_RESULT, {"key": "k", "call_id": "c", "tool": "charge", "result": {"card": {"number": "4242"}}, "error": None}),
-    (Kind.MODEL_RESPONDED, {"text": "calling", "tool_calls": [{"id": "c", "name": "login", "key": "k",
-                                                              "arguments": {"user": "ann", "apiKey": "abcdefgh"}}],
-                            "usage": {"input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0}}),
+    (
+        Kind.TOOL_RESULT,
+        {"key": "k", "call_id": "c", "tool": "fetch", "result": {"rows": [{"note": "plain"}]}, "error": None},
+    ),
+    (
+        Kind.TOOL_RESULT,
+        {"key": "k", "call_id": "c", "tool": "fetch", "result": {"rows": [{"note": f"x {GH_TOKEN}"}]}, "error": None},
+    ),
+    (
+        Kind.TOOL_RESULT,
+        {"key": "k", "call_id": "c", "tool": "fetch", "result": [[{"db_password": "hunter22"}]], "error": None},
+    ),
+    (
+        Kind.TOOL_RESULT,
+        {"key": "k", "call_id": "c", "tool": "fetch", "result": None, "error": f"boom: Bearer {OPENAI_KEY}"},
+    ),
+    (
+        Kind.TOOL_RESULT,
+        {"key": "k", "call_id": "c", "tool": "charge", "result": {"card": {"number": "4242"}}, "error": None},
+    ),
+    (
+        Kind.MODEL_RESPONDED,
+        {
+            "text": "calling",
+            "tool_calls": [
+                {"id": "c", "name": "login", "key": "k", "arguments": {"user": "ann", "apiKey": "abcdefgh"}}
+            ],
+            "usage": {"input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0},
+        },
+    ),
     (Kind.MODEL_RESPONDED, {"text": "ann's secret is abcdefgh", "tool_calls": [], "usage": {"input_tokens": 1}}),
     (Kind.MESSAGE_RECEIVED, {"content": {"nested": ["deep", {"deeper": f"key {OPENAI_KEY.upper()}"}]}}),
-    (Kind.APPROVAL_REQUESTED, {"approval_id": "a", "tool": "login", "arguments": {"session_id": "s-123456"}, "reason": "r"}),
+    (
+        Kind.APPROVAL_REQUESTED,
+        {"approval_id": "a", "tool": "login", "arguments": {"session_id": "s-123456"}, "reason": "r"},
+    ),
 ]
 
 
@@ -372,6 +453,10 @@ def test_the_fast_path_skips_only_records_nothing_applies_to() -> None:
     for seq, (kind, data) in enumerate(_FAST_PATH_CASES * 2, start=1):
         skipped += fast._untouched(kind, data, "agent")
         assert fast.redact(kind, data, "agent", seq) == full.redact(kind, data, "agent", seq), (kind, data)
-    assert (fast._texts, fast._contents, fast._arguments, fast._secrets) == (full._texts, full._contents,
-                                                                              full._arguments, full._secrets)
+    assert (fast._texts, fast._contents, fast._arguments, fast._secrets) == (
+        full._texts,
+        full._contents,
+        full._arguments,
+        full._secrets,
+    )
     assert skipped == 2, "only the plain result (twice) needs nothing; every other case takes the full path"

@@ -13,11 +13,11 @@ both are in flight, and the run id read must begin after the snapshot lookup end
 from __future__ import annotations
 
 import anyio
-
-from durably.adapters.memory import MemoryStore
-from durably import Runtime, SnapshotPolicy
-from durably.storage._spi import StoredSnapshot, StreamId
 from support_agents import list_agent
+
+from durably import Runtime, SnapshotPolicy
+from durably.adapters.memory import MemoryStore
+from durably.storage._spi import StoredSnapshot, StreamId
 
 
 class MeetingStore(MemoryStore):
@@ -67,7 +67,10 @@ class MeetingStore(MemoryStore):
 async def test_the_snapshot_and_the_last_seq_are_looked_up_at_once_and_the_run_id_after_the_snapshot() -> None:
     store = MeetingStore()
     definition = list_agent(4, [])
-    async with store, Runtime(store, agents=[definition], snapshot_policy=SnapshotPolicy(every_records=3, tail_ratio=0.0)) as rt:
+    async with (
+        store,
+        Runtime(store, agents=[definition], snapshot_policy=SnapshotPolicy(every_records=3, tail_ratio=0.0)) as rt,
+    ):
         done = await rt.run(definition, "a1", "count")
         await rt._services.snapshots.flush()
         assert await store.get_snapshot(rt.stream("a1")) is not None, "the check needs a snapshot to restore from"
@@ -77,7 +80,8 @@ async def test_the_snapshot_and_the_last_seq_are_looked_up_at_once_and_the_run_i
     assert store.met == [True, True], f"the snapshot and last-seq lookups were not in flight together: {store.events}"
     run_read = store.events.index("read after 0 begins")  # seq 1's run id (the snapshot's run check)
     assert store.events.index("get_snapshot ends") < run_read, (
-        f"the run id must be read after the snapshot, never alongside it: {store.events}")
+        f"the run id must be read after the snapshot, never alongside it: {store.events}"
+    )
 
 
 async def test_a_restore_without_a_snapshot_still_replays_everything() -> None:

@@ -12,12 +12,11 @@ still be reported.
 from __future__ import annotations
 
 import pytest
-
-from durably.adapters.memory import MemoryStore
-from durably import Runtime, SnapshotPolicy
-from durably.storage._errors import CorruptRecordError
-
 from support_agents import list_agent
+
+from durably import Runtime, SnapshotPolicy
+from durably.adapters.memory import MemoryStore
+from durably.storage._errors import CorruptRecordError
 
 
 class CompactsDuringTheRead(MemoryStore):
@@ -36,13 +35,17 @@ class CompactsDuringTheRead(MemoryStore):
 
 
 async def _journal(store: MemoryStore) -> list[int]:
-    async with Runtime(store, agents=[list_agent(6, [])], snapshot_policy=SnapshotPolicy(every_records=3, tail_ratio=0.0,
-                                                                                       keep=10)) as rt:
+    async with Runtime(
+        store, agents=[list_agent(6, [])], snapshot_policy=SnapshotPolicy(every_records=3, tail_ratio=0.0, keep=10)
+    ) as rt:
         await rt.run("list-agent", "a", "count")
         await rt._services.snapshots.flush()
         stream = rt.stream("a")
-        return [s for s in range(1, await store.last_seq(stream) + 1)
-                if (found := await store.get_snapshot(stream, s)) is not None and found.seq == s]
+        return [
+            s
+            for s in range(1, await store.last_seq(stream) + 1)
+            if (found := await store.get_snapshot(stream, s)) is not None and found.seq == s
+        ]
 
 
 async def test_a_restore_begins_again_when_compaction_overtakes_it() -> None:

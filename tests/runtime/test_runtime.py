@@ -7,6 +7,7 @@ import uuid
 
 import anyio
 import pytest
+from support_agents import StepModel, list_agent
 
 from durably import (
     AgentDefinition,
@@ -18,10 +19,9 @@ from durably import (
     SnapshotPolicy,
     tool,
 )
+from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably.storage import CorruptRecordError, StreamId, open_store
-from durably._journal.records import RecordCodec
-from support_agents import StepModel, list_agent
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -55,7 +55,8 @@ async def test_run_journals_every_step_in_order(store_url):
     assert await kinds(store_url, "a1") == [
         "started",
         *(["model_responded", "tool_intent", "tool_result"] * 3),
-        "model_responded", "finished",
+        "model_responded",
+        "finished",
     ]
     assert state.usage["steps"] == 4 and state.usage["input_tokens"] == 40
 
@@ -249,7 +250,10 @@ async def test_unstorable_tool_result_fails_the_agent_with_its_path_and_marks_th
     async with Runtime(store_url, agents=[definition]) as rt:
         state = await rt.run(definition, "a1", "task")
         assert state.status == "failed"
-        assert "tool effect call c1" in state.reason and "tool_result.data.result.when: Opaque is not supported" in state.reason
+        assert (
+            "tool effect call c1" in state.reason
+            and "tool_result.data.result.when: Opaque is not supported" in state.reason
+        )
         (entry,) = state.ledger.values()
         assert entry["done"] and entry["result"] is None and effects == [1]
     told = [m["content"] for m in state.messages if m["role"] == "tool"]
@@ -289,7 +293,9 @@ async def test_snapshot_plus_tail_equals_full_replay(store_url, compact):
 
 async def test_corrupt_record_stops_resume_and_leaves_bytes(tmp_path):
     url = f"sqlite:///{tmp_path}/a.db"
-    async with Runtime(url, agents=[list_agent(3, [], requires_approval=True)], snapshot_policy=SnapshotPolicy(every_records=0)) as rt:
+    async with Runtime(
+        url, agents=[list_agent(3, [], requires_approval=True)], snapshot_policy=SnapshotPolicy(every_records=0)
+    ) as rt:
         await rt.run("list-agent", "a1", "task")
     import sqlite3
 
@@ -335,8 +341,10 @@ async def test_resume_all_skips_an_unreadable_journal(tmp_path, caplog):
         for agent_id in ("bad", "good"):
             await operator.approve(agent_id, "c1")
     with sqlite3.connect(tmp_path / "a.db") as db:
-        db.execute("UPDATE records SET data = X'00' WHERE seq = 2 AND stream_id = "
-                   "(SELECT id FROM streams WHERE agent_id = 'bad')")
+        db.execute(
+            "UPDATE records SET data = X'00' WHERE seq = 2 AND stream_id = "
+            "(SELECT id FROM streams WHERE agent_id = 'bad')"
+        )
     async with Runtime(url, agents=[definition]) as rt:
         handles = await rt.resume_all()
         assert [h.agent_id for h in handles] == ["good"]
@@ -352,8 +360,10 @@ async def test_agents_lists_an_unreadable_journal_among_the_others(tmp_path):
         for agent_id in ("bad", "good"):
             await rt.run("list-agent", agent_id, "task")
     with sqlite3.connect(tmp_path / "a.db") as db:
-        db.execute("UPDATE records SET data = X'00' WHERE seq = 1 AND stream_id = "
-                   "(SELECT id FROM streams WHERE agent_id = 'bad')")
+        db.execute(
+            "UPDATE records SET data = X'00' WHERE seq = 1 AND stream_id = "
+            "(SELECT id FROM streams WHERE agent_id = 'bad')"
+        )
     async with Runtime(url) as rt:
         states = {s.agent_id: s for s in await rt.agents()}
     assert states["good"].status == "finished"

@@ -13,10 +13,10 @@ import pytest
 from support_agents import StepModel
 
 from durably import AgentDefinition, Runtime, tool
+from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
 from durably.storage._codec import raw_size
-from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 
@@ -70,7 +70,7 @@ async def test_tail_ratio_compares_raw_tail_with_the_raw_snapshot(tmp_path, rati
         sizes = {seq: raw_size((await store.get_snapshot(stream, seq)).data) for seq in seqs}
         restored = await restore(store, codec, stream)
     assert len(seqs) >= 2
-    for before, after in zip(seqs, seqs[1:]):
+    for before, after in zip(seqs, seqs[1:], strict=False):
         tail = sum(raw[before:after])  # records before+1 .. after (seq s is raw[s - 1])
         # Until the background writer reports a snapshot's size, the journal estimates it as the
         # last size plus the tail, while the state grows by up to twice that (a tool result sits in
@@ -78,7 +78,7 @@ async def test_tail_ratio_compares_raw_tail_with_the_raw_snapshot(tmp_path, rati
         assert tail >= ratio * sizes[before] / 2, (before, after, tail, sizes[before])
     # What a restore hands the policy is raw too: the newest snapshot's size and the tail after it.
     assert restored.snapshot_raw == sizes[seqs[-1]]
-    assert restored.tail_raw == sum(raw[seqs[-1]:])
+    assert restored.tail_raw == sum(raw[seqs[-1] :])
     assert restored.tail_records == len(raw) - seqs[-1]
 
 
@@ -123,6 +123,6 @@ async def test_a_late_size_of_an_older_snapshot_leaves_the_newer_estimate(tmp_pa
         run_done.set()
     raw, _ = await stream_sizes(url)
     assert len(submitted) >= 3
-    for (before, size), (after, _) in zip(submitted, submitted[1:]):
+    for (before, size), (after, _) in zip(submitted, submitted[1:], strict=False):
         tail = sum(raw[before:after])
         assert tail >= ratio * size / 2, (before, after, tail, size)

@@ -8,9 +8,9 @@ old run's run id and task (nor, through the run id, its idempotency keys).
 from __future__ import annotations
 
 import pytest
+from support_agents import list_agent
 
 from durably import Runtime, SnapshotPolicy
-from support_agents import list_agent
 
 
 @pytest.mark.parametrize("scheme", ["sqlite", "memory"])

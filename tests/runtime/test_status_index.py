@@ -12,15 +12,14 @@ from pathlib import Path
 
 import anyio
 import pytest
+from support_agents import StepModel, list_agent
 
 from durably import AgentDefinition, Runtime, tool
 from durably._journal.restore import restore
-from durably._upkeep.retention import RetentionPolicy
 from durably._journal.status_index import entry_of, rebuild
+from durably._upkeep.retention import RetentionPolicy
 from durably.adapters.filesystem import FileSystemStore
 from durably.storage import AppendRequest, IndexEntry, StreamId
-from durably._journal.records import RecordCodec
-from support_agents import StepModel, list_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +42,10 @@ async def index_agrees(rt: Runtime) -> dict[str, str]:
         assert entry is not None, f"{stream} has no entry"
         want = entry_of(restored.state, 0.0)
         assert (entry.status, entry.definition, entry.open_approvals) == (
-            want.status, want.definition, want.open_approvals), f"{stream}: index {entry}, journal {want}"
+            want.status,
+            want.definition,
+            want.open_approvals,
+        ), f"{stream}: index {entry}, journal {want}"
         assert entry.seq <= restored.state.last_seq
         found[stream.agent_id] = entry.status
     return found

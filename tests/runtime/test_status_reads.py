@@ -11,12 +11,12 @@ from typing import Any
 import anyio
 import pytest
 
-from durably.adapters.memory import MemoryStore
-from durably.adapters.sqlite import SQLiteStore
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import AgentState
+from durably.adapters.memory import MemoryStore
+from durably.adapters.sqlite import SQLiteStore
 from durably.schemas._records import Kind, Record
 from durably.storage._spi import AppendRequest, StoredRecord, StreamId
 
@@ -32,8 +32,11 @@ class HeldStore:
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         await anyio.lowlevel.checkpoint()
-        kinds = [self.codec.decode_record(StoredRecord(r.expected_seq + i, data), r.stream).kind
-                 for r in requests for i, data in enumerate(r.records, start=1)]
+        kinds = [
+            self.codec.decode_record(StoredRecord(r.expected_seq + i, data), r.stream).kind
+            for r in requests
+            for i, data in enumerate(r.records, start=1)
+        ]
         if Kind.TOOL_RESULT in kinds:
             self.held.set()
             await self.release.wait()
@@ -136,20 +139,34 @@ def _record(seq: int, kind: str, data: dict[str, Any]) -> Record:
 
 async def _journal(store: SQLiteStore, codec: RecordCodec, stream: StreamId, sizes: Sequence[int]) -> None:
     """A started record, then one user message per size (of that many characters)."""
-    started = {"namespace": stream.namespace, "agent_id": stream.agent_id, "run_id": "r1", "task": "t",
-               "definition": {"name": "d", "version": "1", "digest": "x"}, "instructions": "", "budget": {},
-               "worker": "w"}
+    started = {
+        "namespace": stream.namespace,
+        "agent_id": stream.agent_id,
+        "run_id": "r1",
+        "task": "t",
+        "definition": {"name": "d", "version": "1", "digest": "x"},
+        "instructions": "",
+        "budget": {},
+        "worker": "w",
+    }
     records = [_record(1, Kind.STARTED, started)]
-    records += [_record(i, Kind.MESSAGE_RECEIVED, {"role": "user", "content": "x" * size})
-                for i, size in enumerate(sizes, start=2)]
+    records += [
+        _record(i, Kind.MESSAGE_RECEIVED, {"role": "user", "content": "x" * size})
+        for i, size in enumerate(sizes, start=2)
+    ]
     await store.append_batch([AppendRequest(stream, 0, [codec.encode_record(r, stream) for r in records])])
 
 
 @pytest.mark.parametrize("shape", ["small", "long", "big-records", "snapshot", "big-snapshot"])
 async def test_one_read_restore_finds_what_the_separate_reads_find(tmp_path, shape: str) -> None:
     codec, stream = RecordCodec(), StreamId("ns", "a1")
-    sizes = {"small": [10] * 5, "long": [10] * 700, "big-records": [3000, 10, 5000, 10],
-             "snapshot": [10] * 8, "big-snapshot": [1000] * 8}[shape]
+    sizes = {
+        "small": [10] * 5,
+        "long": [10] * 700,
+        "big-records": [3000, 10, 5000, 10],
+        "snapshot": [10] * 8,
+        "big-snapshot": [1000] * 8,
+    }[shape]
     async with SQLiteStore(f"sqlite:///{tmp_path / 'r.db'}") as store:
         await _journal(store, codec, stream, sizes)
         if shape in ("snapshot", "big-snapshot"):
@@ -164,15 +181,18 @@ async def test_one_read_restore_finds_what_the_separate_reads_find(tmp_path, sha
         assert fast is not None and slow is not None
         assert fast.state.to_wire() == slow.state.to_wire()
         assert fast.state.last_seq == len(sizes) + 1
-        assert (fast.snapshot_seq, fast.tail_records, fast.tail_bytes) == (slow.snapshot_seq, slow.tail_records,
-                                                                           slow.tail_bytes)
+        assert (fast.snapshot_seq, fast.tail_records, fast.tail_bytes) == (
+            slow.snapshot_seq,
+            slow.tail_records,
+            slow.tail_bytes,
+        )
         snapshot, last, first, tail = await store.read_restore(stream)
         assert last == len(sizes) + 1
         assert (snapshot is not None) == shape.endswith("snapshot")
         after = snapshot.seq if snapshot is not None else 0
         assert (first is not None and first.seq == 1) == (snapshot is not None)
         everything = [r async for r in store.read(stream, after)]
-        assert tail == everything[:len(tail)], "a prefix of the records after the snapshot, in seq order"
+        assert tail == everything[: len(tail)], "a prefix of the records after the snapshot, in seq order"
         if shape != "long":
             assert tail == everything, "one page holds a tail shorter than the page size"
 

@@ -70,12 +70,17 @@ async def test_sequential_tools_and_the_concurrency_cap_are_kept() -> None:
             await anyio.sleep(0.05)
             running[0] -= 1
             return i
+
         return body
 
     alone = tool("alone", sequential=True)(counted("seq"))
     wide = tool("wide")(counted("par"))
-    definition = AgentDefinition(name="cap", model=three_calls("alone", "alone", "wide", "wide", "wide", "wide"),
-                                 tools=[alone, wide], max_parallel_tools=2)
+    definition = AgentDefinition(
+        name="cap",
+        model=three_calls("alone", "alone", "wide", "wide", "wide", "wide"),
+        tools=[alone, wide],
+        max_parallel_tools=2,
+    )
     async with Runtime("memory://", agents=[definition]) as rt:
         state = await rt.run("cap", "c1", "task")
     assert state.status == "finished"
@@ -85,9 +90,25 @@ async def test_sequential_tools_and_the_concurrency_cap_are_kept() -> None:
 
 def test_sigkill_while_parallel_calls_run_resumes_each_effect_at_most_once(tmp_path: Path) -> None:
     worker = Path(__file__).resolve().parents[1] / "support" / "crash_worker.py"
-    cmd = [sys.executable, str(worker), "--db", str(tmp_path / "a.db"), "--effects", str(tmp_path / "effects.jsonl"),
-           "--acks", str(tmp_path / "acks.jsonl"), "--agents", "2", "--steps", "6", "--per-turn", "3"]
-    crashed = subprocess.run([*cmd, "--crash", "after_effect", "--at", "2"], capture_output=True, text=True, timeout=120)
+    cmd = [
+        sys.executable,
+        str(worker),
+        "--db",
+        str(tmp_path / "a.db"),
+        "--effects",
+        str(tmp_path / "effects.jsonl"),
+        "--acks",
+        str(tmp_path / "acks.jsonl"),
+        "--agents",
+        "2",
+        "--steps",
+        "6",
+        "--per-turn",
+        "3",
+    ]
+    crashed = subprocess.run(
+        [*cmd, "--crash", "after_effect", "--at", "2"], capture_output=True, text=True, timeout=120
+    )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -162,7 +183,7 @@ class Flaky:
 class RateLimited(Exception):
     status_code = 429
 
-    class response:  # noqa: N801 - the shape of an HTTP client's error
+    class response:
         headers = {"retry-after": "0.05"}
 
 
@@ -198,12 +219,15 @@ async def test_a_model_that_always_fails_leaves_a_failed_agent_with_the_reason()
     assert state.status == "failed" and "RateLimited" in state.reason and model.calls == 4
 
 
-@pytest.mark.parametrize(("usage", "field"), [
-    (Usage(None, 1, 0.0), "usage.input_tokens"),
-    (Usage(1, 1, "0.01"), "usage.cost_usd"),
-    (Usage(1, 1, math.nan), "usage.cost_usd"),
-    (Usage(1, -5, 0.0), "usage.output_tokens"),
-])
+@pytest.mark.parametrize(
+    ("usage", "field"),
+    [
+        (Usage(None, 1, 0.0), "usage.input_tokens"),
+        (Usage(1, 1, "0.01"), "usage.cost_usd"),
+        (Usage(1, 1, math.nan), "usage.cost_usd"),
+        (Usage(1, -5, 0.0), "usage.output_tokens"),
+    ],
+)
 async def test_a_bad_model_reply_is_refused_before_the_journal_and_the_namespace_lives_on(usage, field, tmp_path):
     class Bad:
         name = "bad"
@@ -229,9 +253,18 @@ async def test_a_committed_record_that_does_not_fold_marks_only_its_agent_unread
         stream = rt.stream("bad")
         last = await rt.store.last_seq(stream)
         # What an older build let through: a usage figure the fold cannot add.
-        forged = Record(last + 1, Kind.MODEL_RESPONDED, {"text": "", "tool_calls": [], "plan": None, "model": "m",
-                                                         "usage": {"input_tokens": None, "output_tokens": 1,
-                                                                   "cost_usd": 0.0}}, 1.0)
+        forged = Record(
+            last + 1,
+            Kind.MODEL_RESPONDED,
+            {
+                "text": "",
+                "tool_calls": [],
+                "plan": None,
+                "model": "m",
+                "usage": {"input_tokens": None, "output_tokens": 1, "cost_usd": 0.0},
+            },
+            1.0,
+        )
         await rt.store.append(stream, last, [rt.codec.encode_record(forged, stream)])
     async with Runtime(url, agents=[list_agent(1, [])]) as rt:
         with pytest.raises(CorruptRecordError, match="does not fold"):
@@ -242,10 +275,16 @@ async def test_a_committed_record_that_does_not_fold_marks_only_its_agent_unread
 
 
 def test_nan_and_negative_figures_are_refused_wherever_they_enter() -> None:
-    for make in (lambda: Budget(cost_usd=math.nan), lambda: Budget(steps=-1), lambda: Budget(tokens=1.5),
-                 lambda: RetryPolicy(initial_s=math.inf), lambda: RetryPolicy(attempts=0),
-                 lambda: SnapshotPolicy(tail_ratio=math.nan), lambda: HistoryPolicy(max_messages=math.nan),
-                 lambda: Runtime("memory://", lease_ttl=math.nan)):
+    for make in (
+        lambda: Budget(cost_usd=math.nan),
+        lambda: Budget(steps=-1),
+        lambda: Budget(tokens=1.5),
+        lambda: RetryPolicy(initial_s=math.inf),
+        lambda: RetryPolicy(attempts=0),
+        lambda: SnapshotPolicy(tail_ratio=math.nan),
+        lambda: HistoryPolicy(max_messages=math.nan),
+        lambda: Runtime("memory://", lease_ttl=math.nan),
+    ):
         with pytest.raises(ValueError):
             make()
 

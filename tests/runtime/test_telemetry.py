@@ -5,9 +5,9 @@ from __future__ import annotations
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support_agents import list_agent
 
 from durably import Runtime, SnapshotPolicy
-from support_agents import list_agent
 
 SECRET = "sk-live-4242424242"
 
@@ -26,8 +26,15 @@ async def test_spans_carry_ids_and_sizes_not_content(tmp_path):
     for span in spans:
         by_name.setdefault(span.name, []).append(span)
 
-    assert {"durably.checkpoint.save", "durably.checkpoint.restore", "durably.journal.append", "durably.snapshot.save",
-            "chat step-model", "execute_tool effect", "invoke_agent list-agent"} <= set(by_name)
+    assert {
+        "durably.checkpoint.save",
+        "durably.checkpoint.restore",
+        "durably.journal.append",
+        "durably.snapshot.save",
+        "chat step-model",
+        "execute_tool effect",
+        "invoke_agent list-agent",
+    } <= set(by_name)
     for name in ("durably.checkpoint.save", "durably.checkpoint.restore"):
         for span in by_name[name]:
             attrs = span.attributes

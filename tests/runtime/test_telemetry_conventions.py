@@ -26,16 +26,16 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, SpanKind, StatusCode
+from schema_wire import schema
 
 from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably._loop.model_retries import RetryPolicy
 from durably._loop.model import TransientModelError
+from durably._loop.model_retries import RetryPolicy
 from durably._telemetry import Telemetry
 from durably.schemas._records import Kind
 from durably.storage._codec import Codec
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
-from schema_wire import schema
 
 NAMESPACE = "tenant-a"
 
@@ -51,8 +51,14 @@ class Recorder:
         self.meter_provider = MeterProvider(metric_readers=[self.reader])
 
     def runtime(self, url: str, agents, **kw) -> Runtime:
-        return Runtime(url, agents=agents, namespace=NAMESPACE, tracer_provider=self.tracer_provider,
-                       meter_provider=self.meter_provider, **kw)
+        return Runtime(
+            url,
+            agents=agents,
+            namespace=NAMESPACE,
+            tracer_provider=self.tracer_provider,
+            meter_provider=self.meter_provider,
+            **kw,
+        )
 
     def spans(self, prefix: str = "") -> list:
         return [s for s in self.exporter.get_finished_spans() if s.name.startswith(prefix)]
@@ -113,8 +119,9 @@ def only(spans: list):
 
 async def test_agent_inference_and_tool_spans_follow_the_conventions() -> None:
     rec = Recorder()
-    model = ProviderModel([answer("looking", ToolCall("c1", "lookup", {"order": "42"}), stop="tool_use"),
-                           answer("it shipped")])
+    model = ProviderModel(
+        [answer("looking", ToolCall("c1", "lookup", {"order": "42"}), stop="tool_use"), answer("it shipped")]
+    )
     agent = AgentDefinition(name="support", model=model, tools=[lookup])
     async with rec.runtime(url(), [agent]) as rt:
         state = await rt.run("support", "t-1", "where is order 42?")
@@ -122,12 +129,26 @@ async def test_agent_inference_and_tool_spans_follow_the_conventions() -> None:
 
     run = only(rec.spans("invoke_agent"))
     assert run.name == "invoke_agent support" and run.kind is SpanKind.INTERNAL
-    assert {k: run.attributes[k] for k in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.agent.id",
-                                           "gen_ai.agent.name", "gen_ai.conversation.id", "gen_ai.request.model",
-                                           "durably.agent.status")} == {
-        "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "openai", "gen_ai.agent.id": "t-1",
-        "gen_ai.agent.name": "support", "gen_ai.conversation.id": "t-1", "gen_ai.request.model": "gpt-test",
-        "durably.agent.status": "finished"}
+    assert {
+        k: run.attributes[k]
+        for k in (
+            "gen_ai.operation.name",
+            "gen_ai.provider.name",
+            "gen_ai.agent.id",
+            "gen_ai.agent.name",
+            "gen_ai.conversation.id",
+            "gen_ai.request.model",
+            "durably.agent.status",
+        )
+    } == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.agent.id": "t-1",
+        "gen_ai.agent.name": "support",
+        "gen_ai.conversation.id": "t-1",
+        "gen_ai.request.model": "gpt-test",
+        "durably.agent.status": "finished",
+    }
     assert run.status.status_code is StatusCode.UNSET and "error.type" not in run.attributes
 
     chats = rec.spans("chat")
@@ -144,10 +165,15 @@ async def test_agent_inference_and_tool_spans_follow_the_conventions() -> None:
     call = only(rec.spans("execute_tool"))
     assert call.name == "execute_tool lookup" and call.kind is SpanKind.INTERNAL
     assert call.parent.span_id == run.context.span_id
-    assert {k: call.attributes[k] for k in ("gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id",
-                                            "gen_ai.tool.type")} == {
-        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", "gen_ai.tool.call.id": "c1",
-        "gen_ai.tool.type": "function"}
+    assert {
+        k: call.attributes[k]
+        for k in ("gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.type")
+    } == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "lookup",
+        "gen_ai.tool.call.id": "c1",
+        "gen_ai.tool.type": "function",
+    }
 
     # The tenant is visible on every span, durably's own included.
     names = set()
@@ -171,8 +197,12 @@ async def test_metrics_use_the_conventions_instruments_and_units() -> None:
     assert duration.unit == "s"
     (point,) = duration.data.data_points
     assert point.count == 2 and point.sum > 0
-    assert dict(point.attributes) == {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
-                                      "gen_ai.request.model": "gpt-test", "durably.namespace": NAMESPACE}
+    assert dict(point.attributes) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "gpt-test",
+        "durably.namespace": NAMESPACE,
+    }
     usage = metrics["gen_ai.client.token.usage"]
     assert usage.unit == "{token}"
     by_type = {p.attributes["gen_ai.token.type"]: p for p in usage.data.data_points}
@@ -189,8 +219,9 @@ async def test_metrics_use_the_conventions_instruments_and_units() -> None:
 
 async def test_failures_set_error_type_and_status_error_on_every_span_they_touch() -> None:
     rec = Recorder()
-    model = ProviderModel([answer("trying", ToolCall("c1", "broken", {"order": "9"})),
-                           PermissionError("invalid api key")])
+    model = ProviderModel(
+        [answer("trying", ToolCall("c1", "broken", {"order": "9"})), PermissionError("invalid api key")]
+    )
     agent = AgentDefinition(name="support", model=model, tools=[broken], retry=RetryPolicy(attempts=1))
     async with rec.runtime(url(), [agent]) as rt:
         state = await rt.run("support", "t-3", "order 9?")
@@ -199,7 +230,9 @@ async def test_failures_set_error_type_and_status_error_on_every_span_they_touch
     call = only(rec.spans("execute_tool"))
     assert call.status.status_code is StatusCode.ERROR and call.attributes["error.type"] == "RuntimeError"
     failed_chat = rec.spans("chat")[-1]
-    assert failed_chat.status.status_code is StatusCode.ERROR and failed_chat.attributes["error.type"] == "PermissionError"
+    assert (
+        failed_chat.status.status_code is StatusCode.ERROR and failed_chat.attributes["error.type"] == "PermissionError"
+    )
     run = only(rec.spans("invoke_agent"))
     assert run.status.status_code is StatusCode.ERROR and run.attributes["error.type"] == "PermissionError"
     assert run.attributes["durably.agent.status"] == "failed"
@@ -208,16 +241,18 @@ async def test_failures_set_error_type_and_status_error_on_every_span_they_touch
         assert "order 9" not in str(span.attributes) and "down" not in str(span.status.description)
         assert all(set(event.attributes) == {"exception.type"} for event in span.events)
     assert [e.attributes["exception.type"] for e in call.events] == ["builtins.RuntimeError"]
-    (point,) = [p for p in rec.metrics()["gen_ai.client.operation.duration"].data.data_points
-                if "error.type" in p.attributes]
+    (point,) = [
+        p for p in rec.metrics()["gen_ai.client.operation.duration"].data.data_points if "error.type" in p.attributes
+    ]
     assert point.attributes["error.type"] == "PermissionError" and point.count == 1
 
 
 async def test_retries_and_resumes_are_counted() -> None:
     rec = Recorder()
     model = ProviderModel([TransientModelError("overloaded"), answer("done")])
-    retrying = AgentDefinition(name="support", model=model,
-                               retry=RetryPolicy(attempts=2, initial_s=0.0, max_s=0.0, jitter_s=0.0))
+    retrying = AgentDefinition(
+        name="support", model=model, retry=RetryPolicy(attempts=2, initial_s=0.0, max_s=0.0, jitter_s=0.0)
+    )
     async with rec.runtime(url(), [retrying]) as rt:
         assert (await rt.run("support", "t-4", "hello")).status == "finished"
     counters = rec.metrics()
@@ -257,8 +292,10 @@ async def test_a_resumed_run_links_to_the_run_it_continues_through_the_journal()
         schema("record-v4.cddl").validate_cbor(cbor2.dumps(frame.value))
         if frame.value["k"] in (Kind.STARTED, Kind.RESUMED):
             references[frame.value["k"]] = frame.value["d"]["trace"]
-    assert references[Kind.STARTED] == {"trace_id": format(first.context.trace_id, "032x"),
-                                        "span_id": format(first.context.span_id, "016x")}
+    assert references[Kind.STARTED] == {
+        "trace_id": format(first.context.trace_id, "032x"),
+        "span_id": format(first.context.span_id, "016x"),
+    }
     assert references[Kind.RESUMED]["span_id"] == format(second.context.span_id, "016x")
 
 
@@ -270,8 +307,9 @@ async def test_nothing_records_means_no_span_or_instrument_objects(provider) -> 
     with telemetry.span("durably.checkpoint.save") as span:
         assert span is None
     model = ProviderModel([answer("looking", ToolCall("c1", "lookup", {"order": "1"})), answer("done")])
-    async with Runtime(url(), agents=[AgentDefinition(name="support", model=model, tools=[lookup])],
-                       tracer_provider=provider) as rt:
+    async with Runtime(
+        url(), agents=[AgentDefinition(name="support", model=model, tools=[lookup])], tracer_provider=provider
+    ) as rt:
         assert rt.telemetry.tracer is None and rt.telemetry.metrics is None
         assert rt._services.committer._tracer is None
         assert (await rt.run("support", "t-6", "order 1?")).status == "finished"
@@ -281,7 +319,9 @@ async def test_nothing_records_means_no_span_or_instrument_objects(provider) -> 
 
 def test_importing_durably_does_not_import_opentelemetry() -> None:
     # Issue 16 item 9: OpenTelemetry loads when the first Runtime is built, not at import.
-    code = "import sys, durably, durably.storage; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    code = (
+        "import sys, durably, durably.storage; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -357,8 +397,9 @@ async def test_a_serve_outage_is_counted(tmp_path) -> None:
 
     path = tmp_path / "a.db"
     store_url = f"sqlite:///{path}?busy_timeout=50"
-    agent = AgentDefinition(name="support", model=ProviderModel([answer("", ToolCall("c1", "refund", {"order": "1"}))]),
-                            tools=[refund])
+    agent = AgentDefinition(
+        name="support", model=ProviderModel([answer("", ToolCall("c1", "refund", {"order": "1"}))]), tools=[refund]
+    )
     rec = Recorder()
     async with rec.runtime(store_url, [agent]) as setup:
         parked = await setup.run("support", "t-10", "refund order 1")

@@ -11,7 +11,7 @@ import functools
 import threading
 import uuid
 from decimal import Decimal
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import pydantic
 import pytest
@@ -30,8 +30,8 @@ from durably import (
     Usage,
     tool,
 )
-from durably.schemas._records import Kind
 from durably._journal.records import RecordCodec
+from durably.schemas._records import Kind
 
 
 class Color(enum.Enum):
@@ -59,9 +59,20 @@ received: list[dict[str, Any]] = []
 
 
 @tool
-def place_order(customer: Customer, lines: list[Line], color: Color, mode: Literal["fast", "cheap"],
-                ship_to: Address, tags: dict[str, str], size: tuple[int, int], note: Optional[str] = None,
-                weight: float = 1.0, gift: bool = False, count: int = 1, label: str = "") -> str:
+def place_order(
+    customer: Customer,
+    lines: list[Line],
+    color: Color,
+    mode: Literal["fast", "cheap"],
+    ship_to: Address,
+    tags: dict[str, str],
+    size: tuple[int, int],
+    note: str | None = None,
+    weight: float = 1.0,
+    gift: bool = False,
+    count: int = 1,
+    label: str = "",
+) -> str:
     """Place an order.
 
     Args:
@@ -78,8 +89,16 @@ def place_order(customer: Customer, lines: list[Line], color: Color, mode: Liter
         count: how many parcels.
         label: printed on the box.
     """
-    received.append({"customer": customer, "lines": lines, "color": color, "size": size, "count": count,
-                     "thread": threading.current_thread()})
+    received.append(
+        {
+            "customer": customer,
+            "lines": lines,
+            "color": color,
+            "size": size,
+            "count": count,
+            "thread": threading.current_thread(),
+        }
+    )
     return "ordered"
 
 
@@ -90,15 +109,36 @@ PLACE_ORDER_SPEC = {
     "description": "Place an order.",
     "parameters": {
         "$defs": {
-            "Address": {"additionalProperties": False, "properties": {"street": {"title": "Street", "type": "string"},
-                        "zip": {"title": "Zip", "type": "integer"}}, "required": ["street", "zip"],
-                        "title": "Address", "type": "object"},
+            "Address": {
+                "additionalProperties": False,
+                "properties": {
+                    "street": {"title": "Street", "type": "string"},
+                    "zip": {"title": "Zip", "type": "integer"},
+                },
+                "required": ["street", "zip"],
+                "title": "Address",
+                "type": "object",
+            },
             "Color": {"enum": ["red", "blue"], "title": "Color", "type": "string"},
-            "Customer": {"properties": {"name": {"title": "Name", "type": "string"},
-                                        "vip": {"default": False, "title": "Vip", "type": "boolean"}},
-                         "required": ["name"], "title": "Customer", "type": "object"},
-            "Line": {"additionalProperties": False, "properties": {"qty": {"default": 1, "title": "Qty", "type": "integer"},
-                     "sku": {"title": "Sku", "type": "string"}}, "required": ["sku"], "title": "Line", "type": "object"},
+            "Customer": {
+                "properties": {
+                    "name": {"title": "Name", "type": "string"},
+                    "vip": {"default": False, "title": "Vip", "type": "boolean"},
+                },
+                "required": ["name"],
+                "title": "Customer",
+                "type": "object",
+            },
+            "Line": {
+                "additionalProperties": False,
+                "properties": {
+                    "qty": {"default": 1, "title": "Qty", "type": "integer"},
+                    "sku": {"title": "Sku", "type": "string"},
+                },
+                "required": ["sku"],
+                "title": "Line",
+                "type": "object",
+            },
         },
         "additionalProperties": False,
         "properties": {
@@ -107,15 +147,34 @@ PLACE_ORDER_SPEC = {
             "customer": {"$ref": "#/$defs/Customer", "description": "who buys."},
             "gift": {"default": False, "description": "wrap it as a gift.", "title": "Gift", "type": "boolean"},
             "label": {"default": "", "description": "printed on the box.", "title": "Label", "type": "string"},
-            "lines": {"description": "what they buy.", "items": {"$ref": "#/$defs/Line"}, "title": "Lines", "type": "array"},
+            "lines": {
+                "description": "what they buy.",
+                "items": {"$ref": "#/$defs/Line"},
+                "title": "Lines",
+                "type": "array",
+            },
             "mode": {"description": "how to ship.", "enum": ["fast", "cheap"], "title": "Mode", "type": "string"},
-            "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None,
-                     "description": "a note for the courier.", "title": "Note"},
+            "note": {
+                "anyOf": [{"type": "string"}, {"type": "null"}],
+                "default": None,
+                "description": "a note for the courier.",
+                "title": "Note",
+            },
             "ship_to": {"$ref": "#/$defs/Address", "description": "where to ship."},
-            "size": {"description": "box width and height, in cm.", "maxItems": 2, "minItems": 2,
-                     "prefixItems": [{"type": "integer"}, {"type": "integer"}], "title": "Size", "type": "array"},
-            "tags": {"additionalProperties": {"type": "string"}, "description": "free-form labels.", "title": "Tags",
-                     "type": "object"},
+            "size": {
+                "description": "box width and height, in cm.",
+                "maxItems": 2,
+                "minItems": 2,
+                "prefixItems": [{"type": "integer"}, {"type": "integer"}],
+                "title": "Size",
+                "type": "array",
+            },
+            "tags": {
+                "additionalProperties": {"type": "string"},
+                "description": "free-form labels.",
+                "title": "Tags",
+                "type": "object",
+            },
             "weight": {"default": 1.0, "description": "kilograms.", "title": "Weight", "type": "number"},
         },
         "required": ["customer", "lines", "color", "mode", "ship_to", "tags", "size"],
@@ -123,8 +182,16 @@ PLACE_ORDER_SPEC = {
     },
 }
 
-GOOD = {"customer": {"name": "Ana"}, "lines": [{"sku": "A-1", "qty": "2"}], "color": "red", "mode": "fast",
-        "ship_to": {"street": "Main 1", "zip": 1000}, "tags": {}, "size": [30, "20"], "count": "3"}
+GOOD = {
+    "customer": {"name": "Ana"},
+    "lines": [{"sku": "A-1", "qty": "2"}],
+    "color": "red",
+    "mode": "fast",
+    "ship_to": {"street": "Main 1", "zip": 1000},
+    "tags": {},
+    "size": [30, "20"],
+    "count": "3",
+}
 
 
 def test_the_schema_comes_from_the_signature_and_the_docstring() -> None:
@@ -137,13 +204,16 @@ def test_arguments_are_coerced_to_the_annotated_types() -> None:
     assert values["color"] is Color.RED and values["size"] == (30, 20) and values["count"] == 3
 
 
-@pytest.mark.parametrize(("arguments", "path", "problem"), [
-    ({**GOOD, "count": "three"}, "count", "valid integer"),
-    ({**GOOD, "lines": [{"qty": 1}]}, "lines[0].sku", "Field required"),
-    ({**GOOD, "mode": "slow"}, "mode", "'fast' or 'cheap'"),
-    ({**GOOD, "surprise": 1}, "surprise", "Extra inputs are not permitted"),
-    ({k: v for k, v in GOOD.items() if k != "color"}, "color", "Field required"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "path", "problem"),
+    [
+        ({**GOOD, "count": "three"}, "count", "valid integer"),
+        ({**GOOD, "lines": [{"qty": 1}]}, "lines[0].sku", "Field required"),
+        ({**GOOD, "mode": "slow"}, "mode", "'fast' or 'cheap'"),
+        ({**GOOD, "surprise": 1}, "surprise", "Extra inputs are not permitted"),
+        ({k: v for k, v in GOOD.items() if k != "color"}, "color", "Field required"),
+    ],
+)
 def test_invalid_arguments_name_the_field_and_the_problem(arguments, path, problem) -> None:
     with pytest.raises(ToolArgumentsError) as caught:
         place_order.validate(arguments)
@@ -158,8 +228,10 @@ def order_agent(script: list[ModelResponse], budget: Budget | None = None) -> Ag
 async def test_an_invalid_call_runs_nothing_and_the_model_reads_why(tmp_path) -> None:
     received.clear()
     bad = {**GOOD, "count": "three"}
-    script = [ModelResponse("", (ToolCall("c1", "place_order", bad),), Usage(1, 1)),
-              ModelResponse("", (ToolCall("c2", "place_order", GOOD),), Usage(1, 1))]
+    script = [
+        ModelResponse("", (ToolCall("c1", "place_order", bad),), Usage(1, 1)),
+        ModelResponse("", (ToolCall("c2", "place_order", GOOD),), Usage(1, 1)),
+    ]
     url = f"sqlite:///{tmp_path}/a.db"
     async with Runtime(url, agents=[order_agent(script)]) as rt:
         state = await rt.run("orders", "o1", "order something")
@@ -292,8 +364,17 @@ async def test_run_with_an_existing_id_and_another_task_or_definition_is_refused
 
 
 @tool
-def book(when: dt.datetime, day: dt.date, at: dt.time, length: dt.timedelta, price: Decimal, ref: uuid.UUID,
-         blob: bytes, seats: set[int], tags: frozenset[str]) -> str:
+def book(
+    when: dt.datetime,
+    day: dt.date,
+    at: dt.time,
+    length: dt.timedelta,
+    price: Decimal,
+    ref: uuid.UUID,
+    blob: bytes,
+    seats: set[int],
+    tags: frozenset[str],
+) -> str:
     """Book a slot."""
     return "booked"
 
@@ -310,9 +391,19 @@ def test_value_type_parameters_have_their_json_schema_formats_and_arrive_as_thei
         "seats": {"items": {"type": "integer"}, "title": "Seats", "type": "array", "uniqueItems": True},
         "tags": {"items": {"type": "string"}, "title": "Tags", "type": "array", "uniqueItems": True},
     }
-    values = book.validate({"when": "2025-01-01T10:00:00+02:00", "day": "2025-01-02", "at": "10:30:00",
-                            "length": "PT1H", "price": "19.99", "ref": "12345678-1234-5678-1234-567812345678",
-                            "blob": "hi", "seats": [1, 2, 2], "tags": ["a"]})
-    assert values["when"] == dt.datetime(2025, 1, 1, 8, tzinfo=dt.timezone.utc)
+    values = book.validate(
+        {
+            "when": "2025-01-01T10:00:00+02:00",
+            "day": "2025-01-02",
+            "at": "10:30:00",
+            "length": "PT1H",
+            "price": "19.99",
+            "ref": "12345678-1234-5678-1234-567812345678",
+            "blob": "hi",
+            "seats": [1, 2, 2],
+            "tags": ["a"],
+        }
+    )
+    assert values["when"] == dt.datetime(2025, 1, 1, 8, tzinfo=dt.UTC)
     assert values["length"] == dt.timedelta(hours=1) and values["price"] == Decimal("19.99")
     assert values["seats"] == {1, 2} and values["tags"] == frozenset({"a"}) and isinstance(values["ref"], uuid.UUID)

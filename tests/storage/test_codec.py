@@ -20,11 +20,11 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durably.storage import _values as values
-
+from durably._journal.records import RecordCodec
 from durably.schemas import _records as schemas
 from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind, Record
 from durably.storage import _codec as codec_module
+from durably.storage import _values as values
 from durably.storage._codec import FLAG_ZSTD, HEADER_SIZE, MAGIC, Codec, CodecLimits, check_encodable
 from durably.storage._errors import (
     CorruptRecordError,
@@ -33,7 +33,6 @@ from durably.storage._errors import (
     UnencodableValueError,
     UnknownSchemaVersionError,
 )
-from durably._journal.records import RecordCodec
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 STREAM = StreamId("tests", "agent-1")
@@ -49,7 +48,6 @@ plain = st.recursive(
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
     max_leaves=25,
 )
-
 
 
 class Opaque:
@@ -85,7 +83,11 @@ def test_kind_given_as_plain_string_round_trips() -> None:
 
 def test_snapshot_round_trips() -> None:
     codec = RecordCodec()
-    state = {"status": "running", "conversation": [{"role": "user", "content": "x" * 2000}], "ledger": {"k1": {"ok": 1}}}
+    state = {
+        "status": "running",
+        "conversation": [{"role": "user", "content": "x" * 2000}],
+        "ledger": {"k1": {"ok": 1}},
+    }
     seq, decoded, frame = codec.decode_snapshot(StoredSnapshot(42, codec.encode_snapshot(42, state)), STREAM)
     assert (seq, decoded) == (42, state)
     assert frame.schema_id == SNAPSHOT_SCHEMA_ID
@@ -147,10 +149,20 @@ def test_bad_magic_and_unknown_format_version() -> None:
         Codec().decode(b"not a frame at all, just text")
 
 
-def _forge(schema_id: int, version: int, raw: bytes, *, payload: bytes | None = None, flags: int = 0, raw_size: int | None = None) -> bytes:
+def _forge(
+    schema_id: int,
+    version: int,
+    raw: bytes,
+    *,
+    payload: bytes | None = None,
+    flags: int = 0,
+    raw_size: int | None = None,
+) -> bytes:
     """A frame with a valid CRC around arbitrary content: what a writer bug or an attacker could store."""
     payload = raw if payload is None else payload
-    header = codec_module._HEADER.pack(MAGIC, 1, flags, schema_id, version, len(raw) if raw_size is None else raw_size, len(payload))
+    header = codec_module._HEADER.pack(
+        MAGIC, 1, flags, schema_id, version, len(raw) if raw_size is None else raw_size, len(payload)
+    )
     return header + struct.pack(">I", zlib.crc32(payload, zlib.crc32(header))) + payload
 
 
@@ -169,7 +181,11 @@ def test_unencodable_value_names_its_field_path() -> None:
 @pytest.mark.parametrize(
     ("value", "path", "reason"),
     [
-        ({"pair": (1, [Opaque()])}, "state.pair[1][0]", "Opaque is not supported"),  # inside a tuple (stored since issue 10)
+        (
+            {"pair": (1, [Opaque()])},
+            "state.pair[1][0]",
+            "Opaque is not supported",
+        ),  # inside a tuple (stored since issue 10)
         ({"cost": Decimal("NaN")}, "state.cost", "Decimal NaN is not finite"),
         ({"by_id": {1: "x"}}, "state.by_id[1]", "dict key of type int"),
         ({"big": 2**64}, "state.big", "does not fit in 64 bits"),
@@ -267,7 +283,11 @@ def test_unknown_future_schema_version_is_refused() -> None:
     future = Codec().encode(RECORD_SCHEMA_ID, 99, wire)
     with pytest.raises(UnknownSchemaVersionError) as caught:
         RecordCodec().decode_record(StoredRecord(1, future), STREAM)
-    assert (caught.value.version, caught.value.supported, caught.value.seq) == (99, schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID], 1)
+    assert (caught.value.version, caught.value.supported, caught.value.seq) == (
+        99,
+        schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID],
+        1,
+    )
     assert "left untouched" in str(caught.value)
     with pytest.raises(UnknownSchemaVersionError):
         RecordCodec().decode_record(StoredRecord(1, Codec().encode(RECORD_SCHEMA_ID, 0, wire)))
@@ -372,9 +392,13 @@ def test_str_and_int_subclasses_are_refused_with_their_path_not_stored_as_plain_
         pass
 
     codec = Codec()
-    for value, kind in ((Color.RED, "Color (a str subclass)"), (Level.HIGH, "Level (a int subclass)"),
-                        (Perm.R, "Perm (a int subclass)"), (Name("x"), "Name (a str subclass)"),
-                        (Ratio(0.5), "Ratio (a float subclass)")):
+    for value, kind in (
+        (Color.RED, "Color (a str subclass)"),
+        (Level.HIGH, "Level (a int subclass)"),
+        (Perm.R, "Perm (a int subclass)"),
+        (Name("x"), "Name (a str subclass)"),
+        (Ratio(0.5), "Ratio (a float subclass)"),
+    ):
         with pytest.raises(UnencodableValueError) as caught:
             codec.encode(1, 1, {"outer": [{"v": value}]})
         assert caught.value.path == "value.outer[0].v" and kind in caught.value.reason

@@ -10,9 +10,11 @@ import uuid
 import zlib
 
 import pytest
+from privacy_support import ScriptModel, files_bytes, s3_bytes, spi_frames
 
 from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
 from durably._cli.main import main as cli_main
+from durably._journal.records import RecordCodec
 from durably._upkeep.reencrypt import COMPACTED, CURRENT, SNAPSHOT_REWRITTEN, key_census
 from durably._upkeep.retention import last_activity
 from durably.schemas._records import RECORD_SCHEMA_ID, Kind, Record
@@ -27,12 +29,10 @@ from durably.storage._crypto import (
     key_id_of,
 )
 from durably.storage._errors import CorruptRecordError, DecryptionError, EncryptionRequiredError, UnknownKeyError
-from durably._journal.records import RecordCodec
 from durably.storage._spi import StoredRecord, StoredSnapshot
-from privacy_support import ScriptModel, files_bytes, s3_bytes, spi_frames
 
 try:
-    from .s3_server import BUCKET, s3_server  # noqa: F401 - s3_server is a fixture
+    from .s3_server import BUCKET, s3_server
 except ImportError:
     from s3_server import BUCKET, s3_server  # noqa: F401
 
@@ -55,8 +55,10 @@ def echo_agent(steps: int = 2, *, approval: bool = False) -> AgentDefinition:
     async def echo(text: str, *, ctx) -> str:
         return text.upper()
 
-    script = [ModelResponse(f"step {i}", (ToolCall(f"c{i}", "echo", {"text": f"{PLAIN} {i}"}),), Usage(1, 1, 0.0))
-              for i in range(steps)]
+    script = [
+        ModelResponse(f"step {i}", (ToolCall(f"c{i}", "echo", {"text": f"{PLAIN} {i}"}),), Usage(1, 1, 0.0))
+        for i in range(steps)
+    ]
     return AgentDefinition(name="echo", model=ScriptModel(script), tools=[echo])
 
 
@@ -111,7 +113,7 @@ def test_every_frame_gets_a_fresh_nonce() -> None:
     record = Record(1, Kind.STARTED, {"task": PLAIN}, 1.0)
     frames = {codec.encode_record(record, A) for _ in range(50)}
     assert len(frames) == 50
-    nonces = {f[HEADER_SIZE + 3: HEADER_SIZE + 3 + 12] for f in frames}
+    nonces = {f[HEADER_SIZE + 3 : HEADER_SIZE + 3 + 12] for f in frames}
     assert len(nonces) == 50
 
 
@@ -148,16 +150,22 @@ def test_a_snapshot_is_bound_to_its_stream_and_seq_and_is_not_a_record() -> None
 
 
 def test_key_providers_parse_the_environment_and_never_echo_keys() -> None:
-    env = {"DURABLY_KEYS": f"old={base64.b64encode(K1).decode()}, new={base64.urlsafe_b64encode(K2).decode().rstrip('=')}",
-           "DURABLY_KEY_ID": "old"}
+    env = {
+        "DURABLY_KEYS": f"old={base64.b64encode(K1).decode()}, new={base64.urlsafe_b64encode(K2).decode().rstrip('=')}",
+        "DURABLY_KEY_ID": "old",
+    }
     provider = EnvKeyProvider(env)
     assert provider.current_key_id() == "old" and provider.get("new") == K2 and provider.get("old") == K1
     assert EnvKeyProvider({"DURABLY_KEYS": f"h={K1.hex()}"}).get("h") == K1
     assert EnvKeyProvider({"DURABLY_KEYS": env["DURABLY_KEYS"]}).current_key_id() == "new"  # default: the last
     short = base64.b64encode(b"s3cr3t-but-too-short").decode()
-    for bad in ({}, {"DURABLY_KEYS": f"k={short}"}, {"DURABLY_KEYS": "no-equals-sign"},
-                {"DURABLY_KEYS": f"bad id={base64.b64encode(K1).decode()}"},
-                {"DURABLY_KEYS": f"k={base64.b64encode(K1).decode()}", "DURABLY_KEY_ID": "missing"}):
+    for bad in (
+        {},
+        {"DURABLY_KEYS": f"k={short}"},
+        {"DURABLY_KEYS": "no-equals-sign"},
+        {"DURABLY_KEYS": f"bad id={base64.b64encode(K1).decode()}"},
+        {"DURABLY_KEYS": f"k={base64.b64encode(K1).decode()}", "DURABLY_KEY_ID": "missing"},
+    ):
         with pytest.raises(KeyConfigError) as caught:
             EnvKeyProvider(bad)
         assert short not in str(caught.value) and base64.b64encode(K1).decode() not in str(caught.value)
@@ -192,8 +200,12 @@ async def test_a_row_copied_to_another_stream_or_seq_fails_to_decrypt(tmp_path) 
     for encryption in (None, cipher("k1")):
         if path.exists():
             path.unlink()
-        async with Runtime(f"sqlite:///{path}", agents=[echo_agent(1)], encryption=encryption,
-                           snapshot_policy=SnapshotPolicy(every_records=0)) as rt:
+        async with Runtime(
+            f"sqlite:///{path}",
+            agents=[echo_agent(1)],
+            encryption=encryption,
+            snapshot_policy=SnapshotPolicy(every_records=0),
+        ) as rt:
             await rt.run("echo", "a1", "first task")
             await rt.run("echo", "a2", "second task")
         with sqlite3.connect(path) as db:
@@ -233,8 +245,9 @@ async def test_a_plaintext_store_is_refused_then_moved_to_encryption(tmp_path) -
         assert report.action == COMPACTED and set(report.before) == {None} and set(report.after) == {"k1"}
     async with Runtime(url, encryption=cipher("k1")) as rt:
         after = await rt.status("a1")
-    assert {k: v for k, v in after.to_wire().items() if k != "last_seq"} == \
-           {k: v for k, v in before.to_wire().items() if k != "last_seq"}
+    assert {k: v for k, v in after.to_wire().items() if k != "last_seq"} == {
+        k: v for k, v in before.to_wire().items() if k != "last_seq"
+    }
     assert PLAIN.encode() not in files_bytes(tmp_path)
 
 
@@ -309,8 +322,12 @@ async def _cli(argv: list[str]) -> int:
 async def test_s3_objects_hold_only_ciphertext(s3_server) -> None:
     prefix = f"enc-{uuid.uuid4().hex[:10]}"
     url = s3_server.url(prefix)
-    async with Runtime(url, agents=[echo_agent()], encryption=cipher("k1"),
-                       snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0)) as rt:
+    async with Runtime(
+        url,
+        agents=[echo_agent()],
+        encryption=cipher("k1"),
+        snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0),
+    ) as rt:
         state = await rt.run("echo", "a1", PLAIN)
         await rt._services.snapshots.flush()
         frames = await spi_frames(rt.store, "default")

@@ -24,6 +24,7 @@ import pytest
 import zstandard
 from schema_wire import validate_frame
 
+from durably._journal.records import RecordCodec
 from durably.schemas._records import Record
 from durably.storage import _dictionaries as dictionaries
 from durably.storage._codec import FORMAT_DICTIONARY, FORMAT_VERSION, UNBOUND_FORMAT, Codec, CodecLimits, place_seed
@@ -36,7 +37,6 @@ from durably.storage._errors import (
     UnknownDictionaryError,
     UnknownSchemaVersionError,
 )
-from durably._journal.records import RecordCodec
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 FORMAT2 = Path(__file__).resolve().parents[1] / "golden" / "format2"

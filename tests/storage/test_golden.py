@@ -24,9 +24,9 @@ from schema_wire import validate_frame
 
 from durably import AgentState, Runtime
 from durably._cli.demo.survey import survey_agent
+from durably._journal.records import RecordCodec
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
 from durably.storage._codec import Codec
-from durably._journal.records import RecordCodec
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -61,7 +61,8 @@ def test_a_golden_set_exists_for_the_current_versions() -> None:
     current = {SCHEMA_NAMES[k]: v for k, v in CURRENT_VERSIONS.items()}
     assert SETS and (GOLDEN / "v1") in SETS
     assert any(manifest(golden)["schema_versions"] == current for golden in SETS), (
-        f"no golden set for {current}: run tests/golden/make_golden.py and commit its output")
+        f"no golden set for {current}: run tests/golden/make_golden.py and commit its output"
+    )
 
 
 def test_every_golden_frame_decodes_to_what_was_written(golden: Path) -> None:
@@ -72,8 +73,11 @@ def test_every_golden_frame_decodes_to_what_was_written(golden: Path) -> None:
         data = (golden / entry["file"]).read_bytes()
         header = validate_frame(data)  # against the CDDL of the version it was written at
         frame = Codec().decode(data, stream=stream, seq=entry["seq"])
-        assert (frame.schema_id, frame.schema_version) == (entry["schema_id"], entry["version"]) == (
-            header["schema-id"], header["schema-version"]), entry["file"]
+        assert (
+            (frame.schema_id, frame.schema_version)
+            == (entry["schema_id"], entry["version"])
+            == (header["schema-id"], header["schema-version"])
+        ), entry["file"]
         assert bool(header["flags"] & 1) == entry["compressed"], entry["file"]
         assert frame.value == entry["value"], entry["file"]  # as stored, before any upcasting
         # ... and this build reads it, through the upcasters when it is older.
@@ -95,10 +99,17 @@ def facts_of(state: AgentState) -> dict[str, Any]:
     """The facts make_golden.py recorded, computed from a restored state."""
     (approval,) = state.open_approvals()
     return {
-        "status": state.status, "last_seq": state.last_seq, "run_id": state.run_id, "task": state.task,
-        "definition": state.definition, "ledger_done": sum(1 for e in state.ledger.values() if e["done"]),
-        "approval_id": approval["approval_id"], "approval_tool": approval["tool"], "usage_steps": state.usage["steps"],
-        "messages": len(state.messages), "report_title": approval["arguments"]["title"],
+        "status": state.status,
+        "last_seq": state.last_seq,
+        "run_id": state.run_id,
+        "task": state.task,
+        "definition": state.definition,
+        "ledger_done": sum(1 for e in state.ledger.values() if e["done"]),
+        "approval_id": approval["approval_id"],
+        "approval_tool": approval["tool"],
+        "usage_steps": state.usage["steps"],
+        "messages": len(state.messages),
+        "report_title": approval["arguments"]["title"],
     }
 
 

@@ -19,6 +19,7 @@ from durably.storage._errors import ConflictError, InvalidRequestError, StoreUna
 from durably.storage._group_commit import GroupCommitter
 from durably.storage._spi import AppendRequest, StreamId
 
+
 class CountingStore:
     """Delegates to ``inner``; records every ``append_batch`` call's streams.
 
@@ -68,7 +69,9 @@ def streams(count: int) -> list[StreamId]:
     return [StreamId("gc", f"agent-{i:03d}") for i in range(count)]
 
 
-async def held_first_batch(store: CountingStore, committer: GroupCommitter, jobs: list[tuple[StreamId, int, list[bytes]]]) -> list[int | BaseException]:
+async def held_first_batch(
+    store: CountingStore, committer: GroupCommitter, jobs: list[tuple[StreamId, int, list[bytes]]]
+) -> list[int | BaseException]:
     """Run ``jobs`` concurrently; return each one's seq or exception, in job order.
 
     The first job's batch is held open in the store until every other job is
@@ -95,7 +98,9 @@ async def held_first_batch(store: CountingStore, committer: GroupCommitter, jobs
     return outcomes  # type: ignore[return-value]
 
 
-async def run_all(committer: GroupCommitter, jobs: list[tuple[StreamId, int, list[bytes]]]) -> list[int | BaseException]:
+async def run_all(
+    committer: GroupCommitter, jobs: list[tuple[StreamId, int, list[bytes]]]
+) -> list[int | BaseException]:
     """Run every append concurrently, no holding; outcomes in job order."""
     outcomes: list[int | BaseException | None] = [None] * len(jobs)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-
 from test_encryption import PLAIN, cipher, echo_agent, files_bytes
 
 from durably import Runtime

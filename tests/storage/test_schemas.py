@@ -24,13 +24,13 @@ from schema_wire import cddl_name, cddl_text, header_fields, schema, validate_fr
 
 from durably import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, SnapshotPolicy, ToolCall, Usage, tool
 from durably._cli.demo.survey import survey_agent, survey_task
+from durably._journal.records import MissingUpcasterError, RecordCodec
 from durably.schemas import _records as schemas
 from durably.schemas import _upcasters as upcasters
 from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind, Record
 from durably.schemas._upcasters import NoUpcastPathError, missing_upcasters, upcast, upcaster
 from durably.storage._codec import Codec
 from durably.storage._errors import CorruptRecordError, UnknownSchemaVersionError
-from durably._journal.records import MissingUpcasterError, RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
@@ -41,31 +41,66 @@ BUDGET = {"steps": 10, "tokens": None, "cost_usd": 2.5}
 
 #: One realistic data map per record kind, shaped as the runtime writes it.
 EXAMPLES: dict[Kind, dict[str, Any]] = {
-    Kind.STARTED: {"namespace": "ns", "agent_id": "agent-7", "run_id": uuid.uuid4().hex, "task": "survey",
-                   "definition": DEFINITION, "instructions": "Be brief.", "budget": BUDGET, "worker": "host:42"},
+    Kind.STARTED: {
+        "namespace": "ns",
+        "agent_id": "agent-7",
+        "run_id": uuid.uuid4().hex,
+        "task": "survey",
+        "definition": DEFINITION,
+        "instructions": "Be brief.",
+        "budget": BUDGET,
+        "worker": "host:42",
+    },
     Kind.RESUMED: {"worker": "host:43", "pid": 43},
     Kind.MESSAGE_RECEIVED: {"role": "user", "content": "also look at json"},
-    Kind.MODEL_RESPONDED: {"text": "Reading.", "tool_calls": [{"id": "t1", "name": "read", "arguments": {"name": "json"}}],
-                           "usage": {"input_tokens": 120, "output_tokens": 7, "cost_usd": 0.000465},
-                           "plan": ["read json", "publish"], "model": "scripted"},
+    Kind.MODEL_RESPONDED: {
+        "text": "Reading.",
+        "tool_calls": [{"id": "t1", "name": "read", "arguments": {"name": "json"}}],
+        "usage": {"input_tokens": 120, "output_tokens": 7, "cost_usd": 0.000465},
+        "plan": ["read json", "publish"],
+        "model": "scripted",
+    },
     Kind.TOOL_INTENT: {"key": KEY, "call_id": "t1", "tool": "read", "attempt": 1},
-    Kind.TOOL_RESULT: {"key": KEY, "call_id": "t1", "tool": "read", "result": {"lines": 360, "nested": [1, None, b"\x00"]},
-                       "error": None, "reconciled": True},
+    Kind.TOOL_RESULT: {
+        "key": KEY,
+        "call_id": "t1",
+        "tool": "read",
+        "result": {"lines": 360, "nested": [1, None, b"\x00"]},
+        "error": None,
+        "reconciled": True,
+    },
     Kind.PLAN_UPDATED: {"plan": ["read json", "summarise", "publish"]},
     Kind.ARTIFACT_STORED: {"name": "report.md", "digest": "ab" * 32, "size": 2048},
-    Kind.APPROVAL_REQUESTED: {"approval_id": "t2", "call_id": "t2", "tool": "publish", "arguments": {"title": "x"},
-                              "key": KEY, "reason": "tool requires approval"},
+    Kind.APPROVAL_REQUESTED: {
+        "approval_id": "t2",
+        "call_id": "t2",
+        "tool": "publish",
+        "arguments": {"title": "x"},
+        "key": KEY,
+        "reason": "tool requires approval",
+    },
     Kind.APPROVAL_DECIDED: {"approval_id": "t2", "approved": False, "by": "ops", "note": "not yet"},
     Kind.BUDGET_EXCEEDED: {"limit": "cost_usd", "allowed": 2.5, "spent": 2.51},
     Kind.BUDGET_EXTENDED: {"budget": {"steps": 20, "tokens": None, "cost_usd": 5.0}},
-    Kind.HISTORY_COMPACTED: {"messages": [{"role": "system", "content": "Be brief."},
-                                          {"role": "user", "content": "summary of 40 turns"}]},
+    Kind.HISTORY_COMPACTED: {
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "summary of 40 turns"}]
+    },
     Kind.FINISHED: {"result": "done"},
     Kind.FAILED: {"reason": "model error: TimeoutError"},
     Kind.CANCELLED: {"reason": "operator"},
-    Kind.DEFINITION_CHANGED: {"previous": DEFINITION, "definition": {**DEFINITION, "version": "2", "digest": "ffeeddccbbaa9988"},
-                              "policy": "migrate", "state": {"plan": ["publish"]}},
-    Kind.FORKED: {"namespace": "ns", "agent_id": "agent-6", "run_id": uuid.uuid4().hex, "seq": 12, "keys": {KEY: KEY[::-1]}},
+    Kind.DEFINITION_CHANGED: {
+        "previous": DEFINITION,
+        "definition": {**DEFINITION, "version": "2", "digest": "ffeeddccbbaa9988"},
+        "policy": "migrate",
+        "state": {"plan": ["publish"]},
+    },
+    Kind.FORKED: {
+        "namespace": "ns",
+        "agent_id": "agent-6",
+        "run_id": uuid.uuid4().hex,
+        "seq": 12,
+        "keys": {KEY: KEY[::-1]},
+    },
     Kind.MODEL_FAILED: {"attempt": 2, "error": "TimeoutError", "transient": True, "retry_in": 1.25},
     Kind.RETRIED: {"worker": "host:43", "reason": "model error: TimeoutError: the provider did not answer"},
 }
@@ -90,23 +125,33 @@ def test_every_version_of_every_schema_has_its_cddl_file_and_upcasters() -> None
 def test_hand_built_records_of_every_kind_validate(kind: Kind) -> None:
     frame = RecordCodec().encode_record(Record(3, kind.value, EXAMPLES[kind], 1_700_000_000.25))
     header = validate_frame(frame)
-    assert (header["schema-id"], header["schema-version"]) == (RECORD_SCHEMA_ID, schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID])
+    assert (header["schema-id"], header["schema-version"]) == (
+        RECORD_SCHEMA_ID,
+        schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID],
+    )
 
 
 def _record_bytes(kind: Kind, data: dict[str, Any], **envelope: Any) -> bytes:
     return cbor2.dumps({**Record(1, kind.value, data, 1.5).to_wire(), **envelope})
 
 
-@pytest.mark.parametrize("wire", [
-    pytest.param(_record_bytes(Kind.TOOL_INTENT, {**EXAMPLES[Kind.TOOL_INTENT], "extra": 1}), id="unknown data field"),
-    pytest.param(_record_bytes(Kind.TOOL_INTENT, {"key": KEY, "call_id": "t1", "tool": "read"}), id="missing field"),
-    pytest.param(_record_bytes(Kind.TOOL_INTENT, {**EXAMPLES[Kind.TOOL_INTENT], "attempt": "1"}), id="wrong type"),
-    pytest.param(_record_bytes(Kind.TOOL_INTENT, {**EXAMPLES[Kind.TOOL_INTENT], "attempt": 0}), id="attempt 0"),
-    pytest.param(_record_bytes(Kind.FAILED, EXAMPLES[Kind.FINISHED]), id="data of another kind"),
-    pytest.param(_record_bytes(Kind.FAILED, EXAMPLES[Kind.FAILED], x=1), id="unknown envelope field"),
-    pytest.param(_record_bytes(Kind.FAILED, EXAMPLES[Kind.FAILED], s=0), id="seq 0"),
-    pytest.param(cbor2.dumps({"s": 1, "k": "retried", "t": 1.5, "d": {"reason": ""}}), id="unknown kind"),
-])
+@pytest.mark.parametrize(
+    "wire",
+    [
+        pytest.param(
+            _record_bytes(Kind.TOOL_INTENT, {**EXAMPLES[Kind.TOOL_INTENT], "extra": 1}), id="unknown data field"
+        ),
+        pytest.param(
+            _record_bytes(Kind.TOOL_INTENT, {"key": KEY, "call_id": "t1", "tool": "read"}), id="missing field"
+        ),
+        pytest.param(_record_bytes(Kind.TOOL_INTENT, {**EXAMPLES[Kind.TOOL_INTENT], "attempt": "1"}), id="wrong type"),
+        pytest.param(_record_bytes(Kind.TOOL_INTENT, {**EXAMPLES[Kind.TOOL_INTENT], "attempt": 0}), id="attempt 0"),
+        pytest.param(_record_bytes(Kind.FAILED, EXAMPLES[Kind.FINISHED]), id="data of another kind"),
+        pytest.param(_record_bytes(Kind.FAILED, EXAMPLES[Kind.FAILED], x=1), id="unknown envelope field"),
+        pytest.param(_record_bytes(Kind.FAILED, EXAMPLES[Kind.FAILED], s=0), id="seq 0"),
+        pytest.param(cbor2.dumps({"s": 1, "k": "retried", "t": 1.5, "d": {"reason": ""}}), id="unknown kind"),
+    ],
+)
 def test_the_record_schema_is_strict(wire: bytes) -> None:
     for name in ("record-v1.cddl", "record-v2.cddl"):
         with pytest.raises(pycddl.ValidationError):
@@ -122,13 +167,22 @@ def test_forked_is_a_version_2_kind() -> None:
 
 def test_the_snapshot_and_frame_schemas_are_strict() -> None:
     good = Codec().encode(SNAPSHOT_SCHEMA_ID, 1, {"s": 1})
-    for change in ({"format": 3}, {"format": 4}, {"format": 0}, {"flags": 4}, {"schema-id": 3}, {"schema-version": 0},
-                   {"raw-size": 2**32}, {"dictionary-id": 1}):
+    for change in (
+        {"format": 3},
+        {"format": 4},
+        {"format": 0},
+        {"flags": 4},
+        {"schema-id": 3},
+        {"schema-version": 0},
+        {"raw-size": 2**32},
+        {"dictionary-id": 1},
+    ):
         with pytest.raises(pycddl.ValidationError):
             schema("frame.cddl").validate_cbor(cbor2.dumps({**header_fields(good), **change}))
     # Format 3 (a record compressed with a shipped dictionary): its id is required, flags are exactly "zstd".
-    record = RecordCodec().encode_record(Record(1, Kind.FAILED, {"reason": "the tool call failed: timeout"}, 1.0),
-                                         StreamId("n", "a"))
+    record = RecordCodec().encode_record(
+        Record(1, Kind.FAILED, {"reason": "the tool call failed: timeout"}, 1.0), StreamId("n", "a")
+    )
     fields = header_fields(record)
     assert fields["format"] == 3 and validate_frame(record)["dictionary-id"] == fields["dictionary-id"]
     without_id = {k: v for k, v in fields.items() if k != "dictionary-id"}
@@ -156,13 +210,18 @@ class _StepModel:
         done = sum(1 for m in messages if m["role"] == "tool")
         usage = Usage(10, 5, 0.001)
         if done < self.steps:
-            return ModelResponse(f"step {done + 1}", (ToolCall(f"c{done + 1}", self.tool_name, {"n": done + 1}),), usage,
-                                 plan=[f"step {done + 1}"])
+            return ModelResponse(
+                f"step {done + 1}",
+                (ToolCall(f"c{done + 1}", self.tool_name, {"n": done + 1}),),
+                usage,
+                plan=[f"step {done + 1}"],
+            )
         return ModelResponse("done", (), usage)
 
 
 def _agent(name: str, *, steps: int = 1, approval: bool = False, broken: bool = False, **kw) -> AgentDefinition:
     kw.setdefault("retry", RetryPolicy(attempts=2, initial_s=0.01, jitter_s=0.0))
+
     @tool(name="effect", requires_approval=approval, on_unknown_outcome="retry")
     async def effect(n: int, *, ctx) -> dict:
         return {"n": n, "key": ctx.idempotency_key}
@@ -176,9 +235,15 @@ def _migrate_plan(state: dict, previous: dict) -> dict:
 
 async def _run_every_runtime_path(store, workdir: Path) -> None:
     survey = survey_agent(workdir, latency=0)
-    budgeted, parked, broken = _agent("budgeted", steps=2), _agent("parked", approval=True), _agent("broken", broken=True)
+    budgeted, parked, broken = (
+        _agent("budgeted", steps=2),
+        _agent("parked", approval=True),
+        _agent("broken", broken=True),
+    )
     v1 = _agent("evolving", approval=True, instructions="v1")
-    v2 = _agent("evolving", approval=True, instructions="v2", version="2", on_definition_change="migrate", migrate=_migrate_plan)
+    v2 = _agent(
+        "evolving", approval=True, instructions="v2", version="2", on_definition_change="migrate", migrate=_migrate_plan
+    )
     policy = SnapshotPolicy(every_records=3, tail_ratio=0)
     reported = _agent("reported", approval=True)
     async with Runtime(store, agents=[survey, budgeted, parked, broken, v1, reported], snapshot_policy=policy) as rt:
@@ -193,9 +258,13 @@ async def _run_every_runtime_path(store, workdir: Path) -> None:
         assert (await rt.run("broken", "broken", "fail")).status == "failed"
         assert (await (await rt.retry("broken")).wait()).status == "failed"  # retried, and still broken
         state = await rt.run("reported", "reported", "report")
-        when = dt.datetime(2025, 1, 2, 3, 4, tzinfo=dt.timezone.utc)
-        await rt.approve("reported", state.open_approvals()[0]["approval_id"], by="ops",
-                         result={"when": when, "pair": (1, Decimal("2.5")), "tags": {"a"}})
+        when = dt.datetime(2025, 1, 2, 3, 4, tzinfo=dt.UTC)
+        await rt.approve(
+            "reported",
+            state.open_approvals()[0]["approval_id"],
+            by="ops",
+            result={"when": when, "pair": (1, Decimal("2.5")), "tags": {"a"}},
+        )
         state = await rt.run(v1, "evolving", "evolve")
     async with Runtime(store, agents=[v2], snapshot_policy=policy) as rt:
         await rt.approve("evolving", state.open_approvals()[0]["approval_id"])
@@ -227,7 +296,10 @@ async def test_every_frame_the_runtime_writes_validates_against_the_cddl(tmp_pat
             snapshot = await store.get_snapshot(stream)
             while snapshot is not None:
                 header = validate_frame(snapshot.data)
-                assert (header["schema-id"], header["schema-version"]) == (SNAPSHOT_SCHEMA_ID, schemas.CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID])
+                assert (header["schema-id"], header["schema-version"]) == (
+                    SNAPSHOT_SCHEMA_ID,
+                    schemas.CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID],
+                )
                 snapshots += 1
                 compressed += header["flags"] & 1
                 snapshot = await store.get_snapshot(stream, snapshot.seq - 1) if snapshot.seq > 1 else None
@@ -298,14 +370,22 @@ def test_upcast_chains_v1_to_v3_and_names_the_missing_step(registry) -> None:
     schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID] = 3
     upcaster(RECORD_SCHEMA_ID, 1)(record_v1_to_v2)
     assert missing_upcasters() == [(RECORD_SCHEMA_ID, 2)]
-    v1 = Record(1, "tool_result", {"key": KEY, "call_id": "c", "tool": "t", "result": None, "error": "e"}, 3.0).to_wire()
+    v1 = Record(
+        1, "tool_result", {"key": KEY, "call_id": "c", "tool": "t", "result": None, "error": "e"}, 3.0
+    ).to_wire()
     with pytest.raises(NoUpcastPathError) as caught:
         upcast(RECORD_SCHEMA_ID, 1, v1)
     assert caught.value.missing == 2
     upcaster(RECORD_SCHEMA_ID, 2)(record_v2_to_v3)
     assert missing_upcasters() == []
-    assert upcast(RECORD_SCHEMA_ID, 1, v1)["d"] == {"key": KEY, "call_id": "c", "tool": "t", "result": None,
-                                                    "failure": "e", "at": 3.0}
+    assert upcast(RECORD_SCHEMA_ID, 1, v1)["d"] == {
+        "key": KEY,
+        "call_id": "c",
+        "tool": "t",
+        "result": None,
+        "failure": "e",
+        "at": 3.0,
+    }
     assert upcast(RECORD_SCHEMA_ID, 3, v1) is v1
     with pytest.raises(ValueError):
         upcast(RECORD_SCHEMA_ID, 4, v1)

@@ -28,7 +28,7 @@ from durably.storage._errors import CorruptRecordError
 
 ALL_TYPES = {
     "aware": dt.datetime(2025, 3, 30, 1, 59, 59, 123456, tzinfo=dt.timezone(dt.timedelta(hours=-5, minutes=-30))),
-    "utc": dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+    "utc": dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
     "naive": dt.datetime(2025, 3, 30, 2, 30),  # a wall-clock time that does not exist in Europe/Berlin
     "date": dt.date(2024, 2, 29),
     "time": dt.time(23, 59, 59, 999999),
@@ -68,8 +68,13 @@ print(time.tzname[0], frame.hex(), codec.decode(frame).value["t"].isoformat())
 def test_a_naive_datetime_is_stored_and_read_the_same_under_every_tz() -> None:
     outputs = []
     for zone in ("UTC", "Asia/Tokyo", "America/St_Johns"):
-        done = subprocess.run([sys.executable, "-c", NAIVE_PROBE], capture_output=True, text=True, timeout=60,
-                              env={"TZ": zone, "PATH": "/usr/bin:/bin"})
+        done = subprocess.run(
+            [sys.executable, "-c", NAIVE_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"TZ": zone, "PATH": "/usr/bin:/bin"},
+        )
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout.split())
     assert len({name for name, _, _ in outputs}) == 3  # the zones really differed
@@ -101,12 +106,20 @@ def test_junk_or_a_second_zstd_frame_after_the_first_is_refused() -> None:
     refused(frame_of(raw, compress=True, payload=one + b"junk"), "not exactly one frame")
 
 
-@pytest.mark.parametrize("value", [
-    re.compile("a+"), fractions.Fraction(1, 3), ipaddress.ip_address("10.0.0.1"),
-    cbor2.CBORTag(1, 1_700_000_000),  # epoch time: durably writes tag 0
-    cbor2.CBORTag(27, ["os.system", "rm -rf /"]),  # a type name durably never writes
-    cbor2.CBORTag(55799, 1), cbor2.CBORTag(40000, 1), cbor2.CBORTag(5, [1, 3]),
-], ids=["regex", "fraction", "ip", "epoch", "foreign-type-27", "self-describe", "unassigned", "bigfloat"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        re.compile("a+"),
+        fractions.Fraction(1, 3),
+        ipaddress.ip_address("10.0.0.1"),
+        cbor2.CBORTag(1, 1_700_000_000),  # epoch time: durably writes tag 0
+        cbor2.CBORTag(27, ["os.system", "rm -rf /"]),  # a type name durably never writes
+        cbor2.CBORTag(55799, 1),
+        cbor2.CBORTag(40000, 1),
+        cbor2.CBORTag(5, [1, 3]),
+    ],
+    ids=["regex", "fraction", "ip", "epoch", "foreign-type-27", "self-describe", "unassigned", "bigfloat"],
+)
 def test_tags_durably_never_writes_are_refused(value) -> None:
     refused(frame_of(cbor2.dumps({"v": value})), "not one durably writes|cbor:")
 
@@ -133,10 +146,17 @@ def test_a_cycle_cannot_be_built() -> None:
     refused(frame_of(cbor2.dumps(cycle, value_sharing=True)), "cbor:")
 
 
-@pytest.mark.parametrize("forged", [
-    cbor2.CBORTag(4, [10**7, 1]), cbor2.CBORTag(37, b"short"), cbor2.CBORTag(258, [1, 1]),
-    cbor2.CBORTag(0, "2025-01-01T00:00:00"), cbor2.CBORTag(27, ["timedelta", ["a", 0, 0]]),
-    cbor2.CBORTag(2, b"\x01" * 1000),
-], ids=["decimal-exponent", "uuid-size", "set-duplicates", "naive-in-tag-0", "timedelta-shape", "huge-bignum"])
+@pytest.mark.parametrize(
+    "forged",
+    [
+        cbor2.CBORTag(4, [10**7, 1]),
+        cbor2.CBORTag(37, b"short"),
+        cbor2.CBORTag(258, [1, 1]),
+        cbor2.CBORTag(0, "2025-01-01T00:00:00"),
+        cbor2.CBORTag(27, ["timedelta", ["a", 0, 0]]),
+        cbor2.CBORTag(2, b"\x01" * 1000),
+    ],
+    ids=["decimal-exponent", "uuid-size", "set-duplicates", "naive-in-tag-0", "timedelta-shape", "huge-bignum"],
+)
 def test_durably_tags_out_of_shape_are_refused(forged) -> None:
     refused(frame_of(cbor2.dumps({"v": forged})), "cbor:")

@@ -14,14 +14,17 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably import AgentDefinition, AgentExistsError, Budget, Runtime, tool  # noqa: E402
-from support_agents import StepModel, append_line  # noqa: E402
+from support_agents import StepModel, append_line
+
+from durably import AgentDefinition, AgentExistsError, Budget, Runtime, tool
 
 
 async def main(args: argparse.Namespace) -> None:
     @tool(name="effect", requires_approval=args.approval)
     async def effect(n: int, *, ctx) -> int:
-        await anyio.to_thread.run_sync(append_line, Path(args.effects), {"key": ctx.idempotency_key, "n": n, "pid": os.getpid()})
+        await anyio.to_thread.run_sync(
+            append_line, Path(args.effects), {"key": ctx.idempotency_key, "n": n, "pid": os.getpid()}
+        )
         return n * 10
 
     definition = AgentDefinition(name="gated", model=StepModel(args.steps), tools=[effect])
@@ -31,8 +34,17 @@ async def main(args: argparse.Namespace) -> None:
         except AgentExistsError:
             handle = await rt.resume("a1")
         state = await handle.wait() if handle else await rt.status("a1")
-    print(json.dumps({"status": state.status, "reason": state.reason, "result": state.result,
-                      "approvals": [a["approval_id"] for a in state.open_approvals()]}), flush=True)
+    print(
+        json.dumps(
+            {
+                "status": state.status,
+                "reason": state.reason,
+                "result": state.result,
+                "approvals": [a["approval_id"] for a in state.open_approvals()],
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -34,11 +34,12 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably import AgentExistsError, Runtime, SnapshotPolicy  # noqa: E402
-from durably._journal.writer import AgentJournal  # noqa: E402
-from durably.schemas._records import Kind  # noqa: E402
-from durably.storage._group_commit import GroupCommitter  # noqa: E402
-from support_agents import append_line, file_agent  # noqa: E402
+from support_agents import append_line, file_agent
+
+from durably import AgentExistsError, Runtime, SnapshotPolicy
+from durably._journal.writer import AgentJournal
+from durably.schemas._records import Kind
+from durably.storage._group_commit import GroupCommitter
 
 counts: dict[str, int] = {}
 acked: list[int] = []  # seqs acknowledged so far in this process

@@ -39,8 +39,10 @@ class ScriptedChatModel(BaseChatModel):
         if step >= self.steps:
             message = AIMessage(content="All done.")
         else:
-            calls = [{"name": "record", "args": {"note": f"step {step} call {j}"}, "id": f"s{step}c{j}",
-                      "type": "tool_call"} for j in range(self.calls_per_step)]
+            calls = [
+                {"name": "record", "args": {"note": f"step {step} call {j}"}, "id": f"s{step}c{j}", "type": "tool_call"}
+                for j in range(self.calls_per_step)
+            ]
             message = AIMessage(content=f"Step {step}: recording.", tool_calls=calls)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -76,8 +78,11 @@ def build_agent(model: BaseChatModel, *, tool_hook=None, approval: bool = False)
         record_effect(call["id"])
         if tool_hook is not None:
             await tool_hook(call["id"], "after", config)
-        return {"messages": [ToolMessage(content=f"recorded {call['args']['note']}", tool_call_id=call["id"],
-                                         name="record")]}
+        return {
+            "messages": [
+                ToolMessage(content=f"recorded {call['args']['note']}", tool_call_id=call["id"], name="record")
+            ]
+        }
 
     def approve(state: State) -> dict[str, Any]:
         interrupt({"question": "run these tools?", "calls": [c["id"] for c in state["messages"][-1].tool_calls]})

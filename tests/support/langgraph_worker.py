@@ -24,7 +24,6 @@ import traceback
 
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
-
 from langgraph_agent import ScriptedChatModel, build_agent
 
 THREAD = "crash-thread"
@@ -55,7 +54,10 @@ async def _main(kind: str, db: str, kill: str, steps: int, approval: bool) -> in
         tup = await saver.aget_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}})
         return tup is not None and any(
             isinstance(m, ToolMessage) and m.tool_call_id == sibling
-            for _, channel, value in tup.pending_writes or [] if channel == "messages" for m in value)
+            for _, channel, value in tup.pending_writes or []
+            if channel == "messages"
+            for m in value
+        )
 
     async def hook(call_id: str, phase: str, _config) -> None:
         if call_id != target:
@@ -71,7 +73,9 @@ async def _main(kind: str, db: str, kill: str, steps: int, approval: bool) -> in
             os._exit(3)
 
     try:
-        graph = build_agent(ScriptedChatModel(steps=steps), tool_hook=hook, approval=approval).compile(checkpointer=saver)
+        graph = build_agent(ScriptedChatModel(steps=steps), tool_hook=hook, approval=approval).compile(
+            checkpointer=saver
+        )
         if what == "resume":
             await graph.ainvoke(Command(resume=target), config, durability="sync")
         else:

@@ -59,12 +59,24 @@ VALUES = {
     "set": {1, 2, 3},
     "frozenset": frozenset({"a", "b"}),
     "dataclass": Parcel("A-1", dt.date(2025, 1, 2), (30, 20)),
-    "model": Receipt(id=uuid.UUID(int=7), total=Decimal("5.10"), at=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)),
+    "model": Receipt(id=uuid.UUID(int=7), total=Decimal("5.10"), at=dt.datetime(2025, 1, 1, tzinfo=dt.UTC)),
 }
 ANNOTATIONS = {
-    "aware": dt.datetime, "naive": dt.datetime, "date": dt.date, "time": dt.time, "delta": dt.timedelta,
-    "decimal": Decimal, "uuid": uuid.UUID, "enum": Color, "int_enum": Level, "tuple": tuple[int, str, float],
-    "bytes": bytes, "set": set[int], "frozenset": frozenset[str], "dataclass": Parcel, "model": Receipt,
+    "aware": dt.datetime,
+    "naive": dt.datetime,
+    "date": dt.date,
+    "time": dt.time,
+    "delta": dt.timedelta,
+    "decimal": Decimal,
+    "uuid": uuid.UUID,
+    "enum": Color,
+    "int_enum": Level,
+    "tuple": tuple[int, str, float],
+    "bytes": bytes,
+    "set": set[int],
+    "frozenset": frozenset[str],
+    "dataclass": Parcel,
+    "model": Receipt,
 }
 
 
@@ -105,8 +117,12 @@ async def main(db: str, mode: str) -> None:
         for entry in state.ledger.values():
             name = entry["tool"].removeprefix("get_")
             rebuilt = definition.tool(entry["tool"]).load_result(entry["result"])
-            report[name] = {"equal": rebuilt == VALUES[name], "type": type(rebuilt).__name__,
-                            "same_type": type(rebuilt) is type(VALUES[name]), "stored": type(entry["result"]).__name__}
+            report[name] = {
+                "equal": rebuilt == VALUES[name],
+                "type": type(rebuilt).__name__,
+                "same_type": type(rebuilt) is type(VALUES[name]),
+                "stored": type(entry["result"]).__name__,
+            }
         print(json.dumps(report))
 
 

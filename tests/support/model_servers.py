@@ -53,7 +53,7 @@ class ScriptedServer:
             raise ConnectionResetError("dropped by the script")
         return answer
 
-    async def __aenter__(self) -> "ScriptedServer":
+    async def __aenter__(self) -> ScriptedServer:
         app = web.Application()
         app.router.add_post(self.path, self._handle)
         self._runner = web.AppRunner(app, access_log=None)
@@ -68,23 +68,43 @@ class ScriptedServer:
         await self._runner.cleanup()
 
 
-def openai_completion(*, content: str | None = None, calls: list[tuple[str, str, str]] = (), finish: str = "stop",
-                      usage: dict[str, Any] | None = None, model: str = "gpt-test") -> dict[str, Any]:
+def openai_completion(
+    *,
+    content: str | None = None,
+    calls: list[tuple[str, str, str]] = (),
+    finish: str = "stop",
+    usage: dict[str, Any] | None = None,
+    model: str = "gpt-test",
+) -> dict[str, Any]:
     """A Chat Completions response: ``calls`` as ``(id, name, arguments JSON text)``."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
-        message["tool_calls"] = [{"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-                                 for i, n, a in calls]
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000, "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": usage or {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}}
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in calls
+        ]
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": usage or {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+    }
 
 
-def anthropic_message(*, text: str = "", calls: list[tuple[str, str, Any]] = (), stop: str = "end_turn",
-                      model: str = "claude-test") -> dict[str, Any]:
+def anthropic_message(
+    *, text: str = "", calls: list[tuple[str, str, Any]] = (), stop: str = "end_turn", model: str = "claude-test"
+) -> dict[str, Any]:
     """A Messages API response: ``calls`` as ``(id, name, input)``."""
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     content += [{"type": "tool_use", "id": i, "name": n, "input": x} for i, n, x in calls]
-    return {"id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": 20, "output_tokens": 7}}
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 20, "output_tokens": 7},
+    }

@@ -17,8 +17,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably import AgentDefinition, Runtime, tool  # noqa: E402
-from support_agents import StepModel  # noqa: E402
+from support_agents import StepModel
+
+from durably import AgentDefinition, Runtime, tool
 
 
 async def main(args: argparse.Namespace) -> None:

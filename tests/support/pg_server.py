@@ -56,35 +56,61 @@ class PostgresTestServer:
         self.os_user = "postgres" if os.geteuid() == 0 else None
 
     def _run(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        proc = subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=timeout,
-                              user=self.os_user, cwd=self.root)
+        proc = subprocess.run(
+            [str(BIN / argv[0]), *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            user=self.os_user,
+            cwd=self.root,
+        )
         if proc.returncode != 0:
             log = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
             raise RuntimeError(f"{argv[0]} failed ({proc.returncode}): {proc.stderr[-3000:]}\n{log}")
         return proc
 
-    def start(self) -> "PostgresTestServer":
+    def start(self) -> PostgresTestServer:
         """initdb (first time) and start the server; returns once it accepts connections."""
         if self.os_user is not None:
             entry = pwd.getpwnam(self.os_user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         if not self.data.exists():
-            self._run("initdb", "-D", str(self.data), "-U", USER, "--auth=trust", "-E", "UTF8", "--no-sync",
-                      "--locale=C")
+            self._run(
+                "initdb", "-D", str(self.data), "-U", USER, "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"
+            )
         self._pg_ctl_start()
         if not self._has_db():
             self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", USER, DATABASE)
         return self
 
     def _pg_ctl_start(self) -> None:
-        options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories='' "
-                   "-c max_connections=200 -c shared_buffers=64MB -c log_min_messages=warning")
+        options = (
+            f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories='' "
+            "-c max_connections=200 -c shared_buffers=64MB -c log_min_messages=warning"
+        )
         self._run("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data), "-l", str(self.log), "-o", options)
 
     def _has_db(self) -> bool:
-        proc = subprocess.run([str(BIN / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER, "-d", "postgres",
-                               "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
-                              capture_output=True, text=True, timeout=60, user=self.os_user, cwd=self.root)
+        proc = subprocess.run(
+            [
+                str(BIN / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                USER,
+                "-d",
+                "postgres",
+                "-tAc",
+                f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            user=self.os_user,
+            cwd=self.root,
+        )
         return proc.stdout.strip() == "1"
 
     def stop(self, *, immediate: bool = False) -> None:
@@ -98,18 +124,56 @@ class PostgresTestServer:
 
     def psql(self, sql: str, *, database: str = DATABASE) -> str:
         """Run ``sql`` with psql as the superuser; returns its unaligned output."""
-        proc = subprocess.run([str(BIN / "psql"), "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(self.port),
-                               "-U", USER, "-d", database, "-tAc", sql],
-                              capture_output=True, text=True, timeout=120, user=self.os_user, cwd=self.root)
+        proc = subprocess.run(
+            [
+                str(BIN / "psql"),
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                USER,
+                "-d",
+                database,
+                "-tAc",
+                sql,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            user=self.os_user,
+            cwd=self.root,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"psql failed: {proc.stderr[-2000:]}")
         return proc.stdout
 
     def psql_file(self, path: Path, *, database: str = DATABASE) -> None:
         """Run the SQL script ``path`` (a pg_dump, meta-commands included) with psql."""
-        proc = subprocess.run([str(BIN / "psql"), "-v", "ON_ERROR_STOP=1", "-q", "-h", "127.0.0.1", "-p", str(self.port),
-                               "-U", USER, "-d", database], input=path.read_text(), capture_output=True, text=True,
-                              timeout=120, user=self.os_user, cwd=self.root)
+        proc = subprocess.run(
+            [
+                str(BIN / "psql"),
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                USER,
+                "-d",
+                database,
+            ],
+            input=path.read_text(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            user=self.os_user,
+            cwd=self.root,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"psql -f {path} failed: {proc.stderr[-2000:]}")
 

@@ -20,9 +20,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import s3_worker as base  # noqa: E402
+import s3_worker as base
 
-from durably.adapters.postgres import PostgresStore  # noqa: E402
+from durably.adapters.postgres import PostgresStore
 
 
 def install_postgres_hooks() -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import cbor2
 
 from durably import ModelResponse, Usage
-from durably.storage import StreamId
 from durably._journal.records import RecordCodec
+from durably.storage import StreamId
 
 PASSWORD = "correct-horse-battery-staple-42"
 GH_TOKEN = "ghp_" + "Zx9" * 12  # the GitHub token format: ghp_ + 36 alphanumerics
@@ -56,7 +57,7 @@ def decoded_text(frames, codec: RecordCodec | None = None) -> str:
     """All frames decoded (decompressed, decrypted) and dumped as one text, to search."""
     codec = codec or RecordCodec()
     parts = []
-    for stream, kind, seq, data in frames:
+    for stream, _kind, seq, data in frames:
         frame = codec.codec.decode(data, stream=stream, seq=seq)
         parts.append(repr(frame.value))
         parts.append(cbor2.dumps(frame.value).decode("latin-1"))

@@ -19,9 +19,9 @@ import uuid
 
 import anyio
 
-from durably.adapters.sqlite import SQLiteStore
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
+from durably.adapters.sqlite import SQLiteStore
 from durably.schemas._records import Kind, Record
 from durably.storage._spi import AppendRequest, StreamId
 
@@ -31,10 +31,21 @@ STREAM = StreamId("ns", "a1")
 def record(run: str, seq: int) -> Record:
     """Record ``seq`` of run ``run``: ``started`` at 1, then user messages naming run and seq."""
     if seq == 1:
-        return Record(1, Kind.STARTED, {
-            "namespace": STREAM.namespace, "agent_id": STREAM.agent_id, "run_id": run, "task": "t",
-            "definition": {"name": "d", "version": "1", "digest": "x"}, "instructions": "", "budget": {},
-            "worker": "w"}, 1.0)
+        return Record(
+            1,
+            Kind.STARTED,
+            {
+                "namespace": STREAM.namespace,
+                "agent_id": STREAM.agent_id,
+                "run_id": run,
+                "task": "t",
+                "definition": {"name": "d", "version": "1", "digest": "x"},
+                "instructions": "",
+                "budget": {},
+                "worker": "w",
+            },
+            1.0,
+        )
     return Record(seq, Kind.MESSAGE_RECEIVED, {"role": "user", "content": f"{run}:{seq}"}, 1.0)
 
 

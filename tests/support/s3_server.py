@@ -94,7 +94,7 @@ class _Barrier:
 class _Gate:
     """The WSGI wrapper: logs, injects faults, serialises requests (see the module docstring)."""
 
-    def __init__(self, app, server: "S3TestServer") -> None:
+    def __init__(self, app, server: S3TestServer) -> None:
         self.app = app
         self.server = server
 
@@ -159,7 +159,7 @@ class _Gate:
 
 
 class _QuietHandler(threaded_moto_server.MotoRequestHandler):
-    def log(self, type: str, message: str, *args) -> None:  # noqa: A002 - werkzeug's signature
+    def log(self, type: str, message: str, *args) -> None:
         pass
 
 
@@ -193,8 +193,10 @@ class S3TestServer(ThreadedMotoServer):
 
     def url(self, prefix: str, **params: object) -> str:
         """An ``s3://`` URL for ``prefix`` in ``BUCKET`` on this server, plus extra query ``params``."""
-        query = "&".join(f"{k}={v}" for k, v in {"endpoint_url": self.endpoint_url, "region": REGION,
-                                                  "path_style": 1, **params}.items())
+        query = "&".join(
+            f"{k}={v}"
+            for k, v in {"endpoint_url": self.endpoint_url, "region": REGION, "path_style": 1, **params}.items()
+        )
         return f"s3://{BUCKET}/{prefix}?{query}"
 
     def client(self):

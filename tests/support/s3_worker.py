@@ -40,23 +40,24 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably.adapters.s3 import S3Store  # noqa: E402
-from durably import (  # noqa: E402
+from support_agents import StepModel, append_line, read_lines
+
+from durably import (
     AgentDefinition,
     AgentExistsError,
-    AgentLeasedError,
     AgentFencedError,
+    AgentLeasedError,
     ModelResponse,
     Reconciled,
     Runtime,
     SnapshotPolicy,
     tool,
 )
-from durably._journal.writer import AgentJournal  # noqa: E402
-from durably._journal.snapshots import SnapshotWriter  # noqa: E402
-from durably.schemas._records import Kind  # noqa: E402
-from durably.storage._group_commit import GroupCommitter  # noqa: E402
-from support_agents import StepModel, append_line, read_lines  # noqa: E402
+from durably._journal.snapshots import SnapshotWriter
+from durably._journal.writer import AgentJournal
+from durably.adapters.s3 import S3Store
+from durably.schemas._records import Kind
+from durably.storage._group_commit import GroupCommitter
 
 counts: dict[str, int] = {}
 snapshot_writers: list[SnapshotWriter] = []
@@ -195,8 +196,12 @@ async def main() -> None:
                 # Another worker owns the agent now: stop it here, write nothing more.
                 results[agent_id] = {"status": "fenced", "error": str(exc)}
                 return
-            results[agent_id] = {"status": state.status, "result": state.result, "reason": state.reason,
-                                 "last_seq": state.last_seq}
+            results[agent_id] = {
+                "status": state.status,
+                "result": state.result,
+                "reason": state.reason,
+                "last_seq": state.last_seq,
+            }
 
         async with anyio.create_task_group() as tg:
             for i in range(args.agents):
@@ -219,7 +224,9 @@ if __name__ == "__main__":
     parser.add_argument("--at", type=int, default=1)
     parser.add_argument("--hold", choices=["model", "tool"])
     parser.add_argument("--hold-at", type=int, default=1)
-    parser.add_argument("--lease-ttl", type=float, default=2.0, help="seconds; short, so a paused worker's lease lapses")
+    parser.add_argument(
+        "--lease-ttl", type=float, default=2.0, help="seconds; short, so a paused worker's lease lapses"
+    )
     args = parser.parse_args()
     install_hooks()
     anyio.run(main)

@@ -43,11 +43,28 @@ def header_fields(frame: bytes) -> dict[str, Any]:
     """The frame header as the map ``frame.cddl`` describes."""
     if frame[2] == 3:
         magic, fmt, flags, schema_id, version, raw, stored, dictionary, crc = HEADER_V3.unpack_from(frame)
-        return {"magic": magic, "format": fmt, "flags": flags, "schema-id": schema_id, "schema-version": version,
-                "raw-size": raw, "stored-size": stored, "dictionary-id": dictionary, "crc32": crc}
+        return {
+            "magic": magic,
+            "format": fmt,
+            "flags": flags,
+            "schema-id": schema_id,
+            "schema-version": version,
+            "raw-size": raw,
+            "stored-size": stored,
+            "dictionary-id": dictionary,
+            "crc32": crc,
+        }
     magic, fmt, flags, schema_id, version, raw, stored, crc = HEADER.unpack_from(frame)
-    return {"magic": magic, "format": fmt, "flags": flags, "schema-id": schema_id, "schema-version": version,
-            "raw-size": raw, "stored-size": stored, "crc32": crc}
+    return {
+        "magic": magic,
+        "format": fmt,
+        "flags": flags,
+        "schema-id": schema_id,
+        "schema-version": version,
+        "raw-size": raw,
+        "stored-size": stored,
+        "crc32": crc,
+    }
 
 
 @cache
@@ -61,7 +78,7 @@ def shipped_dictionaries() -> dict[int, bytes]:
 def payload(frame: bytes) -> bytes:
     """The frame's CBOR payload, decompressed when flag bit 0 says so."""
     header = header_fields(frame)
-    body = frame[HEADER_V3.size if header["format"] == 3 else HEADER.size:]
+    body = frame[HEADER_V3.size if header["format"] == 3 else HEADER.size :]
     assert len(body) == header["stored-size"]
     assert not header["flags"] & 2, "an encrypted payload cannot be checked without its key"
     if header["format"] == 3:

@@ -20,8 +20,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durably import AgentDefinition, Reconciled, Runtime, tool  # noqa: E402
-from support_agents import StepModel, append_line, read_lines  # noqa: E402
+from support_agents import StepModel, append_line, read_lines
+
+from durably import AgentDefinition, Reconciled, Runtime, tool
 
 
 def slow_file_agent(steps: int, effects: Path, step_seconds: float) -> AgentDefinition:
@@ -45,8 +46,9 @@ def slow_file_agent(steps: int, effects: Path, step_seconds: float) -> AgentDefi
 
 async def main(args: argparse.Namespace) -> None:
     definition = slow_file_agent(args.steps, Path(args.effects), args.step_seconds)
-    async with Runtime(f"sqlite:///{args.db}", agents=[definition], worker_id=args.worker_id,
-                       lease_ttl=args.lease_ttl) as rt:
+    async with Runtime(
+        f"sqlite:///{args.db}", agents=[definition], worker_id=args.worker_id, lease_ttl=args.lease_ttl
+    ) as rt:
         for i in range(args.start):
             await rt.start(definition, f"agent-{i}", "count")
         await rt.serve(args.poll, max_agents=args.max_agents)

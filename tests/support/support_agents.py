@@ -20,8 +20,9 @@ class StepModel:
 
     name = "step-model"
 
-    def __init__(self, steps: int, tool_name: str = "effect", tokens: int = 10, per_turn: int = 1,
-                 think_s: float = 0.0) -> None:
+    def __init__(
+        self, steps: int, tool_name: str = "effect", tokens: int = 10, per_turn: int = 1, think_s: float = 0.0
+    ) -> None:
         self.steps = steps
         self.think_s = think_s  # how long each answer takes (0: answers without waiting)
         self.tool_name = tool_name
@@ -43,7 +44,9 @@ class StepModel:
         return ModelResponse(f"done {results}", (), usage)
 
 
-def list_agent(steps: int, effects: list, *, policy: str = "retry", name: str = "list-agent", **tool_kw) -> AgentDefinition:
+def list_agent(
+    steps: int, effects: list, *, policy: str = "retry", name: str = "list-agent", **tool_kw
+) -> AgentDefinition:
     """An agent whose tool appends ``(key, n)`` to ``effects`` (a list)."""
 
     @tool(name="effect", on_unknown_outcome=policy, **tool_kw)
@@ -94,8 +97,9 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def file_agent(steps: int, effects: Path, *, name: str = "file-agent", on_effect=None, per_turn: int = 1,
-               think_s: float = 0.0) -> AgentDefinition:
+def file_agent(
+    steps: int, effects: Path, *, name: str = "file-agent", on_effect=None, per_turn: int = 1, think_s: float = 0.0
+) -> AgentDefinition:
     """An agent whose tool 'sends' by appending to ``effects``; reconciles by key.
 
     ``on_effect(phase, n)`` is called before and after the side effect (the crash

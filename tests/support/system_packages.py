@@ -46,10 +46,14 @@ def ensure_debian_packages(*packages: str) -> None:
         if not missing:
             return
         if os.geteuid() != 0:
-            raise SystemPackageError(f"missing Debian packages {missing}: run `apt-get install {' '.join(missing)}` as root")
+            raise SystemPackageError(
+                f"missing Debian packages {missing}: run `apt-get install {' '.join(missing)}` as root"
+            )
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        for argv in (["apt-get", "update", "-q"],
-                     ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
+        for argv in (
+            ["apt-get", "update", "-q"],
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+        ):
             proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
             if proc.returncode != 0:
                 raise SystemPackageError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")

@@ -15,10 +15,10 @@ import click
 import pytest
 
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
-from durably._cli.main import cli, main
 from durably._cli.demo.survey import survey_agent
-from durably._loop.state import AgentState, apply
+from durably._cli.main import cli, main
 from durably._journal.records import RecordCodec
+from durably._loop.state import AgentState, apply
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 
@@ -27,8 +27,14 @@ DEMO_AGENT = "stdlib-survey-7"
 
 def durably(*argv: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
     environment = {**os.environ, "COLUMNS": "250", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "durably._cli", *argv], capture_output=True, text=True,
-                          timeout=300, env=environment, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "durably._cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +49,12 @@ def demo_store(tmp_path_factory) -> dict:
 
 
 def test_history_json_is_one_document_json_tool_reads(demo_store) -> None:
-    pipeline = (f"{sys.executable} -m durably._cli history {DEMO_AGENT} --namespace demo --json"
-                f" | {sys.executable} -m json.tool")
-    proc = subprocess.run(pipeline, shell=True, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **demo_store["env"]})
+    pipeline = (
+        f"{sys.executable} -m durably._cli history {DEMO_AGENT} --namespace demo --json | {sys.executable} -m json.tool"
+    )
+    proc = subprocess.run(
+        pipeline, shell=True, capture_output=True, text=True, timeout=120, env={**os.environ, **demo_store["env"]}
+    )
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
     records = document["records"]
@@ -55,8 +63,19 @@ def test_history_json_is_one_document_json_tool_reads(demo_store) -> None:
     # The crash and the resumes are in the timeline: worker 2 and worker 3 each appended "resumed".
     assert kinds[0] == "started" and kinds.count("resumed") >= 2 and kinds[-1] == "finished"
     assert all(isinstance(r["at"], float) and r["summary"] and "payload" not in r for r in records)
-    filtered = json.loads(durably("history", DEMO_AGENT, "--namespace", "demo", "--json", "--kind", "approval_decided",
-                                  "--payload", env=demo_store["env"]).stdout)["records"]
+    filtered = json.loads(
+        durably(
+            "history",
+            DEMO_AGENT,
+            "--namespace",
+            "demo",
+            "--json",
+            "--kind",
+            "approval_decided",
+            "--payload",
+            env=demo_store["env"],
+        ).stdout
+    )["records"]
     assert [r["kind"] for r in filtered] == ["approval_decided"] and filtered[0]["payload"]["approved"] is True
     text = durably("history", DEMO_AGENT, "--namespace", "demo", "--after", "3", env=demo_store["env"])
     assert text.returncode == 0 and text.stdout.splitlines()[0].split()[0] == "4"
@@ -74,8 +93,11 @@ async def folded_at(url: str, agent_id: str, seq: int) -> AgentState:
 
 async def test_state_at_matches_the_fold_of_the_records(demo_store) -> None:
     for seq in (1, 7, 20):
-        proc = await anyio.to_thread.run_sync(lambda: durably("state", DEMO_AGENT, "--namespace", "demo", "--at", str(seq),
-                                                               "--json", env=demo_store["env"]))
+        proc = await anyio.to_thread.run_sync(
+            lambda: durably(
+                "state", DEMO_AGENT, "--namespace", "demo", "--at", str(seq), "--json", env=demo_store["env"]
+            )
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         document = json.loads(proc.stdout)
         expected = (await folded_at(demo_store["url"], DEMO_AGENT, seq)).to_wire()
@@ -85,13 +107,17 @@ async def test_state_at_matches_the_fold_of_the_records(demo_store) -> None:
 
 
 async def test_a_fork_made_by_the_cli_is_finished_by_serve(demo_store, tmp_path) -> None:
-    records = json.loads(durably("history", DEMO_AGENT, "--namespace", "demo", "--json", env=demo_store["env"]).stdout)["records"]
+    records = json.loads(durably("history", DEMO_AGENT, "--namespace", "demo", "--json", env=demo_store["env"]).stdout)[
+        "records"
+    ]
     decided = next(r["seq"] for r in records if r["kind"] == "approval_decided")
-    proc = durably("fork", DEMO_AGENT, "--at", str(decided), "--as", "survey-fork", "--namespace", "demo",
-                   env=demo_store["env"])
+    proc = durably(
+        "fork", DEMO_AGENT, "--at", str(decided), "--as", "survey-fork", "--namespace", "demo", env=demo_store["env"]
+    )
     assert proc.returncode == 0 and "status running" in proc.stdout, proc.stdout
-    again = durably("fork", DEMO_AGENT, "--at", str(decided), "--as", "survey-fork", "--namespace", "demo",
-                    env=demo_store["env"])
+    again = durably(
+        "fork", DEMO_AGENT, "--at", str(decided), "--as", "survey-fork", "--namespace", "demo", env=demo_store["env"]
+    )
     assert again.returncode == 1 and "AgentExistsError" in again.stdout
     agent = survey_agent(tmp_path, latency=0)
     async with Runtime(demo_store["url"], agents=[agent], namespace="demo") as rt:
@@ -107,9 +133,23 @@ async def test_a_fork_made_by_the_cli_is_finished_by_serve(demo_store, tmp_path)
 
 def test_show_of_a_sigkilled_agent_names_its_dead_holder(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    worker = [sys.executable, "-m", "durably._cli.demo.worker", "--store", url, "--namespace", "default",
-              "--agent-id", "victim", "--workdir", str(tmp_path / "work"), "--modules", "colorsys,bisect",
-              "--crash-at", "2:tool:before_effect"]
+    worker = [
+        sys.executable,
+        "-m",
+        "durably._cli.demo.worker",
+        "--store",
+        url,
+        "--namespace",
+        "default",
+        "--agent-id",
+        "victim",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--modules",
+        "colorsys,bisect",
+        "--crash-at",
+        "2:tool:before_effect",
+    ]
     killed = subprocess.run(worker, capture_output=True, text=True, timeout=120)
     assert killed.returncode == -9, killed.stderr
     shown = durably("show", "victim", "--store", url)
@@ -131,7 +171,9 @@ async def test_agents_filters_sorts_and_prints_json(tmp_path) -> None:
     everything = json.loads(durably("agents", "--store", url, "--json").stdout)
     assert [a["agent_id"] for a in everything["agents"]] == ["second", "third", "first"]  # last active first
     assert everything["agents"][1]["open_approvals"][0]["tool"] == "gated"
-    only = json.loads(durably("agents", "--store", url, "--json", "--status", "waiting_approval", "--limit", "1").stdout)
+    only = json.loads(
+        durably("agents", "--store", url, "--json", "--status", "waiting_approval", "--limit", "1").stdout
+    )
     assert [a["agent_id"] for a in only["agents"]] == ["third"]
     none = durably("agents", "--store", url, "--definition", "other")
     assert none.returncode == 0 and "no agents matching the filters" in none.stdout
@@ -183,8 +225,13 @@ def test_purge_asks_on_a_terminal_and_takes_yes_and_dry_run(tmp_path) -> None:
     # On a terminal: the question is asked; "n" keeps the agent.
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "durably._cli", "purge", "only", "--store", url],
-                                stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "durably._cli", "purge", "only", "--store", url],
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         os.write(leader, b"n\n")
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -195,8 +242,13 @@ def test_purge_asks_on_a_terminal_and_takes_yes_and_dry_run(tmp_path) -> None:
     # sweep asks the same way, after listing what it would purge.
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "durably._cli", "sweep", "--default", "0s", "--store", url],
-                                stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "durably._cli", "sweep", "--default", "0s", "--store", url],
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         os.write(leader, b"n\n")
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -224,8 +276,11 @@ class _HostileModel:
         call_id = "c1" if self.safe else HOSTILE
         if any(m["role"] == "tool" for m in messages):
             return ModelResponse("done", (), Usage(1, 1, 0.0))
-        return ModelResponse("text " + ("" if self.safe else HOSTILE),
-                             (ToolCall(call_id, "gated", {"path": "ok" if self.safe else HOSTILE}),), Usage(1, 1, 0.0))
+        return ModelResponse(
+            "text " + ("" if self.safe else HOSTILE),
+            (ToolCall(call_id, "gated", {"path": "ok" if self.safe else HOSTILE}),),
+            Usage(1, 1, 0.0),
+        )
 
 
 def _gated():
@@ -246,7 +301,8 @@ def test_control_sequences_from_the_model_are_shown_neutralised(tmp_path) -> Non
     url = f"sqlite:///{tmp_path / 'a.db'}"
     anyio.run(lambda: _one_agent(url, "victim", False))
     outputs = {
-        "agents": durably("agents", "--store", url), "show": durably("show", "victim", "--store", url),
+        "agents": durably("agents", "--store", url),
+        "show": durably("show", "victim", "--store", url),
         "history": durably("history", "victim", "--store", url, "--payload"),
         "state": durably("state", "victim", "--store", url),
         "agents --json": durably("agents", "--store", url, "--json"),
@@ -320,7 +376,11 @@ def test_the_commands_that_act_on_an_agent_print_json(tmp_path) -> None:
     assert approved.returncode == 0, approved.stdout
     document = json.loads(approved.stdout)
     assert {k: document[k] for k in ("namespace", "agent_id", "command", "status")} == {
-        "namespace": "default", "agent_id": "only", "command": "approve", "status": "running"}
+        "namespace": "default",
+        "agent_id": "only",
+        "command": "approve",
+        "status": "running",
+    }
     assert document["placement"]["where"] == "unassigned" and "not registered" in document["placement"]["reason"]
     assert document["seq"] > 0
     again = run("approve", "only", "c1", "--by", "ana")
@@ -355,8 +415,11 @@ def test_agents_piped_is_never_cut_short_and_a_terminal_keeps_ids_whole(tmp_path
     # On a terminal the other columns wrap to its width; the kept ones (id, status) stay whole.
     out = Output()
     out.console = Console(file=io.StringIO(), width=90, force_terminal=True, color_system=None, highlight=False)
-    out.table(["agent", "status", "lease", "reason"], [[long_id, "waiting_approval", "nobody " * 4, "because " * 20]],
-              keep=("agent", "status"))
+    out.table(
+        ["agent", "status", "lease", "reason"],
+        [[long_id, "waiting_approval", "nobody " * 4, "because " * 20]],
+        keep=("agent", "status"),
+    )
     shown = out.console.file.getvalue()
     first = next(line for line in shown.splitlines() if long_id in line)
     assert "waiting_approval" in first and all(len(line) <= 90 for line in shown.splitlines())
@@ -369,8 +432,13 @@ def test_approve_records_the_login_name_without_user_and_refuses_no_name(tmp_pat
     assert nameless.returncode == 2 and "--by" in nameless.stderr
     environment = {k: v for k, v in os.environ.items() if k != "USER"}
     environment["LOGNAME"] = "ana-from-logname"  # what getpass.getuser() reads after $USER
-    proc = subprocess.run([sys.executable, "-m", "durably._cli", "approve", "only", "c1", "--store", url],
-                          capture_output=True, text=True, timeout=120, env=environment)
+    proc = subprocess.run(
+        [sys.executable, "-m", "durably._cli", "approve", "only", "c1", "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     history = json.loads(durably("history", "only", "--store", url, "--json", "--payload").stdout)["records"]
     decided = next(r["payload"] for r in history if r["kind"] == "approval_decided")

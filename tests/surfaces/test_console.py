@@ -24,8 +24,15 @@ from system_packages import ensure_debian_packages
 from durably._console import ConsoleConfigError, ContentPolicy, create_app
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 DEMO_AGENT = "stdlib-survey-11"
 PARKED = "parked-survey"
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
@@ -49,17 +56,46 @@ def demo_store(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("console")
     url = f"sqlite:///{work / 'demo.db'}"
     run([sys.executable, "-m", "durably._cli", "demo", "--modules", "3", "--seed", "11", "--store", url], cwd=work)
-    run([sys.executable, "-m", "durably._cli.demo.worker", "--store", url, "--namespace", "demo",
-         "--agent-id", PARKED, "--workdir", str(work / "parked"), "--modules", "colorsys,bisect"])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "durably._cli.demo.worker",
+            "--store",
+            url,
+            "--namespace",
+            "demo",
+            "--agent-id",
+            PARKED,
+            "--workdir",
+            str(work / "parked"),
+            "--modules",
+            "colorsys,bisect",
+        ]
+    )
     return {"url": url, "work": work}
 
 
 @pytest.fixture
 def console(demo_store):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "durably._cli", "ui", "--store", demo_store["url"],
-                             "--namespace", "demo", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "durably._cli",
+            "ui",
+            "--store",
+            demo_store["url"],
+            "--namespace",
+            "demo",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -80,9 +116,21 @@ def test_the_console_in_a_browser_lists_shows_and_approves(demo_store, console, 
     ensure_debian_packages("chromium")
     from playwright.sync_api import sync_playwright
 
-    worker = subprocess.Popen([sys.executable, str(SUPPORT / "console_serve_worker.py"), "--store", demo_store["url"],
-                               "--workdir", str(demo_store["work"] / "parked"), "--until", PARKED],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            str(SUPPORT / "console_serve_worker.py"),
+            "--store",
+            demo_store["url"],
+            "--workdir",
+            str(demo_store["work"] / "parked"),
+            "--until",
+            PARKED,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -92,7 +140,9 @@ def test_the_console_in_a_browser_lists_shows_and_approves(demo_store, console, 
             assert rows.count() == 2
             assert page.locator("a.agent-link", has_text=DEMO_AGENT).is_visible()
             assert page.locator("a.agent-link", has_text=PARKED).is_visible()
-            assert "waiting_approval" in page.inner_text("table.agents") and "finished" in page.inner_text("table.agents")
+            assert "waiting_approval" in page.inner_text("table.agents") and "finished" in page.inner_text(
+                "table.agents"
+            )
             page.screenshot(path=tmp_path / "agents.png", full_page=True)
 
             page.click(f"a.agent-link:has-text('{DEMO_AGENT}')")
@@ -140,10 +190,16 @@ def test_state_changes_need_the_pages_csrf_token(demo_store, console) -> None:
     with httpx.Client(base_url=console) as client:
         page = client.get(f"/agents/{DEMO_AGENT}")
         assert page.status_code == 200 and "content-security-policy" in page.headers
-        assert "script" not in page.headers["content-security-policy"] or "'none'" in page.headers["content-security-policy"]
+        assert (
+            "script" not in page.headers["content-security-policy"]
+            or "'none'" in page.headers["content-security-policy"]
+        )
         assert client.post(url, data={"action": "approve", "csrf": "forged"}).status_code == 403
-        cross = client.post(url, data={"action": "approve", "csrf": client.cookies["durably_csrf"]},
-                            headers={"origin": "http://evil.example"})
+        cross = client.post(
+            url,
+            data={"action": "approve", "csrf": client.cookies["durably_csrf"]},
+            headers={"origin": "http://evil.example"},
+        )
         assert cross.status_code == 403
         ours = client.post(url, data={"action": "approve", "csrf": client.cookies["durably_csrf"]})
         assert ours.status_code == 303 and "refused" in ours.headers["location"]  # no such approval: refused, typed
@@ -164,8 +220,9 @@ async def test_a_token_guards_every_request_and_other_hosts_need_one(demo_store)
             login = await client.get(f"/agents/{DEMO_AGENT}?token={token}")
             assert login.status_code == 303 and login.headers["location"] == f"/agents/{DEMO_AGENT}"
             assert (await client.get(login.headers["location"])).status_code == 200  # the cookie carries it now
-        async with httpx.AsyncClient(transport=transport, base_url="http://console",
-                                     headers={"authorization": f"Bearer {token}"}) as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://console", headers={"authorization": f"Bearer {token}"}
+        ) as client:
             assert (await client.get("/")).status_code == 200
 
 
@@ -188,12 +245,21 @@ async def test_a_long_timeline_is_paged(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'long.db'}"
     async with Runtime(url) as rt:
         stream = rt.stream("long")
-        start = {"namespace": "default", "agent_id": "long", "run_id": "r" * 32, "task": "t",
-                 "definition": {"name": "d", "version": "1", "digest": "0" * 16}, "instructions": "",
-                 "budget": {"steps": None, "tokens": None, "cost_usd": None}, "worker": "w"}
+        start = {
+            "namespace": "default",
+            "agent_id": "long",
+            "run_id": "r" * 32,
+            "task": "t",
+            "definition": {"name": "d", "version": "1", "digest": "0" * 16},
+            "instructions": "",
+            "budget": {"steps": None, "tokens": None, "cost_usd": None},
+            "worker": "w",
+        }
         frames = [rt.codec.encode_record(Record(1, Kind.STARTED, start, 1.0), stream)]
-        frames += [rt.codec.encode_record(Record(seq, Kind.MESSAGE_RECEIVED, {"role": "user", "content": "hi"}, 1.0), stream)
-                   for seq in range(2, 1201)]
+        frames += [
+            rt.codec.encode_record(Record(seq, Kind.MESSAGE_RECEIVED, {"role": "user", "content": "hi"}, 1.0), stream)
+            for seq in range(2, 1201)
+        ]
         await rt.store.append(stream, 0, frames)
     app = create_app(url)
     async with app.router.lifespan_context(app):
@@ -214,7 +280,10 @@ async def test_untrusted_text_is_neutralised_on_every_page(tmp_path) -> None:
     app = create_app(url, content=ContentPolicy(show=True))  # content shown: the hostile text reaches the page
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
-            pages = [await client.get(path) for path in ("/", "/agents/victim", "/agents/victim/state", "/agents/victim/state?seq=2")]
+            pages = [
+                await client.get(path)
+                for path in ("/", "/agents/victim", "/agents/victim/state", "/agents/victim/state?seq=2")
+            ]
     for page in pages:
         assert page.status_code == 200
         for raw in ("\x1b", "\x07", "\x9b", "\u202e"):

@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import subprocess
 import sys
+
 from durably._cli.demo.run import surveyed
 from durably._cli.demo.survey import CANDIDATES, report, survey_task, task_modules
 
 
 def test_demo_crashes_resumes_and_verifies(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "durably._cli", "demo", "--modules", "6", "--seed", "7"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "durably._cli", "demo", "--modules", "6", "--seed", "7"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "all 9 checks passed" in proc.stdout
     assert (tmp_path / "durably.db").exists()
     assert len(list((tmp_path / "durably-demo" / "run" / "summaries").glob("*.md"))) == 6
     # Run twice on the same database: the demo starts its agent afresh. Seed 0 asks for base64,
     # a name with digits, which the scripted model once never read (and the reference run neither).
-    again = subprocess.run([sys.executable, "-m", "durably._cli", "demo", "--modules", "3", "--seed", "0"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "durably._cli", "demo", "--modules", "3", "--seed", "0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stdout[-4000:]
     assert "base64" in again.stdout and "every module surveyed" in again.stdout
     summaries = {p.stem for p in (tmp_path / "durably-demo" / "run" / "summaries").glob("*.md")}

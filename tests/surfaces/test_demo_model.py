@@ -22,25 +22,36 @@ class SurveyChatHandler(BaseHTTPRequestHandler):
 
     policy = ScriptedSurveyModel(Path("."))
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         messages = []
         for m in body["messages"]:
             if m["role"] == "tool":
-                messages.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": _json_or_text(m["content"])})
+                messages.append(
+                    {"role": "tool", "tool_call_id": m["tool_call_id"], "content": _json_or_text(m["content"])}
+                )
             elif m["role"] == "assistant":
-                calls = [{"id": c["id"], "name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
-                         for c in m.get("tool_calls") or ()]
+                calls = [
+                    {"id": c["id"], "name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+                    for c in m.get("tool_calls") or ()
+                ]
                 messages.append({"role": "assistant", "content": m.get("content") or "", "tool_calls": calls})
             else:
                 messages.append({"role": m["role"], "content": m["content"]})
         answer = self.policy._decide(messages)
-        calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                 for c in answer.tool_calls]
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in answer.tool_calls
+        ]
         message = {"role": "assistant", "content": answer.text or None, **({"tool_calls": calls} if calls else {})}
-        reply = {"id": "chatcmpl-demo", "object": "chat.completion", "created": 0, "model": body["model"],
-                 "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-                 "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+        reply = {
+            "id": "chatcmpl-demo",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+        }
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -71,8 +82,14 @@ def test_demo_runs_with_a_model_behind_the_real_openai_client(tmp_path, monkeypa
     server = _serve_chat_completions(monkeypatch)
     try:
         out = io.StringIO()
-        status = run_demo(f"sqlite:///{tmp_path / 'demo.db'}", tmp_path / "out", 11, 3, Console(file=out, width=200),
-                          model="openai:gpt-demo")
+        status = run_demo(
+            f"sqlite:///{tmp_path / 'demo.db'}",
+            tmp_path / "out",
+            11,
+            3,
+            Console(file=out, width=200),
+            model="openai:gpt-demo",
+        )
     finally:
         server.shutdown()
     printed = out.getvalue()
@@ -87,8 +104,21 @@ def test_durably_demo_takes_the_model_option(tmp_path, monkeypatch, capsys) -> N
     monkeypatch.setenv("COLUMNS", "200")  # rich wraps at the terminal width it is told
     server = _serve_chat_completions(monkeypatch)
     try:
-        status = main(["demo", "--store", f"sqlite:///{tmp_path / 'demo.db'}", "--out", str(tmp_path / "out"),
-                       "--seed", "11", "--modules", "3", "--model", "openai:gpt-demo"])
+        status = main(
+            [
+                "demo",
+                "--store",
+                f"sqlite:///{tmp_path / 'demo.db'}",
+                "--out",
+                str(tmp_path / "out"),
+                "--seed",
+                "11",
+                "--modules",
+                "3",
+                "--model",
+                "openai:gpt-demo",
+            ]
+        )
     finally:
         server.shutdown()
     printed = capsys.readouterr().out

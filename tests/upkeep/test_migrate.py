@@ -20,14 +20,14 @@ import pytest
 from schema_wire import header_fields
 
 from durably import Runtime, SnapshotPolicy
-from durably._cli.main import main
 from durably._cli.demo.survey import survey_agent, survey_task
-from durably._upkeep.migrate import migrate_store
+from durably._cli.main import main
+from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
+from durably._upkeep.migrate import migrate_store
 from durably.schemas import _records as schemas
 from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
 from durably.storage._errors import UnknownSchemaVersionError
-from durably._journal.records import RecordCodec
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 
@@ -57,7 +57,12 @@ def snapshot_plan_v1_to_v2(value: dict) -> dict:
 
 
 def test_the_v2_upcasters_are_pure_and_only_touch_the_plan() -> None:
-    record = {"s": 2, "k": "model_responded", "t": 1.0, "d": {"text": "", "tool_calls": [], "plan": ["a"], "model": "m"}}
+    record = {
+        "s": 2,
+        "k": "model_responded",
+        "t": 1.0,
+        "d": {"text": "", "tool_calls": [], "plan": ["a"], "model": "m"},
+    }
     before = copy.deepcopy(record)
     assert record_plan_v1_to_v2(record)["d"]["plan"] == [{"step": "a", "done": False}]
     assert record == before
@@ -94,8 +99,10 @@ async def write_v1_survey(url: str, workdir: Path) -> Any:
 def rows(path: Path) -> dict[str, list[tuple]]:
     """Every row of the SQLite store, read with the sqlite3 module (not durably)."""
     with sqlite3.connect(path) as db:
-        return {table: db.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-                for table in ("streams", "records", "snapshots")}
+        return {
+            table: db.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+            for table in ("streams", "records", "snapshots")
+        }
 
 
 async def frame_versions(url: str) -> tuple[dict[int, int], dict[int, int]]:
@@ -133,7 +140,9 @@ async def test_a_v1_agent_resumes_correctly_under_a_v2_state_schema(tmp_path: Pa
     assert (tmp_path / "work" / "report.md").exists()
     records, snapshots = await frame_versions(url)
     # Old frames stay exactly as written; everything this build wrote is version 2.
-    assert all(records[seq] == NOW for seq in v1_records) and all(v == NEXT for s, v in records.items() if s not in v1_records)
+    assert all(records[seq] == NOW for seq in v1_records) and all(
+        v == NEXT for s, v in records.items() if s not in v1_records
+    )
     assert max(snapshots) > max(v1_snapshots) and snapshots[max(snapshots)] == NEXT
     after = await anyio.to_thread.run_sync(rows, tmp_path / "agents.db")
     assert after["records"][: len(v1_rows["records"])] == v1_rows["records"]
@@ -190,7 +199,9 @@ async def test_a_record_from_a_newer_durably_stops_the_agent_and_leaves_its_byte
     before = await anyio.to_thread.run_sync(rows, path)
 
     agent = survey_agent(tmp_path / "work", latency=0)
-    async with Runtime(url, agents=[agent], snapshot_policy=SnapshotPolicy(every_records=1, keep=1, compact=True)) as rt:
+    async with Runtime(
+        url, agents=[agent], snapshot_policy=SnapshotPolicy(every_records=1, keep=1, compact=True)
+    ) as rt:
         with pytest.raises(UnknownSchemaVersionError) as caught:
             await rt.resume("survey")
         with pytest.raises(UnknownSchemaVersionError):
@@ -215,7 +226,11 @@ async def test_the_migrate_command_reports_per_stream(tmp_path: Path, v2_build, 
     v2_build()
     assert await cli(["migrate", "--dry-run", "--store", url, "--namespace", "default"]) == 0
     out = capsys.readouterr().out
-    assert f"would be rewritten as v{NEXT}" in out and f"records at v{NOW} stay as written" in out and "1 would change" in out
+    assert (
+        f"would be rewritten as v{NEXT}" in out
+        and f"records at v{NOW} stay as written" in out
+        and "1 would change" in out
+    )
     assert await cli(["migrate", "--store", url, "--namespace", "default"]) == 0
     out = capsys.readouterr().out
     assert f"rewritten as v{NEXT}" in out and "would be" not in out and "1 changed" in out
@@ -229,7 +244,9 @@ async def test_a_snapshot_from_a_newer_durably_over_compacted_records_is_named(t
     with pytest.MonkeyPatch.context() as patch:  # a newer durably snapshots at NEXT and compacts
         patch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, NEXT)
         patch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, NOW), lambda value: value)
-        async with Runtime(url, snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0, keep=1, compact=True)) as newer:
+        async with Runtime(
+            url, snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0, keep=1, compact=True)
+        ) as newer:
             await newer.approve("survey", state.open_approvals()[0]["approval_id"])
     before = await anyio.to_thread.run_sync(rows, path)
     assert all(seq > 1 for _, seq, _ in before["records"])  # the start of the journal is gone

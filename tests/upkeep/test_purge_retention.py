@@ -4,16 +4,17 @@ the sweep applies time-to-live by status from the last record's time."""
 
 from __future__ import annotations
 
-import sqlite3
 import shutil
+import sqlite3
 import time
 import uuid
 
 import anyio
 import pytest
+from privacy_support import BACKENDS, ScriptModel, files_bytes, s3_keys, spi_frames
+from privacy_support import backend as store_backend
+from support_agents import list_agent
 
-from durably.adapters import memory
-from durably.adapters.s3._keys import StreamKeys
 from durably import (
     AgentDefinition,
     AgentNotFoundError,
@@ -27,12 +28,11 @@ from durably import (
 from durably._cli.main import main as cli_main
 from durably._journal.redaction_policy import RedactionPolicy
 from durably._upkeep.retention import DAY, RetentionPolicy, parse_duration
+from durably.adapters import memory
+from durably.adapters.s3._keys import StreamKeys
 from durably.storage import BlobNotFoundError, StreamId
-from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
-from privacy_support import BACKENDS, ScriptModel, files_bytes, s3_keys, spi_frames
-from privacy_support import backend as store_backend
-from support_agents import list_agent
 from durably.storage import _dictionaries as dictionaries
+from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,7 @@ def greppable_frames(monkeypatch):
 
 
 try:
-    from .s3_server import BUCKET, s3_server  # noqa: F401 - s3_server is a fixture
+    from .s3_server import BUCKET, s3_server
 except ImportError:
     from s3_server import BUCKET, s3_server  # noqa: F401
 
@@ -144,8 +144,11 @@ async def test_purging_a_live_agent_stops_it_and_nothing_lands_afterwards() -> N
 
     model = ScriptModel([ModelResponse("wait", (ToolCall("c1", "wait_forever", {}),), Usage(1, 1, 0.0))])
     definition = AgentDefinition(name="waiter", model=model, tools=[wait_forever])
-    async with Runtime(f"memory://{uuid.uuid4().hex}", agents=[definition],
-                       snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0)) as rt:
+    async with Runtime(
+        f"memory://{uuid.uuid4().hex}",
+        agents=[definition],
+        snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0),
+    ) as rt:
         handle = await rt.start("waiter", "w1", PLANTED)
         await started.wait()
         await rt.purge("w1")
@@ -198,18 +201,28 @@ async def test_the_sweep_applies_ttl_by_status_from_the_last_record(tmp_path) ->
     policy = RetentionPolicy({"finished": 30 * DAY, "failed": 90 * DAY})
     async with Runtime(url, namespace="t1") as rt:
         early = await rt.sweep(policy, now=time.time() + 29 * DAY)
-        assert {i.stream.agent_id: i.outcome for i in early} == {"done-1": "kept", "failed-1": "kept", "waiting-1": "kept"}
+        assert {i.stream.agent_id: i.outcome for i in early} == {
+            "done-1": "kept",
+            "failed-1": "kept",
+            "waiting-1": "kept",
+        }
         dry = await rt.sweep(policy, now=time.time() + 31 * DAY, dry_run=True)
         assert {i.stream.agent_id: (i.outcome, i.status) for i in dry}["done-1"] == ("expired", "finished")
         assert len([s async for s in rt.store.list_streams("t1")]) == 3  # a dry run deletes nothing
         month = await rt.sweep(policy, now=time.time() + 31 * DAY)
-        assert {i.stream.agent_id: i.outcome for i in month} == {"done-1": "purged", "failed-1": "kept", "waiting-1": "kept"}
+        assert {i.stream.agent_id: i.outcome for i in month} == {
+            "done-1": "purged",
+            "failed-1": "kept",
+            "waiting-1": "kept",
+        }
         quarter = await rt.sweep(policy, now=time.time() + 91 * DAY)
         assert {i.stream.agent_id: i.outcome for i in quarter} == {"failed-1": "purged", "waiting-1": "kept"}
         forever = await rt.sweep(policy, now=time.time() + 3650 * DAY)
         assert [i.outcome for i in forever] == ["kept"]  # no TTL for waiting agents
         default = await rt.sweep(RetentionPolicy(default=DAY), now=time.time() + 2 * DAY)
-        assert [(i.stream.agent_id, i.outcome, i.status) for i in default] == [("waiting-1", "purged", "waiting_approval")]
+        assert [(i.stream.agent_id, i.outcome, i.status) for i in default] == [
+            ("waiting-1", "purged", "waiting_approval")
+        ]
     assert await agent_ids(url, "t1") == set()
     assert await agent_ids(url, "t2") == {"done-2"}  # another namespace's policy, another sweep
 

@@ -11,23 +11,29 @@ import uuid
 
 import anyio
 import pytest
+from support_agents import list_agent
 
 import durably
-from durably._cli.main import main as cli_main
 from durably import Runtime
+from durably._cli.main import main as cli_main
 from durably._upkeep.retention import DAY, RetentionPolicy, parse_duration
-from support_agents import list_agent
 
 
 async def agents_in(rt: Runtime) -> set[str]:
     return {s.agent_id async for s in rt.store.list_streams(rt.namespace)}
 
 
-@pytest.mark.parametrize(("now", "match"), [
-    (math.nan, "now"), (math.inf, "now"), (-math.inf, "now"),
-    # time.time() * 1000 reads as a date ~50,000 years ahead: every TTL would have passed.
-    (time.time() * 1000, "before year 10000"), (1e30, "before year 10000"),
-])
+@pytest.mark.parametrize(
+    ("now", "match"),
+    [
+        (math.nan, "now"),
+        (math.inf, "now"),
+        (-math.inf, "now"),
+        # time.time() * 1000 reads as a date ~50,000 years ahead: every TTL would have passed.
+        (time.time() * 1000, "before year 10000"),
+        (1e30, "before year 10000"),
+    ],
+)
 async def test_a_nan_infinite_or_millisecond_now_purges_nothing(now: float, match: str) -> None:
     async with Runtime(f"memory://{uuid.uuid4().hex}", agents=[list_agent(1, [])]) as rt:
         assert (await rt.run("list-agent", "keep-me", "t")).status == "finished"
@@ -39,12 +45,15 @@ async def test_a_nan_infinite_or_millisecond_now_purges_nothing(now: float, matc
         assert [(i.stream.agent_id, i.outcome) for i in items] == [("keep-me", "expired")]
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"now": "x"}, durably.ArgumentTypeError),
-    ({"now": True}, durably.ArgumentTypeError),
-    ({"dry_run": None}, durably.ArgumentTypeError),  # None is falsy: it would have purged
-    ({"dry_run": "yes"}, durably.ArgumentTypeError),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"now": "x"}, durably.ArgumentTypeError),
+        ({"now": True}, durably.ArgumentTypeError),
+        ({"dry_run": None}, durably.ArgumentTypeError),  # None is falsy: it would have purged
+        ({"dry_run": "yes"}, durably.ArgumentTypeError),
+    ],
+)
 async def test_sweep_refuses_a_now_or_dry_run_of_the_wrong_type(kwargs: dict, error: type) -> None:
     async with Runtime(f"memory://{uuid.uuid4().hex}", agents=[list_agent(1, [])]) as rt:
         await rt.run("list-agent", "keep-me", "t")
@@ -55,22 +64,25 @@ async def test_sweep_refuses_a_now_or_dry_run_of_the_wrong_type(kwargs: dict, er
         assert await agents_in(rt) == {"keep-me"}
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"ttl": {"finished": math.nan}}, durably.InvalidArgumentError),
-    ({"ttl": {"finished": math.inf}}, durably.InvalidArgumentError),
-    ({"ttl": {"finished": -1}}, durably.InvalidArgumentError),
-    ({"default": math.nan}, durably.InvalidArgumentError),
-    ({"default": math.inf}, durably.InvalidArgumentError),
-    ({"default": -1.0}, durably.InvalidArgumentError),
-    ({"ttl": {"bogus": 1}}, durably.InvalidArgumentError),
-    ({"ttl": {"Finished": 1}}, durably.InvalidArgumentError),
-    ({"default": True}, durably.ArgumentTypeError),
-    ({"ttl": {"finished": False}}, durably.ArgumentTypeError),
-    ({"ttl": {"finished": "1"}}, durably.ArgumentTypeError),
-    ({"default": "1d"}, durably.ArgumentTypeError),
-    ({"ttl": [1]}, durably.ArgumentTypeError),
-    ({"ttl": {1: 1}}, durably.ArgumentTypeError),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"ttl": {"finished": math.nan}}, durably.InvalidArgumentError),
+        ({"ttl": {"finished": math.inf}}, durably.InvalidArgumentError),
+        ({"ttl": {"finished": -1}}, durably.InvalidArgumentError),
+        ({"default": math.nan}, durably.InvalidArgumentError),
+        ({"default": math.inf}, durably.InvalidArgumentError),
+        ({"default": -1.0}, durably.InvalidArgumentError),
+        ({"ttl": {"bogus": 1}}, durably.InvalidArgumentError),
+        ({"ttl": {"Finished": 1}}, durably.InvalidArgumentError),
+        ({"default": True}, durably.ArgumentTypeError),
+        ({"ttl": {"finished": False}}, durably.ArgumentTypeError),
+        ({"ttl": {"finished": "1"}}, durably.ArgumentTypeError),
+        ({"default": "1d"}, durably.ArgumentTypeError),
+        ({"ttl": [1]}, durably.ArgumentTypeError),
+        ({"ttl": {1: 1}}, durably.ArgumentTypeError),
+    ],
+)
 def test_a_bad_policy_is_refused_at_construction(kwargs: dict, error: type) -> None:
     with pytest.raises(error):
         RetentionPolicy(**kwargs)
@@ -92,12 +104,15 @@ def test_parse_duration_refuses_nan_and_infinity(text: str) -> None:
         parse_duration(text)
 
 
-@pytest.mark.parametrize("argv", [
-    ["--default", "nan"],
-    ["--default", "inf"],
-    ["--ttl", "finished=nan"],
-    ["--ttl", "bogus=1d"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--default", "nan"],
+        ["--default", "inf"],
+        ["--ttl", "finished=nan"],
+        ["--ttl", "bogus=1d"],
+    ],
+)
 async def test_the_sweep_command_refuses_nan_and_unknown_statuses(tmp_path, capsys, argv: list[str]) -> None:
     url = f"sqlite:///{tmp_path}/agents.db"
     async with Runtime(url, agents=[list_agent(1, [])]) as rt:
@@ -110,4 +125,3 @@ async def test_the_sweep_command_refuses_nan_and_unknown_statuses(tmp_path, caps
         assert "Invalid value" in captured.err
     async with Runtime(url) as rt:
         assert await agents_in(rt) == {"keep-me"}
-

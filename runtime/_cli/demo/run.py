@@ -28,9 +28,8 @@ from rich.console import Console
 from rich.table import Table
 
 from durably import Runtime
-from durably.storage import StreamId, open_store
-
 from durably._cli.demo.survey import CANDIDATES, _read_lines, survey_agent, survey_task
+from durably.storage import StreamId, open_store
 
 NAMESPACE = "demo"
 CRASH_POINTS = ["model:before_call", "tool:before_effect", "tool:after_effect"]
@@ -44,8 +43,20 @@ class Check:
 
 
 def _worker(store: str, agent_id: str, workdir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "durably._cli.demo.worker", "--store", store, "--namespace", NAMESPACE,
-           "--agent-id", agent_id, "--workdir", str(workdir), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "durably._cli.demo.worker",
+        "--store",
+        store,
+        "--namespace",
+        NAMESPACE,
+        "--agent-id",
+        agent_id,
+        "--workdir",
+        str(workdir),
+        *extra,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
@@ -81,7 +92,9 @@ def _files(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.md"))}
 
 
-def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: Console, model: str | None = None) -> int:
+def run_demo(
+    store: str, out: Path, seed: int | None, n_modules: int, console: Console, model: str | None = None
+) -> int:
     """Run the whole demo; return the process exit status (0: every check passed).
 
     ``model``: a ``provider:model`` spec (e.g. ``openai:gpt-4.1-mini``, key from
@@ -114,8 +127,9 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
     crash_call = rng.randint(2, 3 * n_modules if model is None else max(2, n_modules))
     crash_point = rng.choice(CRASH_POINTS)
     console.print(f"2. worker 1 starts the run and will SIGKILL itself at model call {crash_call}, {crash_point}...")
-    w1 = _worker(store, agent_id, run_dir, "--modules", ",".join(modules), "--crash-at", f"{crash_call}:{crash_point}",
-                 *extra)
+    w1 = _worker(
+        store, agent_id, run_dir, "--modules", ",".join(modules), "--crash-at", f"{crash_call}:{crash_point}", *extra
+    )
     console.print(f"   worker 1 exit status {w1.returncode}")
     console.print("3. worker 2 resumes from the journal...")
     w2 = _worker(store, agent_id, run_dir, *extra)
@@ -123,7 +137,17 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
     console.print(f"   worker 2 exited: agent {parked['status']}, open approvals {parked['approvals']}")
     approver = None
     if parked["approvals"]:
-        argv = ["approve", agent_id, parked["approvals"][0], "--store", store, "--namespace", NAMESPACE, "--by", "demo-reviewer"]
+        argv = [
+            "approve",
+            agent_id,
+            parked["approvals"][0],
+            "--store",
+            store,
+            "--namespace",
+            NAMESPACE,
+            "--by",
+            "demo-reviewer",
+        ]
         console.print(f"4. a separate process approves: durably {' '.join(argv)}", markup=False)
         approver = subprocess.run([sys.executable, "-m", "durably", *argv], capture_output=True, text=True, timeout=120)
         console.print(f"   {approver.stdout.strip() or approver.stderr.strip()}")
@@ -146,7 +170,9 @@ def run_demo(store: str, out: Path, seed: int | None, n_modules: int, console: C
             if proc.stderr.strip():
                 console.print(proc.stderr[-3000:])
         return 1
-    console.print(f"[green]all {len(checks)} checks passed[/]: the run survived SIGKILL and a restart without repeating work.")
+    console.print(
+        f"[green]all {len(checks)} checks passed[/]: the run survived SIGKILL and a restart without repeating work."
+    )
     return 0
 
 
@@ -155,18 +181,32 @@ def surveyed(run_dir: Path, modules: list[str]) -> Check:
     (a reference run with the same blind spot cannot catch a module that was never read)."""
     summaries = sorted(p.stem for p in (run_dir / "summaries").glob("*.md"))
     report = run_dir / "report.md"
-    rows = {line.split("|")[1].strip() for line in report.read_text().splitlines()
-            if line.startswith("| ")} if report.exists() else set()
+    rows = (
+        {line.split("|")[1].strip() for line in report.read_text().splitlines() if line.startswith("| ")}
+        if report.exists()
+        else set()
+    )
     missing = [m for m in modules if m not in summaries or m not in rows]
-    return Check("every module surveyed", not missing and len(summaries) == len(modules),
-                 f"{len(summaries)} of {len(modules)} modules summarised and reported"
-                 + (f"; missing: {', '.join(missing)}" if missing else ""))
+    return Check(
+        "every module surveyed",
+        not missing and len(summaries) == len(modules),
+        f"{len(summaries)} of {len(modules)} modules summarised and reported"
+        + (f"; missing: {', '.join(missing)}" if missing else ""),
+    )
 
 
-def verify(ref_dir: Path, run_dir: Path, ref_calls: list[dict[str, Any]], reference: dict[str, Any] | None,
-           final: dict[str, Any], w1: subprocess.CompletedProcess[str], w2: subprocess.CompletedProcess[str],
-           w3: subprocess.CompletedProcess[str], approver: subprocess.CompletedProcess[str] | None,
-           modules: list[str]) -> list[Check]:
+def verify(
+    ref_dir: Path,
+    run_dir: Path,
+    ref_calls: list[dict[str, Any]],
+    reference: dict[str, Any] | None,
+    final: dict[str, Any],
+    w1: subprocess.CompletedProcess[str],
+    w2: subprocess.CompletedProcess[str],
+    w3: subprocess.CompletedProcess[str],
+    approver: subprocess.CompletedProcess[str] | None,
+    modules: list[str],
+) -> list[Check]:
     """Compare the crashed run's effects on disk with the reference run's, and with the task's
     ``modules``. Returns one ``Check`` per verdict."""
     calls = _read_lines(run_dir / "model_calls.jsonl")
@@ -181,10 +221,17 @@ def verify(ref_dir: Path, run_dir: Path, ref_calls: list[dict[str, Any]], refere
     if reference is None:  # a real model: the checks every run must pass, without a reference to compare
         return [
             Check("worker 1 killed by SIGKILL", w1.returncode == -signal.SIGKILL, f"exit status {w1.returncode}"),
-            Check("no model turn paid twice", len(turns) == len(set(turns)), f"{len(calls)} calls for {len(set(turns))} turns"),
+            Check(
+                "no model turn paid twice",
+                len(turns) == len(set(turns)),
+                f"{len(calls)} calls for {len(set(turns))} turns",
+            ),
             Check("no tool executed twice", not twice, f"{len(effects)} side effects, {len(twice)} keys twice"),
-            Check("approval from another process", approver is not None and approver.returncode == 0,
-                  "worker 2 parked and exited; `durably approve` decided; worker 3 resumed"),
+            Check(
+                "approval from another process",
+                approver is not None and approver.returncode == 0,
+                "worker 2 parked and exited; `durably approve` decided; worker 3 resumed",
+            ),
             Check("run finished", final.get("status") == "finished", f"{final.get('status')}: {final.get('result')}"),
             surveyed(run_dir, modules),
         ]
@@ -193,17 +240,36 @@ def verify(ref_dir: Path, run_dir: Path, ref_calls: list[dict[str, Any]], refere
     ref_files, run_files = _files(ref_dir), _files(run_dir)
     return [
         Check("worker 1 killed by SIGKILL", w1.returncode == -signal.SIGKILL, f"exit status {w1.returncode}"),
-        Check("steps before / after the crash", before > 0 and len(calls) - before > 0,
-              f"{before} model calls before the crash, {len(calls) - before} after, in {len(by_pid)} processes"),
-        Check("no model call repeated", len(turns) == len(set(turns)) and len(calls) == len(ref_calls),
-              f"{len(calls)} calls for {len(set(turns))} turns; uninterrupted run: {len(ref_calls)}"),
-        Check("no tool executed twice", not twice and Counter(e["tool"] for e in effects) == Counter(e["tool"] for e in ref_effects),
-              f"{len(effects)} side effects, {len(twice)} keys twice; per tool {dict(Counter(e['tool'] for e in effects))}"),
+        Check(
+            "steps before / after the crash",
+            before > 0 and len(calls) - before > 0,
+            f"{before} model calls before the crash, {len(calls) - before} after, in {len(by_pid)} processes",
+        ),
+        Check(
+            "no model call repeated",
+            len(turns) == len(set(turns)) and len(calls) == len(ref_calls),
+            f"{len(calls)} calls for {len(set(turns))} turns; uninterrupted run: {len(ref_calls)}",
+        ),
+        Check(
+            "no tool executed twice",
+            not twice and Counter(e["tool"] for e in effects) == Counter(e["tool"] for e in ref_effects),
+            f"{len(effects)} side effects, {len(twice)} keys twice; per tool {dict(Counter(e['tool'] for e in effects))}",
+        ),
         Check("outbox identical", outbox == ref_outbox, f"{len(outbox)} messages sent, reference {len(ref_outbox)}"),
-        Check("files identical", run_files == ref_files, f"{len(run_files)} files (summaries + report) vs {len(ref_files)}"),
-        Check("approval from another process", approver is not None and approver.returncode == 0 and w2.returncode == 0,
-              "worker 2 parked and exited; `durably approve` decided; worker 3 resumed"),
-        Check("final result identical", final.get("status") == "finished" and final.get("result") == reference["result"],
-              f"{final.get('status')}: {final.get('result')}"),
+        Check(
+            "files identical",
+            run_files == ref_files,
+            f"{len(run_files)} files (summaries + report) vs {len(ref_files)}",
+        ),
+        Check(
+            "approval from another process",
+            approver is not None and approver.returncode == 0 and w2.returncode == 0,
+            "worker 2 parked and exited; `durably approve` decided; worker 3 resumed",
+        ),
+        Check(
+            "final result identical",
+            final.get("status") == "finished" and final.get("result") == reference["result"],
+            f"{final.get('status')}: {final.get('result')}",
+        ),
         surveyed(run_dir, modules),
     ]

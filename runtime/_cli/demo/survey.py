@@ -31,11 +31,53 @@ from durably import AgentDefinition, ModelResponse, Reconciled, Tool, ToolCall, 
 
 #: Pure-Python standard-library modules present in every CPython >= 3.11.
 CANDIDATES = [
-    "argparse", "ast", "base64", "bisect", "calendar", "colorsys", "configparser", "contextlib", "csv",
-    "dataclasses", "decimal", "difflib", "enum", "fnmatch", "fractions", "functools", "getopt", "glob", "gzip",
-    "heapq", "html", "inspect", "ipaddress", "json", "logging", "mimetypes", "numbers", "pathlib", "pprint",
-    "queue", "random", "reprlib", "sched", "secrets", "shlex", "shutil", "smtplib", "statistics", "string",
-    "tarfile", "tempfile", "textwrap", "tokenize", "typing", "uuid", "wave", "zipfile",
+    "argparse",
+    "ast",
+    "base64",
+    "bisect",
+    "calendar",
+    "colorsys",
+    "configparser",
+    "contextlib",
+    "csv",
+    "dataclasses",
+    "decimal",
+    "difflib",
+    "enum",
+    "fnmatch",
+    "fractions",
+    "functools",
+    "getopt",
+    "glob",
+    "gzip",
+    "heapq",
+    "html",
+    "inspect",
+    "ipaddress",
+    "json",
+    "logging",
+    "mimetypes",
+    "numbers",
+    "pathlib",
+    "pprint",
+    "queue",
+    "random",
+    "reprlib",
+    "sched",
+    "secrets",
+    "shlex",
+    "shutil",
+    "smtplib",
+    "statistics",
+    "string",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "tokenize",
+    "typing",
+    "uuid",
+    "wave",
+    "zipfile",
 ]
 
 Crash = Callable[[str], None]  # called at named points; the demo worker may SIGKILL itself there
@@ -77,12 +119,20 @@ def describe_module(name: str) -> dict[str, Any]:
         raise LookupError(f"{name} has no Python source")
     source = Path(spec.origin).read_text(encoding="utf-8")
     tree = ast.parse(source)
-    functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")]
+    functions = [
+        n.name
+        for n in tree.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")
+    ]
     classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")]
     doc = (ast.get_docstring(tree) or "").strip().splitlines()
     return {
-        "module": name, "lines": source.count("\n") + 1, "functions": functions, "classes": classes,
-        "doc": doc[0] if doc else "", "sha256": hashlib.sha256(source.encode()).hexdigest()[:16],
+        "module": name,
+        "lines": source.count("\n") + 1,
+        "functions": functions,
+        "classes": classes,
+        "doc": doc[0] if doc else "",
+        "sha256": hashlib.sha256(source.encode()).hexdigest()[:16],
     }
 
 
@@ -97,7 +147,9 @@ class SurveyTools:
         (workdir / "summaries").mkdir(parents=True, exist_ok=True)
 
     def _effect(self, tool_name: str, ctx: ToolContext, detail: str) -> None:
-        _append_line(self.effects, {"tool": tool_name, "key": ctx.idempotency_key, "detail": detail, "pid": os.getpid()})
+        _append_line(
+            self.effects, {"tool": tool_name, "key": ctx.idempotency_key, "detail": detail, "pid": os.getpid()}
+        )
 
     def definitions(self) -> list[Tool]:
         """The four ``Tool`` objects bound to this workdir."""
@@ -110,6 +162,7 @@ class SurveyTools:
         @tool(on_unknown_outcome="retry")
         async def write_summary(module: str, text: str, *, ctx: ToolContext) -> str:
             """Write summaries/<module>.md. Deduplicates by idempotency key."""
+
             def run() -> str:
                 path = self.workdir / "summaries" / f"{module}.md"
                 if any(e["key"] == ctx.idempotency_key for e in _read_lines(self.effects)):
@@ -119,15 +172,19 @@ class SurveyTools:
                 self._effect("write_summary", ctx, module)
                 self.crash("tool:after_effect")
                 return str(path.relative_to(self.workdir))
+
             return await anyio.to_thread.run_sync(run)
 
         async def notified(ctx: ToolContext) -> Reconciled | None:
-            sent = [m for m in await anyio.to_thread.run_sync(_read_lines, self.outbox) if m["key"] == ctx.idempotency_key]
+            sent = [
+                m for m in await anyio.to_thread.run_sync(_read_lines, self.outbox) if m["key"] == ctx.idempotency_key
+            ]
             return Reconciled(f"sent #{sent[0]['n']}") if sent else None
 
         @tool(on_unknown_outcome="reconcile", reconcile=notified)
         async def notify(channel: str, message: str, *, ctx: ToolContext) -> str:
             """Post a message to the team outbox (a send: not idempotent)."""
+
             def run() -> str:
                 self.crash("tool:before_effect")
                 n = len(_read_lines(self.outbox)) + 1
@@ -135,20 +192,24 @@ class SurveyTools:
                 self._effect("notify", ctx, channel)
                 self.crash("tool:after_effect")
                 return f"sent #{n}"
+
             return await anyio.to_thread.run_sync(run)
 
         async def published(ctx: ToolContext) -> Reconciled | None:
-            done = [e for e in await anyio.to_thread.run_sync(_read_lines, self.effects)
-                    if e["key"] == ctx.idempotency_key]
+            done = [
+                e for e in await anyio.to_thread.run_sync(_read_lines, self.effects) if e["key"] == ctx.idempotency_key
+            ]
             return Reconciled("report.md") if done else None
 
         @tool(requires_approval=True, on_unknown_outcome="reconcile", reconcile=published)
         async def publish_report(title: str, body: str, *, ctx: ToolContext) -> str:
             """Publish the final report (report.md). Needs a human's approval."""
+
             def run() -> str:
                 _write_atomic(self.workdir / "report.md", f"# {title}\n\n{body}")
                 self._effect("publish_report", ctx, title)
                 return "report.md"
+
             return await anyio.to_thread.run_sync(run)
 
         return [read_module, write_summary, notify, publish_report]
@@ -174,7 +235,9 @@ class ScriptedSurveyModel:
         await anyio.sleep(self.latency)  # a real model takes a while; gives a crash room to land
         turn = sum(1 for m in messages if m["role"] == "assistant")
         prompt_digest = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        await anyio.to_thread.run_sync(_append_line, self.log, {"turn": turn, "prompt": prompt_digest, "pid": os.getpid()})
+        await anyio.to_thread.run_sync(
+            _append_line, self.log, {"turn": turn, "prompt": prompt_digest, "pid": os.getpid()}
+        )
         response = self._decide(messages)
         tokens_in = sum(len(str(m.get("content") or "")) for m in messages) // 4
         tokens_out = (len(response.text) + sum(len(json.dumps(c.arguments)) for c in response.tool_calls)) // 4
@@ -190,7 +253,9 @@ class ScriptedSurveyModel:
         turn = done + 1
         if done == 0:
             plan = [f"read, summarise and announce {m}" for m in modules] + ["publish the report"]
-            return ModelResponse("Starting the survey.", (ToolCall(f"t{turn}", "read_module", {"name": modules[0]}),), plan=plan)
+            return ModelResponse(
+                "Starting the survey.", (ToolCall(f"t{turn}", "read_module", {"name": modules[0]}),), plan=plan
+            )
         per_module = 3
         if done < per_module * len(modules):
             index, phase = divmod(done, per_module)
@@ -199,12 +264,20 @@ class ScriptedSurveyModel:
                 return ModelResponse("", (ToolCall(f"t{turn}", "read_module", {"name": module}),))
             assert info is not None, "phases 1 and 2 follow the read_module result of that module"
             if phase == 1:
-                return ModelResponse(f"Summarising {module}.", (ToolCall(f"t{turn}", "write_summary", {"module": module, "text": summarise(info)}),))
-            note = f"{module}: {info['lines']} lines, {len(info['functions'])} functions, {len(info['classes'])} classes"
+                return ModelResponse(
+                    f"Summarising {module}.",
+                    (ToolCall(f"t{turn}", "write_summary", {"module": module, "text": summarise(info)}),),
+                )
+            note = (
+                f"{module}: {info['lines']} lines, {len(info['functions'])} functions, {len(info['classes'])} classes"
+            )
             return ModelResponse("", (ToolCall(f"t{turn}", "notify", {"channel": "#stdlib-survey", "message": note}),))
         if done == per_module * len(modules):
             body = report(facts)
-            return ModelResponse("Publishing.", (ToolCall(f"t{turn}", "publish_report", {"title": "Standard library survey", "body": body}),))
+            return ModelResponse(
+                "Publishing.",
+                (ToolCall(f"t{turn}", "publish_report", {"title": "Standard library survey", "body": body}),),
+            )
         last = messages[-1]["content"]
         total = sum(f["lines"] for f in facts)
         return ModelResponse(f"Survey of {len(facts)} modules ({total} lines) done; publish_report said: {last}")
@@ -213,15 +286,19 @@ class ScriptedSurveyModel:
 def summarise(info: dict[str, Any]) -> str:
     """The summary text of one module (what the model 'writes')."""
     api = ", ".join((info["classes"] + info["functions"])[:8]) or "(no public names)"
-    return (f"# {info['module']}\n\n{info['doc'] or 'No module docstring.'}\n\n"
-            f"{info['lines']} lines; {len(info['functions'])} public functions; {len(info['classes'])} public classes.\n"
-            f"Public names: {api}\n")
+    return (
+        f"# {info['module']}\n\n{info['doc'] or 'No module docstring.'}\n\n"
+        f"{info['lines']} lines; {len(info['functions'])} public functions; {len(info['classes'])} public classes.\n"
+        f"Public names: {api}\n"
+    )
 
 
 def report(facts: list[dict[str, Any]]) -> str:
     """The final report's body: a table of every module surveyed."""
     rows = ["| module | lines | functions | classes | source sha256 |", "|---|---:|---:|---:|---|"]
-    rows += [f"| {f['module']} | {f['lines']} | {len(f['functions'])} | {len(f['classes'])} | {f['sha256']} |" for f in facts]
+    rows += [
+        f"| {f['module']} | {f['lines']} | {len(f['functions'])} | {len(f['classes'])} | {f['sha256']} |" for f in facts
+    ]
     total = sum(f["lines"] for f in facts)
     return "\n".join(rows) + f"\n\n{len(facts)} modules, {total} lines in all.\n"
 
@@ -235,8 +312,10 @@ def task_modules(task: str) -> list[str]:
 def survey_task(modules: list[str]) -> str:
     """The task text given to the agent."""
     names = ", ".join(f"`{m}`" for m in modules)
-    return (f"Survey these Python standard-library modules: {names}. For each, read its source, write a summary "
-            f"file and announce it on #stdlib-survey; then publish a report of all of them.")
+    return (
+        f"Survey these Python standard-library modules: {names}. For each, read its source, write a summary "
+        f"file and announce it on #stdlib-survey; then publish a report of all of them."
+    )
 
 
 class LoggedModel:
@@ -256,8 +335,9 @@ class LoggedModel:
         return response
 
 
-def survey_agent(workdir: Path, crash: Crash = lambda point: None, latency: float = 0.005,
-                 model: str | None = None) -> AgentDefinition:
+def survey_agent(
+    workdir: Path, crash: Crash = lambda point: None, latency: float = 0.005, model: str | None = None
+) -> AgentDefinition:
     """The survey ``AgentDefinition`` writing its effects under ``workdir``.
 
     ``model``: a ``provider:model`` spec (``openai:gpt-4.1-mini``, key from
@@ -266,10 +346,14 @@ def survey_agent(workdir: Path, crash: Crash = lambda point: None, latency: floa
     tools = SurveyTools(workdir, crash)
     if model is not None:
         from durably.models import from_spec  # the vendor client is an optional extra
+
         chosen: Any = LoggedModel(from_spec(model), workdir, crash)
     else:
         chosen = ScriptedSurveyModel(workdir, crash, latency)
     return AgentDefinition(
-        name="stdlib-survey", version="1", model=chosen,
-        tools=tools.definitions(), instructions="You are a careful research assistant. Use the tools; be brief.",
+        name="stdlib-survey",
+        version="1",
+        model=chosen,
+        tools=tools.definitions(),
+        instructions="You are a careful research assistant. Use the tools; be brief.",
     )

@@ -16,7 +16,6 @@ from typing import Any
 import anyio
 
 from durably import Runtime, SnapshotPolicy
-
 from durably._cli.demo.survey import survey_agent, survey_task
 
 
@@ -45,8 +44,14 @@ async def work(args: argparse.Namespace) -> dict[str, Any]:
         else:
             handle = await rt.resume(args.agent_id)
             state = await handle.wait() if handle else await rt.status(args.agent_id)
-        return {"status": state.status, "reason": state.reason, "last_seq": state.last_seq,
-                "approvals": [a["approval_id"] for a in state.open_approvals()], "result": state.result, "pid": os.getpid()}
+        return {
+            "status": state.status,
+            "reason": state.reason,
+            "last_seq": state.last_seq,
+            "approvals": [a["approval_id"] for a in state.open_approvals()],
+            "result": state.result,
+            "pid": os.getpid(),
+        }
 
 
 def main(argv: list[str] | None = None) -> None:

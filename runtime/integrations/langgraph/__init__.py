@@ -12,6 +12,8 @@ database (``AsyncSqliteSaver`` / ``SqliteSaver``) into a ``DurablySaver``.
 Needs the ``langgraph`` extra: ``pip install 'durably[langgraph]'``.
 """
 
+from durably.errors import ExtraNotInstalledError
+
 from ._errors import (
     CheckpointValueError,
     ForeignLoopError,
@@ -19,13 +21,19 @@ from ._errors import (
     InvalidThreadIdError,
     SyncCallOnLoopError,
 )
-from durably.errors import ExtraNotInstalledError
 
 with ExtraNotInstalledError.guard(__name__, "langgraph", "langgraph", "langchain_core"):
     from ._importer import ImportedThread, ImportSourceError, import_sqlite_threads
     from ._saver import DurablySaver
 
 __all__ = [
-    "CheckpointValueError", "DurablySaver", "ForeignLoopError", "ImportSourceError", "ImportedThread",
-    "InvalidPruneStrategyError", "InvalidThreadIdError", "SyncCallOnLoopError", "import_sqlite_threads",
+    "CheckpointValueError",
+    "DurablySaver",
+    "ForeignLoopError",
+    "ImportSourceError",
+    "ImportedThread",
+    "InvalidPruneStrategyError",
+    "InvalidThreadIdError",
+    "SyncCallOnLoopError",
+    "import_sqlite_threads",
 ]

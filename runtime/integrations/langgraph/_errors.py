@@ -10,4 +10,10 @@ from durably.errors import (
     SyncCallOnLoopError,
 )
 
-__all__ = ["CheckpointValueError", "ForeignLoopError", "InvalidPruneStrategyError", "InvalidThreadIdError", "SyncCallOnLoopError"]
+__all__ = [
+    "CheckpointValueError",
+    "ForeignLoopError",
+    "InvalidPruneStrategyError",
+    "InvalidThreadIdError",
+    "SyncCallOnLoopError",
+]

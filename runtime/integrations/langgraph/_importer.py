@@ -17,8 +17,9 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from ._saver import DurablySaver
 from durably.errors import ImportSourceError as ImportSourceError  # re-exported: the old import path
+
+from ._saver import DurablySaver
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +37,9 @@ class ImportedThread:
     writes: int
 
 
-async def import_sqlite_threads(source: str | Path, saver: DurablySaver, *,
-                                thread_ids: list[str] | None = None) -> list[ImportedThread]:
+async def import_sqlite_threads(
+    source: str | Path, saver: DurablySaver, *, thread_ids: list[str] | None = None
+) -> list[ImportedThread]:
     """Copy threads of the LangGraph SQLite database at ``source`` into ``saver``.
 
     The database is opened read-only. Importing a thread twice stores nothing
@@ -67,8 +69,9 @@ async def import_sqlite_threads(source: str | Path, saver: DurablySaver, *,
         raise ImportSourceError(f"{path} is not a file")
     async with aiosqlite.connect(f"file:{path}?mode=ro", uri=True) as conn:
         try:
-            rows = await (await conn.execute(
-                "SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")).fetchall()
+            rows = await (
+                await conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")
+            ).fetchall()
         except Exception as exc:  # aiosqlite raises sqlite3 errors: no such table, not a database
             raise ImportSourceError(f"{path} is not a LangGraph SQLite checkpoint database: {exc}") from exc
         source_saver = AsyncSqliteSaver(conn, serde=saver.serde)
@@ -84,18 +87,25 @@ async def _task_paths(conn: Any, thread_id: str, ns: str, checkpoint_id: str) ->
     """task id -> task path of one checkpoint's writes (the order LangGraph applies them in);
     empty for a database from before LangGraph stored task paths."""
     try:
-        rows = await (await conn.execute(
-            "SELECT DISTINCT task_id, task_path FROM writes WHERE thread_id = ? AND checkpoint_ns = ? "
-            "AND checkpoint_id = ?", (thread_id, ns, checkpoint_id))).fetchall()
+        rows = await (
+            await conn.execute(
+                "SELECT DISTINCT task_id, task_path FROM writes WHERE thread_id = ? AND checkpoint_ns = ? "
+                "AND checkpoint_id = ?",
+                (thread_id, ns, checkpoint_id),
+            )
+        ).fetchall()
     except Exception:  # no task_path column: an older schema
         return {}
     return {task_id: path or "" for task_id, path in rows}
 
 
 async def _copy_thread(conn: Any, source: Any, saver: DurablySaver, thread_id: str) -> ImportedThread:
-    ids = await (await conn.execute(
-        "SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_id",
-        (thread_id,))).fetchall()
+    ids = await (
+        await conn.execute(
+            "SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_id",
+            (thread_id,),
+        )
+    ).fetchall()
     versions_by_id: dict[tuple[str, str], dict[str, Any]] = {}
     writes = 0
     for ns, checkpoint_id in ids:

@@ -48,7 +48,7 @@ class ValueRedactor:
             return out if any(out[k] is not value[k] for k in value) else value
         if isinstance(value, (list, tuple)):
             items = [self._walk(item, depth + 1) for item in value]
-            if all(a is b for a, b in zip(items, value)):
+            if all(a is b for a, b in zip(items, value, strict=False)):
                 return value
             return items if type(value) is list else type(value)(items) if type(value) is tuple else items
         if self._message is not None and isinstance(value, self._message):
@@ -66,6 +66,6 @@ class ValueRedactor:
         calls = getattr(message, "tool_calls", None)
         if calls:
             redacted = [{**call, "args": self._walk(call.get("args", {}), depth + 2)} for call in calls]
-            if any(r["args"] is not c.get("args") for r, c in zip(redacted, calls)):
+            if any(r["args"] is not c.get("args") for r, c in zip(redacted, calls, strict=False)):
                 update["tool_calls"] = redacted
         return message.model_copy(update=update) if update else message

@@ -35,17 +35,17 @@ from langgraph.checkpoint.base import (
 )
 
 from durably._journal.redaction_policy import RedactionPolicy
+from durably.errors import InvalidArgumentError
 from durably.storage._codec import Codec, FrameCipher
 from durably.storage._registry import open_store
 from durably.storage._spi import Store
 
 from ._errors import CheckpointValueError, InvalidPruneStrategyError
-from ._thread_journal import Thread, ThreadJournal
 from ._redact import ValueRedactor
 from ._sync import LoopBridge, SyncInterface
 from ._thread import StoredCheckpoint, ThreadState
+from ._thread_journal import Thread, ThreadJournal
 from ._values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, load_entry, paused_gc
-from durably.errors import InvalidArgumentError
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -109,9 +109,18 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         InvalidArgumentError: ``ttl`` is not None and not > 0.
     """
 
-    def __init__(self, store: Store | str, *, namespace: str = "langgraph", serde: Any = None,
-                 cipher: FrameCipher | None = None, redaction: RedactionPolicy | None = None,
-                 ttl: float | None = None, snapshot_min_bytes: int = 256 * 1024, cache_threads: int = 256) -> None:
+    def __init__(
+        self,
+        store: Store | str,
+        *,
+        namespace: str = "langgraph",
+        serde: Any = None,
+        cipher: FrameCipher | None = None,
+        redaction: RedactionPolicy | None = None,
+        ttl: float | None = None,
+        snapshot_min_bytes: int = 256 * 1024,
+        cache_threads: int = 256,
+    ) -> None:
         super().__init__(serde=serde)
         if ttl is not None and ttl <= 0:
             raise InvalidArgumentError(f"ttl must be > 0 seconds or None, got {ttl!r}")
@@ -120,11 +129,19 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         self.values = StrictSerde(self.serde)
         self._redact = ValueRedactor(redaction) if redaction is not None and redaction.active else None
         self._bridge = LoopBridge(self._open, self._close)
-        self._journal = ThreadJournal(self.store, Codec(cipher=cipher), cipher, namespace, self._versions_of,
-                                      ttl=ttl, snapshot_min_bytes=snapshot_min_bytes, cache_threads=cache_threads)
+        self._journal = ThreadJournal(
+            self.store,
+            Codec(cipher=cipher),
+            cipher,
+            namespace,
+            self._versions_of,
+            ttl=ttl,
+            snapshot_min_bytes=snapshot_min_bytes,
+            cache_threads=cache_threads,
+        )
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> "DurablySaver":
+    def from_url(cls, url: str, **options: Any) -> DurablySaver:
         """Build a saver on the store at ``url``; no I/O until first use.
 
         Args:
@@ -149,14 +166,14 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
     async def _close(self) -> None:
         await self.store.close()
 
-    async def __aenter__(self) -> "DurablySaver":
+    async def __aenter__(self) -> DurablySaver:
         await self._bridge.enter()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    def __enter__(self) -> "DurablySaver":
+    def __enter__(self) -> DurablySaver:
         self._bridge.run(self._bridge.enter())
         return self
 
@@ -177,7 +194,8 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         if stored.versions is None:
             wire = stored.wire
             skeleton = self._skeleton(
-                wire, lambda r: CheckpointValueError(thread_id, wire["ns"], wire["id"], "(checkpoint)", r))
+                wire, lambda r: CheckpointValueError(thread_id, wire["ns"], wire["id"], "(checkpoint)", r)
+            )
             stored.versions = dict(skeleton.get("channel_versions", {}))
         return stored.versions
 
@@ -219,18 +237,30 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
                 thread.values[(ns, channel)] = (version, list(value))  # the next delta's base
             values[channel] = value
         checkpoint["channel_values"] = values
-        metadata = _copy(wire["m"]) if wire.get("m") is not None else self.values.loads(
-            wire["mt"][0], wire["mt"][1], where("(metadata)"))
+        metadata = (
+            _copy(wire["m"])
+            if wire.get("m") is not None
+            else self.values.loads(wire["mt"][0], wire["mt"][1], where("(metadata)"))
+        )
         stored_writes = state.writes.get((ns, checkpoint_id), {})
         order = sorted(stored_writes, key=lambda k: writes_sort_key(stored_writes[k][3], *k))
-        pending = [(task, stored_writes[(task, idx)][0],
-                    self.values.loads(stored_writes[(task, idx)][1], stored_writes[(task, idx)][2],
-                                      where(stored_writes[(task, idx)][0])))
-                   for task, idx in order]
-        config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+        pending = [
+            (
+                task,
+                stored_writes[(task, idx)][0],
+                self.values.loads(
+                    stored_writes[(task, idx)][1], stored_writes[(task, idx)][2], where(stored_writes[(task, idx)][0])
+                ),
+            )
+            for task, idx in order
+        ]
+        config: RunnableConfig = {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        }
         parent = wire.get("p")
         parent_config: RunnableConfig | None = (
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}} if parent else None)
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}} if parent else None
+        )
         # The skeleton is a stored Checkpoint (a TypedDict LangGraph wrote) with its values put back.
         return CheckpointTuple(config, cast(Checkpoint, checkpoint), metadata, parent_config, pending)
 
@@ -263,8 +293,14 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             with paused_gc():
                 return self._tuple(str(thread_id), thread, stored)
 
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
         """List checkpoints, each thread's newest first (``BaseCheckpointSaver.alist``).
 
         One read of each thread's new records, whatever the number of
@@ -287,7 +323,9 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         """
         await self._bridge.enter()
         conf = (config or {}).get("configurable", {})
-        thread_ids = [conf["thread_id"]] if config and conf.get("thread_id") is not None else await self._journal.thread_ids()
+        thread_ids = (
+            [conf["thread_id"]] if config and conf.get("thread_id") is not None else await self._journal.thread_ids()
+        )
         want_ns, want_id = conf.get("checkpoint_ns"), conf.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
         remaining = limit
@@ -315,8 +353,15 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
 
     def _matches(self, thread_id: str, stored: StoredCheckpoint, filter: dict[str, Any]) -> bool:
         wire = stored.wire
-        metadata = wire["m"] if wire.get("m") is not None else self.values.loads(
-            wire["mt"][0], wire["mt"][1], lambda r: CheckpointValueError(thread_id, wire["ns"], wire["id"], "(metadata)", r))
+        metadata = (
+            wire["m"]
+            if wire.get("m") is not None
+            else self.values.loads(
+                wire["mt"][0],
+                wire["mt"][1],
+                lambda r: CheckpointValueError(thread_id, wire["ns"], wire["id"], "(metadata)", r),
+            )
+        )
         return all(metadata.get(k) == v for k, v in filter.items())
 
     # -- writing ---------------------------------------------------------------------------
@@ -326,8 +371,13 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             return {plain_key: value, typed_key: None}
         return {plain_key: None, typed_key: list(self.values.dumps(value))}
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         """Journal ``checkpoint`` with the values of the channels in ``new_versions`` (``BaseCheckpointSaver.aput``).
 
         Values are serialized at once, as LangGraph's own savers do. A value is
@@ -368,11 +418,16 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         values = checkpoint["channel_values"]
         run_id = meta.get("run_id")
-        head = {"k": "c", "ns": ns, "id": checkpoint["id"], "p": conf.get("checkpoint_id"),
-                "run": run_id if isinstance(run_id, str) else None,
-                "ck": cbor2.dumps(skeleton) if _plain(skeleton) else None,
-                "ckt": None if _plain(skeleton) else list(self.values.dumps(skeleton)),
-                **self._stored_form(meta, "mt", "m")}
+        head = {
+            "k": "c",
+            "ns": ns,
+            "id": checkpoint["id"],
+            "p": conf.get("checkpoint_id"),
+            "run": run_id if isinstance(run_id, str) else None,
+            "ck": cbor2.dumps(skeleton) if _plain(skeleton) else None,
+            "ckt": None if _plain(skeleton) else list(self.values.dumps(skeleton)),
+            **self._stored_form(meta, "mt", "m"),
+        }
         # Serialized now, as LangGraph's own savers do: the graph may change its objects once this returns.
         thread = self._journal.thread(thread_id)
         prepared, bases = [], {}
@@ -383,8 +438,14 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
                 prepared.append((channel, version, ["e"], None))
                 continue
             value = values[channel]
-            prepared.append((channel, version, build_entry(self.values, value, thread.values.get((ns, channel)),
-                                                           self._redact), value))
+            prepared.append(
+                (
+                    channel,
+                    version,
+                    build_entry(self.values, value, thread.values.get((ns, channel)), self._redact),
+                    value,
+                )
+            )
             if type(value) is list:
                 bases[channel] = (version, list(value))
 
@@ -405,8 +466,9 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         await self._journal.append(thread_id, build, after)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                          task_path: str = "") -> None:
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
         """Journal a task's ``writes`` against the checkpoint in ``config`` (``BaseCheckpointSaver.aput_writes``).
 
         Regular writes already stored for ``(task_id, index)`` are kept (a
@@ -439,8 +501,17 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             rows = [row for row in serialized if row[0] < 0 or not state.has_write(ns, checkpoint_id, task_id, row[0])]
             if not rows:
                 return []
-            return [{"k": "w", "ns": ns, "id": checkpoint_id, "task": task_id, "path": task_path,
-                     "w": rows, "t": time.time()}]
+            return [
+                {
+                    "k": "w",
+                    "ns": ns,
+                    "id": checkpoint_id,
+                    "task": task_id,
+                    "path": task_path,
+                    "w": rows,
+                    "t": time.time(),
+                }
+            ]
 
         await self._journal.append(thread_id, build)
 
@@ -482,8 +553,12 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             return
         for thread_id in await self._journal.thread_ids():
             async with self._journal.locked(thread_id) as thread:
-                doomed = [[ns, cid] for ns, by_id in thread.state.checkpoints.items()
-                          for cid, stored in by_id.items() if stored.wire.get("run") in wanted]
+                doomed = [
+                    [ns, cid]
+                    for ns, by_id in thread.state.checkpoints.items()
+                    for cid, stored in by_id.items()
+                    if stored.wire.get("run") in wanted
+                ]
                 await self._delete(thread_id, thread, doomed)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -526,8 +601,9 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
                 await self.adelete_thread(thread_id)
                 continue
             async with self._journal.locked(thread_id) as thread:
-                doomed = [[ns, cid] for ns, by_id in thread.state.checkpoints.items()
-                          for cid in by_id if cid != max(by_id)]
+                doomed = [
+                    [ns, cid] for ns, by_id in thread.state.checkpoints.items() for cid in by_id if cid != max(by_id)
+                ]
                 await self._delete(thread_id, thread, doomed)
 
     async def asweep(self) -> list[str]:

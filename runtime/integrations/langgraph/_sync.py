@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 
 from ._errors import ForeignLoopError, SyncCallOnLoopError
 
@@ -47,8 +52,10 @@ class LoopBridge:
         if self.loop is None:
             self.loop = loop
         elif loop is not self.loop:
-            raise ForeignLoopError("this DurablySaver runs on another event loop; create one saver per loop "
-                                   "(its store's connections belong to the loop that opened them)")
+            raise ForeignLoopError(
+                "this DurablySaver runs on another event loop; create one saver per loop "
+                "(its store's connections belong to the loop that opened them)"
+            )
         if self._opened is None:
             self._opened = loop.create_future()
             try:
@@ -83,7 +90,8 @@ class LoopBridge:
             coro.close()
             raise SyncCallOnLoopError(
                 "synchronous DurablySaver methods would block the event loop they need: on the loop's "
-                "thread, use the async ones (await saver.aget_tuple(...), await graph.ainvoke(...))")
+                "thread, use the async ones (await saver.aget_tuple(...), await graph.ainvoke(...))"
+            )
         with self._guard:
             if self.loop is None:
                 self._start_own_loop()
@@ -143,8 +151,14 @@ class SyncInterface(_Saver):
         """
         return self._bridge.run(self.aget_tuple(config))
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
         """``alist`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.list``).
 
         Every matching tuple is collected on the saver's loop before the first
@@ -170,8 +184,13 @@ class SyncInterface(_Saver):
 
         return iter(self._bridge.run(collect()))
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         """``aput`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.put``).
 
         Args:
@@ -190,8 +209,9 @@ class SyncInterface(_Saver):
         """
         return self._bridge.run(self.aput(config, checkpoint, metadata, new_versions))
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                   task_path: str = "") -> None:
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
         """``aput_writes`` from a thread that is not the saver's event loop (``BaseCheckpointSaver.put_writes``).
 
         Args:

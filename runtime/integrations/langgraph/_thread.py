@@ -24,8 +24,8 @@ latest snapshot and the records after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from durably.storage._errors import CorruptRecordError
@@ -129,8 +129,12 @@ class ThreadState:
             "t": self.at,
             "c": [stored.wire for by_id in self.checkpoints.values() for stored in by_id.values()],
             "b": [[ns, ch, ver, entry] for (ns, ch, ver), entry in self.live_blobs(versions_of).items()],
-            "w": [[ns, cid, task, idx, *write] for (ns, cid), by_key in self.writes.items()
-                  if cid in self.checkpoints.get(ns, {}) for (task, idx), write in by_key.items()],
+            "w": [
+                [ns, cid, task, idx, *write]
+                for (ns, cid), by_key in self.writes.items()
+                if cid in self.checkpoints.get(ns, {})
+                for (task, idx), write in by_key.items()
+            ],
         }
 
     def merge(self, body: dict[str, Any]) -> None:
@@ -144,7 +148,7 @@ class ThreadState:
         self.at = max(self.at, float(body["t"]))
 
     @classmethod
-    def from_snapshot(cls, seq: int, body: dict[str, Any]) -> "ThreadState":
+    def from_snapshot(cls, seq: int, body: dict[str, Any]) -> ThreadState:
         """The state a snapshot at ``seq`` holds. Raises ``CorruptRecordError``."""
         state = cls()
         try:

@@ -34,8 +34,8 @@ from durably.storage._group_commit import GroupCommitter
 from durably.storage._spi import Store, StreamId
 
 from ._errors import InvalidThreadIdError
-from ._values import PrefixIndex, paused_gc
 from ._thread import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
+from ._values import PrefixIndex, paused_gc
 
 _REBASE_ATTEMPTS = 16
 #: A snapshot is due when the records since the last one hold 1/8 of its bytes:
@@ -59,7 +59,7 @@ class Thread:
     snapshot_bytes: int = 0
     values: dict[tuple[str, str], tuple[Any, list[Any]]] = field(default_factory=dict)
     prefixes: dict[tuple[str, str], PrefixIndex] = field(default_factory=dict)
-    pending: list["_Pending"] = field(default_factory=list)
+    pending: list[_Pending] = field(default_factory=list)
     loaded: bool = False
 
 
@@ -82,9 +82,18 @@ class ThreadJournal:
     ``ttl`` (seconds of inactivity after which a thread is purged, or None).
     """
 
-    def __init__(self, store: Store, codec: Codec, cipher: FrameCipher | None, namespace: str,
-                 versions_of: Callable[[Any, str], dict[str, Any]], *, ttl: float | None, snapshot_min_bytes: int,
-                 cache_threads: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        codec: Codec,
+        cipher: FrameCipher | None,
+        namespace: str,
+        versions_of: Callable[[Any, str], dict[str, Any]],
+        *,
+        ttl: float | None,
+        snapshot_min_bytes: int,
+        cache_threads: int,
+    ) -> None:
         self.store = store
         self.codec = codec
         self.cipher = cipher
@@ -170,8 +179,9 @@ class ThreadJournal:
                 expected += 1
         if tail and tail[-1].seq != thread.state.seq:  # a gap: records compacted away meanwhile
             if restoring:
-                raise CorruptRecordError(f"records from {expected} on are missing after the snapshot",
-                                         stream=thread.stream, seq=expected)
+                raise CorruptRecordError(
+                    f"records from {expected} on are missing after the snapshot", stream=thread.stream, seq=expected
+                )
             return await self._restore(thread)
         if not restoring and not tail and thread.state.seq:
             # Nothing new: still make sure the stream was not deleted or compacted meanwhile.
@@ -182,16 +192,21 @@ class ThreadJournal:
     def _decode(self, data: bytes, stream: StreamId, seq: int, schema: int) -> Any:
         frame = self.codec.decode(data, stream=stream, seq=seq)
         if frame.schema_id != schema:
-            raise CorruptRecordError(f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[schema]}",
-                                     stream=stream, seq=seq)
+            raise CorruptRecordError(
+                f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[schema]}", stream=stream, seq=seq
+            )
         if frame.schema_version != VERSION:
             raise UnknownSchemaVersionError(SCHEMA_NAMES[schema], frame.schema_version, VERSION, stream=stream, seq=seq)
         if not isinstance(frame.value, dict):
             raise CorruptRecordError(f"{SCHEMA_NAMES[schema]} frame is not a map", stream=stream, seq=seq)
         return frame.value
 
-    async def append(self, thread_id: Any, build: Callable[[ThreadState], list[dict[str, Any]]],
-                     after: Callable[[Thread], None] | None = None) -> None:
+    async def append(
+        self,
+        thread_id: Any,
+        build: Callable[[ThreadState], list[dict[str, Any]]],
+        after: Callable[[Thread], None] | None = None,
+    ) -> None:
         """Append the records ``build(state)`` returns for ``thread_id``, durably, then fold them.
 
         ``build`` sees the fold including every record queued before it (it is
@@ -227,7 +242,7 @@ class ThreadJournal:
         pending = _Pending(build, None)
         await self._commit(thread, [pending])
 
-    async def _commit(self, thread: Thread, batch: list["_Pending"]) -> None:
+    async def _commit(self, thread: Thread, batch: list[_Pending]) -> None:
         for _ in range(_REBASE_ATTEMPTS):
             first = thread.state.seq + 1
             payloads: list[dict[str, Any]] = []
@@ -238,8 +253,12 @@ class ThreadJournal:
                         payloads.append(payload)
                 if not payloads:
                     break
-                frames = [self.codec.encode(RECORD_SCHEMA, VERSION, p, path="langgraph", check=False,
-                                            stream=thread.stream, seq=first + i) for i, p in enumerate(payloads)]
+                frames = [
+                    self.codec.encode(
+                        RECORD_SCHEMA, VERSION, p, path="langgraph", check=False, stream=thread.stream, seq=first + i
+                    )
+                    for i, p in enumerate(payloads)
+                ]
                 await self.committer.append(thread.stream, first - 1, frames)
             except ConflictError:
                 await self._restore(thread)  # the fold ran ahead of the store: start again from it
@@ -275,8 +294,9 @@ class ThreadJournal:
         cipher = self.cipher
 
         def encode() -> bytes:  # CPU work off the event loop, with a codec of its own (not thread-safe)
-            return Codec(cipher=cipher).encode(SNAPSHOT_SCHEMA, VERSION, body, path="langgraph", check=False,
-                                               stream=stream, seq=seq)
+            return Codec(cipher=cipher).encode(
+                SNAPSHOT_SCHEMA, VERSION, body, path="langgraph", check=False, stream=stream, seq=seq
+            )
 
         data = await anyio.to_thread.run_sync(encode)
         await self.store.put_snapshot(stream, seq, data)

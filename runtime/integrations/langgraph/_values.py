@@ -26,8 +26,8 @@ from __future__ import annotations
 import contextvars
 import gc
 import importlib
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from operator import is_
 from typing import Any
 
@@ -162,18 +162,19 @@ def extends(value: Any, base: list[Any] | None) -> bool:
     n = len(base)
     if all(map(is_, value[:n], base)):  # the common case, at C speed: LangGraph reused the items
         return True
-    return all(a is b or a == b for a, b in zip(value[:n], base))
+    return all(a is b or a == b for a, b in zip(value[:n], base, strict=False))
 
 
-def build_entry(serde: StrictSerde, value: Any, base: tuple[Any, list[Any]] | None,
-                redact: Callable[[Any], Any] | None) -> list[Any]:
+def build_entry(
+    serde: StrictSerde, value: Any, base: tuple[Any, list[Any]] | None, redact: Callable[[Any], Any] | None
+) -> list[Any]:
     """The stored form of a channel value (see the module docstring).
 
     ``base``: ``(version, list)`` of the last value this process stored or read
     for the channel, or None. ``redact``: applied to what is stored.
     """
     if base is not None and extends(value, base[1]):
-        added = value[len(base[1]):]
+        added = value[len(base[1]) :]
         if redact is not None:
             added = redact(added)
         type_, data = serde.dumps(added)
@@ -198,8 +199,13 @@ class PrefixIndex:
         self.lengths: dict[Any, int] = {}
 
 
-def load_entry(serde: StrictSerde, blobs: dict[Any, list[Any]], key: tuple[str, str, Any], index: PrefixIndex,
-               where: Callable[[str], CheckpointValueError]) -> Any:
+def load_entry(
+    serde: StrictSerde,
+    blobs: dict[Any, list[Any]],
+    key: tuple[str, str, Any],
+    index: PrefixIndex,
+    where: Callable[[str], CheckpointValueError],
+) -> Any:
     """Rebuild the value stored under ``key`` = ``(ns, channel, version)``.
 
     Follows delta entries back to a whole value or to a version ``index``
