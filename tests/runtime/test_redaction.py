@@ -28,7 +28,6 @@ from durably._journal.records import RecordCodec
 from durably._journal.redaction_policy import (
     MARKER,
     Redact,
-    RedactedArgumentError,
     RedactionPolicy,
     ephemeral,
     is_marker,
@@ -36,6 +35,7 @@ from durably._journal.redaction_policy import (
     marker_paths,
 )
 from durably._journal.redactor import Redactor
+from durably.errors import RedactedArgumentError
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
 from durably.storage import _dictionaries as dictionaries
