@@ -6,11 +6,21 @@
 Everything an agent does is in its journal, so the runtime itself holds only
 live actors. Stop the process at any point and a new runtime on the same store
 resumes every agent where its journal ends.
+
+``Runtime`` is the public face; its methods delegate to parts that each own
+their state, built when the runtime is entered: ``Activations`` (who runs what
+here: live actors, leases, start and resume; ``durably._fleet.activations``),
+``Operator`` (commands from outside; ``durably._operate.operator``), ``Reader``
+(history, time travel, describe, watch; ``durably._reading.reader``) and
+``Upkeep`` (purge, sweep, reencrypt; ``durably._upkeep.upkeep``). The fleet's
+scans and serving (``durably._fleet.scan``, ``serving``) are handed the
+``Activations``.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from functools import partial
@@ -20,29 +30,25 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from durably._figures import check_bool, check_figure
-from durably._fleet.activation import Activation
-from durably._fleet.handle import AgentHandle as AgentHandle  # re-exported: importable from here as before the move
+from durably._fleet.activations import Activations
 from durably._fleet.leases import LeaseKeeper
 from durably._fleet.owner import hostname
-from durably._fleet.runtime_methods import Fleet
-from durably._fleet.single_flight import KeyedLock
 from durably._journal import status_index
 from durably._journal.records import RecordCodec
 from durably._journal.redaction_policy import RedactionPolicy
 from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
 from durably._journal.writer import JournalServices
-from durably._loop.actor import AgentActor
+from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
 from durably._loop.state import AgentState
-from durably._operate.runtime_methods import OperatorCommands
-from durably._reading.runtime_methods import Inspection
+from durably._operate.operator import Operator
+from durably._reading.reader import Reader
 from durably._telemetry import Telemetry
-from durably._upkeep.runtime_methods import Housekeeping
+from durably._upkeep.upkeep import Upkeep
 from durably.errors import (
     AgentExistsError,
     AgentNotFoundError,
     ArgumentTypeError,
-    DefinitionNotRegisteredError,
     InvalidStoreError,
     RuntimeNotStartedError,
 )
@@ -53,27 +59,35 @@ from durably.storage._registry import open_store
 from durably.storage._spi import Store, StreamId
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from opentelemetry import metrics, trace
+
+    from durably._fleet.handle import AgentHandle
+    from durably._fleet.owner import LeaseHolder
+    from durably._operate.placement import CommandResult
+    from durably._reading.describe import AgentDescription
+    from durably._reading.history import HistoryEntry
+    from durably._reading.watch import StatusChange
+    from durably._upkeep.reencrypt import ReencryptReport
+    from durably._upkeep.retention import RetentionPolicy, SweepItem
 
 # Commands, retries, serving, scans, definition changes, retention and key rotation
 # import their modules when first called: a runtime that only runs agents never loads them (import time).
 
 #: What ``__aenter__`` sets up; a method reaching one of them before that is told to enter the runtime.
-_STARTED_ATTRIBUTES = frozenset({"store", "codec", "_services", "_leases", "_tg"})
+_STARTED_ATTRIBUTES = frozenset({"store", "codec", "_activations", "_operator", "_reader", "_upkeep", "_tg"})
 
 
-# Runtime's methods by idea, one module each: this one (construction, lifecycle, definitions, start, resume,
-# run, status, agents), activation (what start and resume do underneath), operator_commands (approve, extend_budget,
-# retry, send, cancel), housekeeping (purge, sweep, reencrypt), fleet (resume_all, serve, drain, lease_holder)
-# and inspection (history, state_at, fork, describe, wait, watch).
-class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
+class Runtime:
     """Runs durable agents on one store.
 
     Use as ``async with``; leaving it cancels live actors (their journals are
     already durable) and flushes pending snapshots. ``start`` launches an agent
     without waiting for it; ``wait`` / ``watch`` follow it later, from any
     process. Reading and branching journals (``history``, ``state_at``,
-    ``fork``, ``describe``) come from ``Inspection``. The design is the actor
+    ``fork``, ``describe``) needs no live agent: any process on the store may
+    do it. The design is the actor
     model over an event-sourced journal (see the Concepts page of the docs).
 
     Args:
@@ -157,12 +171,9 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
         self.policy = snapshot_policy or SnapshotPolicy()
         self.telemetry = Telemetry(namespace, tracer_provider, meter_provider)
         self._mailbox_size = mailbox_size
-        self._definitions: dict[str, AgentDefinition] = {}
+        self._definitions: dict[str, AgentDefinition] = {}  # shared with the activations: a later register is seen
         for definition in agents:
             self.register(definition)
-        self._live: dict[str, AgentActor] = {}
-        self._activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
-        self.draining = False  # set by drain(): nothing more is resumed here
         self._exit: AsyncExitStack | None = None
 
     # lifecycle --------------------------------------------------------------
@@ -182,23 +193,15 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
                 f"(on {self._describe_store()}) before calling its methods"
             )
 
-    def _require_open(self) -> None:
-        """Raise ``RuntimeNotStartedError`` once the runtime is being left (``__aexit__`` began).
-
-        Called between an activation's durable record and its spawn: an agent whose
-        ``started`` or ``resumed`` record was appended while the runtime exited (a
-        ``resume_all`` in another task) must not reach a task group that is closing
-        (anyio's ``RuntimeError``); its journal is intact, and the next runtime resumes it.
-        """
-        if self._exit is None:
-            raise RuntimeNotStartedError(
-                "this Runtime was left while an agent was being activated; "
-                "its journal is intact and the next runtime resumes it"
-            )
-
     def _describe_store(self) -> str:
         store = self.__dict__.get("_store_arg")
         return repr(store) if store is not None else "its store"
+
+    @property
+    def draining(self) -> bool:
+        """Whether ``drain()`` ran: nothing more is resumed here (False before the runtime is entered)."""
+        activations = self.__dict__.get("_activations")
+        return activations is not None and activations.draining
 
     def __repr__(self) -> str:
         state = "started" if self.__dict__.get("_exit") is not None else "not started"
@@ -218,7 +221,7 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
                 telemetry=self.telemetry,
                 codec_factory=partial(RecordCodec, cipher=self.encryption),
             )
-            self._services = JournalServices(
+            services = JournalServices(
                 self.store,
                 self.codec,
                 committer,
@@ -228,10 +231,25 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
                 redaction=self.redaction,
                 indexed=status_index.indexed(self.store),
             )
-            self._leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
+            leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._tg.start_soon(snapshots.run, self._snapshot_written)
-            self._tg.start_soon(self._leases.renew_forever, self._lease_lost)
+            self._activations = Activations(
+                store=self.store,
+                codec=self.codec,
+                services=services,
+                leases=leases,
+                telemetry=self.telemetry,
+                namespace=self.namespace,
+                worker_id=self.worker_id,
+                definitions=self._definitions,
+                mailbox_size=self._mailbox_size,
+                task_group=self._tg,
+            )
+            self._operator = Operator(self._activations)
+            self._reader = Reader(self.store, self.codec, self.telemetry, self.namespace)
+            self._upkeep = Upkeep(self.store, self.codec, self.telemetry, self.namespace, self._activations)
+            self._tg.start_soon(snapshots.run, self._activations.snapshot_written)
+            self._tg.start_soon(leases.renew_forever, self._activations.lease_lost)
             stack.push_async_callback(self._shutdown)
             self._exit = stack.pop_all()
         return self
@@ -242,6 +260,7 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
         exit_stack, self._exit = self._exit, None
         if exit_stack is None:
             return False
+        self._activations.open = False
         try:
             await exit_stack.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
@@ -254,10 +273,9 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
     async def _shutdown(self) -> None:
         # Actors first (what they did is durable), then the snapshots they queued,
         # bounded in time since a snapshot is an optimisation, then the writer.
-        for actor in list(self._live.values()):
-            actor.cancel_scope.cancel()
+        self._activations.stop_all()
         with anyio.move_on_after(10, shield=True):
-            await self._services.snapshots.flush()
+            await self._activations.services.snapshots.flush()
         self._tg.cancel_scope.cancel()
 
     # definitions ------------------------------------------------------------
@@ -276,12 +294,6 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
         if not isinstance(definition, AgentDefinition):
             raise ArgumentTypeError(f"register takes an AgentDefinition, got {type(definition).__name__}")
         self._definitions[definition.name] = definition
-
-    def _definition(self, name: str) -> AgentDefinition:
-        try:
-            return self._definitions[name]
-        except KeyError:
-            raise DefinitionNotRegisteredError(f"agent definition {name!r} is not registered in this runtime") from None
 
     def stream(self, agent_id: str) -> StreamId:
         """The stream of an agent in this runtime's namespace.
@@ -323,10 +335,8 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
             raise ArgumentTypeError(f"start: task must be a str, got {type(task).__name__}")
         if budget is not None and not isinstance(budget, Budget):
             raise ArgumentTypeError(f"start: budget must be a Budget, got {type(budget).__name__}")
-        definition = agent if isinstance(agent, AgentDefinition) else self._definition(agent)
-        self._definitions.setdefault(definition.name, definition)
-        async with self._activating.hold(agent_id):
-            return await self._start(definition, agent_id, task, budget)
+        definition = agent if isinstance(agent, AgentDefinition) else self._activations.definition(agent)
+        return await self._activations.start(definition, agent_id, task, budget)
 
     async def resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
         """Resume an agent from its journal if it can run.
@@ -364,7 +374,7 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
                 ``UnknownSchemaVersionError``): not resumed, bytes untouched.
         """
         check_bool("Runtime.resume", "force", force)
-        return await self._resume(agent_id, force=force)
+        return await self._activations.resume(agent_id, force=force)
 
     async def run(
         self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
@@ -437,10 +447,7 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
         Raises:
             AgentNotFoundError: The agent has no records.
         """
-        actor = self._live.get(agent_id)
-        if actor is not None and not actor.done.is_set():
-            return actor.journal.durable_state()
-        return (await self._restore_journal(agent_id)).state
+        return await self._activations.status(agent_id)
 
     async def agents(self, *, statuses: Iterable[str] | None = None) -> list[AgentState]:
         """The states of the namespace's agents.
@@ -481,3 +488,496 @@ class Runtime(Activation, OperatorCommands, Housekeeping, Fleet, Inspection):
             if wanted is None or state.status in wanted:
                 states.append(state)
         return sorted(states, key=lambda state: state.agent_id)
+
+    # commands from outside: the operator part -------------------------------
+
+    async def approve(
+        self,
+        agent_id: str,
+        approval_id: str,
+        *,
+        approved: bool = True,
+        by: str = "",
+        note: str = "",
+        result: Any = cmd.NO_RESULT,
+    ) -> CommandResult:
+        """Decide an open approval; a parked agent then resumes here if its definition is registered.
+
+        For a call whose outcome is unknown (policy ``ask``) the three answers
+        are: ``approved=True`` runs it again, ``approved=False`` skips it (the
+        model is told it did not happen), and ``result=...`` says it happened:
+        that value is journaled as the call's result and the call never runs
+        again.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            approval_id: The open approval to decide.
+            approved: Run the call (True) or skip it (False).
+            by: Who decided, recorded with the decision.
+            note: Why, recorded with the decision.
+            result: The call's result, for a call that happened (JSON-like data,
+                or any value the journal stores exactly); the default means none.
+
+        Returns:
+            The state after the decision as a ``CommandResult`` whose
+                ``placement`` says truthfully whether and where the agent runs now
+                (here, in another live runtime, after a remote holder's lease lapses,
+                or not yet: a ``durably.Placement`` whose ``where`` is a
+                ``durably.Where``); every command returns one.
+
+        Raises:
+            ArgumentTypeError: ``approved`` is not a bool (a ``TypeError``: ``"no"``
+                would be truthy); nothing is journaled.
+            ApprovalAlreadyDecidedError: The approval was decided already,
+                perhaps a moment ago by another process.
+            InvalidCommandError: An unknown approval, a finished agent, or a
+                result with ``approved=False``.
+            UnencodableValueError: A result that cannot be stored (the message
+                gives its field path).
+            AgentNotFoundError: The agent has no records.
+        """
+        return await self._operator.approve(agent_id, approval_id, approved=approved, by=by, note=note, result=result)
+
+    async def extend_budget(
+        self, agent_id: str, *, steps: int = 0, tokens: int = 0, cost_usd: float = 0.0
+    ) -> CommandResult:
+        """Raise a suspended (or running) agent's limits; a suspended one resumes.
+
+        Each figure is added to the limit of that name; a limit that is None
+        (unlimited) stays so.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            steps: Model responses to add to the ``steps`` limit.
+            tokens: Tokens to add to the ``tokens`` limit.
+            cost_usd: US dollars to add to the ``cost_usd`` limit.
+
+        Returns:
+            A ``CommandResult`` (as ``approve``).
+
+        Raises:
+            InvalidCommandError: A figure that is not finite and >= 0 (a NaN
+                limit would never bite), nothing to extend (the agent has no
+                limit on the figures given), or the agent is finished, failed or
+                cancelled.
+            AgentNotFoundError: The agent has no records.
+        """
+        return await self._operator.extend_budget(agent_id, steps=steps, tokens=tokens, cost_usd=cost_usd)
+
+    async def retry(self, agent_id: str) -> AgentHandle | None:
+        """Resume a ``failed`` agent from its journal, once its cause is fixed.
+
+        Appends a ``retried`` record (the status is running again) and resumes
+        the agent here: a model error is retried from the step that failed; a
+        call whose outcome is unknown under the ``fail`` policy becomes an
+        approval request (re-run, skip, or "it happened" with a result). A call
+        whose result could not be stored is never run again: the model is told
+        so. Without its definition registered here (``durably retry``), the
+        agent is made runnable for a worker that has it (``serve``), and every
+        call whose outcome is unknown becomes a question.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+
+        Returns:
+            The live activation's handle; None when the agent now waits for an
+                approval, or when its definition is not registered here.
+
+        Raises:
+            InvalidCommandError: The agent is not failed.
+            AgentNotFoundError: The agent has no records.
+            AgentFencedError: Other writers appended first on every one of a
+                few attempts.
+            DurablyError: What ``resume`` raises.
+        """
+        return await self._operator.retry(agent_id)
+
+    async def send(self, agent_id: str, content: str, *, role: str = "user") -> CommandResult:
+        """Add a message to the agent's conversation (seen by its next model call).
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            content: The message's text.
+            role: The message's role in the conversation: ``user`` or
+                ``system`` (an instruction).
+
+        Returns:
+            A ``CommandResult`` (as ``approve``).
+
+        Raises:
+            ArgumentTypeError: ``content`` is not a str (a ``TypeError``);
+                nothing is journaled.
+            InvalidArgumentError: ``role`` is not ``user`` or ``system`` (a
+                ``ValueError``); nothing is journaled.
+            InvalidCommandError: The agent is finished, failed or cancelled.
+            AgentNotFoundError: The agent has no records.
+        """
+        return await self._operator.send(agent_id, content, role=role)
+
+    async def cancel(self, agent_id: str, reason: str | None = "") -> CommandResult:
+        """Stop the agent for good (after its current step).
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            reason: Why, recorded with the ``cancelled`` record (None: no reason, as ``""``).
+
+        Returns:
+            A ``CommandResult`` (as ``approve``).
+
+        Raises:
+            ArgumentTypeError: ``reason`` is neither a str nor None (a
+                ``TypeError``); nothing is journaled.
+            InvalidCommandError: The agent is already finished, failed or
+                cancelled.
+            AgentNotFoundError: The agent has no records.
+        """
+        return await self._operator.cancel(agent_id, reason)
+
+    # reading and branching journals: the reader part ---------------------------
+
+    def history(
+        self, agent_id: str, *, after_seq: int = 0, kinds: Iterable[str] | None = None, payload: bool = False
+    ) -> AsyncIterator[HistoryEntry]:
+        """The agent's journal records, decoded, in seq order; bounded memory on any length.
+
+        The idea is the event store's "read stream forward" (EventStoreDB) and
+        LangGraph's ``get_state_history``.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            after_seq: Only records with a seq above this (an int >= 0).
+            kinds: Only records of these kinds (None: all).
+            payload: Include each record's data.
+
+        Returns:
+            An async iterator of ``HistoryEntry``.
+
+        Raises:
+            ArgumentTypeError: ``kinds`` is a bare ``str`` (it would be read as its
+                letters) or not iterable.
+            AgentNotFoundError: When iterated: the agent has no records.
+            InvalidCommandError: When iterated: a negative ``after_seq`` or an
+                unknown kind.
+            CorruptRecordError: When iterated, at the first record that cannot be
+                read (the entries before it were yielded).
+        """
+        return self._reader.history(agent_id, after_seq=after_seq, kinds=kinds, payload=payload)
+
+    async def state_at(self, agent_id: str, seq: int) -> AgentState:
+        """The agent's folded state right after record ``seq``.
+
+        It is built by the restore path: the nearest snapshot at or before
+        ``seq``, then replay.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            seq: The record to stop after (an int >= 1).
+
+        Returns:
+            The state as it was right after record ``seq``.
+
+        Raises:
+            AgentNotFoundError: The agent has no records.
+            SeqOutOfRangeError: ``seq`` is below 1, past the last record, or
+                before the oldest snapshot of a journal whose start was
+                compacted away.
+        """
+        return await self._reader.state_at(agent_id, seq)
+
+    async def fork(self, agent_id: str, at_seq: int, new_agent_id: str) -> AgentState:
+        """Fork an agent: a new one whose journal is the source's up to ``at_seq``.
+
+        The new journal is a copy of ``agent_id``'s records 1..``at_seq`` plus a
+        ``forked`` record; the source is never changed. What follows runs anew,
+        with new idempotency keys, once a runtime resumes it (``resume``,
+        ``serve``).
+
+        Args:
+            agent_id: The source agent.
+            at_seq: The last source record the fork copies.
+            new_agent_id: The fork's agent id, in the same namespace.
+
+        Returns:
+            The fork's state (status as the source's at ``at_seq``).
+
+        Raises:
+            AgentNotFoundError: The source has no records.
+            AgentExistsError: ``new_agent_id`` already has records.
+            SeqOutOfRangeError: ``at_seq`` is outside the source's journal, or
+                inside its compacted part (a fork copies the records).
+        """
+        return await self._reader.fork(agent_id, at_seq, new_agent_id)
+
+    async def describe(self, agent_id: str) -> AgentDescription:
+        """Describe one agent as it is now (as ``temporal workflow describe``, ``dbos workflow get``).
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+
+        Returns:
+            Its ``AgentDescription``: status and why, definition, seq, usage and
+                budget left, open approvals, pending calls, lease holder and expiry,
+                times, fork origin.
+
+        Raises:
+            AgentNotFoundError: The agent has no records.
+            CorruptRecordError: Its journal cannot be read (also
+                ``UnknownSchemaVersionError``).
+        """
+        return await self._reader.describe(agent_id)
+
+    async def describe_all(self, *, statuses: Iterable[str] | None = None) -> list[AgentDescription]:
+        """``describe`` every agent of the namespace, in the store's listing order.
+
+        An agent whose journal cannot be read is described with status
+        ``unreadable`` and the error as its reason.
+
+        Args:
+            statuses: Only agents with one of these statuses (read from the
+                status index where the store has one); None: all.
+
+        Returns:
+            One ``AgentDescription`` per agent.
+
+        Raises:
+            ArgumentTypeError: ``statuses`` is a bare ``str`` or not iterable.
+            InvalidArgumentError: ``statuses`` names a status no agent can have.
+        """
+        return await self._reader.describe_all(statuses=statuses)
+
+    def watch(self, agent_id: str, *, poll_interval: float = 0.2) -> AsyncIterator[StatusChange]:
+        """Follow the agent's status changes from now on, wherever it runs.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            poll_interval: Seconds between reads of its journal's tail (> 0).
+
+        Returns:
+            An endless async iterator of ``StatusChange`` (break out, or cancel,
+                to stop).
+
+        Raises:
+            AgentNotFoundError: When iterated: the agent has no records yet.
+            InvalidCommandError: When iterated: ``poll_interval`` is not a
+                positive number.
+        """
+        return self._reader.watch(agent_id, poll_interval=poll_interval)
+
+    def watch_namespace(self, *, poll_interval: float = 0.5) -> AsyncIterator[StatusChange]:
+        """Follow the status changes of every agent of the namespace from now on, new agents included.
+
+        An agent whose journal cannot be read is skipped (its neighbours are not).
+
+        Args:
+            poll_interval: Seconds between scans of the namespace (> 0).
+
+        Returns:
+            An endless async iterator of ``StatusChange``.
+
+        Raises:
+            InvalidCommandError: When iterated: ``poll_interval`` is not a
+                positive number.
+        """
+        return self._reader.watch_namespace(poll_interval=poll_interval)
+
+    async def wait(
+        self,
+        agent_id: str,
+        until: Iterable[str] | str | None = None,
+        *,
+        timeout: float | None = None,
+        poll_interval: float = 0.2,
+    ) -> AgentState:
+        """Wait until the agent's status is one of ``until``, following it across activations and processes.
+
+        ``start()`` launches an agent without waiting; this is how an embedding
+        service waits later. Returns at once when the status already is one of
+        them.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            until: A status or statuses (None: stopped or parked: finished,
+                failed, cancelled, waiting_approval, suspended).
+            timeout: Seconds to wait at most (None: no limit).
+            poll_interval: Seconds between reads of the journal's tail (> 0).
+
+        Returns:
+            The agent's state once its status is one of ``until``.
+
+        Raises:
+            WaitTimeoutError: ``timeout`` passed first; it carries the last state
+                seen.
+            AgentNotFoundError: The agent has no records.
+            InvalidCommandError: An unknown status, a bad ``timeout`` or
+                ``poll_interval``.
+        """
+        return await self._reader.wait(agent_id, until, timeout=timeout, poll_interval=poll_interval)
+
+    # stored data: the upkeep part ---------------------------------------------
+
+    async def purge(self, agent_id: str) -> None:
+        """Delete everything stored of an agent in this namespace: records, snapshots, blobs, its seq.
+
+        The id may then be started anew, as a new run (fresh run id, so fresh
+        idempotency keys): nothing of the old one is seen. A live activation in
+        this runtime is stopped first and its queued snapshot dropped. Another
+        process still running the agent is fenced at its next append (the
+        stream it expects is gone).
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+
+        Raises:
+            AgentNotFoundError: Nothing of the agent is stored.
+            PurgeIncompleteError: Something of the stream is left after the delete.
+            StoreUnavailableError: The store cannot be reached.
+        """
+        return await self._upkeep.purge(agent_id)
+
+    async def sweep(
+        self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False
+    ) -> list[SweepItem]:
+        """Purge this namespace's agents whose time-to-live (by status, from their last record) has passed.
+
+        A stream that cannot be read or dated is kept (and reported so).
+
+        Args:
+            retention: The ``durably.RetentionPolicy`` setting the TTLs.
+            now: Unix seconds to measure ages from (None: the clock).
+            dry_run: Report what would be purged (``expired``) without deleting.
+
+        Returns:
+            One ``durably.SweepItem`` per agent looked at (what was done and
+                why), in the store's listing order.
+
+        Raises:
+            InvalidArgumentError: ``now`` is NaN or infinite (before anything is read or purged).
+            ArgumentTypeError: ``now`` is not a number, ``dry_run`` not a bool or
+                ``retention`` not a ``RetentionPolicy`` (before anything is read or purged).
+            StoreUnavailableError: The store cannot be reached.
+            PurgeIncompleteError: A purge left something of a stream behind.
+        """
+        return await self._upkeep.sweep(retention, now=now, dry_run=dry_run)
+
+    async def reencrypt(self) -> list[ReencryptReport]:
+        """Rewrite this namespace's streams so every frame uses the current key.
+
+        The history before the rewrite is compacted into a snapshot (see
+        ``durably reencrypt``).
+
+        Returns:
+            One ``durably.ReencryptReport`` per stream, in the store's listing
+                order.
+
+        Raises:
+            InvalidArgumentError: The runtime has no ``encryption`` (a
+                ``ValueError``; raised at the first stream, so an empty
+                namespace returns ``[]``).
+            DecryptionError: A frame does not decrypt (also ``UnknownKeyError``);
+                that stream is not changed.
+            ConflictError: A live writer kept appending to a stream.
+        """
+        return await self._upkeep.reencrypt()
+
+    # a worker among others: the fleet -----------------------------------------
+
+    async def lease_holder(self, agent_id: str) -> LeaseHolder | None:
+        """Who holds an agent's lease now.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+
+        Returns:
+            A ``LeaseHolder``: owner, worker id, host and pid, expiry (unix
+                seconds) and liveness (``alive``; ``dead``: taken at once by the next
+                resume here or in ``serve``; ``remote``: only the expiry tells). None
+                when nobody holds it or the store has no leases.
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+        """
+        return await self._activations.leases.holder_info(self.stream(agent_id))
+
+    async def resume_all(self) -> list[AgentHandle]:
+        """Resume every runnable agent of the namespace whose definition is registered.
+
+        An agent whose journal cannot be read (corrupt, foreign bytes, written by
+        a newer durably, or any other error restoring it) is logged and skipped,
+        never resumed: one bad stream must not stop every other agent of the
+        namespace. On a store with a status index only the agents it lists as
+        runnable are read.
+
+        Returns:
+            The handles of the agents resumed here.
+
+        Raises:
+            StoreUnavailableError: The store is out (an outage is not skipped).
+            RuntimeNotStartedError: The runtime was left while the scan ran (from another
+                task); the agents not yet resumed stay as their journals say.
+        """
+        from durably._fleet.scan import scan
+
+        return (await scan(self._activations)).handles
+
+    async def serve(
+        self,
+        poll_interval: float = 1.0,
+        *,
+        drain_signals: Iterable[int] = (signal.SIGTERM,),
+        drain_timeout: float = 30.0,
+        max_agents: int | None = None,
+    ) -> None:
+        """Resume runnable agents forever, polling the store every ``poll_interval`` seconds.
+
+        This is how an agent parked in one process runs on after another process
+        approved it or extended its budget, and how a dead worker's agents are
+        taken over (at once when it was a process of this host). A store outage
+        (``StoreUnavailableError``) does not end it: scans back off up to 30 s,
+        are logged, traced (``durably.serve.outage``) and counted, and serving
+        carries on when the store is back. On a drain signal it drains and
+        returns: a deploy's SIGTERM lets the steps in flight finish and hands the
+        agents to the other workers at once. Cancel the calling scope to stop
+        without draining.
+
+        Args:
+            poll_interval: Seconds between scans of the store.
+            drain_signals: Signal numbers that make it drain and return (handled
+                in the main thread only; ``()`` for none).
+            drain_timeout: Seconds ``drain`` waits for the steps in flight.
+            max_agents: Most live agents in this worker (None: no cap); scans
+                also take no more than an even split of what they saw among the
+                workers.
+
+        Raises:
+            InvalidArgumentError: ``max_agents`` is not an int of at least 1, or
+                ``poll_interval`` or ``drain_timeout`` not a finite number of
+                seconds > 0 (a ``ValueError``), before anything is resumed.
+            RuntimeNotStartedError: The runtime was not entered.
+        """
+        from durably._fleet import serving
+
+        await serving.serve(
+            self._activations,
+            poll_interval,
+            drain_signals=drain_signals,
+            drain_timeout=drain_timeout,
+            max_agents=max_agents,
+        )
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Stop every live agent here after its current step, release its lease, resume nothing more.
+
+        Handles of drained activations return their state, whose status is
+        still ``running``: the agent goes on wherever it is resumed.
+
+        Args:
+            timeout: Seconds to wait for the steps in flight before cancelling
+                them (their intents then follow the tools' unknown-outcome
+                policies where they resume).
+
+        Raises:
+            RuntimeNotStartedError: The runtime was not entered.
+        """
+        from durably._fleet import serving
+
+        await serving.drain(self._activations, timeout)

@@ -43,8 +43,8 @@ from durably.storage._errors import CodecError, StoreClosedError, StoreUnavailab
 from durably.storage._spi import IndexedStream, StreamId
 
 if TYPE_CHECKING:
+    from durably._fleet.activations import Activations
     from durably._fleet.handle import AgentHandle
-    from durably._host import RuntimeHost
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
@@ -58,7 +58,7 @@ class ScanResult:
     holders: Counter[str] = field(default_factory=Counter)
 
 
-async def scan(runtime: RuntimeHost, *, limit: int | None = None, shuffle: bool = False) -> ScanResult:
+async def scan(activations: Activations, *, limit: int | None = None, shuffle: bool = False) -> ScanResult:
     """Resume the namespace's runnable agents whose definition ``runtime`` registers.
 
     ``limit``: resume at most that many (None: all); ``shuffle``: visit the
@@ -72,8 +72,8 @@ async def scan(runtime: RuntimeHost, *, limit: int | None = None, shuffle: bool 
         return result
     # With a status index only the streams it says may run (and those it has no
     # entry for) are restored and leased: an idle poll costs what is runnable.
-    rows = runnable_rows(runtime.store, runtime.namespace)
-    streams = rows if rows is not None else _unindexed(runtime.store.list_streams(runtime.namespace))
+    rows = runnable_rows(activations.store, activations.namespace)
+    streams = rows if rows is not None else _unindexed(activations.store.list_streams(activations.namespace))
     if shuffle:
         listed = [stream async for stream in streams]
         random.shuffle(listed)
@@ -89,7 +89,7 @@ async def scan(runtime: RuntimeHost, *, limit: int | None = None, shuffle: bool 
             await gate.arrive()
 
         try:
-            handle = await _resume_one(runtime, row, result, gather)
+            handle = await _resume_one(activations, row, result, gather)
         except (StoreUnavailableError, StoreClosedError, RuntimeNotStartedError) as exc:
             outage.append(exc)  # an outage is the whole store's, not this stream's (serve() backs off)
             return
@@ -103,7 +103,7 @@ async def scan(runtime: RuntimeHost, *, limit: int | None = None, shuffle: bool 
     # appends overlap, and the appends share group commits.
     chunk: list[IndexedStream] = []
     async for row in streams:
-        if row.stream.agent_id in runtime._live:
+        if row.stream.agent_id in activations.live:
             continue
         chunk.append(row)
         room = RESUME_CONCURRENCY if limit is None else min(RESUME_CONCURRENCY, limit - len(result.handles))
@@ -165,13 +165,16 @@ async def _resume_chunk(
 
 
 async def _resume_one(
-    runtime: RuntimeHost, row: IndexedStream, result: ScanResult, gather: Callable[[], Awaitable[None]] | None = None
+    activations: Activations,
+    row: IndexedStream,
+    result: ScanResult,
+    gather: Callable[[], Awaitable[None]] | None = None,
 ) -> AgentHandle | None:
     """Resume one stream's agent; None when it is not ours to run now (logged when unreadable)."""
     stream = row.stream
     try:
         # The entry just listed is not read again.
-        return await runtime._resume(stream.agent_id, seen=row.entry, gather=gather)
+        return await activations.resume(stream.agent_id, seen=row.entry, gather=gather)
     except AgentLeasedError as exc:
         result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
     except (DefinitionNotRegisteredError, DefinitionMigrationError, AgentFencedError):

@@ -35,15 +35,17 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
+from durably._figures import check_figure
 from durably._fleet import wakeups
 from durably._fleet.scan import FairShare, scan
+from durably.errors import InvalidArgumentError
 from durably.storage._errors import StoreUnavailableError
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
     from tenacity.wait import wait_base
 
-    from durably._host import RuntimeHost
+    from durably._fleet.activations import Activations
 
 log = logging.getLogger("durably.serve")
 
@@ -52,28 +54,34 @@ MAX_BACKOFF = 30.0
 
 
 async def serve(
-    runtime: RuntimeHost,
+    activations: Activations,
     poll_interval: float,
     *,
     drain_signals: Iterable[int],
     drain_timeout: float,
     max_agents: int | None = None,
 ) -> None:
-    """Scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
+    """``Runtime.serve``: scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
 
     Signals are only handled in the main thread (where Python delivers them);
     elsewhere, cancel the caller's scope to stop and call ``Runtime.drain``.
+    Raises ``InvalidArgumentError`` for a bad figure, before anything is resumed.
     """
+    check_figure("serve", "poll_interval", poll_interval, optional=False)
+    check_figure("serve", "drain_timeout", drain_timeout, optional=False)
+    check_figure("serve", "max_agents", max_agents, integer=True)
+    if poll_interval == 0 or max_agents == 0:
+        raise InvalidArgumentError("serve: poll_interval must be > 0 seconds and max_agents at least 1")
     signals = tuple(drain_signals)
     fair = FairShare(max_agents)
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         if signals and threading.current_thread() is threading.main_thread():
             tg.start_soon(_stop_on_signal, signals, stop)
-        tg.start_soon(_scan_forever, runtime, poll_interval, stop, fair)
+        tg.start_soon(_scan_forever, activations, poll_interval, stop, fair)
         await stop.wait()
         tg.cancel_scope.cancel()
-    await runtime.drain(drain_timeout)
+    await drain(activations, drain_timeout)
 
 
 async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
@@ -89,10 +97,10 @@ async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
             return
 
 
-async def _scan_forever(runtime: RuntimeHost, poll_interval: float, stop: anyio.Event, fair: FairShare) -> None:
+async def _scan_forever(activations: Activations, poll_interval: float, stop: anyio.Event, fair: FairShare) -> None:
     from tenacity import AsyncRetrying, retry_if_exception_type, stop_never  # only serve() needs it (import time)
 
-    outage = _Outage(runtime)
+    outage = _Outage(activations)
     retrying = AsyncRetrying(
         retry=retry_if_exception_type(StoreUnavailableError),
         stop=stop_never,
@@ -106,16 +114,16 @@ async def _scan_forever(runtime: RuntimeHost, poll_interval: float, stop: anyio.
     # within this worker's fair share.
 
     async def woken(agent_id: str) -> object:
-        limit = fair.limit(len(runtime._live))
+        limit = fair.limit(len(activations.live))
         if limit is not None and limit < 1:
             return None  # our share is full: the agent waits for a worker with room
-        return await wakeups.resume_if_runnable(runtime, agent_id)
+        return await wakeups.resume_if_runnable(activations, agent_id)
 
-    async with wakeups.subscribe(runtime.store, runtime.namespace) as changes:
+    async with wakeups.subscribe(activations.store, activations.namespace) as changes:
         while not stop.is_set():
             async for attempt in retrying:
                 with attempt:
-                    fair.observed(await scan(runtime, limit=fair.limit(len(runtime._live)), shuffle=True))
+                    fair.observed(await scan(activations, limit=fair.limit(len(activations.live)), shuffle=True))
             outage.ended()
             await wakeups.wait_and_resume(changes, poll_interval, woken)
 
@@ -131,8 +139,8 @@ def _backoff(poll_interval: float) -> wait_base:
 class _Outage:
     """Reports an outage once per failed scan and its end once."""
 
-    def __init__(self, runtime: RuntimeHost) -> None:
-        self._runtime = runtime
+    def __init__(self, activations: Activations) -> None:
+        self._activations = activations
         self._since: float | None = None
 
     def report(self, state: RetryCallState) -> None:
@@ -143,10 +151,10 @@ class _Outage:
         log.warning(
             "serve(): store unavailable (scan %d failed: %s); next scan in %.1f s", state.attempt_number, exc, pause
         )
-        telemetry = self._runtime.telemetry
+        telemetry = self._activations.telemetry
         if telemetry.metrics is not None:
             telemetry.metrics.serve_outages.add(1, telemetry.attributes)
-        with self._runtime.telemetry.span("durably.serve.outage") as span:
+        with self._activations.telemetry.span("durably.serve.outage") as span:
             if span is not None:
                 span.set_attributes(
                     {
@@ -162,14 +170,14 @@ class _Outage:
             self._since = None
 
 
-async def drain(runtime: RuntimeHost, timeout: float) -> None:
-    """Stop ``runtime``'s live agents after their current step and release their leases.
+async def drain(activations: Activations, timeout: float) -> None:
+    """Stop the live agents after their current step and release their leases.
 
     Waits up to ``timeout`` seconds for the steps in flight, then cancels what
     is left. Afterwards the runtime resumes nothing more (``Runtime.draining``).
     """
-    runtime.draining = True
-    actors = list(runtime._live.values())
+    activations.draining = True
+    actors = list(activations.live.values())
     for actor in actors:
         actor.stop_after_step()
     with anyio.move_on_after(timeout, shield=True):
@@ -182,4 +190,4 @@ async def drain(runtime: RuntimeHost, timeout: float) -> None:
     with anyio.CancelScope(shield=True):
         for actor in actors:
             await actor.done.wait()
-        await runtime._leases.release_all()
+        await activations.leases.release_all()

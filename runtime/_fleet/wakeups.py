@@ -27,9 +27,9 @@ from durably.errors import (
 from durably.storage._errors import CodecError, StoreClosedError, StoreError, StoreUnavailableError
 from durably.storage._spi import ChangeSubscription, Store, StreamId, supports_changes
 
-if TYPE_CHECKING:  # runtime imports this module
+if TYPE_CHECKING:
+    from durably._fleet.activations import Activations
     from durably._fleet.handle import AgentHandle
-    from durably._host import RuntimeHost
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
@@ -63,14 +63,14 @@ async def publish(store: Store, stream: StreamId) -> None:
         log.warning("could not notify other processes of the change of %s (they will poll): %s", stream, exc)
 
 
-async def resume_if_runnable(runtime: RuntimeHost, agent_id: str) -> AgentHandle | None:
+async def resume_if_runnable(activations: Activations, agent_id: str) -> AgentHandle | None:
     """Resume ``agent_id`` in ``runtime`` after a wake-up; its handle, or None for an agent live
     there, not its to run, run by another runtime, purged meanwhile or unreadable (logged), as a
     scan would (``durably._fleet.scan``). Raises ``StoreUnavailableError``/``StoreClosedError``."""
-    if agent_id in runtime._live:
+    if agent_id in activations.live:
         return None
     try:
-        return await runtime._resume(agent_id)
+        return await activations.resume(agent_id)
     except (
         DefinitionNotRegisteredError,
         DefinitionMigrationError,
@@ -80,12 +80,12 @@ async def resume_if_runnable(runtime: RuntimeHost, agent_id: str) -> AgentHandle
     ):
         return None
     except CodecError as exc:
-        log.error("agent %s not resumed, its journal is unreadable: %s", runtime.stream(agent_id), exc)
+        log.error("agent %s not resumed, its journal is unreadable: %s", activations.stream(agent_id), exc)
         return None
     except (StoreUnavailableError, StoreClosedError):
         raise  # an outage is the whole store's (serve() backs off)
     except Exception:
-        log.exception("agent %s not resumed: unexpected error restoring it", runtime.stream(agent_id))
+        log.exception("agent %s not resumed: unexpected error restoring it", activations.stream(agent_id))
         return None
 
 

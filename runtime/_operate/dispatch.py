@@ -26,14 +26,14 @@ from durably._operate.placement import CommandResult
 from durably.errors import AgentFencedError
 
 if TYPE_CHECKING:
-    from durably._host import RuntimeHost
+    from durably._fleet.activations import Activations
 
 _COMMAND_RETRIES = 8  # expected-seq retries for a command racing another writer
 
 
-async def submit(runtime: RuntimeHost, agent_id: str, command: cmd.Command) -> CommandResult:
+async def submit(activations: Activations, agent_id: str, command: cmd.Command) -> CommandResult:
     """Apply ``command`` to ``agent_id`` through ``runtime``; errors as the ``Runtime`` command methods."""
-    actor = runtime._live.get(agent_id)
+    actor = activations.live.get(agent_id)
     if actor is not None and not actor.done.is_set():
         try:
             await actor.mailbox.send(command)
@@ -47,15 +47,15 @@ async def submit(runtime: RuntimeHost, agent_id: str, command: cmd.Command) -> C
     # No live actor here: the journal is the agent. Append with the expected seq;
     # if another writer got there first, re-read and decide again.
     for _ in range(_COMMAND_RETRIES):
-        journal = await runtime._restore_journal(agent_id)
+        journal = await activations.restore_journal(agent_id)
         was_parked = journal.state.parked
         entry = cmd.to_record(journal.state, command)
         try:
             await journal.append(entry)
         except AgentFencedError:
             continue
-        where = await placement.place(runtime, journal.state, was_parked=was_parked)
+        where = await placement.place(activations, journal.state, was_parked=was_parked)
         if was_parked and where.where is not placement.Where.HERE and journal.state.status == RUNNING:
-            await wakeups.publish(runtime.store, journal.stream)  # a serve() elsewhere resumes it now
+            await wakeups.publish(activations.store, journal.stream)  # a serve() elsewhere resumes it now
         return CommandResult.of(journal.state, where)
-    raise AgentFencedError(runtime.stream(agent_id), journal.state.last_seq, None)
+    raise AgentFencedError(activations.stream(agent_id), journal.state.last_seq, None)

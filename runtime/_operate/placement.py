@@ -29,8 +29,8 @@ from durably._loop.state import RUNNING, AgentState
 from durably.errors import AgentFencedError, AgentLeasedError
 
 if TYPE_CHECKING:
+    from durably._fleet.activations import Activations
     from durably._fleet.handle import AgentHandle
-    from durably._host import RuntimeHost
 
 
 class Where(StrEnum):
@@ -175,7 +175,7 @@ def live_here(state: AgentState, handle: AgentHandle) -> Placement:
     return Placement(Where.HERE, "runs in this runtime", handle=handle)
 
 
-async def place(runtime: RuntimeHost, state: AgentState, *, was_parked: bool) -> Placement:
+async def place(activations: Activations, state: AgentState, *, was_parked: bool) -> Placement:
     """Where the agent of ``state`` (just after a command appended to its journal) runs now.
 
     An agent the command un-parked is resumed here when this runtime has its
@@ -185,18 +185,19 @@ async def place(runtime: RuntimeHost, state: AgentState, *, was_parked: bool) ->
     if state.status != RUNNING:
         why = f"agent is {state.status}" + (f": {state.reason}" if state.reason else "")
         return Placement(Where.NOT_RUNNING, why)
-    registered = state.definition.get("name") in runtime._definitions
-    if was_parked and registered and not runtime.draining:
+    registered = state.definition.get("name") in activations.definitions
+    if was_parked and registered and not activations.draining:
         try:
-            handle = await runtime._resume(state.agent_id)
+            handle = await activations.resume(state.agent_id)
         except (AgentLeasedError, AgentFencedError):
             handle = None  # another runtime holds it, or resumed it first: its lease says which
         if handle is not None:
             return Placement(Where.HERE, "resumed in this runtime", handle=handle)
-    if not runtime._leases.enabled:
+    if not activations.leases.enabled:
         return Placement(
             Where.UNASSIGNED,
             "this store has no leases: whether another runtime runs it cannot be "
             "told; a serve() with its definition resumes it if none does",
         )
-    return Placement.held_by(await runtime.lease_holder(state.agent_id), registered=registered)
+    holder = await activations.leases.holder_info(activations.stream(state.agent_id))
+    return Placement.held_by(holder, registered=registered)

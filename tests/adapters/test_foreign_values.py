@@ -34,7 +34,7 @@ async def two_runnable_agents(url: str, effects: list, *, snapshot: bool = False
         for agent_id in ("bad", "good"):
             await first.start(list_agent(2, effects), agent_id, "task")
         if snapshot:
-            await first._services.snapshots.flush()
+            await first._activations.services.snapshots.flush()
 
 
 async def check_isolated(url: str, effects: list, *, journal_damaged: bool = True) -> None:

@@ -187,7 +187,7 @@ async def test_a_refused_resume_names_the_live_holder_from_the_lease_it_read():
         handle = await holder.start(definition, "a1", "hold it")
         with pytest.raises(AgentLeasedError) as refused:
             await other.resume("a1")
-        assert refused.value.owner == holder._leases.owner
+        assert refused.value.owner == holder._activations.leases.owner
         assert other_store.lease_reads == ["acquire_lease", "get_lease"]
         release.set()
         assert (await handle.wait()).status == "finished"

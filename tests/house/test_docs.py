@@ -35,7 +35,7 @@ def test_docs_build_strict(tmp_path: Path, shipped_tree: Path) -> None:
         ("models", "durably.models.openai.OpenAIChatModel"),
         ("models", "durably.models.anthropic.AnthropicModel"),
         ("langgraph", "durably.integrations.langgraph.DurablySaver"),
-        ("durably", "durably.Runtime.wait"),  # inherited from the internal Inspection mixin
+        ("durably", "durably.Runtime.wait"),  # delegated to the internal reading part
         ("schemas", "durably.schemas.RECORD_SCHEMA_ID"),
         ("schemas", "durably.schemas.Kind.TOOL_RESULT"),
         ("storage", "durably.storage.CAP_LEASES"),

@@ -1,6 +1,6 @@
 """What importing the runtime and a plain run load: not the modules only other calls need (issue 16 item 9).
 
-Inspection (describe, history, time travel, watch), commands (placement,
+Reading (describe, history, time travel, watch), commands (placement,
 dispatch), retries, serving and scans, definition changes, retention and key rotation
 import their modules when first called, so neither the import nor running an
 agent on ``sqlite://`` pays for them (pydantic comes with the first tool

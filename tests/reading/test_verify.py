@@ -33,7 +33,7 @@ async def test_verify_reports_damage_under_a_snapshot_and_changes_nothing(tmp_pa
     async with Runtime(url, agents=[definition], snapshot_policy=SnapshotPolicy(every_records=3, tail_ratio=0)) as rt:
         for agent_id in ("damaged", "sound"):
             assert (await rt.run(definition, agent_id, "task")).status == "finished"
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
     with sqlite3.connect(path) as db:
         (sid,) = db.execute("SELECT id FROM streams WHERE agent_id = 'damaged'").fetchone()
         (data,) = db.execute("SELECT data FROM records WHERE stream_id = ? AND seq = 2", (sid,)).fetchone()

@@ -402,7 +402,7 @@ async def test_a_store_outage_in_the_middle_of_a_chunk(tmp_path) -> None:
                 await anyio.to_thread.run_sync(locker.execute, "ROLLBACK")
                 with anyio.fail_after(10):
                     await rt.resume_all()  # the rest
-                assert sorted(rt._live) == ids, step
+                assert sorted(rt._activations.live) == ids, step
         finally:
             locker.close()
         _no_other_tasks()

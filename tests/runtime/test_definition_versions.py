@@ -172,7 +172,7 @@ async def test_migrate_hook_sees_a_copy(store) -> None:
     async with Runtime(
         store, agents=[definition("v2", on_definition_change="migrate", migrate=mutate_everything)]
     ) as rt:
-        journal = await rt._restore_journal("w1")
+        journal = await rt._activations.restore_journal("w1")
         messages_before = [dict(m) for m in journal.state.messages]
         (entry,) = definition_change_entries(journal.state, rt._definitions["writer"])
         assert journal.state.messages == messages_before  # the live state was not touched

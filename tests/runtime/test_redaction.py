@@ -259,7 +259,7 @@ async def run_secretive(url: str, policy: RedactionPolicy) -> tuple[list, Script
     definition, model = secretive_agent(received)
     async with Runtime(url, agents=[definition], redaction=policy, snapshot_policy=EVERY_SNAPSHOT) as rt:
         state = await rt.run("secretive", "a1", f"deploy the service; the OpenAI key is {OPENAI_KEY}")
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         frames = await spi_frames(rt.store, "default")
     return received, model, state, frames
 
@@ -308,7 +308,7 @@ async def test_the_sqlite_wal_holds_no_secret_while_the_runtime_is_open(tmp_path
     url = f"sqlite:///{tmp_path}/db/agents.db?create=1"
     async with Runtime(url, agents=[definition], redaction=POLICY, snapshot_policy=EVERY_SNAPSHOT) as rt:
         await rt.run("secretive", "a1", f"key {OPENAI_KEY}")
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         assert (tmp_path / "db" / "agents.db-wal").exists()
         raw = files_bytes(tmp_path / "db")
     for secret in SECRETS:

@@ -72,7 +72,7 @@ async def test_the_snapshot_and_the_last_seq_are_looked_up_at_once_and_the_run_i
         Runtime(store, agents=[definition], snapshot_policy=SnapshotPolicy(every_records=3, tail_ratio=0.0)) as rt,
     ):
         done = await rt.run(definition, "a1", "count")
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         assert await store.get_snapshot(rt.stream("a1")) is not None, "the check needs a snapshot to restore from"
         store.armed = True
         restored = await rt.status("a1")  # not live here: restored from the store

@@ -39,7 +39,7 @@ async def _journal(store: MemoryStore) -> list[int]:
         store, agents=[list_agent(6, [])], snapshot_policy=SnapshotPolicy(every_records=3, tail_ratio=0.0, keep=10)
     ) as rt:
         await rt.run("list-agent", "a", "count")
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         stream = rt.stream("a")
         return [
             s

@@ -157,7 +157,7 @@ async def test_approval_gate_parks_and_holds_no_memory(store_url):
     async with Runtime(store_url, agents=[definition]) as rt:
         state = await rt.run(definition, "a1", "task")
         assert state.status == "waiting_approval" and effects == []
-        assert rt._live == {}  # parked: nothing of the agent is kept in memory
+        assert rt._activations.live == {}  # parked: nothing of the agent is kept in memory
         with pytest.raises(InvalidCommandError):
             await rt.approve("a1", "no-such-approval")
         await rt.approve("a1", "c1", approved=False, by="alice", note="not today")
@@ -322,7 +322,7 @@ async def test_many_agents_share_group_commits(tmp_path):
     async with Runtime(f"sqlite:///{tmp_path}/a.db", agents=[list_agent(5, effects)]) as rt:
         handles = [await rt.start("list-agent", f"a{i}", "task") for i in range(20)]
         states = [await h.wait() for h in handles]
-        committer = rt._services.committer
+        committer = rt._activations.services.committer
     assert all(s.status == "finished" for s in states) and len(effects) == 100
     appends = sum(s.last_seq for s in states) // 1  # upper bound on appends (one record each or more)
     assert committer.batches < appends / 2  # grouped: far fewer commits than appends

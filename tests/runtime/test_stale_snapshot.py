@@ -21,12 +21,12 @@ async def test_a_snapshot_of_a_purged_run_landing_late_is_never_restored(tmp_pat
     policy = SnapshotPolicy(every_records=2, tail_ratio=0.0)
     async with Runtime(url, agents=[definition], snapshot_policy=policy) as rt:
         old = await rt.run(definition, "a1", "the old task")
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         stale = await rt.store.get_snapshot(rt.stream("a1"))  # what the old worker is still writing
         assert stale is not None
         await rt.purge("a1")
         new = await rt.run(definition, "a1", "the new task")
-        await rt._services.snapshots.flush()  # the new run's own snapshot first: the stale one lands last
+        await rt._activations.services.snapshots.flush()  # the new run's own snapshot first: the stale one lands last
         assert new.run_id != old.run_id and new.last_seq >= stale.seq
         await rt.store.put_snapshot(rt.stream("a1"), stale.seq, stale.data)  # the old write lands now
         restored = await rt.status("a1")

@@ -311,7 +311,7 @@ async def test_nothing_records_means_no_span_or_instrument_objects(provider) -> 
         url(), agents=[AgentDefinition(name="support", model=model, tools=[lookup])], tracer_provider=provider
     ) as rt:
         assert rt.telemetry.tracer is None and rt.telemetry.metrics is None
-        assert rt._services.committer._tracer is None
+        assert rt._activations.services.committer._tracer is None
         assert (await rt.run("support", "t-6", "order 1?")).status == "finished"
         # Untraced, so nothing of tracing is journaled.
         assert (await rt.status("t-6")).trace is None

@@ -181,7 +181,7 @@ async def test_an_encrypted_sqlite_store_holds_no_plaintext_and_restores(tmp_pat
     policy = SnapshotPolicy(every_records=1, tail_ratio=0.0)
     async with Runtime(url, agents=[echo_agent()], encryption=cipher("k1"), snapshot_policy=policy) as rt:
         state = await rt.run("echo", "a1", f"summarise {PLAIN}")
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         raw_open = files_bytes(tmp_path / "db")  # with the WAL
     assert state.status == "finished"
     assert PLAIN.encode() not in raw_open and PLAIN.upper().encode() not in raw_open
@@ -287,7 +287,7 @@ async def test_reencrypt_rewrites_a_snapshot_only_stream_in_place(tmp_path) -> N
     compacting = SnapshotPolicy(every_records=1, tail_ratio=0.0, keep=1, compact=True)
     async with Runtime(url, agents=[echo_agent(1)], encryption=cipher("k1"), snapshot_policy=compacting) as rt:
         state = await rt.run("echo", "a1", "t")
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         records, snapshots = await key_census(rt.store, rt.stream("a1"))
     assert not records and set(snapshots) == {"k1"}
     async with Runtime(url, encryption=cipher("k1", "k2", current="k2")) as rt:
@@ -329,7 +329,7 @@ async def test_s3_objects_hold_only_ciphertext(s3_server) -> None:
         snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0),
     ) as rt:
         state = await rt.run("echo", "a1", PLAIN)
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         frames = await spi_frames(rt.store, "default")
     assert state.status == "finished" and any(kind == "snapshot" for _, kind, _, _ in frames)
     assert all(key_id_of(data) == "k1" for *_, data in frames)

@@ -67,7 +67,7 @@ async def test_purge_leaves_nothing_readable_behind(backend) -> None:
         await rt.run("list-agent", "a1", PLANTED)
         await rt.run("list-agent", "a2", "the neighbour")
         digest = await rt.store.put_blob(rt.stream("a1"), BLOB)
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         if raw_bytes is not None:
             assert PLANTED.encode() in raw_bytes()  # the grep below can see it
         await rt.purge("a1")
@@ -153,7 +153,7 @@ async def test_purging_a_live_agent_stops_it_and_nothing_lands_afterwards() -> N
         await started.wait()
         await rt.purge("w1")
         await handle.wait()  # the activation ended
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
         stream = rt.stream("w1")
         assert await rt.store.last_seq(stream) == 0 and await rt.store.get_snapshot(stream) is None
         assert [s async for s in rt.store.list_streams("default")] == []
@@ -232,7 +232,7 @@ async def test_undated_and_unreadable_streams_are_kept_and_reported() -> None:
     compacting = SnapshotPolicy(every_records=1, tail_ratio=0.0, keep=1, compact=True)
     async with Runtime(url, agents=[list_agent(1, [])], snapshot_policy=compacting) as rt:
         await rt.run("list-agent", "compacted", "t")
-        await rt._services.snapshots.flush()
+        await rt._activations.services.snapshots.flush()
     keys = AESGCMCipher(StaticKeyProvider({"k": generate_key()}))
     async with Runtime(url, agents=[list_agent(1, [])], encryption=keys) as rt:
         await rt.run("list-agent", "sealed", "t")

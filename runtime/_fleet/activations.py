@@ -1,15 +1,14 @@
-"""How an agent comes alive in ``Runtime`` and goes: the activation machinery behind start and resume.
+"""Who runs what here: ``Activations``, the part of ``Runtime`` that owns its live agents.
 
 An activation takes the agent's lease, restores its journal (or begins one),
 journals its ``started`` or ``resumed`` record under its ``invoke_agent``
 span, spawns its actor in the runtime's task group, and, once the actor
-stops, gives the lease back under the agent id's lock. The runtime's callbacks
-on live actors (a lease lost to another runtime, a snapshot written) are
-here too. This is separate from ``runtime`` (one idea per module), whose
-public ``start``, ``resume`` and ``run`` call it, as do ``dispatch``,
-``placement``, ``scan`` and ``wakeups`` (``_restore_journal``, ``_resume``).
-``Runtime`` inherits this mixin, as it does ``Inspection``; what it uses of its
-host is declared below.
+stops, gives the lease back under the agent id's lock. ``Activations`` holds
+the state this needs (the live actors, the per-id locks, the lease keeper, the
+journal services, the draining flag) and the callbacks on live actors (a lease
+lost to another runtime, a snapshot written). ``Runtime.start``, ``resume`` and
+``status`` delegate here; the fleet's scans and wake-ups and the operator's
+commands are handed this object, never the ``Runtime``.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._fleet.handle import AgentHandle
+from durably._fleet.single_flight import KeyedLock
 from durably._journal import status_index
 from durably._journal.restore import restore
 from durably._journal.snapshots import SnapshotPolicy
@@ -37,57 +37,126 @@ from durably.errors import (
     AgentLeasedError,
     AgentLeaseLostError,
     AgentNotFoundError,
+    DefinitionNotRegisteredError,
+    RuntimeNotStartedError,
 )
 from durably.schemas._records import Kind
+from durably.storage._spi import StreamId
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
     from opentelemetry import trace
 
     from durably._fleet.leases import LeaseKeeper
-    from durably._fleet.single_flight import KeyedLock
     from durably._journal.records import RecordCodec
     from durably._journal.writer import JournalServices
     from durably._loop.agent import AgentDefinition, Budget
     from durably._telemetry import Telemetry
-    from durably.storage._spi import Lease, Store, StreamId
+    from durably.storage._spi import Lease, Store
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
 
 
-class Activation:
-    """Methods of ``Runtime`` that activate an agent and look after it while it is live (see the module docstring)."""
+class Activations:
+    """The agents live in one runtime and how they come alive (see the module docstring).
 
-    if TYPE_CHECKING:  # the host's (Runtime), declared for the type checker
-        store: Store
-        codec: RecordCodec
-        telemetry: Telemetry
-        namespace: str
-        worker_id: str
-        draining: bool
-        _definitions: dict[str, AgentDefinition]
-        _live: dict[str, AgentActor]
-        _activating: KeyedLock
-        _mailbox_size: int
-        _services: JournalServices
-        _leases: LeaseKeeper
-        _tg: TaskGroup
+    Built by ``Runtime.__aenter__`` once the store is open; ``definitions`` is the
+    runtime's registry (shared, so a later ``register`` is seen here).
+    """
 
-        def stream(self, agent_id: str) -> StreamId: ...
+    def __init__(
+        self,
+        *,
+        store: Store,
+        codec: RecordCodec,
+        services: JournalServices,
+        leases: LeaseKeeper,
+        telemetry: Telemetry,
+        namespace: str,
+        worker_id: str,
+        definitions: dict[str, AgentDefinition],
+        mailbox_size: int,
+        task_group: TaskGroup,
+    ) -> None:
+        self.store = store
+        self.codec = codec
+        self.services = services
+        self.leases = leases
+        self.telemetry = telemetry
+        self.namespace = namespace
+        self.worker_id = worker_id
+        self.definitions = definitions
+        self.mailbox_size = mailbox_size
+        self.task_group = task_group
+        self.live: dict[str, AgentActor] = {}
+        self.activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
+        self.draining = False  # set by drain(): nothing more is resumed here
+        self.open = True  # cleared when the runtime is being left: nothing more is spawned
 
-        def _definition(self, name: str) -> AgentDefinition: ...
+    def stream(self, agent_id: str) -> StreamId:
+        """The stream of ``agent_id`` in this runtime's namespace."""
+        return StreamId(self.namespace, agent_id)
 
-        def _require_open(self) -> None: ...
+    def definition(self, name: str) -> AgentDefinition:
+        """The registered definition called ``name``.
+
+        Raises:
+            DefinitionNotRegisteredError: No definition of that name is registered.
+        """
+        try:
+            return self.definitions[name]
+        except KeyError:
+            raise DefinitionNotRegisteredError(f"agent definition {name!r} is not registered in this runtime") from None
+
+    def require_open(self) -> None:
+        """Raise ``RuntimeNotStartedError`` once the runtime is being left.
+
+        Called between an activation's durable record and its spawn: an agent whose
+        ``started`` or ``resumed`` record was appended while the runtime exited (a
+        ``resume_all`` in another task) must not reach a task group that is closing
+        (anyio's ``RuntimeError``); its journal is intact, and the next runtime resumes it.
+        """
+        if not self.open:
+            raise RuntimeNotStartedError(
+                "this Runtime was left while an agent was being activated; "
+                "its journal is intact and the next runtime resumes it"
+            )
+
+    async def start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
+        """``Runtime.start`` once its arguments are checked: begin the agent's journal and spawn it."""
+        self.definitions.setdefault(definition.name, definition)
+        async with self.activating.hold(agent_id):
+            return await self._start(definition, agent_id, task, budget)
+
+    async def status(self, agent_id: str) -> AgentState:
+        """``Runtime.status``: the live actor's durable state, else the state restored from the store."""
+        actor = self.live.get(agent_id)
+        if actor is not None and not actor.done.is_set():
+            return actor.journal.durable_state()
+        return (await self.restore_journal(agent_id)).state
+
+    async def evict(self, stream: StreamId) -> None:
+        """Stop ``stream``'s live activation here, if any, and drop the snapshot it queued (a purge)."""
+        actor = self.live.get(stream.agent_id)
+        if actor is not None and stream.namespace == self.namespace:
+            actor.cancel_scope.cancel()
+            await actor.done.wait()
+        await self.services.snapshots.discard(stream)
+
+    def stop_all(self) -> None:
+        """Cancel every live actor (the runtime is being left: what they did is durable)."""
+        for actor in list(self.live.values()):
+            actor.cancel_scope.cancel()
 
     async def _start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
         stream = self.stream(agent_id)
-        if agent_id in self._live:  # running here: its lease is the live actor's, not ours to touch
+        if agent_id in self.live:  # running here: its lease is the live actor's, not ours to touch
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
         try:
             await self._claim(stream)
         except AgentLeasedError:
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
-        journal = AgentJournal(self._services, stream, AgentState())
+        journal = AgentJournal(self.services, stream, AgentState())
         run_id = uuid.uuid4().hex
         span = self._activation_span(definition, agent_id, run_id, None)
         data = {
@@ -105,16 +174,16 @@ class Activation:
         try:
             with tm.activated(span, end=False):
                 await journal.append((Kind.STARTED, data))
-            self._require_open()
+            self.require_open()
         except BaseException as exc:
             _end_failed(span, exc)
-            await self._leases.release(stream)
+            await self.leases.release(stream)
             if isinstance(exc, AgentFencedError):
                 raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
             raise
         return self._spawn(definition, journal, span)
 
-    async def _resume(
+    async def resume(
         self,
         agent_id: str,
         *,
@@ -122,14 +191,14 @@ class Activation:
         seen: Any = status_index.UNSEEN,
         gather: Callable[[], Awaitable[None]] | None = None,
     ) -> AgentHandle | None:
-        """``resume``, and the resumes of ``resume_all`` and commands (``seen``: the status
+        """``Runtime.resume``, and the resumes of scans, wake-ups and commands (``seen``: the status
         index entry a scan just listed for it, so it is not read again; ``gather``: awaited
         just before the ``resumed`` append, so a scan's resumes share its group commit).
 
         Single-flight: holding the agent id's lock, a second caller finds the
         first one's live actor and gets its handle instead of a second copy.
         """
-        async with self._activating.hold(agent_id):
+        async with self.activating.hold(agent_id):
             return await self._resume_held(agent_id, force=force, seen=seen, gather=gather)
 
     async def _resume_held(
@@ -140,19 +209,19 @@ class Activation:
         seen: Any = status_index.UNSEEN,
         gather: Callable[[], Awaitable[None]] | None = None,
     ) -> AgentHandle | None:
-        if (actor := self._live.get(agent_id)) is not None and not actor.done.is_set():
+        if (actor := self.live.get(agent_id)) is not None and not actor.done.is_set():
             return AgentHandle(actor)
         if self.draining:
             return None  # shutting down: another runtime resumes it
         stream = self.stream(agent_id)
         await self._claim(stream, force=force)
         try:
-            journal = await self._restore_journal(agent_id)
+            journal = await self.restore_journal(agent_id)
             await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
             if journal.state.status != RUNNING:
-                await self._leases.release(stream)
+                await self.leases.release(stream)
                 return None
-            definition = self._definition(journal.state.definition["name"])
+            definition = self.definition(journal.state.definition["name"])
             from durably._upkeep.migrate import definition_change_entries
 
             changes = definition_change_entries(journal.state, definition)
@@ -166,12 +235,12 @@ class Activation:
                     await gather()
                 with tm.activated(span, end=False):
                     await journal.append(*changes, (Kind.RESUMED, resumed))
-                self._require_open()
+                self.require_open()
             except BaseException as exc:
                 _end_failed(span, exc)
                 raise
         except BaseException:
-            await self._leases.release(stream)
+            await self.leases.release(stream)
             raise
         if (meters := self.telemetry.metrics) is not None:
             meters.resumes.add(1, self.telemetry.attributes)
@@ -190,16 +259,16 @@ class Activation:
 
     async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
         """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
-        lease, holder = await self._leases.claim_or_holder(stream, force=force)
+        lease, holder = await self.leases.claim_or_holder(stream, force=force)
         if lease is None:
             if holder is None:  # the refusal did not read who holds it (it lost a takeover race)
-                holder = await self._leases.holder(stream)
+                holder = await self.leases.holder(stream)
             raise AgentLeasedError(
                 stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None
             )
 
-    def _lease_lost(self, stream: StreamId, holder: Lease | None) -> None:
-        actor = self._live.get(stream.agent_id)
+    def lease_lost(self, stream: StreamId, holder: Lease | None) -> None:
+        actor = self.live.get(stream.agent_id)
         if actor is not None and stream.namespace == self.namespace:
             log.warning("lease of %s lost to another runtime; stopping the agent here", stream)
             # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
@@ -208,15 +277,15 @@ class Activation:
             )
             actor.cancel_scope.cancel()
 
-    async def _restore_journal(self, agent_id: str) -> AgentJournal:
+    async def restore_journal(self, agent_id: str) -> AgentJournal:
         stream = self.stream(agent_id)
         restored = await restore(self.store, self.codec, stream, self.telemetry)
         if restored is None:
             raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
-        services = self._services
+        services = self.services
         from durably._upkeep.migrate import hold_for_migration
 
-        if hold_for_migration(restored.state, self._definitions):
+        if hold_for_migration(restored.state, self.definitions):
             # Its status (needs_migration) is not the fold of its journal: never snapshot it.
             services = replace(services, policy=SnapshotPolicy(every_records=0))
         return AgentJournal(
@@ -229,31 +298,31 @@ class Activation:
         )
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
-        actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self._mailbox_size, span=span)
+        actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
         agent_id = journal.state.agent_id
-        self._live[agent_id] = actor
+        self.live[agent_id] = actor
 
         async def run_actor() -> None:
             try:
                 with actor.cancel_scope:
                     await actor.run()
             finally:
-                if self._live.get(agent_id) is actor:
-                    del self._live[agent_id]  # parked or done: nothing of it stays in memory
+                if self.live.get(agent_id) is actor:
+                    del self.live[agent_id]  # parked or done: nothing of it stays in memory
                 # Under the id's lock: a resume racing this exit renews the same lease,
                 # which must not be released under the activation it spawned.
                 with anyio.CancelScope(shield=True):
-                    async with self._activating.hold(agent_id):
-                        if agent_id not in self._live:
-                            await self._leases.release(journal.stream)
+                    async with self.activating.hold(agent_id):
+                        if agent_id not in self.live:
+                            await self.leases.release(journal.stream)
                 actor.exited.set()
 
-        self._tg.start_soon(run_actor)
+        self.task_group.start_soon(run_actor)
         return AgentHandle(actor)
 
-    def _snapshot_written(self, stream: StreamId, seq: int, size: int) -> None:
-        actor = self._live.get(stream.agent_id)
+    def snapshot_written(self, stream: StreamId, seq: int, size: int) -> None:
+        actor = self.live.get(stream.agent_id)
         # Only the newest submitted snapshot's size replaces the estimate: a slow writer can
         # report an older, smaller one after a newer one was submitted, and that size would
         # make the policy snapshot again after a tail far below tail_ratio of the newest.
