@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from durably.errors import InvalidArgumentError
+from durably.errors import InvalidArgumentError, MalformedToolCallError
 
-from ._common import MalformedToolCallError, Price
+from ._common import Price
 
 if TYPE_CHECKING:
     from durably._loop.model import Model

@@ -8,10 +8,8 @@ from typing import Any
 
 import pydantic_core
 
-from durably._loop.model import TransientModelError
 from durably._loop.model_retries import parse_retry_after
-from durably.errors import InvalidArgumentError
-from durably.errors import MalformedToolCallError as MalformedToolCallError  # re-exported: the old import path
+from durably.errors import InvalidArgumentError, TransientModelError
 
 #: Provider stop reasons in durably's words (the provider's own word is kept otherwise).
 STOP_REASONS = {

@@ -18,9 +18,10 @@ try:
 except ImportError as exc:  # the vendor client is the optional extra durably[anthropic]
     raise ExtraNotInstalledError.of("durably.models.anthropic", "anthropic", exc) from None
 
-from durably._loop.model import ModelResponse, ToolCall, TransientModelError, Usage
+from durably._loop.model import ModelResponse, ToolCall, Usage
+from durably.errors import MalformedToolCallError, TransientModelError
 
-from ._common import MalformedToolCallError, Price, as_text, stop_reason, transient_from_status
+from ._common import Price, as_text, stop_reason, transient_from_status
 
 __all__ = ["AnthropicModel", "to_wire"]
 

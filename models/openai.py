@@ -18,9 +18,10 @@ try:
 except ImportError as exc:  # the vendor client is the optional extra durably[openai]
     raise ExtraNotInstalledError.of("durably.models.openai", "openai", exc) from None
 
-from durably._loop.model import ModelResponse, ToolCall, TransientModelError, Usage
+from durably._loop.model import ModelResponse, ToolCall, Usage
+from durably.errors import MalformedToolCallError, TransientModelError
 
-from ._common import MalformedToolCallError, Price, as_text, finite_cost, stop_reason, transient_from_status
+from ._common import Price, as_text, finite_cost, stop_reason, transient_from_status
 
 __all__ = ["OpenAIChatModel", "to_wire"]
 

@@ -55,7 +55,7 @@ back as the same type and value. Anything else (an object, a subclass of str
 or int such as a StrEnum member) fails at save time with the path of the
 field, never stored as something else.
 
-Decoding is strict (issue 11: forged frames): exactly one zstd frame, exactly
+Decoding is strict, against forged frames: exactly one zstd frame, exactly
 one CBOR item consuming every byte, no indefinite lengths, no duplicate map
 keys, only str/bytes map keys, and only the tags durably writes; sizes and
 nesting are bounded, and with no shared-reference tags a record cannot expand
@@ -428,7 +428,7 @@ class Codec:
         at 3) one whose window spans the whole value, up to 128 MiB, which every zstd
         decoder accepts by default. A snapshot holds each tool result twice (in the
         conversation and in the ledger), further apart than 2 MiB once it grows:
-        measured 7% smaller at the same speed (issue 16)."""
+        measured 7% smaller at the same speed."""
         window_log = min(_MAX_WINDOW_LOG, max(size - 1, 1).bit_length())
         if window_log <= self._default_window_log:
             return self._compressor
@@ -620,8 +620,8 @@ class Codec:
                         f"zstd frame declares {declared} bytes, header says {raw_size}", stream=stream, seq=seq
                     )
                 # One frame, and nothing after it (allow_extra_data=False refuses a second frame or
-                # junk); one call into an output sized from the content size (issue 16: for a large
-                # snapshot, 1.7x faster than a decompressobj growing its output).
+                # junk); one call into an output sized from the content size (for a large snapshot,
+                # 1.7x faster than a decompressobj growing its output).
                 try:
                     raw = self._decompressor.decompress(payload, max_output_size=raw_size, allow_extra_data=False)
                 except zstandard.ZstdError as exc:

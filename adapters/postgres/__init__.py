@@ -11,10 +11,9 @@ migrations), ``_options`` (the URL), ``_faults`` (errors and retries),
 ``_leases``, ``_changes`` (LISTEN/NOTIFY), ``_status_index``.
 """
 
-from durably.errors import ExtraNotInstalledError
+from durably.errors import ExtraNotInstalledError, PostgresSetupError
 
 with ExtraNotInstalledError.guard(__name__, "postgres", "asyncpg"):
-    from ._faults import PostgresSetupError
     from ._store import PostgresStore
 
 __all__ = ["PostgresSetupError", "PostgresStore"]

@@ -29,7 +29,7 @@ import anyio
 import asyncpg
 import tenacity
 
-from durably.errors import PostgresSetupError as PostgresSetupError  # re-exported: the old import path
+from durably.errors import PostgresSetupError
 from durably.storage._errors import InvalidRequestError, StoreError, StoreUnavailableError
 
 T = TypeVar("T")

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import asyncpg
 
+from durably.errors import PostgresSetupError
 from durably.storage._errors import UnknownSchemaVersionError
 
 from . import _status_index as status_index
-from ._faults import PostgresSetupError
 
 #: The layout version this build writes and reads.
 SCHEMA_VERSION = 5

@@ -7,8 +7,8 @@ compare-and-swap, trims the batch holding ``through + 1`` (or the newest
 one), then overwrites each batch wholly <= ``through`` with its tombstone:
 the same key, a batch header with no records (``Batch.tombstone``). A key
 is never freed, so a stale writer's conditional PUT of a compacted batch
-key still gets 412: appends need no read of the mark (issue 16 item 8:
-one PUT per append, no GET). Readers restart at the mark. Why this order
+key still gets 412: appends need no read of the mark (one PUT per append,
+no GET). Readers restart at the mark. Why this order
 and what it guards against: "Compaction" and "Fencing after compaction" in
 the ``durably.adapters.s3`` module docstring.
 """

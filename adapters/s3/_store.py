@@ -60,10 +60,10 @@ Why this layout:
   writer whose view predates the compaction could create it again and
   believe it appended. Compaction therefore never frees a key: a tombstone
   keeps it taken, so that writer's conditional PUT gets 412 like any other
-  conflict, and an append is one PUT with no read (issue 16 item 8; builds
-  before it deleted covered batches and read the mark after every append,
-  one GET each). A fleet that compacts must not mix those builds with this
-  one: an older build's compaction frees keys that this one does not check.
+  conflict, and an append is one PUT with no read of the mark. A fleet that
+  compacts must not mix this adapter with builds whose compaction deletes
+  covered batches (and reads the mark after every append): their compaction
+  frees keys that this one does not check.
   ``delete_stream`` frees every key of a stream but its lease object; it must
   not race its writers.
 * ``open()`` checks that the server honours ``If-None-Match`` (a probe object

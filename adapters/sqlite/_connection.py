@@ -71,7 +71,7 @@ class SQLiteConnections:
                 f"this Python links {sqlite3.sqlite_version}"
             )
         # A file that is not there yet is created by the first write, not here: reading
-        # through a mistyped path must not leave an empty database behind (issue 11 item 17).
+        # through a mistyped path must not leave an empty database behind.
         try:
             self._absent = not await anyio.to_thread.run_sync(self.path.exists)
             if self._absent:  # a mistyped folder is refused, not created (unless ?create=1)

@@ -95,8 +95,8 @@ def daemonize(connection: object) -> None:
 
     aiosqlite runs every connection on a non-daemon thread that waits for work
     until the connection is closed, so a store left open (an exception before
-    ``close``, a ``Runtime`` entered and never exited) kept the interpreter from
-    exiting (issue 11 item 10). A daemon thread lets it exit; what was committed
+    ``close``, a ``Runtime`` entered and never exited) would keep the interpreter
+    from exiting. A daemon thread lets it exit; what was committed
     is durable (SQLite's WAL), and a transaction cut short is rolled back on the
     next open. aiosqlite >= 0.22 keeps the thread in ``_thread`` (no public
     handle); older versions' connection is the thread itself.

@@ -1,4 +1,4 @@
-"""scan: what finding the runnable agents costs when most agents are long finished (issue 16 items 6, 7).
+"""scan: what finding the runnable agents costs when most agents are long finished.
 
 Always on a scratch SQLite file (the targets name one SQLite store). The
 finished agents are seeded straight through the SPI, not through full runs:

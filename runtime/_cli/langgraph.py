@@ -14,9 +14,8 @@ from pathlib import Path
 
 import click
 
-from durably._cli.options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, json_option, run_async
+from durably._cli.options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, encryption_from_env, json_option, run_async
 from durably._cli.output import Output
-from durably._cli.privacy import encryption_from_env
 from durably.storage._errors import DurablyError
 
 

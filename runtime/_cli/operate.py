@@ -18,9 +18,8 @@ from typing import Any
 
 import click
 
-from durably._cli.options import run_async, store_command
+from durably._cli.options import encryption_from_env, run_async, store_command
 from durably._cli.output import Output
-from durably._cli.privacy import encryption_from_env
 from durably._loop.agent import AgentDefinition
 from durably._loop.state import AgentState
 from durably._runtime import Runtime

@@ -20,10 +20,7 @@ from collections import Counter
 
 import click
 
-from durably._cli.options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
-from durably._cli.options import (
-    encryption_from_env as encryption_from_env,  # re-exported: the other commands import it here
-)
+from durably._cli.options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, encryption_from_env, run_async, store_command
 from durably._cli.output import Output, stdin_is_terminal, when
 from durably._runtime import Runtime
 from durably._upkeep.reencrypt import ReencryptReport

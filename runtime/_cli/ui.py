@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from durably._cli.options import store_command
+from durably._cli.options import encryption_from_env, store_command
 from durably._cli.output import Output
-from durably._cli.privacy import encryption_from_env
 from durably.errors import ConsoleNotInstalledError
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import click
 
-from durably._cli.options import EXIT_OK, EXIT_REFUSED, json_option, run_async, store_command
+from durably._cli.options import EXIT_OK, EXIT_REFUSED, encryption_from_env, json_option, run_async, store_command
 from durably._cli.output import Output
-from durably._cli.privacy import encryption_from_env
 from durably._journal.records import RecordCodec
 from durably._journal.status_index import RebuildReport, indexed, rebuild
 from durably._reading.verify import StreamReport, verify_namespace

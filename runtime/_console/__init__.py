@@ -6,7 +6,6 @@ with uvicorn. See ``app`` for the pages, ``security`` for who may use them,
 """
 
 from durably._console.app import create_app
-from durably._console.security import ConsoleConfigError
 from durably._console.timeline import ContentPolicy
 
-__all__ = ["ConsoleConfigError", "ContentPolicy", "create_app"]
+__all__ = ["ContentPolicy", "create_app"]

@@ -30,10 +30,10 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from durably._cli.output import neutralise, when
-from durably._console.security import ConsoleSecurity, CSRFError, check_binding, csrf_token, require_csrf
+from durably._console.security import ConsoleSecurity, check_binding, csrf_token, require_csrf
 from durably._console.timeline import ContentPolicy, timeline
 from durably._runtime import Runtime
-from durably.errors import AgentNotFoundError, InvalidCommandError, SeqOutOfRangeError
+from durably.errors import AgentNotFoundError, CSRFError, InvalidCommandError, SeqOutOfRangeError
 from durably.storage._codec import FrameCipher
 from durably.storage._errors import DurablyError
 

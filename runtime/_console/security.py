@@ -28,8 +28,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from durably.errors import ConsoleConfigError as ConsoleConfigError
-from durably.errors import CSRFError as CSRFError  # re-exported: the old import path
+from durably.errors import ConsoleConfigError, CSRFError
 
 TOKEN_COOKIE = "durably_ui_token"
 CSRF_COOKIE = "durably_csrf"

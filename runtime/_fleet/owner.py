@@ -1,12 +1,12 @@
 """Who holds a lease, told apart per process incarnation, and whether that holder is still alive.
 
-A lease owner used to be ``host:pid/nonce``. A restarted container keeps its
-hostname and, as pid 1, its pid; a fleet with a stable ``worker_id`` keeps its
-name across restarts. Both made the new process take its dead predecessor's
-lease for a live one and wait out the TTL. So the owner string now carries the
-process incarnation: the kernel's boot id, the pid namespace, the pid and the
-process start time (``/proc/<pid>/stat`` field 22, clock ticks since boot),
-plus a random nonce per ``Runtime``. Two processes can share a pid only across
+A host name and a pid do not tell processes apart: a restarted container keeps
+its hostname and, as pid 1, its pid; a fleet with a stable ``worker_id`` keeps
+its name across restarts. An owner named by them alone would make the new
+process take its dead predecessor's lease for a live one and wait out the TTL.
+So the owner string carries the process incarnation: the kernel's boot id, the
+pid namespace, the pid and the process start time (``/proc/<pid>/stat`` field
+22, clock ticks since boot), plus a random nonce per ``Runtime``. Two processes can share a pid only across
 a reboot or a pid namespace, and then their boot id, namespace or start time
 differ; the start time also catches pid reuse on a long-lived host.
 

@@ -9,7 +9,7 @@ One bad stream never stops a scan: an agent whose journal cannot be read
 is logged and skipped. An outage (``StoreUnavailableError``) is the whole
 store's and is raised, for ``serve()`` to back off.
 
-Fair shares between serving workers (issue 11 item 17): ``serve()`` scans in
+Fair shares between serving workers: ``serve()`` scans in
 a random order, so workers polling together do not all reach for the same
 agents first, and with a ``limit`` takes no more than that many agents in
 one scan. ``FairShare`` sets that limit: at most ``max_agents`` live agents in

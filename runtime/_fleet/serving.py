@@ -1,6 +1,6 @@
 """``Runtime.serve``: resume runnable agents forever, ride out store outages, drain on SIGTERM.
 
-Three promises a serving worker makes (issue 11 item 8, issue 12 item 3):
+Three promises a serving worker makes:
 
 * **It outlives an outage.** A scan that meets ``StoreUnavailableError`` (a
   SQLite lock held past the busy timeout, S3 answering 503 past its retry

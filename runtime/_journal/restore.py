@@ -48,8 +48,8 @@ async def _run_of_journal(store: Store, codec: RecordCodec, stream: StreamId) ->
     was compacted away (then the snapshots of its own run cover it) or names none.
 
     A snapshot must belong to this run: a worker of a purged run may still have
-    had its snapshot write in flight when the same agent id was started anew
-    (issue 11 item 5), and that snapshot must never become the new run's state.
+    had its snapshot write in flight when the same agent id was started anew,
+    and that snapshot must never become the new run's state.
     The window is the young new run's (one write), when seq 1 is still there.
     """
     async with aclosing(store.read(stream, 0, page_size=1)) as records:
@@ -176,7 +176,7 @@ async def _read_restore(store: Store, stream: StreamId, upto: int | None) -> Res
     ``_snapshot`` decides what such a failure means).
 
     On a loaded event loop each read of a restore waits for the loop once more: three reads
-    in turn made ``status()`` of a finished agent cost three waits (issue 16 item 7).
+    in turn would make ``status()`` of a finished agent cost three waits.
     """
     if not offers_one_read_restore(store):
         return None

@@ -12,8 +12,8 @@ Sizes are raw: CBOR bytes before compression (the frame header's raw size),
 because both costs the ratio weighs, encoding a snapshot and decoding the tail
 on restore, follow raw bytes. Compressed sizes would mislead: one large
 snapshot frame compresses about 3x better than the small record frames of its
-tail (zstd finds the repeats across records), so comparing stored bytes took
-snapshots about 3x more often than the ratio says (issue 16).
+tail (zstd finds the repeats across records), so comparing stored bytes would take
+snapshots about 3x more often than the ratio says.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class SnapshotPolicy:
 
     Why one snapshot without compaction: the journal is then whole, so a
     damaged newest snapshot falls back to replaying it (slower, as correct),
-    and a second full copy of the state only costs bytes (issue 16: it was a
-    third of the file after 1,000 steps). With compaction the records the
+    and a second full copy of the state only costs bytes (a third of the file
+    after 1,000 steps). With compaction the records the
     older snapshot covers are gone, so it must stay.
 
     Attributes:

@@ -29,8 +29,8 @@ from durably._loop.model_retries import is_transient
 from durably._loop.state import FAILED, RUNNING, AgentState
 from durably._loop.tool_calls import ToolCalls
 from durably._telemetry import Telemetry
-from durably._tools.tool import ToolArgumentsError, idempotency_key
-from durably.errors import AgentFencedError, InvalidCommandError
+from durably._tools.tool import idempotency_key
+from durably.errors import AgentFencedError, InvalidCommandError, ToolArgumentsError
 from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 

@@ -11,8 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from durably.errors import ModelReplyError as ModelReplyError  # re-exported: the old import path
-from durably.errors import TransientModelError as TransientModelError
+from durably.errors import ModelReplyError
 
 #: Bounds on one model reply, checked before it is journaled (a reply past them
 #: is refused, never cut): characters of text, tool calls, plan steps, id/name length.

@@ -21,8 +21,7 @@ import anyio
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-from durably._loop.model import TransientModelError
-from durably.errors import InvalidArgumentError
+from durably.errors import InvalidArgumentError, TransientModelError
 
 T = TypeVar("T")
 

@@ -20,8 +20,8 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._loop.state import RUNNING, AgentState
-from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolArgumentsError, ToolContext
-from durably.errors import AgentFencedError, RedactedArgumentError
+from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext
+from durably.errors import AgentFencedError, RedactedArgumentError, ToolArgumentsError
 from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 

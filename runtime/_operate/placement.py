@@ -1,11 +1,10 @@
 """What a command answers: the agent's state, and truthfully whether and where it will run now.
 
-Issue 11 item 12: after a restart, ``approve()`` answered ``running`` while
-nothing ran until a dead process's lease lapsed. A folded status says what the
-journal implies (the agent *may* run); it cannot say whether a worker will run
-it. So every command (``approve``, ``extend_budget``, ``send``, ``cancel``)
-returns a ``CommandResult``: the ``AgentState`` after the command, as before,
-plus a ``Placement``:
+A folded status says what the journal implies (the agent *may* run); it
+cannot say whether a worker will run it: after a restart an agent whose status
+is ``running`` runs nowhere until a dead process's lease lapses. So every
+command (``approve``, ``extend_budget``, ``send``, ``cancel``) returns a
+``CommandResult``: the ``AgentState`` after the command, plus a ``Placement``:
 
 * ``here``: it runs in this runtime now (``handle`` waits for it);
 * ``elsewhere``: a live runtime holds its lease and runs it (``holder``);

@@ -21,8 +21,7 @@ if TYPE_CHECKING:  # imported where a tool is built: ``import durably`` does not
     import pydantic
     from pydantic import TypeAdapter
 
-from durably.errors import ArgumentTypeError
-from durably.errors import ToolArgumentsError as ToolArgumentsError  # re-exported: the old import path
+from durably.errors import ArgumentTypeError, ToolArgumentsError
 
 #: The parameter a tool declares to receive its ``ToolContext``.
 CONTEXT_PARAMETER = "ctx"

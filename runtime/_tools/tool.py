@@ -24,10 +24,10 @@ import anyio.to_thread
 
 from durably._figures import check_bool
 from durably._tools.results import journal_form
-from durably._tools.schema import CONTEXT_PARAMETER, ToolArgumentsError, ToolSignature, read_signature
+from durably._tools.schema import CONTEXT_PARAMETER, ToolSignature, read_signature
 from durably.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["OnUnknownOutcome", "Reconciled", "Tool", "ToolArgumentsError", "ToolContext", "idempotency_key", "tool"]
+__all__ = ["OnUnknownOutcome", "Reconciled", "Tool", "ToolContext", "idempotency_key", "tool"]
 
 
 class OnUnknownOutcome(StrEnum):

@@ -12,6 +12,6 @@ equals an uninterrupted run, no effect happens twice under ``reconcile`` or
 (the ledger, a storage-level SIGKILLed writer) is ``durably.storage._torture``.
 """
 
-from durably._torture.harness import TortureError, TortureReport, run_torture
+from durably._torture.harness import TortureReport, run_torture
 
-__all__ = ["TortureError", "TortureReport", "run_torture"]
+__all__ = ["TortureReport", "run_torture"]

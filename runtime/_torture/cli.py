@@ -15,7 +15,8 @@ from pathlib import Path
 import anyio
 import click
 
-from durably._torture.harness import TortureError, run_torture
+from durably._torture.harness import run_torture
+from durably.errors import TortureError
 
 
 @click.command()

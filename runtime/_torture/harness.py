@@ -35,8 +35,7 @@ from durably._runtime import Runtime
 from durably._torture.agents import NAMESPACE, POLICIES
 from durably._torture.invariants import check_acknowledged, check_effects, check_states, count_takeovers
 from durably._torture.worker import process_main
-from durably.errors import AgentNotFoundError, InvalidArgumentError
-from durably.errors import TortureError as TortureError  # re-exported: the old import path
+from durably.errors import AgentNotFoundError, InvalidArgumentError, TortureError
 from durably.storage._registry import open_store
 from durably.storage._spi import CAP_SINGLE_PROCESS, Store, supports_leases
 from durably.storage._torture import Ledger

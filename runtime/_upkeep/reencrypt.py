@@ -25,7 +25,7 @@ any takeover). A stream whose records are all already under the current key
 but whose latest snapshot is not just gets that snapshot rewritten at the same
 seq (``put_snapshot`` overwrites) and the older ones deleted.
 
-What is reported is true of the files' bytes (issue 11 item 4): afterwards
+What is reported is true of the files' bytes: afterwards
 ``scrub_files`` asks the adapter to drop what it still keeps of the deleted
 frames (SQLite: checkpoint and truncate the WAL, whose old frames still hold
 them; freed pages are zeroed by ``secure_delete``). When another connection's

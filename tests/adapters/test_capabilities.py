@@ -1,4 +1,4 @@
-"""Capabilities as types (issue 13 item 3): the ``CAP_*`` names follow from the optional protocols.
+"""Capabilities as types: the ``CAP_*`` names follow from the optional protocols.
 
 A ``StoreBase`` adapter declares a capability by subclassing its protocol;
 ``supports_*`` narrows a ``Store`` for a type checker and answers from the

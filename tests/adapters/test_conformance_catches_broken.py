@@ -134,7 +134,7 @@ def test_the_kit_catches_a_broken_adapter(pytester, monkeypatch, store_class, mu
     assert must_fail <= failed, f"{store_class.__name__}: the kit should have failed {must_fail - failed}"
 
 
-# -- issue 17: one broken promise per item 1-7, each caught by the check that names it -------------
+# -- one broken promise per adapter, each caught by the check that names it ------------------------
 
 HOOKED_KIT = """
 import hashlib

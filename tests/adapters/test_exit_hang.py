@@ -1,6 +1,6 @@
-"""Issue 11 item 10: a SQLite store left open never makes the interpreter hang at exit.
+"""A SQLite store left open never makes the interpreter hang at exit.
 
-aiosqlite runs each connection on its own thread; a non-daemon one kept the
+aiosqlite runs each connection on its own thread; a non-daemon one would keep the
 interpreter waiting for ever when a store was not closed (an exception before
 ``close``, or a ``Runtime`` entered and never exited). What was acknowledged
 before the exit stays durable.

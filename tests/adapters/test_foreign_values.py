@@ -1,6 +1,5 @@
-"""Issue 11 item 9: a foreign value where an adapter expects its own bytes is a
-``CorruptRecordError`` for that one stream, never a ``TypeError`` that stops the
-namespace: ``resume_all``, ``serve()`` and ``agents()`` go on with the others.
+"""A foreign value where an adapter expects its own bytes is a ``CorruptRecordError``
+for that one stream, never a ``TypeError`` that stops the namespace: ``resume_all``, ``serve()`` and ``agents()`` go on with the others.
 
 SQLite: a TEXT, INTEGER or REAL value in a record's or snapshot's BLOB column.
 S3 (local server): an object of foreign bytes, a foreign key among the record

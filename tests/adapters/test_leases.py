@@ -96,7 +96,7 @@ async def test_a_purged_stream_keeps_its_token_sequence(url: str) -> None:
             await store.release_lease(await store.acquire_lease(S, owner, LONG))
         await store.delete_stream(S)
         reborn = await store.acquire_lease(S, "c", LONG)
-        # Changed with issue 17 item 4: a holder from before the purge must never outrank the new one.
+        # A holder from before the purge must never outrank the new one.
         assert reborn is not None and reborn.token == 3, "tokens never decrease for a stream id, purge included"
 
 
@@ -140,7 +140,7 @@ async def test_purge_leaves_no_lease_owner(tmp_path: Path) -> None:
         assert (await store.get_lease(bystander)).owner == "b", "other streams' leases stay"
     with sqlite3.connect(path) as db:
         rows = db.execute("SELECT namespace, agent_id, owner FROM leases").fetchall()
-    # The row stays for its token (tokens never decrease, issue 17 item 4); the holder's name goes.
+    # The row stays for its token (tokens never decrease); the holder's name goes.
     assert sorted(rows) == [("tenant", "agent-1", ""), ("tenant", "agent-2", "b")]
 
 

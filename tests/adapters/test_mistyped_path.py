@@ -1,9 +1,9 @@
-"""A mistyped path creates nothing (issue 11 item 17, issue 13 item 2).
+"""A mistyped path creates nothing.
 
 A store whose folder does not exist is refused at open with
-``InvalidStoreURLError`` and leaves nothing behind (before issue 13 a read
-found nothing and the first write created the folders: a typo'd
-``sqlite:////nonexistent/dir/x.db`` made folders at the filesystem root);
+``InvalidStoreURLError`` and leaves nothing behind (otherwise a typo'd
+``sqlite:////nonexistent/dir/x.db`` would make folders at the filesystem root
+at its first write);
 ``?create=1`` makes the folders. In an existing folder, reading where no
 database is finds nothing and creates no file; the first write creates it
 (owner-only); a reader opened before another process created the file sees

@@ -257,7 +257,7 @@ async def test_stale_writer_is_fenced_even_after_compaction(s3_server) -> None:
 
     Compaction keeps every key taken (a tombstone where the batch was), so the
     stale writer's one conditional PUT fails like any other conflict; no read of
-    the compaction mark is needed on the append path (issue 16 item 8).
+    the compaction mark is needed on the append path.
     """
     prefix = fresh_prefix()
     async with make(s3_server, prefix) as stale, make(s3_server, prefix) as taker:

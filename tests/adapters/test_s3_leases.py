@@ -230,7 +230,7 @@ async def test_leases_are_per_stream_unlisted_and_purged_with_the_stream(s3_serv
         await store.delete_stream(STREAM)
         keys = StreamKeys(store.options.prefix, STREAM)
         listed = s3_server.client().list_objects_v2(Bucket=BUCKET, Prefix=keys.root)
-        # Changed with issue 17 item 4: the lease object stays (ended, owner forgotten) for its token.
+        # The lease object stays (ended, owner forgotten) for its token.
         assert [item["Key"] for item in listed.get("Contents", [])] == [keys.lease], "only the ended lease object stays"
         assert b"w5" not in s3_server.client().get_object(Bucket=BUCKET, Key=keys.lease)["Body"].read()
         assert await store.get_lease(STREAM) is None

@@ -322,7 +322,7 @@ async def sqlite_store(db_path: Path):
 
 async def connection(store: SQLiteStore):
     """The store's aiosqlite connection; a file absent at open is created by the
-    first write, so this makes it exist (issue 11 item 17) the way a write would."""
+    first write, so this makes it exist the way a write would."""
     async with store._lock:
         return await store._ready(create=True)
 
@@ -539,7 +539,8 @@ async def test_two_connections_racing_on_one_stream(db_path: Path) -> None:
 async def test_connections_opening_a_fresh_file_at_once(tmp_path: Path) -> None:
     """Four stores first-touching one new file together all open it: switching a fresh file
     to WAL makes SQLite refuse one of two shared-lock holders at once (no busy wait), which
-    used to surface as ``StoreUnavailableError: database is locked`` about once in 12 tries."""
+    must not surface as ``StoreUnavailableError: database is locked`` (unhandled, it does
+    about once in 12 tries)."""
     for attempt in range(25):
         path = tmp_path / f"fresh-{attempt}.db"
         stores = [SQLiteStore(f"sqlite:///{path}") for _ in range(4)]

@@ -1,4 +1,4 @@
-"""Issue 11 item 13 and issue 12 item 3: a dead lease holder is seen as dead.
+"""A dead lease holder is seen as dead.
 
 A restarted process (same pid as pid 1 in a container, or the same stable
 ``worker_id``) must not be locked out by its own ghost, and a fresh ``serve()``

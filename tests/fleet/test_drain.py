@@ -1,4 +1,4 @@
-"""Issue 12 item 3: a deploy is a graceful drain.
+"""A deploy is a graceful drain.
 
 Two serving worker processes share a SQLite store. On SIGTERM the one running
 the agents finishes the steps in flight, releases its leases and exits; the

@@ -1,8 +1,8 @@
-"""Issue 11 item 17: serving workers share the agents instead of the first scan taking them all.
+"""Serving workers share the agents instead of the first scan taking them all.
 
 Three worker processes serve one store with ``max_agents=4``; twelve runnable
-agents end up spread over all three (one worker of eight used to take 969 of
-1,000 tool effects). ``FairShare`` alone (no cap) splits what it has seen evenly.
+agents end up spread over all three (without a share, one worker of eight took
+969 of 1,000 tool effects). ``FairShare`` alone (no cap) splits what it has seen evenly.
 """
 
 from __future__ import annotations

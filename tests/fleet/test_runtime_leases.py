@@ -114,9 +114,9 @@ async def test_run_after_an_in_process_approval_waits_for_the_end_and_keeps_the_
 
 
 async def test_a_dead_local_holder_is_taken_over_at_once_by_exactly_one_of_two_serving_runtimes(tmp_path):
-    # Issue 12 item 3 changed this: automatic resumes used to wait out a dead
-    # holder's lease; now the store arbitrates the takeover (release of the dead
-    # holder's exact lease, then an atomic acquire), so exactly one runtime wins.
+    # Automatic resumes do not wait out a dead holder's lease: the store arbitrates
+    # the takeover (release of the dead holder's exact lease, then an atomic
+    # acquire), so exactly one runtime wins.
     import socket
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""Issue 11 item 8: ``serve()`` survives a store outage.
+"""``serve()`` survives a store outage.
 
 A SQLite lock held past the busy timeout makes every scan fail with
 ``StoreUnavailableError``. The serving worker backs off, reports the outage
@@ -31,8 +31,8 @@ async def test_serve_backs_off_through_a_locked_database_and_carries_on(tmp_path
     caplog.set_level(logging.WARNING, logger="durably.serve")
     async with Runtime(url, agents=[definition]) as setup:
         parked = await setup.run(definition, "a1", "task")
-        # A parked agent's status index entry keeps idle scans off the write lock (issue 16
-        # item 7), so no scan would meet the lock below; without its entry (a journal from
+        # A parked agent's status index entry keeps idle scans off the write lock, so no
+        # scan would meet the lock below; without its entry (a journal from
         # before the index) every scan restores it and takes its lease, a write.
         assert await setup.store.put_index(setup.stream("a1"), None, parked.last_seq)
     async with Runtime(url, agents=[definition], tracer_provider=provider) as rt:

@@ -1,4 +1,4 @@
-"""Issue 11 item 1: inside one runtime, resuming an agent is single-flight.
+"""Inside one runtime, resuming an agent is single-flight.
 
 An embedding web service has one ``Runtime``, a background ``serve()`` and
 approvals arriving over HTTP: ``approve()`` resumes the agent inline while the

@@ -20,12 +20,12 @@ from support_agents import StepModel
 from durably import AgentDefinition, Runtime, tool
 from durably._cli.main import main
 from durably._loop.state import AgentState
-from durably._torture import TortureError, run_torture
+from durably._torture import run_torture
 from durably._torture.invariants import check_effects, check_states, count_takeovers, expected_result
 from durably._torture.testing import TortureConformance
 from durably._torture.worker import wait_while_held
 from durably.adapters.memory import MemoryStore
-from durably.errors import AgentLeasedError
+from durably.errors import AgentLeasedError, TortureError
 
 try:
     from .s3_server import s3_server

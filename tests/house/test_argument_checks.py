@@ -233,7 +233,7 @@ async def test_history_refuses_a_bare_str_of_kinds():
     ],
 )
 def test_a_redaction_policy_is_checked_when_built(kwargs, error):
-    """A malformed policy used to be accepted and fail the first record an agent wrote."""
+    """A malformed policy is refused when built, not accepted to fail the first record an agent writes."""
     from durably import RedactionPolicy
 
     with pytest.raises(error, match="RedactionPolicy"):

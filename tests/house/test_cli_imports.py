@@ -1,4 +1,4 @@
-"""What a ``durably`` command imports: only its own command's module and what it runs on (issue 16 item 9).
+"""What a ``durably`` command imports: only its own command's module and what it runs on.
 
 The command modules are found through ``durably._cli.main.LAZY_COMMANDS``, and
 durably's own store adapters through ``durably.storage._registry.BUILTIN``;

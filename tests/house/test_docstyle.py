@@ -1,4 +1,4 @@
-"""Issue 13: every public class and function has a Google-style docstring, in one style.
+"""Every public class and function has a Google-style docstring, in one style.
 
 The docs site renders docstrings with mkdocstrings (``docstring_style: google``),
 so inputs, outputs and errors are documented in sections that griffe parses,

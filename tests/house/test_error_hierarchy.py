@@ -1,4 +1,4 @@
-"""Issue 13: every error durably raises on purpose is a ``DurablyError``.
+"""Every error durably raises on purpose is a ``DurablyError``.
 
 A bad argument raises ``InvalidArgumentError`` (a ``ValueError``) and an
 argument of the wrong type ``ArgumentTypeError`` (a ``TypeError``), so both

@@ -1,4 +1,4 @@
-"""The public surface (issue 13 items 1 and 2): one facade, one error hierarchy, public imports in the docs.
+"""The public surface: one facade, one error hierarchy, public imports in the docs.
 
 Service builders import from ``durably``; adapter authors from ``durably.storage``
 and ``durably.storage.conformance``; upcaster authors from ``durably.schemas``;

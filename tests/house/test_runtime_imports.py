@@ -1,4 +1,4 @@
-"""What importing the runtime and a plain run load: not the modules only other calls need (issue 16 item 9).
+"""What importing the runtime and a plain run load: not the modules only other calls need.
 
 Reading (describe, history, time travel, watch), commands (placement,
 dispatch), retries, serving and scans, definition changes, retention and key rotation

@@ -1,4 +1,4 @@
-"""The built wheel (issue 13 item 7): only the ``durably`` package, and the facade works from it.
+"""The built wheel: only the ``durably`` package, and the facade works from it.
 
 The wheel is built by pip from a copy of the source tree (so the checkout gets
 no build/ or egg-info), installed without dependencies into a folder of its

@@ -1,4 +1,4 @@
-"""Issue 11 item 3: racing commands are re-validated after a conflict.
+"""Racing commands are re-validated after a conflict.
 
 Two processes (here two runtimes on one SQLite file, each with its own
 connection) decide the same approval at the same moment: exactly one is

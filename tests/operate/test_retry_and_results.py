@@ -1,6 +1,5 @@
 """Failed agents brought back (``Runtime.retry``), unknown outcomes answered with
-"it happened, here is the result", and results that survive a SIGKILL exactly
-(issue 10 items 3-5)."""
+"it happened, here is the result", and results that survive a SIGKILL exactly."""
 
 from __future__ import annotations
 

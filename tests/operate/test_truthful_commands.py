@@ -1,4 +1,4 @@
-"""Issue 11 items 12 and 17 (first point): commands and activations tell the truth about where an agent runs.
+"""Commands and activations tell the truth about where an agent runs.
 
 A command answers the state *and* whether and where the agent will run now
 (``CommandResult.placement``); an activation that lost its lease to another

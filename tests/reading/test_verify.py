@@ -1,4 +1,4 @@
-"""Issue 11 item 17: ``durably verify`` reads every frame of a namespace and reports, changing nothing.
+"""``durably verify`` reads every frame of a namespace and reports, changing nothing.
 
 Damage to a record that a snapshot already covers never shows in a restore;
 verify finds it, and a clean namespace verifies clean.

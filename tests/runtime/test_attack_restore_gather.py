@@ -588,9 +588,9 @@ async def test_a_stream_row_whose_id_no_api_can_name_does_not_stop_the_scan(tmp_
 
 async def test_a_snapshot_cell_of_text_that_is_not_utf8_is_skipped_for_the_older_one(tmp_path) -> None:
     """Records 1..4 compacted behind the snapshot at 4; the one at 8 replaced by a TEXT cell
-    that is not UTF-8. Reading it failed the whole snapshot lookup ('Could not decode to
-    UTF-8'), so restore skipped every snapshot for a journal that no longer starts at 1, and
-    the agent was reported damaged, though the snapshot at 4 and records 5..12 restore it."""
+    that is not UTF-8. Reading it must not fail the whole snapshot lookup ('Could not decode to
+    UTF-8'): restore would then skip every snapshot for a journal that no longer starts at 1,
+    and report the agent damaged, though the snapshot at 4 and records 5..12 restore it."""
     url, codec = f"sqlite:///{tmp_path / 'text.db'}", RecordCodec()
     async with SQLiteStore(url) as store:
         await _write_run(store, "r", 12)

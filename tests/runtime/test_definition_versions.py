@@ -12,7 +12,8 @@ from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.agent import OnDefinitionChange
 from durably._loop.state import NEEDS_MIGRATION
-from durably._upkeep.migrate import DefinitionMigrationError, definition_change_entries
+from durably._upkeep.migrate import definition_change_entries
+from durably.errors import DefinitionMigrationError
 from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 
@@ -188,7 +189,7 @@ async def test_migrate_hook_sees_a_copy(store) -> None:
         (lambda s, p: {**s, "colour": "blue"}, "unknown state fields"),
         (lambda s, p: {**s, "run_id": "other"}, "the runtime owns"),
         (lambda s, p: {**s, "messages": "flattened"}, "from a list into a str"),
-        (lambda s, p: {**s, "result": object()}, "cannot be stored"),  # (a set is stored exactly since issue 10)
+        (lambda s, p: {**s, "result": object()}, "cannot be stored"),  # (a set is stored exactly)
     ],
 )
 async def test_a_bad_migrate_hook_stops_the_resume_and_writes_nothing(store, hook, problem) -> None:

@@ -1,4 +1,4 @@
-"""Inputs that used to hurt: bad strings, huge values, commands racing a live
+"""Inputs that can hurt: bad strings, huge values, commands racing a live
 worker, reused call ids, long conversations, broken hooks. Each is stopped at
 the agent that caused it, with a clear reason, and nothing acknowledged is lost."""
 
@@ -78,8 +78,8 @@ async def test_a_lone_surrogate_fails_that_call_only_and_the_runtime_lives_on(ur
         other = await rt.start(bystander, "bystander", "wait")
         state = await rt.run(bad, "victim", "task")
         assert (await other.wait()).status == "finished"
-    # Behaviour change (issue 10): the effect happened, so the agent fails naming the
-    # field rather than finishing on a substitute; the ledger keeps the call done.
+    # The effect happened, so the agent fails naming the field rather than finishing
+    # on a substitute; the ledger keeps the call done.
     assert state.status == "failed" and ran == [1]
     assert "tool_result.data.result: str is not valid Unicode" in state.reason
     (entry,) = state.ledger.values()
@@ -90,7 +90,7 @@ def test_a_value_past_the_decode_limit_fails_at_save_time():
     codec = RecordCodec(Codec(limits=CodecLimits(max_raw_size=10_000)))
     from durably.schemas._records import Record
 
-    # Since issue 11 item 15 the error names the field that is too big, not the record's data.
+    # The error names the field that is too big, not the record's data.
     with pytest.raises(UnencodableValueError, match="tool_result.data.result: encodes to .* over the 10000-byte limit"):
         codec.encode_record(Record(1, Kind.TOOL_RESULT, {"result": "x" * 20_000}, 0.0))
 
@@ -232,8 +232,7 @@ async def test_a_broken_model_adapter_fails_its_agent_not_the_runtime(url):
     async with Runtime(url, agents=[broken, bystander]) as rt:
         other = await rt.start(bystander, "bystander", "wait")
         handle = await rt.start(broken, "a1", "task")
-        # Behaviour change (issue 11 item 2): the reply is validated before it is
-        # journaled, so the adapter's bug is a typed model error naming the field.
+        # The reply is validated before it is journaled, so the adapter's bug is a typed model error naming the field.
         assert (await handle.wait()).status == "failed"
         assert (await other.wait()).status == "finished"
         state = await rt.status("a1")

@@ -103,7 +103,7 @@ async def _frames(url: str, namespace: str):
 async def test_sqlite_files_and_directories_are_owner_only(tmp_path) -> None:
     previous = os.umask(0)  # the most permissive umask: the adapter must not rely on it
     try:
-        url = f"sqlite:///{tmp_path}/new/dirs/agents.db?create=1"  # new folders: asked for (issue 13)
+        url = f"sqlite:///{tmp_path}/new/dirs/agents.db?create=1"  # new folders: asked for
         async with Runtime(url, agents=[asker()]) as rt:
             await rt.run("asker", "a1", "t")
             files = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "new" / "dirs").iterdir()}

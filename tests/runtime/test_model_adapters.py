@@ -1,4 +1,4 @@
-"""The real model adapters (issue 10 item 8): the vendors' official async clients over
+"""The real model adapters: the vendors' official async clients over
 real HTTP to local servers on 127.0.0.1 that speak each wire format, through a whole
 agent run: tool specs, tool calls, usage, stop reasons, and the transient failures a
 provider really has (429 with Retry-After, 500, a dropped connection, a malformed

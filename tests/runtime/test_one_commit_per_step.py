@@ -1,4 +1,4 @@
-"""One commit per step (issue 16 item 1): a lone tool call's result is staged and
+"""One commit per step: a lone tool call's result is staged and
 committed while the next model call runs, or in one commit with the model's answer
 and intents; nothing after a result is ever durable without it, and nothing is
 acted on before it is durable. The SIGKILL boundaries of the same path are in

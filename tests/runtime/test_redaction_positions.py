@@ -1,4 +1,4 @@
-"""Issue 11 item 16: the live model gets each redacted text's own original back.
+"""The live model gets each redacted text's own original back.
 
 Two messages "use key sk-aaa..." and "use key sk-bbb..." mask to the same
 stored text; the originals are kept by record and position, so the model's

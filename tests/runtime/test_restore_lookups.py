@@ -1,10 +1,10 @@
 """A restore sends its snapshot lookup and its last-seq lookup at once, and checks the run id only after the snapshot.
 
-On a remote store (S3: one or two round trips each) a restore used to wait for
+On a remote store (S3: one or two round trips each) a restore that waited for
 the snapshot lookup, then the run id of seq 1, then the last seq, then the
-tail, one after another: on the local S3 server of the torture runs that was
-most of a takeover's time. The snapshot and the last seq need nothing from
-each other, so they go together; the run id check (issue 11 item 5) must still
+tail, one after another, would spend most of a takeover's time on it (on the
+local S3 server of the torture runs). The snapshot and the last seq need nothing
+from each other, so they go together; the run id check must still
 read seq 1 after the snapshot was read, or a purged run's snapshot landing in
 between could pass it. Checked by behaviour: the two lookups must meet while
 both are in flight, and the run id read must begin after the snapshot lookup ended.

@@ -233,9 +233,9 @@ async def test_stale_writer_is_fenced_and_acts_no_more(store_url):
 
 
 async def test_unstorable_tool_result_fails_the_agent_with_its_path_and_marks_the_call_done(store_url):
-    # Behaviour change (issue 10): a result that cannot be stored used to be replaced by
-    # an error string and the agent finished; now the agent fails naming the tool, the
-    # call and the field, and the ledger marks the effect done (a retry never repeats it).
+    # A result that cannot be stored is not replaced by an error string: the agent fails
+    # naming the tool, the call and the field, and the ledger marks the effect done (a
+    # retry never repeats it).
     class Opaque:
         pass
 

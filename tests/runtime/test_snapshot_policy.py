@@ -1,7 +1,7 @@
-"""Issue 16 item 3: the snapshot policy weighs raw (CBOR) bytes, not compressed ones.
+"""The snapshot policy weighs raw (CBOR) bytes, not compressed ones.
 
 A snapshot compresses several times better than the small record frames of its
-tail, so comparing stored sizes snapshotted far more often than ``tail_ratio``
+tail, so comparing stored sizes would snapshot far more often than ``tail_ratio``
 says. These tests use records that compress about 100x, where the two
 measures disagree by that much.
 """
@@ -85,9 +85,9 @@ async def test_tail_ratio_compares_raw_tail_with_the_raw_snapshot(tmp_path, rati
 async def test_a_late_size_of_an_older_snapshot_leaves_the_newer_estimate(tmp_path, monkeypatch) -> None:
     """A slow writer (a loaded machine) reports snapshot 1's size after snapshot 6 was submitted.
 
-    That older, smaller size used to replace the estimate of snapshot 6, so the next snapshot
-    came one tool result later, far below ``tail_ratio`` of snapshot 6 (this test's 2.0 case
-    failed about 3 times in 20 under load). The writer is held by events, not by time: the
+    That older, smaller size must not replace the estimate of snapshot 6: the next snapshot
+    would then come one tool result later, far below ``tail_ratio`` of snapshot 6 (under load,
+    about 3 times in 20 for this test's 2.0 case). The writer is held by events, not by time: the
     first write reports only once a newer snapshot is submitted, and the second writes only
     after the run, so no reported size is the newest one's while the agent runs.
     """

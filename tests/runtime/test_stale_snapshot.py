@@ -1,4 +1,4 @@
-"""Issue 11 item 5: a purged run's snapshot never lands in the next run of the same id.
+"""A purged run's snapshot never lands in the next run of the same id.
 
 An old worker's snapshot write can still be in flight when the agent is
 purged and started anew; when it lands, restore must not hand the new run the

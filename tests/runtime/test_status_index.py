@@ -1,4 +1,4 @@
-"""The status index (issue 16 item 6): kept right by every writer, read by scans, never hiding a runnable agent."""
+"""The status index: kept right by every writer, read by scans, never hiding a runnable agent."""
 
 from __future__ import annotations
 

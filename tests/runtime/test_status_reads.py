@@ -1,4 +1,4 @@
-"""status() under load (issue 16 item 7): a live agent answers from its actor without
+"""status() under load: a live agent answers from its actor without
 reading the store, and only with what is durable; a restore on SQLite reads its
 snapshot, last seq, run check and tail in one statement (on the loop's thread
 when small), and finds the same state as the separate reads."""

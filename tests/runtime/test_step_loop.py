@@ -1,4 +1,4 @@
-"""The step loop with real-model failure modes (issue 10 items 4-6, issue 11 items 2 and 7):
+"""The step loop with real-model failure modes:
 parallel tool calls, the ``ask`` default for unknown outcomes, model retries, replies
 validated before they are journaled, a total fold and no NaN anywhere."""
 

@@ -29,9 +29,9 @@ from opentelemetry.trace import NoOpTracerProvider, SpanKind, StatusCode
 from schema_wire import schema
 
 from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
-from durably._loop.model import TransientModelError
 from durably._loop.model_retries import RetryPolicy
 from durably._telemetry import Telemetry
+from durably.errors import TransientModelError
 from durably.schemas._records import Kind
 from durably.storage._codec import Codec
 from durably.storage._registry import open_store
@@ -318,7 +318,7 @@ async def test_nothing_records_means_no_span_or_instrument_objects(provider) -> 
 
 
 def test_importing_durably_does_not_import_opentelemetry() -> None:
-    # Issue 16 item 9: OpenTelemetry loads when the first Runtime is built, not at import.
+    # OpenTelemetry loads when the first Runtime is built, not at import.
     code = (
         "import sys, durably, durably.storage; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )

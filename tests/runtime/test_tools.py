@@ -1,4 +1,4 @@
-"""Tools a real model can drive (issue 10, items 1, 2 and 7): schemas from type hints,
+"""Tools a real model can drive: schemas from type hints,
 validated and coerced arguments, sync tools, ``ctx`` only when declared, definitions
 checked when built, and ``AgentExistsError`` for a reused id."""
 

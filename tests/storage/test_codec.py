@@ -170,7 +170,7 @@ def _forge(
 
 
 def test_unencodable_value_names_its_field_path() -> None:
-    # (a set is stored exactly since issue 10; an arbitrary object still is not)
+    # (a set is stored exactly; an arbitrary object is not)
     data = {"artifacts": [{"payload": 1}, {"payload": 2}, {"payload": 3}, {"payload": {1, 2, Opaque()}}]}
     with pytest.raises(UnencodableValueError) as caught:
         RecordCodec().encode_record(Record(1, Kind.ARTIFACT_STORED, data, 0.0))
@@ -185,7 +185,7 @@ def test_unencodable_value_names_its_field_path() -> None:
             {"pair": (1, [Opaque()])},
             "state.pair[1][0]",
             "Opaque is not supported",
-        ),  # inside a tuple (stored since issue 10)
+        ),  # inside a tuple (a tuple is stored)
         ({"cost": Decimal("NaN")}, "state.cost", "Decimal NaN is not finite"),
         ({"by_id": {1: "x"}}, "state.by_id[1]", "dict key of type int"),
         ({"big": 2**64}, "state.big", "does not fit in 64 bits"),
@@ -371,9 +371,9 @@ def test_compression_threshold_is_configurable() -> None:
 
 
 def test_str_and_int_subclasses_are_refused_with_their_path_not_stored_as_plain_values():
-    # Behaviour change (issue 11 item 15): stored as the plain value it equals, a
-    # StrEnum/IntEnum/IntFlag member or a str/int/float subclass came back as another
-    # type with no error. A type is kept exactly or refused at save time.
+    # Stored as the plain value it equals, a StrEnum/IntEnum/IntFlag member or a
+    # str/int/float subclass would come back as another type with no error. A type is
+    # kept exactly or refused at save time.
     import enum
 
     class Color(enum.StrEnum):

@@ -17,13 +17,13 @@ from durably._cli.main import main as cli_main
 from durably._journal.records import RecordCodec
 from durably._upkeep.reencrypt import COMPACTED, CURRENT, SNAPSHOT_REWRITTEN, key_census
 from durably._upkeep.retention import last_activity
+from durably.errors import KeyConfigError
 from durably.schemas._records import RECORD_SCHEMA_ID, Kind, Record
 from durably.storage import StreamId, open_store
 from durably.storage._codec import FLAG_ENCRYPTED, FLAG_ZSTD, HEADER_SIZE, Codec
 from durably.storage._crypto import (
     AESGCMCipher,
     EnvKeyProvider,
-    KeyConfigError,
     StaticKeyProvider,
     generate_key,
     key_id_of,
@@ -214,8 +214,8 @@ async def test_a_row_copied_to_another_stream_or_seq_fails_to_decrypt(tmp_path) 
             db.execute("UPDATE records SET data = ? WHERE stream_id = ? AND seq = 1", (row[0], ids["a2"]))
         async with Runtime(f"sqlite:///{path}", agents=[echo_agent(1)], encryption=encryption) as rt:
             if encryption is None:
-                # Issue 11 item 14 changed this: the copy used to go unnoticed (a2 claimed a1's
-                # task); frame format 2 seeds the plaintext CRC with the frame's place.
+                # The copy does not go unnoticed (a2 claiming a1's task): frame format 2 seeds
+                # the plaintext CRC with the frame's place.
                 with pytest.raises(CorruptRecordError, match="copied from another stream or seq"):
                     await rt.status("a2")
                 assert (await rt.status("a1")).task == "first task"

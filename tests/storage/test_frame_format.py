@@ -1,13 +1,13 @@
-"""Issue 11 item 14: frame format 2 binds a plaintext frame's checksum to its place.
+"""Frame format 2 binds a plaintext frame's checksum to its place.
 
-Without encryption, a row copied from another agent at the same seq used to
-replay silently. Format 2 seeds the CRC with namespace, agent id and seq
-(``durably.storage._codec.place_seed``), so the copy fails its checksum. Format 1
-frames (every golden set before this) stay readable; encrypted frames stay
+Without encryption, a row copied from another agent at the same seq would
+replay silently if its checksum did not cover its place. Format 2 seeds the CRC
+with namespace, agent id and seq (``durably.storage._codec.place_seed``), so the
+copy fails its checksum. Format 1 frames (the older golden sets) stay readable; encrypted frames stay
 format 1, their AES-GCM tag binding the place. ``tests/golden/format2`` holds
 frames written by the first build of format 2 (never regenerated).
 
-Format 3 (issue 16) is format 2 plus the id of the shipped zstd dictionary a
+Format 3 is format 2 plus the id of the shipped zstd dictionary a
 record's payload was compressed with; ``tests/golden/format3`` holds frames
 written by its first build (``tests/golden/make_format3.py``, never regenerated).
 """
@@ -77,7 +77,7 @@ def test_format1_frames_are_still_read_and_still_written_without_a_place():
     assert Codec().decode(unbound).value == Codec().decode(unbound, stream=StreamId("n", "a"), seq=4).value
 
 
-# -- format 3: record frames compressed with a shipped zstd dictionary (issue 16 item 4) ------------
+# -- format 3: record frames compressed with a shipped zstd dictionary ------------------------------
 
 FORMAT3 = Path(__file__).resolve().parents[1] / "golden" / "format3"
 FRAMES3 = json.loads((FORMAT3 / "frames.json").read_text(encoding="utf-8"))["frames"]

@@ -1,10 +1,10 @@
-"""Issue 11 item 4: what ``reencrypt`` reports is true of the files' bytes.
+"""What ``reencrypt`` reports is true of the files' bytes.
 
-With another connection open, re-encryption (and a key rotation) used to
-report every frame under the new key while the old bytes (planted plaintext,
-frames sealed under the retired key) were still in the database file and its
-WAL. Now the WAL is checkpointed and truncated and freed pages are zeroed;
-when another connection's open transaction prevents that, the report says so
+With another connection open, the old bytes (planted plaintext, frames sealed
+under the retired key) can outlive a re-encryption (or a key rotation) in the
+database file and its WAL, though every frame was rewritten under the new key.
+So the WAL is checkpointed and truncated and freed pages are zeroed; when
+another connection's open transaction prevents that, the report says so
 (``files_scrubbed`` False, with the reason) instead of claiming success.
 """
 

@@ -24,7 +24,8 @@ from schema_wire import cddl_name, cddl_text, header_fields, schema, validate_fr
 
 from durably import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, SnapshotPolicy, ToolCall, Usage, tool
 from durably._cli.demo.survey import survey_agent, survey_task
-from durably._journal.records import MissingUpcasterError, RecordCodec
+from durably._journal.records import RecordCodec
+from durably.errors import MissingUpcasterError
 from durably.schemas import _records as schemas
 from durably.schemas import _upcasters as upcasters
 from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID, Kind, Record

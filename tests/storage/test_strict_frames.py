@@ -1,4 +1,4 @@
-"""Forged frames (issue 11 item 6) and lossless values (issue 10 item 3).
+"""Forged frames and lossless values.
 
 A frame decodes as exactly one zstd frame and exactly one CBOR item consuming every
 byte, with only the tags durably writes and bounded expansion; the standard

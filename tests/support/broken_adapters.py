@@ -1,4 +1,4 @@
-"""Adapters with one promise broken on purpose each (issue 17, items 1-7), for the kit's meta-test.
+"""Adapters with one promise broken on purpose each, for the kit's meta-test.
 
 They live in a module of their own so that the kit's child processes (peers,
 the SIGKILLed writer) can import them by name, like any adapter class.
@@ -15,13 +15,13 @@ from durably.storage._spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRec
 
 
 class ClaimsMultiProcess(MemoryStore):
-    """Item 1: keeps its data in this process's memory, yet does not declare ``CAP_SINGLE_PROCESS``."""
+    """Keeps its data in this process's memory, yet does not declare ``CAP_SINGLE_PROCESS``."""
 
     capabilities = frozenset({CAP_BLOBS, CAP_LEASES})
 
 
 class WritesBehind(FileSystemStore):
-    """Item 2: acknowledges an append at once and writes it at the next call (a write-behind cache)."""
+    """Acknowledges an append at once and writes it at the next call (a write-behind cache)."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -68,7 +68,7 @@ journal_files: dict[str, bytearray] = {}
 
 
 class KeepsPurgedBytes(MemoryStore):
-    """Item 3: an append-only "file" of every value written, never scrubbed by ``delete_stream``."""
+    """An append-only "file" of every value written, never scrubbed by ``delete_stream``."""
 
     def __init__(self, url: str = "memory://") -> None:
         super().__init__(url)
@@ -86,7 +86,7 @@ class KeepsPurgedBytes(MemoryStore):
 
 
 class RestartsTokensAfterPurge(MemoryStore):
-    """Item 4: ``delete_stream`` forgets the lease's token, so the next lease starts at 1 again."""
+    """Its ``delete_stream`` forgets the lease's token, so the next lease starts at 1 again."""
 
     async def delete_stream(self, stream: StreamId) -> None:
         await super().delete_stream(stream)
@@ -94,7 +94,7 @@ class RestartsTokensAfterPurge(MemoryStore):
 
 
 class LoadsWholeStream(MemoryStore):
-    """Item 5: ignores ``page_size``, copies the whole rest of the stream, then yields it."""
+    """Ignores ``page_size``, copies the whole rest of the stream, then yields it."""
 
     async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
         everything = [StoredRecord(r.seq, bytes(memoryview(r.data))) async for r in super().read(stream, after_seq)]
@@ -122,13 +122,13 @@ class GoesDown(MemoryStore):
 
 
 class RaisesRawErrors(GoesDown):
-    """Item 6: during an outage the backend's own exception escapes, not ``StoreUnavailableError``."""
+    """During an outage the backend's own exception escapes, not ``StoreUnavailableError``."""
 
     outage_error = ConnectionRefusedError
 
 
 class ScansTheStream(MemoryStore):
-    """Item 7: tail reads and snapshot lookups walk the whole stream (a query without an index)."""
+    """Tail reads and snapshot lookups walk the whole stream (a query without an index)."""
 
     def _scan(self, stream: StreamId) -> list[StoredRecord]:
         found = self._streams.get(stream)

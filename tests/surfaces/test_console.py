@@ -21,7 +21,8 @@ import httpx
 import pytest
 from system_packages import ensure_debian_packages
 
-from durably._console import ConsoleConfigError, ContentPolicy, create_app
+from durably._console import ContentPolicy, create_app
+from durably.errors import ConsoleConfigError
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

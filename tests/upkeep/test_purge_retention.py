@@ -90,8 +90,8 @@ async def test_purge_leaves_nothing_readable_behind(backend) -> None:
         server, prefix = extra
         keys = StreamKeys(prefix + "/", StreamId("default", "a1"))
         left = s3_keys(server, BUCKET, prefix)
-        # Since issue 17 item 4 the ended lease object stays (its fencing token must never go
-        # back); it names no owner any more, and nothing else of the stream is left.
+        # The ended lease object stays (its fencing token must never go back); it names
+        # no owner any more, and nothing else of the stream is left.
         assert not [k for k in left if (k.startswith(keys.root) and k != keys.lease) or k == keys.index]
         assert any("a2" in k for k in left)
 

@@ -12,18 +12,18 @@ database (``AsyncSqliteSaver`` / ``SqliteSaver``) into a ``DurablySaver``.
 Needs the ``langgraph`` extra: ``pip install 'durably[langgraph]'``.
 """
 
-from durably.errors import ExtraNotInstalledError
-
-from ._errors import (
+from durably.errors import (
     CheckpointValueError,
+    ExtraNotInstalledError,
     ForeignLoopError,
+    ImportSourceError,
     InvalidPruneStrategyError,
     InvalidThreadIdError,
     SyncCallOnLoopError,
 )
 
 with ExtraNotInstalledError.guard(__name__, "langgraph", "langgraph", "langchain_core"):
-    from ._importer import ImportedThread, ImportSourceError, import_sqlite_threads
+    from ._importer import ImportedThread, import_sqlite_threads
     from ._saver import DurablySaver
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from durably.errors import ImportSourceError as ImportSourceError  # re-exported: the old import path
+from durably.errors import ImportSourceError
 
 from ._saver import DurablySaver
 

@@ -35,12 +35,11 @@ from langgraph.checkpoint.base import (
 )
 
 from durably._journal.redaction_policy import RedactionPolicy
-from durably.errors import InvalidArgumentError
+from durably.errors import CheckpointValueError, InvalidArgumentError, InvalidPruneStrategyError
 from durably.storage._codec import Codec, FrameCipher
 from durably.storage._registry import open_store
 from durably.storage._spi import Store
 
-from ._errors import CheckpointValueError, InvalidPruneStrategyError
 from ._redact import ValueRedactor
 from ._sync import LoopBridge, SyncInterface
 from ._thread import StoredCheckpoint, ThreadState

@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from ._errors import ForeignLoopError, SyncCallOnLoopError
+from durably.errors import ForeignLoopError, SyncCallOnLoopError
 
 T = TypeVar("T")
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import ormsgpack
 
-from ._errors import CheckpointValueError
+from durably.errors import CheckpointValueError
 
 FULL, EMPTY, DELTA = "f", "e", "d"
 _CLASS_EXTS = frozenset({0, 1, 2, 3, 4, 5})  # JsonPlusSerializer's codes whose payload names (module, class)
