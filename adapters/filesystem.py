@@ -387,13 +387,14 @@ class FileSystemStore(
 
     # -- snapshots -----------------------------------------------------------
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         """Store a snapshot covering records 1..``seq``, replacing one at the same seq (atomic rename).
 
         Args:
             stream: The stream the snapshot belongs to.
             seq: The last record folded into it, 1..``last_seq(stream)``.
             data: The encoded snapshot frame.
+            fence: Accepted for the SPI and ignored: this store has no leases (one worker).
 
         Raises:
             InvalidRequestError: ``seq`` is < 1 or > the stream's last seq.

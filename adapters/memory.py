@@ -16,6 +16,7 @@ from durably.storage._base import StoreBase
 from durably.storage._errors import (
     BlobNotFoundError,
     ConflictError,
+    FencedError,
     InvalidRequestError,
     InvalidStoreURLError,
     UnsafeCompactionError,
@@ -34,6 +35,7 @@ from durably.storage._spi import (
     StreamId,
     check_append,
     check_blob,
+    check_fence,
     check_lease,
 )
 from durably.storage._urls import parse_store_url
@@ -119,6 +121,9 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
         for request in requests:
             stream = self._streams.get(request.stream)
             actual = stream.last_seq if stream else 0
+            if request.fence is not None and not self._fence_holds(request.stream, request.fence):
+                results.append(FencedError(request.stream, request.expected_seq, actual, fence=request.fence))
+                continue
             if actual != request.expected_seq:
                 results.append(ConflictError(request.stream, request.expected_seq, actual))
                 continue
@@ -179,19 +184,26 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
             if data is not None:
                 yield StoredRecord(seq, data)
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         """Store a snapshot covering records 1..``seq``, replacing one at the same seq.
 
         Args:
             stream: The stream the snapshot belongs to.
             seq: The last record folded into it, 1..``last_seq(stream)``.
             data: The encoded snapshot frame (copied).
+            fence: The writer's lease token, checked as ``AppendRequest.fence``; None: no check.
 
         Raises:
-            InvalidRequestError: ``seq`` is < 1 or > the stream's last seq (also for an unknown stream).
+            FencedError: ``fence`` is no longer the stream's lease; nothing stored.
+            InvalidRequestError: ``seq`` is < 1 or > the stream's last seq (also for an unknown stream),
+                or ``fence`` is malformed.
             StoreClosedError: The store is not open.
         """
         self._check_open()
+        check_fence(fence)
+        if fence is not None and not self._fence_holds(stream, fence):
+            last = self._streams[stream].last_seq if stream in self._streams else 0
+            raise FencedError(stream, last, last, fence=fence)
         found = self._streams.get(stream)
         if seq < 1 or found is None or seq > found.last_seq:
             raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
@@ -425,6 +437,11 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
     # -- leases (CAP_LEASES) ----------------------------------------------------
     # No await between the check and the write in these methods, so each is atomic
     # on the event loop: of racing tasks exactly one takes a free lease.
+
+    def _fence_holds(self, stream: StreamId, fence: int) -> bool:
+        """Whether an append or snapshot with ``fence`` may change ``stream`` (see ``AppendRequest.fence``)."""
+        held = self._leases.get(stream)
+        return held is not None and held.token == fence and held.owner != ""  # "" marks a lease ended by a purge
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
         """Take or renew the lease of ``stream`` for ``owner`` (``LeaseStore.acquire_lease``).

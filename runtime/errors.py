@@ -142,6 +142,27 @@ class ConflictError(StoreError):
         )
 
 
+class FencedError(ConflictError):
+    """An append or snapshot carried a fencing token the stream's lease no longer has.
+
+    A newer lease of the stream was granted since the writer's (another worker
+    took the agent over), or the stream was purged (a restarted id is a new
+    incarnation). Nothing was written. The writer has lost the stream for good:
+    it must stop acting on it, not re-read and retry. A subclass of
+    ``ConflictError``, so code that treats any conflict as "re-read before
+    acting" stays safe.
+
+    Attributes: as ``ConflictError``, plus ``fence`` (the token that was refused).
+    An adapter returns it from ``append_batch`` as
+    ``FencedError(request.stream, request.expected_seq, actual_seq, fence=request.fence)``.
+    """
+
+    def __init__(self, stream: _StreamAddress, expected_seq: int, actual_seq: int | None, *, fence: int) -> None:
+        super().__init__(stream, expected_seq, actual_seq)
+        self.fence = fence
+        self.args = (f"fenced on {stream}: lease token {fence} is no longer the stream's lease (taken over or purged)",)
+
+
 class AgentFencedError(ConflictError):
     """Another writer appended to this agent's stream: this process lost it.
 

@@ -74,24 +74,28 @@ class StoreBase(Store):
         if not self._is_open:
             raise StoreClosedError(f"{type(self).__name__} is not open")
 
-    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
+    async def append(
+        self, stream: StreamId, expected_seq: int, records: Sequence[bytes], *, fence: int | None = None
+    ) -> int:
         """Append one stream's batch as a one-request ``append_batch``; see ``Store.append``.
 
         Args:
             stream: The stream to append to.
             expected_seq: The last seq the writer saw; 0 for a new stream.
             records: The encoded frames, at least one.
+            fence: The writer's lease token (``AppendRequest.fence``); None: no check.
 
         Returns:
             The stream's new last seq.
 
         Raises:
+            FencedError: When ``fence`` is no longer the stream's lease (returned by ``append_batch``, raised).
             ConflictError: When the stream's last seq is not ``expected_seq``
                 (the error ``append_batch`` returned, raised; nothing written).
             StoreUnavailableError: From ``append_batch``, when the backend fails.
             InvalidRequestError: From ``append_batch``, for a malformed append.
         """
-        (result,) = await self.append_batch([AppendRequest(stream, expected_seq, list(records))])
-        if isinstance(result, Exception):  # a ConflictError, the one error append_batch returns
+        (result,) = await self.append_batch([AppendRequest(stream, expected_seq, list(records), fence=fence)])
+        if isinstance(result, Exception):  # a ConflictError or FencedError, the errors append_batch returns
             raise result
         return result

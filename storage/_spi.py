@@ -48,6 +48,7 @@ from ._spi_values import (
     StreamId,
     check_append,
     check_blob,
+    check_fence,
     check_lease,
 )
 
@@ -74,6 +75,7 @@ __all__ = [
     "StreamId",
     "check_append",
     "check_blob",
+    "check_fence",
     "check_lease",
     "declared_capabilities",
     "supports_blobs",

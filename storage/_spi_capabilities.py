@@ -59,9 +59,13 @@ class LeaseStore(Store, Protocol):
     """A ``Store`` that also declares ``CAP_LEASES``: one live worker per stream.
 
     Used by ``Runtime.resume_all``/``serve`` so that several workers sharing a
-    store resume only agents nobody runs, and by operator commands to know an
-    agent is live elsewhere. Leases are advisory; appends stay fenced by their
-    expected seq whatever the leases say.
+    store run an agent only under its lease, and by operator commands to know an
+    agent is live elsewhere. Leases are enforced, not advisory: a store with this
+    capability checks ``AppendRequest.fence`` (and ``put_snapshot``'s ``fence``)
+    against the stream's lease in the same atomic step as the expected seq, and
+    answers ``FencedError`` for a token that is not the latest grant's or whose
+    lease ``delete_stream`` ended. A store that cannot check a fence atomically
+    must not declare ``CAP_LEASES``: it is then a single-worker store.
     """
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:

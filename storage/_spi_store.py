@@ -82,8 +82,9 @@ class Store(Protocol):
 
         Returns:
             One entry per request, in order: the new last seq (int) on success,
-                or a ``ConflictError`` (returned, not raised) when its expected seq
-                was stale.
+                a ``FencedError`` (returned, not raised) when its ``fence`` is set
+                and no longer the stream's lease (stores with ``CAP_LEASES``), or
+                a ``ConflictError`` (returned) when its expected seq was stale.
 
         Raises:
             StoreUnavailableError: When the backend fails; then nothing of the
@@ -91,7 +92,9 @@ class Store(Protocol):
             InvalidRequestError: For a malformed request (``check_append``), before any I/O.
         """
 
-    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
+    async def append(
+        self, stream: StreamId, expected_seq: int, records: Sequence[bytes], *, fence: int | None = None
+    ) -> int:
         """Append ``records`` atomically after ``expected_seq``; return the new last seq.
 
         The records get seqs ``expected_seq+1 ..``.
@@ -100,11 +103,13 @@ class Store(Protocol):
             stream: The stream to append to.
             expected_seq: The last seq the writer saw; 0 for a new stream.
             records: The encoded frames, at least one.
+            fence: The writer's lease token, checked as ``AppendRequest.fence``; None: no check.
 
         Returns:
             The stream's new last seq.
 
         Raises:
+            FencedError: When ``fence`` is set and is no longer the stream's lease (nothing written).
             ConflictError: When the stream's last seq is not ``expected_seq``
                 (nothing written).
         """
@@ -138,16 +143,21 @@ class Store(Protocol):
                 records deleted by compaction are not yielded.
         """
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         """Store a snapshot covering records 1..``seq``. Overwrites one at the same seq.
 
         Args:
             stream: The stream the snapshot belongs to.
             seq: The last record folded into the snapshot.
             data: The encoded snapshot frame.
+            fence: The writer's lease token, checked as ``AppendRequest.fence``
+                (atomically with the write), so a stale holder's snapshot of a
+                purged and restarted stream (an older incarnation at the same seq)
+                is never stored; None: no check.
 
         Raises:
-            InvalidRequestError: When ``seq`` < 1 or > ``last_seq(stream)``.
+            FencedError: When ``fence`` is set and is no longer the stream's lease (nothing written).
+            InvalidRequestError: When ``seq`` < 1 or > ``last_seq(stream)``, or ``fence`` is malformed (``check_fence``).
         """
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:

@@ -80,9 +80,11 @@ class StoredSnapshot:
 class Lease:
     """A time-bounded claim of one worker on a stream.
 
-    A lease says who *should* run a stream; the expected-seq check on every
-    append is what makes a stale owner harmless (Kleppmann, "How to do
-    distributed locking", 2016: leases need fencing).
+    A lease says who runs a stream; its token, carried by every append and
+    snapshot of the holder (``AppendRequest.fence``) and checked by the store in
+    the same atomic step as the expected seq, is what makes a stale owner
+    harmless, even a paused one whose expected seq still matches (Kleppmann,
+    "How to do distributed locking", 2016: leases need fencing).
 
     Attributes:
         stream: The stream the lease is on.
@@ -153,12 +155,21 @@ class AppendRequest:
             transactions may lag by) when the request succeeds, and not at all
             when it conflicts; None (the default) leaves the entry as it is.
             Stores without ``CAP_STATUS_INDEX`` ignore it.
+        fence: The fencing token (``Lease.token``) of the lease the writer holds
+            on ``stream``, or None (the default) for a writer that holds none (an
+            operator's command, a single-process store). A store with
+            ``CAP_LEASES`` checks it in the same atomic step as ``expected_seq``:
+            unless the stream's latest lease grant has exactly this token and was
+            not ended by ``delete_stream``, nothing is written and the request's
+            result is a ``FencedError``. A lease that merely expired or was
+            released, with nobody granted one since, still admits its token.
     """
 
     stream: StreamId
     expected_seq: int
     records: Sequence[bytes]
     index: IndexEntry | None = None
+    fence: int | None = None
 
 
 #: The highest seq a store must hold: a signed 64-bit integer, what SQLite and PostgreSQL columns take.
@@ -190,6 +201,20 @@ def check_append(request: AppendRequest) -> None:
             raise InvalidRequestError(f"records must be bytes, got {type(data).__name__}")
     if request.index is not None and not isinstance(request.index, IndexEntry):
         raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(request.index).__name__}")
+    check_fence(request.fence)
+
+
+def check_fence(fence: object) -> None:
+    """Reject a malformed fencing token before any I/O (``check_append`` calls it; ``put_snapshot`` too).
+
+    Args:
+        fence: None, or a fencing token: an int in 1..2**63-1 (a bool is not).
+
+    Raises:
+        InvalidRequestError: For anything else.
+    """
+    if fence is not None and (isinstance(fence, bool) or not isinstance(fence, int) or not 1 <= fence <= MAX_SEQ):
+        raise InvalidRequestError(f"a fence must be None or a lease token (an int in 1..2**63-1), got {fence!r}")
 
 
 def check_blob(stream: object, data: object) -> None:

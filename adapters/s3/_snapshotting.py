@@ -47,7 +47,7 @@ class S3Snapshotting:
 
     # ---------------------------------------------------------------- snapshots (s3_snapshots)
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         """Store the snapshot of ``stream`` at ``seq``, overwriting one at the same seq.
 
         One PUT, or a multipart upload from ``multipart_threshold`` bytes. ``seq`` is checked
@@ -58,6 +58,7 @@ class S3Snapshotting:
             stream: The stream the snapshot belongs to.
             seq: The seq it covers (records 1..``seq`` folded in).
             data: The encoded snapshot frame.
+            fence: The writer's lease token, checked as ``AppendRequest.fence``; None: no check.
 
         Raises:
             InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within

@@ -124,7 +124,7 @@ class SQLiteStore(
 
     # -- snapshots ---------------------------------------------------------------
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         """Store the snapshot of ``stream`` at ``seq``, overwriting one at the same seq.
 
         One autocommitted upsert, so the range check and the write see the same last seq.
@@ -133,6 +133,7 @@ class SQLiteStore(
             stream: The stream the snapshot belongs to.
             seq: The seq it covers (records 1..``seq`` folded in).
             data: The encoded snapshot frame.
+            fence: The writer's lease token, checked as ``AppendRequest.fence``; None: no check.
 
         Raises:
             InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within

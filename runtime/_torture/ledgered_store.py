@@ -81,8 +81,10 @@ class LedgeredStore:
             self.hit("after_ack")
         return results
 
-    async def append(self, stream: StreamId, expected_seq: int, records: Sequence[bytes]) -> int:
-        (result,) = await self.append_batch([AppendRequest(stream, expected_seq, list(records))])
+    async def append(
+        self, stream: StreamId, expected_seq: int, records: Sequence[bytes], *, fence: int | None = None
+    ) -> int:
+        (result,) = await self.append_batch([AppendRequest(stream, expected_seq, list(records), fence=fence)])
         if isinstance(result, Exception):
             raise result
         return result
@@ -93,9 +95,9 @@ class LedgeredStore:
     def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncGenerator[StoredRecord, None]:
         return self.inner.read(stream, after_seq, page_size=page_size)
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         self.hit("before_snapshot")
-        await self.inner.put_snapshot(stream, seq, data)
+        await self.inner.put_snapshot(stream, seq, data, fence=fence)
         self.hit("after_snapshot")
 
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
