@@ -715,6 +715,7 @@ __all__ = [
     "CheckpointValueError",
     "CodecError",
     "ConflictError",
+    "FencedError",
     "ConsoleConfigError",
     "ConsoleNotInstalledError",
     "CorruptRecordError",

@@ -157,9 +157,9 @@ def install_hooks() -> None:
 
     original_put_snapshot = S3Store.put_snapshot
 
-    async def put_snapshot(self, stream, seq, data):
+    async def put_snapshot(self, stream, seq, data, *, fence=None):
         hit("snapshot")
-        await original_put_snapshot(self, stream, seq, data)
+        await original_put_snapshot(self, stream, seq, data, fence=fence)
 
     S3Store.put_snapshot = put_snapshot
 
