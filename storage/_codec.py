@@ -661,4 +661,13 @@ class Codec:
         self._decoder = decoder
         if source.tell() != len(raw):
             raise CorruptRecordError(f"{len(raw) - source.tell()} bytes after the CBOR item", stream=stream, seq=seq)
+        # cbor2 hands ``undefined`` and unassigned simple values through as its own
+        # sentinel objects, and no hook can refuse them while decoding.
+        where = values.simple_value_path(raw, value)
+        if where is not None:
+            raise CorruptRecordError(
+                f"cbor: a simple value durably never writes (undefined or unassigned) at {where[:200]}",
+                stream=stream,
+                seq=seq,
+            )
         return value

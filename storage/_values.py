@@ -37,6 +37,7 @@ dataclass and pydantic results into data first, by a documented rule.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -105,6 +106,36 @@ def to_cbor(value: Any) -> Any:
     if kind is set:
         return cbor2.CBORTag(258, items)
     return cbor2.CBORTag(_PYTHON, ["tuple" if kind is tuple else "frozenset", items])
+
+
+#: Bytes that start a CBOR simple value other than false, true and null
+#: (simple 0-19, ``undefined``, the two-byte simple values 32-255). UTF-8 text
+#: and integers may hold them too, so finding one only says a walk is needed.
+_SIMPLE_START = re.compile(rb"[\xe0-\xf3\xf7\xf8]")
+
+
+def simple_value_path(raw: bytes | memoryview, value: Any) -> str | None:
+    """Where the decoded ``value`` holds a CBOR simple value durably never writes.
+
+    ``raw`` is the CBOR ``value`` was decoded from: without a byte that can start
+    such a simple value the walk is skipped. Returns a path such as
+    ``value["messages"][2]``, or None when there is none. Containers are walked
+    without recursion, so a deep value cannot exhaust the stack."""
+    if _SIMPLE_START.search(raw) is None:
+        return None
+    stack: list[tuple[Any, str]] = [(value, "value")]
+    while stack:
+        item, path = stack.pop()
+        kind = type(item)
+        if kind is cbor2.CBORSimpleValue or item is cbor2.undefined:
+            return path
+        if kind is dict:
+            stack.extend((v, f"{path}[{k!r}]") for k, v in item.items())
+        elif kind in (list, tuple):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+        elif kind in (set, frozenset):
+            stack.extend((v, f"{path}{{...}}") for v in item)
+    return None
 
 
 class RefusedTagError(ValueError):
