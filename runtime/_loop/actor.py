@@ -24,7 +24,7 @@ from durably import _telemetry as tm
 from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
 from durably._loop.commands import Command, to_record
-from durably._loop.model import ModelResponse, ToolCall, check_reply
+from durably._loop.model import REFUSED, ModelResponse, ToolCall, check_reply
 from durably._loop.model_retries import is_transient
 from durably._loop.state import FAILED, RUNNING, AgentState
 from durably._loop.tool_calls import ToolCalls
@@ -215,7 +215,9 @@ class AgentActor(ToolCalls):
         response = await self._ask_model()
         if response is None:
             return  # failed for good: journaled
-        calls = self._journal_calls(response.tool_calls)
+        refused = response.stop_reason == REFUSED
+        # A refused or filtered reply decides nothing: its calls (if any) are not made.
+        calls = [] if refused else self._journal_calls(response.tool_calls)
         stopped = self.state.status != RUNNING  # a command (a cancel) folded in while the model thought
         usage = response.usage
         data = {
@@ -248,7 +250,11 @@ class AgentActor(ToolCalls):
                 valid.append(call)
             else:
                 entries.append(self._result_entry(call, error=problem))
-        if not calls:
+        if refused:
+            # Not a result: the run did not do its task. ``retry`` asks the model again.
+            self.failure = REFUSED
+            entries.append((Kind.FAILED, {"reason": f"{REFUSED}: {response.text or 'no text given'}"}))
+        elif not calls:
             entries.append((Kind.FINISHED, {"result": response.text}))
         try:
             if ready := self._ready(valid):
