@@ -130,3 +130,23 @@ async def test_the_graphs_own_types_round_trip_once_allowed(tmp_path) -> None:
 def test_allowed_types_is_for_the_default_serializer() -> None:
     with pytest.raises(InvalidArgumentError, match="allowed_types"):
         DurablySaver("memory://x", serde=JsonPlusSerializer(), allowed_types=[Ticket])
+
+
+async def test_an_import_from_a_forged_sqlite_database_runs_nothing(tmp_path) -> None:
+    import aiosqlite
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from durably.integrations.langgraph import ImportSourceError, import_sqlite_threads
+
+    source, pwned = tmp_path / "langgraph.db", tmp_path / "PWNED"
+    builder = StateGraph(Holder)
+    builder.add_node("make", lambda s: {"thing": FORGE})
+    builder.add_edge(START, "make")
+    async with aiosqlite.connect(source) as conn:
+        sqlite_saver = AsyncSqliteSaver(conn, serde=Forger(ext(0, "os", "system", f"touch {pwned}")))
+        await sqlite_saver.setup()
+        await builder.compile(checkpointer=sqlite_saver).ainvoke({"messages": []}, config())
+    async with DurablySaver.from_url(f"sqlite:///{tmp_path / 'durably.db'}") as saver:
+        with pytest.raises(ImportSourceError, match="os.system is not in the msgpack allowlist"):
+            await import_sqlite_threads(source, saver)
+    assert not pwned.exists()

@@ -177,7 +177,7 @@ class StrictSerde:
         typed: tuple[str, bytes] = self.serde.dumps_typed(value)
         return typed
 
-    def loads(self, type_: str, data: bytes, where: Callable[[str], CheckpointValueError]) -> Any:
+    def loads(self, type_: str, data: bytes, where: Callable[[str], Exception]) -> Any:
         """The value of ``(type_, data)``; ``where(reason)`` builds the error to raise."""
         if type_ == "msgpack":
             checker = _ExtChecker(msgpack_allowlist(self.serde))
