@@ -651,6 +651,19 @@ class Codec:
             raise cls(f"cbor: {exc}", stream=stream, seq=seq) from exc
         return Frame(schema_id, schema_version, value, raw_size, len(payload))
 
+    def loads(self, raw: bytes) -> Any:
+        """Decode one bare CBOR item (no frame) by a frame's rules: durably's tags
+        only, no indefinite lengths, duplicate keys or simple values it never
+        writes, within the codec's depth limit, every byte consumed.
+
+        Raises ``CorruptRecordError`` for bytes that break a rule and
+        ``FrameLimitError`` past the depth limit."""
+        try:
+            return self._loads(raw, None, None)
+        except cbor2.CBORDecodeError as exc:
+            cls = FrameLimitError if "depth" in str(exc) else CorruptRecordError
+            raise cls(f"cbor: {exc}") from exc
+
     def _loads(self, raw: bytes | memoryview, stream: StreamId | None, seq: int | None) -> Any:
         """Exactly one CBOR item, consuming every byte, with durably's tags only."""
         source = io.BytesIO(raw)

@@ -150,3 +150,32 @@ async def test_an_import_from_a_forged_sqlite_database_runs_nothing(tmp_path) ->
         with pytest.raises(ImportSourceError, match="os.system is not in the msgpack allowlist"):
             await import_sqlite_threads(source, saver)
     assert not pwned.exists()
+
+
+@pytest.mark.parametrize("forged", ["undefined", "shared-references"])
+async def test_a_forged_checkpoint_skeleton_is_refused_by_a_frames_rules(tmp_path, monkeypatch, forged) -> None:
+    import types
+
+    import cbor2
+
+    from durably.integrations.langgraph import _saver
+
+    def dumps(skeleton: Any) -> bytes:
+        if forged == "undefined":
+            return cbor2.dumps({**skeleton, "channel_versions": cbor2.undefined})
+        node: list = [1]
+        for _ in range(40):
+            node = [node, node]
+        return cbor2.dumps({**skeleton, "versions_seen": node}, value_sharing=True)
+
+    url = f"sqlite:///{tmp_path / 'skeleton.db'}"
+    builder = StateGraph(Holder)
+    builder.add_node("make", lambda s: {"thing": 1})
+    builder.add_edge(START, "make")
+    with monkeypatch.context() as patched:
+        patched.setattr(_saver, "cbor2", types.SimpleNamespace(dumps=dumps))
+        async with DurablySaver.from_url(url) as saver:
+            await builder.compile(checkpointer=saver).ainvoke({"messages": []}, config())
+    async with DurablySaver.from_url(url) as saver:
+        with pytest.raises(CheckpointValueError, match="checkpoint does not decode"):
+            await saver.aget_tuple(config())

@@ -37,6 +37,7 @@ from langgraph.checkpoint.base import (
 from durably._journal.redaction_policy import RedactionPolicy
 from durably.errors import CheckpointValueError, InvalidArgumentError, InvalidPruneStrategyError
 from durably.storage._codec import Codec, FrameCipher
+from durably.storage._errors import CodecError
 from durably.storage._registry import open_store
 from durably.storage._spi import Store
 
@@ -140,6 +141,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.namespace = namespace
         self.values = StrictSerde(self.serde)
+        self._plain = Codec()  # plain CBOR skeletons, decoded by a frame's rules
         self._redact = ValueRedactor(redaction) if redaction is not None and redaction.active else None
         self._bridge = LoopBridge(self._open, self._close)
         self._journal = ThreadJournal(
@@ -237,9 +239,9 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         LangGraph's serde for one holding non-plain data."""
         if wire.get("ck") is not None:
             try:
-                decoded: dict[str, Any] = cbor2.loads(wire["ck"])
+                decoded: dict[str, Any] = self._plain.loads(wire["ck"])
                 return decoded
-            except (cbor2.CBORDecodeError, ValueError) as exc:
+            except (CodecError, ValueError) as exc:
                 raise where(f"checkpoint does not decode: {exc}") from exc
         type_, data = wire["ckt"]
         skeleton: dict[str, Any] = self.values.loads(type_, data, where)
