@@ -77,7 +77,9 @@ class OpenAIChatModel:
 
         Returns:
             The first choice's text and tool calls, with its usage and its stop
-                reason in durably's words.
+                reason in durably's words. A refusal (the message's ``refusal``
+                text, or ``finish_reason`` ``content_filter``) is a reply with
+                stop reason ``refused`` whose text is the refusal.
 
         Raises:
             TransientModelError: A timeout or connection error, HTTP
@@ -107,13 +109,12 @@ class OpenAIChatModel:
         choice = reply.choices[0]
         message = choice.message
         calls = tuple(_call(c) for c in message.tool_calls or ())
-        return ModelResponse(
-            message.content or "",
-            calls,
-            self._usage(reply.usage),
-            model=reply.model or self.name,
-            stop_reason=stop_reason(choice.finish_reason),
-        )
+        text, reason = message.content or "", stop_reason(choice.finish_reason)
+        refusal = getattr(message, "refusal", None)
+        if isinstance(refusal, str) and refusal:
+            # The refusal is the answer (a refusal may come with finish_reason "stop").
+            text, reason = refusal, "refused"
+        return ModelResponse(text, calls, self._usage(reply.usage), model=reply.model or self.name, stop_reason=reason)
 
     def _usage(self, usage: Any) -> Usage:
         if usage is None:

@@ -220,7 +220,7 @@ def _checked_walk(value: Any, path: str, max_depth: int) -> bool:
                     raise UnencodableValueError(
                         f"{where}[{key!r}]", f"dict key of type {type(key).__name__} is not supported (use str)"
                     )
-                stack.append((child, f"{where}.{key}", depth + 1))
+                stack.append((child, _field(where, key), depth + 1))
         elif kind is list:
             for index, child in enumerate(item):
                 stack.append((child, f"{where}[{index}]", depth + 1))
@@ -243,6 +243,17 @@ def _checked_walk(value: Any, path: str, max_depth: int) -> bool:
     return tagged
 
 
+def _field(path: str, key: str) -> str:
+    """The path of ``key`` in the dict at ``path``: ``path.key``, or ``path['\\udc80']``
+    (its escaped repr) for a key that is not valid Unicode, so that the path itself,
+    and the failure record quoting it, can be stored."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{path}[{key!r}]"
+    return f"{path}.{key}"
+
+
 def _locate_unencodable(value: Any, path: str, cause: Exception) -> UnencodableValueError:
     """The ``UnencodableValueError`` for a value cbor2 refused: finds the string
     that is not valid Unicode (a lone surrogate, as ``json.loads`` can produce)."""
@@ -257,7 +268,7 @@ def _locate_unencodable(value: Any, path: str, cause: Exception) -> UnencodableV
         elif isinstance(item, dict):
             for key, child in item.items():
                 stack.append((key, f"{where}[{key!r}]"))
-                stack.append((child, f"{where}.{key}"))
+                stack.append((child, _field(where, key) if isinstance(key, str) else f"{where}[{key!r}]"))
         elif isinstance(item, list):
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
     return UnencodableValueError(path, f"cannot be encoded as CBOR: {cause}")
@@ -640,6 +651,19 @@ class Codec:
             raise cls(f"cbor: {exc}", stream=stream, seq=seq) from exc
         return Frame(schema_id, schema_version, value, raw_size, len(payload))
 
+    def loads(self, raw: bytes) -> Any:
+        """Decode one bare CBOR item (no frame) by a frame's rules: durably's tags
+        only, no indefinite lengths, duplicate keys or simple values it never
+        writes, within the codec's depth limit, every byte consumed.
+
+        Raises ``CorruptRecordError`` for bytes that break a rule and
+        ``FrameLimitError`` past the depth limit."""
+        try:
+            return self._loads(raw, None, None)
+        except cbor2.CBORDecodeError as exc:
+            cls = FrameLimitError if "depth" in str(exc) else CorruptRecordError
+            raise cls(f"cbor: {exc}") from exc
+
     def _loads(self, raw: bytes | memoryview, stream: StreamId | None, seq: int | None) -> Any:
         """Exactly one CBOR item, consuming every byte, with durably's tags only."""
         source = io.BytesIO(raw)
@@ -661,4 +685,13 @@ class Codec:
         self._decoder = decoder
         if source.tell() != len(raw):
             raise CorruptRecordError(f"{len(raw) - source.tell()} bytes after the CBOR item", stream=stream, seq=seq)
+        # cbor2 hands ``undefined`` and unassigned simple values through as its own
+        # sentinel objects, and no hook can refuse them while decoding.
+        where = values.simple_value_path(raw, value)
+        if where is not None:
+            raise CorruptRecordError(
+                f"cbor: a simple value durably never writes (undefined or unassigned) at {where[:200]}",
+                stream=stream,
+                seq=seq,
+            )
         return value

@@ -37,6 +37,7 @@ dataclass and pydantic results into data first, by a documented rule.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -105,6 +106,63 @@ def to_cbor(value: Any) -> Any:
     if kind is set:
         return cbor2.CBORTag(258, items)
     return cbor2.CBORTag(_PYTHON, ["tuple" if kind is tuple else "frozenset", items])
+
+
+#: Bytes that start a CBOR simple value other than false, true and null
+#: (simple 0-19, ``undefined``, the two-byte simple values 32-255). UTF-8 text
+#: and integers may hold them too, so finding one only says a walk is needed.
+_SIMPLE_START = re.compile(rb"[\xe0-\xf3\xf7\xf8]")
+
+
+def simple_value_path(raw: bytes | memoryview, value: Any) -> str | None:
+    """Where the decoded ``value`` holds a CBOR simple value durably never writes.
+
+    ``raw`` is the CBOR ``value`` was decoded from: without a byte that can start
+    such a simple value the walk is skipped. Returns a path such as
+    ``value["messages"][2]``, or None when there is none. Containers are walked
+    without recursion, so a deep value cannot exhaust the stack."""
+    if _SIMPLE_START.search(raw) is None or not _holds_simple(value):
+        return None
+    # Found: walked again, with paths, to name where.
+    stack: list[tuple[Any, str]] = [(value, "value")]
+    while stack:
+        item, path = stack.pop()
+        kind = type(item)
+        if kind is _SIMPLE or item is _UNDEFINED:
+            return path
+        if kind is dict:
+            stack.extend((v, f"{path}[{k!r}]") for k, v in item.items())
+        elif kind in (list, tuple):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+        elif kind in (set, frozenset):
+            stack.extend((v, f"{path}{{...}}") for v in item)
+    return None
+
+
+_SIMPLE, _UNDEFINED = cbor2.CBORSimpleValue, cbor2.undefined
+_LEAVES = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _holds_simple(value: Any) -> bool:
+    """Whether a CBOR simple value is anywhere in ``value`` (no paths: the common case is no).
+
+    About a fifth of cbor2's own decode time for a large state (measured on a
+    2 MB snapshot of 20,000 messages), paid only for a frame whose bytes hold a
+    candidate (floats' and non-ASCII text's bytes often do)."""
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind in _LEAVES:
+            continue
+        if kind is dict:
+            extend(item.values())
+        elif kind is list or kind is tuple or kind is set or kind is frozenset:
+            extend(item)
+        elif kind is _SIMPLE or item is _UNDEFINED:
+            return True
+    return False
 
 
 class RefusedTagError(ValueError):

@@ -13,7 +13,12 @@ connection is found by a ``SELECT 1`` every ``PING_INTERVAL`` seconds.
 
 PostgreSQL's notifications are at-most-once hints (a session that is not
 listening at the moment of the commit never gets them), which is why
-``Runtime.serve`` still polls, less often.
+``Runtime.serve`` still polls, less often. They are untrusted too: any role
+that can connect may NOTIFY any channel. A payload that is not a
+``[namespace, agent id]`` pair of valid text is dropped (logged once a
+minute, without a traceback), and more than ``MAX_PENDING`` streams waiting
+to be read turn into one "missed" (the waiter scans once): a flood costs
+bounded memory.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import hashlib
 import json
 import logging
 import random
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -41,6 +47,10 @@ log = logging.getLogger("durably.adapters.postgres")
 PING_INTERVAL = 5.0
 #: Reconnect backoff: first wait and cap, in seconds (full jitter).
 BACKOFF_BASE, BACKOFF_CAP = 0.05, 5.0
+#: Streams notified and not yet read past which the feed reports "missed" instead.
+MAX_PENDING = 1024
+#: Seconds between two warnings about malformed notifications.
+MALFORMED_LOG_INTERVAL = 60.0
 
 
 def channel_of(schema: str) -> str:
@@ -68,6 +78,8 @@ class ChangeFeed:
         self._event = anyio.Event()
         self.connected = False
         self.reconnects = 0
+        self.malformed = 0
+        self._malformed_logged_at = -MALFORMED_LOG_INTERVAL
 
     async def wait(self) -> frozenset[StreamId] | None:
         """The streams notified since the last call (waits for one), or None when some may have been missed."""
@@ -87,13 +99,33 @@ class ChangeFeed:
     def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         try:
             namespace, agent_id = json.loads(str(payload))
+            if namespace != self._namespace:
+                return
+            agent_id.encode("utf-8")  # a lone surrogate names no stream any store holds
             stream = StreamId(namespace, agent_id)
-        except (ValueError, TypeError):
-            log.warning("ignoring a malformed durably notification on %s", self._channel)
+        except (ValueError, TypeError, AttributeError):  # UnicodeError and InvalidArgumentError are ValueErrors
+            self._malformed()
             return
-        if stream.namespace == self._namespace:
+        if self._missed:
+            return  # the waiter scans anyway
+        if len(self._changed) >= MAX_PENDING and stream not in self._changed:
+            self._missed = True  # a flood: one scan instead of following every id
+            self._changed.clear()
+        else:
             self._changed.add(stream)
-            self._wake()
+        self._wake()
+
+    def _malformed(self) -> None:
+        """Count a malformed notification; warn at most once per ``MALFORMED_LOG_INTERVAL``."""
+        self.malformed += 1
+        now = time.monotonic()
+        if now - self._malformed_logged_at >= MALFORMED_LOG_INTERVAL:
+            self._malformed_logged_at = now
+            log.warning(
+                "ignoring malformed durably notifications on %s (%d so far): another role may be sending them",
+                self._channel,
+                self.malformed,
+            )
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled, reconnecting with backoff; ``started`` after the first attempt."""

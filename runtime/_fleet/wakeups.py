@@ -6,6 +6,14 @@ those at once instead of at its next poll. A process that appends a command
 to a parked agent it does not run itself publishes the change (``publish``).
 Notifications are hints: the poll stays, so an agent is still resumed when a
 publisher died between its append and its publish, or the feed was down.
+
+They are also untrusted: on PostgreSQL any role that can connect may NOTIFY
+the channel, with any agent id. So a wake-up takes nothing before the agent is
+looked up (its status index entry, or its last seq): an id that names no
+stream, or an agent that is not runnable, costs one read and leaves no lease
+row. And the work a flood can cause is bounded: past ``MAX_WAKEUPS`` ids
+between two scans, the worker stops following ids and scans once instead
+(the scan lists what is runnable, however many ids were sent).
 """
 
 from __future__ import annotations
@@ -13,10 +21,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from durably._journal import status_index
+from durably._loop.state import RUNNING
 from durably.errors import (
     AgentFencedError,
     AgentLeasedError,
@@ -32,6 +42,9 @@ if TYPE_CHECKING:
     from durably._fleet.handle import AgentHandle
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
+
+#: Wake-ups followed between two scans; a batch that would pass it is dropped for one scan.
+MAX_WAKEUPS = 64
 
 
 class _NoFeed:
@@ -70,7 +83,10 @@ async def resume_if_runnable(activations: Activations, agent_id: str) -> AgentHa
     if agent_id in activations.live:
         return None
     try:
-        return await activations.resume(agent_id)
+        runnable, seen = await _look_up(activations.store, activations.stream(agent_id))
+        if not runnable:
+            return None  # no such stream, or not runnable: nothing is taken (no lease row)
+        return await activations.resume(agent_id, seen=seen)
     except (
         DefinitionNotRegisteredError,
         DefinitionMigrationError,
@@ -89,19 +105,42 @@ async def resume_if_runnable(activations: Activations, agent_id: str) -> AgentHa
         return None
 
 
+async def _look_up(store: Store, stream: StreamId) -> tuple[bool, Any]:
+    """Whether a wake-up for ``stream`` is worth a resume, and the index entry read (``seen``).
+
+    With a status index: runnable when its entry says ``running``; a stream
+    without an entry is looked at when it exists (written before the index, or
+    by a writer that does not keep it). Without an index: when it exists.
+    """
+    index = status_index.index_store(store)
+    seen: Any = status_index.UNSEEN
+    if index is not None:
+        seen = await index.get_index(stream)
+        if seen is not None:
+            return seen.status == RUNNING, seen
+    return await store.last_seq(stream) > 0, seen
+
+
 async def wait_and_resume(
     feed: ChangeSubscription, poll_interval: float, resume: Callable[[str], Awaitable[object]]
 ) -> None:
     """Until ``poll_interval`` seconds have passed, ``resume(agent_id)`` each stream the feed names.
 
-    Returns early when the feed says notifications were missed, or when a
-    resume meets an outage: the caller then scans every stream, as on a poll
-    (and rides the outage out with its backoff).
+    Returns early when the feed says notifications were missed, when more than
+    ``MAX_WAKEUPS`` streams were named since the call began (a flood: one scan
+    costs what is runnable, however many ids were sent), or when a resume meets
+    an outage: the caller then scans every stream, as on a poll (and rides the
+    outage out with its backoff).
     """
+    followed = 0
     with anyio.move_on_after(poll_interval):
         while True:
             changed = await feed.wait()
             if changed is None:
+                return
+            followed += len(changed)
+            if followed > MAX_WAKEUPS:
+                log.warning("more than %d wake-ups since the last scan: scanning instead", MAX_WAKEUPS)
                 return
             for stream in sorted(changed):
                 try:

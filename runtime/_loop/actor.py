@@ -24,7 +24,7 @@ from durably import _telemetry as tm
 from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
 from durably._loop.commands import Command, to_record
-from durably._loop.model import ModelResponse, ToolCall, check_reply
+from durably._loop.model import REFUSED, ModelResponse, ToolCall, check_reply
 from durably._loop.model_retries import is_transient
 from durably._loop.state import FAILED, RUNNING, AgentState
 from durably._loop.tool_calls import ToolCalls
@@ -215,7 +215,9 @@ class AgentActor(ToolCalls):
         response = await self._ask_model()
         if response is None:
             return  # failed for good: journaled
-        calls = self._journal_calls(response.tool_calls)
+        refused = response.stop_reason == REFUSED
+        # A refused or filtered reply decides nothing: its calls (if any) are not made.
+        calls = [] if refused else self._journal_calls(response.tool_calls)
         stopped = self.state.status != RUNNING  # a command (a cancel) folded in while the model thought
         usage = response.usage
         data = {
@@ -248,7 +250,11 @@ class AgentActor(ToolCalls):
                 valid.append(call)
             else:
                 entries.append(self._result_entry(call, error=problem))
-        if not calls:
+        if refused:
+            # Not a result: the run did not do its task. ``retry`` asks the model again.
+            self.failure = REFUSED
+            entries.append((Kind.FAILED, {"reason": f"{REFUSED}: {response.text or 'no text given'}"}))
+        elif not calls:
             entries.append((Kind.FINISHED, {"result": response.text}))
         try:
             if ready := self._ready(valid):
@@ -364,17 +370,25 @@ class AgentActor(ToolCalls):
         return None
 
     def _journal_calls(self, tool_calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
-        """The calls as journaled: ids unique in the response, keys unique in the run.
+        """The calls as journaled: ids unique in the conversation, keys unique in the run.
 
-        A provider may reuse a call id across turns (or within one answer); the
-        key must not follow it, or a key-deduplicating API would drop a new
-        call as a repeat. So the key is derived from the model turn and the
-        call's position, and journaled, never derived again on read.
+        A provider may reuse a call id across turns (or within one answer): a
+        call whose id is empty or already in the conversation gets a generated
+        one that is not in it either, since a provider refuses a conversation
+        that repeats a ``tool_call_id``. The key must not follow the id, or a
+        key-deduplicating API would drop a new call as a repeat. So the key is
+        derived from the model turn and the call's position, and journaled,
+        never derived again on read.
         """
         state, turn = self.state, self.state.usage["steps"] + 1
-        calls, seen = [], set()
+        seen = {c.get("id") for m in state.messages for c in m.get("tool_calls") or ()}
+        calls = []
         for i, c in enumerate(tool_calls):
-            call_id = c.id if c.id and c.id not in seen else f"call-{turn}-{i}"
+            call_id = c.id
+            if not call_id or call_id in seen:
+                call_id, n = f"call-{turn}-{i}", 1
+                while call_id in seen:
+                    call_id, n = f"call-{turn}-{i}-{n}", n + 1
             seen.add(call_id)
             key = idempotency_key(state.namespace, state.agent_id, state.run_id, f"{turn}:{i}:{call_id}")
             calls.append({"id": call_id, "name": c.name, "arguments": c.arguments, "key": key})

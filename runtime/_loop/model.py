@@ -20,6 +20,9 @@ MAX_TOOL_CALLS = 128
 MAX_PLAN_STEPS = 1000
 MAX_NAME_CHARS = 256
 
+#: The stop reason of a refusal or a filtered reply: the run fails with it, never finishes.
+REFUSED = "refused"
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -57,6 +60,7 @@ class ModelResponse:
 
     Attributes:
         text: The model's text; when there are no tool calls, the run's result.
+            With ``stop_reason`` ``refused``: the refusal, and the agent fails.
         tool_calls: The ``ToolCall`` objects to run (none: the run is finished
             and ``text`` is its result).
         usage: What the turn cost (``Usage``).
@@ -64,7 +68,10 @@ class ModelResponse:
             is unchanged).
         model: The name of the model that answered.
         stop_reason: Why it stopped: ``end``, ``tool_use``, ``max_tokens``,
-            ``refused``, a provider's own word, or "" when unknown.
+            ``refused``, a provider's own word, or "" when unknown. ``refused``
+            (a refusal or a content filter) never finishes the run: the reply
+            is journaled without its tool calls, none run, and the agent is
+            ``failed`` with reason ``refused: <text>``.
     """
 
     text: str = ""

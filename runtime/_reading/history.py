@@ -122,7 +122,10 @@ def call_text(name: Any, arguments: Any) -> str:
 def _model(d: dict[str, Any]) -> str:
     calls = ", ".join(call_text(c["name"], c["arguments"]) for c in d["tool_calls"])
     usage = d["usage"]
-    head = f"{d.get('model', 'model')}: {clip(d['text'], 60)!s}" if d["text"] else f"{d.get('model', 'model')}"
+    model = d.get("model", "model")
+    if d.get("stop_reason") == "refused":
+        model = f"{model} refused"
+    head = f"{model}: {clip(d['text'], 60)!s}" if d["text"] else model
     tokens = f"[{usage['input_tokens']}+{usage['output_tokens']} tokens]"
     return f"{head} -> {calls} {tokens}" if calls else f"{head} {tokens}"
 

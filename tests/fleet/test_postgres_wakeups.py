@@ -188,3 +188,53 @@ async def _watch_seqs(url: str, parked_seq: int, watch: dict[str, float]) -> Non
                 if seq > parked_seq + 1:
                     watch["resumed"] = now
                 await anyio.sleep(0.002)
+
+
+async def test_a_flood_of_forged_notifications_takes_nothing_and_a_real_approval_still_runs_at_once(
+    pg_server: PostgresTestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any role may NOTIFY the channel: a role with no grant on the schema sends 2,000 ids of
+    agents that do not exist, and a payload with a lone surrogate. The serving worker (poll
+    interval 60 s) writes no lease row for them, logs no traceback, and an approval sent
+    after the flood resumes the parked agent long before a poll would."""
+    url = pg_server.url()
+    definition = _gated()
+    async with Runtime(url, agents=[definition]) as starter:
+        assert (await starter.run(definition, "a1", "task")).status == "waiting_approval"
+    async with Runtime(url, agents=[definition]) as server, Runtime(url) as operator:
+        channel = server.store._channel
+        schema = server.store.options.schema
+        async with anyio.create_task_group() as group:
+            group.start_soon(server.serve, 60.0)
+            with anyio.fail_after(10):
+                while (
+                    not pg_server.psql(
+                        f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{server.store._application_name}-listen'"
+                    ).strip()
+                    == "1"
+                ):
+                    await anyio.sleep(0.05)
+            role = f"intruder_{schema}"
+            flood = (
+                f"CREATE ROLE {role} NOLOGIN; SET ROLE {role}; "
+                f"SELECT count(pg_notify('{channel}', json_build_array('default', 'forged-' || g)::text)) "
+                "FROM generate_series(1, 2000) AS g; "
+                f"SELECT pg_notify('{channel}', '[\"default\", \"lone \\ud800 surrogate\"]'); "
+                f"SELECT count(pg_notify('{channel}', json_build_array('default', 'forged-b' || g)::text)) "
+                "FROM generate_series(1, 40) AS g, pg_sleep(0.01) AS pause GROUP BY g;"
+            )
+            await anyio.to_thread.run_sync(pg_server.psql, flood)
+            started = time.monotonic()
+            await operator.approve("a1", "c1")
+            with anyio.fail_after(30):
+                while (await operator.status("a1")).status != "finished":
+                    await anyio.sleep(0.05)
+            took = time.monotonic() - started
+            group.cancel_scope.cancel()
+    print(f"approval after a flood of forged wake-ups: resumed and finished in {took:.2f} s")
+    assert took < 20, f"the approval waited {took:.1f} s: a poll (60 s) found it, not the wake-up"
+    leased = pg_server.psql(
+        f"SELECT count(*) FROM {schema}.leases WHERE agent_id LIKE 'forged-%' OR agent_id LIKE 'lone%'"
+    )
+    assert leased.strip() == "0", f"{leased.strip()} lease rows for agents that do not exist"
+    assert not [r for r in caplog.records if r.name.startswith("durably") and r.exc_info], "no traceback is logged"

@@ -313,3 +313,28 @@ async def test_a_cancel_during_the_last_model_call_is_not_undone_by_its_answer(u
         state = await handle.wait()
     assert state.status == "cancelled"
     assert await kinds(url, "a1") == ["started", "cancelled", "model_responded"]  # the answer is kept, "finished" not
+
+
+class SurrogateKeyModel:
+    """Replies with a tool call whose argument name is not valid Unicode."""
+
+    name = "surrogate-key"
+
+    async def respond(self, messages, tools):
+        return ModelResponse("", (ToolCall("c1", "effect", json.loads('{"caf\\udc80": {"x": "\\ud83d"}}')),))
+
+
+async def test_a_reply_unstorable_at_a_surrogate_path_fails_with_a_storable_reason_naming_the_field(url):
+    @tool(name="effect")
+    async def effect(**kwargs) -> str:
+        return "ran"
+
+    definition = AgentDefinition(name="keys", model=SurrogateKeyModel(), tools=[effect])
+    async with Runtime(url, agents=[definition]) as rt:
+        state = await rt.run(definition, "keys", "task")
+    assert state.status == "failed"
+    # The path is escaped, so the failure record holding it was stored; it names the field.
+    assert "model response cannot be stored" in state.reason
+    assert "['caf\\udc80']" in state.reason
+    state.reason.encode("utf-8")
+    assert (await kinds(url, "keys"))[-1] == Kind.FAILED

@@ -160,3 +160,23 @@ def test_a_cycle_cannot_be_built() -> None:
 )
 def test_durably_tags_out_of_shape_are_refused(forged) -> None:
     refused(frame_of(cbor2.dumps({"v": forged})), "cbor:")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        cbor2.dumps({"messages": [{"role": "user", "content": cbor2.undefined}]}),
+        cbor2.dumps({"messages": [cbor2.CBORSimpleValue(16)]}),
+        cbor2.dumps({"v": cbor2.CBORTag(27, ["tuple", [1, cbor2.CBORSimpleValue(200)]])}),
+        cbor2.dumps(cbor2.undefined),
+    ],
+    ids=["undefined-in-messages", "simple-16", "simple-200-in-tuple", "undefined-alone"],
+)
+def test_simple_values_durably_never_writes_are_refused(raw: bytes) -> None:
+    refused(frame_of(raw), "simple value")
+    refused(frame_of(raw, compress=True), "simple value")
+
+
+def test_bytes_and_text_that_look_like_simple_values_still_round_trip() -> None:
+    value = {"text": "naïve — 漢字 🙂", "bytes": bytes([0xE0, 0xF3, 0xF7, 0xF8, 0x17]), "n": 0xF7F8E0}
+    assert Codec().decode(frame_of(cbor2.dumps(value))).value == value

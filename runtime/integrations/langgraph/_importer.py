@@ -7,6 +7,10 @@ checkpoint of every thread, oldest first, through the ``DurablySaver``'s own
 writes. So the imported thread is stored as if the graph had run on durably:
 values once per version, conversations as appended items. One checkpoint is
 held in memory at a time, whatever the source thread's size.
+
+The source's values are read with the saver's own checks (``StrictSerde``): a
+type off the saver's allowlist is refused by name, never imported, and never
+copied as a raw payload in its place.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from durably.errors import ImportSourceError
 
 from ._saver import DurablySaver
+from ._values import StrictSerde
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +61,8 @@ async def import_sqlite_threads(
 
     Raises:
         ImportSourceError: ``source`` is not a file, or not a database with
-            LangGraph's tables.
+            LangGraph's tables, or holds a value the saver's serializer does
+            not build (a type off its allowlist, ``allowed_types``).
         CheckpointValueError: A value cannot be stored.
         UnencodableValueError: A value cannot be stored.
         TypeError: The saver's ``serde`` cannot serialize a value.
@@ -74,13 +80,30 @@ async def import_sqlite_threads(
             ).fetchall()
         except Exception as exc:  # aiosqlite raises sqlite3 errors: no such table, not a database
             raise ImportSourceError(f"{path} is not a LangGraph SQLite checkpoint database: {exc}") from exc
-        source_saver = AsyncSqliteSaver(conn, serde=saver.serde)
+        source_saver = AsyncSqliteSaver(conn, serde=_CheckedSerde(saver.values, path))
         wanted = None if thread_ids is None else set(thread_ids)
         done = []
         for (thread_id,) in rows:
             if wanted is None or thread_id in wanted:
                 done.append(await _copy_thread(conn, source_saver, saver, thread_id))
         return done
+
+
+class _CheckedSerde:
+    """LangGraph's ``dumps_typed``/``loads_typed`` over ``StrictSerde``: a value of
+    the source that the saver's serializer would not build raises ``ImportSourceError``."""
+
+    def __init__(self, values: StrictSerde, path: Path) -> None:
+        self.values, self.path = values, path
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return self.values.dumps(obj)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return self.values.loads(data[0], data[1], self._refused)
+
+    def _refused(self, reason: str) -> ImportSourceError:
+        return ImportSourceError(f"{self.path} holds a value that is not imported: {reason}")
 
 
 async def _task_paths(conn: Any, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, str]:

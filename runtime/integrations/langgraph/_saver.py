@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from typing import Any, cast
 
 import cbor2
@@ -37,6 +37,7 @@ from langgraph.checkpoint.base import (
 from durably._journal.redaction_policy import RedactionPolicy
 from durably.errors import CheckpointValueError, InvalidArgumentError, InvalidPruneStrategyError
 from durably.storage._codec import Codec, FrameCipher
+from durably.storage._errors import CodecError
 from durably.storage._registry import open_store
 from durably.storage._spi import Store
 
@@ -44,7 +45,7 @@ from ._redact import ValueRedactor
 from ._sync import LoopBridge, SyncInterface
 from ._thread import StoredCheckpoint, ThreadState
 from ._thread_journal import Thread, ThreadJournal
-from ._values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, load_entry, paused_gc
+from ._values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, default_serde, load_entry, paused_gc
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -91,7 +92,16 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         store: A durably ``Store`` (opened by the saver on first use) or a store
             URL (``sqlite:///agents.db``, ``s3://bucket/prefix?...``, ``memory://name``).
         namespace: The durably namespace holding the threads (one stream each).
-        serde: LangGraph serializer for values (None: ``JsonPlusSerializer``).
+        serde: LangGraph serializer for values (None: ``JsonPlusSerializer`` in
+            strict mode: stored values are untrusted, so reading one builds
+            only LangGraph's safe types and ``allowed_types``, and imports
+            nothing else; see ``with_allowlist``). A serializer of your own,
+            or ``JsonPlusSerializer(allowed_msgpack_modules=True)``, builds
+            whatever class a stored value names: anyone who can write the
+            store's rows can then run code in every reader.
+        allowed_types: Classes (or ``(module, name)`` pairs) of the graph's own
+            state the default serializer may build: a pydantic model or a
+            dataclass held in a channel. Only with ``serde=None``.
         cipher: A ``FrameCipher`` (``durably.AESGCMCipher``): every record and
             snapshot is encrypted with its stream and seq as associated data
             (None: stored unencrypted).
@@ -105,7 +115,8 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         cache_threads: How many threads' folds this process keeps in memory.
 
     Raises:
-        InvalidArgumentError: ``ttl`` is not None and not > 0.
+        InvalidArgumentError: ``ttl`` is not None and not > 0, or
+            ``allowed_types`` given with a ``serde``.
     """
 
     def __init__(
@@ -114,18 +125,23 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         *,
         namespace: str = "langgraph",
         serde: Any = None,
+        allowed_types: Iterable[type | tuple[str, ...]] = (),
         cipher: FrameCipher | None = None,
         redaction: RedactionPolicy | None = None,
         ttl: float | None = None,
         snapshot_min_bytes: int = 256 * 1024,
         cache_threads: int = 256,
     ) -> None:
-        super().__init__(serde=serde)
+        allowed = tuple(allowed_types)
+        if serde is not None and allowed:
+            raise InvalidArgumentError("allowed_types applies to the default serializer: pass serde or allowed_types")
+        super().__init__(serde=serde if serde is not None else default_serde(allowed))
         if ttl is not None and ttl <= 0:
             raise InvalidArgumentError(f"ttl must be > 0 seconds or None, got {ttl!r}")
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.namespace = namespace
         self.values = StrictSerde(self.serde)
+        self._plain = Codec()  # plain CBOR skeletons, decoded by a frame's rules
         self._redact = ValueRedactor(redaction) if redaction is not None and redaction.active else None
         self._bridge = LoopBridge(self._open, self._close)
         self._journal = ThreadJournal(
@@ -156,6 +172,25 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             InvalidArgumentError: As the constructor (a ``ttl`` <= 0).
         """
         return cls(url, **options)
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DurablySaver:
+        """A shallow copy whose serializer also builds ``extra_allowlist``.
+
+        LangGraph calls it when it compiles a graph with
+        ``LANGGRAPH_STRICT_MSGPACK=true``, with the types of the graph's state
+        schema; the copy shares this saver's store and caches.
+
+        Args:
+            extra_allowlist: ``(module, name)`` pairs.
+
+        Returns:
+            The copy (this saver when nothing is added).
+        """
+        clone = cast(DurablySaver, super().with_allowlist(extra_allowlist))
+        if clone is self:
+            return self
+        clone.values = StrictSerde(clone.serde)
+        return clone
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -204,9 +239,9 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         LangGraph's serde for one holding non-plain data."""
         if wire.get("ck") is not None:
             try:
-                decoded: dict[str, Any] = cbor2.loads(wire["ck"])
+                decoded: dict[str, Any] = self._plain.loads(wire["ck"])
                 return decoded
-            except (cbor2.CBORDecodeError, ValueError) as exc:
+            except (CodecError, ValueError) as exc:
                 raise where(f"checkpoint does not decode: {exc}") from exc
         type_, data = wire["ckt"]
         skeleton: dict[str, Any] = self.values.loads(type_, data, where)

@@ -1,12 +1,17 @@
 """Channel values and pending writes: LangGraph's serializer, made strict, plus list deltas.
 
 LangGraph serializes values with its ``serde`` (``JsonPlusSerializer``:
-msgpack with extension types naming a module and a class). When that class is
-gone or blocked, its loader returns the raw payload or ``None`` and logs a
-warning: state silently changes shape. ``StrictSerde`` walks the msgpack bytes
-first and refuses any extension whose class cannot be imported, any type the
-serializer's allowlist blocked, and any unknown extension code, so the caller
-can name the channel in a ``CheckpointValueError``.
+msgpack with extension types naming a module and a class, which its loader
+imports and calls). Stored bytes are untrusted: whoever can write the store's
+rows chooses the module and the callable (``os.system`` included). So the
+default serializer is strict (``default_serde``: LangGraph's own safe types plus
+the ones the application allows), and ``StrictSerde`` walks the msgpack bytes
+before the loader sees them: an extension naming a type outside that allowlist
+is refused without importing anything. A type on the allowlist whose class is
+gone, a type the loader blocked, and an unknown extension code are refused too
+(LangGraph's loader would return the raw payload or ``None`` with a warning:
+state silently changing shape), so the caller can name the channel in a
+``CheckpointValueError``.
 
 A stored channel value (one per ``(checkpoint_ns, channel, version)``, only
 when LangGraph gives the channel a new version) is one of::
@@ -26,21 +31,46 @@ from __future__ import annotations
 import contextvars
 import gc
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from operator import is_
 from typing import Any
 
 import ormsgpack
+from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_METHODS, SAFE_MSGPACK_TYPES
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from durably.errors import CheckpointValueError
 
 FULL, EMPTY, DELTA = "f", "e", "d"
 _CLASS_EXTS = frozenset({0, 1, 2, 3, 4, 5})  # JsonPlusSerializer's codes whose payload names (module, class)
+_METHOD_EXT = 3  # its payload also names a method: (module, class, argument, method)
 _NUMPY_EXT, _DELTA_SNAPSHOT_EXT = 6, 7
 _blocked: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("durably_lg_blocked", default=None)
 _listener_installed = False
 _AVAILABLE: set[tuple[str, str]] = set()  # classes found importable (a class, once imported, stays)
+
+
+def default_serde(allowed_types: Iterable[type | tuple[str, ...]] = ()) -> JsonPlusSerializer:
+    """LangGraph's serializer in strict mode: its loader builds only LangGraph's safe
+    types (messages, ``Send``, ``Interrupt``, datetimes...) and ``allowed_types``
+    (classes, or ``(module, name)`` pairs)."""
+    allowed = tuple(allowed_types)
+    return JsonPlusSerializer(allowed_msgpack_modules=allowed or None)
+
+
+def msgpack_allowlist(serde: Any) -> frozenset[tuple[str, ...]] | None:
+    """The ``(module, name)`` pairs ``serde``'s msgpack loader builds, or None when
+    it builds whatever a value names (LangGraph's permissive mode, or a serializer
+    of the application's own, whose rules are its own)."""
+    inner = serde.serde if isinstance(serde, EncryptedSerializer) else serde
+    if not isinstance(inner, JsonPlusSerializer):
+        return None
+    allowed = getattr(inner, "_allowed_msgpack_modules", True)
+    if allowed is True:
+        return None
+    return SAFE_MSGPACK_TYPES | frozenset(allowed or ())
 
 
 def _install_listener() -> None:
@@ -79,12 +109,15 @@ def paused_gc() -> Iterator[None]:
 
 
 class _ExtChecker:
-    """An ``ext_hook`` that only validates: every nested class must be importable.
+    """An ``ext_hook`` that only validates: every nested class must be on the
+    allowlist (checked before anything is imported) and importable.
 
-    ormsgpack replaces a hook's exception by "ext_hook failed", so the reason
-    is kept in ``problem``."""
+    ``allowed``: the loader's allowlist, or None when the loader imports
+    whatever a value names anyway. ormsgpack replaces a hook's exception by
+    "ext_hook failed", so the reason is kept in ``problem``."""
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: frozenset[tuple[str, ...]] | None) -> None:
+        self.allowed = allowed
         self.problem: str | None = None
 
     def __call__(self, code: int, data: bytes) -> Any:
@@ -92,9 +125,20 @@ class _ExtChecker:
             inner = ormsgpack.unpackb(data, ext_hook=self, option=ormsgpack.OPT_NON_STR_KEYS)
             if code == _DELTA_SNAPSHOT_EXT:
                 return None
-            if not isinstance(inner, (list, tuple)) or len(inner) < 3:
+            if not isinstance(inner, (list, tuple)) or len(inner) < (4 if code == _METHOD_EXT else 3):
                 self._fail(f"extension {code} holds no (module, class, payload)")
             module, name = inner[0], inner[1]
+            if not isinstance(module, str) or not isinstance(name, str):
+                self._fail(f"extension {code} names no (module, class)")
+            if self.allowed is not None:
+                # Decided on the names alone: importing a module runs its code.
+                if code == _METHOD_EXT and (module, name, inner[3]) not in SAFE_MSGPACK_METHODS:
+                    self._fail(f"method {module[:100]}.{name[:100]}.{str(inner[3])[:100]} is not allowed")
+                if code != _METHOD_EXT and (module, name) not in self.allowed:
+                    self._fail(
+                        f"type {module[:100]}.{name[:100]} is not in the msgpack allowlist "
+                        "(DurablySaver(allowed_types=[...]) allows a type of the graph's own)"
+                    )
             if (module, name) in _AVAILABLE:
                 return None
             try:
@@ -133,10 +177,10 @@ class StrictSerde:
         typed: tuple[str, bytes] = self.serde.dumps_typed(value)
         return typed
 
-    def loads(self, type_: str, data: bytes, where: Callable[[str], CheckpointValueError]) -> Any:
+    def loads(self, type_: str, data: bytes, where: Callable[[str], Exception]) -> Any:
         """The value of ``(type_, data)``; ``where(reason)`` builds the error to raise."""
         if type_ == "msgpack":
-            checker = _ExtChecker()
+            checker = _ExtChecker(msgpack_allowlist(self.serde))
             try:
                 ormsgpack.unpackb(data, ext_hook=checker, option=ormsgpack.OPT_NON_STR_KEYS)
             except (ValueError, TypeError, ImportError, ormsgpack.MsgpackDecodeError) as exc:
