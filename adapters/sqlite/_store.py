@@ -28,6 +28,10 @@ and the batch goes the slow path: one ``BEGIN IMMEDIATE`` transaction that reads
 every ``last_seq``, gives each conflicting request its ``ConflictError`` and
 inserts the others (four hops). Batches with a new stream (expected seq 0) or
 more than ``sqlite_layout.FAST_MAX_ROWS`` records go the slow path directly.
+A request carrying a fencing token (``AppendRequest.fence``) is checked against
+the ``leases`` table inside the same statement or transaction
+(``durably.adapters.sqlite._fencing``): a stale token aborts the one statement,
+and the slow path then gives that request its ``FencedError``.
 """
 
 from __future__ import annotations
