@@ -164,8 +164,10 @@ class SQLiteStore(
                 key = (stream.namespace, stream.agent_id)
                 tokens = await fencing.admitted_tokens(db, [key]) if await self._has_leases_table(db) else {}
                 if tokens.get(key) != fence:
-                    rows = await db.execute_fetchall(
-                        "SELECT last_seq FROM streams WHERE namespace = ? AND agent_id = ?", key
+                    rows = list(
+                        await db.execute_fetchall(
+                            "SELECT last_seq FROM streams WHERE namespace = ? AND agent_id = ?", key
+                        )
                     )
                     last = max(_seq(rows[0][0], stream), 0) if rows else 0
                     raise FencedError(stream, last, last, fence=fence)
