@@ -725,6 +725,7 @@ __all__ = [
     "DurablyError",
     "EncryptionRequiredError",
     "ExtraNotInstalledError",
+    "FencedError",
     "ForeignLoopError",
     "FrameLimitError",
     "ImportSourceError",
