@@ -715,7 +715,6 @@ __all__ = [
     "CheckpointValueError",
     "CodecError",
     "ConflictError",
-    "FencedError",
     "ConsoleConfigError",
     "ConsoleNotInstalledError",
     "CorruptRecordError",
