@@ -48,10 +48,15 @@ from durably._console.security import (
     require_csrf,
 )
 from durably._console.timeline import ContentPolicy, timeline
-from durably._loop.state import TERMINAL
 from durably._operate.reported_result import parse_reported_result
 from durably._runtime import Runtime
-from durably.errors import AgentNotFoundError, CSRFError, InvalidCommandError, SeqOutOfRangeError
+from durably.errors import (
+    AgentNotFoundError,
+    CSRFError,
+    InvalidArgumentError,
+    InvalidCommandError,
+    SeqOutOfRangeError,
+)
 from durably.storage._codec import FrameCipher
 from durably.storage._errors import DurablyError
 
@@ -146,18 +151,20 @@ def create_app(
 
     async def agent(request: Request) -> Response:
         agent_id = request.query_params.get("id", "")
+        after = request.query_params.get("after")
+        after_seq = int(after) if after is not None and after.isdigit() and len(after) <= 18 else None
         try:
             info = await runtime.describe(agent_id)
         except AgentNotFoundError as exc:
             return page(request, "error.html", code=404, message=str(exc))
-        after = request.query_params.get("after")
-        after_seq = int(after) if after is not None and after.isdigit() else None
+        except InvalidArgumentError as exc:
+            return page(request, "error.html", code=400, heading="Refused", message=str(exc))
         entries = runtime.history(agent_id, after_seq=after_seq or 0, payload=True)
         rows = await timeline(entries, content, info.definition.get("name"), TIMELINE_ROWS, newest=after_seq is None)
         name = info.definition.get("name")
         approvals = [
             dict(a, arguments=content.redacted("approval_requested", a, name).get("arguments"))
-            for a in ([] if info.status in TERMINAL else info.open_approvals)
+            for a in info.open_approvals
         ]
         result = None
         if info.status == "finished":
@@ -184,6 +191,8 @@ def create_app(
         try:
             seq = int(request.query_params.get("seq", "0"))
             folded = await (runtime.state_at(agent_id, seq) if seq else runtime.status(agent_id))
+        except InvalidArgumentError as exc:
+            return page(request, "error.html", code=400, heading="Refused", message=str(exc))
         except ValueError as exc:
             return page(request, "error.html", code=400, message=f"bad seq: {exc}")
         except (AgentNotFoundError, SeqOutOfRangeError) as exc:

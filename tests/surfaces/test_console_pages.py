@@ -67,6 +67,11 @@ async def test_an_agent_whose_id_ends_in_state_opens_its_own_page(tmp_path) -> N
     (state_link,) = re.findall(r'<dt>state</dt><dd><a href="([^"]+)"', opened[list(links).index("x/state")].text)
     (state,) = await _get(url, state_link.replace("&amp;", "&"))
     assert state.status_code == 200 and "<h1>x/state at seq" in state.text
+    # Ids the store refuses, and seqs out of any range, are the request's fault, not the console's.
+    odd = await _get(
+        url, "/agent", "/agent?id=%00", "/agent?id=x&after=99999999999999999999999", "/state?agent=x&seq=-1"
+    )
+    assert [page.status_code for page in odd] == [400, 400, 200, 400]
 
 
 async def test_it_happened_refuses_what_the_cli_refuses_with_a_400(tmp_path) -> None:
