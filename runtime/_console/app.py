@@ -4,10 +4,13 @@
     GET  /agent?id=AGENT            one agent: description, result, open approvals, timeline
     GET  /state?agent=AGENT&seq=N   its folded state at seq N (content: see ContentPolicy)
     POST /decide                    approve, deny, or "it happened" (with a JSON result); the
-                                    form names the agent and the approval
+                                    form names the agent and the approval (agent_q, approval_q)
 
 Agent ids may hold any character, ``/`` included, so they travel as query
 parameters or form fields, never as a piece of the path a route could split.
+In a form (``*_q`` fields) they are percent-encoded: every page value passes
+through ``neutralise``, which would change an id holding control characters,
+and a browser would not send some characters of a field back as they were.
 
 Pages are Jinja2 templates with autoescaping, and every value printed passes
 through ``neutralise`` first (``finalize``), so control characters chosen by a
@@ -29,7 +32,7 @@ from collections.abc import AsyncIterator, Iterable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -187,7 +190,7 @@ def create_app(
         )
 
     async def state(request: Request) -> Response:
-        agent_id = request.query_params.get("agent", "")
+        agent_id = request.query_params.get("agent") or unquote(request.query_params.get("agent_q", ""))
         try:
             seq = int(request.query_params.get("seq", "0"))
             folded = await (runtime.state_at(agent_id, seq) if seq else runtime.status(agent_id))
@@ -206,7 +209,8 @@ def create_app(
             form = await require_csrf(request)
         except CSRFError as exc:
             return PlainTextResponse(str(exc), 403)
-        agent_id, approval_id, action = form.get("agent", ""), form.get("approval", ""), form.get("action", "")
+        agent_id, approval_id = unquote(form.get("agent_q", "")), unquote(form.get("approval_q", ""))
+        action = form.get("action", "")
         kwargs: dict[str, Any] = {
             "approved": action != "deny",
             "by": f"console: {operator_of(request).name}",

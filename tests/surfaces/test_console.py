@@ -186,7 +186,7 @@ def test_the_console_in_a_browser_lists_shows_and_approves(demo_store, console, 
 
 def test_state_changes_need_the_pages_csrf_token(demo_store, console) -> None:
     url = f"{console}/decide"
-    target = {"agent": PARKED, "approval": "nope", "action": "approve"}
+    target = {"agent_q": PARKED, "approval_q": "nope", "action": "approve"}
     assert httpx.post(url, data=target).status_code == 403  # no CSRF cookie: not from our page
     with httpx.Client(base_url=console) as client:
         page = client.get(f"/agent?id={DEMO_AGENT}")

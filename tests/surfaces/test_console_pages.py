@@ -15,7 +15,7 @@ import re
 
 import httpx
 from privacy_support import ScriptModel
-from test_cli import _one_agent, durably
+from test_cli import HOSTILE, _one_agent, durably
 
 from durably import AgentDefinition, ModelResponse, RetryPolicy, Runtime, ToolCall, TransientModelError, Usage, tool
 from durably._console import ContentPolicy, create_app
@@ -74,6 +74,24 @@ async def test_an_agent_whose_id_ends_in_state_opens_its_own_page(tmp_path) -> N
     assert [page.status_code for page in odd] == [400, 400, 200, 400]
 
 
+async def test_an_approval_whose_id_holds_control_characters_is_decided_from_its_form(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    await _one_agent(url, "victim/x", safe=False)  # its approval id is HOSTILE: escapes, a bidi override
+    app = create_app(url, allowed_hosts=["console"])
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
+            page = (await client.get("/agent?id=victim%2Fx")).text
+            form = page[page.index('<form method="post" action="/decide"') :]
+            fields = dict(
+                re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form[: form.index("</form>")])
+            )
+            assert set(fields) == {"csrf", "agent_q", "approval_q"} and "\x1b" not in page
+            decided = await client.post("/decide", data={**fields, "action": "approve"})
+            assert decided.status_code == 303 and "approved" in decided.headers["location"]
+    async with Runtime(url) as rt:
+        assert (await rt.status("victim/x")).approvals[HOSTILE]["decision"]["approved"] is True
+
+
 async def test_it_happened_refuses_what_the_cli_refuses_with_a_400(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     await _one_agent(url, "gated")
@@ -83,7 +101,12 @@ async def test_it_happened_refuses_what_the_cli_refuses_with_a_400(tmp_path) -> 
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
             page = await client.get("/agent?id=gated")
             assert "It happened" in page.text
-            form = {"agent": "gated", "approval": "c1", "action": "happened", "csrf": client.cookies["durably_csrf"]}
+            form = {
+                "agent_q": "gated",
+                "approval_q": "c1",
+                "action": "happened",
+                "csrf": client.cookies["durably_csrf"],
+            }
             for result, reason in ((deep, "nests deeper"), ("NaN", "NaN"), ('{"a": -Infinity}', "Infinity")):
                 answer = await client.post("/decide", data={**form, "result": result})
                 assert answer.status_code == 400 and reason in answer.text, result[:20]

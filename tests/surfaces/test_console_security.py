@@ -154,7 +154,7 @@ async def test_forged_host_and_origin_headers_are_refused(tmp_path) -> None:
             page = await client.get("/agent?id=gated")
             csrf = client.cookies["durably_csrf"]
             assert page.status_code == 200 and csrf in page.text
-            form = {"agent": "gated", "approval": "c1", "action": "approve", "csrf": csrf}
+            form = {"agent_q": "gated", "approval_q": "c1", "action": "approve", "csrf": csrf}
             # A forged Host with a matching Origin: the check that compared the two is gone.
             forged = await client.post(
                 "/decide", data=form, headers={"host": "evil.test:8421", "origin": "http://evil.test:8421"}
@@ -208,15 +208,15 @@ async def test_named_operators_decide_as_themselves_and_read_only_changes_nothin
             page = await bob.get("/agent?id=gated")
             assert page.status_code == 200 and "bob (read-only)" in page.text
             assert "Approve" not in page.text and "read-only operator" in page.text
-            form = {"agent": "gated", "approval": "c1", "action": "approve", "csrf": bob.cookies["durably_csrf"]}
+            form = {"agent_q": "gated", "approval_q": "c1", "action": "approve", "csrf": bob.cookies["durably_csrf"]}
             assert (await bob.post("/decide", data=form)).status_code == 403
         assert (await _status(url, "gated")) == "waiting_approval"
         async with client(ALICE) as alice:
             page = await alice.get("/agent?id=gated")
             assert "Approve" in page.text and 'name="by"' not in page.text
             form = {
-                "agent": "gated",
-                "approval": "c1",
+                "agent_q": "gated",
+                "approval_q": "c1",
                 "action": "approve",
                 "by": "mallory",  # a typed name is not who decided
                 "csrf": alice.cookies["durably_csrf"],
@@ -242,7 +242,7 @@ async def test_the_single_token_is_one_unnamed_operator(tmp_path) -> None:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://console", headers=headers) as client:
             await client.get("/")
-            form = {"agent": "gated", "approval": "c1", "action": "approve", "csrf": client.cookies["durably_csrf"]}
+            form = {"agent_q": "gated", "approval_q": "c1", "action": "approve", "csrf": client.cookies["durably_csrf"]}
             assert (await client.post("/decide", data=form)).status_code == 303
     async with Runtime(url) as rt:
         assert (await rt.status("gated")).approvals["c1"]["decision"]["by"] == "console: token holder"
