@@ -11,8 +11,8 @@ An operators file (``durably ui --operators FILE``) is TOML, one table per opera
 so the file holds no token an attacker who reads it could replay. A request's
 token is checked against every hash with scrypt (RFC 7914) and
 ``hmac.compare_digest``; a token once verified is remembered by its SHA-256
-for the life of the process, so the slow hash runs once per token, not once
-per request. ``--token`` is one unnamed operator with the approver role.
+for the life of the process (and the last 1,024 wrong ones too), so the slow
+hash runs once per token, not once per request. ``--token`` is one unnamed operator with the approver role.
 
 The name a decision records comes from the credential that made the request,
 never from a field of the form.
@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import secrets
 import tomllib
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ ROLES = (APPROVER, READ_ONLY)
 SCRYPT_COST = (2**14, 8, 1)
 MIN_TOKEN_CHARS = 16
 _MAXMEM = 256 * 1024 * 1024
+_REFUSED_KEPT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class Operators:
         self._credentials = list(credentials)
         self._token = token
         self._known: dict[bytes, Operator] = {}
+        self._refused: OrderedDict[bytes, None] = OrderedDict()  # recent wrong tokens, not hashed again
 
     @classmethod
     def build(cls, *, token: str | None = None, file: str | Path | None = None) -> Operators:
@@ -126,10 +129,15 @@ class Operators:
         known = self._known.get(fingerprint)
         if known is not None:
             return known
+        if fingerprint in self._refused:
+            return None
         for credential in self._credentials:
             if await anyio.to_thread.run_sync(credential.matches, token):
                 self._known[fingerprint] = credential.operator
                 return credential.operator
+        self._refused[fingerprint] = None
+        if len(self._refused) > _REFUSED_KEPT:
+            self._refused.popitem(last=False)
         return None
 
 

@@ -166,6 +166,18 @@ async def test_forged_host_and_origin_headers_are_refused(tmp_path) -> None:
             assert (await _status(url, "gated")) == "waiting_approval"
             ours = await client.post("/decide", data=form, headers={"origin": "http://localhost:8421"})
             assert ours.status_code == 303 and "approved" in ours.headers["location"]
+        # A WebSocket (the console has none) never reaches the routes, whatever its Host.
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return {"type": "websocket.connect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {"type": "websocket", "path": "/", "headers": [(b"host", b"evil.test")], "query_string": b""}
+        await app(scope, receive, send)
+        assert sent == [{"type": "websocket.close", "code": 1008}]
     assert (await _status(url, "gated")) == "running"
     with pytest.raises(ConsoleConfigError):
         create_app(url, allowed_hosts=["user@evil.test"])
