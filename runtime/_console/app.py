@@ -155,7 +155,9 @@ def create_app(
     async def agent(request: Request) -> Response:
         agent_id = request.query_params.get("id", "")
         after = request.query_params.get("after")
-        after_seq = int(after) if after is not None and after.isdigit() and len(after) <= 18 else None
+        after_seq = (
+            int(after) if after is not None and after.isascii() and after.isdigit() and len(after) <= 18 else None
+        )
         try:
             info = await runtime.describe(agent_id)
         except AgentNotFoundError as exc:
