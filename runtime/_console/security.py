@@ -100,7 +100,14 @@ class HostAllowlist:
         for value in extra:
             parsed = urlsplit(f"//{value.strip().lower()}")
             given_port = _port(parsed)
-            if not parsed.hostname or given_port == -1 or parsed.username or parsed.path or parsed.query:
+            if (
+                not parsed.hostname
+                or given_port == -1
+                or parsed.username
+                or parsed.path
+                or parsed.query
+                or parsed.fragment
+            ):
                 raise ConsoleConfigError(f"--allowed-host {value!r} is not a host name or name:port")
             name = _bracketed(parsed.hostname)
             if given_port is None:
@@ -114,7 +121,9 @@ class HostAllowlist:
         if netloc in self.exact:
             return True
         parsed = urlsplit(f"//{netloc}")
-        if _port(parsed) == -1 or parsed.hostname is None or parsed.username is not None or parsed.path:
+        if _port(parsed) == -1 or parsed.hostname is None or parsed.username is not None:
+            return False
+        if parsed.path or parsed.query or parsed.fragment:
             return False
         return _bracketed(parsed.hostname) in self.any_port
 
