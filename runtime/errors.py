@@ -633,7 +633,8 @@ class ImportSourceError(DurablyError):
 
 
 class ConsoleConfigError(DurablyError, ValueError):
-    """The console was asked to listen where it must not (another address and no token)."""
+    """The console's settings are refused: another address without credentials, a short token,
+    an operators file it cannot use, or an allowed host that is not a host name."""
 
 
 class CSRFError(DurablyError, PermissionError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import getpass
 import importlib
 import inspect
-import json
 import math
 import os
 from typing import Any
@@ -22,6 +21,7 @@ from durably._cli.options import encryption_from_env, run_async, store_command
 from durably._cli.output import Output
 from durably._loop.agent import AgentDefinition
 from durably._loop.state import AgentState
+from durably._operate.reported_result import parse_reported_result
 from durably._runtime import Runtime
 from durably.errors import DefinitionNotRegisteredError, InvalidCommandError
 
@@ -77,18 +77,6 @@ def default_approver() -> str:
         return ""
 
 
-def parse_result(text: str) -> Any:
-    """The ``--result`` of ``approve --happened``: JSON text. Raises ``InvalidCommandError``."""
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except ValueError as exc:
-        raise InvalidCommandError(f"--result is not JSON: {exc}") from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number a tool returns")
-
-
 @click.command()
 @click.argument("agent_id", metavar="AGENT")
 @click.argument("approval_id", metavar="APPROVAL")
@@ -131,7 +119,7 @@ def approve(
         raise click.UsageError("--by is empty and no login name is known: say who decides, --by NAME")
     extra: dict[str, Any] = {}
     if happened:
-        extra["result"] = parse_result(result_json or "")  # --happened requires --result (checked above)
+        extra["result"] = parse_reported_result(result_json or "")  # --happened requires --result (checked above)
         if "result" not in inspect.signature(Runtime.approve).parameters:
             raise InvalidCommandError(
                 "this durably cannot record 'it happened' answers (Runtime.approve has no result=)"

@@ -178,6 +178,8 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
     if info.forked_from:
         origin = info.forked_from
         fields.append(("forked from", f"{origin['namespace']}/{origin['agent_id']} at seq {origin['seq']}"))
+    if info.status == "finished":
+        fields.append(("result", clip(info.result, 2000)))
     for name, value in fields:
         out.line(f"{name + ':':<15}{value}")
     for a in info.open_approvals:

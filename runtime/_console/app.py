@@ -1,15 +1,25 @@
 """The console's ASGI app: server-rendered pages over one store, no build step, no script.
 
-    GET  /                                  agents, with status and definition filters
-    GET  /agents/{agent}                    one agent: description, open approvals, timeline
-    GET  /agents/{agent}/state?seq=N        its folded state at seq N (content: see ContentPolicy)
-    POST /agents/{agent}/approvals/{id}     approve, deny, or "it happened" (with a JSON result)
+    GET  /                          agents, with status and definition filters
+    GET  /agent?id=AGENT            one agent: description, result, open approvals, timeline
+    GET  /state?agent=AGENT&seq=N   its folded state at seq N (content: see ContentPolicy)
+    POST /decide                    approve, deny, or "it happened" (with a JSON result); the
+                                    form names the agent and the approval (agent_q, approval_q)
+
+Agent ids may hold any character, ``/`` included, so they travel as query
+parameters or form fields, never as a piece of the path a route could split.
+In a form (``*_q`` fields) they are percent-encoded: every page value passes
+through ``neutralise``, which would change an id holding control characters,
+and a browser would not send some characters of a field back as they were.
 
 Pages are Jinja2 templates with autoescaping, and every value printed passes
 through ``neutralise`` first (``finalize``), so control characters chosen by a
 model show as escapes here as on the terminal. Decisions call
 ``Runtime.approve`` on a runtime with no definitions: they append the same
 records as ``durably approve``, and a ``serve()`` elsewhere runs the agent on.
+The decision records the operator the request's credential names (see
+``operators``); an approval's arguments are always shown, after the redaction
+policy, since nobody can decide a call they cannot see.
 """
 
 from __future__ import annotations
@@ -18,10 +28,11 @@ import contextlib
 import inspect
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -30,10 +41,25 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from durably._cli.output import neutralise, when
-from durably._console.security import ConsoleSecurity, check_binding, csrf_token, require_csrf
+from durably._console.operators import Operators
+from durably._console.security import (
+    ConsoleSecurity,
+    HostAllowlist,
+    check_binding,
+    csrf_token,
+    operator_of,
+    require_csrf,
+)
 from durably._console.timeline import ContentPolicy, timeline
+from durably._operate.reported_result import parse_reported_result
 from durably._runtime import Runtime
-from durably.errors import AgentNotFoundError, CSRFError, InvalidCommandError, SeqOutOfRangeError
+from durably.errors import (
+    AgentNotFoundError,
+    CSRFError,
+    InvalidArgumentError,
+    InvalidCommandError,
+    SeqOutOfRangeError,
+)
 from durably.storage._codec import FrameCipher
 from durably.storage._errors import DurablyError
 
@@ -63,18 +89,29 @@ def create_app(
     *,
     namespace: str = "default",
     token: str | None = None,
+    operators: str | Path | None = None,
     host: str = "127.0.0.1",
+    port: int = 8421,
+    allowed_hosts: Iterable[str] = (),
     content: ContentPolicy | None = None,
     encryption: FrameCipher | None = None,
 ) -> Starlette:
-    """The console for ``namespace`` of ``store`` (a URL), to serve on ``host``.
+    """The console for ``namespace`` of ``store`` (a URL), to serve on ``host``:``port``.
 
-    ``token``: required from every request when set (and required to be set
-    when ``host`` is not loopback); ``content``: what of record content the
-    pages show (default: none); ``encryption``: to read an encrypted store.
-    Raises ``ConsoleConfigError`` for a non-loopback ``host`` without a token.
+    ``token``: one unnamed approver's token; ``operators``: an operators file
+    (named operators, their roles and token hashes, see ``operators``). With
+    either, every request must carry a token, and one of them is required when
+    ``host`` is not loopback. ``allowed_hosts``: more ``Host`` names to answer
+    to than the bound address and localhost (``name`` or ``name:port``, e.g.
+    a reverse proxy's). ``content``: what of record content the pages show
+    (default: none but approval arguments); ``encryption``: to read an
+    encrypted store. Raises ``ConsoleConfigError`` for a non-loopback ``host``
+    without credentials, a token shorter than 16 characters, an operators file
+    that cannot be used, or an allowed host that is not a host name.
     """
-    check_binding(host, token)
+    credentials = Operators.build(token=token, file=operators)
+    check_binding(host, credentials)
+    hosts = HostAllowlist(host, port, allowed_hosts)
     content = content or ContentPolicy()
     env = _templates()
     runtime = Runtime(store, namespace=namespace, encryption=encryption)
@@ -86,7 +123,12 @@ def create_app(
 
     def page(request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
         body = env.get_template(name).render(
-            namespace=namespace, store=store, csrf=csrf_token(request), show_content=content.show, **context
+            namespace=namespace,
+            store=store,
+            csrf=csrf_token(request),
+            operator=operator_of(request),
+            show_content=content.show,
+            **context,
         )
         return HTMLResponse(body, code)
 
@@ -111,20 +153,28 @@ def create_app(
         )
 
     async def agent(request: Request) -> Response:
-        agent_id = request.path_params["agent"]
+        agent_id = request.query_params.get("id", "")
+        after = request.query_params.get("after")
+        after_seq = (
+            int(after) if after is not None and after.isascii() and after.isdigit() and len(after) <= 18 else None
+        )
         try:
             info = await runtime.describe(agent_id)
         except AgentNotFoundError as exc:
             return page(request, "error.html", code=404, message=str(exc))
-        after = request.query_params.get("after")
-        after_seq = int(after) if after is not None and after.isdigit() else None
+        except InvalidArgumentError as exc:
+            return page(request, "error.html", code=400, heading="Refused", message=str(exc))
         entries = runtime.history(agent_id, after_seq=after_seq or 0, payload=True)
         rows = await timeline(entries, content, info.definition.get("name"), TIMELINE_ROWS, newest=after_seq is None)
         name = info.definition.get("name")
         approvals = [
-            dict(a, arguments=(content.view("approval_requested", a, name) or {}).get("arguments"))
+            dict(a, arguments=content.redacted("approval_requested", a, name).get("arguments"))
             for a in info.open_approvals
         ]
+        result = None
+        if info.status == "finished":
+            shown = content.view("finished", {"result": info.result}, name)
+            result = shown["result"] if shown is not None else _shape(info.result)
         earlier = max(rows[0].seq - 1 - TIMELINE_ROWS, 0) if rows and rows[0].seq > 1 else None
         full = after_seq is not None and len(rows) >= TIMELINE_ROWS
         later = (rows[-1].result_seq or rows[-1].seq) if full else None
@@ -136,15 +186,18 @@ def create_app(
             approvals=approvals,
             earlier=earlier,
             later=later,
+            result=result,
             notice=request.query_params.get("notice", ""),
             can_answer=_can_answer(),
         )
 
     async def state(request: Request) -> Response:
-        agent_id = request.path_params["agent"]
+        agent_id = request.query_params.get("agent") or unquote(request.query_params.get("agent_q", ""))
         try:
             seq = int(request.query_params.get("seq", "0"))
             folded = await (runtime.state_at(agent_id, seq) if seq else runtime.status(agent_id))
+        except InvalidArgumentError as exc:
+            return page(request, "error.html", code=400, heading="Refused", message=str(exc))
         except ValueError as exc:
             return page(request, "error.html", code=400, message=f"bad seq: {exc}")
         except (AgentNotFoundError, SeqOutOfRangeError) as exc:
@@ -154,31 +207,34 @@ def create_app(
         return page(request, "state.html", agent_id=agent_id, seq=folded.last_seq, status=folded.status, state=shape)
 
     async def decide(request: Request) -> Response:
-        agent_id, approval_id = request.path_params["agent"], request.path_params["approval"]
         try:
             form = await require_csrf(request)
         except CSRFError as exc:
             return PlainTextResponse(str(exc), 403)
+        agent_id, approval_id = unquote(form.get("agent_q", "")), unquote(form.get("approval_q", ""))
         action = form.get("action", "")
         kwargs: dict[str, Any] = {
             "approved": action != "deny",
-            "by": f"console ({form.get('by') or 'operator'})",
+            "by": f"console: {operator_of(request).name}",
             "note": form.get("note", ""),
         }
-        try:
+        try:  # the form itself: a bad one is the request's fault (400)
             if action not in ("approve", "deny", "happened"):
                 raise InvalidCommandError(f"unknown action {action!r}")
             if action == "happened":
                 if not _can_answer():
                     raise InvalidCommandError("this durably cannot record 'it happened' answers")
-                kwargs["result"] = json.loads(form.get("result") or "null")
+                kwargs["result"] = parse_reported_result(form.get("result") or "null")
+        except InvalidCommandError as exc:
+            return page(request, "error.html", code=400, heading="Refused", message=str(exc))
+        try:  # the decision: the agent's state may refuse it (shown on its page)
             state = await runtime.approve(agent_id, approval_id, **kwargs)
             placement = getattr(state, "placement", None)  # where the agent runs now, when the runtime says
             where = f" ({placement.reason})" if placement is not None and state.status == "running" else ""
             notice = f"{approval_id}: {'denied' if action == 'deny' else 'approved'}; status now {state.status}{where}"
-        except (DurablyError, ValueError) as exc:
+        except DurablyError as exc:
             notice = f"refused: {type(exc).__name__}: {exc}"
-        return RedirectResponse(f"/agents/{quote(agent_id, safe='')}?notice={quote(notice, safe='')}", 303)
+        return RedirectResponse(f"/agent?id={quote(agent_id, safe='')}&notice={quote(notice, safe='')}", 303)
 
     async def stylesheet(request: Request) -> Response:
         return Response((_HERE / "static" / "console.css").read_text(encoding="utf-8"), media_type="text/css")
@@ -186,12 +242,12 @@ def create_app(
     routes = [
         Route("/", agents),
         Route("/console.css", stylesheet),
-        Route("/agents/{agent:path}/state", state),
-        Route("/agents/{agent:path}/approvals/{approval}", decide, methods=["POST"]),
-        Route("/agents/{agent:path}", agent),
+        Route("/agent", agent),
+        Route("/state", state),
+        Route("/decide", decide, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
-    app.add_middleware(ConsoleSecurity, token=token)
+    app.add_middleware(ConsoleSecurity, operators=credentials, hosts=hosts)
     return app
 
 

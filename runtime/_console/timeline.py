@@ -5,8 +5,9 @@ Rows are built from ``history`` entries, one pass, in seq order: a
 saying how the call ended; a ``resumed`` record that follows a running agent
 (it was not parked waiting for a decision) is marked as a resume after the
 previous activation stopped mid-run: a crash, a kill or a shutdown; one after a
-human decision is marked as such. An intent whose result never came before the
-next resume is marked interrupted.
+human decision, or after an operator's ``retry`` of a failed agent (marked as
+a retry itself), is a plain resume. An intent whose result never came before
+the next resume is marked interrupted.
 
 What a row may show of the record's content is decided by ``ContentPolicy``:
 by default only the shape (kind, seq, time, tool names, call ids, statuses);
@@ -43,14 +44,19 @@ class ContentPolicy:
             return None
         return Redactor(self.redaction).redact(kind, data, agent)
 
+    def redacted(self, kind: str, data: dict[str, Any], agent: str | None) -> dict[str, Any]:
+        """The data of a record after the redaction policy, whatever ``show`` says: for what
+        a person must see to decide (the arguments of the call an approval would run)."""
+        return Redactor(self.redaction).redact(kind, data, agent)
+
 
 @dataclass
 class Row:
     """One line of the timeline: ``seq`` (of its first record), ``at`` (unix
     seconds), ``kind`` (``call`` for a paired tool call, else the record kind),
     ``title`` (content-free), ``detail`` (content, when the policy allows),
-    ``mark`` (``crash``, ``resume``, ``interrupted``, ``failed``, ``park`` or
-    ``""``), ``result_seq`` (a call's result record, when it came)."""
+    ``mark`` (``crash``, ``resume``, ``retry``, ``interrupted``, ``failed``,
+    ``park`` or ``""``), ``result_seq`` (a call's result record, when it came)."""
 
     seq: int
     at: float
@@ -108,7 +114,11 @@ async def timeline(
         elif entry.kind in _PARKING:
             running_since_resume, row.mark = False, "park"
         elif entry.kind in (Kind.FAILED, Kind.CANCELLED):
-            row.mark = "failed"
+            running_since_resume, row.mark = False, "failed"
+        elif entry.kind == Kind.FINISHED:
+            running_since_resume = False
+        elif entry.kind == Kind.RETRIED:
+            running_since_resume, row.mark = False, "retry"
         if not newest and len(rows) >= limit:
             break
         rows.append(row)
@@ -137,6 +147,7 @@ def _detail(kind: str, d: dict[str, Any]) -> str:
         Kind.MESSAGE_RECEIVED: "content",
         Kind.FINISHED: "result",
         Kind.FAILED: "reason",
+        Kind.RETRIED: "reason",
         Kind.CANCELLED: "reason",
         Kind.APPROVAL_DECIDED: "note",
         Kind.PLAN_UPDATED: "plan",
@@ -170,6 +181,7 @@ _TITLES: dict[str, Callable[[dict[str, Any]], str]] = {
     ),
     Kind.BUDGET_EXCEEDED: lambda d: f"suspended: {_safe(d, 'limit')} budget spent",
     Kind.BUDGET_EXTENDED: lambda d: "budget extended",
+    Kind.RETRIED: lambda d: f"retried by an operator ({_safe(d, 'worker')}) after the failure",
     Kind.FINISHED: lambda d: "finished",
     Kind.FAILED: lambda d: "failed",
     Kind.CANCELLED: lambda d: "cancelled",

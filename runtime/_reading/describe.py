@@ -20,7 +20,7 @@ from durably._fleet.owner import Liveness, holder_liveness
 from durably._journal import status_index
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
-from durably._loop.state import AgentState
+from durably._loop.state import CANCELLED, FINISHED, TERMINAL, AgentState
 from durably.errors import AgentNotFoundError
 from durably.schemas._records import Record
 from durably.storage._errors import CodecError
@@ -68,9 +68,13 @@ class AgentDescription:
         budget_left: Each limit mapped to what remains (None: unlimited).
         open_approvals: The approvals with no decision yet, each with the call
             it would run (``approval_id``, ``tool``, ``arguments``, ``call_id``,
-            ``key``, ``reason``).
+            ``key``, ``reason``); none once the agent is finished, failed or
+            cancelled (nothing can be decided then).
         pending_calls: The unresolved tool calls (``id``, ``tool``,
-            ``arguments``, ``key``, ``started``, ``attempts``).
+            ``arguments``, ``key``, ``started``, ``attempts``); none once the
+            agent is finished or cancelled (they will never run). A failed
+            agent keeps them: ``retry`` takes them up again.
+        result: The run's result once ``finished`` (None before and otherwise).
         created_at: Unix seconds of the first record (None when the first
             records were compacted away).
         last_activity_at: Unix seconds of the last record.
@@ -95,6 +99,7 @@ class AgentDescription:
     budget_left: dict[str, Any]
     open_approvals: list[dict[str, Any]]
     pending_calls: list[dict[str, Any]]
+    result: Any
     created_at: float | None
     last_activity_at: float | None
     forked_from: dict[str, Any] | None
@@ -149,8 +154,11 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
         usage=dict(state.usage),
         budget=dict(state.budget),
         budget_left=budget_left(state),
-        open_approvals=[_approval(a) for a in state.open_approvals()],
-        pending_calls=[_pending(state, c) for c in state.pending_calls],
+        open_approvals=[] if state.status in TERMINAL else [_approval(a) for a in state.open_approvals()],
+        pending_calls=[]
+        if state.status in (FINISHED, CANCELLED)
+        else [_pending(state, c) for c in state.pending_calls],
+        result=state.result if state.status == FINISHED else None,
         created_at=first.at if first is not None and first.seq == 1 else None,
         last_activity_at=last.at if last is not None else None,
         forked_from=state.forked_from,

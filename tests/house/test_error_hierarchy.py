@@ -134,8 +134,8 @@ def test_a_bad_type_is_a_durably_error_and_a_type_error(case: str, call: Callabl
 ALLOWED: dict[tuple[str, str], str] = {
     # msgpack ext hook: StrictSerde._fail raises, values.py catches it and raises CheckpointValueError.
     ("runtime/integrations/langgraph/_values.py", "raise ValueError(problem)"): "caught in values.py",
-    # json parse_constant hook of parse_result, which turns it into InvalidCommandError.
-    ("runtime/_cli/operate.py", 'raise ValueError(f"{name} is not a number'): "caught in operate.py",
+    # json parse_constant hook of parse_reported_result, which turns it into InvalidCommandError.
+    ("runtime/_operate/reported_result.py", 'raise ValueError(f"{name} is not a number'): "caught there",
     # URL option parsers: parse_store_url catches their ValueError and raises InvalidStoreURLError.
     ("adapters/sqlite/_file.py", 'raise ValueError("known: FULL, NORMAL")'): "caught in storage/_urls.py",
     ("adapters/sqlite/_file.py", 'raise ValueError("a whole number of milliseconds")'): "caught in storage/_urls.py",

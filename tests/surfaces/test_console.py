@@ -152,7 +152,7 @@ def test_the_console_in_a_browser_lists_shows_and_approves(demo_store, console, 
             assert page.locator("tr.mark-resume .tag.resume").count() >= 1  # worker 3 resumed after the approval
             assert page.locator("tr.row-call").count() >= 9  # 3 tools x 3 modules, each paired with its result
             assert "finished" in page.inner_text("#agent-status")
-            assert page.locator(".hidden-content").count() == 0 and "content hidden" in page.inner_text("header")
+            assert page.locator("pre.result").is_visible() and "content hidden" in page.inner_text("header")
             page.screenshot(path=tmp_path / "timeline.png", full_page=True)
 
             page.click("table.timeline tbody tr:nth-child(5) a")
@@ -160,10 +160,9 @@ def test_the_console_in_a_browser_lists_shows_and_approves(demo_store, console, 
             assert "at seq" in page.inner_text("h1") and "text, " in page.inner_text("pre.state")  # sizes, not content
             page.screenshot(path=tmp_path / "state.png", full_page=True)
 
-            page.goto(console + f"/agents/{PARKED}")
+            page.goto(console + f"/agent?id={PARKED}")
             assert "waiting_approval" in page.inner_text("#agent-status")
-            assert "arguments hidden" in page.inner_text("section.approval")
-            page.fill("section.approval input[name=by]", "browser-test")
+            assert page.locator("section.approval pre.args").inner_text().strip() not in ("", "null")  # shown
             page.click("section.approval button.approve")
             page.wait_for_selector("p.notice")
             assert "approved" in page.inner_text("p.notice")
@@ -174,7 +173,7 @@ def test_the_console_in_a_browser_lists_shows_and_approves(demo_store, console, 
             assert json.loads(out.strip().splitlines()[-1])["status"] == "finished"
             page.reload()
             assert "finished" in page.inner_text("#agent-status")
-            assert "approved by console (browser-test)" in page.inner_text("table.timeline")
+            assert "approved by console: anonymous (no login)" in page.inner_text("table.timeline")
             page.screenshot(path=tmp_path / "finished.png", full_page=True)
             browser.close()
     finally:
@@ -186,23 +185,24 @@ def test_the_console_in_a_browser_lists_shows_and_approves(demo_store, console, 
 
 
 def test_state_changes_need_the_pages_csrf_token(demo_store, console) -> None:
-    url = f"{console}/agents/{PARKED}/approvals/nope"
-    assert httpx.post(url, data={"action": "approve"}).status_code == 403  # no CSRF cookie: not from our page
+    url = f"{console}/decide"
+    target = {"agent_q": PARKED, "approval_q": "nope", "action": "approve"}
+    assert httpx.post(url, data=target).status_code == 403  # no CSRF cookie: not from our page
     with httpx.Client(base_url=console) as client:
-        page = client.get(f"/agents/{DEMO_AGENT}")
+        page = client.get(f"/agent?id={DEMO_AGENT}")
         assert page.status_code == 200 and "content-security-policy" in page.headers
         assert (
             "script" not in page.headers["content-security-policy"]
             or "'none'" in page.headers["content-security-policy"]
         )
-        assert client.post(url, data={"action": "approve", "csrf": "forged"}).status_code == 403
+        assert client.post(url, data={**target, "csrf": "forged"}).status_code == 403
         cross = client.post(
             url,
-            data={"action": "approve", "csrf": client.cookies["durably_csrf"]},
+            data={**target, "csrf": client.cookies["durably_csrf"]},
             headers={"origin": "http://evil.example"},
         )
         assert cross.status_code == 403
-        ours = client.post(url, data={"action": "approve", "csrf": client.cookies["durably_csrf"]})
+        ours = client.post(url, data={**target, "csrf": client.cookies["durably_csrf"]})
         assert ours.status_code == 303 and "refused" in ours.headers["location"]  # no such approval: refused, typed
 
 
@@ -212,14 +212,14 @@ async def test_a_token_guards_every_request_and_other_hosts_need_one(demo_store)
     with pytest.raises(ConsoleConfigError):
         create_app(demo_store["url"], token="short")
     token = "t" * 24
-    app = create_app(demo_store["url"], namespace="demo", token=token, host="0.0.0.0")
+    app = create_app(demo_store["url"], namespace="demo", token=token, host="0.0.0.0", allowed_hosts=["console"])
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
             assert (await client.get("/")).status_code == 401
             assert (await client.get("/?token=wrong")).status_code == 401
-            login = await client.get(f"/agents/{DEMO_AGENT}?token={token}")
-            assert login.status_code == 303 and login.headers["location"] == f"/agents/{DEMO_AGENT}"
+            login = await client.get(f"/agent?id={DEMO_AGENT}&token={token}")
+            assert login.status_code == 303 and login.headers["location"] == f"/agent?id={DEMO_AGENT}"
             assert (await client.get(login.headers["location"])).status_code == 200  # the cookie carries it now
         async with httpx.AsyncClient(
             transport=transport, base_url="http://console", headers={"authorization": f"Bearer {token}"}
@@ -230,11 +230,13 @@ async def test_a_token_guards_every_request_and_other_hosts_need_one(demo_store)
 async def test_record_content_reaches_the_page_only_when_allowed(demo_store) -> None:
     task_words = "Survey these Python standard-library modules"
     for show in (False, True):
-        app = create_app(demo_store["url"], namespace="demo", content=ContentPolicy(show=show))
+        app = create_app(
+            demo_store["url"], namespace="demo", content=ContentPolicy(show=show), allowed_hosts=["console"]
+        )
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
-                timeline = (await client.get(f"/agents/{DEMO_AGENT}")).text
-                state = (await client.get(f"/agents/{DEMO_AGENT}/state?seq=3")).text
+                timeline = (await client.get(f"/agent?id={DEMO_AGENT}")).text
+                state = (await client.get(f"/state?agent={DEMO_AGENT}&seq=3")).text
         assert (task_words in timeline) is show and (task_words in state) is show
         assert ("<th>content</th>" in timeline) is show  # the browser test sees approval arguments hidden
 
@@ -262,15 +264,15 @@ async def test_a_long_timeline_is_paged(tmp_path) -> None:
             for seq in range(2, 1201)
         ]
         await rt.store.append(stream, 0, frames)
-    app = create_app(url)
+    app = create_app(url, allowed_hosts=["console"])
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
-            latest = (await client.get("/agents/long")).text
-            first = (await client.get("/agents/long?after=0")).text
+            latest = (await client.get("/agent?id=long")).text
+            first = (await client.get("/agent?id=long&after=0")).text
     assert latest.count('<tr class="row-') == 500 and ">1200<" in latest and "earlier records" in latest
-    assert "?after=200" in latest  # the page before this one: records 201..700
+    assert "after=200" in latest  # the page before this one: records 201..700
     assert first.count('<tr class="row-') == 500 and ">1<" in first and ">501<" not in first
-    assert "later records" in first and "?after=500" in first
+    assert "later records" in first and "after=500" in first
 
 
 async def test_untrusted_text_is_neutralised_on_every_page(tmp_path) -> None:
@@ -278,12 +280,13 @@ async def test_untrusted_text_is_neutralised_on_every_page(tmp_path) -> None:
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
     await _one_agent(url, "victim", safe=False)
-    app = create_app(url, content=ContentPolicy(show=True))  # content shown: the hostile text reaches the page
+    # content shown: the hostile text reaches the page
+    app = create_app(url, content=ContentPolicy(show=True), allowed_hosts=["console"])
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
             pages = [
                 await client.get(path)
-                for path in ("/", "/agents/victim", "/agents/victim/state", "/agents/victim/state?seq=2")
+                for path in ("/", "/agent?id=victim", "/state?agent=victim", "/state?agent=victim&seq=2")
             ]
     for page in pages:
         assert page.status_code == 200
