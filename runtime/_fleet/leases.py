@@ -75,7 +75,9 @@ class LeaseKeeper:
         if lease is None:
             holder = await leases.get_lease(stream)
             if holder is not None and await self._dead(holder):
-                log.info("lease of %s held by %s, a dead process: taken over", stream, holder.owner)
+                log.info(
+                    "lease of %s held by %s, dead (process gone or heartbeat stopped): taken over", stream, holder.owner
+                )
                 await leases.release_lease(holder)
                 lease = await self._acquire(leases, stream)
                 if lease is None:

@@ -11,7 +11,8 @@ where no process check can see it) has its agents taken over long before its
 from __future__ import annotations
 
 import signal
-import time
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,12 +22,14 @@ import pytest
 from fleet_processes import (
     can_change_hostname,
     effects,
-    first_effect_by,
+    run_then_lose,
     spawn_worker,
+    stop,
+    submit,
     wait_for,
     workers_json,
 )
-from serve_worker import slow_file_agent
+from worker_agents import gated
 
 from durably import Runtime, Where
 from durably.storage import StreamId, open_store
@@ -38,17 +41,6 @@ except ImportError:
 
 TIMEOUT = 2.0  # --heartbeat-timeout of every worker here
 TTL = 60.0  # --lease-ttl: a takeover before it is the heartbeat's doing
-
-
-def submit(url: str, folder: Path, agent_ids: list[str], steps: int) -> list:
-    """Hand ``agent_ids`` to the fleet (``Runtime.submit``); their placements."""
-
-    async def go() -> list:
-        definition = slow_file_agent(steps, folder / "effects.jsonl", 0.05)
-        async with Runtime(url, agents=[definition]) as rt:
-            return [(await rt.submit(definition, agent_id, "count")).placement for agent_id in agent_ids]
-
-    return anyio.run(go)
 
 
 def statuses(url: str, agent_ids: list[str]) -> dict[str, str]:
@@ -90,13 +82,6 @@ def health_port(folder: Path, name: str) -> int:
         "the worker prints its health port",
     )
     return int(line.split("127.0.0.1:")[1].split("/")[0])
-
-
-def stop(*workers) -> None:
-    for worker in workers:
-        if worker.poll() is None:
-            worker.kill()
-        worker.wait()
 
 
 def test_worker_runs_submitted_agents_answers_probes_and_drains_on_sigterm(tmp_path):
@@ -162,38 +147,11 @@ def test_workers_lists_two_live_workers_then_one_dead(pg_server, tmp_path):
         stop(w1, w2)
 
 
-def run_then_lose(url: str, tmp_path: Path, lose, agents: int, hostname: str | None = None) -> dict[str, float]:
-    """Worker A (under ``hostname``) runs ``agents`` agents; B serves too; ``lose(A)`` silences A.
-    Seconds from then until B began a step of each agent."""
-    opts = ("--heartbeat-timeout", str(TIMEOUT), "--lease-ttl", str(TTL))
-    ids = [f"agent-{i}" for i in range(agents)]
-    a = spawn_worker(url, tmp_path, "a", *opts, hostname=hostname, steps=1000, step_seconds=0.2)
-    b = None
-    try:
-        submit(url, tmp_path, ids, steps=1000)
-        wait_for(lambda: set(first_effect_by(tmp_path, a.pid)) >= set(ids), 60, "A runs every agent")
-        b = spawn_worker(url, tmp_path, "b", *opts, steps=1000, step_seconds=0.2)
-        wait_for(lambda: len(live_workers(url)) == 2, 30, "B is up")
-        time.sleep(TIMEOUT)  # B scans meanwhile: A beats, so its leases are respected
-        assert first_effect_by(tmp_path, b.pid) == {}
-        lost_at = time.time()
-        lose(a)
-        taken = wait_for(
-            lambda: first_effect_by(tmp_path, b.pid),
-            TTL / 2,
-            "B takes every agent of A",
-            done=lambda found: set(found) >= set(ids),
-        )
-    finally:
-        stop(a, *([b] if b else []))
-    return {agent: taken[agent] - lost_at for agent in ids}
-
-
 def test_a_paused_worker_agents_are_taken_over_by_heartbeat_not_lease_expiry(tmp_path):
     """A SIGSTOPped worker on this host: its process is alive, only its heartbeat says otherwise."""
     url = f"sqlite:///{tmp_path}/agents.db"
     submit(url, tmp_path, ["warm-up"], steps=1)
-    delays = run_then_lose(url, tmp_path, lambda a: a.send_signal(signal.SIGSTOP), agents=4)
+    delays = run_then_lose(url, tmp_path, lambda a: a.send_signal(signal.SIGSTOP), agents=4, timeout=TIMEOUT, ttl=TTL)
     assert max(delays.values()) < TTL / 2, delays
 
 
@@ -207,5 +165,37 @@ def test_a_sigkilled_worker_on_another_host_is_taken_over_by_heartbeat(pg_server
         a.send_signal(signal.SIGKILL)
         a.wait()
 
-    delays = run_then_lose(url, tmp_path, kill, agents=6, hostname="another-host")
+    delays = run_then_lose(url, tmp_path, kill, agents=6, hostname="another-host", timeout=TIMEOUT, ttl=TTL)
     assert max(delays.values()) < TTL / 2, delays
+
+
+def test_an_approval_from_the_cli_says_a_live_worker_will_run_it(tmp_path):
+    url = f"sqlite:///{tmp_path}/agents.db"
+    submit(url, tmp_path, ["warm-up"], steps=1)
+    worker = spawn_worker(url, tmp_path, "w1", "--heartbeat-timeout", str(TIMEOUT), agents="worker_agents:gated")
+    try:
+
+        async def hand_over() -> None:
+            [definition] = gated()
+            async with Runtime(url) as rt:
+                await rt.submit(definition, "g-1", "pay")
+
+        anyio.run(hand_over)
+        wait_for(lambda: statuses(url, ["g-1"])["g-1"], 30, "the worker parks it", done="waiting_approval".__eq__)
+
+        async def approval_id() -> str:
+            async with Runtime(url) as rt:
+                return (await rt.status("g-1")).open_approvals()[0]["approval_id"]
+
+        approve = subprocess.run(
+            [sys.executable, "-m", "durably", "approve", "g-1", anyio.run(approval_id), "--store", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert approve.returncode == 0, approve.stdout + approve.stderr
+        assert "a live worker will run it" in approve.stdout and "w1" in approve.stdout, approve.stdout
+        wait_for(lambda: statuses(url, ["g-1"])["g-1"], 30, "the worker runs it", done="finished".__eq__)
+        assert [e["pid"] for e in effects(tmp_path)] == [worker.pid]
+    finally:
+        stop(worker)

@@ -16,7 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
+from serve_worker import slow_file_agent
 from support_agents import read_lines
+
+from durably import Runtime
 
 SUPPORT = Path(__file__).resolve().parent
 
@@ -39,6 +43,7 @@ def spawn_worker(
     hostname: str | None = None,
     steps: int = 3,
     step_seconds: float = 0.05,
+    agents: str = "worker_agents:agents",
 ) -> subprocess.Popen[str]:
     """A ``durably worker`` process named ``name`` (``--worker-id``), its output in ``folder/name.out|err``."""
     command = [
@@ -47,7 +52,7 @@ def spawn_worker(
         "durably",
         "worker",
         "--agents",
-        "worker_agents:agents",
+        agents,
         "--store",
         url,
         "--worker-id",
@@ -112,3 +117,56 @@ def wait_for(fetch, timeout: float, what: str, done=bool, poll: float = 0.05):
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout} s: {what}")
         time.sleep(poll)
+
+
+def stop(*workers) -> None:
+    """SIGKILL (and reap) each worker still running."""
+    for worker in workers:
+        if worker.poll() is None:
+            worker.kill()
+        worker.wait()
+
+
+def submit(url: str, folder: Path, agent_ids: list[str], steps: int) -> list:
+    """Hand ``agent_ids`` to the fleet (``Runtime.submit``); their placements."""
+
+    async def go() -> list:
+        definition = slow_file_agent(steps, folder / "effects.jsonl", 0.05)
+        async with Runtime(url, agents=[definition]) as rt:
+            return [(await rt.submit(definition, agent_id, "count")).placement for agent_id in agent_ids]
+
+    return anyio.run(go)
+
+
+def run_then_lose(
+    url: str, tmp_path: Path, lose, agents: int, hostname: str | None = None, *, timeout: float = 2.0, ttl: float = 60.0
+) -> dict[str, float]:
+    """Worker A (under ``hostname``) runs ``agents`` agents; B serves too; ``lose(A)`` silences A.
+    Seconds from then until B began a step of each agent."""
+    opts = ("--heartbeat-timeout", str(timeout), "--lease-ttl", str(ttl))
+    ids = [f"agent-{i}" for i in range(agents)]
+    a = spawn_worker(url, tmp_path, "a", *opts, hostname=hostname, steps=1000, step_seconds=0.2)
+    b = None
+    try:
+        submit(url, tmp_path, ids, steps=1000)
+        wait_for(lambda: set(first_effect_by(tmp_path, a.pid)) >= set(ids), 60, "A runs every agent")
+        b = spawn_worker(url, tmp_path, "b", *opts, steps=1000, step_seconds=0.2)
+        wait_for(
+            lambda: [r for r in workers_json(url, timeout)["workers"] if r["status"] == "live"],
+            30,
+            "B is up",
+            done=lambda live: len(live) == 2,
+        )
+        time.sleep(timeout)  # B scans meanwhile: A beats, so its leases are respected
+        assert first_effect_by(tmp_path, b.pid) == {}
+        lost_at = time.time()
+        lose(a)
+        taken = wait_for(
+            lambda: first_effect_by(tmp_path, b.pid),
+            ttl / 2,
+            "B takes every agent of A",
+            done=lambda found: set(found) >= set(ids),
+        )
+    finally:
+        stop(a, *([b] if b else []))
+    return {agent: taken[agent] - lost_at for agent in ids}

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from serve_worker import slow_file_agent
+from support_agents import StepModel, append_line
 
 from durably import AgentDefinition
 
@@ -24,3 +25,15 @@ def agents() -> list[AgentDefinition]:
             float(os.environ.get("WORKER_STEP_SECONDS", "0.05")),
         )
     ]
+
+
+def gated() -> list[AgentDefinition]:
+    """The ``gated`` agent: one step whose tool needs an approval, then "done 1"."""
+    from durably import tool
+
+    @tool(name="effect", requires_approval=True)
+    async def effect(n: int, *, ctx) -> int:
+        append_line(Path(os.environ["WORKER_EFFECTS"]), {"key": ctx.idempotency_key, "n": n, "pid": os.getpid()})
+        return n * 10
+
+    return [AgentDefinition(name="gated", model=StepModel(1), tools=[effect])]
