@@ -10,6 +10,9 @@ where no process check can see it) has its agents taken over long before its
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,6 +42,7 @@ try:
 except ImportError:
     from pg_server import pg_server  # noqa: F401
 
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 2.0  # --heartbeat-timeout of every worker here
 TTL = 60.0  # --lease-ttl: a takeover before it is the heartbeat's doing
 
@@ -197,5 +201,41 @@ def test_an_approval_from_the_cli_says_a_live_worker_will_run_it(tmp_path):
         assert "a live worker will run it" in approve.stdout and "w1" in approve.stdout, approve.stdout
         wait_for(lambda: statuses(url, ["g-1"])["g-1"], 30, "the worker runs it", done="finished".__eq__)
         assert [e["pid"] for e in effects(tmp_path)] == [worker.pid]
+    finally:
+        stop(worker)
+
+
+def readme_worker_lines() -> list[str]:
+    """The README's quick path for workers: its sh block that starts ``durably worker``."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Running workers") :]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    return [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def argv(line: str) -> list[str]:
+    words = shlex.split(line.rstrip("&"))
+    return [sys.executable, "-m", "durably", *words[1:]] if words[0] == "durably" else [sys.executable, *words[1:]]
+
+
+def test_the_readme_quick_path_runs(tmp_path):
+    """From the clone: a worker in the background, three tickets handed over, the workers listed."""
+    start, hand_over, listing = readme_worker_lines()
+    assert start.startswith("durably worker") and start.endswith("&") and listing == "durably workers"
+    url = f"sqlite:///{tmp_path}/durably.db"
+    env = {**os.environ, "DURABLY_STORE": url}
+    worker = subprocess.Popen(argv(start), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: Path(f"{tmp_path}/durably.db").exists(), 30, "the worker opens the store")
+        wait_for(lambda: live_workers(url), 30, "the worker heartbeats")
+        handed = subprocess.run(argv(hand_over), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert handed.returncode == 0, handed.stderr
+        assert handed.stdout.count("queued: a live worker will run it") == 3, handed.stdout
+        tickets = ["ticket-1", "ticket-2", "ticket-3"]
+        wait_for(lambda: set(statuses(url, tickets).values()), 30, "answered", done={"finished"}.__eq__)
+        listed = subprocess.run(argv(listing), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0 and "live" in listed.stdout and str(worker.pid) in listed.stdout
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
     finally:
         stop(worker)
