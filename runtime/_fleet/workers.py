@@ -32,8 +32,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -44,7 +45,7 @@ from durably.storage._errors import ConflictError, StoreError
 from durably.storage._spi import Store, StreamId
 
 if TYPE_CHECKING:
-    from durably._fleet.activations import Activations
+    from anyio.abc import TaskGroup
 
 log = logging.getLogger("durably.workers")
 
@@ -131,6 +132,30 @@ class WorkerBeat:
         return self.state != STOPPED and self.age(now) <= timeout
 
 
+class Served(Protocol):
+    """What a heartbeat tells of its runtime (``durably._fleet.activations.Activations`` has it)."""
+
+    @property
+    def namespace(self) -> str:
+        """The namespace it serves."""
+
+    @property
+    def definitions(self) -> Mapping[str, object]:
+        """Its registered definitions by name."""
+
+    @property
+    def live(self) -> Collection[str]:
+        """The ids of the agents live in it."""
+
+    @property
+    def draining(self) -> bool:
+        """Whether it drains (resumes nothing more)."""
+
+    @property
+    def task_group(self) -> TaskGroup:
+        """The task group the heartbeat runs in."""
+
+
 def stream_of(identity: OwnerIdentity) -> StreamId:
     """The heartbeat stream of the runtime whose lease owner identity is ``identity``."""
     return StreamId(WORKERS_NAMESPACE, identity.nonce)
@@ -210,7 +235,7 @@ class Heartbeats:
 
     # -- what others see of this runtime -------------------------------------------------
 
-    def start(self, activations: Activations) -> None:
+    def start(self, activations: Served) -> None:
         """Begin heartbeating in the runtime's task group (a no-op when already begun).
 
         The heartbeat lasts as long as the runtime: its last beat, when the
@@ -221,7 +246,7 @@ class Heartbeats:
         self.started_at = time.time()
         activations.task_group.start_soon(self.run, activations)
 
-    def beat(self, activations: Activations, state: str | None = None) -> WorkerBeat:
+    def beat(self, activations: Served, state: str | None = None) -> WorkerBeat:
         """This runtime's beat now (``state``: None for serving or draining, as the runtime is)."""
         live = sorted(activations.live)
         return WorkerBeat(
@@ -238,7 +263,7 @@ class Heartbeats:
             state=state or (DRAINING if activations.draining else SERVING),
         )
 
-    async def run(self, activations: Activations) -> None:
+    async def run(self, activations: Served) -> None:
         """Beat every ``interval`` seconds until cancelled, then write a last ``stopped`` beat.
 
         A failed beat is logged and the next one tried: an outage must not stop
