@@ -940,7 +940,9 @@ class Runtime:
         Returns:
             A ``LeaseHolder``: owner, worker id, host and pid, expiry (unix
                 seconds) and liveness (``alive``; ``dead``: taken at once by the next
-                resume here or in ``serve``; ``remote``: only the expiry tells). None
+                resume here or in ``serve``, also when its heartbeat stopped on any
+                host; ``remote``: another host whose heartbeat is fresh or absent,
+                only the expiry tells). None
                 when nobody holds it or the store has no leases.
 
         Raises:
@@ -981,7 +983,10 @@ class Runtime:
 
         This is how an agent parked in one process runs on after another process
         approved it or extended its budget, and how a dead worker's agents are
-        taken over (at once when it was a process of this host). A store outage
+        taken over (at once when it was a process of this host, and on any host
+        once its heartbeat is older than ``heartbeat_timeout``). While it serves,
+        and until the runtime is left, this runtime heartbeats in the store
+        (``durably workers`` lists it; see ``durably._fleet.workers``). A store outage
         (``StoreUnavailableError``) does not end it: scans back off up to 30 s,
         are logged, traced (``durably.serve.outage``) and counted, and serving
         carries on when the store is back. On a drain signal it drains and
