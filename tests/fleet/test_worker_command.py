@@ -88,7 +88,8 @@ def health_port(folder: Path, name: str) -> int:
     return int(line.split("127.0.0.1:")[1].split("/")[0])
 
 
-def test_worker_runs_submitted_agents_answers_probes_and_drains_on_sigterm(tmp_path):
+@pytest.mark.parametrize("drain_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_worker_runs_submitted_agents_answers_probes_and_drains_on_sigterm(tmp_path, drain_signal):
     url = f"sqlite:///{tmp_path}/agents.db"
     submit(url, tmp_path, ["warm-up"], steps=1)  # the database exists before the worker
     worker = spawn_worker(url, tmp_path, "w1", "--health-port", "0", steps=40, step_seconds=0.1)
@@ -109,7 +110,7 @@ def test_worker_runs_submitted_agents_answers_probes_and_drains_on_sigterm(tmp_p
             30,
             "the worker runs the submitted agents",
         )
-        worker.send_signal(signal.SIGTERM)
+        worker.send_signal(drain_signal)
         assert worker.wait(timeout=30) == 0, (tmp_path / "w1.err").read_text()
     finally:
         stop(worker)
