@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import anyio
+import click
 import pytest
 from fleet_processes import (
     can_change_hostname,
@@ -35,6 +36,8 @@ from fleet_processes import (
 from worker_agents import gated
 
 from durably import Runtime, Where
+from durably._cli.worker import load_agents
+from durably.errors import ArgumentTypeError, InvalidArgumentError
 from durably.storage import StreamId, open_store
 
 try:
@@ -240,3 +243,27 @@ def test_the_readme_quick_path_runs(tmp_path):
         assert worker.wait(timeout=30) == 0
     finally:
         stop(worker)
+
+
+def test_agents_are_loaded_from_the_current_directory_in_every_shape(tmp_path, monkeypatch):
+    (tmp_path / "my_fleet.py").write_text(
+        "from worker_agents import gated\n"
+        "one = gated()[0]\n"
+        "several = [one]\n"
+        "by_name = {'gated': one}\n"
+        "def build():\n    return several\n"
+        "nothing = 42\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader puts the current directory on it
+    for attr in ("one", "several", "by_name", "build"):
+        assert [d.name for d in load_agents(f"my_fleet:{attr}")] == ["gated"]
+    for spec in ("my_fleet:nothing", "my_fleet:missing", "no_such_module:x", "my_fleet"):
+        with pytest.raises(click.BadParameter):
+            load_agents(spec)
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf"), "5"])
+def test_a_bad_heartbeat_timeout_is_refused(tmp_path, timeout):
+    with pytest.raises((InvalidArgumentError, ArgumentTypeError)):
+        Runtime(f"sqlite:///{tmp_path}/agents.db", heartbeat_timeout=timeout)
