@@ -33,6 +33,8 @@ from durably._figures import check_bool, check_figure
 from durably._fleet.activations import Activations
 from durably._fleet.leases import LeaseKeeper
 from durably._fleet.owner import hostname
+from durably._fleet.workers import DEFAULT_TIMEOUT as DEFAULT_HEARTBEAT_TIMEOUT
+from durably._fleet.workers import Heartbeats, check_timeout
 from durably._journal import status_index
 from durably._journal.records import RecordCodec
 from durably._journal.redaction_policy import RedactionPolicy
@@ -112,10 +114,15 @@ class Runtime:
             runtime's agents are resumed elsewhere after it.
         meter_provider: OpenTelemetry meter provider (default: the global one,
             read here) for the metrics listed on the Telemetry page of the docs.
+        heartbeat_timeout: Seconds. A serving runtime heartbeats in the store
+            (every third of this, at most each second); a lease holder whose
+            heartbeat is older than this is dead, and its agents are taken at
+            once on any host (``durably._fleet.workers``).
 
     Raises:
         InvalidArgumentError: A ``ValueError``: ``lease_ttl`` is not a finite number
-            of at least 0, or ``mailbox_size`` not an int of at least 0.
+            of at least 0, ``mailbox_size`` not an int of at least 0, or
+            ``heartbeat_timeout`` not a finite number > 0.
         ArgumentTypeError: A ``TypeError``: ``namespace`` or ``worker_id`` is not a
             ``str``, ``snapshot_policy``, ``redaction`` or ``encryption`` not of its
             type, ``agents`` not a collection of ``AgentDefinition``.
@@ -138,6 +145,7 @@ class Runtime:
         encryption: FrameCipher | None = None,
         lease_ttl: float = 30.0,
         meter_provider: metrics.MeterProvider | None = None,
+        heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
     ) -> None:
         if not isinstance(store, (str, Store)):
             raise InvalidStoreError(
@@ -164,6 +172,7 @@ class Runtime:
         if isinstance(agents, (str, bytes)) or not isinstance(agents, Iterable):
             raise ArgumentTypeError(f"Runtime: agents must be a list of AgentDefinition, got {type(agents).__name__}")
         self.lease_ttl = lease_ttl
+        self.heartbeat_timeout = check_timeout("Runtime", heartbeat_timeout)
         self.namespace = namespace
         self.redaction = redaction if redaction is not None else RedactionPolicy()
         self.encryption = encryption
@@ -232,6 +241,7 @@ class Runtime:
                 indexed=status_index.indexed(self.store),
             )
             leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
+            leases.heartbeats = Heartbeats(self.store, leases.identity, self.heartbeat_timeout)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._activations = Activations(
                 store=self.store,
@@ -337,6 +347,46 @@ class Runtime:
             raise ArgumentTypeError(f"start: budget must be a Budget, got {type(budget).__name__}")
         definition = agent if isinstance(agent, AgentDefinition) else self._activations.definition(agent)
         return await self._activations.start(definition, agent_id, task, budget)
+
+    async def submit(
+        self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
+    ) -> CommandResult:
+        """Create an agent for the workers to run, without running it here (an enqueue).
+
+        Journals the new run's ``started`` record (and its status index entry)
+        as ``start`` does, takes no lease and spawns nothing: a worker serving
+        this namespace with the definition registered (``serve()``, ``durably
+        worker``) resumes it, at once on a store with change notifications, else
+        at its next scan. A definition passed as an object is registered if its
+        name is not yet.
+
+        Args:
+            agent: The definition, or the name of a registered one.
+            agent_id: The new agent's id in this runtime's namespace.
+            task: The task, the conversation's first user message.
+            budget: Limits for this run (None: the definition's ``budget``).
+
+        Returns:
+            A ``CommandResult``: the agent's state (``running``) and its
+                placement: ``queued`` naming the live workers that serve its
+                definition, or ``unassigned`` when none does now.
+
+        Raises:
+            AgentExistsError: ``agent_id`` already has a journal or is live here (nothing written).
+            DefinitionNotRegisteredError: ``agent`` names no registered definition.
+            ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``
+                (before anything is journaled).
+            StoreUnavailableError: The store cannot be reached.
+        """
+        if not isinstance(task, str):
+            raise ArgumentTypeError(f"submit: task must be a str, got {type(task).__name__}")
+        if budget is not None and not isinstance(budget, Budget):
+            raise ArgumentTypeError(f"submit: budget must be a Budget, got {type(budget).__name__}")
+        definition = agent if isinstance(agent, AgentDefinition) else self._activations.definition(agent)
+        self._definitions.setdefault(definition.name, definition)
+        from durably._fleet.submit import submit
+
+        return await submit(self._activations, definition, agent_id, task, budget)
 
     async def resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
         """Resume an agent from its journal if it can run.
@@ -890,7 +940,9 @@ class Runtime:
         Returns:
             A ``LeaseHolder``: owner, worker id, host and pid, expiry (unix
                 seconds) and liveness (``alive``; ``dead``: taken at once by the next
-                resume here or in ``serve``; ``remote``: only the expiry tells). None
+                resume here or in ``serve``, also when its heartbeat stopped on any
+                host; ``remote``: another host whose heartbeat is fresh or absent,
+                only the expiry tells). None
                 when nobody holds it or the store has no leases.
 
         Raises:
@@ -931,7 +983,10 @@ class Runtime:
 
         This is how an agent parked in one process runs on after another process
         approved it or extended its budget, and how a dead worker's agents are
-        taken over (at once when it was a process of this host). A store outage
+        taken over (at once when it was a process of this host, and on any host
+        once its heartbeat is older than ``heartbeat_timeout``). While it serves,
+        and until the runtime is left, this runtime heartbeats in the store
+        (``durably workers`` lists it; see ``durably._fleet.workers``). A store outage
         (``StoreUnavailableError``) does not end it: scans back off up to 30 s,
         are logged, traced (``durably.serve.outage``) and counted, and serving
         carries on when the store is back. On a drain signal it drains and

@@ -10,6 +10,7 @@
     durably purge / sweep / reencrypt    retention, erasure, keys (privacy)
     durably migrate / bench              schema upkeep, checkpoint throughput
     durably verify                       read every frame of a namespace, report damage (changes nothing)
+    durably worker --agents MOD:ATTR     run agents from the store until SIGTERM; durably workers: who does
     durably torture --store URL          SIGKILL real agents at every journal boundary, check the invariants
     durably ui                           the web console (extra durably[ui])
 
@@ -44,6 +45,7 @@ LAZY_COMMANDS = {
     **dict.fromkeys(("purge", "sweep", "reencrypt"), "durably._cli.privacy"),
     "ui": "durably._cli.ui",
     "verify": "durably._cli.verify",
+    **dict.fromkeys(("worker", "workers"), "durably._cli.worker"),
     "import-langgraph": "durably._cli.langgraph",
     "torture": "durably._torture.cli",
 }

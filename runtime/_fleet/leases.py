@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import anyio
 
 from durably._fleet.owner import LeaseHolder, Liveness, holder_liveness, new_identity
 from durably.storage._errors import StoreError
 from durably.storage._spi import Lease, LeaseStore, Store, StreamId, supports_leases
+
+if TYPE_CHECKING:
+    from durably._fleet.workers import Heartbeats
 
 log = logging.getLogger("durably.leases")
 
@@ -35,6 +40,8 @@ class LeaseKeeper:
         self._leases: LeaseStore | None = store if supports_leases(store) else None
         self._held: dict[StreamId, Lease] = {}
         self._wanted: set[StreamId] = set()  # run here, lease to be taken once it lapses
+        # The fleet's heartbeats (set by the runtime): a holder whose heartbeat stopped is dead on any host.
+        self.heartbeats: Heartbeats | None = None
 
     @property
     def enabled(self) -> bool:
@@ -67,8 +74,10 @@ class LeaseKeeper:
         lease = await self._acquire(leases, stream)
         if lease is None:
             holder = await leases.get_lease(stream)
-            if holder is not None and holder_liveness(holder.owner) is Liveness.DEAD:
-                log.info("lease of %s held by %s, a dead process: taken over", stream, holder.owner)
+            if holder is not None and await self._dead(holder):
+                log.info(
+                    "lease of %s held by %s, dead (process gone or heartbeat stopped): taken over", stream, holder.owner
+                )
                 await leases.release_lease(holder)
                 lease = await self._acquire(leases, stream)
                 if lease is None:
@@ -80,6 +89,13 @@ class LeaseKeeper:
                 return None, holder
         self._held[stream] = lease
         return lease, None
+
+    async def _dead(self, holder: Lease) -> bool:
+        """Whether ``holder``'s owner is dead: a gone process of this host, or a worker anywhere
+        whose heartbeat stopped (``durably._fleet.workers``)."""
+        if holder_liveness(holder.owner) is Liveness.DEAD:
+            return True
+        return self.heartbeats is not None and await self.heartbeats.silent(holder.owner)
 
     async def _acquire(self, leases: LeaseStore, stream: StreamId) -> Lease | None:
         """``acquire_lease`` for a claim. Cancelled, it may have been granted all the same (the
@@ -105,7 +121,12 @@ class LeaseKeeper:
     async def holder_info(self, stream: StreamId) -> LeaseHolder | None:
         """Who holds ``stream``'s lease, until when, and whether that holder is alive; None if nobody."""
         lease = await self.holder(stream)
-        return None if lease is None else LeaseHolder.of(lease)
+        if lease is None:
+            return None
+        info = LeaseHolder.of(lease)
+        if info.liveness is not Liveness.DEAD and await self._dead(lease):
+            return replace(info, liveness=Liveness.DEAD)
+        return info
 
     async def holder(self, stream: StreamId) -> Lease | None:
         """The live lease of ``stream`` (whoever holds it), or None."""

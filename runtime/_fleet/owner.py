@@ -12,8 +12,9 @@ differ; the start time also catches pid reuse on a long-lived host.
 
 Liveness is only ever decided for a holder on this host (same hostname, boot
 id and pid namespace): a process there that is gone, or whose pid now belongs
-to a younger process, is dead. A holder elsewhere is ``REMOTE``: nothing here
-can tell, and its lease lapses at its expiry. Off Linux (no ``/proc``) the
+to a younger process, is dead. A holder elsewhere is ``REMOTE``: no process
+check here can tell; its heartbeat does, when it writes one
+(``durably._fleet.workers``), else its lease lapses at its expiry. Off Linux (no ``/proc``) the
 start time and boot id are empty and the check falls back to "is the pid there".
 """
 
@@ -207,7 +208,9 @@ class LeaseHolder:
         expires_at: Unix seconds when the lease lapses unless renewed.
         token: The lease's fencing token.
         liveness: ``Liveness``: alive, dead (its agents are taken at once by
-            ``resume_all``/``serve``) or remote (only ``expires_at`` tells).
+            ``resume_all``/``serve``; also a worker whose heartbeat stopped, as
+            ``LeaseKeeper.holder_info`` reports it) or remote (its heartbeat, or
+            else ``expires_at``, tells).
     """
 
     owner: str

@@ -74,6 +74,8 @@ async def serve(
         raise InvalidArgumentError("serve: poll_interval must be > 0 seconds and max_agents at least 1")
     signals = tuple(drain_signals)
     fair = FairShare(max_agents)
+    if activations.leases.heartbeats is not None:
+        activations.leases.heartbeats.start(activations)  # others see this worker, and see it stop
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         if signals and threading.current_thread() is threading.main_thread():

@@ -10,9 +10,13 @@ command (``approve``, ``extend_budget``, ``send``, ``cancel``) returns a
 * ``elsewhere``: a live runtime holds its lease and runs it (``holder``);
 * ``after_lease``: a runtime this one cannot see holds its lease (another host):
   it runs there, or after ``holder.expires_at`` wherever ``serve()`` polls;
+* ``queued``: runnable, nobody holds it, and live workers serving its
+  namespace with its definition registered (their heartbeats say so: see
+  ``durably._fleet.workers``) will take it at their next scan or wake-up
+  (``reason`` names them);
 * ``unassigned``: runnable, and nobody runs it yet: the next ``serve()`` (or
-  ``resume``) with its definition registered will (e.g. this runtime does not
-  register the definition, or is draining, or its lease holder is dead);
+  ``resume``) with its definition registered will (e.g. no live worker has
+  its definition, this runtime does not register it, or is draining);
 * ``not_running``: parked (waiting for a human) or finished, failed, cancelled.
 """
 
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from durably._fleet.owner import LeaseHolder, Liveness
 from durably._loop.state import RUNNING, AgentState
 from durably.errors import AgentFencedError, AgentLeasedError
+from durably.storage._errors import StoreError
 
 if TYPE_CHECKING:
     from durably._fleet.activations import Activations
@@ -35,11 +40,12 @@ if TYPE_CHECKING:
 class Where(StrEnum):
     """Where an agent runs after a command (public as ``durably.Where``; a ``str``, so
     ``placement.where == "here"`` works too): ``HERE``, ``ELSEWHERE``, ``AFTER_LEASE``,
-    ``UNASSIGNED``, ``NOT_RUNNING``, as the module docstring explains."""
+    ``QUEUED``, ``UNASSIGNED``, ``NOT_RUNNING``, as the module docstring explains."""
 
     HERE = "here"
     ELSEWHERE = "elsewhere"
     AFTER_LEASE = "after_lease"
+    QUEUED = "queued"
     UNASSIGNED = "unassigned"
     NOT_RUNNING = "not_running"
 
@@ -49,7 +55,7 @@ class Placement:
     """Where an agent runs after a command (public as ``durably.Placement``).
 
     Attributes:
-        where: A ``Where``: here, elsewhere, after_lease, unassigned, not_running.
+        where: A ``Where``: here, elsewhere, after_lease, queued, unassigned, not_running.
         reason: One sentence for an operator.
         holder: The lease holder (a ``LeaseHolder``), when one is known.
         handle: The activation (an ``AgentHandle``), when ``where`` is ``here``.
@@ -199,4 +205,27 @@ async def place(activations: Activations, state: AgentState, *, was_parked: bool
             "told; a serve() with its definition resumes it if none does",
         )
     holder = await activations.leases.holder_info(activations.stream(state.agent_id))
-    return Placement.held_by(holder, registered=registered)
+    placed = Placement.held_by(holder, registered=registered)
+    if placed.where is Where.UNASSIGNED:
+        return await queued(activations, state.definition.get("name", ""), placed)
+    return placed
+
+
+async def queued(activations: Activations, definition: str, otherwise: Placement) -> Placement:
+    """``queued`` naming the live workers that serve the namespace with ``definition``; ``otherwise``
+    when there are none (or their heartbeats cannot be read now, or this runtime has no heartbeats)."""
+    heartbeats = activations.leases.heartbeats
+    if heartbeats is None:
+        return otherwise
+    try:
+        workers = await heartbeats.live_workers(activations.namespace, definition)
+    except StoreError:
+        return otherwise
+    if not workers:
+        return otherwise
+    names = ", ".join(sorted({w.worker_id for w in workers})[:5]) + (", ..." if len(workers) > 5 else "")
+    return Placement(
+        Where.QUEUED,
+        f"a live worker will run it: {len(workers)} live worker(s) serve {definition!r} ({names})",
+        otherwise.holder,
+    )

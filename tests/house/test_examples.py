@@ -93,3 +93,8 @@ def test_two_workers_on_one_s3_bucket(s3_server: S3TestServer, tmp_path: Path) -
         "s3_two_workers.py", s3_server.url(f"examples-{uuid.uuid4().hex[:8]}"), str(tmp_path), timeout=240
     )
     assert "distinct keys: 6" in out and "tool calls: 6" in out
+
+
+def test_a_worker_runs_submitted_tickets_and_drains(tmp_path: Path) -> None:
+    out = run_example("fleet.py", str(tmp_path))
+    assert out.count("queued: a live worker will run it") == 3 and "tickets answered: 3; worker exited 0" in out
