@@ -96,7 +96,8 @@ def _refuse_constant(name: str) -> Any:
 @click.option(
     "--happened",
     is_flag=True,
-    help="for a call whose outcome is unknown after a crash: it did happen, with --result as its result",
+    help="for a call whose outcome is unknown after a crash: it did happen, with --result as its result "
+    "(refused for a call that never started)",
 )
 @click.option("--result", "result_json", metavar="JSON", help="the call's result (JSON), with --happened")
 @click.option(

@@ -66,6 +66,11 @@ def to_json(document: Any) -> str:
     return json.dumps(document, ensure_ascii=True, indent=2, default=_jsonable, allow_nan=False)
 
 
+def error_json(exc: BaseException) -> dict[str, Any]:
+    """The ``--json`` document of a refused command: ``{"error": {"type", "message"}}``."""
+    return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return {"$bytes": value.hex()}
@@ -159,7 +164,7 @@ class Output:
     def error(self, exc: BaseException) -> None:
         """Report a refused command: one line (or a JSON ``{"error": ...}`` document)."""
         if self.json_mode:
-            self.json({"error": {"type": type(exc).__name__, "message": str(exc)}})
+            self.json(error_json(exc))
         else:
             from rich.text import Text
 
