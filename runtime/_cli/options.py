@@ -51,7 +51,8 @@ def store_command(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command ``--store`` and ``--namespace`` and run it on an existing store.
 
     The wrapped function gets ``store`` and ``namespace`` with its other
-    parameters and returns an exit status (None: 0). A typed error it raises is
+    parameters and ``out``, the ``Output`` to print with (it masks the store URL's
+    passwords), and returns an exit status (None: 0). A typed error it raises is
     printed as one line and gives status 1.
     """
 
@@ -59,7 +60,7 @@ def store_command(fn: Callable[..., Any]) -> Callable[..., Any]:
     @namespace_option
     @wraps(fn)
     def command(**kwargs: Any) -> int:
-        out = Output(kwargs.get("json_mode", False))
+        out = Output(kwargs.get("json_mode", False), store_urls=[kwargs["store"]])
         try:
             require_database(kwargs["store"])
             status = fn(**kwargs, out=out)

@@ -36,6 +36,7 @@ from durably._runtime import Runtime
 from durably.errors import AgentNotFoundError, CSRFError, InvalidCommandError, SeqOutOfRangeError
 from durably.storage._codec import FrameCipher
 from durably.storage._errors import DurablyError
+from durably.storage._url_redaction import SecretScrubber, redact_url
 
 _HERE = files("durably._console")
 #: State fields that describe the run rather than quote a model, a tool or a user.
@@ -78,6 +79,9 @@ def create_app(
     content = content or ContentPolicy()
     env = _templates()
     runtime = Runtime(store, namespace=namespace, encryption=encryption)
+    # Every page names its store: redacted, and the page scrubbed of the URL's secrets
+    # whatever else embedded them (an error message), as the CLI's output is.
+    secrets, shown_store = SecretScrubber([store]), redact_url(store)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -86,9 +90,9 @@ def create_app(
 
     def page(request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
         body = env.get_template(name).render(
-            namespace=namespace, store=store, csrf=csrf_token(request), show_content=content.show, **context
+            namespace=namespace, store=shown_store, csrf=csrf_token(request), show_content=content.show, **context
         )
-        return HTMLResponse(body, code)
+        return HTMLResponse(secrets.text(body), code)
 
     async def agents(request: Request) -> Response:
         status, definition = request.query_params.get("status", ""), request.query_params.get("definition", "")
@@ -178,7 +182,9 @@ def create_app(
             notice = f"{approval_id}: {'denied' if action == 'deny' else 'approved'}; status now {state.status}{where}"
         except (DurablyError, ValueError) as exc:
             notice = f"refused: {type(exc).__name__}: {exc}"
-        return RedirectResponse(f"/agents/{quote(agent_id, safe='')}?notice={quote(notice, safe='')}", 303)
+        return RedirectResponse(
+            f"/agents/{quote(agent_id, safe='')}?notice={quote(secrets.text(notice), safe='')}", 303
+        )
 
     async def stylesheet(request: Request) -> Response:
         return Response((_HERE / "static" / "console.css").read_text(encoding="utf-8"), media_type="text/css")
