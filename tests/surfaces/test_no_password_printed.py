@@ -33,6 +33,8 @@ from privacy_support import ScriptModel
 
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
 from durably._cli.main import main as cli_main
+from durably.errors import InvalidStoreURLError, RuntimeNotStartedError
+from durably.storage._registry import open_store
 from durably.storage._url_redaction import SecretScrubber, redact_url, url_secrets
 
 #: The part of the password that must never appear (the rest, "Zq7/", tests percent-encoding).
@@ -125,6 +127,28 @@ def test_redact_url_masks_every_secret_form() -> None:
     )
     assert redact_url("sqlite:///a.db") == "sqlite:///a.db" and redact_url("memory://") == "memory://"
     assert redact_url("postgresql://[bad/x") == "postgresql://<unreadable URL>"
+
+
+def test_reprs_and_url_errors_never_show_the_password() -> None:
+    url = f"postgresql://app:{ENCODED}@db/agents"
+    runtime = Runtime(url)
+    assert UNIQUE not in repr(runtime) and "app:***@db" in repr(runtime)
+    with pytest.raises(RuntimeNotStartedError) as not_started:
+        anyio.run(runtime.status, "a1")
+    assert UNIQUE not in str(not_started.value)
+    s3 = open_store(f"s3://bucket/p?endpoint_url=http%3A%2F%2Fkey%3A{UNIQUE}%40127.0.0.1%3A9000&path_style=1")
+    assert UNIQUE not in repr(s3) and "key:***@127.0.0.1" in repr(s3)
+    for wrong in (
+        f"sqlite://app:{ENCODED}@host/a.db",
+        f"file://app:{ENCODED}@host/dir",
+        f"memory://app:{ENCODED}@name/x",
+        f"postgress://app:{ENCODED}@db/agents",
+        f"app:{ENCODED}@db/agents",
+        f"s3://app:{ENCODED}@/p",
+    ):
+        with pytest.raises(InvalidStoreURLError) as caught:
+            open_store(wrong)
+        assert UNIQUE not in str(caught.value) and UNIQUE not in str(caught.value.url), wrong
 
 
 def test_no_command_prints_or_logs_the_password(
