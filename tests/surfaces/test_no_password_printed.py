@@ -57,17 +57,22 @@ def _gated() -> AgentDefinition:
 
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[InMemorySpanExporter]:
-    """Every span of this process, through the global tracer provider the commands use."""
+    """Every span of this process, through the global tracer provider the commands use;
+    the global provider is put back as it was afterwards (OpenTelemetry's own test
+    utilities reset it the same way), so no later test runs with telemetry it did not ask for."""
+    from opentelemetry.util._once import Once
+
+    saved = (trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE)
     exporter = InMemorySpanExporter()
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider), "another test set a global tracer provider this test cannot watch"
+    provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield exporter
-    exporter.shutdown()
+    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = None, Once()
+    trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        provider.shutdown()
+        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved
 
 
 @pytest.fixture(scope="module")
