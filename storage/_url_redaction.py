@@ -8,12 +8,15 @@ logs, the command line and the console show. ``SecretScrubber`` is the last
 line for text that embeds a URL it did not build (a driver's message, a
 command's own line): built once from the URLs a process was given, it replaces
 each URL by its redacted form and each secret in it by ``***`` in any text or
-JSON-like value.
+JSON-like value, and (``guarding_logs``) in every log record the process's
+handlers write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -145,3 +148,41 @@ class SecretScrubber:
         if isinstance(value, (list, tuple)):
             return [self.value(v) for v in value]
         return value
+
+    @contextlib.contextmanager
+    def guarding_logs(self) -> Iterator[None]:
+        """While in the block, every log record that reaches a handler of the root logger (or
+        ``logging.lastResort``, which prints when there is none) is scrubbed first: its
+        message and its formatted traceback. For an application's entry point (a command);
+        the handlers are left as they were afterwards."""
+        if not self:
+            yield
+            return
+        guard = _ScrubbingFilter(self)
+        handlers = [*logging.getLogger().handlers, *([logging.lastResort] if logging.lastResort else [])]
+        for handler in handlers:
+            handler.addFilter(guard)
+        try:
+            yield
+        finally:
+            for handler in handlers:
+                handler.removeFilter(guard)
+
+
+class _ScrubbingFilter(logging.Filter):
+    """Rewrites a record's message (and traceback text) through a ``SecretScrubber``; drops nothing."""
+
+    def __init__(self, scrubber: SecretScrubber) -> None:
+        super().__init__()
+        self._scrubber = scrubber
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = self._scrubber.text(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self._scrubber.text(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = self._scrubber.text(record.exc_text)
+        return True

@@ -48,7 +48,8 @@ def import_langgraph(source: Path, store: str, namespace: str, threads: tuple[st
             return await import_sqlite_threads(source, saver, thread_ids=list(threads) or None)
 
     try:
-        imported = run_async(go)
+        with out.secrets.guarding_logs():
+            imported = run_async(go)
     except (DurablyError, ValueError) as exc:
         out.error(exc)
         return EXIT_REFUSED

@@ -63,7 +63,8 @@ def store_command(fn: Callable[..., Any]) -> Callable[..., Any]:
         out = Output(kwargs.get("json_mode", False), store_urls=[kwargs["store"]])
         try:
             require_database(kwargs["store"])
-            status = fn(**kwargs, out=out)
+            with out.secrets.guarding_logs():  # a log line printed meanwhile shows no password either
+                status = fn(**kwargs, out=out)
         except (DurablyError, ValueError) as exc:
             out.error(exc)
             return EXIT_REFUSED

@@ -41,11 +41,12 @@ def torture(
     """SIGKILL real agents at every journal boundary and at random moments; check the invariants."""
     out = Output(store_urls=[store])
     try:
-        report = anyio.run(
-            lambda: run_torture(
-                store, kills=kills, workers=workers, agents=agents, steps=steps, seed=seed, ledger=ledger
+        with out.secrets.guarding_logs():
+            report = anyio.run(
+                lambda: run_torture(
+                    store, kills=kills, workers=workers, agents=agents, steps=steps, seed=seed, ledger=ledger
+                )
             )
-        )
     except (TortureError, DurablyError, ValueError) as exc:
         out.error(exc)
         return 1

@@ -9,6 +9,7 @@ out: stdout, stderr, every log record, every span (name, attributes, events, sta
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -132,6 +133,29 @@ def test_redact_url_masks_every_secret_form() -> None:
     )
     assert redact_url("sqlite:///a.db") == "sqlite:///a.db" and redact_url("memory://") == "memory://"
     assert redact_url("postgresql://[bad/x") == "postgresql://<unreadable URL>"
+
+
+def test_a_guarded_command_writes_no_password_to_its_log_handlers() -> None:
+    url = f"postgresql://app:{ENCODED}@db/agents"
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    log = logging.getLogger("durably.test.guard")
+    try:
+        with SecretScrubber([url]).guarding_logs():
+            log.warning("connecting to %s failed", url)
+            try:
+                raise ConnectionError(f"server said: bad password {PASSWORD}")
+            except ConnectionError:
+                log.exception("opening the store")
+        log.warning("after the command: %s", "not scrubbed any more")
+    finally:
+        root.removeHandler(handler)
+    text = written.getvalue()
+    assert "connecting to postgresql://app:***@db/agents failed" in text and "bad password ***" in text
+    assert UNIQUE not in text and "not scrubbed any more" in text
+    assert not handler.filters  # the handler is left as it was
 
 
 def test_reprs_and_url_errors_never_show_the_password() -> None:
