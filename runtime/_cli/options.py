@@ -20,6 +20,7 @@ import click
 
 from durably._cli.output import Output
 from durably.storage._errors import DurablyError, InvalidStoreURLError
+from durably.storage._url_redaction import redact_url
 
 if TYPE_CHECKING:
     from durably.storage._crypto import AESGCMCipher
@@ -81,7 +82,8 @@ def require_database(url: str) -> None:
     parts = urlsplit(url)
     if parts.scheme == "sqlite" and not Path(unquote(parts.path[1:])).exists():
         raise InvalidStoreURLError(
-            f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set $DURABLY_STORE", url=url
+            f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set $DURABLY_STORE",
+            url=redact_url(url),
         )
 
 
