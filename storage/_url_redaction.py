@@ -151,38 +151,27 @@ class SecretScrubber:
 
     @contextlib.contextmanager
     def guarding_logs(self) -> Iterator[None]:
-        """While in the block, every log record that reaches a handler of the root logger (or
-        ``logging.lastResort``, which prints when there is none) is scrubbed first: its
-        message and its formatted traceback. For an application's entry point (a command);
-        the handlers are left as they were afterwards."""
+        """While in the block, every log record made in this process is scrubbed as it is made:
+        its message and its traceback text, whichever handler (configured before or during
+        the block) writes it. For an application's entry point (a command); the record
+        factory is put back afterwards."""
         if not self:
             yield
             return
-        guard = _ScrubbingFilter(self)
-        handlers = [*logging.getLogger().handlers, *([logging.lastResort] if logging.lastResort else [])]
-        for handler in handlers:
-            handler.addFilter(guard)
+        make = logging.getLogRecordFactory()
+
+        def scrubbed(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = make(*args, **kwargs)
+            message = record.getMessage()
+            clean = self.text(message)
+            if clean != message:
+                record.msg, record.args = clean, None
+            if record.exc_info:
+                record.exc_text = self.text(logging.Formatter().formatException(record.exc_info))
+            return record
+
+        logging.setLogRecordFactory(scrubbed)
         try:
             yield
         finally:
-            for handler in handlers:
-                handler.removeFilter(guard)
-
-
-class _ScrubbingFilter(logging.Filter):
-    """Rewrites a record's message (and traceback text) through a ``SecretScrubber``; drops nothing."""
-
-    def __init__(self, scrubber: SecretScrubber) -> None:
-        super().__init__()
-        self._scrubber = scrubber
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        clean = self._scrubber.text(message)
-        if clean != message:
-            record.msg, record.args = clean, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = self._scrubber.text(logging.Formatter().formatException(record.exc_info))
-        elif record.exc_text:
-            record.exc_text = self._scrubber.text(record.exc_text)
-        return True
+            logging.setLogRecordFactory(make)
