@@ -533,9 +533,8 @@ class Runtime:
                 would be truthy); nothing is journaled.
             ApprovalAlreadyDecidedError: The approval was decided already,
                 perhaps a moment ago by another process.
-            InvalidCommandError: An unknown approval, a finished agent, a
-                result with ``approved=False``, or a result for a call that never
-                started (a gated call waiting for its approval: approve or deny it).
+            InvalidCommandError: An unknown approval, a finished agent, or a
+                result with ``approved=False``.
             UnencodableValueError: A result that cannot be stored (the message
                 gives its field path).
             AgentNotFoundError: The agent has no records.

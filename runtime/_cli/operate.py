@@ -85,6 +85,23 @@ def parse_result(text: str) -> Any:
         raise InvalidCommandError(f"--result is not JSON: {exc}") from None
 
 
+def refuse_unstarted(state: AgentState, approval_id: str) -> None:
+    """``--happened`` answers "what became of a call whose outcome is unknown after a crash":
+    the journal holds the call's intent. Raises ``InvalidCommandError`` when the approval is
+    for a call that never started (a gated call waiting for its decision: nothing happened
+    to report; approve it to run it, or deny it). An unknown approval is left to ``approve``."""
+    request = state.approvals.get(approval_id)
+    if request is None:
+        return
+    entry = state.ledger.get(request.get("key", ""))
+    if entry is None or not entry.get("attempts"):
+        raise InvalidCommandError(
+            f"approval {approval_id!r} of agent {state.agent_id} is for a call that never started "
+            f"({request.get('tool', '?')}): --happened is for a call whose outcome is unknown after a crash; "
+            "approve it to run it, or --deny it"
+        )
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number a tool returns")
 
@@ -140,6 +157,8 @@ def approve(
 
     async def go() -> AgentState:
         async with _runtime(store, namespace) as rt:
+            if happened:
+                refuse_unstarted(await rt.status(agent_id), approval_id)
             return await rt.approve(
                 agent_id, approval_id, approved=not deny, by=f"{by} (pid {os.getpid()})", note=note, **extra
             )

@@ -114,7 +114,6 @@ def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]
                 raise InvalidCommandError(
                     "a reported result says the call happened: it cannot come with approved=False"
                 )
-            _refuse_unstarted(state, command.approval_id, request)
             data["result"] = command.result
         return Kind.APPROVAL_DECIDED, data
     if isinstance(command, ExtendBudget):
@@ -132,21 +131,6 @@ def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]
     if isinstance(command, Cancel):
         return Kind.CANCELLED, {"reason": command.reason}
     raise InvalidCommandError(f"unknown command {type(command).__name__}")
-
-
-def _refuse_unstarted(state: AgentState, approval_id: str, request: dict[str, Any]) -> None:
-    """Raise ``InvalidCommandError`` when ``request`` asks about a call that never started.
-
-    A reported result answers "what became of a call whose outcome is unknown after a
-    crash": the journal holds its intent. Before the call started there is nothing to
-    report; the approver approves (it runs) or denies (it does not)."""
-    entry = state.ledger.get(request.get("key", ""))
-    if entry is None or not entry.get("attempts"):
-        raise InvalidCommandError(
-            f"approval {approval_id!r} of agent {state.agent_id} is for a call that never started "
-            f"({request.get('tool', '?')}): a reported result is only for a call whose outcome is unknown "
-            "after a crash; approve to run it, or deny to skip it"
-        )
 
 
 def _refuse_decided(state: AgentState, approval_id: str) -> None:

@@ -1,5 +1,5 @@
 """The output contracts of ``durably``: one parseable JSON document even when a journal is damaged
-part-way, no purge nobody confirmed, and "it happened" only for a call that did start."""
+part-way, no purge nobody confirmed, and ``--happened`` only for a call that did start."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import anyio
 import pytest
 from privacy_support import ScriptModel
 
-from durably import AgentDefinition, InvalidCommandError, ModelResponse, Runtime, ToolCall, Usage, tool
+from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
 from durably._cli.main import main as cli_main
 
 
@@ -103,8 +103,6 @@ def test_it_happened_is_refused_for_a_call_that_never_started(tmp_path: Path, ca
             state = await rt.run("wiring", "a1", "task")
             assert state.status == "waiting_approval"
             (approval,) = state.open_approvals()
-            with pytest.raises(InvalidCommandError, match="never started"):
-                await rt.approve("a1", approval["approval_id"], by="ops", result={"sent": 5})
             return str(approval["approval_id"])
 
     approval_id = anyio.run(park)
