@@ -182,10 +182,12 @@ class FileSystemStore(
         super().__init__()
         parsed = parse_store_url(url, ("file",), {CREATE: flag})
         if parsed.netloc not in ("", "localhost") or not parsed.path:
-            raise InvalidStoreURLError(f"expected file:///path/to/dir, got {url!r}", url=url)
+            raise InvalidStoreURLError(f"expected file:///path/to/dir, got {parsed.url!r}", url=parsed.url)
         self.root = Path(url2pathname(parsed.path))
         if self.root == Path(self.root.anchor):  # file:/// would spread streams/ and index/ over "/"
-            raise InvalidStoreURLError(f"{url!r} names the filesystem root; give a directory of its own", url=url)
+            raise InvalidStoreURLError(
+                f"{parsed.url!r} names the filesystem root; give a directory of its own", url=parsed.url
+            )
         self.create = parsed.options.get(CREATE, False)
 
     def _location(self) -> str:

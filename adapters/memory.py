@@ -87,7 +87,7 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
         super().__init__()
         parsed = parse_store_url(url, None, {})  # any scheme (subclasses register theirs); no options
         if parsed.path not in ("", "/"):
-            raise InvalidStoreURLError(f"expected memory:// or memory://name, got {url!r}", url=url)
+            raise InvalidStoreURLError(f"expected memory:// or memory://name, got {parsed.url!r}", url=parsed.url)
         name = parsed.netloc
         self._name = name
         self._streams: dict[StreamId, _Stream] = _shared.setdefault(name, {}) if name else {}

@@ -42,12 +42,12 @@ def raw_limit(bench: Bench, label: str) -> tuple[RawSQLite | RawPostgres, str]:
     store is PostgreSQL (imported only then: asyncpg is an extra), else plain aiosqlite in
     the scratch folder (the disk of the store when it is SQLite)."""
     if bench.is_postgres:
-        from durably.adapters.postgres._options import redacted
+        from durably.storage._url_redaction import redact_url
 
         from .limit_postgres import RawPostgres
 
         raw = RawPostgres(bench.store)
-        return raw, f"{redacted(bench.store)}, schema {raw.schema} (plain asyncpg)"
+        return raw, f"{redact_url(bench.store)}, schema {raw.schema} (plain asyncpg)"
     path = bench.scratch / f"{label}-{bench.run_id}.db"
     return RawSQLite(path), f"sqlite:///{path} (plain aiosqlite)"
 

@@ -77,9 +77,9 @@ async def run_bench(
         )
         bench.store = results.store = shareable_url(url, bench.run_id)
         if bench.is_postgres:
-            from durably.adapters.postgres._options import redacted
+            from durably.storage._url_redaction import redact_url
 
-            results.store = redacted(bench.store)  # a password in the URL never reaches the report
+            results.store = redact_url(bench.store)  # a password in the URL never reaches the report
             results.note("the limit is plain asyncpg on the same PostgreSQL server (durably.bench.limit_postgres)")
         elif not bench.is_sqlite:
             results.note(f"the limit is plain aiosqlite on {scratch}; durably runs on {bench.store}")

@@ -59,6 +59,7 @@ from durably.storage._errors import CodecError
 from durably.storage._group_commit import GroupCommitter
 from durably.storage._registry import open_store
 from durably.storage._spi import Store, StreamId
+from durably.storage._url_redaction import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -204,6 +205,8 @@ class Runtime:
 
     def _describe_store(self) -> str:
         store = self.__dict__.get("_store_arg")
+        if isinstance(store, str):
+            return repr(redact_url(store))  # a repr or an error message never shows the URL's password
         return repr(store) if store is not None else "its store"
 
     @property

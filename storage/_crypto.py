@@ -207,11 +207,16 @@ class EnvKeyProvider(StaticKeyProvider):
         if not listing:
             raise KeyConfigError(f"${keys_var} is not set (expected id=base64key,...)")
         keys: dict[str, bytes] = {}
-        for item in filter(None, (part.strip() for part in listing.split(","))):
+        for number, item in enumerate(filter(None, (part.strip() for part in listing.split(","))), 1):
             key_id, sep, text = item.partition("=")
-            if not sep:
-                raise KeyConfigError(f"${keys_var}: entry {key_id[:64]!r}... is not id=key")
-            keys[key_id.strip()] = _decode_key(key_id.strip(), text)
+            key_id = key_id.strip()
+            if not sep or not _KEY_ID.fullmatch(key_id) or not text.strip():
+                # Never quoted: an entry without its id is the key itself (base64 ends in '=').
+                raise KeyConfigError(
+                    f"${keys_var}: entry {number} is not id=key, the id 1-64 characters of A-Z a-z 0-9 . _ - "
+                    "(the entry is not shown: it may hold a key)"
+                )
+            keys[key_id] = _decode_key(key_id, text)
         super().__init__(keys, env.get(current_var) or None)
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ._errors import ArgumentTypeError, InvalidArgumentError, InvalidStoreURLError, UnknownSchemeError
 from ._spi import Store
+from ._url_redaction import redact_url
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -109,7 +110,8 @@ def open_store(url: str) -> Store:
     head, colon, _ = url.partition(":")
     scheme = head.lower() if colon and _SCHEME.fullmatch(head) else ""
     if not scheme:
-        raise UnknownSchemeError(f"{url!r} has no scheme; known schemes: {', '.join(known_schemes())}", url=url)
+        shown = redact_url(url)
+        raise UnknownSchemeError(f"{shown!r} has no scheme; known schemes: {', '.join(known_schemes())}", url=shown)
     factory = _registered.get(scheme)
     if factory is None and scheme in BUILTIN:
         module, _, name = BUILTIN[scheme].partition(":")
@@ -119,7 +121,7 @@ def open_store(url: str) -> Store:
         if not matches:
             raise UnknownSchemeError(
                 f"no durably store adapter handles {scheme!r} URLs; known schemes: {', '.join(known_schemes())}",
-                url=url,
+                url=redact_url(url),
             )
         factory = matches[0].load()
     store: Store = factory(url)

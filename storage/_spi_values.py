@@ -24,7 +24,8 @@ class StreamId:
     namespace also has no '/'. The agent id may hold '/', '..', spaces and any
     Unicode, and ids differing only in case are different: an adapter whose
     backend has key or path rules encodes or hashes them. ``str(stream)`` is
-    ``"namespace/agent_id"``.
+    ``"namespace/agent_id"`` for display (logs, errors), every character that is not
+    printable (a newline, a control or bidi character) shown as an escape like ``\\x0a``.
 
     Attributes:
         namespace: The tenant or app the stream belongs to; no '/'.
@@ -47,7 +48,17 @@ class StreamId:
             raise InvalidArgumentError("StreamId.namespace must not contain '/'")
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.agent_id}"
+        text = f"{self.namespace}/{self.agent_id}"
+        if text.isprintable():
+            return text
+        # A log line, an error or a terminal shows an id with a newline or a control
+        # character as escapes: an agent id cannot forge another log line or rewrite the screen.
+        return "".join(ch if ch.isprintable() else _escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ._errors import InvalidStoreURLError
+from ._url_redaction import redact_url
 
 #: The option every adapter with a local path takes: create missing parent directories.
 CREATE = "create"
@@ -82,7 +83,8 @@ def parse_store_url(
     In: ``schemes`` the adapter serves (lower case; None: any, for a class that
     subclasses register under schemes of their own); ``options`` maps each option name to a converter (``int``, ``float``,
     ``flag``, ``str`` or your own; a ``ValueError`` from it means a bad value);
-    ``display``: the URL as errors may show it (a password masked); ``passthrough``:
+    ``display``: the URL as errors may show it (default: ``redact_url(url)``, every
+    password and secret option masked); ``passthrough``:
     unknown options are returned in ``passthrough`` instead of refused (libpq's).
     Raises ``InvalidStoreURLError`` for another scheme, a scheme not followed by
     ``//`` (``sqlite:/a.db``, ``sqlite:a.db``), a URL ``urlsplit`` cannot read (a
@@ -91,7 +93,7 @@ def parse_store_url(
     """
     if not isinstance(url, str):
         raise InvalidStoreURLError(f"a store URL is a string, got {type(url).__name__}", url=repr(url))
-    shown = display if display is not None else url
+    shown = display if display is not None else redact_url(url)
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # "Invalid IPv6 URL": a '[' in the host

@@ -24,7 +24,7 @@ name                     default  meaning
                                   which cannot LISTEN
 =======================  =======  ======================================================
 
-A password in the URL is never logged: ``redacted(url)`` replaces it, and the
+A password in the URL is never logged: ``redact_url(url)`` replaces it, and the
 store's ``repr`` uses that.
 """
 
@@ -35,9 +35,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from durably.storage._errors import InvalidStoreURLError
+from durably.storage._url_redaction import redact_url
 from durably.storage._urls import parse_store_url, seconds
 
 SCHEMES = ("postgresql", "postgres")
@@ -111,18 +112,18 @@ class PostgresOptions:
             "lock_timeout": seconds,
         }
         parsed = parse_store_url(
-            url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redacted(url), passthrough=True
+            url, SCHEMES, {"schema": str, "listen_dsn": str, **numbers}, display=redact_url(url), passthrough=True
         )  # libpq's own options (sslmode...) go on to asyncpg
         fields: dict[str, Any] = parsed.options  # each converted to its field's type; _validate checks ranges
         passed = parsed.passthrough
         unknown = sorted({name for name, _ in passed} - LIBPQ_OPTIONS)
         if unknown:
             raise InvalidStoreURLError(
-                f"unknown option(s) {', '.join(unknown)} in {redacted(url)}: durably's are schema, pool_min, pool_max, "
+                f"unknown option(s) {', '.join(unknown)} in {redact_url(url)}: durably's are schema, pool_min, pool_max, "
                 "statement_timeout, connect_timeout, deadline, lock_timeout and listen_dsn; libpq's: "
                 + ", ".join(sorted(LIBPQ_OPTIONS))
                 + " (server settings go in options=-c%20name%3Dvalue)",
-                url=redacted(url),
+                url=redact_url(url),
             )
         parts = urlsplit(url)
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
@@ -143,23 +144,3 @@ class PostgresOptions:
         for name in ("statement_timeout", "connect_timeout", "deadline", "lock_timeout"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise InvalidStoreURLError(f"{name} must be a finite number of seconds > 0")
-
-
-def redacted(url: str) -> str:
-    """``url`` with any password (in the user part or a ``password=`` option) replaced by ``***``,
-    for logs, reprs and error messages (a URL ``urlsplit`` cannot read shows as its scheme only)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # "Invalid IPv6 URL": nothing reliable to mask around, so show nothing of it
-        return url.partition(":")[0] + "://<unreadable URL>"
-    netloc = parts.netloc
-    if parts.password is not None:
-        userinfo, host = netloc.rsplit("@", 1)
-        netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
-    query = parts.query
-    if "password=" in query:
-        query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(query, keep_blank_values=True)])
-    shown = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    if not netloc and url.partition(":")[2].startswith("//"):  # urlunsplit drops the // of an empty host
-        shown = f"{parts.scheme}://{shown.partition(':')[2].removeprefix('//')}"
-    return shown

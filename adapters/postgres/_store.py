@@ -60,12 +60,13 @@ from durably.storage._spi import (
     check_blob,
     check_fence,
 )
+from durably.storage._url_redaction import redact_url
 
 from . import _schema as layout
 from ._changes import PostgresChanges
 from ._faults import OutcomeUnknown, connection_lost, retrying, translate, with_retries
 from ._leases import PostgresLeases
-from ._options import PostgresOptions, redacted
+from ._options import PostgresOptions
 from ._status_index import PostgresStatusIndex, check_entries, entry_rows, index_sql
 
 T = TypeVar("T")
@@ -110,7 +111,7 @@ class PostgresStore(
     def __init__(self, url: str) -> None:
         super().__init__()
         self.options = PostgresOptions.from_url(url)
-        self._url = redacted(url)
+        self._url = redact_url(url)
         self._pool: asyncpg.Pool | None = None
         # Names this store's connections in pg_stat_activity, so _resolve only ever
         # terminates a backend of this store (a pid alone may be reused).

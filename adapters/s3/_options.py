@@ -79,7 +79,13 @@ class S3Options:
         }
         parsed = parse_store_url(url, ("s3",), converters)
         if not parsed.netloc:
-            raise InvalidStoreURLError(f"{url!r} names no bucket (s3://bucket/prefix)", url=url)
+            raise InvalidStoreURLError(f"{parsed.url!r} names no bucket (s3://bucket/prefix)", url=parsed.url)
+        if "@" in parsed.netloc or ":" in parsed.netloc:
+            raise InvalidStoreURLError(
+                f"{parsed.url!r}: an s3:// URL carries no credentials or port (s3://bucket/prefix); the keys come "
+                "from the usual AWS sources (environment, profile, instance role), the server from ?endpoint_url=",
+                url=parsed.url,
+            )
         prefix = parsed.path.strip("/")
         # Each value converted to its field's type above; the dataclass checks the rest (_validate).
         fields: dict[str, Any] = {"bucket": parsed.netloc, "prefix": f"{prefix}/" if prefix else ""}

@@ -23,6 +23,7 @@ from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import ClientError
 
 from durably.storage._errors import StoreUnavailableError
+from durably.storage._url_redaction import redact_url
 
 from ._options import S3Options
 from ._retry import call_with_retries, retrying
@@ -196,7 +197,7 @@ class S3Requests:
             pass  # 412: the server keeps the promise the whole layout relies on
         else:
             raise StoreUnavailableError(
-                f"{self.options.endpoint_url or 'the S3 endpoint'} ignores If-None-Match on PutObject: "
+                f"{redact_url(self.options.endpoint_url or '') or 'the S3 endpoint'} ignores If-None-Match on PutObject: "
                 "it cannot keep two writers from both appending; use a server with conditional writes"
             )
         finally:

@@ -130,6 +130,7 @@ from botocore.exceptions import BotoCoreError
 
 from durably.storage._base import StoreBase
 from durably.storage._spi import BlobStore, Lease, LeaseStore, StreamId, check_blob
+from durably.storage._url_redaction import redact_url
 
 from . import _blobs as s3_blobs
 from . import _streams as s3_streams
@@ -187,7 +188,7 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
     def _location(self) -> str:
         options = self.options
         return f"s3://{options.bucket}/{options.prefix}".rstrip("/") + (
-            f" at {options.endpoint_url}" if options.endpoint_url else ""
+            f" at {redact_url(options.endpoint_url)}" if options.endpoint_url else ""
         )
 
     # ---------------------------------------------------------------- lifecycle

@@ -31,11 +31,11 @@ def path_from_url(url: str) -> tuple[Path, str, int, bool]:
         url, ("sqlite",), {"synchronous": _synchronous, "busy_timeout": _milliseconds, CREATE: flag}
     )
     if parsed.netloc or not parsed.path.startswith("/") or len(parsed.path) < 2:
-        raise InvalidStoreURLError(f"{url!r} is not a sqlite:///path/to.db URL", url=url)
+        raise InvalidStoreURLError(f"{parsed.url!r} is not a sqlite:///path/to.db URL", url=parsed.url)
     raw_path = unquote(parsed.path[1:])
     if raw_path == ":memory:" or raw_path.startswith("file:"):
         raise InvalidStoreURLError(
-            "the sqlite adapter needs a database file path, not :memory: or a file: URI", url=url
+            "the sqlite adapter needs a database file path, not :memory: or a file: URI", url=parsed.url
         )
     options = parsed.options
     return (

@@ -71,12 +71,12 @@ def _raw_limit(bench: Bench) -> tuple[RawSQLite | RawPostgres, str]:
     """The limit's journal and its description: plain asyncpg on the same server when the
     store is PostgreSQL (imported only then: asyncpg is an extra), else plain aiosqlite."""
     if bench.is_postgres:
-        from durably.adapters.postgres._options import redacted
+        from durably.storage._url_redaction import redact_url
 
         from ..limit_postgres import RawPostgres
 
         raw = RawPostgres(bench.store)
-        return raw, f"{redacted(bench.store)}, schema {raw.schema} (plain asyncpg)"
+        return raw, f"{redact_url(bench.store)}, schema {raw.schema} (plain asyncpg)"
     limit_path = bench.scratch / f"limit-{bench.run_id}.db"
     return RawSQLite(limit_path), f"sqlite:///{limit_path} (plain aiosqlite)"
 

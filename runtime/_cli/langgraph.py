@@ -36,7 +36,7 @@ from durably.storage._errors import DurablyError
 @json_option
 def import_langgraph(source: Path, store: str, namespace: str, threads: tuple[str, ...], json_mode: bool) -> int:
     """Copy the threads of a LangGraph SQLite checkpoint database (AsyncSqliteSaver) into a durably store."""
-    out = Output(json_mode)
+    out = Output(json_mode, store_urls=[store])
     try:
         from durably.integrations.langgraph import DurablySaver, import_sqlite_threads
         from durably.integrations.langgraph._importer import ImportedThread
@@ -48,7 +48,8 @@ def import_langgraph(source: Path, store: str, namespace: str, threads: tuple[st
             return await import_sqlite_threads(source, saver, thread_ids=list(threads) or None)
 
     try:
-        imported = run_async(go)
+        with out.secrets.guarding_logs():
+            imported = run_async(go)
     except (DurablyError, ValueError) as exc:
         out.error(exc)
         return EXIT_REFUSED

@@ -77,6 +77,23 @@ def default_approver() -> str:
         return ""
 
 
+def refuse_unstarted(state: AgentState, approval_id: str) -> None:
+    """``--happened`` answers "what became of a call whose outcome is unknown after a crash":
+    the journal holds the call's intent. Raises ``InvalidCommandError`` when the approval is
+    for a call that never started (a gated call waiting for its decision: nothing happened
+    to report; approve it to run it, or deny it). An unknown approval is left to ``approve``."""
+    request = state.approvals.get(approval_id)
+    if request is None:
+        return
+    entry = state.ledger.get(request.get("key", ""))
+    if entry is None or not entry.get("attempts"):
+        raise InvalidCommandError(
+            f"approval {approval_id!r} of agent {state.agent_id} is for a call that never started "
+            f"({request.get('tool', '?')}): --happened is for a call whose outcome is unknown after a crash; "
+            "approve it to run it, or --deny it"
+        )
+
+
 @click.command()
 @click.argument("agent_id", metavar="AGENT")
 @click.argument("approval_id", metavar="APPROVAL")
@@ -84,7 +101,8 @@ def default_approver() -> str:
 @click.option(
     "--happened",
     is_flag=True,
-    help="for a call whose outcome is unknown after a crash: it did happen, with --result as its result",
+    help="for a call whose outcome is unknown after a crash: it did happen, with --result as its result "
+    "(refused for a call that never started)",
 )
 @click.option("--result", "result_json", metavar="JSON", help="the call's result (JSON), with --happened")
 @click.option(
@@ -127,6 +145,8 @@ def approve(
 
     async def go() -> AgentState:
         async with _runtime(store, namespace) as rt:
+            if happened:
+                refuse_unstarted(await rt.status(agent_id), approval_id)
             return await rt.approve(
                 agent_id, approval_id, approved=not deny, by=f"{by} (pid {os.getpid()})", note=note, **extra
             )

@@ -20,6 +20,7 @@ import click
 
 from durably._cli.output import Output
 from durably.storage._errors import DurablyError, InvalidStoreURLError
+from durably.storage._url_redaction import redact_url
 
 if TYPE_CHECKING:
     from durably.storage._crypto import AESGCMCipher
@@ -51,7 +52,8 @@ def store_command(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command ``--store`` and ``--namespace`` and run it on an existing store.
 
     The wrapped function gets ``store`` and ``namespace`` with its other
-    parameters and returns an exit status (None: 0). A typed error it raises is
+    parameters and ``out``, the ``Output`` to print with (it masks the store URL's
+    passwords), and returns an exit status (None: 0). A typed error it raises is
     printed as one line and gives status 1.
     """
 
@@ -59,10 +61,11 @@ def store_command(fn: Callable[..., Any]) -> Callable[..., Any]:
     @namespace_option
     @wraps(fn)
     def command(**kwargs: Any) -> int:
-        out = Output(kwargs.get("json_mode", False))
+        out = Output(kwargs.get("json_mode", False), store_urls=[kwargs["store"]])
         try:
             require_database(kwargs["store"])
-            status = fn(**kwargs, out=out)
+            with out.secrets.guarding_logs():  # a log line printed meanwhile shows no password either
+                status = fn(**kwargs, out=out)
         except (DurablyError, ValueError) as exc:
             out.error(exc)
             return EXIT_REFUSED
@@ -79,7 +82,8 @@ def require_database(url: str) -> None:
     parts = urlsplit(url)
     if parts.scheme == "sqlite" and not Path(unquote(parts.path[1:])).exists():
         raise InvalidStoreURLError(
-            f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set $DURABLY_STORE", url=url
+            f"no durably database at {unquote(parts.path[1:])!r}: pass --store URL or set $DURABLY_STORE",
+            url=redact_url(url),
         )
 
 

@@ -1,4 +1,9 @@
-"""How the ``durably`` command writes: untrusted text neutralised, one JSON document per read.
+"""How the ``durably`` command writes: secrets masked, untrusted text neutralised, one JSON document per read.
+
+A store URL may carry a password (``postgresql://app:pw@db/agents``). Every byte
+a command writes goes through its ``Output``, which masks the passwords of the
+store URLs it was given (``durably.storage._url_redaction``), so no command,
+table title or error line can print one, however it built its text.
 
 Nearly everything the CLI shows was written by someone else: a model chose the
 call ids, tool names and arguments, a tool returned the results, a user wrote
@@ -16,8 +21,11 @@ from __future__ import annotations
 import json
 import sys
 import unicodedata
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from durably.storage._url_redaction import SecretScrubber
 
 if TYPE_CHECKING:  # rich is imported on first use: a --json command never loads it
     from rich.console import Console
@@ -66,6 +74,11 @@ def to_json(document: Any) -> str:
     return json.dumps(document, ensure_ascii=True, indent=2, default=_jsonable, allow_nan=False)
 
 
+def error_json(exc: BaseException) -> dict[str, Any]:
+    """The ``--json`` document of a refused command: ``{"error": {"type", "message"}}``."""
+    return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return {"$bytes": value.hex()}
@@ -77,12 +90,17 @@ def _jsonable(value: Any) -> Any:
 class Output:
     """The CLI's writer: ``line`` and ``table`` for people, ``json`` for programs.
 
-    In: ``json_mode`` (the command's ``--json``). Everything goes through
-    ``neutralise``; nothing is read as rich markup.
+    In: ``json_mode`` (the command's ``--json``) and ``store_urls``, the store URLs the
+    command was given. Everything written goes through ``secrets`` (a
+    ``SecretScrubber`` of those URLs: each shows redacted, its passwords as ``***``,
+    whoever built the text: a command's line, a table title, a driver's error) and
+    ``neutralise``; nothing is read as rich markup. A command that prints through
+    ``Output`` cannot print its store's password.
     """
 
-    def __init__(self, json_mode: bool = False) -> None:
+    def __init__(self, json_mode: bool = False, *, store_urls: Iterable[str | None] = ()) -> None:
         self.json_mode = json_mode
+        self.secrets = SecretScrubber(store_urls)
         self._console: Console | None = None
 
     @property
@@ -102,7 +120,10 @@ class Output:
         """Print one line of untrusted text, neutralised."""
         from rich.text import Text
 
-        self.console.print(Text(neutralise(text, newlines=True), style=style or ""), soft_wrap=True)
+        self.console.print(Text(self._safe(text, newlines=True), style=style or ""), soft_wrap=True)
+
+    def _safe(self, text: Any, *, newlines: bool = False) -> str:
+        return neutralise(self.secrets.text(text if isinstance(text, str) else str(text)), newlines=newlines)
 
     def block(self, text: str) -> None:
         """Print text that is already safe (our own JSON)."""
@@ -112,12 +133,12 @@ class Output:
             file = getattr(sys.stdout, "rich_proxied_file", sys.stdout)
             if file is None:
                 return  # no stdout at all (pythonw): rich would discard it too
-        file.write(text + "\n")
+        file.write(self.secrets.text(text) + "\n")
         file.flush()
 
     def json(self, document: Any) -> None:
         """Print ``document`` as one JSON document."""
-        self.block(to_json(document))
+        self.block(to_json(self.secrets.value(document)))
 
     def table(
         self,
@@ -141,7 +162,7 @@ class Output:
         from rich.text import Text
 
         table = Table(
-            title=Text(neutralise(title)) if title else None, caption=Text(neutralise(caption)) if caption else None
+            title=Text(self._safe(title)) if title else None, caption=Text(self._safe(caption)) if caption else None
         )
         for name in columns:
             if name in keep:
@@ -149,7 +170,7 @@ class Output:
             else:
                 table.add_column(name)
         for row in rows:
-            table.add_row(*(Text(neutralise(cell)) for cell in row))
+            table.add_row(*(Text(self._safe(cell)) for cell in row))
         if self.console.is_terminal:
             self.console.print(table)
             return
@@ -159,12 +180,12 @@ class Output:
     def error(self, exc: BaseException) -> None:
         """Report a refused command: one line (or a JSON ``{"error": ...}`` document)."""
         if self.json_mode:
-            self.json({"error": {"type": type(exc).__name__, "message": str(exc)}})
+            self.json(error_json(exc))
         else:
             from rich.text import Text
 
             self.console.print(
-                Text.assemble(("error: ", "red"), neutralise(f"{type(exc).__name__}: {exc}")), soft_wrap=True
+                Text.assemble(("error: ", "red"), self._safe(f"{type(exc).__name__}: {exc}")), soft_wrap=True
             )
 
 

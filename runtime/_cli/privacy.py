@@ -6,7 +6,8 @@
 
 ``purge`` and ``sweep`` delete for good: on a terminal they show what they
 would delete and ask first (``--yes`` skips the question, ``--dry-run`` only
-shows); without a terminal (a script, a cron job) they do as told.
+shows); without a terminal (a script, a cron job) there is no one to ask, so
+they delete only with ``--yes`` and otherwise refuse (exit status 1).
 
 Keys: when ``$DURABLY_KEYS`` is set (``id=base64key,...``, see
 ``durably.storage._crypto.EnvKeyProvider``) every command that opens a
@@ -25,6 +26,7 @@ from durably._cli.output import Output, stdin_is_terminal, when
 from durably._runtime import Runtime
 from durably._upkeep.reencrypt import ReencryptReport
 from durably._upkeep.retention import RetentionPolicy, SweepItem, parse_duration
+from durably.errors import InvalidCommandError
 
 
 def _ttl(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
@@ -48,14 +50,26 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.BadParameter(str(exc)) from None
 
 
+def require_someone_to_ask(*, yes: bool, dry_run: bool) -> None:
+    """Refuse a deletion nobody confirmed: without ``--yes`` or ``--dry-run`` and no terminal to ask on.
+
+    Raises ``InvalidCommandError`` (before anything is read or deleted): a script must
+    say ``--yes`` to delete for good."""
+    if not yes and not dry_run and not stdin_is_terminal():
+        raise InvalidCommandError(
+            "purge not confirmed: no terminal to ask on; pass --yes to delete for good "
+            "(or --dry-run to see what would be deleted)"
+        )
+
+
 def confirmed(out: Output, question: str, *, yes: bool) -> bool:
-    """True to go ahead: ``--yes``, no terminal to ask on, or the person said yes."""
-    if yes or not stdin_is_terminal():
-        return True
-    return click.confirm(question, default=False)
+    """True to go ahead: ``--yes``, or the person on the terminal said yes."""
+    return yes or click.confirm(question, default=False)
 
 
-yes_option = click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation on a terminal")
+yes_option = click.option(
+    "--yes", "-y", is_flag=True, help="delete without asking (required when there is no terminal to ask on)"
+)
 dry_run_option = click.option("--dry-run", is_flag=True, help="only show what would be purged; delete nothing")
 
 
@@ -84,7 +98,8 @@ def purge(store: str, namespace: str, agent_ids: tuple[str, ...], yes: bool, dry
                 await rt.purge(agent_id)
                 out.line(f"{agent_id}: purged from namespace {namespace!r}")
 
-    if dry_run or stdin_is_terminal() and not yes:
+    require_someone_to_ask(yes=yes, dry_run=dry_run)
+    if dry_run or not yes:
         for line in run_async(describe):
             out.line(("would purge " if dry_run else "") + line)
         if dry_run:
@@ -131,7 +146,8 @@ def sweep(
         async with Runtime(store, namespace=namespace, encryption=encryption_from_env()) as rt:
             return await rt.sweep(policy, now=time.time(), dry_run=dry)
 
-    ask = not dry_run and not yes and stdin_is_terminal()
+    require_someone_to_ask(yes=yes, dry_run=dry_run)
+    ask = not dry_run and not yes
     items = run_async(go, True) if ask else []
     expired = [i for i in items if i.outcome == "expired"]
     if ask:

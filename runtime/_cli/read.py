@@ -14,12 +14,13 @@ from typing import Any
 
 import click
 
-from durably._cli.options import encryption_from_env, json_option, run_async, store_command
-from durably._cli.output import Output, neutralise, to_json, when
+from durably._cli.options import EXIT_OK, EXIT_REFUSED, encryption_from_env, json_option, run_async, store_command
+from durably._cli.output import Output, error_json, neutralise, to_json, when
 from durably._loop.state import AgentState
 from durably._reading.describe import AgentDescription
 from durably._reading.history import clip
 from durably._runtime import Runtime
+from durably.storage._errors import DurablyError
 
 
 def _runtime(store: str, namespace: str) -> Runtime:
@@ -217,10 +218,10 @@ def history(
     payload: bool,
     json_mode: bool,
     out: Output,
-) -> None:
+) -> int:
     """The agent's journal, one record a line: seq, time (UTC), kind, summary. Streams any length."""
 
-    async def go() -> None:
+    async def go() -> int:
         async with _runtime(store, namespace) as rt:
             entries = rt.history(agent_id, after_seq=after_seq, kinds=kinds or None, payload=payload)
             if not json_mode:
@@ -228,23 +229,33 @@ def history(
                     out.line(f"{e.seq:>6}  {when(e.at)}  {e.kind:<18} {neutralise(e.summary)}")
                     if payload:
                         out.block("        " + to_json(e.payload).replace("\n", "\n        "))
-                return
-            # One JSON document, written as it is read: memory stays flat on any length.
+                return EXIT_OK
+            # One JSON document, written as it is read: memory stays flat on any length. A
+            # journal that fails to read part-way closes the document with its "error", so
+            # stdout stays one parseable document (with the records read before the damage).
             first = True
-            async for e in entries:
+            try:
+                async for e in entries:
+                    if first:
+                        out.block(
+                            f'{{"namespace": {json.dumps(namespace)}, '
+                            f'"agent_id": {json.dumps(agent_id, ensure_ascii=True)}, "records": ['
+                        )
+                    out.block(("" if first else ",") + to_json(e.to_json()))
+                    first = False
+            except (DurablyError, ValueError) as exc:
                 if first:
-                    out.block(
-                        f'{{"namespace": {json.dumps(namespace)}, "agent_id": {json.dumps(agent_id, ensure_ascii=True)}, '
-                        '"records": ['
-                    )
-                out.block(("" if first else ",") + to_json(e.to_json()))
-                first = False
+                    raise  # nothing written yet: the usual {"error": ...} document
+                out.block('], "error": ' + to_json(error_json(exc)["error"]) + "}")
+                return EXIT_REFUSED
             if first:  # nothing matched: still one document
                 out.json({"namespace": namespace, "agent_id": agent_id, "records": []})
             else:
                 out.block("]}")
+            return EXIT_OK
 
-    run_async(go)
+    status: int = run_async(go)
+    return status
 
 
 @click.command()

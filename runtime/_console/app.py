@@ -62,6 +62,7 @@ from durably.errors import (
 )
 from durably.storage._codec import FrameCipher
 from durably.storage._errors import DurablyError
+from durably.storage._url_redaction import SecretScrubber, redact_url
 
 _HERE = files("durably._console")
 #: State fields that describe the run rather than quote a model, a tool or a user.
@@ -115,6 +116,9 @@ def create_app(
     content = content or ContentPolicy()
     env = _templates()
     runtime = Runtime(store, namespace=namespace, encryption=encryption)
+    # Every page names its store: redacted, and the page scrubbed of the URL's secrets
+    # whatever else embedded them (an error message), as the CLI's output is.
+    secrets, shown_store = SecretScrubber([store]), redact_url(store)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -124,13 +128,13 @@ def create_app(
     def page(request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
         body = env.get_template(name).render(
             namespace=namespace,
-            store=store,
+            store=shown_store,
             csrf=csrf_token(request),
             operator=operator_of(request),
             show_content=content.show,
             **context,
         )
-        return HTMLResponse(body, code)
+        return HTMLResponse(secrets.text(body), code)
 
     async def agents(request: Request) -> Response:
         status, definition = request.query_params.get("status", ""), request.query_params.get("definition", "")
@@ -234,7 +238,7 @@ def create_app(
             notice = f"{approval_id}: {'denied' if action == 'deny' else 'approved'}; status now {state.status}{where}"
         except DurablyError as exc:
             notice = f"refused: {type(exc).__name__}: {exc}"
-        return RedirectResponse(f"/agent?id={quote(agent_id, safe='')}&notice={quote(notice, safe='')}", 303)
+        return RedirectResponse(f"/agent?id={quote(agent_id, safe='')}&notice={quote(secrets.text(notice), safe='')}", 303)
 
     async def stylesheet(request: Request) -> Response:
         return Response((_HERE / "static" / "console.css").read_text(encoding="utf-8"), media_type="text/css")

@@ -187,7 +187,7 @@ async def drain(activations: Activations, timeout: float) -> None:
             await actor.done.wait()
     for actor in actors:
         if not actor.done.is_set():
-            log.warning("agent %s still in a step after %.1f s: cancelled", actor.state.agent_id, timeout)
+            log.warning("agent %s still in a step after %.1f s: cancelled", actor.journal.stream, timeout)
             actor.cancel_scope.cancel()
     with anyio.CancelScope(shield=True):
         for actor in actors:

@@ -94,12 +94,12 @@ class AgentActor(ToolCalls):
                     await self._loop()
                 except (AgentFencedError, StoreUnavailableError) as exc:
                     # Nothing more can be written safely; the journal holds the truth.
-                    log.warning("agent %s stopped: %s", self.state.agent_id, exc)
+                    log.warning("agent %s stopped: %s", self.journal.stream, exc)
                     self.error = exc
                 except Exception as exc:
                     # A bug (ours or a hook's) must stop this agent only, never the runtime and
                     # its other agents; say why in the journal if the journal still takes it.
-                    log.exception("agent %s stopped by an unexpected error", self.state.agent_id)
+                    log.exception("agent %s stopped by an unexpected error", self.journal.stream)
                     self.error = exc
                     self.failure = tm.error_type(exc)
                     with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
@@ -162,7 +162,7 @@ class AgentActor(ToolCalls):
                 raise  # the staged result's commit failed: nothing more can be written
             except Exception as exc:
                 log.warning(
-                    "agent %s: summariser failed (%s), history kept for now", self.state.agent_id, type(exc).__name__
+                    "agent %s: summariser failed (%s), history kept for now", self.journal.stream, type(exc).__name__
                 )
                 return False
         await self.journal.append((Kind.HISTORY_COMPACTED, data))
@@ -239,7 +239,7 @@ class AgentActor(ToolCalls):
             try:
                 await self.journal.append(*entries)
             except UnencodableValueError as exc:  # stopped already: not failed for an answer it will not act on
-                log.warning("agent %s: the answer after it stopped cannot be stored: %s", self.state.agent_id, exc)
+                log.warning("agent %s: the answer after it stopped cannot be stored: %s", self.journal.stream, exc)
             return
         valid = []
         for call in calls:

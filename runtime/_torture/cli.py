@@ -15,8 +15,10 @@ from pathlib import Path
 import anyio
 import click
 
+from durably._cli.output import Output
 from durably._torture.harness import run_torture
 from durably.errors import TortureError
+from durably.storage._errors import DurablyError
 
 
 @click.command()
@@ -37,18 +39,20 @@ def torture(
     store: str, kills: int, workers: int, agents: int, steps: int, seed: int | None, ledger: Path | None
 ) -> int:
     """SIGKILL real agents at every journal boundary and at random moments; check the invariants."""
+    out = Output(store_urls=[store])
     try:
-        report = anyio.run(
-            lambda: run_torture(
-                store, kills=kills, workers=workers, agents=agents, steps=steps, seed=seed, ledger=ledger
+        with out.secrets.guarding_logs():
+            report = anyio.run(
+                lambda: run_torture(
+                    store, kills=kills, workers=workers, agents=agents, steps=steps, seed=seed, ledger=ledger
+                )
             )
-        )
-    except TortureError as exc:
-        click.echo(f"error: {type(exc).__name__}: {exc}")
+    except (TortureError, DurablyError, ValueError) as exc:
+        out.error(exc)
         return 1
-    click.echo(report.summary())
+    out.line(report.summary())
     for violation in report.violations:
-        click.echo(f"violation: {violation}")
+        out.line(f"violation: {violation}")
     return 1 if report.violations else 0
 
 

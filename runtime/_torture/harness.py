@@ -39,6 +39,7 @@ from durably.errors import AgentNotFoundError, InvalidArgumentError, TortureErro
 from durably.storage._registry import open_store
 from durably.storage._spi import CAP_SINGLE_PROCESS, Store, supports_leases
 from durably.storage._torture import Ledger
+from durably.storage._url_redaction import redact_url
 
 #: Crash plans: a boundary and the highest occurrence it may be chosen at; None is a random moment.
 #: Low occurrences on purpose: a worker dies soon after it starts, so most of a run's time is
@@ -81,7 +82,9 @@ async def _exited(process: multiprocessing.process.BaseProcess) -> None:
 
 @dataclass
 class TortureReport:
-    """What a run did and found. ``violations`` empty: every invariant held."""
+    """What a run did and found. ``violations`` empty: every invariant held.
+
+    ``store`` is the URL as shown (``redact_url``: no password)."""
 
     store: str
     kills: int = 0
@@ -245,12 +248,14 @@ async def run_torture(
         raise InvalidArgumentError("kills, workers, agents and steps must each be at least 1")
     probe = store_class(store) if store_class is not None else open_store(store)
     if CAP_SINGLE_PROCESS in probe.capabilities:
-        raise TortureError(f"{store} is a single-process store: torture needs worker processes sharing one store")
+        raise TortureError(
+            f"{redact_url(store)} is a single-process store: torture needs worker processes sharing one store"
+        )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="durably-torture-") as scratch:
         directory = Path(ledger) if ledger is not None else Path(scratch)
         directory.mkdir(parents=True, exist_ok=True)
-        report = TortureReport(store=store, workers=workers)
+        report = TortureReport(store=redact_url(store), workers=workers)
         run = _Run(
             store,
             directory,

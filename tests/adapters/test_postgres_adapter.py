@@ -13,9 +13,10 @@ import asyncpg
 import pytest
 
 from durably.adapters.postgres import PostgresSetupError, PostgresStore
-from durably.adapters.postgres._options import PostgresOptions, redacted
+from durably.adapters.postgres._options import PostgresOptions
 from durably.adapters.postgres._schema import SCHEMA_VERSION
 from durably.storage import InvalidRequestError, InvalidStoreURLError, StreamId, UnknownSchemaVersionError, open_store
+from durably.storage._url_redaction import redact_url
 from durably.storage.conformance import StoreConformance
 
 try:
@@ -87,12 +88,11 @@ def test_url_options_and_redaction() -> None:
     ) as caught:  # a typo of ours, not a server setting
         PostgresOptions.from_url("postgresql://app:s3cret@db/agents?pool_maxx=4")
     assert "s3cret" not in str(caught.value) and "s3cret" not in caught.value.url
-    assert "s3cret" not in redacted("postgresql://app:s3cret@db/agents") and "s3cret" not in repr(
+    assert "s3cret" not in redact_url("postgresql://app:s3cret@db/agents") and "s3cret" not in repr(
         open_store("postgres://app:s3cret@db/agents")
     )
     assert (
-        redacted("postgresql://db/agents?password=s3cret&schema=x")
-        == "postgresql://db/agents?password=%2A%2A%2A&schema=x"
+        redact_url("postgresql://db/agents?password=s3cret&schema=x") == "postgresql://db/agents?password=***&schema=x"
     )
     for bad in (
         "postgresql://db/x?schema=Bad-Name",

@@ -165,10 +165,17 @@ def test_key_providers_parse_the_environment_and_never_echo_keys() -> None:
         {"DURABLY_KEYS": "no-equals-sign"},
         {"DURABLY_KEYS": f"bad id={base64.b64encode(K1).decode()}"},
         {"DURABLY_KEYS": f"k={base64.b64encode(K1).decode()}", "DURABLY_KEY_ID": "missing"},
+        # A key given without its id: base64 ends in '=', so the key would read as the id.
+        {"DURABLY_KEYS": base64.b64encode(K1).decode()},
+        {"DURABLY_KEYS": f"k={base64.b64encode(K2).decode()},{base64.b64encode(K1).decode()}"},
+        {"DURABLY_KEYS": K1.hex()},
+        {"DURABLY_KEYS": base64.urlsafe_b64encode(K1).decode().rstrip("=")},
     ):
         with pytest.raises(KeyConfigError) as caught:
             EnvKeyProvider(bad)
-        assert short not in str(caught.value) and base64.b64encode(K1).decode() not in str(caught.value)
+        message = str(caught.value)
+        assert short not in message and base64.b64encode(K1).decode().rstrip("=")[:16] not in message, message
+        assert K1.hex()[:16] not in message and base64.urlsafe_b64encode(K1).decode()[:16] not in message, message
     with pytest.raises(KeyConfigError):
         StaticKeyProvider({"k": b"\x00" * 16})
 

@@ -259,12 +259,15 @@ async def test_the_purge_and_sweep_commands(tmp_path, capsys) -> None:
     url = f"sqlite:///{tmp_path}/agents.db"
     await populate(url)
     run = lambda argv: anyio.to_thread.run_sync(cli_main, argv)  # noqa: E731 - the CLI runs its own event loop
-    assert await run(["purge", "done-1", "--store", url, "--namespace", "t1"]) == 0
-    assert await run(["purge", "done-1", "--store", url, "--namespace", "t1"]) == 1
+    assert await run(["purge", "done-1", "--store", url, "--namespace", "t1", "--yes"]) == 0
+    assert await run(["purge", "done-1", "--store", url, "--namespace", "t1", "--yes"]) == 1
     assert "AgentNotFoundError" in capsys.readouterr().out
     assert await run(["sweep", "--ttl", "failed=0s", "--dry-run", "--store", url, "--namespace", "t1"]) == 0
     assert "failed-1: expired" in capsys.readouterr().out
-    assert await run(["sweep", "--ttl", "failed=0s", "--ttl", "finished=30d", "--store", url, "--namespace", "t1"]) == 0
+    sweep = ["sweep", "--ttl", "failed=0s", "--ttl", "finished=30d", "--store", url, "--namespace", "t1"]
+    assert await run(sweep) == 1  # no terminal to ask on and no --yes: nothing swept
+    assert "not confirmed" in capsys.readouterr().out
+    assert await run([*sweep, "--yes"]) == 0
     out = capsys.readouterr().out
     assert "failed-1: purged" in out and "waiting-1: kept" in out
     assert await agent_ids(url, "t1") == {"waiting-1"}

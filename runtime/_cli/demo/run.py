@@ -25,11 +25,13 @@ from typing import Any
 
 import anyio
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from durably import Runtime
 from durably._cli.demo.survey import CANDIDATES, _read_lines, survey_agent, survey_task
 from durably.storage import StreamId, open_store
+from durably.storage._url_redaction import SecretScrubber, redact_url
 
 NAMESPACE = "demo"
 CRASH_POINTS = ["model:before_call", "tool:before_effect", "tool:after_effect"]
@@ -111,7 +113,8 @@ def run_demo(
     for d in (ref_dir, run_dir):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
-    console.print(f"[bold]durably demo[/] seed={seed} store={store} agent={NAMESPACE}/{agent_id}")
+    secrets = SecretScrubber([store])  # what the demo prints of its store and workers: no password
+    console.print(f"[bold]durably demo[/] seed={seed} store={escape(redact_url(store))} agent={NAMESPACE}/{agent_id}")
     console.print(f"task: survey {n_modules} stdlib modules: {', '.join(modules)}")
 
     extra = ("--model", model) if model else ()
@@ -148,9 +151,9 @@ def run_demo(
             "--by",
             "demo-reviewer",
         ]
-        console.print(f"4. a separate process approves: durably {' '.join(argv)}", markup=False)
+        console.print(f"4. a separate process approves: durably {secrets.text(' '.join(argv))}", markup=False)
         approver = subprocess.run([sys.executable, "-m", "durably", *argv], capture_output=True, text=True, timeout=120)
-        console.print(f"   {approver.stdout.strip() or approver.stderr.strip()}")
+        console.print(f"   {secrets.text(approver.stdout.strip() or approver.stderr.strip())}", markup=False)
     console.print("5. worker 3 resumes and finishes...")
     w3 = _worker(store, agent_id, run_dir, *extra)
     final = _last_json(w3) if w3.returncode == 0 else {"status": f"exit {w3.returncode}", "result": None}
@@ -168,7 +171,7 @@ def run_demo(
         console.print(f"[red]{len(failed)} check(s) failed[/] (seed {seed}; rerun with --seed {seed})")
         for proc in (w1, w2, w3):
             if proc.stderr.strip():
-                console.print(proc.stderr[-3000:])
+                console.print(secrets.text(proc.stderr[-3000:]), markup=False)
         return 1
     console.print(
         f"[green]all {len(checks)} checks passed[/]: the run survived SIGKILL and a restart without repeating work."
