@@ -238,7 +238,9 @@ def create_app(
             notice = f"{approval_id}: {'denied' if action == 'deny' else 'approved'}; status now {state.status}{where}"
         except DurablyError as exc:
             notice = f"refused: {type(exc).__name__}: {exc}"
-        return RedirectResponse(f"/agent?id={quote(agent_id, safe='')}&notice={quote(secrets.text(notice), safe='')}", 303)
+        return RedirectResponse(
+            f"/agent?id={quote(agent_id, safe='')}&notice={quote(secrets.text(notice), safe='')}", 303
+        )
 
     async def stylesheet(request: Request) -> Response:
         return Response((_HERE / "static" / "console.css").read_text(encoding="utf-8"), media_type="text/css")
