@@ -119,7 +119,6 @@ batch objects, retries, multipart uploads and URL options are in ``s3_keys``,
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -134,6 +133,7 @@ from durably.storage._spi import BlobStore, Lease, LeaseStore, StreamId, check_b
 from . import _blobs as s3_blobs
 from . import _streams as s3_streams
 from ._compaction import S3Compaction
+from ._fencing import HeldLeases, KnownHeads
 from ._journal import S3Journal
 from ._keys import StreamKeys
 from ._leases import S3Leases
@@ -141,8 +141,6 @@ from ._options import S3Options
 from ._requests import S3Requests, new_session
 from ._retry import unavailable
 from ._snapshotting import S3Snapshotting
-
-_KNOWN_ENDS_MAX = 65_536  # streams whose latest batch end this store remembers (LRU)
 
 
 # appends and reads: adapters/s3/_journal.py; snapshots and compaction: adapters/s3/_snapshotting.py
@@ -179,10 +177,11 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
         self._stack: AsyncExitStack | None = None
         self._s3 = S3Requests(self.options)  # client and limiter set by open()
         self._compaction = S3Compaction(self._s3, self.options.retry)
-        self._known_ends: OrderedDict[StreamId, int] = OrderedDict()
+        self._known = KnownHeads()
         self._appending = 0
         self._drained: anyio.Event | None = None
         self._leases = S3Leases(self._s3.call, self._s3.get, prefix=self.options.prefix, policy=self.options.retry)
+        self._held = HeldLeases(lambda: self._leases.clock())
 
     def _location(self) -> str:
         options = self.options
@@ -220,7 +219,7 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
                 raise unavailable("client setup", exc) from exc
             raise
         self._stack = stack
-        self._known_ends.clear()  # facts about the bucket stay true, but a reopen is the cheap point to relearn them
+        self._known.clear()  # facts about the bucket stay true, but a reopen is the cheap point to relearn them
 
     async def _close(self) -> None:
         if self._appending and self._drained is not None:
@@ -233,13 +232,6 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
 
     def _keys(self, stream: StreamId) -> StreamKeys:
         return StreamKeys(self.options.prefix, stream)
-
-    def _remember_end(self, stream: StreamId, end: int) -> None:
-        """Record that ``end`` is a batch end of ``stream`` (the highest one seen wins)."""
-        known = self._known_ends.pop(stream, 0)
-        self._known_ends[stream] = max(known, end)
-        if len(self._known_ends) > _KNOWN_ENDS_MAX:
-            self._known_ends.popitem(last=False)
 
     # ---------------------------------------------------------------- purge and listing (s3_streams)
 
@@ -257,8 +249,9 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
         """
         self._check_open()
         await self._leases.end(stream)
+        self._held.drop(stream)
         await s3_streams.delete_stream(self._s3, self._keys(stream))
-        self._known_ends.pop(stream, None)
+        self._known.forget(stream)
 
     async def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
         """Yield the streams of ``namespace`` whose agent id starts with ``prefix``, sorted by agent id.
@@ -348,7 +341,14 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
                 writers; the lease may or may not be ours then (it runs out after ``ttl``).
         """
         self._check_open()
-        return await self._leases.acquire(stream, owner, ttl)
+        taken = await self._leases.take(stream, owner, ttl)
+        if taken is None:
+            return None
+        lease, renewal = taken
+        if not renewal:
+            await self._place_marker(stream, self._keys(stream), lease.token)
+        self._held.hold(lease)
+        return lease
 
     async def release_lease(self, lease: Lease) -> None:
         """Give ``lease`` up if its owner still holds it with its token; otherwise a no-op.
@@ -366,6 +366,8 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
                 writers.
         """
         self._check_open()
+        if isinstance(lease, Lease):
+            self._held.drop(lease.stream, lease.token)
         await self._leases.release(lease)
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
