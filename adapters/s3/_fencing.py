@@ -94,7 +94,9 @@ class KnownHeads:
         known = self._heads.pop(stream, None)
         if known is not None and (head.end, head.level, head.marker) == (known.end, known.level, None):
             head = known  # the same end, and the marker's ETag is still worth knowing
-        self._heads[stream] = head if head.supersedes(known) or known is None else known
+        if known is not None and not head.supersedes(known):
+            head = known
+        self._heads[stream] = head
         if len(self._heads) > CACHE_MAX:
             self._heads.popitem(last=False)
 

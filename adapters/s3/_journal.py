@@ -165,7 +165,7 @@ class S3Journal:
             body = Batch(first, last, first, token, tuple(request.records), level).encode()
             # One PUT, no read: compaction never frees a key (see "Fencing after compaction").
             try:
-                await put_batch(self._s3, keys.batch(first), body, token, replacing=replacing)
+                await self._put_batch(keys.batch(first), body, token, replacing)
             except BatchTaken as taken:
                 found = taken.header
                 if found is None or not found.is_marker:
@@ -185,6 +185,10 @@ class S3Journal:
             self._known.remember(stream, Head(last, level))
             return last
         raise StoreUnavailableError(f"the end of {stream} kept moving under other writers")
+
+    async def _put_batch(self, key: str, body: bytes, token: bytes, replacing: str | None) -> str:
+        """Write one append's batch object exactly once (``s3_put_batch.put_batch``); returns its ETag."""
+        return await put_batch(self._s3, key, body, token, replacing=replacing)
 
     async def _check_fence(self, stream: StreamId, expected: int, head: Head, fence: int) -> None:
         """Raise ``FencedError`` unless ``fence`` may append after ``head`` (see "Checked reads" in ``s3_fencing``)."""

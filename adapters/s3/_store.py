@@ -13,7 +13,9 @@ digits, so the highest seq is listed first)::
 
     streams/N/A              index entry: makes the stream listable (list_streams)
     data/N/A/r/{first}       one record batch = one append (s3_batch): its frames,
-                             its seq range and the writer's token
+                             its seq range, the writer's token and its level (the
+                             fencing token it was written under); or a takeover
+                             marker holding the key of the next append (s3_fencing)
     data/N/A/s/{seq}         snapshot at seq (multipart above multipart_threshold)
     data/N/A/b/{sha256}      blob, content-addressed
     data/N/A/compacted       compaction mark {"through": C, "generation": g}
@@ -66,6 +68,14 @@ Why this layout:
   frees keys that this one does not check.
   ``delete_stream`` frees every key of a stream but its lease object; it must
   not race its writers.
+* **Fencing tokens** (``CAP_LEASES`` enforced, see ``s3_fencing``). One PUT
+  can only be conditional on its own key, so the lease token goes into the
+  journal: each batch records the token it was written under, and a grant of
+  a new token takes the key of the stream's next append with a takeover
+  marker before ``acquire_lease`` returns. A stale holder's append then finds
+  its key taken and a newer token there: ``FencedError``, decided by the
+  conditional PUT, no read before it. The new holder's first append replaces
+  its marker (``If-Match``): one PUT per append stays one PUT.
 * ``open()`` checks that the server honours ``If-None-Match`` (a probe object
   created twice must get 412) and refuses one that does not.
 
@@ -103,14 +113,18 @@ are loaded in a worker thread first.
 
 Limits: ``delete_stream`` must not race writers of that stream (a writer that
 still holds a pre-purge view could recreate part of it); stop the agent first.
+A purge frees the stream's keys, so a holder whose lease is still live by its
+own clock when its stream is purged and restarted is not fenced by a key (see
+"Limits" in ``s3_fencing``); one whose lease ran out is.
 
 Modules
 -------
 ``S3Store`` (here: lifecycle, purge and listing, blobs and leases; appends,
 ``last_seq`` and the read loop in its mixin ``s3_journal``, snapshots and
 compaction in its mixin ``s3_snapshotting``) is the SPI surface; it delegates
-to ``s3_requests`` (retried requests, the client), ``s3_put_batch`` (creating
-a batch object exactly once), ``s3_window`` (read windows), ``s3_compaction``
+to ``s3_requests`` (retried requests, the client), ``s3_put_batch`` (writing
+a batch object exactly once), ``s3_fencing`` (levels, takeover markers, the
+known ends and held leases that let an append skip reads), ``s3_window`` (read windows), ``s3_compaction``
 (the compaction mark, trimming, deleting batches), ``s3_snapshots``,
 ``s3_blobs``, ``s3_streams`` (listing and purge) and ``s3_leases``; keys,
 batch objects, retries, multipart uploads and URL options are in ``s3_keys``,
@@ -320,8 +334,11 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
 
         A compare-and-swap on the stream's lease object: one GET and one conditional PUT (one
         GET more after a lost race). Taking a free, released or expired lease, also by its
-        former owner, writes the previous token + 1; a renewal while others must still treat
-        the lease as held keeps the token. ``expires_at`` is in unix seconds of this client's
+        former owner, writes the previous token + 1 and then, before returning, takes the key
+        of the stream's next append with a takeover marker of that token (one list call, one
+        ranged GET and one conditional PUT more; see ``s3_fencing``), from when on appends
+        under older tokens are refused; a renewal while others must still treat the lease as
+        held keeps the token and writes nothing else. ``expires_at`` is in unix seconds of this client's
         clock, and others treat the lease as expired only ``ttl * SKEW_FRACTION`` seconds
         after it (see ``s3_leases`` for clocks and faults).
 
@@ -338,7 +355,8 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
             InvalidRequestError: For an empty owner or a ttl that is not a finite number > 0
                 (``check_lease``), before any I/O.
             StoreUnavailableError: Also when the lease object kept changing under concurrent
-                writers; the lease may or may not be ours then (it runs out after ``ttl``).
+                writers, or the marker could not be placed; the lease may or may not be ours
+                then (it runs out after ``ttl``).
         """
         self._check_open()
         taken = await self._leases.take(stream, owner, ttl)
