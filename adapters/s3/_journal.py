@@ -225,7 +225,7 @@ class S3Journal:
     # ---------------------------------------------------------------- reading
 
     async def last_seq(self, stream: StreamId) -> int:
-        """The highest seq ever appended to ``stream``: one list call and one 48-byte ranged GET.
+        """The highest seq ever appended to ``stream``: one list call and one 56-byte ranged GET.
 
         The newest batch object, listed first thanks to descending names, holds it in its
         header. Compaction never deletes that object, so the value never decreases.

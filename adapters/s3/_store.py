@@ -35,7 +35,7 @@ Why this layout:
   the end: batch ends never stop being batch ends); otherwise ``last_seq`` is
   checked first and a mismatch is a ``ConflictError`` without any write.
 * **last_seq**: list ``r/`` with ``MaxKeys=1`` (the newest batch, thanks to
-  descending names) and read its 48-byte header with a ranged GET. Two
+  descending names) and read its 56-byte header with a ranged GET. Two
   requests, whatever the history's length. Compaction never deletes the
   newest batch (it trims its records away instead), so that object is the
   marker that keeps ``last_seq`` from going back once every record is deleted.
