@@ -724,6 +724,7 @@ __all__ = [
     "DurablyError",
     "EncryptionRequiredError",
     "ExtraNotInstalledError",
+    "FencedError",
     "ForeignLoopError",
     "FrameLimitError",
     "ImportSourceError",
