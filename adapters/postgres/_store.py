@@ -278,7 +278,7 @@ class PostgresStore(
             return []
         indexed = any(r.index is not None for r in requests)
         fences = [r.fence for r in requests]
-        args = (
+        args: tuple[Any, ...] = (
             uuid.uuid4(),
             [r.stream.namespace for r in requests],
             [r.stream.agent_id for r in requests],
