@@ -5,46 +5,53 @@ layout they rely on, "Batching", "Restore" and "Faults": the module docstring of
 ``durably.adapters.s3._store`` (the adapter's overview), which "the module
 docstring" in these methods' docstrings means. The requests themselves are in
 ``s3_put_batch`` (creating a batch object exactly once) and ``s3_window`` (read
-windows).
+windows); fencing tokens (levels, takeover markers, the known end) are
+explained in ``s3_fencing``.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
 
-from durably.storage._errors import ConflictError, InvalidRequestError, StoreUnavailableError
+from durably.storage._errors import ConflictError, FencedError, InvalidRequestError, StoreUnavailableError
 from durably.storage._spi import AppendRequest, StoredRecord, StreamId, check_append
 
-from ._batch import HEADER_SIZE, TOKEN_SIZE, Batch, BatchHeader
+from ._batch import TOKEN_SIZE, Batch
+from ._fencing import Head, HeldLeases, KnownHeads
 from ._keys import MAX_SEQ, StreamKeys
-from ._put_batch import BatchTaken, put_new_batch
+from ._put_batch import BatchTaken, put_batch, read_header
 from ._window import read_window
 
 if TYPE_CHECKING:
     from ._compaction import S3Compaction
+    from ._leases import S3Leases
     from ._requests import S3Requests
+
+#: How many times one append or marker follows the stream's end past other writers' objects before giving up.
+_HOPS = 1000
 
 
 class S3Journal:
     """Mixin giving ``S3Store`` the journal methods: ``append_batch``, ``last_seq`` and ``read``.
 
     Relies on the host's ``_check_open()``, ``_keys(stream)``, its requests
-    (``_s3``) and compaction (``_compaction``, whose mark a read restarts at), the
-    latest batch ends it knows (``_known_ends``, kept by ``_remember_end``), and the
-    count of appends in flight (``_appending``, with ``_drained`` set when it
-    falls to 0: ``close`` waits for it).
+    (``_s3``), compaction (``_compaction``, whose mark a read restarts at) and
+    leases (``_leases``, ``_held``: the ones it holds), the stream ends it knows
+    (``_known``, ``s3_fencing.KnownHeads``), and the count of appends in flight
+    (``_appending``, with ``_drained`` set when it falls to 0: ``close`` waits for it).
     """
 
     if TYPE_CHECKING:  # the host's (S3Store, StoreBase), declared for the type checker
         _s3: S3Requests
         _compaction: S3Compaction
-        _known_ends: OrderedDict[StreamId, int]
+        _leases: S3Leases
+        _held: HeldLeases
+        _known: KnownHeads
         _appending: int
         _drained: anyio.Event | None
 
@@ -52,17 +59,17 @@ class S3Journal:
 
         def _keys(self, stream: StreamId) -> StreamKeys: ...
 
-        def _remember_end(self, stream: StreamId, end: int) -> None: ...
-
     # ---------------------------------------------------------------- appends
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         """Append several streams' batches concurrently: a group commit; see ``Store.append_batch``.
 
-        Each request is one conditional PUT (``If-None-Match: *``) of its batch object, with no
-        read when its expected seq is the stream's latest batch end this store knows; otherwise
-        ``last_seq`` is read first (two requests) and a mismatch is a ``ConflictError`` without
-        any write. A new stream's index entry is written before its first batch. Requests of
+        Each request is one conditional PUT (``If-None-Match: *``, or ``If-Match`` on the
+        takeover marker its own lease grant left there) of its batch object, with no read when
+        its expected seq is the stream's latest batch end this store knows (and, for a fenced
+        request, its token is the level there and a lease this store holds, see ``s3_fencing``);
+        otherwise the newest batch header is read first (two requests), a stale ``fence`` is a
+        ``FencedError`` and a mismatching expected seq a ``ConflictError``, without any write. A new stream's index entry is written before its first batch. Requests of
         different streams run concurrently (at most ``concurrency`` requests in flight), those
         of one stream in order (see "Batching" in the module docstring). A PUT whose outcome is
         unknown is resolved by reading the key back before anything is reported. Successful
@@ -73,9 +80,10 @@ class S3Journal:
                 earlier one's records.
 
         Returns:
-            One entry per request, in order: the stream's new last seq, or a ``ConflictError``
-                (returned, not raised) when its expected seq was stale or another writer created
-                the batch first.
+            One entry per request, in order: the stream's new last seq, a ``FencedError``
+                (returned, not raised) when its ``fence`` is not the stream's latest lease grant
+                or a purge ended that lease, or a ``ConflictError`` (returned) when its expected
+                seq was stale or another writer created the batch first.
 
         Raises:
             InvalidRequestError: For a malformed request (``check_append``) or one whose seqs
@@ -128,12 +136,21 @@ class S3Journal:
         return results  # type: ignore[return-value]  # no None left: each request got its result or error above
 
     async def _append_one(self, request: AppendRequest, keys: StreamKeys) -> int:
-        stream, expected = request.stream, request.expected_seq
-        first, last = expected + 1, expected + len(request.records)
-        if expected and self._known_ends.get(stream) != expected:
-            actual = await self._last_seq(stream, keys)
-            if actual != expected:
-                raise ConflictError(stream, expected, actual)
+        stream, expected, fence = request.stream, request.expected_seq, request.fence
+        known = self._known.get(stream)
+        at_known_end = known is not None and known.end == expected
+        if fence is None:
+            fast = expected == 0 or at_known_end
+        else:
+            fast = at_known_end and known is not None and known.level == fence and self._held.holds(stream, fence)
+        if fast:
+            head = known if at_known_end and known is not None else Head(expected)
+        else:
+            head = await self._head(stream, keys)
+            if fence is not None:
+                await self._check_fence(stream, expected, head, fence)
+            if head.end != expected:
+                raise ConflictError(stream, expected, head.end)
         if expected == 0:
             # Listable before its first record exists, never the other way round.
             await self._s3.call(
@@ -141,30 +158,74 @@ class S3Journal:
                 Key=keys.index,
                 Body=json.dumps({"namespace": stream.namespace, "agent_id": stream.agent_id}).encode(),
             )
-        token = secrets.token_bytes(TOKEN_SIZE)
-        body = Batch(first, last, first, token, tuple(request.records)).encode()
-        # One PUT, no read: compaction never frees a key (see "Fencing after compaction").
-        await self._put_new_batch(stream, keys, expected, first, body, token)
-        self._remember_end(stream, last)
-        return last
+        first, last = expected + 1, expected + len(request.records)
+        level, replacing = (fence if fence is not None else head.level), head.marker
+        for _ in range(_HOPS):
+            token = secrets.token_bytes(TOKEN_SIZE)
+            body = Batch(first, last, first, token, tuple(request.records), level).encode()
+            # One PUT, no read: compaction never frees a key (see "Fencing after compaction").
+            try:
+                await self._put_batch(keys.batch(first), body, token, replacing)
+            except BatchTaken as taken:
+                found = taken.header
+                if found is None or not found.is_marker:
+                    if fence is not None and found is not None and found.level > fence:
+                        actual = await self._last_seq_or_none(stream, keys)
+                        raise FencedError(stream, expected, actual, fence=fence) from None
+                    raise ConflictError(stream, expected, await self._last_seq_or_none(stream, keys)) from None
+                # A takeover marker holds the key: the stream still ends at `expected`.
+                if fence is None:
+                    level = max(level, found.level)  # an unfenced append goes after it, at its level
+                elif found.level > fence:
+                    raise FencedError(stream, expected, expected, fence=fence) from None
+                elif found.level < fence:
+                    await self._check_fence(stream, expected, Head(expected, found.level), fence)
+                replacing = taken.etag
+                continue
+            self._known.remember(stream, Head(last, level))
+            return last
+        raise StoreUnavailableError(f"the end of {stream} kept moving under other writers")
 
-    async def _put_new_batch(
-        self, stream: StreamId, keys: StreamKeys, expected: int, first: int, body: bytes, token: bytes
-    ) -> None:
-        """Create the batch object of ``first`` exactly once (``s3_put_batch``).
+    async def _put_batch(self, key: str, body: bytes, token: bytes, replacing: str | None) -> str:
+        """Write one append's batch object exactly once (``s3_put_batch.put_batch``); returns its ETag."""
+        return await put_batch(self._s3, key, body, token, replacing=replacing)
 
-        Returns when the object at the key is ours. Raises ``ConflictError``
-        when it is another writer's, ``StoreUnavailableError`` when retries run out.
+    async def _check_fence(self, stream: StreamId, expected: int, head: Head, fence: int) -> None:
+        """Raise ``FencedError`` unless ``fence`` may append after ``head`` (see "Checked reads" in ``s3_fencing``)."""
+        if head.level > fence or (head.level < fence and not await self._leases.grants(stream, fence)):
+            raise FencedError(stream, expected, head.end, fence=fence)
+
+    async def _place_marker(self, stream: StreamId, keys: StreamKeys, level: int) -> None:
+        """Take the key of the stream's next append with a takeover marker of ``level`` (a new lease token).
+
+        Follows the end past batches that land first; stops when a marker or
+        batch of ``level`` or higher is already there (a retry of ours, or a
+        newer grant that supersedes this one). Raises ``StoreUnavailableError``
+        when the end keeps moving or S3 stays unreachable.
         """
-        try:
-            await put_new_batch(self._s3, keys.batch(first), body, token)
-        except BatchTaken:
-            raise ConflictError(stream, expected, await self._last_seq_or_none(stream, keys)) from None
+        head = await self._head(stream, keys)
+        for _ in range(_HOPS):
+            if head.level >= level:
+                return
+            token = secrets.token_bytes(TOKEN_SIZE)
+            body = Batch.marker(head.end + 1, level, token).encode()
+            try:
+                etag = await put_batch(self._s3, keys.batch(head.end + 1), body, token, replacing=head.marker)
+            except BatchTaken as taken:
+                found = taken.header
+                if found is None:
+                    head = await self._head(stream, keys)
+                else:  # another writer's batch (follow it) or marker (replace it unless it is newer)
+                    head = Head(found.last_seq, found.level, taken.etag if found.is_marker else None)
+                continue
+            self._known.remember(stream, Head(head.end, level, etag))
+            return
+        raise StoreUnavailableError(f"the end of {stream} kept moving while a lease takeover marked it")
 
     # ---------------------------------------------------------------- reading
 
     async def last_seq(self, stream: StreamId) -> int:
-        """The highest seq ever appended to ``stream``: one list call and one 48-byte ranged GET.
+        """The highest seq ever appended to ``stream``: one list call and one 56-byte ranged GET.
 
         The newest batch object, listed first thanks to descending names, holds it in its
         header. Compaction never deletes that object, so the value never decreases.
@@ -179,15 +240,20 @@ class S3Journal:
         return await self._last_seq(stream, self._keys(stream))
 
     async def _last_seq(self, stream: StreamId, keys: StreamKeys) -> int:
+        return (await self._head(stream, keys)).end
+
+    async def _head(self, stream: StreamId, keys: StreamKeys) -> Head:
+        """The stream's end, level and marker from its newest batch header (one list call, one ranged GET)."""
         for _ in range(3):  # the newest batch only vanishes under a concurrent purge
             names, _token = await self._s3.list_page(keys.batches, max_keys=1)
             if not names:
-                return 0
-            found = await self._s3.get(names[0], byte_range=f"bytes=0-{HEADER_SIZE - 1}")
+                return Head(0)
+            found = await read_header(self._s3, names[0])
             if found is not None:
-                end = BatchHeader.decode(found[0]).last_seq
-                self._remember_end(stream, end)
-                return end
+                header, etag = found
+                head = Head(header.last_seq, header.level, etag if header.is_marker else None)
+                self._known.remember(stream, head)
+                return head
         raise StoreUnavailableError(f"the newest batch of {stream} kept vanishing (purge in progress?)")
 
     async def _last_seq_or_none(self, stream: StreamId, keys: StreamKeys) -> int | None:
@@ -225,7 +291,7 @@ class S3Journal:
         if after_seq < 0 or page_size < 1:
             raise InvalidRequestError("after_seq must be >= 0 and page_size >= 1")
         keys = self._keys(stream)
-        position, first, vanished = after_seq, True, 0
+        position, first, vanished, level = after_seq, True, 0, 0
         while True:
             window = await read_window(self._s3, self._compaction, keys, stream, position, page_size, first)
             if window.restart_at is not None:
@@ -238,9 +304,9 @@ class S3Journal:
                 for seq, data in zip(batch.seqs(), batch.records, strict=False):
                     if seq > position:
                         yield StoredRecord(seq, data)
-                position = max(position, batch.last_seq)
+                position, level = max(position, batch.last_seq), batch.level
             first = False
             if window.complete:
                 break
         if position > after_seq:
-            self._remember_end(stream, position)
+            self._known.remember(stream, Head(position, level))

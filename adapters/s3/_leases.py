@@ -164,15 +164,22 @@ class S3Leases:
 
     async def acquire(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
         """Take or renew the lease of ``stream`` for ``owner`` for ``ttl`` seconds; see
-        ``LeaseStore.acquire_lease``.
+        ``LeaseStore.acquire_lease`` and ``take``, which it is without the renewal flag."""
+        taken = await self.take(stream, owner, ttl)
+        return None if taken is None else taken[0]
+
+    async def take(self, stream: StreamId, owner: str, ttl: float) -> tuple[Lease, bool] | None:
+        """Take or renew the lease of ``stream`` for ``owner`` for ``ttl`` seconds.
 
         Out: the lease now held (``expires_at`` = the clock before the PUT +
-        ``ttl``), or None when another owner's lease is still held (see the skew
-        allowance above). Raises ``InvalidRequestError`` for an empty owner or a
-        ``ttl`` that is not a finite number > 0, ``CorruptRecordError`` for a
-        malformed lease object, ``StoreUnavailableError`` when S3 cannot be reached
-        in time or the object kept changing under concurrent writers (then the
-        lease may or may not be ours: it runs out after ``ttl``).
+        ``ttl``) and whether it kept the previous token (a renewal: no new
+        fencing token was granted), or None when another owner's lease is still
+        held (see the skew allowance above). Raises ``InvalidRequestError`` for
+        an empty owner or a ``ttl`` that is not a finite number > 0,
+        ``CorruptRecordError`` for a malformed lease object,
+        ``StoreUnavailableError`` when S3 cannot be reached in time or the object
+        kept changing under concurrent writers (then the lease may or may not be
+        ours: it runs out after ``ttl``).
         """
         check_lease(owner, ttl)
         key = self._key(stream)
@@ -196,7 +203,7 @@ class S3Leases:
                     except _Lost as lost:
                         state = lost.state
                         raise
-                    return Lease(stream, owner, token, new.expires_at)
+                    return Lease(stream, owner, token, new.expires_at), current is not None and token == current.token
         except _Lost:
             pass
         raise StoreUnavailableError(f"the lease of {stream} kept changing under concurrent writers")
@@ -270,6 +277,16 @@ class S3Leases:
             return None
         found = state[0]
         return Lease(stream, found.owner, found.token, found.expires_at)
+
+    async def grants(self, stream: StreamId, token: int) -> bool:
+        """Whether the latest lease grant of ``stream`` has ``token`` and no purge ended it: one GET.
+
+        Expired or released leases still count (nobody was granted a newer
+        token). Raises ``CorruptRecordError`` for a malformed lease object,
+        ``StoreUnavailableError`` when S3 cannot be reached in time.
+        """
+        state = await self._read(self._key(stream), stream)
+        return state is not None and state[0].token == token and state[0].owner != PURGED_OWNER
 
     def _key(self, stream: StreamId) -> str:
         return StreamKeys(self.prefix, stream).lease

@@ -10,17 +10,18 @@ docstring" in these methods' docstrings means.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from durably.storage._errors import InvalidRequestError, UnsafeCompactionError
-from durably.storage._spi import StoredSnapshot, StreamId
+from durably.storage._errors import FencedError, InvalidRequestError, UnsafeCompactionError
+from durably.storage._spi import StoredSnapshot, StreamId, check_fence
 
 from . import _snapshots as s3_snapshots
 from ._keys import StreamKeys, seq_from_name
 
 if TYPE_CHECKING:
     from ._compaction import S3Compaction
+    from ._fencing import KnownHeads
+    from ._leases import S3Leases
     from ._options import S3Options
     from ._requests import S3Requests
 
@@ -29,15 +30,16 @@ class S3Snapshotting:
     """Mixin giving ``S3Store`` the snapshot methods and compaction (``delete_records``).
 
     Relies on the host's ``_check_open()``, ``_keys(stream)``, ``options``, its
-    requests (``_s3``) and compaction (``_compaction``), the latest batch ends it
-    knows (``_known_ends``) and ``_last_seq(stream, keys)`` (``S3Journal``'s).
+    requests (``_s3``), compaction (``_compaction``) and leases (``_leases``), the
+    stream ends it knows (``_known``) and ``_last_seq(stream, keys)`` (``S3Journal``'s).
     """
 
     if TYPE_CHECKING:  # the host's (S3Store, S3Journal, StoreBase), declared for the type checker
         options: S3Options
         _s3: S3Requests
         _compaction: S3Compaction
-        _known_ends: OrderedDict[StreamId, int]
+        _leases: S3Leases
+        _known: KnownHeads
 
         def _check_open(self) -> None: ...
 
@@ -52,7 +54,11 @@ class S3Snapshotting:
 
         One PUT, or a multipart upload from ``multipart_threshold`` bytes. ``seq`` is checked
         against the latest batch end this store knows, and only when it is above that against
-        ``last_seq`` (one list call and one ranged GET more).
+        ``last_seq`` (one list call and one ranged GET more). A ``fence`` is checked first
+        against the lease object (one GET): the snapshot is written only if the stream's
+        latest lease grant has that token and no purge ended it. That check precedes the
+        write (see "Limits" in ``s3_fencing``); snapshots are off the hot path, and a stale
+        holder's snapshot of the same incarnation folds the same records.
 
         Args:
             stream: The stream the snapshot belongs to.
@@ -61,14 +67,19 @@ class S3Snapshotting:
             fence: The writer's lease token, checked as ``AppendRequest.fence``; None: no check.
 
         Raises:
-            InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within
-                1..``last_seq(stream)``.
+            FencedError: When ``fence`` is set and is no longer the stream's lease (nothing written).
+            InvalidRequestError: When ``data`` is not ``bytes``, ``fence`` is malformed, or ``seq``
+                is not within 1..``last_seq(stream)``.
         """
         self._check_open()
+        check_fence(fence)
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
         keys = self._keys(stream)
-        if seq < 1 or (seq > self._known_ends.get(stream, 0) and seq > await self._last_seq(stream, keys)):
+        if fence is not None and not await self._leases.grants(stream, fence):
+            last = self._known.end(stream)
+            raise FencedError(stream, last, last, fence=fence)
+        if seq < 1 or (seq > self._known.end(stream) and seq > await self._last_seq(stream, keys)):
             raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
         await s3_snapshots.put_snapshot(self._s3, self.options, keys, seq, data)
 

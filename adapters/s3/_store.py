@@ -13,7 +13,9 @@ digits, so the highest seq is listed first)::
 
     streams/N/A              index entry: makes the stream listable (list_streams)
     data/N/A/r/{first}       one record batch = one append (s3_batch): its frames,
-                             its seq range and the writer's token
+                             its seq range, the writer's token and its level (the
+                             fencing token it was written under); or a takeover
+                             marker holding the key of the next append (s3_fencing)
     data/N/A/s/{seq}         snapshot at seq (multipart above multipart_threshold)
     data/N/A/b/{sha256}      blob, content-addressed
     data/N/A/compacted       compaction mark {"through": C, "generation": g}
@@ -33,7 +35,7 @@ Why this layout:
   the end: batch ends never stop being batch ends); otherwise ``last_seq`` is
   checked first and a mismatch is a ``ConflictError`` without any write.
 * **last_seq**: list ``r/`` with ``MaxKeys=1`` (the newest batch, thanks to
-  descending names) and read its 48-byte header with a ranged GET. Two
+  descending names) and read its 56-byte header with a ranged GET. Two
   requests, whatever the history's length. Compaction never deletes the
   newest batch (it trims its records away instead), so that object is the
   marker that keeps ``last_seq`` from going back once every record is deleted.
@@ -66,6 +68,14 @@ Why this layout:
   frees keys that this one does not check.
   ``delete_stream`` frees every key of a stream but its lease object; it must
   not race its writers.
+* **Fencing tokens** (``CAP_LEASES`` enforced, see ``s3_fencing``). One PUT
+  can only be conditional on its own key, so the lease token goes into the
+  journal: each batch records the token it was written under, and a grant of
+  a new token takes the key of the stream's next append with a takeover
+  marker before ``acquire_lease`` returns. A stale holder's append then finds
+  its key taken and a newer token there: ``FencedError``, decided by the
+  conditional PUT, no read before it. The new holder's first append replaces
+  its marker (``If-Match``): one PUT per append stays one PUT.
 * ``open()`` checks that the server honours ``If-None-Match`` (a probe object
   created twice must get 412) and refuses one that does not.
 
@@ -103,14 +113,18 @@ are loaded in a worker thread first.
 
 Limits: ``delete_stream`` must not race writers of that stream (a writer that
 still holds a pre-purge view could recreate part of it); stop the agent first.
+A purge frees the stream's keys, so a holder whose lease is still live by its
+own clock when its stream is purged and restarted is not fenced by a key (see
+"Limits" in ``s3_fencing``); one whose lease ran out is.
 
 Modules
 -------
 ``S3Store`` (here: lifecycle, purge and listing, blobs and leases; appends,
 ``last_seq`` and the read loop in its mixin ``s3_journal``, snapshots and
 compaction in its mixin ``s3_snapshotting``) is the SPI surface; it delegates
-to ``s3_requests`` (retried requests, the client), ``s3_put_batch`` (creating
-a batch object exactly once), ``s3_window`` (read windows), ``s3_compaction``
+to ``s3_requests`` (retried requests, the client), ``s3_put_batch`` (writing
+a batch object exactly once), ``s3_fencing`` (levels, takeover markers, the
+known ends and held leases that let an append skip reads), ``s3_window`` (read windows), ``s3_compaction``
 (the compaction mark, trimming, deleting batches), ``s3_snapshots``,
 ``s3_blobs``, ``s3_streams`` (listing and purge) and ``s3_leases``; keys,
 batch objects, retries, multipart uploads and URL options are in ``s3_keys``,
@@ -119,7 +133,6 @@ batch objects, retries, multipart uploads and URL options are in ``s3_keys``,
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -135,6 +148,7 @@ from durably.storage._url_redaction import redact_url
 from . import _blobs as s3_blobs
 from . import _streams as s3_streams
 from ._compaction import S3Compaction
+from ._fencing import HeldLeases, KnownHeads
 from ._journal import S3Journal
 from ._keys import StreamKeys
 from ._leases import S3Leases
@@ -142,8 +156,6 @@ from ._options import S3Options
 from ._requests import S3Requests, new_session
 from ._retry import unavailable
 from ._snapshotting import S3Snapshotting
-
-_KNOWN_ENDS_MAX = 65_536  # streams whose latest batch end this store remembers (LRU)
 
 
 # appends and reads: adapters/s3/_journal.py; snapshots and compaction: adapters/s3/_snapshotting.py
@@ -180,10 +192,11 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
         self._stack: AsyncExitStack | None = None
         self._s3 = S3Requests(self.options)  # client and limiter set by open()
         self._compaction = S3Compaction(self._s3, self.options.retry)
-        self._known_ends: OrderedDict[StreamId, int] = OrderedDict()
+        self._known = KnownHeads()
         self._appending = 0
         self._drained: anyio.Event | None = None
         self._leases = S3Leases(self._s3.call, self._s3.get, prefix=self.options.prefix, policy=self.options.retry)
+        self._held = HeldLeases(lambda: self._leases.clock())
 
     def _location(self) -> str:
         options = self.options
@@ -221,7 +234,7 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
                 raise unavailable("client setup", exc) from exc
             raise
         self._stack = stack
-        self._known_ends.clear()  # facts about the bucket stay true, but a reopen is the cheap point to relearn them
+        self._known.clear()  # facts about the bucket stay true, but a reopen is the cheap point to relearn them
 
     async def _close(self) -> None:
         if self._appending and self._drained is not None:
@@ -234,13 +247,6 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
 
     def _keys(self, stream: StreamId) -> StreamKeys:
         return StreamKeys(self.options.prefix, stream)
-
-    def _remember_end(self, stream: StreamId, end: int) -> None:
-        """Record that ``end`` is a batch end of ``stream`` (the highest one seen wins)."""
-        known = self._known_ends.pop(stream, 0)
-        self._known_ends[stream] = max(known, end)
-        if len(self._known_ends) > _KNOWN_ENDS_MAX:
-            self._known_ends.popitem(last=False)
 
     # ---------------------------------------------------------------- purge and listing (s3_streams)
 
@@ -258,8 +264,9 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
         """
         self._check_open()
         await self._leases.end(stream)
+        self._held.drop(stream)
         await s3_streams.delete_stream(self._s3, self._keys(stream))
-        self._known_ends.pop(stream, None)
+        self._known.forget(stream)
 
     async def list_streams(self, namespace: str, prefix: str = "") -> AsyncIterator[StreamId]:
         """Yield the streams of ``namespace`` whose agent id starts with ``prefix``, sorted by agent id.
@@ -328,8 +335,11 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
 
         A compare-and-swap on the stream's lease object: one GET and one conditional PUT (one
         GET more after a lost race). Taking a free, released or expired lease, also by its
-        former owner, writes the previous token + 1; a renewal while others must still treat
-        the lease as held keeps the token. ``expires_at`` is in unix seconds of this client's
+        former owner, writes the previous token + 1 and then, before returning, takes the key
+        of the stream's next append with a takeover marker of that token (one list call, one
+        ranged GET and one conditional PUT more; see ``s3_fencing``), from when on appends
+        under older tokens are refused; a renewal while others must still treat the lease as
+        held keeps the token and writes nothing else. ``expires_at`` is in unix seconds of this client's
         clock, and others treat the lease as expired only ``ttl * SKEW_FRACTION`` seconds
         after it (see ``s3_leases`` for clocks and faults).
 
@@ -346,10 +356,18 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
             InvalidRequestError: For an empty owner or a ttl that is not a finite number > 0
                 (``check_lease``), before any I/O.
             StoreUnavailableError: Also when the lease object kept changing under concurrent
-                writers; the lease may or may not be ours then (it runs out after ``ttl``).
+                writers, or the marker could not be placed; the lease may or may not be ours
+                then (it runs out after ``ttl``).
         """
         self._check_open()
-        return await self._leases.acquire(stream, owner, ttl)
+        taken = await self._leases.take(stream, owner, ttl)
+        if taken is None:
+            return None
+        lease, renewal = taken
+        if not renewal:
+            await self._place_marker(stream, self._keys(stream), lease.token)
+        self._held.hold(lease)
+        return lease
 
     async def release_lease(self, lease: Lease) -> None:
         """Give ``lease`` up if its owner still holds it with its token; otherwise a no-op.
@@ -367,6 +385,8 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
                 writers.
         """
         self._check_open()
+        if isinstance(lease, Lease):
+            self._held.drop(lease.stream, lease.token)
         await self._leases.release(lease)
 
     async def get_lease(self, stream: StreamId) -> Lease | None:

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import os
 import uuid
+import zlib
 
 import anyio
 import pytest
@@ -24,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from durably.adapters.s3 import S3Store
-from durably.adapters.s3._batch import Batch, BatchHeader
+from durably.adapters.s3._batch import HEADER_SIZE, Batch, BatchHeader
 from durably.adapters.s3._keys import StreamKeys, decode_segment, encode_segment, seq_from_name, seq_name
 from durably.adapters.s3._options import MIN_PART_SIZE, S3Options
 from durably.adapters.s3._retry import RetryPolicy
@@ -151,7 +152,13 @@ def test_batch_object_round_trip_trim_and_corruption() -> None:
     batch = Batch(4, 6, 4, b"t" * 16, (b"a", b"", b"c" * 300))
     data = batch.encode()
     assert Batch.decode(data) == batch
-    assert BatchHeader.decode(data[:48]).last_seq == 6
+    assert BatchHeader.decode(data[:HEADER_SIZE]).last_seq == 6
+    old = b"dyB1" + data[4:48] + data[56:]  # a batch written before levels: a 48-byte header, read as level 0
+    old = old[:-4] + zlib.crc32(old[:-4]).to_bytes(4, "big")
+    assert Batch.decode(old).records == batch.records and BatchHeader.decode(old[:HEADER_SIZE]).level == 0
+    marker = Batch.marker(7, 3, b"m" * 16)
+    header = BatchHeader.decode(marker.encode()[:HEADER_SIZE])
+    assert header.is_marker and (header.last_seq, header.level, header.count) == (6, 3, 0)
     trimmed = batch.trimmed(5)
     assert (trimmed.records_from, trimmed.records, list(trimmed.seqs())) == (6, (b"c" * 300,), [6])
     assert Batch.decode(trimmed.encode()) == trimmed and trimmed.encode() != data, "a trimmed version has new bytes"

@@ -25,6 +25,7 @@ import anyio
 import pytest
 from support_agents import read_lines
 
+from durably.adapters.s3._batch import HEADER_SIZE, BatchHeader
 from durably.adapters.s3._keys import StreamKeys
 from durably.storage import StreamId, open_store
 
@@ -205,15 +206,27 @@ def test_stale_worker_wakes_up_fenced_and_stops_cleanly(s3_server, url, tmp_path
     assert last_json(out)[agent]["status"] == "fenced"
 
     # A wrote nothing to the journal: the bucket is as B left it (but for the
-    # lease object, which A may renew and release on its way out), and A's only
+    # lease object, which A may renew and release on its way out, and the takeover
+    # marker a lease grant puts at the next seq: no records), and A's only
     # journal write attempt was the conditional PUT of the seq B had already taken.
-    def journal_only(listing: dict) -> dict:
-        return {key: etag for key, etag in listing.items() if not key.endswith("/lease")}
+    keys = StreamKeys(f"{prefix}/", StreamId(NAMESPACE, agent))
+    marker_key = keys.batch(seq_before + 1)
 
-    assert journal_only(bucket_listing(s3_server, prefix)) == journal_only(listing_before)
+    def journal_only(listing: dict) -> dict:
+        return {key: etag for key, etag in listing.items() if not key.endswith("/lease") and key != marker_key}
+
+    after = bucket_listing(s3_server, prefix)
+    if marker_key in after:
+        body = s3_server.client().get_object(Bucket=BUCKET, Key=marker_key)["Body"].read()
+        assert BatchHeader.decode(body[:HEADER_SIZE]).is_marker, "only a takeover marker follows B's last batch"
+    assert journal_only(after) == journal_only(listing_before)
     assert last_seq(store_url, agent) == seq_before
-    writes = [r for r in after_wake if r.method in MUTATING and not r.path.endswith("/lease")]
-    lost_key = StreamKeys(f"{prefix}/", StreamId(NAMESPACE, agent)).batch(seq_at_freeze + 1)
+    writes = [
+        r
+        for r in after_wake
+        if r.method in MUTATING and not r.path.endswith("/lease") and r.path != f"/{BUCKET}/{marker_key}"
+    ]
+    lost_key = keys.batch(seq_at_freeze + 1)
     assert [(r.method, r.path) for r in writes] == [("PUT", f"/{BUCKET}/{lost_key}")]
 
     effects = assert_each_effect_once(tmp_path, 1)

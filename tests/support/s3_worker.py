@@ -147,13 +147,14 @@ def install_hooks() -> None:
 
     GroupCommitter.append = committer_append
 
-    original_put_new_batch = S3Store._put_new_batch
+    original_put_batch = S3Store._put_batch
 
-    async def put_new_batch(self, *a, **kw):
-        await original_put_new_batch(self, *a, **kw)
+    async def put_batch(self, *a, **kw):
+        etag = await original_put_batch(self, *a, **kw)
         hit("put_landed")
+        return etag
 
-    S3Store._put_new_batch = put_new_batch
+    S3Store._put_batch = put_batch
 
     original_put_snapshot = S3Store.put_snapshot
 
