@@ -61,7 +61,7 @@ from durably.storage._spi import (
 
 from . import _schema as layout
 from ._changes import PostgresChanges
-from ._faults import OutcomeUnknown, connection_lost, retrying, translate, with_retries
+from ._faults import CLIENT_FAILURES, OutcomeUnknown, broken, connection_lost, retrying, translate, with_retries
 from ._leases import PostgresLeases
 from ._options import PostgresOptions, redacted
 from ._status_index import PostgresStatusIndex, check_entries, entry_rows, index_sql
@@ -214,10 +214,16 @@ class PostgresStore(
         conn = await pool.acquire()
         try:
             yield conn
+        except BaseException as exc:
+            if broken(exc):
+                # Mid-exchange or dead: reused, it would fail the next call ("another operation is
+                # in progress"). Terminated, the pool opens a fresh one in its place.
+                conn.terminate()
+            raise
         finally:
             try:
                 await pool.release(conn)
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            except (asyncpg.PostgresError, *CLIENT_FAILURES) as exc:
                 log.debug("a pooled connection broke on release (the pool drops it): %s", exc)
 
     async def _call(self, what: str, work: Callable[[PooledConnection], Awaitable[T]]) -> T:
