@@ -932,7 +932,8 @@ class Runtime:
         This is how an agent parked in one process runs on after another process
         approved it or extended its budget, and how a dead worker's agents are
         taken over (at once when it was a process of this host). A store outage
-        (``StoreUnavailableError``) does not end it: scans back off up to 30 s,
+        (``StoreUnavailableError``, or any other ``StoreError`` but
+        ``StoreClosedError``) does not end it: scans back off up to 30 s,
         are logged, traced (``durably.serve.outage``) and counted, and serving
         carries on when the store is back. On a drain signal it drains and
         returns: a deploy's SIGTERM lets the steps in flight finish and hands the

@@ -16,6 +16,7 @@ The server is this module's own: restarting the session's would disturb other te
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import signal
@@ -182,3 +183,37 @@ async def test_an_embedded_runtime_serves_on_through_restarts_and_an_outage(
     keys = Counter(e["key"] for e in read_lines(effects))
     assert [k for k, n in keys.items() if n > 1] == [], "an effect ran twice"
     assert len(keys) == (AGENTS + 1) * STEPS
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_serve_rides_out_a_store_error_that_is_not_an_outage(
+    server: PostgresTestServer, caplog, anyio_backend
+) -> None:
+    # An operator renames the streams table away and back (a restore, a botched migration): every
+    # scan meanwhile fails with PostgresSetupError, not StoreUnavailableError. serve() backs off
+    # through it as through an outage, and runs the agent approved once the table is back.
+    from support_agents import gated_agent
+
+    schema = f"t_{os.urandom(6).hex()}"
+    url = server.url(schema)
+    ran: list[int] = []
+    definition = gated_agent(ran)
+    caplog.set_level(logging.WARNING, logger="durably.serve")
+    async with Runtime(url, agents=[definition]) as rt:
+        await (await rt.start(definition, "g1", "task")).wait()
+        async with anyio.create_task_group() as group:
+            group.start_soon(rt.serve, 0.05)
+            await anyio.to_thread.run_sync(server.psql, f"ALTER TABLE {schema}.streams RENAME TO streams_away")
+            with anyio.fail_after(20):
+                while not any("store unavailable" in r.getMessage() for r in caplog.records):
+                    await anyio.sleep(0.05)
+            await anyio.to_thread.run_sync(server.psql, f"ALTER TABLE {schema}.streams_away RENAME TO streams")
+            async with Runtime(url) as operator:
+                await operator.approve("g1", "c1")
+            with anyio.fail_after(40):
+                while (await rt.status("g1")).status != "finished":
+                    await anyio.sleep(0.05)
+            group.cancel_scope.cancel()
+    assert ran == [1]
+    assert any("PostgresSetupError" in r.getMessage() for r in caplog.records)
