@@ -223,7 +223,7 @@ class PostgresStore(
         finally:
             try:
                 await pool.release(conn)
-            except (asyncpg.PostgresError, *CLIENT_FAILURES) as exc:
+            except _RELEASE_FAILURES as exc:
                 log.debug("a pooled connection broke on release (the pool drops it): %s", exc)
 
     async def _call(self, what: str, work: Callable[[PooledConnection], Awaitable[T]]) -> T:
@@ -589,6 +589,10 @@ class PostgresStore(
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         data: bytes = rows[0][0]
         return data
+
+
+#: What giving a broken connection back to the pool may raise (the pool drops it then).
+_RELEASE_FAILURES: tuple[type[BaseException], ...] = (asyncpg.PostgresError, *CLIENT_FAILURES)
 
 
 async def _end_transaction(conn: asyncpg.Connection) -> None:
