@@ -59,6 +59,17 @@ class Gate:
         self.definition = AgentDefinition(name="payer", model=StepModel(1, tool_name="pay"), tools=[pay])
 
 
+def durably(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durably._cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "250", **(env or {})},
+        stdin=subprocess.DEVNULL,  # no terminal: the command does as told
+    )
+
+
 async def test_reencrypt_leaves_a_worker_inside_a_tool_call_alone_and_keeps_its_result(tmp_path) -> None:
     url = f"sqlite:///{tmp_path}/agents.db"
     gate = Gate(policy="retry")  # a lost result would make the payment run again on resume
@@ -72,6 +83,11 @@ async def test_reencrypt_leaves_a_worker_inside_a_tool_call_alone_and_keeps_its_
             assert held.action == HELD
             assert WORKER_ID in held.held_by and str(os.getpid()) in held.held_by
             assert set(held.after) == {"k1"}
+            assert await operator.store.last_seq(operator.stream("p1")) == last_seq
+            keys = {"DURABLY_KEYS": f"k1={K1.hex()},k2={K2.hex()}", "DURABLY_KEY_ID": "k2"}
+            cli = await anyio.to_thread.run_sync(lambda: durably("reencrypt", "--store", url, "--wait", "0", env=keys))
+            assert cli.returncode == 1, cli.stdout + cli.stderr  # a stream still under the old key
+            assert f"p1: held: worker {WORKER_ID!r} on host" in cli.stdout and f"(pid {os.getpid()})" in cli.stdout
             assert await operator.store.last_seq(operator.stream("p1")) == last_seq
             # Waiting: the rewrite happens once the worker has journaled its result and finished.
             reports: list = []
@@ -90,17 +106,6 @@ async def test_reencrypt_leaves_a_worker_inside_a_tool_call_alone_and_keeps_its_
         await worker.resume_all()  # nothing left to resume: no intent without a result
         assert (await worker.status("p1")).status == "finished"
     assert len(gate.effects) == 1, gate.effects  # the payment ran once
-
-
-def durably(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "durably._cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "250"},
-        stdin=subprocess.DEVNULL,  # no terminal: the command does as told
-    )
 
 
 async def test_durably_purge_refuses_an_agent_a_live_worker_runs_and_names_it(tmp_path) -> None:
