@@ -868,31 +868,41 @@ class Runtime:
 
     # stored data: the upkeep part ---------------------------------------------
 
-    async def purge(self, agent_id: str) -> None:
+    async def purge(self, agent_id: str, *, force: bool = False) -> None:
         """Delete everything stored of an agent in this namespace: records, snapshots, blobs, its seq.
 
         The id may then be started anew, as a new run (fresh run id, so fresh
         idempotency keys): nothing of the old one is seen. A live activation in
-        this runtime is stopped first and its queued snapshot dropped. Another
-        process still running the agent is fenced at its next append (the
-        stream it expects is gone).
+        this runtime is stopped first and its queued snapshot dropped. While
+        another live worker holds the agent's lease (it runs the agent now,
+        perhaps inside a tool call) the purge is refused, unless ``force``;
+        otherwise it is made under the agent's lease, so no worker resumes the
+        agent meanwhile.
 
         Args:
             agent_id: The agent in this runtime's namespace.
+            force: Purge even while another worker runs the agent: that worker
+                is fenced at its next append and what its step in flight did
+                is not journaled.
 
         Raises:
             AgentNotFoundError: Nothing of the agent is stored.
+            AgentLeasedError: Another live worker holds the agent (without
+                ``force``); its ``owner`` names it. Nothing is deleted.
             PurgeIncompleteError: Something of the stream is left after the delete.
             StoreUnavailableError: The store cannot be reached.
         """
-        return await self._upkeep.purge(agent_id)
+        check_bool("purge", "force", force)
+        return await self._upkeep.purge(agent_id, force=force)
 
     async def sweep(
         self, retention: RetentionPolicy, *, now: float | None = None, dry_run: bool = False
     ) -> list[SweepItem]:
         """Purge this namespace's agents whose time-to-live (by status, from their last record) has passed.
 
-        A stream that cannot be read or dated is kept (and reported so).
+        A stream that cannot be read or dated is kept (and reported so), and so
+        is one a live worker holds (reported ``held``): each purge is made
+        under the agent's lease.
 
         Args:
             retention: The ``durably.RetentionPolicy`` setting the TTLs.
@@ -912,11 +922,17 @@ class Runtime:
         """
         return await self._upkeep.sweep(retention, now=now, dry_run=dry_run)
 
-    async def reencrypt(self) -> list[ReencryptReport]:
+    async def reencrypt(self, *, wait: float = 10.0) -> list[ReencryptReport]:
         """Rewrite this namespace's streams so every frame uses the current key.
 
         The history before the rewrite is compacted into a snapshot (see
-        ``durably reencrypt``).
+        ``durably reencrypt``). Each stream is rewritten under its lease: a
+        stream a live worker holds (this runtime included) is never rewritten
+        under it, so the work that worker holds is kept; it is tried again
+        until ``wait`` seconds have passed and then reported ``held``.
+
+        Args:
+            wait: Seconds to keep trying the streams live workers hold (finite, >= 0).
 
         Returns:
             One ``durably.ReencryptReport`` per stream, in the store's listing
@@ -925,12 +941,14 @@ class Runtime:
         Raises:
             InvalidArgumentError: The runtime has no ``encryption`` (a
                 ``ValueError``; raised at the first stream, so an empty
-                namespace returns ``[]``).
+                namespace returns ``[]``), or ``wait`` is not a finite number >= 0
+                (before anything is read).
             DecryptionError: A frame does not decrypt (also ``UnknownKeyError``);
                 that stream is not changed.
-            ConflictError: A live writer kept appending to a stream.
+            ConflictError: A writer without a lease (a command) kept appending to a stream.
         """
-        return await self._upkeep.reencrypt()
+        check_figure("reencrypt", "wait", wait, optional=False)
+        return await self._upkeep.reencrypt(wait=wait)
 
     # a worker among others: the fleet -----------------------------------------
 
@@ -990,7 +1008,8 @@ class Runtime:
         once its heartbeat is older than ``heartbeat_timeout``). While it serves,
         and until the runtime is left, this runtime heartbeats in the store
         (``durably workers`` lists it; see ``durably._fleet.workers``). A store outage
-        (``StoreUnavailableError``) does not end it: scans back off up to 30 s,
+        (``StoreUnavailableError``, or any other ``StoreError`` but
+        ``StoreClosedError``) does not end it: scans back off up to 30 s,
         are logged, traced (``durably.serve.outage``) and counted, and serving
         carries on when the store is back. On a drain signal it drains and
         returns: a deploy's SIGTERM lets the steps in flight finish and hands the

@@ -15,6 +15,11 @@ Three kinds of failure, told apart by asyncpg's exception (its SQLSTATE):
   error, a client-side timeout) while a statement was in flight. It may have
   committed. Reads and idempotent writes are simply retried; an append is
   resolved by read-back first (``PostgresStore._resolve``), never re-sent blind.
+  asyncpg's own client-side failures (``InternalClientError`` and its
+  subclasses: "cannot switch to state N; another operation is in progress" on a
+  connection a restart left half-way through a message exchange, a protocol
+  error) belong here too: the connection is in an unknown state, so it is
+  thrown away (``broken``) and the call goes on as for a dropped connection.
 * **Final**: the caller's mistake (a value PostgreSQL cannot store:
   ``InvalidRequestError``) or the database's set-up (permission denied, a
   dropped table: ``PostgresSetupError``). Retrying cannot help.
@@ -58,12 +63,34 @@ def sqlstate(exc: BaseException) -> str:
     return getattr(exc, "sqlstate", None) or ""
 
 
+#: What asyncpg raises, besides server errors, when a connection fails under a call: the link
+#: (OS errors, timeouts, ``InterfaceError``: "connection is closed") or the client's protocol
+#: state (``InternalClientError``: a connection left mid-exchange by a dropped server).
+CLIENT_FAILURES: tuple[type[BaseException], ...] = (
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    OSError,
+    TimeoutError,
+    ConnectionError,
+    EOFError,
+)
+
+
 def connection_lost(exc: BaseException) -> bool:
     """True when ``exc`` means the connection (and whatever it had in flight) is gone."""
     if isinstance(exc, asyncpg.PostgresError):
         code = sqlstate(exc)
         return code in CONNECTION_LOST or code.startswith(CONNECTION_LOST_CLASSES)
-    return isinstance(exc, (asyncpg.InterfaceError, OSError, TimeoutError, ConnectionError))
+    return isinstance(exc, CLIENT_FAILURES)
+
+
+def broken(exc: BaseException) -> bool:
+    """True when the connection a call failed on must not be used again: anything but an error
+    the server answered with on a live connection (a cancellation mid-statement, a client-side
+    failure, a lost link) may leave it mid-exchange."""
+    if isinstance(exc, OutcomeUnknown):
+        exc = exc.cause
+    return not isinstance(exc, asyncpg.PostgresError) or connection_lost(exc)
 
 
 def transient(exc: BaseException) -> bool:

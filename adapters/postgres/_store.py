@@ -64,7 +64,7 @@ from durably.storage._url_redaction import redact_url
 
 from . import _schema as layout
 from ._changes import PostgresChanges
-from ._faults import OutcomeUnknown, connection_lost, retrying, translate, with_retries
+from ._faults import CLIENT_FAILURES, OutcomeUnknown, broken, connection_lost, retrying, translate, with_retries
 from ._leases import PostgresLeases
 from ._options import PostgresOptions
 from ._status_index import PostgresStatusIndex, check_entries, entry_rows, index_sql
@@ -220,10 +220,16 @@ class PostgresStore(
         conn = await pool.acquire()
         try:
             yield conn
+        except BaseException as exc:
+            if broken(exc):
+                # Mid-exchange or dead: reused, it would fail the next call ("another operation is
+                # in progress"). Terminated, the pool opens a fresh one in its place.
+                conn.terminate()
+            raise
         finally:
             try:
                 await pool.release(conn)
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            except _RELEASE_FAILURES as exc:
                 log.debug("a pooled connection broke on release (the pool drops it): %s", exc)
 
     async def _call(self, what: str, work: Callable[[PooledConnection], Awaitable[T]]) -> T:
@@ -629,6 +635,10 @@ def _outcomes(requests: Sequence[AppendRequest], results: Sequence[int]) -> list
         else:
             outcomes.append(result)
     return outcomes
+
+
+#: What giving a broken connection back to the pool may raise (the pool drops it then).
+_RELEASE_FAILURES: tuple[type[BaseException], ...] = (asyncpg.PostgresError, *CLIENT_FAILURES)
 
 
 async def _end_transaction(conn: asyncpg.Connection) -> None:

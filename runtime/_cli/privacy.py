@@ -1,13 +1,18 @@
 """The ``durably purge``, ``sweep`` and ``reencrypt`` commands, and encryption keys from the environment.
 
-    durably purge AGENT [AGENT...] [--yes|--dry-run]     delete agents' records, snapshots and blobs
-    durably sweep --ttl finished=30d [--yes|--dry-run]   purge agents past their time-to-live
-    durably reencrypt [--allow-plaintext]                rewrite frames under the current key
+    durably purge AGENT [AGENT...] [--yes|--dry-run] [--force]   delete agents' records, snapshots and blobs
+    durably sweep --ttl finished=30d [--yes|--dry-run]           purge agents past their time-to-live
+    durably reencrypt [--allow-plaintext] [--wait SECONDS]       rewrite frames under the current key
 
 ``purge`` and ``sweep`` delete for good: on a terminal they show what they
 would delete and ask first (``--yes`` skips the question, ``--dry-run`` only
 shows); without a terminal (a script, a cron job) there is no one to ask, so
 they delete only with ``--yes`` and otherwise refuse (exit status 1).
+
+None of them rewrites an agent a live worker runs: ``purge`` refuses it and
+says which worker holds it (``--force`` purges it anyway), ``sweep`` reports it
+``held``, and ``reencrypt`` waits for it up to ``--wait`` seconds, then reports
+it ``held`` (run it again once that agent parked or finished).
 
 Keys: when ``$DURABLY_KEYS`` is set (``id=base64key,...``, see
 ``durably.storage._crypto.EnvKeyProvider``) every command that opens a
@@ -23,10 +28,11 @@ import click
 
 from durably._cli.options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, encryption_from_env, run_async, store_command
 from durably._cli.output import Output, stdin_is_terminal, when
+from durably._fleet.owner import OwnerIdentity
 from durably._runtime import Runtime
 from durably._upkeep.reencrypt import ReencryptReport
 from durably._upkeep.retention import RetentionPolicy, SweepItem, parse_duration
-from durably.errors import InvalidCommandError
+from durably.errors import AgentLeasedError, InvalidCommandError
 
 
 def _ttl(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
@@ -73,12 +79,30 @@ yes_option = click.option(
 dry_run_option = click.option("--dry-run", is_flag=True, help="only show what would be purged; delete nothing")
 
 
+def holder_text(owner: str | None) -> str:
+    """Who a lease owner string names, for a person: worker id, host and pid when the owner
+    is one durably wrote (``durably._fleet.owner``), else the string itself."""
+    if not owner:
+        return "another worker"
+    identity = OwnerIdentity.parse(owner)
+    if identity is None:
+        return owner
+    return f"worker {identity.worker_id!r} on host {identity.host} (pid {identity.pid})"
+
+
 @click.command()
 @click.argument("agent_ids", nargs=-1, required=True, metavar="AGENT...")
 @yes_option
 @dry_run_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="purge also an agent a live worker runs now (that worker's step in flight is lost)",
+)
 @store_command
-def purge(store: str, namespace: str, agent_ids: tuple[str, ...], yes: bool, dry_run: bool, out: Output) -> int:
+def purge(
+    store: str, namespace: str, agent_ids: tuple[str, ...], yes: bool, dry_run: bool, force: bool, out: Output
+) -> int:
     """Delete agents' records, snapshots and blobs for good (the id may then start anew)."""
     encryption = encryption_from_env()
 
@@ -92,11 +116,22 @@ def purge(store: str, namespace: str, agent_ids: tuple[str, ...], yes: bool, dry
                 )
             return lines
 
-    async def go() -> None:
+    async def go() -> int:
+        refused = 0
         async with Runtime(store, namespace=namespace, encryption=encryption) as rt:
             for agent_id in agent_ids:
-                await rt.purge(agent_id)
+                try:
+                    await rt.purge(agent_id, force=force)
+                except AgentLeasedError as exc:
+                    refused += 1
+                    until = f", lease until {when(exc.expires_at)}" if exc.expires_at is not None else ""
+                    out.line(
+                        f"{agent_id}: not purged: {holder_text(exc.owner)} runs it now{until} "
+                        "(wait until it parks or finishes, or purge it anyway with --force)"
+                    )
+                    continue
                 out.line(f"{agent_id}: purged from namespace {namespace!r}")
+        return refused
 
     require_someone_to_ask(yes=yes, dry_run=dry_run)
     if dry_run or not yes:
@@ -107,8 +142,7 @@ def purge(store: str, namespace: str, agent_ids: tuple[str, ...], yes: bool, dry
     if not confirmed(out, f"purge {len(agent_ids)} agent(s) from namespace {namespace!r} for good?", yes=yes):
         out.line("nothing purged")
         return EXIT_REFUSED
-    run_async(go)
-    return EXIT_OK
+    return EXIT_REFUSED if run_async(go) else EXIT_OK
 
 
 def _sweep_line(item: SweepItem) -> str:
@@ -176,8 +210,16 @@ def sweep(
     is_flag=True,
     help="also read plaintext frames and encrypt them (turning encryption on for a store)",
 )
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0, max=86_400),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="how long to keep trying the agents live workers run before reporting them held",
+)
 @store_command
-def reencrypt(store: str, namespace: str, allow_plaintext: bool, out: Output) -> int:
+def reencrypt(store: str, namespace: str, allow_plaintext: bool, wait: float, out: Output) -> int:
     """Rewrite every frame under the current key of $DURABLY_KEYS (history compacted into a snapshot)."""
     encryption = encryption_from_env(allow_plaintext=allow_plaintext)
     if encryption is None:
@@ -186,12 +228,15 @@ def reencrypt(store: str, namespace: str, allow_plaintext: bool, out: Output) ->
 
     async def go() -> list[ReencryptReport]:
         async with Runtime(store, namespace=namespace, encryption=encryption) as rt:
-            return await rt.reencrypt()
+            return await rt.reencrypt(wait=wait)
 
     reports = run_async(go)
     for report in reports:
         before = ", ".join(f"{k or 'plaintext'}: {n}" for k, n in sorted(report.before.items(), key=str))
-        out.line(f"{report.stream.agent_id}: {report.action} ({before})")
+        held = (
+            f": {holder_text(report.held_by)} runs it; run this again once it parks" if report.action == "held" else ""
+        )
+        out.line(f"{report.stream.agent_id}: {report.action}{held} ({before})")
     stale = [r for r in reports if set(r.after) - {encryption.current_key_id()}]
     out.line(
         f"{len(reports)} streams in namespace {namespace!r}; every frame now under key {encryption.current_key_id()!r}"

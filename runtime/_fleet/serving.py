@@ -2,9 +2,11 @@
 
 Three promises a serving worker makes:
 
-* **It outlives an outage.** A scan that meets ``StoreUnavailableError`` (a
-  SQLite lock held past the busy timeout, S3 answering 503 past its retry
-  deadline) is retried with capped exponential backoff and jitter (tenacity,
+* **It outlives an outage.** A scan that meets a store failure
+  (``StoreUnavailableError``: a SQLite lock held past the busy timeout, S3
+  answering 503 past its retry deadline, a PostgreSQL restart; or any other
+  ``StoreError`` but ``StoreClosedError``, e.g. a table an operator is
+  restoring) is retried with capped exponential backoff and jitter (tenacity,
   as in the AWS Architecture Blog's "Exponential Backoff And Jitter"); each failed scan is logged, recorded as a
   ``durably.serve.outage`` span and counted in the ``durably.serve.outages``
   metric; the first good scan logs the recovery and serving goes on.
@@ -39,7 +41,7 @@ from durably._figures import check_figure
 from durably._fleet import wakeups
 from durably._fleet.scan import FairShare, scan
 from durably.errors import InvalidArgumentError
-from durably.storage._errors import StoreUnavailableError
+from durably.storage._errors import StoreClosedError, StoreError
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -100,11 +102,11 @@ async def _stop_on_signal(signals: tuple[int, ...], stop: anyio.Event) -> None:
 
 
 async def _scan_forever(activations: Activations, poll_interval: float, stop: anyio.Event, fair: FairShare) -> None:
-    from tenacity import AsyncRetrying, retry_if_exception_type, stop_never  # only serve() needs it (import time)
+    from tenacity import AsyncRetrying, retry_if_exception, stop_never  # only serve() needs it (import time)
 
     outage = _Outage(activations)
     retrying = AsyncRetrying(
-        retry=retry_if_exception_type(StoreUnavailableError),
+        retry=retry_if_exception(_store_failure),
         stop=stop_never,
         reraise=True,
         wait=_backoff(poll_interval),
@@ -130,6 +132,12 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
             await wakeups.wait_and_resume(changes, poll_interval, woken)
 
 
+def _store_failure(exc: BaseException) -> bool:
+    """Whether a scan's failure is the store's, to back off and ride out: any ``StoreError`` but
+    ``StoreClosedError`` (this runtime is being left: serving ends with it)."""
+    return isinstance(exc, StoreError) and not isinstance(exc, StoreClosedError)
+
+
 def _backoff(poll_interval: float) -> wait_base:
     """Exponential from one poll interval, capped at ``MAX_BACKOFF``, plus up to one interval of jitter."""
     from tenacity import wait_exponential, wait_random
@@ -151,7 +159,11 @@ class _Outage:
             self._since = time.monotonic()
         pause = state.next_action.sleep if state.next_action is not None else 0.0
         log.warning(
-            "serve(): store unavailable (scan %d failed: %s); next scan in %.1f s", state.attempt_number, exc, pause
+            "serve(): store unavailable (scan %d failed: %s: %s); next scan in %.1f s",
+            state.attempt_number,
+            type(exc).__name__,
+            exc,
+            pause,
         )
         telemetry = self._activations.telemetry
         if telemetry.metrics is not None:

@@ -18,10 +18,13 @@ for the sake of an operator task. So the rewrite uses what the SPI has:
 4. compact: delete every record before it and every older snapshot.
 
 The price, stated plainly: the journal's history before the rewrite is gone
-(only the state, which is what restore needs, survives), and the appended
-record fences off a process still running the agent (its next append fails
-its expected-seq check; it stops and is resumed from the journal, as after
-any takeover). A stream whose records are all already under the current key
+(only the state, which is what restore needs, survives). A worker running the
+agent is never fenced off by it: each stream is rewritten under its lease
+(``durably._upkeep.exclusive``), so a stream a live worker holds (inside a
+tool call, say, holding a result to journal) is left alone, tried again until
+``wait`` seconds have passed, and reported ``held`` (with its holder) if it
+is still held then; run the command again once that agent has parked or
+finished. The rewrite's writes carry the lease's fencing token. A stream whose records are all already under the current key
 but whose latest snapshot is not just gets that snapshot rewritten at the same
 seq (``put_snapshot`` overwrites) and the older ones deleted.
 
@@ -40,25 +43,33 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
+
+import anyio
 
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import apply
-from durably.errors import InvalidArgumentError
+from durably.errors import AgentLeasedError, InvalidArgumentError
 from durably.schemas._records import Kind, Record
 from durably.storage._crypto import key_id_of
-from durably.storage._errors import ConflictError
-from durably.storage._spi import Store, StreamId
+from durably.storage._errors import ConflictError, FencedError
+from durably.storage._spi import Lease, Store, StreamId
 
 if TYPE_CHECKING:
     from durably._telemetry import Telemetry
 
-_RETRIES = 8  # expected-seq retries against a live writer
+_RETRIES = 8  # expected-seq retries against a writer without a lease (an operator's command)
+_HELD_PAUSE = 0.2  # seconds between two looks at the streams live workers held
 
 #: ``ReencryptReport.action`` values.
-CURRENT, SNAPSHOT_REWRITTEN, COMPACTED = "current", "snapshot-rewritten", "compacted"
+CURRENT, SNAPSHOT_REWRITTEN, COMPACTED, HELD = "current", "snapshot-rewritten", "compacted", "held"
+
+#: What holds a stream for a rewrite: an async context manager yielding its lease (None: no leases).
+Holder = Callable[[StreamId], AbstractAsyncContextManager[Lease | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +82,9 @@ class ReencryptReport:
             snapshots together.
         after: Frames per key id (None: plaintext) after, records and
             snapshots together.
-        action: ``current`` (nothing to do), ``snapshot-rewritten`` or
-            ``compacted``.
+        action: ``current`` (nothing to do), ``snapshot-rewritten``,
+            ``compacted``, or ``held``: a live worker held the stream the whole
+            time (nothing rewritten; ``held_by`` says who).
         seq: The snapshot seq written (0 when none).
         files_scrubbed: True when the store's files no longer hold the bytes of
             the frames rewritten or deleted (old WAL frames, freed pages), False
@@ -81,6 +93,8 @@ class ReencryptReport:
             blocks: see the module docstring).
         residue: What prevented the scrub (e.g. another connection's open
             transaction); "" otherwise.
+        held_by: For ``held``, the lease owner that held the stream ("" when
+            unknown or not held).
     """
 
     stream: StreamId
@@ -90,6 +104,7 @@ class ReencryptReport:
     seq: int = 0
     files_scrubbed: bool | None = None
     residue: str = ""
+    held_by: str = ""
 
 
 async def key_census(store: Store, stream: StreamId) -> tuple[Counter[str | None], Counter[str | None]]:
@@ -109,15 +124,18 @@ async def key_census(store: Store, stream: StreamId) -> tuple[Counter[str | None
 
 
 async def reencrypt_stream(
-    store: Store, codec: RecordCodec, stream: StreamId, *, telemetry: Telemetry
+    store: Store, codec: RecordCodec, stream: StreamId, *, telemetry: Telemetry, fence: int | None = None
 ) -> ReencryptReport:
     """Rewrite ``stream`` so every frame in it is sealed with the current key (see the module docstring).
 
     ``codec`` must encrypt (its cipher holds the old keys and the current one;
     with ``allow_plaintext`` it also moves a plaintext stream to encryption).
+    ``fence``: the token of the stream's lease the caller holds (None: none),
+    carried by the rewrite's append and snapshot.
     Raises ``ValueError`` for a codec without a cipher, ``DecryptionError`` /
     ``UnknownKeyError`` when a frame does not decrypt (nothing is changed then),
-    ``AgentFencedError``-like ``ConflictError`` when a live writer keeps winning.
+    ``FencedError`` when ``fence`` is no longer the stream's lease, and
+    ``ConflictError`` when a writer without a lease keeps winning.
     """
     cipher = codec.codec.cipher
     if cipher is None:
@@ -131,7 +149,7 @@ async def reencrypt_stream(
         latest = await store.get_snapshot(stream)
         assert latest is not None  # some snapshot is under an old key
         seq, wire, _frame = codec.decode_snapshot(latest, stream)
-        await store.put_snapshot(stream, seq, codec.encode_snapshot(seq, wire, stream))
+        await store.put_snapshot(stream, seq, codec.encode_snapshot(seq, wire, stream), fence=fence)
         await store.delete_snapshots(stream, seq)
         after_records, after_snapshots = await key_census(store, stream)
         return ReencryptReport(stream, before, dict(after_records + after_snapshots), SNAPSHOT_REWRITTEN, seq)
@@ -151,11 +169,15 @@ async def reencrypt_stream(
             last_at if last_at is not None else time.time(),
         )
         try:
-            await store.append(stream, last_seq, [codec.encode_record(marker, stream)])
+            await store.append(stream, last_seq, [codec.encode_record(marker, stream)], fence=fence)
+        except FencedError:
+            raise  # the lease passed on: whoever holds it now runs the agent
         except ConflictError:
-            continue  # a live writer moved on: restore again
+            continue  # a command was appended meanwhile: restore again
         apply(state, marker)
-        await store.put_snapshot(stream, marker.seq, codec.encode_snapshot(marker.seq, state.to_wire(), stream))
+        await store.put_snapshot(
+            stream, marker.seq, codec.encode_snapshot(marker.seq, state.to_wire(), stream), fence=fence
+        )
         await store.delete_records(stream, last_seq)
         await store.delete_snapshots(stream, marker.seq)
         after_records, after_snapshots = await key_census(store, stream)
@@ -163,15 +185,42 @@ async def reencrypt_stream(
     raise ConflictError(stream, last_seq, None)
 
 
-async def reencrypt(store: Store, codec: RecordCodec, namespace: str, *, telemetry: Telemetry) -> list[ReencryptReport]:
-    """``reencrypt_stream`` for every stream of ``namespace``, in ``list_streams`` order,
-    then ``scrub_files``: every report carries whether the old bytes are gone from the files."""
-    reports = [
-        await reencrypt_stream(store, codec, stream, telemetry=telemetry)
-        async for stream in store.list_streams(namespace)
-    ]
+async def reencrypt(
+    store: Store, codec: RecordCodec, namespace: str, *, telemetry: Telemetry, held: Holder, wait: float = 0.0
+) -> list[ReencryptReport]:
+    """``reencrypt_stream`` for every stream of ``namespace``, each under ``held(stream)`` (its lease),
+    then ``scrub_files``: every report carries whether the old bytes are gone from the files.
+
+    A stream a live worker holds (``held`` raises ``AgentLeasedError``, or the lease passes on
+    mid-rewrite: ``FencedError``) is tried again every ``_HELD_PAUSE`` seconds until ``wait``
+    seconds have passed, then reported ``held``. Reports are in ``list_streams`` order.
+    """
+    listed = [stream async for stream in store.list_streams(namespace)]
+    reports: dict[StreamId, ReencryptReport] = {}
+    pending, holders = listed, dict[StreamId, str]()
+    deadline = anyio.current_time() + wait
+    while True:
+        holders = {}
+        for stream in pending:
+            try:
+                async with held(stream) as lease:
+                    fence = None if lease is None else lease.token
+                    reports[stream] = await reencrypt_stream(store, codec, stream, telemetry=telemetry, fence=fence)
+            except AgentLeasedError as exc:
+                holders[stream] = exc.owner or ""
+            except FencedError:
+                holders[stream] = ""
+        pending = list(holders)
+        left = deadline - anyio.current_time()
+        if not pending or left <= 0:
+            break
+        await anyio.sleep(min(_HELD_PAUSE, left))
+    for stream, owner in holders.items():
+        records, snapshots = await key_census(store, stream)
+        census = dict(records + snapshots)
+        reports[stream] = ReencryptReport(stream, census, census, HELD, held_by=owner)
     scrubbed, residue = await scrub_files(store)
-    return [replace(report, files_scrubbed=scrubbed, residue=residue) for report in reports]
+    return [replace(reports[stream], files_scrubbed=scrubbed, residue=residue) for stream in listed]
 
 
 async def scrub_files(store: Store) -> tuple[bool | None, str]:

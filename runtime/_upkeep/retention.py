@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._reading.watch import STATUSES
-from durably.errors import ArgumentTypeError, InvalidArgumentError, PurgeIncompleteError
+from durably.errors import AgentLeasedError, ArgumentTypeError, InvalidArgumentError, PurgeIncompleteError
 from durably.storage._errors import CodecError
 from durably.storage._spi import Store, StreamId
 
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 #: One day in seconds, for ``RetentionPolicy`` TTLs (``30 * DAY``); public as ``durably.DAY``.
 DAY = 86_400.0
 
-#: What ``sweep`` did with one stream.
-PURGED, EXPIRED, KEPT, UNDATED, UNREADABLE = "purged", "expired", "kept", "undated", "unreadable"
+#: What ``sweep`` did with one stream (``held``: expired, but a live worker runs it: not purged).
+PURGED, EXPIRED, KEPT, UNDATED, UNREADABLE, HELD = "purged", "expired", "kept", "undated", "unreadable", "held"
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,9 @@ class SweepItem:
         last_at: Unix seconds of its last record (None when undated).
         age: Seconds since ``last_at`` (None when undated).
         outcome: ``purged``, ``expired`` (would be purged: dry run), ``kept``,
-            ``undated`` or ``unreadable`` (the journal did not decode; kept).
-        error: Why it is ``unreadable`` ("" otherwise).
+            ``undated``, ``unreadable`` (the journal did not decode; kept) or
+            ``held`` (expired, but a live worker runs it; kept).
+        error: Why it is ``unreadable`` or ``held`` ("" otherwise).
     """
 
     stream: StreamId
@@ -209,7 +210,11 @@ async def sweep(
             items.append(SweepItem(stream, status, last_at, age, KEPT))
             continue
         if not dry_run:
-            await purge(stream)
+            try:
+                await purge(stream)
+            except AgentLeasedError as exc:
+                items.append(SweepItem(stream, status, last_at, age, HELD, str(exc)))
+                continue
         items.append(SweepItem(stream, status, last_at, age, EXPIRED if dry_run else PURGED))
     return items
 
