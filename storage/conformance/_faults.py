@@ -94,8 +94,8 @@ class FaultChecks(StoreHarness):
             async with fault(store):
                 broken = await self._calls_during(store, append_may_land=append_may_land)
             assert not broken, (
-                f"{what}: a failing backend raises StoreUnavailableError (or answers correctly), "
-                f"never its own exceptions: {broken}"
+                f"{what}: an unreachable backend raises StoreUnavailableError, never its own exceptions "
+                f"(a call may instead answer correctly): {broken}"
             )
             records = await read_pairs(store, stream)
             assert records[:2] == BEFORE, f"{what}: everything acknowledged before the fault is there after it"

@@ -171,7 +171,7 @@ def test_the_kit_fills_the_disk_under_a_store_that_leaks_its_driver_errors(pytes
     leaking = run_bare_kit(pytester, broken_adapters.LeaksDriverErrors, FILE_URL)
     outcome, message = leaking["test_full_disk_raises_typed_errors"]
     assert outcome == "failed", leaking
-    assert "on a full disk: a failing backend raises StoreUnavailableError" in message, message[-1500:]
+    assert "on a full disk: an unreachable backend raises StoreUnavailableError" in message, message[-1500:]
     assert "OSError" in message, message[-1500:]
     healthy = run_bare_kit(pytester, broken_adapters.FileSystemStore, FILE_URL)
     assert healthy["test_full_disk_raises_typed_errors"][0] == "passed", healthy
