@@ -533,7 +533,14 @@ class FileSystemStore(
 
         def scan() -> list[StreamId]:
             found = []
-            for entry in os.listdir(directory) if directory.exists() else []:
+            try:
+                entries = os.listdir(directory)
+            except FileNotFoundError:
+                # No stream in this namespace yet, unless the store's own directory is gone:
+                # then stat raises, and the caller gets an outage rather than "no streams".
+                os.stat(self.root / "streams")
+                entries = []
+            for entry in entries:
                 try:
                     ns, agent = json.loads((directory / entry / "id").read_bytes())
                 except FileNotFoundError:

@@ -100,7 +100,9 @@ class StoreConformance(
     (a new, unopened store of the location ``tmp_path``; two calls with the same
     path give two stores of the same location) and ``store_url(tmp_path) -> str``
     (that location's URL, for other OS processes; give either, or both),
-    the optional ``stored_bytes(tmp_path)`` and ``outage(tmp_path)``,
+    the optional ``stored_bytes(tmp_path)``, ``outage(tmp_path)`` and
+    ``backend_server(tmp_path)``, ``cannot_fail`` (None: the kit must be able to
+    make the store fail; else the reason it cannot),
     ``concurrent_instances`` (default True), ``race_tasks`` (16), ``large_size``
     (5 MiB), ``many_streams`` (100), ``lease_short_ttl`` (0.2 s),
     ``huge_record_size`` (16 MiB), ``huge_snapshot_size`` (64 MiB),

@@ -32,6 +32,8 @@ from durably.storage._spi import (
     supports_leases,
 )
 
+from ._breakers import ServerControl
+
 #: Namespace of the streams the checks create.
 NAMESPACE = "conformance"
 
@@ -119,7 +121,11 @@ class StoreHarness:
     location, e.g. ``files_bytes(tmp_path)``; the purge check looks for a planted
     value in them) and ``outage(tmp_path)`` (an async context manager during which
     the backend is unreachable: stop the server, hold a lock, remove the directory;
-    the fault check wants typed errors during it and nothing lost after it).
+    the fault check wants typed errors during it and nothing lost after it) and
+    ``backend_server(tmp_path)`` (a ``ServerControl`` the kit kills and restarts).
+    The kit also makes the backend fail by itself: it cuts the sockets a store
+    holds and fills the disk under a store that keeps files in ``tmp_path``. A
+    store none of these can reach declares why in ``cannot_fail``.
     """
 
     #: Two open stores from ``make_store(tmp_path)`` share data like two processes would.
@@ -141,6 +147,10 @@ class StoreHarness:
     crash_kills: int = 8
     #: OS processes racing in the cross-process checks.
     race_processes: int = 4
+    #: Why no fault can reach this backend (it keeps everything in this process's memory), or None.
+    #: Without a reason, a store the kit cannot make fail (no socket, no file under ``tmp_path``,
+    #: no ``outage`` or ``backend_server`` hook) fails the fault check; with one, it is skipped with it.
+    cannot_fail: str | None = None
 
     @pytest.fixture
     def anyio_backend(self) -> str:
@@ -212,6 +222,23 @@ class StoreHarness:
 
         Returns:
             The context manager, or None.
+        """
+        return None
+
+    def backend_server(self, tmp_path: Path) -> ServerControl | None:
+        """The server behind the store of ``tmp_path``, for the kit to kill and restart, or None.
+
+        Optional hook (a database server, an object store's server process): the
+        kit kills it while a store is open, wants ``StoreUnavailableError`` (or a
+        correct answer) from every call until it is restarted, then the same
+        store continuing with nothing acknowledged lost. Skipped when this returns
+        None (the default).
+
+        Args:
+            tmp_path: The test's location.
+
+        Returns:
+            The server's ``ServerControl``, or None.
         """
         return None
 

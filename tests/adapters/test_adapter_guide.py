@@ -49,5 +49,6 @@ def test_every_kit_setting_and_hook_is_in_the_guide_with_its_default() -> None:
         assert any(form in row.split("|")[2] for form in _shown(value)), (
             f"{name}: the guide shows another default: {row}"
         )
-    for hook in ("store_url", "make_store", "stored_bytes", "outage"):
+    for hook in ("store_url", "make_store", "stored_bytes", "outage", "backend_server"):
         assert f"{hook}(" in guide, f"the kit's hook {hook!r} is not in the guide"
+    assert "| `cannot_fail` | `None` |" in guide, "the kit's declared skip of the fault checks is not in the guide"

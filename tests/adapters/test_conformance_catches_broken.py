@@ -78,6 +78,8 @@ from durably.storage import open_store
 from durably.storage.conformance import StoreConformance
 
 class TestKit(StoreConformance):
+    cannot_fail = "it keeps everything in this process's memory"
+
     def make_store(self, tmp_path):
         return open_store("{scheme}://" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16])
 """
@@ -132,6 +134,61 @@ def test_healthy_memory_store_passes_the_whole_kit(pytester, monkeypatch, asynci
 def test_the_kit_catches_a_broken_adapter(pytester, monkeypatch, store_class, must_fail) -> None:
     failed, _passed = run_kit(pytester, monkeypatch, store_class)
     assert must_fail <= failed, f"{store_class.__name__}: the kit should have failed {must_fail - failed}"
+
+
+# -- errors reach callers typed, checked with no hook: the kit makes the faults itself --------------
+
+BARE_KIT = """
+import hashlib
+from durably.storage.conformance import StoreConformance
+import broken_adapters
+
+class TestKit(StoreConformance):
+    cannot_fail = {cannot_fail!r}
+
+    def store_url(self, tmp_path):
+        return {url}
+
+    def make_store(self, tmp_path):
+        return broken_adapters.{name}(self.store_url(tmp_path))
+"""
+FAULT_CHECKS = "fail or outage or cut_connections or full_disk or killed_server"
+
+
+def run_bare_kit(pytester: pytest.Pytester, store_class: type, url: str, cannot_fail: str | None = None) -> dict:
+    """Run the kit's fault checks against ``store_class`` with no hook; return each check's (outcome, message)."""
+    pytester.makepyfile(test_bare_kit=BARE_KIT.format(url=url, name=store_class.__name__, cannot_fail=cannot_fail))
+    result = pytester.inline_run("-p", "no:cacheprovider", "-p", "anyio", "-p", "no:asyncio", "-k", FAULT_CHECKS)
+    return {
+        report.nodeid.rsplit("::", 1)[-1]: (report.outcome, report.longreprtext)
+        for report in result.getreports("pytest_runtest_logreport")
+        if report.when == "call" or report.outcome != "passed"
+    }
+
+
+def test_the_kit_fills_the_disk_under_a_store_that_leaks_its_driver_errors(pytester) -> None:
+    """No outage hook: the kit makes writes fail by itself, and the raw ``OSError`` is caught."""
+    leaking = run_bare_kit(pytester, broken_adapters.LeaksDriverErrors, FILE_URL)
+    outcome, message = leaking["test_full_disk_raises_typed_errors"]
+    assert outcome == "failed", leaking
+    assert "on a full disk: an unreachable backend raises StoreUnavailableError" in message, message[-1500:]
+    assert "OSError" in message, message[-1500:]
+    healthy = run_bare_kit(pytester, broken_adapters.FileSystemStore, FILE_URL)
+    assert healthy["test_full_disk_raises_typed_errors"][0] == "passed", healthy
+    assert healthy["test_the_kit_can_make_the_store_fail"][0] == "passed", healthy
+
+
+def test_a_store_the_kit_cannot_make_fail_fails_unless_it_declares_why(pytester) -> None:
+    """A store with no socket, no file and no hook passed before, whatever its errors: now it must say why."""
+    silent = run_bare_kit(pytester, broken_adapters.RaisesRawErrors, MEMORY_URL)
+    outcome, message = silent["test_the_kit_can_make_the_store_fail"]
+    assert outcome == "failed", silent
+    assert "the kit found no way to make RaisesRawErrors fail" in message and "cannot_fail" in message, message[-1500:]
+    reason = "it keeps everything in this process's memory"
+    declared = run_bare_kit(pytester, broken_adapters.RaisesRawErrors, MEMORY_URL, cannot_fail=reason)
+    assert {outcome for outcome, _ in declared.values()} == {"skipped"}, declared
+    outcome, message = declared["test_the_kit_can_make_the_store_fail"]
+    assert f"TestKit.cannot_fail: {reason}" in message, message
 
 
 # -- one broken promise per adapter, each caught by the check that names it ------------------------

@@ -66,6 +66,22 @@ class TestPostgresConformance(StoreConformance):
         finally:
             await blocker.close()
 
+    def backend_server(self, tmp_path):
+        return _KillablePostgres(self.server)
+
+
+class _KillablePostgres:
+    """The test server as the kit's ``ServerControl``: an immediate stop (a crash, WAL replay on start)."""
+
+    def __init__(self, server: PostgresTestServer) -> None:
+        self.server = server
+
+    async def kill(self) -> None:
+        await anyio.to_thread.run_sync(lambda: self.server.stop(immediate=True))
+
+    async def restart(self) -> None:
+        await anyio.to_thread.run_sync(self.server.start)
+
 
 pytestmark = pytest.mark.anyio
 

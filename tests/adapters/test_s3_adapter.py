@@ -118,6 +118,9 @@ class TestS3Conformance(StoreConformance):
 
         return await anyio.to_thread.run_sync(fetch)
 
+    def backend_server(self, tmp_path):
+        return _KillableS3(self.server)
+
     @contextlib.asynccontextmanager
     async def outage(self, tmp_path):
         # Every request answers 500 InternalError until the outage ends: the retries run out.
@@ -127,6 +130,19 @@ class TestS3Conformance(StoreConformance):
             yield
         finally:
             self.server.clear_faults()
+
+
+class _KillableS3:
+    """The local S3 as the kit's ``ServerControl``: killed (connections dropped, port closed), then revived."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+
+    async def kill(self) -> None:
+        await anyio.to_thread.run_sync(self.server.kill)
+
+    async def restart(self) -> None:
+        await anyio.to_thread.run_sync(self.server.revive)
 
 
 # --------------------------------------------------------------------------- pure parts

@@ -166,3 +166,44 @@ class ScansTheStream(MemoryStore):
     async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
         self._scan(stream)  # what a backend without an index on the snapshots' seq pays
         return await super().get_snapshot(stream, at_or_before)
+
+
+class LeaksDriverErrors(FileSystemStore):
+    """Lets the backend's own exception escape: each ``StoreUnavailableError`` is replaced by its cause.
+
+    It needs no hook to be caught: the kit fills the disk under it by itself.
+    """
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        try:
+            results = await super().append_batch(requests)
+        except StoreUnavailableError as exc:
+            raise (exc.__cause__ or exc) from None
+        return [
+            result.__cause__ or result if isinstance(result, StoreUnavailableError) else result for result in results
+        ]
+
+    async def last_seq(self, stream: StreamId) -> int:
+        try:
+            return await super().last_seq(stream)
+        except StoreUnavailableError as exc:
+            raise (exc.__cause__ or exc) from None
+
+    async def read(self, stream: StreamId, after_seq: int = 0, *, page_size: int = 512) -> AsyncIterator[StoredRecord]:
+        try:
+            async for record in super().read(stream, after_seq, page_size=page_size):
+                yield record
+        except StoreUnavailableError as exc:
+            raise (exc.__cause__ or exc) from None
+
+    async def get_snapshot(self, stream: StreamId, at_or_before: int | None = None) -> StoredSnapshot | None:
+        try:
+            return await super().get_snapshot(stream, at_or_before)
+        except StoreUnavailableError as exc:
+            raise (exc.__cause__ or exc) from None
+
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
+        try:
+            await super().put_snapshot(stream, seq, data, fence=fence)
+        except StoreUnavailableError as exc:
+            raise (exc.__cause__ or exc) from None

@@ -102,6 +102,11 @@ class _Gate:
         method = environ["REQUEST_METHOD"]
         path = unquote(environ.get("PATH_INFO", ""))
         self.server.requests.append(Request(method, path, environ.get("QUERY_STRING", "")))
+        if self.server.killed:
+            # A request on a connection that outlived the kill: a dead server answers nothing.
+            environ["werkzeug.socket"].shutdown(socket.SHUT_RDWR)
+            start_response("500 Dropped", [])
+            return []
         self.server._meet_barrier(method, path)
         fault = self.server._take_fault(method, path)
         if fault is None:
@@ -173,6 +178,7 @@ class S3TestServer(ThreadedMotoServer):
         self._faults: list[Fault] = []
         self._faults_lock = threading.Lock()
         self._barrier: _Barrier | None = None
+        self.killed = False  # set by kill(): every request is dropped unanswered until revive()
 
     def _server_entry(self) -> None:
         app = _Gate(threaded_moto_server.DomainDispatcherApplication(threaded_moto_server.create_backend_app), self)
@@ -185,6 +191,20 @@ class S3TestServer(ThreadedMotoServer):
         super().stop()
         if self._server is not None:
             self._server.server_close()
+
+    def kill(self) -> None:
+        """Die as a crashed server does: stop listening, and drop every open connection unanswered.
+
+        The objects stay (moto keeps them in this process), as a real server's disk would.
+        """
+        self._port = self.get_host_and_port()[1]  # revive() listens on the same port
+        self.killed = True
+        self.stop()
+
+    def revive(self) -> None:
+        """Listen again on the same port after ``kill()``; returns once it accepts connections."""
+        self.killed = False
+        self.start()
 
     @property
     def endpoint_url(self) -> str:
