@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from durably import _telemetry as tm
+from durably._fleet import fleet_metrics
 from durably._fleet.blocked import BlockedAgents
 from durably._fleet.handle import AgentHandle
 from durably._fleet.single_flight import KeyedLock
@@ -249,6 +250,7 @@ class Activations:
             raise
         if (meters := self.telemetry.metrics) is not None:
             meters.resumes.add(1, self.telemetry.attributes)
+            self.task_group.start_soon(fleet_metrics.observe_approvals, self, stream, journal.state.last_seq)
         return self._spawn(definition, journal, span)
 
     def _activation_span(
@@ -276,6 +278,7 @@ class Activations:
         actor = self.live.get(stream.agent_id)
         if actor is not None and stream.namespace == self.namespace:
             log.warning("lease of %s lost to another runtime; stopping the agent here", stream)
+            self.telemetry.count("lost_leases")
             # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
             actor.error = AgentLeaseLostError(
                 stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None

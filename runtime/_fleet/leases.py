@@ -35,6 +35,8 @@ class LeaseKeeper:
         self._leases: LeaseStore | None = store if supports_leases(store) else None
         self._held: dict[StreamId, Lease] = {}
         self._wanted: set[StreamId] = set()  # run here, lease to be taken once it lapses
+        #: Called with the stream and the dead holder's lease when a claim took it over (telemetry).
+        self.on_takeover: Callable[[StreamId, Lease], None] = lambda stream, holder: None
 
     @property
     def enabled(self) -> bool:
@@ -73,6 +75,7 @@ class LeaseKeeper:
                 lease = await self._acquire(leases, stream)
                 if lease is None:
                     return None, None  # another runtime took it over first
+                self.on_takeover(stream, holder)
             elif force or holder is None:
                 self._wanted.add(stream)  # taken over by the renewal loop once it lapses
                 return placeholder, None
