@@ -250,7 +250,9 @@ class Activations:
             raise
         if (meters := self.telemetry.metrics) is not None:
             meters.resumes.add(1, self.telemetry.attributes)
-            self.task_group.start_soon(fleet_metrics.observe_approvals, self, stream, journal.state.last_seq)
+            self.task_group.start_soon(
+                fleet_metrics.observe_approvals, self.store, self.codec, self.telemetry, stream, journal.state.last_seq
+            )
         return self._spawn(definition, journal, span)
 
     def _activation_span(

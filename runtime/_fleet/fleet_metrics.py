@@ -8,10 +8,11 @@ long conversation since) is not measured. Only that first activation
 measures: a later one (the first crashed before acting) finds an activation
 record between the decision and its own and measures nothing.
 
-A serving worker sets the resume backlog (runnable agents its last scan listed
-and did not start: its share was full) after every scan, and the agents by
-status from the status index at most every ``STATUS_EVERY`` seconds (a
-listing of the whole namespace).
+A serving worker sets the resume backlog (agents the status index says are
+running that no worker holds a lease of, and not live here: runnable, not
+started) and the agents by status, from one listing of the whole status index
+after a scan, at most every ``STATUS_EVERY`` seconds. A store without a status
+index reports neither.
 
 Measuring never fails a resume or a scan: a store error here is logged at
 DEBUG and the measurement skipped.
@@ -22,16 +23,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from durably import _telemetry as tm
+from durably._journal.records import RecordCodec
 from durably._journal.status_index import index_store
+from durably._loop.state import RUNNING
 from durably.schemas._records import Kind, Record
-from durably.storage._spi import StreamId
-
-if TYPE_CHECKING:
-    from durably._fleet.activations import Activations
-    from durably._fleet.scan import ScanResult
+from durably.storage._spi import Store, StreamId, supports_leases
 
 log = logging.getLogger("durably.telemetry")
 
@@ -44,16 +43,18 @@ UNINDEXED = "unindexed"
 _ACTIVATIONS = frozenset({Kind.STARTED, Kind.RESUMED, Kind.RETRIED, Kind.FORKED})
 
 
-async def observe_approvals(activations: Activations, stream: StreamId, resumed_seq: int) -> None:
+async def observe_approvals(
+    store: Store, codec: RecordCodec, telemetry: tm.Telemetry, stream: StreamId, resumed_seq: int
+) -> None:
     """Record the approval wait and approve-to-resume latency of the decisions the
-    activation whose ``resumed`` record is ``resumed_seq`` is the first to act on."""
-    metrics = activations.telemetry.metrics
+    activation whose ``resumed`` record (in ``stream``) is ``resumed_seq`` is the first to act on."""
+    metrics = telemetry.metrics
     if metrics is None:
         return
     try:
         records = [
-            activations.codec.decode_record(stored, stream)
-            async for stored in activations.store.read(stream, max(resumed_seq - WINDOW, 0))
+            codec.decode_record(stored, stream)
+            async for stored in store.read(stream, max(resumed_seq - WINDOW, 0))
             if stored.seq <= resumed_seq
         ]
     except Exception as exc:  # a measurement, never a reason to fail the agent
@@ -61,8 +62,8 @@ async def observe_approvals(activations: Activations, stream: StreamId, resumed_
         return
     for waited, acted in approval_latencies(records):
         if waited is not None:
-            metrics.approval_wait.record(waited, activations.telemetry.fleet_attributes)
-        metrics.approval_resume.record(acted, activations.telemetry.fleet_attributes)
+            metrics.approval_wait.record(waited, telemetry.fleet_attributes)
+        metrics.approval_resume.record(acted, telemetry.fleet_attributes)
 
 
 def approval_latencies(records: list[Record]) -> list[tuple[float | None, float]]:
@@ -88,44 +89,57 @@ def approval_latencies(records: list[Record]) -> list[tuple[float | None, float]
 
 
 class ScanObserver:
-    """Sets the resume backlog after each scan and, now and then, the agents by status."""
+    """After a serving worker's scans of ``namespace``, now and then (every
+    ``STATUS_EVERY`` seconds), set its resume backlog and the agents by status.
 
-    def __init__(self, activations: Activations) -> None:
-        self._activations = activations
+    ``live``: the agents running in this worker, by id.
+    """
+
+    def __init__(self, store: Store, namespace: str, telemetry: tm.Telemetry, live: Mapping[str, object]) -> None:
+        self._store, self._namespace, self._telemetry, self._live = store, namespace, telemetry, live
         self._counted_at: float | None = None
         self._statuses: set[str] = set()
 
-    async def scanned(self, result: ScanResult) -> None:
-        """Record what the scan ``result`` left waiting, and the statuses when they are due."""
-        telemetry = self._activations.telemetry
-        if telemetry.metrics is None:
-            return
-        telemetry.metrics.resume_backlog.set(result.unvisited, telemetry.fleet_attributes)
+    async def scanned(self) -> None:
+        """Take the measurements when they are due (never raises; a store error skips them)."""
+        metrics = self._telemetry.metrics
         now = time.monotonic()
-        if self._counted_at is not None and now - self._counted_at < STATUS_EVERY:
+        if metrics is None or (self._counted_at is not None and now - self._counted_at < STATUS_EVERY):
             return
         self._counted_at = now
         try:
-            counts = await agents_by_status(self._activations)
+            found = await count_index(self._store, self._namespace, self._live)
         except Exception as exc:  # a measurement, never a reason to stop serving
-            log.debug("agents by status not counted: %s", exc)
+            log.debug("backlog and agents by status not counted: %s", exc)
             return
-        if counts is None:
+        if found is None:
             return
+        counts, backlog = found
+        attributes = self._telemetry.fleet_attributes
+        metrics.resume_backlog.set(backlog, attributes)
         for status in self._statuses - counts.keys():
             counts[status] = 0  # a status nobody has any more reads 0, not its last count
         self._statuses = set(counts)
         for status, count in counts.items():
-            telemetry.metrics.agents.set(count, {**telemetry.fleet_attributes, tm.STATUS: status})
+            metrics.agents.set(count, {**attributes, tm.STATUS: status})
 
 
-async def agents_by_status(activations: Activations) -> Counter[str] | None:
-    """How many agents of the namespace the status index gives each status (rows
-    without an entry as ``unindexed``); None when the store has no index."""
-    found = index_store(activations.store)
+async def count_index(store: Store, namespace: str, live: Mapping[str, object]) -> tuple[Counter[str], int] | None:
+    """From the status index of ``namespace``: how many agents have each status (rows
+    without an entry as ``unindexed``), and the backlog: agents it says ``running``
+    that are not in ``live`` and whose lease is free (held by nobody, or lapsed).
+    None when ``store`` has no index. Reads one lease per running agent not live here."""
+    found = index_store(store)
     if found is None:
         return None
+    leases = store if supports_leases(store) else None
     counts: Counter[str] = Counter()
-    async for row in found.list_index(activations.namespace, None):
-        counts[row.entry.status if row.entry is not None else UNINDEXED] += 1
-    return counts
+    backlog = 0
+    async for row in found.list_index(namespace, None):
+        status = row.entry.status if row.entry is not None else UNINDEXED
+        counts[status] += 1
+        if status != RUNNING or row.stream.agent_id in live:
+            continue
+        held = await leases.get_lease(row.stream) if leases is not None else None
+        backlog += held is None or held.expires_at <= time.time()
+    return counts, backlog

@@ -52,12 +52,10 @@ log = logging.getLogger("durably.runtime")  # a logger name users configure, not
 @dataclass
 class ScanResult:
     """``handles`` of the agents resumed here; ``holders``: how many agents each other
-    live lease owner was seen running (owner string -> count); ``unvisited``: the
-    listed agents not looked at because ``limit`` was reached (the resume backlog)."""
+    live lease owner was seen running (owner string -> count)."""
 
     handles: list[AgentHandle] = field(default_factory=list)
     holders: Counter[str] = field(default_factory=Counter)
-    unvisited: int = 0  # runnable rows listed and left for later: the scan's limit was reached
 
 
 async def scan(activations: Activations, *, limit: int | None = None, shuffle: bool = False) -> ScanResult:
@@ -113,7 +111,6 @@ async def scan(activations: Activations, *, limit: int | None = None, shuffle: b
             await _resume_chunk(chunk, attempt, outage)
             chunk = []
             if limit is not None and len(result.handles) >= limit:
-                result.unvisited = sum([1 async for rest in streams if rest.stream.agent_id not in activations.live])
                 return result
     if chunk:
         await _resume_chunk(chunk, attempt, outage)

@@ -171,22 +171,35 @@ async def test_two_overlapping_activations_are_counted(tmp_path) -> None:
     assert overlap.value == 1
 
 
+def held_open(release: anyio.Event) -> AgentDefinition:
+    """The ``writer`` agent of ``definition()``, whose approved call runs until ``release`` is set."""
+
+    @tool(name="publish", requires_approval=True, on_unknown_outcome="retry")
+    async def publish(title: str, *, ctx) -> str:
+        await release.wait()
+        return f"published {title}"
+
+    return AgentDefinition(name="writer", model=definition().model, tools=[publish], instructions="v1 prompt")
+
+
 async def test_serve_reports_its_backlog_and_the_agents_by_status(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    async with Runtime(url, agents=[definition()]) as web:
+    release = anyio.Event()
+    async with Runtime(url, agents=[held_open(release)]) as web:
         states = [await web.run("writer", f"w{n}", "write") for n in range(4)]
     async with Runtime(url) as cli:  # no definitions: the approvals resume nothing here
         for n in range(3):
             await cli.approve(f"w{n}", states[n].open_approvals()[0]["approval_id"], by="ops")
     rec = Recorder()
-    async with rec.runtime(url, [definition()]) as worker, anyio.create_task_group() as tg:
+    async with rec.runtime(url, [held_open(release)]) as worker, anyio.create_task_group() as tg:
         tg.start_soon(lambda: worker.serve(poll_interval=0.05, drain_signals=(signal.SIGUSR2,), max_agents=1))
         with anyio.fail_after(20):
-            while not rec.points("durably.resume.backlog"):
+            while not rec.points("durably.agents"):
                 await anyio.sleep(0.02)
         (backlog,) = rec.points("durably.resume.backlog")
-        assert backlog.value == 2  # three runnable, the first scan takes one
+        assert backlog.value == 2  # three runnable, one taken: its share is full
         assert backlog.attributes["durably.worker.id"] == "worker-1"
         counts = {p.attributes["durably.agent.status"]: p.value for p in rec.points("durably.agents")}
         assert counts == {"running": 3, "waiting_approval": 1}
+        release.set()
         tg.cancel_scope.cancel()
