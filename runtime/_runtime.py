@@ -45,7 +45,7 @@ from durably._loop.agent import AgentDefinition, Budget
 from durably._loop.state import AgentState
 from durably._operate.operator import Operator
 from durably._reading.reader import Reader
-from durably._telemetry import Telemetry
+from durably._telemetry import Telemetry, worker_attributes
 from durably._upkeep.upkeep import Upkeep
 from durably.errors import (
     AgentExistsError,
@@ -179,7 +179,12 @@ class Runtime:
         self.encryption = encryption
         self.worker_id = worker_id or f"{hostname()}:{os.getpid()}"
         self.policy = snapshot_policy or SnapshotPolicy()
-        self.telemetry = Telemetry(namespace, tracer_provider, meter_provider)
+        self.telemetry = Telemetry(
+            namespace,
+            tracer_provider,
+            meter_provider,
+            worker=worker_attributes(self.worker_id, hostname(), os.getpid()),
+        )
         self._mailbox_size = mailbox_size
         self._definitions: dict[str, AgentDefinition] = {}  # shared with the activations: a later register is seen
         for definition in agents:
@@ -245,6 +250,7 @@ class Runtime:
             )
             leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
             leases.heartbeats = Heartbeats(self.store, leases.identity, self.heartbeat_timeout)
+            leases.on_takeover = lambda stream, holder: self.telemetry.count("takeovers")
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._activations = Activations(
                 store=self.store,

@@ -72,6 +72,10 @@ SNAPSHOT_SEQ = "durably.snapshot.seq"
 TOOL_ATTEMPT = "durably.tool.attempt"
 STATUS = "durably.agent.status"
 RETRY_KIND = "durably.retry.kind"
+# The worker running an activation (resource attribute names of the conventions, as span attributes).
+WORKER_ID = "durably.worker.id"
+HOST_NAME = "host.name"
+PROCESS_PID = "process.pid"
 
 #: ``error.type`` when nothing more specific is known (the conventions' fallback).
 OTHER_ERROR = "_OTHER"
@@ -87,6 +91,8 @@ _DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
 _TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 # Checkpoint latencies are milliseconds, not the seconds of a model call.
 _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# A person deciding an approval: seconds to a day.
+_HUMAN_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 43200.0, 86400.0)
 _BYTES_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
 
@@ -117,6 +123,11 @@ class Metrics:
     ``durably.fencings`` (appends refused for good: another writer owns the
     stream), ``durably.retries`` (a model call or a tool call tried again,
     ``durably.retry.kind``), ``durably.resumes`` (activations from a journal).
+    The fleet's (docs/observability.md): ``durably.approval.wait.duration`` and
+    ``durably.approval.resume.duration`` (s), counters ``durably.lease.takeovers``,
+    ``durably.lease.lost`` and ``durably.activation.overlaps`` (always 0 unless two
+    activations of one agent overlapped), gauges ``durably.resume.backlog`` and
+    ``durably.agents`` (by ``durably.agent.status``).
     """
 
     def __init__(self, meter: metrics.Meter) -> None:
@@ -172,6 +183,37 @@ class Metrics:
             unit="{scan}",
             description="serve() scans that failed because the store was unavailable",
         )
+        self.approval_wait = histogram(
+            "durably.approval.wait.duration",
+            "s",
+            "Time from an approval request to its decision (the records' timestamps)",
+            _HUMAN_BUCKETS,
+        )
+        self.approval_resume = histogram(
+            "durably.approval.resume.duration",
+            "s",
+            "Time from an approval decision to the activation that acts on it",
+            _DURATION_BUCKETS,
+        )
+        self.takeovers = meter.create_counter(
+            "durably.lease.takeovers", unit="{lease}", description="Leases taken from another owner by an activation"
+        )
+        self.lost_leases = meter.create_counter(
+            "durably.lease.lost", unit="{lease}", description="Leases an activation lost while it ran"
+        )
+        self.overlaps = meter.create_counter(
+            "durably.activation.overlaps",
+            unit="{activation}",
+            description="Activations that saw another activation's records interleaved with their own (must stay 0)",
+        )
+        self.resume_backlog = meter.create_gauge(
+            "durably.resume.backlog",
+            unit="{agent}",
+            description="Runnable agents a serving worker listed at its last scan and did not start",
+        )
+        self.agents = meter.create_gauge(
+            "durably.agents", unit="{agent}", description="Agents of the namespace by status (the status index)"
+        )
 
 
 class Telemetry:
@@ -190,9 +232,13 @@ class Telemetry:
         namespace: str,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
+        *,
+        worker: dict[str, str | int] | None = None,
     ) -> None:
         self.namespace = namespace
         self.attributes = {NAMESPACE: namespace}
+        self.worker: dict[str, str | int] = dict(worker or {})
+        self.fleet_attributes: dict[str, str | int] = {**self.attributes, **self.worker}
         self.tracer: trace.Tracer | None = None
         self.metrics: Metrics | None = None
         if tracer_provider is None and meter_provider is None and _api_untouched():
@@ -205,13 +251,21 @@ class Telemetry:
             self.tracer = tracer_provider.get_tracer(TRACER_NAME)
         if not _from_api_only(meter_provider):
             self.metrics = Metrics(meter_provider.get_meter(TRACER_NAME))
+            self.metrics.overlaps.add(0, self.fleet_attributes)  # reported as 0, not absent, until one happens
 
     @classmethod
     def disabled(cls) -> Telemetry:
         """A ``Telemetry`` that records nothing, whatever the global providers are."""
         off = cls.__new__(cls)
         off.namespace, off.attributes, off.tracer, off.metrics = "", {}, None, None
+        off.worker, off.fleet_attributes = {}, {}
         return off
+
+    def count(self, instrument: str) -> None:
+        """Add 1 to the fleet counter named by its ``Metrics`` attribute (``takeovers``,
+        ``lost_leases``, ``overlaps``), with the worker's attributes; nothing when nothing records."""
+        if self.metrics is not None:
+            getattr(self.metrics, instrument).add(1, self.fleet_attributes)
 
     def span(self, name: str, *, client: bool = False) -> contextlib.AbstractContextManager[Any]:
         """``tracer.start_as_current_span(name)`` with ``durably.namespace`` (kind
@@ -247,6 +301,7 @@ class Telemetry:
                 CONVERSATION_ID: agent_id,
                 MODEL: model,
                 RUN_ID: run_id,
+                **self.worker,
             },
             record_exception=False,
             set_status_on_exception=False,
@@ -269,6 +324,11 @@ def _recorded(tracer: trace.Tracer, name: str, client: bool, attributes: dict[st
         except Exception as exc:
             record_exception(span, exc)
             raise
+
+
+def worker_attributes(worker_id: str, host: str, pid: int) -> dict[str, str | int]:
+    """The attributes naming a worker: ``durably.worker.id``, ``host.name``, ``process.pid``."""
+    return {WORKER_ID: worker_id, HOST_NAME: host, PROCESS_PID: pid}
 
 
 def trace_reference(span: trace.Span | None) -> dict[str, str] | None:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from durably import _telemetry as tm
+from durably._fleet import fleet_metrics
+from durably._fleet.blocked import BlockedAgents
 from durably._fleet.handle import AgentHandle
 from durably._fleet.single_flight import KeyedLock
 from durably._journal import status_index
@@ -30,7 +32,7 @@ from durably._journal.restore import restore
 from durably._journal.snapshots import SnapshotPolicy
 from durably._journal.writer import AgentJournal
 from durably._loop.actor import AgentActor
-from durably._loop.state import RUNNING, AgentState
+from durably._loop.state import NEEDS_MIGRATION, RUNNING, AgentState
 from durably.errors import (
     AgentExistsError,
     AgentFencedError,
@@ -92,6 +94,7 @@ class Activations:
         self.activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
         self.draining = False  # set by drain(): nothing more is resumed here
         self.open = True  # cleared when the runtime is being left: nothing more is spawned
+        self.blocked = BlockedAgents()  # logged once each (blocked.py)
 
     def stream(self, agent_id: str) -> StreamId:
         """The stream of ``agent_id`` in this runtime's namespace."""
@@ -219,8 +222,11 @@ class Activations:
             journal = await self.restore_journal(agent_id)
             await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
             if journal.state.status != RUNNING:
+                if journal.state.status == NEEDS_MIGRATION:
+                    self.blocked.found(agent_id, journal.state.reason)
                 await self.leases.release(stream)
                 return None
+            self.blocked.runnable(agent_id)
             definition = self.definition(journal.state.definition["name"])
             from durably._upkeep.migrate import definition_change_entries
 
@@ -244,6 +250,9 @@ class Activations:
             raise
         if (meters := self.telemetry.metrics) is not None:
             meters.resumes.add(1, self.telemetry.attributes)
+            self.task_group.start_soon(
+                fleet_metrics.observe_approvals, self.store, self.codec, self.telemetry, stream, journal.state.last_seq
+            )
         return self._spawn(definition, journal, span)
 
     def _activation_span(
@@ -271,6 +280,7 @@ class Activations:
         actor = self.live.get(stream.agent_id)
         if actor is not None and stream.namespace == self.namespace:
             log.warning("lease of %s lost to another runtime; stopping the agent here", stream)
+            self.telemetry.count("lost_leases")
             # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
             actor.error = AgentLeaseLostError(
                 stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None

@@ -42,6 +42,8 @@ class LeaseKeeper:
         self._wanted: set[StreamId] = set()  # run here, lease to be taken once it lapses
         # The fleet's heartbeats (set by the runtime): a holder whose heartbeat stopped is dead on any host.
         self.heartbeats: Heartbeats | None = None
+        #: Called with the stream and the dead holder's lease when a claim took it over (telemetry).
+        self.on_takeover: Callable[[StreamId, Lease], None] = lambda stream, holder: None
 
     @property
     def enabled(self) -> bool:
@@ -82,6 +84,7 @@ class LeaseKeeper:
                 lease = await self._acquire(leases, stream)
                 if lease is None:
                     return None, None  # another runtime took it over first
+                self.on_takeover(stream, holder)
             elif force or holder is None:
                 self._wanted.add(stream)  # taken over by the renewal loop once it lapses
                 return placeholder, None

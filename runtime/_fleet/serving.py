@@ -39,6 +39,7 @@ import anyio
 
 from durably._figures import check_figure
 from durably._fleet import wakeups
+from durably._fleet.fleet_metrics import ScanObserver
 from durably._fleet.scan import FairShare, scan
 from durably.errors import InvalidArgumentError
 from durably.storage._errors import StoreClosedError, StoreError
@@ -123,12 +124,14 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
             return None  # our share is full: the agent waits for a worker with room
         return await wakeups.resume_if_runnable(activations, agent_id)
 
+    observer = ScanObserver(activations.store, activations.namespace, activations.telemetry, activations.live)
     async with wakeups.subscribe(activations.store, activations.namespace) as changes:
         while not stop.is_set():
             async for attempt in retrying:
                 with attempt:
                     fair.observed(await scan(activations, limit=fair.limit(len(activations.live)), shuffle=True))
             outage.ended()
+            await observer.scanned()
             await wakeups.wait_and_resume(changes, poll_interval, woken)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
-from durably._loop.state import RUNNING, AgentState, apply
+from durably._loop.state import NEEDS_MIGRATION, RUNNING, AgentState, apply
 from durably._telemetry import Telemetry
 from durably.errors import InvalidArgumentError
 from durably.schemas._records import Kind, Record
@@ -136,10 +136,15 @@ UNSEEN: Any = object()
 
 
 def runnable_rows(store: Store, namespace: str) -> AsyncIterator[IndexedStream] | None:
-    """The index rows of the streams of ``namespace`` that may run (status ``running``, or no
-    entry), with the entries seen; None when ``store`` has no index."""
+    """The index rows of the streams of ``namespace`` that may run (status ``running``,
+    ``needs_migration``, or no entry), with the entries seen; None when ``store`` has no index.
+
+    ``needs_migration`` is an index-only status (the journal says ``running``)
+    that a worker puts when its definition may not run the agent; it stays
+    listed, so that a worker with a definition that accepts it resumes it.
+    """
     found = index_store(store)
-    return None if found is None else found.list_index(namespace, {RUNNING})
+    return None if found is None else found.list_index(namespace, {RUNNING, NEEDS_MIGRATION})
 
 
 async def repair(store: Store, stream: StreamId, state: AgentState, seen: IndexEntry | None = UNSEEN) -> None:

@@ -300,6 +300,8 @@ class AgentJournal:
             svc.codec.decode_record(stored, stream) async for stored in svc.store.read(stream, self.state.last_seq)
         ]
         if not newer or any(record.kind not in COMMAND_KINDS for record in newer):
+            if newer:  # another activation's records follow ours: two activations overlapped
+                svc.telemetry.count("overlaps")
             return None
         for record in newer:
             apply(self.state, record)

@@ -20,7 +20,7 @@ from durably._fleet.owner import Liveness, holder_liveness
 from durably._journal import status_index
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
-from durably._loop.state import CANCELLED, FINISHED, TERMINAL, AgentState
+from durably._loop.state import CANCELLED, FINISHED, NEEDS_MIGRATION, RUNNING, TERMINAL, AgentState
 from durably.errors import AgentNotFoundError
 from durably.schemas._records import Record
 from durably.storage._errors import CodecError
@@ -141,11 +141,12 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
     lease = None
     if supports_leases(store) and (held := await store.get_lease(stream)) is not None:
         lease = LeaseInfo(held.owner, held.expires_at, held.token, holder_liveness(held.owner) is Liveness.DEAD)
+    status, reason = await _held(store, stream, state)
     return AgentDescription(
         namespace=stream.namespace,
         agent_id=stream.agent_id,
-        status=state.status,
-        reason=state.reason,
+        status=status,
+        reason=reason,
         definition=dict(state.definition),
         run_id=state.run_id,
         task=state.task,
@@ -165,6 +166,23 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
         leases_supported=supported,
         lease=lease,
         state=state,
+    )
+
+
+async def _held(store: Store, stream: StreamId, state: AgentState) -> tuple[str, str]:
+    """The status and reason to show: the journal's, unless it says ``running`` and a worker
+    marked the agent ``needs_migration`` in the status index (its definition may not run it)."""
+    found = status_index.index_store(store)
+    if state.status != RUNNING or found is None:
+        return state.status, state.reason
+    entry = await found.get_index(stream)
+    if entry is None or entry.status != NEEDS_MIGRATION:
+        return state.status, state.reason
+    recorded = state.definition
+    return NEEDS_MIGRATION, (
+        f"a worker found definition {recorded.get('name')!r} changed since version {recorded.get('version')!r} "
+        f"was recorded, with policy stop: no worker runs it until a definition that accepts it is deployed "
+        f"(the recorded one, or on_definition_change='continue' or 'migrate')"
     )
 
 
