@@ -393,8 +393,9 @@ class AgentJournal:
             try:
                 await svc.committer.append(self.stream, first - 1, frames, index=index, fence=fence)
             except FencedError as exc:
-                # Not a conflict to rebase on: the stream belongs to another lease now.
+                # A conflict, but not one to rebase on: the stream belongs to another lease now.
                 if meters is not None:
+                    meters.conflicts.add(1, telemetry.attributes)
                     meters.fencings.add(1, telemetry.attributes)
                 assert self.claim is not None  # only a fenced append is refused by its fence
                 raise self.claim.lose(None) from exc
