@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from durably.storage._errors import ConflictError, InvalidRequestError
+from durably.storage._errors import ConflictError, FencedError, InvalidRequestError
 from durably.storage._spi import AppendRequest, StoredRecord, StreamId, check_append
 
+from . import _fencing as fencing
 from . import _index as sqlite_index
 from . import _layout as layout
 from ._file import _seq, translate
@@ -35,6 +36,7 @@ class SQLiteJournal:
 
     if TYPE_CHECKING:  # the host's (SQLiteStore), declared for the type checker
         _lock: anyio.Lock
+        _leases_checked_on: object | None
 
         def _check_open(self) -> None: ...
 
@@ -53,16 +55,18 @@ class SQLiteJournal:
         that statement (a stale expected seq, an unknown stream), the batch goes the slow path:
         one ``BEGIN IMMEDIATE`` transaction that reads every ``last_seq`` first and also writes
         the requests' index entries. Either way the expected-seq check is made under the write
-        lock, so it holds across processes. Successful requests are durable (committed, and
-        fsynced with ``synchronous=FULL``) when this returns.
+        lock, so it holds across processes, and so is the check of a request's ``fence``
+        against the ``leases`` table (``durably.adapters.sqlite._fencing``). Successful requests
+        are durable (committed, and fsynced with ``synchronous=FULL``) when this returns.
 
         Args:
             requests: The appends, in order; a repeated stream's later request sees the
                 earlier one's records.
 
         Returns:
-            One entry per request, in order: the stream's new last seq, or a ``ConflictError``
-                (returned, not raised) when its expected seq was stale; that request writes nothing.
+            One entry per request, in order: the stream's new last seq, a ``FencedError`` (returned,
+                not raised) when its ``fence`` is not the stream's lease token (checked first), or a
+                ``ConflictError`` (returned) when its expected seq was stale; that request writes nothing.
 
         Raises:
             InvalidRequestError: For a malformed request (``check_append``), before any I/O.
@@ -76,16 +80,21 @@ class SQLiteJournal:
             return []
         # An index entry must commit with its records: such (rare) batches take the slow path.
         if all(request.expected_seq > 0 and request.index is None for request in requests):
-            if sum(len(request.records) for request in requests) <= layout.FAST_MAX_ROWS:
-                results = await self._append_fast(requests)
+            fenced = any(request.fence is not None for request in requests)
+            limit = fencing.FAST_MAX_FENCED_ROWS if fenced else layout.FAST_MAX_ROWS
+            if sum(len(request.records) for request in requests) <= limit:
+                results = await self._append_fast(requests, fenced=fenced)
                 if results is not None:
                     return results
         return await self._append_slow(requests)
 
-    async def _append_fast(self, requests: Sequence[AppendRequest]) -> list[int | Exception] | None:
+    async def _append_fast(
+        self, requests: Sequence[AppendRequest], *, fenced: bool = False
+    ) -> list[int | Exception] | None:
         """Every request in one autocommitted INSERT (one hop); None when the
-        database refused it (a conflict or unknown stream, or anything else the
-        slow path will name): then nothing was written."""
+        database refused it (a conflict, an unknown stream, a stale fence, or anything
+        else the slow path will name): then nothing was written. ``fenced``: some
+        request carries a fence (``fencing.fast_insert_fenced_sql``)."""
         params: list[object] = []
         results: list[int | Exception] = []
         for request in requests:
@@ -93,11 +102,15 @@ class SQLiteJournal:
             seq = request.expected_seq
             for data in request.records:
                 seq += 1
-                params += (namespace, agent_id, seq, data)
+                params += (
+                    (namespace, agent_id, request.fence, seq, data) if fenced else (namespace, agent_id, seq, data)
+                )
             results.append(seq)
-        rows = len(params) // 4
+        width, pad = (5, fencing.FAST_FENCED_PAD) if fenced else (4, layout.FAST_PAD)
+        rows = len(params) // width
         padded = layout.fast_bucket(rows)
-        params += layout.FAST_PAD * (padded - rows)
+        params += pad * (padded - rows)
+        sql = fencing.fast_insert_fenced_sql(padded) if fenced else layout.fast_insert_sql(padded)
         # A free lock is taken without a checkpoint (two event-loop round trips per commit).
         try:
             self._lock.acquire_nowait()
@@ -105,9 +118,11 @@ class SQLiteJournal:
             await self._lock.acquire()
         try:
             db = await self._ready(create=True)
+            if fenced and self._leases_checked_on is not db:
+                return None  # the leases table may not exist: the slow path looks first
             with anyio.CancelScope(shield=True):  # the caller learns the outcome, always
                 try:
-                    await db.execute(layout.fast_insert_sql(padded), params)
+                    await db.execute(sql, params)
                 except sqlite3.IntegrityError:
                     return None  # the trigger (or a constraint) aborted the statement: rolled back
                 except (sqlite3.Error, UnicodeEncodeError) as exc:
@@ -118,7 +133,8 @@ class SQLiteJournal:
 
     async def _append_slow(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         """The batch in one ``BEGIN IMMEDIATE`` transaction that reads every stream's
-        ``last_seq`` first, so each conflicting request is told apart and skipped."""
+        ``last_seq`` and the fenced streams' lease tokens first, so each fenced or
+        conflicting request is told apart and skipped."""
         keys = list(dict.fromkeys((r.stream.namespace, r.stream.agent_id) for r in requests))
         entries = [sqlite_index.entry_params(r.index) if r.index is not None else None for r in requests]
         results: list[int | Exception] = []
@@ -134,10 +150,20 @@ class SQLiteJournal:
                     layout.lock_streams_sql(padded), params
                 ):
                     streams[(namespace, agent_id)] = [sid, last]
+            fenced = list(
+                dict.fromkeys((r.stream.namespace, r.stream.agent_id) for r in requests if r.fence is not None)
+            )
+            tokens: dict[tuple[str, str], int] = {}
+            if fenced and await self._has_leases_table(db):
+                tokens = await fencing.admitted_tokens(db, fenced)
             rows: list[tuple[int, int, bytes]] = []
             for request, index in zip(requests, entries, strict=True):
-                entry = streams[(request.stream.namespace, request.stream.agent_id)]
+                key = (request.stream.namespace, request.stream.agent_id)
+                entry = streams[key]
                 actual = max(entry[1], 0)
+                if request.fence is not None and tokens.get(key) != request.fence:
+                    results.append(FencedError(request.stream, request.expected_seq, actual, fence=request.fence))
+                    continue
                 if actual != request.expected_seq:
                     results.append(ConflictError(request.stream, request.expected_seq, actual))
                     continue
@@ -148,7 +174,7 @@ class SQLiteJournal:
                 entry[1] = actual + len(request.records)
                 results.append(entry[1])
             if not rows:
-                # Every request conflicted: undo the lock statement, skip the fsync.
+                # Every request conflicted or was fenced: undo the lock statement, skip the fsync.
                 await db.rollback()
                 return results
             orphans = [(sid,) for sid, last in streams.values() if last == layout.NEW_STREAM]
@@ -158,6 +184,16 @@ class SQLiteJournal:
             if indexed:
                 await db.executemany(sqlite_index.SET_ENTRY, indexed)
         return results
+
+    async def _has_leases_table(self, db: aiosqlite.Connection) -> bool:
+        """Whether the file has the ``leases`` table, read on the writer ``db`` in its transaction
+        and remembered once true (the table is never dropped): no table, no lease ever granted."""
+        if self._leases_checked_on is db:
+            return True
+        if not await fencing.has_leases_table(db):
+            return False
+        self._leases_checked_on = db
+        return True
 
     async def last_seq(self, stream: StreamId) -> int:
         """The highest seq ever appended to ``stream``: one read of its ``streams`` row.

@@ -5,8 +5,11 @@ by the ``streams`` row, so a lease never makes a stream exist: ``list_streams``
 and ``last_seq`` do not see it). A released or expired lease keeps its row with
 its last token, so the next owner's token is that token + 1: tokens never
 decrease for a stream id, across owners, releases, expiry, reopen and purge.
-``delete_stream`` keeps the row too: it ends the lease and forgets its owner
-(``_end_lease``), and the token stays the floor of the next one.
+``delete_stream`` keeps the row too: it ends the lease and empties its owner
+(``_end_lease``), and the token stays the floor of the next one. An empty owner
+is what marks a lease ended by a purge: no fencing token is admitted by it
+(``durably.adapters.sqlite._fencing``), while an expired or released lease still
+admits its holder's token until another owner takes it.
 
 The table is created lazily, by the first ``acquire_lease`` on a file
 (``CREATE TABLE IF NOT EXISTS`` inside its write transaction), and not by
@@ -187,6 +190,8 @@ class SQLiteLeases:
 
         def _transaction(self, *, fsync: bool = True) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
 
+        async def _has_leases_table(self, db: aiosqlite.Connection) -> bool: ...
+
     async def _leases_table_exists(self) -> bool:
         """Whether the file has the ``leases`` table (cached per connection once true)."""
         db = self._db  # None until a file absent at open exists
@@ -270,10 +275,9 @@ class SQLiteLeases:
         ((owner, token, expires_at),) = rows
         return Lease(stream, owner, token, expires_at)
 
-    async def _end_lease(self, stream: StreamId) -> None:
-        """End ``stream``'s lease, whoever holds it, keeping its token as the floor of the next
-        one (``delete_stream`` calls this before purging: tokens never decrease, purge included)."""
-        if not await self._leases_table_exists():
-            return
-        async with self._transaction() as db:
+    async def _end_lease(self, db: aiosqlite.Connection, stream: StreamId) -> None:
+        """End ``stream``'s lease, whoever holds it, on ``db`` inside the caller's write transaction
+        (``delete_stream``'s): the owner is emptied, which no fence ever matches, and the token
+        stays as the floor of the next one (tokens never decrease, purge included)."""
+        if await self._has_leases_table(db):
             await db.execute(_END, (stream.namespace, stream.agent_id))

@@ -41,6 +41,7 @@ import anyio
 from durably.storage._base import StoreBase
 from durably.storage._errors import (
     BlobNotFoundError,
+    FencedError,
     InvalidRequestError,
     UnsafeCompactionError,
 )
@@ -54,8 +55,10 @@ from durably.storage._spi import (
     StoredSnapshot,
     StreamId,
     check_blob,
+    check_fence,
 )
 
+from . import _fencing as fencing
 from . import _layout as layout
 from ._connection import READERS, SQLiteConnections
 from ._file import _seq, path_from_url
@@ -127,7 +130,9 @@ class SQLiteStore(
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         """Store the snapshot of ``stream`` at ``seq``, overwriting one at the same seq.
 
-        One autocommitted upsert, so the range check and the write see the same last seq.
+        Without a fence, one autocommitted upsert, so the range check and the write see the
+        same last seq. With one, a ``BEGIN IMMEDIATE`` transaction reads the stream's lease
+        token and then upserts, so no lease can pass to another owner in between.
 
         Args:
             stream: The stream the snapshot belongs to.
@@ -136,19 +141,31 @@ class SQLiteStore(
             fence: The writer's lease token, checked as ``AppendRequest.fence``; None: no check.
 
         Raises:
-            InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within
-                1..``last_seq(stream)`` (also for an unknown stream).
+            FencedError: When ``fence`` is not the stream's lease token (another owner took
+                the lease, or the stream was purged); nothing stored.
+            InvalidRequestError: When ``data`` is not ``bytes``, ``fence`` is malformed
+                (``check_fence``), or ``seq`` is not within 1..``last_seq(stream)`` (also for an
+                unknown stream).
         """
         self._check_open()
+        check_fence(fence)
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
-        # One autocommitted statement: the range check and the upsert see the same last_seq.
-        changed = await self._write(
-            "INSERT INTO snapshots (stream_id, seq, data) "
-            "SELECT id, ?, ? FROM streams WHERE namespace = ? AND agent_id = ? AND ? BETWEEN 1 AND last_seq "
-            "ON CONFLICT (stream_id, seq) DO UPDATE SET data = excluded.data",
-            (seq, data, stream.namespace, stream.agent_id, seq),
-        )
+        params = (seq, data, stream.namespace, stream.agent_id, seq)
+        if fence is None:
+            # One autocommitted statement: the range check and the upsert see the same last_seq.
+            changed = await self._write(_PUT_SNAPSHOT, params)
+        else:
+            async with self._transaction() as db:
+                key = (stream.namespace, stream.agent_id)
+                tokens = await fencing.admitted_tokens(db, [key]) if await self._has_leases_table(db) else {}
+                if tokens.get(key) != fence:
+                    rows = await db.execute_fetchall(
+                        "SELECT last_seq FROM streams WHERE namespace = ? AND agent_id = ?", key
+                    )
+                    last = max(_seq(rows[0][0], stream), 0) if rows else 0
+                    raise FencedError(stream, last, last, fence=fence)
+                changed = (await db.execute(_PUT_SNAPSHOT, params)).rowcount
         if changed != 1:
             raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
 
@@ -304,16 +321,18 @@ class SQLiteStore(
         ``wal_checkpoint(TRUNCATE)`` then empties the WAL, whose older frames still hold the
         rows. (A reader of another connection holding an old snapshot past the busy timeout
         makes that checkpoint give up; the WAL is then emptied by a later purge or when the
-        last connection closes.) The stream's lease ends first; its token stays as the floor
-        of the next one, so fencing tokens never decrease for a stream id
-        (``SQLiteLeases._end_lease``). The rows go in one ``BEGIN IMMEDIATE`` transaction.
+        last connection closes.) The stream's lease ends in the same ``BEGIN IMMEDIATE``
+        transaction as the rows go (``SQLiteLeases._end_lease``): from its commit on, no
+        append or snapshot fenced with a token of the purged incarnation is accepted, and the
+        token stays as the floor of the next one, so fencing tokens never decrease for a
+        stream id.
 
         Args:
             stream: The stream to purge.
         """
         self._check_open()
-        await self._end_lease(stream)
         async with self._transaction() as db:
+            await self._end_lease(db, stream)
             found = await db.execute_fetchall(
                 "SELECT id FROM streams WHERE namespace = ? AND agent_id = ?", (stream.namespace, stream.agent_id)
             )
@@ -413,6 +432,13 @@ class SQLiteStore(
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         data: bytes = rows[0][0]
         return data
+
+
+_PUT_SNAPSHOT = (
+    "INSERT INTO snapshots (stream_id, seq, data) "
+    "SELECT id, ?, ? FROM streams WHERE namespace = ? AND agent_id = ? AND ? BETWEEN 1 AND last_seq "
+    "ON CONFLICT (stream_id, seq) DO UPDATE SET data = excluded.data"
+)
 
 
 def _prefix_successor(prefix: str) -> str | None:

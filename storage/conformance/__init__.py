@@ -45,6 +45,7 @@ pytest.register_assert_rewrite(
             "concurrency",
             "crash",
             "faults",
+            "fencing",
             "harness",
             "leases",
             "lifecycle",
@@ -64,6 +65,7 @@ from ._compaction import CompactionChecks  # noqa: E402
 from ._concurrency import ConcurrencyChecks  # noqa: E402
 from ._crash import CrashChecks  # noqa: E402
 from ._faults import FaultChecks  # noqa: E402
+from ._fencing import FencingChecks  # noqa: E402
 from ._harness import StoreHarness, files_bytes  # noqa: E402
 from ._leases import LeaseChecks  # noqa: E402
 from ._lifecycle import LifecycleChecks  # noqa: E402
@@ -83,6 +85,7 @@ class StoreConformance(
     SnapshotChecks,
     CompactionChecks,
     BlobChecks,
+    FencingChecks,
     LeaseChecks,
     ProcessChecks,
     CrashChecks,

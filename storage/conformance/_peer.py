@@ -4,7 +4,8 @@ Run as ``python -m durably.storage.conformance._peer MODULE QUALNAME URL``: it
 imports the adapter class ``QUALNAME`` from ``MODULE``, builds ``cls(URL)``,
 opens it and prints ``{"ready": true}``. Then each line on stdin is one JSON
 request (``op`` and its arguments, bytes as hex) and each answer one JSON line:
-``{"ok": value}``, ``{"conflict": actual_seq}`` or ``{"error": type, "message": ...}``.
+``{"ok": value}``, ``{"conflict": actual_seq}``, ``{"fenced": actual_seq}`` (an append
+whose ``fence`` is no longer the stream's lease) or ``{"error": type, "message": ...}``.
 ``Peer`` is the parent's side. The same idea as Jepsen's clients: a real
 process, talking to the store only through its public API.
 """
@@ -21,7 +22,7 @@ import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from durably.errors import InvalidArgumentError
-from durably.storage._errors import ConflictError
+from durably.storage._errors import ConflictError, FencedError
 from durably.storage._spi import Lease, Store, StreamId, supports_leases
 from durably.storage._torture.spawn import child_environment, load_class, read_all
 
@@ -41,7 +42,7 @@ async def _serve(store: Store, request: dict[str, Any]) -> Any:
     stream = StreamId(namespace, request["agent"])
     if op == "append":
         records = [bytes.fromhex(data) for data in request["records"]]
-        return await store.append(stream, request["expected"], records)
+        return await store.append(stream, request["expected"], records, fence=request.get("fence"))
     if op == "last_seq":
         return await store.last_seq(stream)
     if op == "read":
@@ -68,6 +69,8 @@ async def _main(module: str, qualname: str, url: str) -> None:
                 return
             try:
                 answer = {"ok": await _serve(store, json.loads(line))}
+            except FencedError as fenced:
+                answer = {"fenced": fenced.actual_seq}
             except ConflictError as conflict:
                 answer = {"conflict": conflict.actual_seq}
             except Exception as exc:
