@@ -28,6 +28,8 @@ log = logging.getLogger("durably.leases")
 
 #: Acquire attempts of one claim that found the lease free again by the time its holder was read.
 _RACES = 4
+#: Lease renewals sent at once.
+_RENEWALS = 16
 
 
 class LeaseKeeper:
@@ -157,38 +159,56 @@ class LeaseKeeper:
         """Renew every held lease each ``ttl / 3`` seconds; ``on_lost(claim, holder)`` for a
         claim whose lease is not ours any more: another owner (``holder``, None if unknown)
         took it, or it came back under a new token (it lapsed meanwhile). Run it in the
-        runtime's task group; it never raises for a store error (logged, tried next round)."""
+        runtime's task group; it never raises for a store error (logged, tried next round).
+
+        The leases of a round are renewed concurrently (up to ``_RENEWALS`` at once), and
+        rounds start every ``ttl / 3`` whatever a round took: with many agents on a slow
+        store, one after the other they could take longer than the ttl itself."""
         leases = self._leases
         if leases is None:
             return
+        limiter = anyio.CapacityLimiter(_RENEWALS)
+
+        async def renew(claim: LeaseClaim) -> None:
+            async with limiter:
+                await self._renew(leases, claim, on_lost)
+
         while True:
-            await anyio.sleep(self.ttl / 3)
-            for claim in list(self._held.values()):
-                asked = time.monotonic()
-                try:
-                    lease = await leases.acquire_lease(claim.stream, self.owner, self.ttl)
-                except Exception as exc:
-                    log.warning("lease of %s not renewed this time: %s", claim.stream, exc)
-                    continue
-                if self._held.get(claim.stream) is not claim:
-                    continue  # released (or claimed anew) while we renewed
+            started = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                for claim in list(self._held.values()):
+                    tg.start_soon(renew, claim)
+            await anyio.sleep(max(0.0, started + self.ttl / 3 - time.monotonic()))
+
+    async def _renew(
+        self, leases: LeaseStore, claim: LeaseClaim, on_lost: Callable[[LeaseClaim, Lease | None], None]
+    ) -> None:
+        asked = time.monotonic()
+        try:
+            lease = await leases.acquire_lease(claim.stream, self.owner, self.ttl)
+        except Exception as exc:
+            log.warning("lease of %s not renewed this time: %s", claim.stream, exc)
+            return
+        if self._held.get(claim.stream) is not claim:
+            return  # released (or claimed anew) while we renewed
+        holder = None
+        if lease is None:
+            try:
+                holder = await leases.get_lease(claim.stream)
+            except Exception:
                 holder = None
-                if lease is None:
-                    try:
-                        holder = await leases.get_lease(claim.stream)
-                    except Exception:
-                        holder = None
-                else:
-                    claim.renewed(lease, asked)
-                    if claim.lost is None:
-                        continue
-                # Lost: another owner holds it, or it lapsed and came back to us under a new
-                # token, which nobody here uses: it is given back.
-                del self._held[claim.stream]
-                claim.lose(holder)
-                if lease is not None:
-                    try:
-                        await leases.release_lease(lease)
-                    except Exception as exc:
-                        log.warning("lease of %s not released (it will expire): %s", claim.stream, exc)
-                on_lost(claim, holder)
+        else:
+            claim.renewed(lease, asked)
+            if claim.lost is None:
+                return
+        # Lost: another owner holds it, or it lapsed and came back to us under a new
+        # token, which nobody here uses: it is given back.
+        if self._held.get(claim.stream) is claim:
+            del self._held[claim.stream]
+        claim.lose(holder)
+        if lease is not None:
+            try:
+                await leases.release_lease(lease)
+            except Exception as exc:
+                log.warning("lease of %s not released (it will expire): %s", claim.stream, exc)
+        on_lost(claim, holder)

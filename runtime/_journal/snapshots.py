@@ -211,7 +211,10 @@ class SnapshotWriter:
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
                 data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
                 with anyio.CancelScope(shield=True):
-                    await self._store.put_snapshot(stream, seq, data, fence=fence)
+                    if fence is None:  # a writer without a lease: the SPI's call as stores without leases know it
+                        await self._store.put_snapshot(stream, seq, data)
+                    else:
+                        await self._store.put_snapshot(stream, seq, data, fence=fence)
                     await self._prune(codec, stream, seq, data)
             except DurablyError as exc:
                 tm.record_exception(span, exc)

@@ -37,9 +37,9 @@ def install_postgres_hooks() -> None:
 
     original_put_snapshot = PostgresStore.put_snapshot
 
-    async def put_snapshot(self, stream, seq, data):
+    async def put_snapshot(self, stream, seq, data, *, fence=None):
         base.hit("snapshot")
-        await original_put_snapshot(self, stream, seq, data)
+        await original_put_snapshot(self, stream, seq, data, fence=fence)
 
     PostgresStore.put_snapshot = put_snapshot
 
