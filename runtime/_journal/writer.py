@@ -3,8 +3,12 @@
 Every record an agent produces goes through ``AgentJournal.append``: it is
 encoded (an unencodable value fails here, before anything is written), made
 durable through the runtime's group committer with the expected seq the agent
-last saw, and only then folded into the in-memory state. So the state never
-runs ahead of the journal, and a stale writer is stopped by its expected seq.
+last saw and the fencing token of the activation's lease, and only then folded
+into the in-memory state. So the state never runs ahead of the journal, and a
+stale writer is stopped by the store: by its expected seq, and, once its lease
+is another's (a takeover, a purge and restart), by its token even when its seq
+matches. A refused token is not a conflict to rebase on: nothing is folded in,
+and the activation ends with ``AgentLeaseLostError``.
 
 One exception, bounded: a tool's result may be *staged* (``stage``): encoded
 and folded at once, so the next model call sees it, and committed either while
