@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
     from opentelemetry import trace
 
-    from durably._fleet.claim import LeaseClaim
     from durably._fleet.leases import LeaseKeeper
+    from durably._journal.claim import LeaseClaim
     from durably._journal.records import RecordCodec
     from durably._journal.writer import JournalServices
     from durably._loop.agent import AgentDefinition, Budget

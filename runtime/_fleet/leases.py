@@ -3,7 +3,7 @@
 With several workers on one store (``Runtime.serve`` on many machines), a
 worker runs an agent only under a lease acquired in the store, never on a
 promise of one: each activation gets its own ``LeaseClaim`` (see
-``durably._fleet.claim``), whose token fences every append and snapshot it
+``durably._journal.claim``), whose token fences every append and snapshot it
 makes, so a paused or stale worker is refused by the store itself (fencing
 tokens, as in Kleppmann's "How to do distributed locking"). A crashed worker's
 leases expire, or are taken at once when its process is known dead, and its
@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import anyio
 
-from durably._fleet.claim import LeaseClaim
 from durably._fleet.owner import LeaseHolder, Liveness, holder_liveness, new_identity
+from durably._journal.claim import LeaseClaim
 from durably.storage._errors import StoreError
 from durably.storage._spi import Lease, LeaseStore, Store, StreamId, supports_leases
 

@@ -48,7 +48,7 @@ from durably.storage._group_commit import GroupCommitter
 from durably.storage._spi import Store, StreamId
 
 if TYPE_CHECKING:
-    from durably._fleet.claim import LeaseClaim
+    from durably._journal.claim import LeaseClaim
 
 _REBASE_ATTEMPTS = 8  # commands racing one append: each retry folds in what came first
 _MISSING = object()

@@ -1,4 +1,7 @@
-"""One activation's hold on its agent: the lease it acquired, its fencing token, and whether it is still live.
+"""One activation's hold on its agent's stream: the lease it acquired, its fencing token, and whether it is still live.
+
+The journal writer carries it (its token on every append and snapshot); the
+fleet's lease keeper (``durably._fleet.leases``) makes, renews and releases it.
 
 Each activation of an agent gets its own ``LeaseClaim`` (never one shared by
 stream): its appends and snapshots carry the claim's ``fence`` (the token of
