@@ -718,6 +718,7 @@ __all__ = [
     "CheckpointValueError",
     "CodecError",
     "ConflictError",
+    "FencedError",
     "ConsoleConfigError",
     "ConsoleNotInstalledError",
     "CorruptRecordError",

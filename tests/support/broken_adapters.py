@@ -53,9 +53,9 @@ class WritesBehind(FileSystemStore):
         async for record in super().read(stream, after_seq, page_size=page_size):
             yield record
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         await self._flush()
-        await super().put_snapshot(stream, seq, data)
+        await super().put_snapshot(stream, seq, data, fence=fence)
 
     async def close(self) -> None:
         if self._is_open:
@@ -80,8 +80,8 @@ class KeepsPurgedBytes(MemoryStore):
                 self.file += data
         return await super().append_batch(requests)
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
-        await super().put_snapshot(stream, seq, data)
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
+        await super().put_snapshot(stream, seq, data, fence=fence)
         self.file += data
 
 
