@@ -728,6 +728,7 @@ __all__ = [
     "DurablyError",
     "EncryptionRequiredError",
     "ExtraNotInstalledError",
+    "FencedError",
     "ForeignLoopError",
     "FrameLimitError",
     "ImportSourceError",
