@@ -1,8 +1,8 @@
 """Ownership the store enforces: an agent runs only under a lease acquired in the store, every
 append of an activation carries its fencing token, and a worker past its lease acts no more.
 
-Several runtimes in one process share one store (a memory store by name, or one SQLite
-file); the races are driven by hooks in the store (a subclass of the real adapter), never by sleeps.
+Several runtimes in one process share one store (a memory store by name, one SQLite
+file, or one PostgreSQL schema on a local server); the races are driven by hooks in the store (a subclass of the real adapter), never by sleeps.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from lease_partition import lease_partitionable
+from pg_server import pg_server  # noqa: F401  (the session's PostgreSQL server, for the postgres cases)
 
 from durably import (
     AgentDefinition,
@@ -30,10 +31,12 @@ from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def url(request, tmp_path) -> str:
     if request.param == "memory":
         return f"memory://{uuid.uuid4().hex}"
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_server").url())
     return f"sqlite:///{tmp_path}/agents.db"
 
 
