@@ -220,3 +220,16 @@ async def test_a_release_that_fails_is_logged_and_never_closes_the_runtime(url, 
             assert (await rt.status("a1")).status == "finished"
     assert paid == ["first", "second"]
     assert any("not released" in r.getMessage() and "connection reset" in r.getMessage() for r in caplog.records)
+
+
+async def test_serve_on_a_store_without_leases_says_it_must_be_the_only_worker(tmp_path, caplog):
+    # Nothing in a store without leases keeps a second worker from running the same agents.
+    with caplog.at_level(logging.WARNING, logger="durably.serve"):
+        async with Runtime(f"file://{tmp_path}/agents") as rt, anyio.create_task_group() as tg:
+            tg.start_soon(rt.serve, 0.05)
+            with anyio.fail_after(10):
+                while not any("only worker" in r.getMessage() for r in caplog.records):
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    (warning,) = [r for r in caplog.records if "only worker" in r.getMessage()]
+    assert warning.levelno == logging.WARNING and "no leases" in warning.getMessage()
