@@ -413,9 +413,11 @@ class Runtime:
 
         Args:
             agent_id: The agent in this runtime's namespace.
-            force: Take the agent over even when another runtime holds its lease,
-                for an operator who knows that runtime is dead (it is fenced by
-                the expected seq, and this run holds no lease).
+            force: Wait for the lease when another runtime holds it (up to
+                about one ``lease_ttl``), for an operator who believes that runtime
+                is dead: its lease lapses, is taken here in the store, and anything
+                the old holder still appends is refused by the store's fencing.
+                A live holder keeps renewing its lease: then ``AgentLeasedError``.
 
         Returns:
             The live activation's handle; None when the agent is parked or done,
@@ -424,7 +426,7 @@ class Runtime:
         Raises:
             ArgumentTypeError: ``force`` is not a bool (a ``TypeError``).
             AgentLeasedError: Another runtime holds the agent's lease (it runs
-                the agent).
+                the agent; with ``force``, it still held it after the wait).
             AgentNotFoundError: The agent has no records.
             DefinitionNotRegisteredError: Its recorded definition name is not
                 registered here.

@@ -481,12 +481,15 @@ class AgentLeasedError(DurablyError):
 
 
 class AgentLeaseLostError(AgentLeasedError):
-    """This runtime's activation of the agent stopped because another runtime took its lease.
+    """This runtime's activation of the agent stopped because its lease is not its own any more.
 
     This runtime paused (or lost the store) past the lease TTL, and another
-    worker took the lapsed lease: that one runs the agent now, and anything
-    this one would still append is fenced by the expected seq. Raised by
-    ``AgentHandle.wait`` and so ``Runtime.run``. Attributes as ``AgentLeasedError``.
+    worker took the lapsed lease, or the lease lapsed by this process's clock
+    before a model or tool call, or the store refused the activation's fencing
+    token (a takeover, or a purge and restart of the id). The agent is not run
+    here any more, and anything this activation would still append is refused
+    by the store. Raised by ``AgentHandle.wait`` and so ``Runtime.run``.
+    Attributes as ``AgentLeasedError`` (``owner`` None when the new holder is unknown).
     """
 
     def __init__(self, agent_id: str, owner: str | None, expires_at: float | None) -> None:

@@ -87,20 +87,29 @@ class GroupCommitter:
         self.batches = 0  # commits made; appends / batches is the grouping factor
 
     async def append(
-        self, stream: StreamId, expected_seq: int, records: Sequence[bytes], index: IndexEntry | None = None
+        self,
+        stream: StreamId,
+        expected_seq: int,
+        records: Sequence[bytes],
+        index: IndexEntry | None = None,
+        *,
+        fence: int | None = None,
     ) -> int:
         """Append ``records`` after ``expected_seq``; return the new last seq once durable.
 
         ``index``: the stream's new status index entry, committed with the records
         (``AppendRequest.index``; ignored by stores without ``CAP_STATUS_INDEX``).
+        ``fence``: the writer's lease token, checked by the store with the
+        expected seq (``AppendRequest.fence``; None: no check).
 
-        Raises ``ConflictError`` (stale expected seq, nothing written),
+        Raises ``ConflictError`` (stale expected seq, nothing written), ``FencedError``
+        (a ``ConflictError``: ``fence`` is no longer the stream's lease, nothing written),
         ``StoreUnavailableError`` (outcome unknown: re-read before retrying) and
         ``InvalidRequestError``. Cancelled while its batch is in the store, a
         lone append's outcome is unknown (as for any cancelled write); one
         sharing its batch with others completes it first.
         """
-        request = AppendRequest(stream, expected_seq, records, index)
+        request = AppendRequest(stream, expected_seq, records, index, fence)
         check_append(request)  # here, so one malformed append cannot fail its whole batch
         pending = _Pending(request)
         if not self._busy and not self._queue and self._last_size <= 1:

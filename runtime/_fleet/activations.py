@@ -37,7 +37,6 @@ from durably.errors import (
     AgentExistsError,
     AgentFencedError,
     AgentLeasedError,
-    AgentLeaseLostError,
     AgentNotFoundError,
     DefinitionNotRegisteredError,
     RuntimeNotStartedError,
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     from opentelemetry import trace
 
     from durably._fleet.leases import LeaseKeeper
+    from durably._journal.claim import LeaseClaim
     from durably._journal.records import RecordCodec
     from durably._journal.writer import JournalServices
     from durably._loop.agent import AgentDefinition, Budget
@@ -57,6 +57,9 @@ if TYPE_CHECKING:
     from durably.storage._spi import Lease, Store
 
 log = logging.getLogger("durably.runtime")  # a logger name users configure, not the module path
+
+#: ``resume(force=True)`` waits up to this many lease ttls for the holder's lease to lapse.
+_FORCE_WAIT = 1.2
 
 
 class Activations:
@@ -156,10 +159,10 @@ class Activations:
         if agent_id in self.live:  # running here: its lease is the live actor's, not ours to touch
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
         try:
-            await self._claim(stream)
+            claim = await self._claim(stream)
         except AgentLeasedError:
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
-        journal = AgentJournal(self.services, stream, AgentState())
+        journal = AgentJournal(self.services, stream, AgentState(), claim=claim)
         run_id = uuid.uuid4().hex
         span = self._activation_span(definition, agent_id, run_id, None)
         data = {
@@ -175,12 +178,13 @@ class Activations:
         if (reference := tm.trace_reference(span)) is not None:
             data["trace"] = reference
         try:
+            claim.check()
             with tm.activated(span, end=False):
                 await journal.append((Kind.STARTED, data))
             self.require_open()
         except BaseException as exc:
             _end_failed(span, exc)
-            await self.leases.release(stream)
+            await self.leases.release(claim)
             if isinstance(exc, AgentFencedError):
                 raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}") from None
             raise
@@ -217,14 +221,14 @@ class Activations:
         if self.draining:
             return None  # shutting down: another runtime resumes it
         stream = self.stream(agent_id)
-        await self._claim(stream, force=force)
+        claim = await self._claim(stream, wait=self.leases.ttl * _FORCE_WAIT if force else 0.0)
         try:
-            journal = await self.restore_journal(agent_id)
+            journal = await self.restore_journal(agent_id, claim)
             await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
             if journal.state.status != RUNNING:
                 if journal.state.status == NEEDS_MIGRATION:
                     self.blocked.found(agent_id, journal.state.reason)
-                await self.leases.release(stream)
+                await self.leases.release(claim)
                 return None
             self.blocked.runnable(agent_id)
             definition = self.definition(journal.state.definition["name"])
@@ -239,6 +243,7 @@ class Activations:
             try:
                 if gather is not None:
                     await gather()
+                claim.check()  # the restore may have outlasted the lease
                 with tm.activated(span, end=False):
                     await journal.append(*changes, (Kind.RESUMED, resumed))
                 self.require_open()
@@ -246,7 +251,7 @@ class Activations:
                 _end_failed(span, exc)
                 raise
         except BaseException:
-            await self.leases.release(stream)
+            await self.leases.release(claim)
             raise
         if (meters := self.telemetry.metrics) is not None:
             meters.resumes.add(1, self.telemetry.attributes)
@@ -266,28 +271,36 @@ class Activations:
             definition.name, agent_id, run_id, tm.provider_of(model), getattr(model, "name", ""), continues
         )
 
-    async def _claim(self, stream: StreamId, *, force: bool = False) -> None:
-        """Take the agent's lease (from a dead holder at once) or raise ``AgentLeasedError`` naming who holds it."""
-        lease, holder = await self.leases.claim_or_holder(stream, force=force)
-        if lease is None:
+    async def _claim(self, stream: StreamId, *, wait: float = 0.0) -> LeaseClaim:
+        """Take the agent's lease in the store (from a dead holder at once), waiting up to ``wait``
+        seconds for a live holder's to lapse; or raise ``AgentLeasedError`` naming who holds it."""
+        claim, holder = await self.leases.claim_or_holder(stream, wait=wait)
+        if claim is None:
             if holder is None:  # the refusal did not read who holds it (it lost a takeover race)
                 holder = await self.leases.holder(stream)
             raise AgentLeasedError(
                 stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None
             )
+        return claim
 
-    def lease_lost(self, stream: StreamId, holder: Lease | None) -> None:
-        actor = self.live.get(stream.agent_id)
-        if actor is not None and stream.namespace == self.namespace:
-            log.warning("lease of %s lost to another runtime; stopping the agent here", stream)
+    def lease_lost(self, claim: LeaseClaim, holder: Lease | None) -> None:
+        """The renewal loop found ``claim``'s lease gone (``holder``: who has it now, None if
+        unknown): the activation that holds that claim stops with ``AgentLeaseLostError``."""
+        actor = self.live.get(claim.stream.agent_id)
+        if actor is not None and claim.stream.namespace == self.namespace and actor.journal.claim is claim:
+            log.warning("lease of %s lost to another runtime; stopping the agent here", claim.stream)
             self.telemetry.count("lost_leases")
             # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
-            actor.error = AgentLeaseLostError(
-                stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None
-            )
+            actor.error = claim.lose(holder)
             actor.cancel_scope.cancel()
 
-    async def restore_journal(self, agent_id: str) -> AgentJournal:
+    async def restore_journal(self, agent_id: str, claim: LeaseClaim | None = None) -> AgentJournal:
+        """The agent's journal restored from the store, writing under ``claim`` (None: a
+        writer without a lease, whose appends the store does not fence).
+
+        Raises:
+            AgentNotFoundError: The agent has no records.
+        """
         stream = self.stream(agent_id)
         restored = await restore(self.store, self.codec, stream, self.telemetry)
         if restored is None:
@@ -305,6 +318,7 @@ class Activations:
             records_since=restored.tail_records,
             bytes_since=restored.tail_raw,
             snapshot_bytes=restored.snapshot_raw,
+            claim=claim,
         )
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
@@ -320,12 +334,14 @@ class Activations:
             finally:
                 if self.live.get(agent_id) is actor:
                     del self.live[agent_id]  # parked or done: nothing of it stays in memory
-                # Under the id's lock: a resume racing this exit renews the same lease,
-                # which must not be released under the activation it spawned.
-                with anyio.CancelScope(shield=True):
-                    async with self.activating.hold(agent_id):
-                        if agent_id not in self.live:
-                            await self.leases.release(journal.stream)
+                # Exactly this activation's lease (a no-op if a newer activation claimed the
+                # stream since). Under the id's lock: a resume racing this exit renews the
+                # same lease in the store, which must not be released under the activation it spawned.
+                if journal.claim is not None:
+                    with anyio.CancelScope(shield=True):
+                        async with self.activating.hold(agent_id):
+                            if agent_id not in self.live:
+                                await self.leases.release(journal.claim)
                 actor.exited.set()
 
         self.task_group.start_soon(run_actor)

@@ -53,9 +53,10 @@ class AgentHandle:
             AgentFencedError: Another writer appended to the journal (this
                 activation was stale).
             StoreUnavailableError: The store failed and that stopped it.
-            AgentLeaseLostError: Another runtime took the agent's lease (this one
-                paused past its TTL, or lost the store for that long): the agent
-                runs there now, so a "running" state from here would be a lie.
+            AgentLeaseLostError: The activation's lease is not its own any more:
+                another runtime took it (this one paused past its TTL, or lost the
+                store for that long), it lapsed before a model or tool call, or the
+                store refused its fencing token; a "running" state from here would be a lie.
         """
         await self._actor.done.wait()
         await self._actor.exited.wait()

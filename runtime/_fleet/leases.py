@@ -1,17 +1,20 @@
-"""Which runtime runs which agent: leases, taken before an agent runs and renewed while it does.
+"""Which runtime runs which agent: leases, taken in the store before an agent runs and renewed while it does.
 
 With several workers on one store (``Runtime.serve`` on many machines), a
-worker resumes only agents whose lease it can take, so live agents are not
-taken from each other; a crashed worker's leases expire and its agents are
-resumed elsewhere. Leases are advisory (a paused worker may outlive its lease):
-what keeps a stale worker from acting twice is still the expected seq of every
-append (leases with fencing, as in Kleppmann's "How to do distributed locking").
-Stores without ``CAP_LEASES`` run without them: every claim succeeds.
+worker runs an agent only under a lease acquired in the store, never on a
+promise of one: each activation gets its own ``LeaseClaim`` (see
+``durably._journal.claim``), whose token fences every append and snapshot it
+makes, so a paused or stale worker is refused by the store itself (fencing
+tokens, as in Kleppmann's "How to do distributed locking"). A crashed worker's
+leases expire, or are taken at once when its process is known dead, and its
+agents are resumed elsewhere. Stores without ``CAP_LEASES`` run without them:
+every claim succeeds, and such a store must have a single worker.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from durably._fleet.owner import LeaseHolder, Liveness, holder_liveness, new_identity
+from durably._journal.claim import LeaseClaim
 from durably.storage._errors import StoreError
 from durably.storage._spi import Lease, LeaseStore, Store, StreamId, supports_leases
 
@@ -27,10 +31,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably.leases")
 
+#: Acquire attempts of one claim that found the lease free again by the time its holder was read.
+_RACES = 4
+#: Lease renewals sent at once.
+_RENEWALS = 16
+
 
 class LeaseKeeper:
-    """The leases one runtime holds. ``owner``: this runtime's unique name;
-    ``ttl``: seconds a lease lasts unless renewed (renewed every ``ttl / 3``)."""
+    """The leases one runtime holds, one ``LeaseClaim`` per live activation.
+
+    ``store``: the runtime's store; ``worker_id``: the name the embedder chose
+    (the owner string adds this process's incarnation, see ``durably._fleet.owner``);
+    ``ttl``: seconds a lease lasts unless renewed (renewed every ``ttl / 3``).
+    """
 
     def __init__(self, store: Store, worker_id: str, ttl: float) -> None:
         self.store = store
@@ -38,8 +51,7 @@ class LeaseKeeper:
         self.owner = str(self.identity)
         self.ttl = ttl
         self._leases: LeaseStore | None = store if supports_leases(store) else None
-        self._held: dict[StreamId, Lease] = {}
-        self._wanted: set[StreamId] = set()  # run here, lease to be taken once it lapses
+        self._held: dict[StreamId, LeaseClaim] = {}  # the current claim of each stream leased here
         # The fleet's heartbeats (set by the runtime): a holder whose heartbeat stopped is dead on any host.
         self.heartbeats: Heartbeats | None = None
         #: Called with the stream and the dead holder's lease when a claim took it over (telemetry).
@@ -50,48 +62,58 @@ class LeaseKeeper:
         """Whether the store has leases (``CAP_LEASES``); without them every claim succeeds."""
         return self._leases is not None
 
-    async def claim(self, stream: StreamId, *, force: bool = False) -> Lease | None:
-        """Take the lease of ``stream``; None when another live owner holds it (see ``claim_or_holder``)."""
-        return (await self.claim_or_holder(stream, force=force))[0]
+    async def claim_or_holder(self, stream: StreamId, *, wait: float = 0.0) -> tuple[LeaseClaim | None, Lease | None]:
+        """Take the lease of ``stream`` in the store for a new activation.
 
-    async def claim_or_holder(self, stream: StreamId, *, force: bool = False) -> tuple[Lease | None, Lease | None]:
-        """Take the lease of ``stream``: ``(lease, None)``; or ``(None, holder)`` when another live
-        owner holds it, ``holder`` being the lease the refusal read (None if it was not read), so a
-        caller naming the holder needs no second read of it.
+        Returns ``(claim, None)`` once the store granted the lease; ``(None, holder)``
+        when another live owner holds it, ``holder`` being the lease the refusal
+        read (None if it could not be read), so a caller naming the holder needs
+        no second read of it. Without lease support the claim holds no lease and
+        always succeeds.
 
         A lease whose holder is dead (a process of this host that is gone, or a
         previous incarnation of this one: see ``durably._fleet.owner``) is taken
         at once: its exact lease (owner and token) is released, a no-op if it
         changed meanwhile, then acquired as usual, so of several runtimes that
-        see the same dead holder the store lets exactly one win. ``force``
-        claims whoever holds it (an operator's decision): the claim succeeds and
-        the lease is taken over as soon as it lapses. Without lease support,
-        claims always succeed. The returned lease has token 0 when it is not
-        (yet) held in the store.
+        see the same dead holder the store lets exactly one win. ``wait``: seconds
+        to keep trying while a live holder keeps it (for its lease to lapse or be
+        released); 0 answers at once.
+
+        Raises ``StoreError`` from the store (``StoreUnavailableError``, ``StoreClosedError``).
         """
-        placeholder = Lease(stream, self.owner, 0, float("inf"))
         leases = self._leases
         if leases is None:
-            return placeholder, None
-        lease = await self._acquire(leases, stream)
-        if lease is None:
+            return LeaseClaim(stream, None, self.ttl, time.monotonic()), None
+        deadline = time.monotonic() + wait
+        races = 0
+        dead_holder: Lease | None = None  # a dead holder's lease this claim released, to be taken over
+        while True:
+            asked = time.monotonic()
+            lease = await self._acquire(leases, stream)
+            if lease is not None:
+                claim = LeaseClaim(stream, lease, self.ttl, asked)
+                self._held[stream] = claim
+                if dead_holder is not None:
+                    self.on_takeover(stream, dead_holder)
+                return claim, None
             holder = await leases.get_lease(stream)
-            if holder is not None and await self._dead(holder):
+            if holder is None:
+                races += 1  # released or lapsed between the two reads: ask again
+                if races >= _RACES:
+                    return None, None
+                continue
+            if races < _RACES and await self._dead(holder):
+                races += 1
                 log.info(
                     "lease of %s held by %s, dead (process gone or heartbeat stopped): taken over", stream, holder.owner
                 )
                 await leases.release_lease(holder)
-                lease = await self._acquire(leases, stream)
-                if lease is None:
-                    return None, None  # another runtime took it over first
-                self.on_takeover(stream, holder)
-            elif force or holder is None:
-                self._wanted.add(stream)  # taken over by the renewal loop once it lapses
-                return placeholder, None
-            else:
+                dead_holder = holder
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return None, holder
-        self._held[stream] = lease
-        return lease, None
+            await anyio.sleep(min(left, self.ttl / 10, max(holder.expires_at - time.time(), 0.0) + 0.01))
 
     async def _dead(self, holder: Lease) -> bool:
         """Whether ``holder``'s owner is dead: a gone process of this host, or a worker anywhere
@@ -135,58 +157,85 @@ class LeaseKeeper:
         """The live lease of ``stream`` (whoever holds it), or None."""
         return None if self._leases is None else await self._leases.get_lease(stream)
 
-    async def release(self, stream: StreamId) -> None:
-        """Give up the lease of ``stream`` if held; errors are logged (it expires anyway)."""
-        self._wanted.discard(stream)
-        lease = self._held.pop(stream, None)
-        if lease is None or self._leases is None:
+    async def release(self, claim: LeaseClaim) -> None:
+        """Give back exactly the lease ``claim`` acquired (its owner and token).
+
+        A no-op when the claim is no longer this stream's current one here (a
+        newer activation claimed it since, or the renewal loop found it lost), or
+        without leases; in the store too, a lease that changed hands meanwhile is
+        left as it is (``release_lease`` is exact).
+        Never raises: a failed release is logged at WARNING (the lease expires anyway).
+        """
+        if self._held.get(claim.stream) is not claim:
+            return
+        del self._held[claim.stream]
+        if claim.lease is None or self._leases is None:
             return
         with anyio.CancelScope(shield=True):
             try:
-                await self._leases.release_lease(lease)
-            except StoreError as exc:
-                log.warning("lease of %s not released (it will expire): %s", stream, exc)
+                await self._leases.release_lease(claim.lease)
+            except Exception as exc:  # a cleanup: whatever the store raises, the runtime goes on
+                log.warning("lease of %s not released (it will expire): %s", claim.stream, exc)
 
     async def release_all(self) -> None:
-        """Give up every lease held or wanted (a drain); errors are logged."""
-        self._wanted.clear()
-        for stream in list(self._held):
-            await self.release(stream)
+        """Give up every lease held (a drain); never raises (failures are logged)."""
+        for claim in list(self._held.values()):
+            await self.release(claim)
 
-    async def renew_forever(self, on_lost: Callable[[StreamId, Lease | None], None]) -> None:
-        """Renew every held lease each ``ttl / 3`` seconds; ``on_lost(stream, holder)``
-        for one that another owner (``holder``, None if unknown) took meanwhile.
-        Run it in the runtime's task group."""
+    async def renew_forever(self, on_lost: Callable[[LeaseClaim, Lease | None], None]) -> None:
+        """Renew every held lease each ``ttl / 3`` seconds; ``on_lost(claim, holder)`` for a
+        claim whose lease is not ours any more: another owner (``holder``, None if unknown)
+        took it, or it came back under a new token (it lapsed meanwhile). Run it in the
+        runtime's task group; it never raises for a store error (logged, tried next round).
+
+        The leases of a round are renewed concurrently (up to ``_RENEWALS`` at once), and
+        rounds start every ``ttl / 3`` whatever a round took: with many agents on a slow
+        store, one after the other they could take longer than the ttl itself."""
         leases = self._leases
         if leases is None:
             return
+        limiter = anyio.CapacityLimiter(_RENEWALS)
+
+        async def renew(claim: LeaseClaim) -> None:
+            async with limiter:
+                await self._renew(leases, claim, on_lost)
+
         while True:
-            await anyio.sleep(self.ttl / 3)
-            for stream in list(self._wanted):
-                try:
-                    lease = await leases.acquire_lease(stream, self.owner, self.ttl)
-                except StoreError:
-                    continue
-                if lease is not None and stream in self._wanted:
-                    self._wanted.discard(stream)
-                    self._held[stream] = lease
-            for stream in list(self._held):
-                try:
-                    lease = await leases.acquire_lease(stream, self.owner, self.ttl)
-                except StoreError as exc:
-                    log.warning("lease of %s not renewed this time: %s", stream, exc)
-                    continue
-                if stream not in self._held:
-                    continue  # released while we renewed
-                if lease is None:
-                    # Someone took it after it expired: that worker owns the agent now.
-                    self._held.pop(stream, None)
-                    try:
-                        holder = await leases.get_lease(stream)
-                    except StoreError:
-                        holder = None
-                    on_lost(stream, holder)
-                else:
-                    # A new token means it lapsed and came back to us; anyone who
-                    # acted meanwhile moved the seq, and our next append finds out.
-                    self._held[stream] = lease
+            started = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                for claim in list(self._held.values()):
+                    tg.start_soon(renew, claim)
+            await anyio.sleep(max(0.0, started + self.ttl / 3 - time.monotonic()))
+
+    async def _renew(
+        self, leases: LeaseStore, claim: LeaseClaim, on_lost: Callable[[LeaseClaim, Lease | None], None]
+    ) -> None:
+        asked = time.monotonic()
+        try:
+            lease = await leases.acquire_lease(claim.stream, self.owner, self.ttl)
+        except Exception as exc:
+            log.warning("lease of %s not renewed this time: %s", claim.stream, exc)
+            return
+        if self._held.get(claim.stream) is not claim:
+            return  # released (or claimed anew) while we renewed
+        holder = None
+        if lease is None:
+            try:
+                holder = await leases.get_lease(claim.stream)
+            except Exception:
+                holder = None
+        else:
+            claim.renewed(lease, asked)
+            if claim.lost is None:
+                return
+        # Lost: another owner holds it, or it lapsed and came back to us under a new
+        # token, which nobody here uses: it is given back.
+        if self._held.get(claim.stream) is claim:
+            del self._held[claim.stream]
+        claim.lose(holder)
+        if lease is not None:
+            try:
+                await leases.release_lease(lease)
+            except Exception as exc:
+                log.warning("lease of %s not released (it will expire): %s", claim.stream, exc)
+        on_lost(claim, holder)

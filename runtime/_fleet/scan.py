@@ -34,6 +34,7 @@ from durably._journal.status_index import runnable_rows
 from durably.errors import (
     AgentFencedError,
     AgentLeasedError,
+    AgentLeaseLostError,
     DefinitionMigrationError,
     DefinitionNotRegisteredError,
     InvalidArgumentError,
@@ -175,6 +176,8 @@ async def _resume_one(
     try:
         # The entry just listed is not read again.
         return await activations.resume(stream.agent_id, seen=row.entry, gather=gather)
+    except AgentLeaseLostError:
+        pass  # its lease lapsed while it was restored here: a later scan tries again
     except AgentLeasedError as exc:
         result.holders[exc.owner or "unknown"] += 1  # another runtime runs it
     except (DefinitionNotRegisteredError, DefinitionMigrationError, AgentFencedError):

@@ -66,7 +66,8 @@ async def serve(
 ) -> None:
     """``Runtime.serve``: scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
 
-    Signals are only handled in the main thread (where Python delivers them);
+    On a store without leases (``CAP_LEASES``) it logs a WARNING at start: such a
+    store has one worker or none. Signals are only handled in the main thread (where Python delivers them);
     elsewhere, cancel the caller's scope to stop and call ``Runtime.drain``.
     Raises ``InvalidArgumentError`` for a bad figure, before anything is resumed.
     """
@@ -75,6 +76,13 @@ async def serve(
     check_figure("serve", "max_agents", max_agents, integer=True)
     if poll_interval == 0 or max_agents == 0:
         raise InvalidArgumentError("serve: poll_interval must be > 0 seconds and max_agents at least 1")
+    if not activations.leases.enabled:
+        # Nothing in such a store keeps two workers from running one agent at once.
+        log.warning(
+            "serve(): this store has no leases (%s): this must be the only worker serving it; "
+            "a second one would run the same agents (and their tools) twice",
+            type(activations.store).__name__,
+        )
     signals = tuple(drain_signals)
     fair = FairShare(max_agents)
     if activations.leases.heartbeats is not None:

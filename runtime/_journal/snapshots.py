@@ -132,16 +132,17 @@ class SnapshotWriter:
         self._telemetry = telemetry or Telemetry.disabled()
         self._codec_factory = codec_factory
         self._writing: tuple[StreamId, anyio.Event] | None = None
-        self._waiting: dict[StreamId, tuple[int, dict[str, Any]]] = {}
+        self._waiting: dict[StreamId, tuple[int, dict[str, Any], int | None]] = {}
         self._wake = anyio.Event()
         self._idle = anyio.Event()
         self._idle.set()
         self.written = 0
         self._recent: dict[StreamId, list[int]] = {}  # seqs of the snapshots written per stream, newest last
 
-    def submit(self, stream: StreamId, seq: int, state_wire: dict[str, Any]) -> None:
-        """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``."""
-        self._waiting[stream] = (seq, state_wire)
+    def submit(self, stream: StreamId, seq: int, state_wire: dict[str, Any], *, fence: int | None = None) -> None:
+        """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``;
+        ``fence``: the writer's lease token, checked by the store (a refused one is logged and skipped)."""
+        self._waiting[stream] = (seq, state_wire, fence)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._wake.set()
 
@@ -169,10 +170,10 @@ class SnapshotWriter:
             await self._wake.wait()
             self._wake = anyio.Event()
             while self._waiting:
-                stream, (seq, wire) = self._waiting.popitem()
+                stream, (seq, wire, fence) = self._waiting.popitem()
                 self._writing = (stream, anyio.Event())
                 try:
-                    size = await self._write(codec, stream, seq, wire)
+                    size = await self._write(codec, stream, seq, wire, fence)
                 finally:
                     self._writing[1].set()
                     self._writing = None
@@ -197,7 +198,9 @@ class SnapshotWriter:
             await anyio.to_thread.run_sync(codec.decode_snapshot, StoredSnapshot(seq, data), stream)
             await self._store.delete_records(stream, oldest_kept)
 
-    async def _write(self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> int | None:
+    async def _write(
+        self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any], fence: int | None
+    ) -> int | None:
         telemetry = self._telemetry
         meters = telemetry.metrics
         started = time.perf_counter() if meters is not None else 0.0
@@ -208,7 +211,10 @@ class SnapshotWriter:
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
                 data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
                 with anyio.CancelScope(shield=True):
-                    await self._store.put_snapshot(stream, seq, data)
+                    if fence is None:  # a writer without a lease: the SPI's call as stores without leases know it
+                        await self._store.put_snapshot(stream, seq, data)
+                    else:
+                        await self._store.put_snapshot(stream, seq, data, fence=fence)
                     await self._prune(codec, stream, seq, data)
             except DurablyError as exc:
                 tm.record_exception(span, exc)

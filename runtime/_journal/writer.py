@@ -3,8 +3,12 @@
 Every record an agent produces goes through ``AgentJournal.append``: it is
 encoded (an unencodable value fails here, before anything is written), made
 durable through the runtime's group committer with the expected seq the agent
-last saw, and only then folded into the in-memory state. So the state never
-runs ahead of the journal, and a stale writer is stopped by its expected seq.
+last saw and the fencing token of the activation's lease, and only then folded
+into the in-memory state. So the state never runs ahead of the journal, and a
+stale writer is stopped by the store: by its expected seq, and, once its lease
+is another's (a takeover, a purge and restart), by its token even when its seq
+matches. A refused token is not a conflict to rebase on: nothing is folded in,
+and the activation ends with ``AgentLeaseLostError``.
 
 One exception, bounded: a tool's result may be *staged* (``stage``): encoded
 and folded at once, so the next model call sees it, and committed either while
@@ -23,7 +27,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -39,9 +43,12 @@ from durably._telemetry import Telemetry
 from durably.errors import AgentFencedError, InvalidArgumentError
 from durably.schemas._records import Kind, Record
 from durably.storage._codec import raw_size
-from durably.storage._errors import ConflictError
+from durably.storage._errors import ConflictError, FencedError
 from durably.storage._group_commit import GroupCommitter
 from durably.storage._spi import Store, StreamId
+
+if TYPE_CHECKING:
+    from durably._journal.claim import LeaseClaim
 
 _REBASE_ATTEMPTS = 8  # commands racing one append: each retry folds in what came first
 _MISSING = object()
@@ -116,7 +123,9 @@ class AgentJournal:
     one whose written size may replace the estimate in ``snapshot_bytes``.
     ``redactor`` holds, for this activation only, what redaction took out.
     ``state`` includes staged records (see the module docstring): ``durable_seq``
-    is the last seq known durable.
+    is the last seq known durable. ``claim``: the activation's lease claim, whose
+    fencing token every append and snapshot carries (None: a writer that holds
+    no lease, such as an operator's command, whose appends the store does not fence).
     """
 
     def __init__(
@@ -128,8 +137,10 @@ class AgentJournal:
         records_since: int = 0,
         bytes_since: int = 0,
         snapshot_bytes: int = 0,
+        claim: LeaseClaim | None = None,
     ) -> None:
         self.services = services
+        self.claim = claim
         self.stream = stream
         self.state = state
         self.records_since = records_since
@@ -145,6 +156,15 @@ class AgentJournal:
         self._commit_s = 0.0  # how long the last commit took
         self._quick_bodies = 0  # overlapped bodies in a row that ended before their commit started
         self._flush_started = False
+
+    def check_lease(self) -> None:
+        """Return if this activation may still act on the stream (see ``LeaseClaim.check``); a no-op without a claim.
+
+        Raises:
+            AgentLeaseLostError: The claim's lease is lost or may have lapsed.
+        """
+        if self.claim is not None:
+            self.claim.check()
 
     @property
     def durable_seq(self) -> int:
@@ -170,7 +190,9 @@ class AgentJournal:
         cancel: see ``COMMAND_KINDS``), they are folded in first and the batch
         is appended after them, as a rebase.
         Raises ``UnencodableValueError`` (nothing written), ``AgentFencedError``
-        (another writer took the stream over; nothing written) and
+        (another writer took the stream over; nothing written),
+        ``AgentLeaseLostError`` (the store refused the claim's fencing token: the
+        lease is not this activation's any more; nothing written, nothing folded in) and
         ``StoreUnavailableError`` (outcome unknown; restore to find out).
         """
         await self._take_turn()
@@ -373,8 +395,16 @@ class AgentJournal:
                     }
                 )
             started = time.perf_counter()
+            fence = None if self.claim is None else self.claim.fence
             try:
-                await svc.committer.append(self.stream, first - 1, frames, index=index)
+                await svc.committer.append(self.stream, first - 1, frames, index=index, fence=fence)
+            except FencedError as exc:
+                # A conflict, but not one to rebase on: the stream belongs to another lease now.
+                if meters is not None:
+                    meters.conflicts.add(1, telemetry.attributes)
+                    meters.fencings.add(1, telemetry.attributes)
+                assert self.claim is not None  # only a fenced append is refused by its fence
+                raise self.claim.lose(None) from exc
             except ConflictError as exc:
                 raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc
             self._commit_s = time.perf_counter() - started
@@ -391,7 +421,8 @@ class AgentJournal:
     def snapshot_submitted(self) -> None:
         """Hand the current state to the background snapshot writer (never with staged records)."""
         assert not self._staged, "a snapshot covers durable records only"
-        self.services.snapshots.submit(self.stream, self.state.last_seq, self.state.to_wire())
+        fence = None if self.claim is None else self.claim.fence
+        self.services.snapshots.submit(self.stream, self.state.last_seq, self.state.to_wire(), fence=fence)
         self.snapshot_seq = self.state.last_seq
         # Until the writer reports the real size, the state grew by about the tail.
         self.snapshot_bytes += self.bytes_since

@@ -30,7 +30,7 @@ from durably._loop.state import FAILED, RUNNING, AgentState
 from durably._loop.tool_calls import ToolCalls
 from durably._telemetry import Telemetry
 from durably._tools.tool import idempotency_key
-from durably.errors import AgentFencedError, InvalidCommandError, ToolArgumentsError
+from durably.errors import AgentFencedError, AgentLeaseLostError, InvalidCommandError, ToolArgumentsError
 from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably.actor")
 _FLUSH_ON_EXIT_S = 5.0  # how long a cancelled actor may spend committing a staged tool result
+#: What stops an activation without a record: nothing more can be written safely (the journal holds the truth).
+_STOPS = (AgentFencedError, AgentLeaseLostError, StoreUnavailableError)
 
 
 class AgentActor(ToolCalls):
@@ -49,7 +51,10 @@ class AgentActor(ToolCalls):
     activation's ``invoke_agent`` span, started by the runtime before it journaled
     the activation; the actor ends it; None when nothing records). After ``run``:
     ``state`` is final for this activation, ``error`` holds what stopped it
-    abnormally (``AgentFencedError``, ``StoreUnavailableError``) or None.
+    abnormally (``AgentFencedError``, ``AgentLeaseLostError``, ``StoreUnavailableError``) or None.
+    Before each model call (each attempt) and each tool call the actor checks
+    that its lease is still live (``AgentJournal.check_lease``): a worker paused
+    past its lease spends nothing more.
     """
 
     #: Set once the lease is given back (the handle waits for it); ``Runtime._spawn`` sets it.
@@ -92,7 +97,7 @@ class AgentActor(ToolCalls):
             with tm.activated(self.span, end=True):
                 try:
                     await self._loop()
-                except (AgentFencedError, StoreUnavailableError) as exc:
+                except _STOPS as exc:
                     # Nothing more can be written safely; the journal holds the truth.
                     log.warning("agent %s stopped: %s", self.journal.stream, exc)
                     self.error = exc
@@ -155,10 +160,11 @@ class AgentActor(ToolCalls):
         first, count = cut
         data: dict[str, Any] = {"first": first, "count": count}
         if policy.summarize is not None:
+            self.journal.check_lease()  # a summary is a model call too
             try:
                 async with self.journal.overlapped():
                     data["summary"] = await policy.summarize(self.state.messages[first : first + count])
-            except (AgentFencedError, StoreUnavailableError):
+            except _STOPS:
                 raise  # the staged result's commit failed: nothing more can be written
             except Exception as exc:
                 log.warning(
@@ -278,6 +284,7 @@ class AgentActor(ToolCalls):
         provider = tm.provider_of(model)
 
         async def attempt() -> ModelResponse:
+            self.journal.check_lease()  # a worker past its lease pays for no call
             # The span records the error's type only (its message may quote content).
             meters = telemetry.metrics
             started = time.perf_counter() if meters is not None else 0.0
@@ -318,6 +325,8 @@ class AgentActor(ToolCalls):
                 return response
 
         async def failed(number: int, exc: BaseException, wait_s: float | None) -> None:
+            if isinstance(exc, AgentLeaseLostError):
+                raise exc  # not the model's failure: nothing to journal, and no retry
             # What failed and when, never what was said: no content in this record.
             if wait_s is not None and telemetry.metrics is not None:
                 telemetry.metrics.retries.add(1, {**telemetry.attributes, tm.RETRY_KIND: "model"})
@@ -332,7 +341,7 @@ class AgentActor(ToolCalls):
             # The last tool result is committed while the model thinks (or with its answer).
             async with self.journal.overlapped():
                 return await self.definition.retry.call(attempt, failed)
-        except (AgentFencedError, StoreUnavailableError):
+        except _STOPS:
             raise
         except Exception as exc:
             self.failure = tm.error_type(exc)

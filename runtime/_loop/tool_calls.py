@@ -21,7 +21,7 @@ import anyio
 from durably import _telemetry as tm
 from durably._loop.state import RUNNING, AgentState
 from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext
-from durably.errors import AgentFencedError, RedactedArgumentError, ToolArgumentsError
+from durably.errors import AgentFencedError, AgentLeaseLostError, RedactedArgumentError, ToolArgumentsError
 from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
@@ -210,6 +210,7 @@ class ToolCalls:
                         tm.CONVERSATION_ID: self.state.agent_id,
                     }
                 )
+            self.journal.check_lease()  # a worker past its lease runs no side effect
             try:
                 result = await tool.invoke(
                     arguments, self._context(call, attempt), validated=self._validated.pop(call["key"], None)
@@ -228,6 +229,7 @@ class ToolCalls:
 
     async def _reconcile(self, tool: Tool, call: dict[str, Any], attempt: int) -> None:
         assert tool.reconcile is not None  # Tool.__post_init__ guarantees it
+        self.journal.check_lease()  # only the lease holder may decide an unknown outcome
         found = await tool.reconcile(self._context(call, attempt))
         if isinstance(found, Reconciled):
             await self._result(call, result=tool.to_journal(found.result), reconciled=True)
@@ -287,6 +289,6 @@ def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
             else:
                 flat.append(exc)
     for exc in flat:
-        if isinstance(exc, (AgentFencedError, StoreUnavailableError)):
+        if isinstance(exc, (AgentFencedError, AgentLeaseLostError, StoreUnavailableError)):
             return exc
     return flat[0]

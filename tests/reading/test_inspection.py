@@ -199,9 +199,13 @@ async def test_describe_names_the_lease_holder_times_approvals_and_budget(tmp_pa
         shape = info.to_json()
         assert "state" not in shape and shape["lease"] is None and shape["agent_id"] == "survey"
         # A runtime holding the lease is named, with its expiry.
-        lease = await rt._activations.leases.claim(rt.stream("survey"))
+        claim, _ = await rt._activations.leases.claim_or_holder(rt.stream("survey"))
+        assert claim is not None and claim.lease is not None
         held = await rt.describe("survey")
-        assert held.lease.owner == lease.owner == rt._activations.leases.owner and held.lease.expires_at > time.time()
+        assert (
+            held.lease.owner == claim.lease.owner == rt._activations.leases.owner
+            and held.lease.expires_at > time.time()
+        )
         assert held.lease.dead is False
         assert [d.agent_id for d in await rt.describe_all()] == ["survey"]
         with pytest.raises(AgentNotFoundError):

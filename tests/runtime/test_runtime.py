@@ -7,12 +7,13 @@ import uuid
 
 import anyio
 import pytest
+from lease_partition import lease_partitionable
 from support_agents import StepModel, list_agent
 
 from durably import (
     AgentDefinition,
-    AgentFencedError,
     AgentLeasedError,
+    AgentLeaseLostError,
     Budget,
     InvalidCommandError,
     Runtime,
@@ -203,6 +204,9 @@ async def test_cancel_and_send_message(store_url):
 
 
 async def test_stale_writer_is_fenced_and_acts_no_more(store_url):
+    # The old worker is cut off from the store's leases while its tool runs: its lease
+    # lapses, a second worker waits for it (resume(force=True)) and takes the agent over.
+    # When the old worker's call returns, it acts no more: its lease is lost.
     effects: list = []
     gate = anyio.Event()
 
@@ -214,18 +218,19 @@ async def test_stale_writer_is_fenced_and_acts_no_more(store_url):
         return n
 
     definition = AgentDefinition(name="list-agent", model=StepModel(3), tools=[effect])
-    async with Runtime(store_url, agents=[definition], worker_id="old") as old:
+    old_store = lease_partitionable(store_url)
+    async with old_store, Runtime(old_store, agents=[definition], worker_id="old", lease_ttl=0.6) as old:
         handle = await old.start(definition, "a1", "task")
         while not effects:
             await anyio.sleep(0.01)
-        # A second worker takes the agent over (the first one looked dead).
         async with Runtime(store_url, agents=[definition], worker_id="new") as new:
             with pytest.raises(AgentLeasedError):
                 await new.resume("a1")  # the old worker still holds the agent's lease
+            old_store.cut = True  # its renewals fail from now on: its lease lapses
             state = await (await new.resume("a1", force=True)).wait()
             assert state.status == "finished"
         gate.set()
-        with pytest.raises(AgentFencedError):
+        with pytest.raises(AgentLeaseLostError):
             await handle.wait()
     # Call 1 ran twice (same key: the policy is retry), calls 2 and 3 once each.
     assert sorted(n for _, n in effects) == [1, 1, 2, 3]

@@ -328,13 +328,15 @@ def test_importing_durably_does_not_import_opentelemetry() -> None:
 
 async def test_conflicts_fencings_and_tool_retries_are_counted(tmp_path) -> None:
     # A send from a second runtime races a live agent: its next append conflicts, it
-    # folds the command in and goes on (a conflict, no fencing). Then a second worker
-    # takes the agent over (resume(force=True)): the takeover retries the tool call
-    # whose outcome is unknown (a tool retry) and the first worker's next append is
+    # folds the command in and goes on (a conflict, no fencing). Then the first worker is
+    # cut off from the store's leases and a second one takes the agent over once its lease
+    # lapses (resume(force=True)): the takeover retries the tool call whose outcome is
+    # unknown (a tool retry) and the first worker's last append, its tool's result, is
     # refused for good (a conflict and a fencing).
     import anyio
+    from lease_partition import lease_partitionable
 
-    from durably import AgentFencedError
+    from durably import AgentLeaseLostError
 
     rec = Recorder()
     store_url = f"sqlite:///{tmp_path}/agents.db"
@@ -358,7 +360,8 @@ async def test_conflicts_fencings_and_tool_retries_are_counted(tmp_path) -> None
         return "done"
 
     agent = AgentDefinition(name="support", model=GatedModel([]), tools=[effect])
-    async with rec.runtime(store_url, [agent], worker_id="old") as old:
+    old_store = lease_partitionable(store_url)
+    async with old_store, rec.runtime(old_store, [agent], worker_id="old", lease_ttl=0.6) as old:
         handle = await old.start("support", "t-9", "do it")
         await replied.wait()
         async with Runtime(store_url, agents=[agent], namespace=NAMESPACE) as other:
@@ -372,11 +375,12 @@ async def test_conflicts_fencings_and_tool_retries_are_counted(tmp_path) -> None
         assert conflict.value == 1 and conflict.attributes["durably.namespace"] == NAMESPACE
         assert "durably.fencings" not in counters  # the send was folded in, not a takeover
 
+        old_store.cut = True  # its lease renewals fail from now on: its lease lapses
         async with rec.runtime(store_url, [agent], worker_id="new") as new:
             state = await (await new.resume("t-9", force=True)).wait()
             assert state.status == "finished"
-        release.set()  # the first worker's call returns: its append is refused
-        with pytest.raises(AgentFencedError):
+        release.set()  # the first worker's call returns: its lease is lost, its append refused
+        with pytest.raises(AgentLeaseLostError):
             await handle.wait()
     counters = rec.metrics()
     assert counters["durably.conflicts"].unit == "{conflict}" and counters["durably.fencings"].unit == "{fencing}"

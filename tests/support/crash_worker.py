@@ -86,8 +86,8 @@ def install_hooks() -> None:
 
     original_commit_append = GroupCommitter.append
 
-    async def committer_append(self, stream, expected_seq, records, index=None):
-        seq = await original_commit_append(self, stream, expected_seq, records, index=index)
+    async def committer_append(self, stream, expected_seq, records, index=None, *, fence=None):
+        seq = await original_commit_append(self, stream, expected_seq, records, index=index, fence=fence)
         for offset, frame in enumerate(records, start=1):
             line = {"agent": stream.agent_id, "seq": expected_seq + offset, "sha": hashlib.sha256(frame).hexdigest()}
             append_line(Path(args.acks), line)

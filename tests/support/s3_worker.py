@@ -47,6 +47,7 @@ from durably import (
     AgentExistsError,
     AgentFencedError,
     AgentLeasedError,
+    AgentLeaseLostError,
     ModelResponse,
     Reconciled,
     Runtime,
@@ -138,8 +139,8 @@ def install_hooks() -> None:
 
     original_commit_append = GroupCommitter.append
 
-    async def committer_append(self, stream, expected_seq, records, index=None):
-        seq = await original_commit_append(self, stream, expected_seq, records, index=index)
+    async def committer_append(self, stream, expected_seq, records, index=None, *, fence=None):
+        seq = await original_commit_append(self, stream, expected_seq, records, index=index, fence=fence)
         for offset, frame in enumerate(records, start=1):
             line = {"agent": stream.agent_id, "seq": expected_seq + offset, "sha": hashlib.sha256(frame).hexdigest()}
             append_line(Path(args.acks), line)
@@ -193,7 +194,7 @@ async def main() -> None:
                             except AgentLeasedError:
                                 await anyio.sleep(0.2)
                 state = await handle.wait() if handle else await rt.status(agent_id)
-            except AgentFencedError as exc:
+            except (AgentFencedError, AgentLeaseLostError) as exc:
                 # Another worker owns the agent now: stop it here, write nothing more.
                 results[agent_id] = {"status": "fenced", "error": str(exc)}
                 return

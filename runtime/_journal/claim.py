@@ -1,0 +1,81 @@
+"""One activation's hold on its agent's stream: the lease it acquired, its fencing token, and whether it is still live.
+
+The journal writer carries it (its token on every append and snapshot); the
+fleet's lease keeper (``durably._fleet.leases``) makes, renews and releases it.
+
+Each activation of an agent gets its own ``LeaseClaim`` (never one shared by
+stream): its appends and snapshots carry the claim's ``fence`` (the token of
+the lease acquired in the store), it releases exactly that lease when it ends,
+and it calls ``check`` before anything that spends or acts (a model call, a
+tool call, the first ``started``/``resumed`` record). ``check`` fails once the
+lease is known lost (the renewal loop found another holder or a new token, or
+the store refused the fence), and also once the lease may have lapsed by this
+process's monotonic clock: a worker paused past its lease (SIGSTOP, a blocked
+event loop, a long GC) wakes with a clock that says so, before it asks the store
+anything, so it spends nothing on a lease another worker may hold by now.
+"""
+
+from __future__ import annotations
+
+import time
+
+from durably.errors import AgentLeaseLostError
+from durably.storage._spi import Lease, StreamId
+
+#: Part of the ttl a claim counts as lapsed early: a renewal runs every ttl / 3,
+#: so a live worker always renews well before this margin is reached.
+SAFETY_MARGIN = 0.1
+
+
+class LeaseClaim:
+    """The lease one activation holds on ``stream``.
+
+    In: ``stream``; ``lease``, the lease acquired in the store (None on a store
+    without leases: single-worker, never lapses); ``ttl`` in seconds; ``asked_at``,
+    the ``time.monotonic()`` reading taken just before the acquire was sent (the
+    lease runs from no earlier than that).
+    """
+
+    __slots__ = ("stream", "lease", "ttl", "_live_until", "lost")
+
+    def __init__(self, stream: StreamId, lease: Lease | None, ttl: float, asked_at: float) -> None:
+        self.stream = stream
+        self.lease = lease
+        self.ttl = ttl
+        self._live_until = asked_at + ttl * (1 - SAFETY_MARGIN)
+        self.lost: AgentLeaseLostError | None = None
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing token appends and snapshots carry (None without leases: nothing to check)."""
+        return None if self.lease is None else self.lease.token
+
+    def renewed(self, lease: Lease, asked_at: float) -> None:
+        """Record a renewal sent at monotonic ``asked_at``; a new token means the lease
+        lapsed and was taken again: the activation's lease is lost all the same."""
+        if self.lease is None or lease.token != self.lease.token:
+            self.lose(None)
+            return
+        self._live_until = asked_at + self.ttl * (1 - SAFETY_MARGIN)
+
+    def lose(self, holder: Lease | None) -> AgentLeaseLostError:
+        """Mark the lease lost (``holder``: who holds it now, None if unknown); the error to stop with."""
+        if self.lost is None:
+            self.lost = AgentLeaseLostError(
+                self.stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None
+            )
+        return self.lost
+
+    def check(self) -> None:
+        """Return if the lease is still this activation's; else raise.
+
+        Raises:
+            AgentLeaseLostError: The lease was lost (taken by another worker, re-taken
+                under a new token, or refused by the store's fence), or it may have
+                lapsed: more than ttl minus a safety margin has passed on the
+                monotonic clock since the last acquire or renewal was sent.
+        """
+        if self.lost is not None:
+            raise self.lost
+        if self.lease is not None and time.monotonic() > self._live_until:
+            raise self.lose(None)
