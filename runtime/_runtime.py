@@ -251,6 +251,7 @@ class Runtime:
             leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
             leases.heartbeats = Heartbeats(self.store, leases.identity, self.heartbeat_timeout)
             leases.on_takeover = lambda stream, holder: self.telemetry.count("takeovers")
+            leases.on_lost = lambda stream: self.telemetry.count("lost_leases")
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._activations = Activations(
                 store=self.store,

@@ -289,7 +289,6 @@ class Activations:
         actor = self.live.get(claim.stream.agent_id)
         if actor is not None and claim.stream.namespace == self.namespace and actor.journal.claim is claim:
             log.warning("lease of %s lost to another runtime; stopping the agent here", claim.stream)
-            self.telemetry.count("lost_leases")
             # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
             actor.error = claim.lose(holder)
             actor.cancel_scope.cancel()

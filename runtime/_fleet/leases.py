@@ -56,6 +56,8 @@ class LeaseKeeper:
         self.heartbeats: Heartbeats | None = None
         #: Called with the stream and the dead holder's lease when a claim took it over (telemetry).
         self.on_takeover: Callable[[StreamId, Lease], None] = lambda stream, holder: None
+        #: Called with the stream when one of this keeper's claims is first found lost (telemetry).
+        self.on_lost: Callable[[StreamId], None] = lambda stream: None
 
     @property
     def enabled(self) -> bool:
@@ -91,7 +93,7 @@ class LeaseKeeper:
             asked = time.monotonic()
             lease = await self._acquire(leases, stream)
             if lease is not None:
-                claim = LeaseClaim(stream, lease, self.ttl, asked)
+                claim = LeaseClaim(stream, lease, self.ttl, asked, self.on_lost)
                 self._held[stream] = claim
                 if dead_holder is not None:
                     self.on_takeover(stream, dead_holder)

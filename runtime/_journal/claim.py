@@ -18,6 +18,7 @@ anything, so it spends nothing on a lease another worker may hold by now.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from durably.errors import AgentLeaseLostError
 from durably.storage._spi import Lease, StreamId
@@ -33,17 +34,26 @@ class LeaseClaim:
     In: ``stream``; ``lease``, the lease acquired in the store (None on a store
     without leases: single-worker, never lapses); ``ttl`` in seconds; ``asked_at``,
     the ``time.monotonic()`` reading taken just before the acquire was sent (the
-    lease runs from no earlier than that).
+    lease runs from no earlier than that); ``on_lost``, called once with the
+    stream when the claim is first found lost, whichever way (telemetry counts it).
     """
 
-    __slots__ = ("stream", "lease", "ttl", "_live_until", "lost")
+    __slots__ = ("stream", "lease", "ttl", "_live_until", "lost", "on_lost")
 
-    def __init__(self, stream: StreamId, lease: Lease | None, ttl: float, asked_at: float) -> None:
+    def __init__(
+        self,
+        stream: StreamId,
+        lease: Lease | None,
+        ttl: float,
+        asked_at: float,
+        on_lost: Callable[[StreamId], None] | None = None,
+    ) -> None:
         self.stream = stream
         self.lease = lease
         self.ttl = ttl
         self._live_until = asked_at + ttl * (1 - SAFETY_MARGIN)
         self.lost: AgentLeaseLostError | None = None
+        self.on_lost = on_lost
 
     @property
     def fence(self) -> int | None:
@@ -64,6 +74,8 @@ class LeaseClaim:
             self.lost = AgentLeaseLostError(
                 self.stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None
             )
+            if self.on_lost is not None:
+                self.on_lost(self.stream)
         return self.lost
 
     def check(self) -> None:

@@ -43,9 +43,9 @@ from durably._telemetry import Telemetry
 from durably.errors import AgentFencedError, InvalidArgumentError
 from durably.schemas._records import Kind, Record
 from durably.storage._codec import raw_size
-from durably.storage._errors import ConflictError, FencedError
+from durably.storage._errors import ConflictError, FencedError, StoreError
 from durably.storage._group_commit import GroupCommitter
-from durably.storage._spi import Store, StreamId
+from durably.storage._spi import Lease, Store, StreamId, supports_leases
 
 if TYPE_CHECKING:
     from durably._journal.claim import LeaseClaim
@@ -314,6 +314,16 @@ class AgentJournal:
         self._staged = []
         return entries
 
+    async def _holder_now(self) -> Lease | None:
+        """Who holds the stream's lease now, to name in the error of a refused fence; None if unknown."""
+        store = self.services.store
+        if not supports_leases(store):
+            return None
+        try:
+            return await store.get_lease(self.stream)
+        except StoreError:
+            return None  # the error still says the lease was lost; only its new holder goes unnamed
+
     async def _fold_in_commands(self) -> set[str] | None:
         """Fold the records appended after ours if all are commands and return their
         kinds; None if any is not (another writer took the stream over)."""
@@ -404,7 +414,7 @@ class AgentJournal:
                     meters.conflicts.add(1, telemetry.attributes)
                     meters.fencings.add(1, telemetry.attributes)
                 assert self.claim is not None  # only a fenced append is refused by its fence
-                raise self.claim.lose(None) from exc
+                raise self.claim.lose(await self._holder_now()) from exc
             except ConflictError as exc:
                 raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc
             self._commit_s = time.perf_counter() - started

@@ -140,7 +140,8 @@ def endless() -> AgentDefinition:
 
 async def test_a_lost_lease_is_counted(tmp_path) -> None:
     rec = Recorder()
-    async with rec.runtime(f"sqlite:///{tmp_path / 'a.db'}", [endless()], lease_ttl=0.3) as rt:
+    # A ttl long enough that a loaded machine's stalls do not lapse it first (that is lost by the clock, also counted).
+    async with rec.runtime(f"sqlite:///{tmp_path / 'a.db'}", [endless()], lease_ttl=1.5) as rt:
         handle = await rt.start("forever", "a1", "task")
         held = await rt.store.get_lease(rt.stream("a1"))
         await rt.store.release_lease(held)  # another worker takes it, as after a pause past the TTL
@@ -152,9 +153,10 @@ async def test_a_lost_lease_is_counted(tmp_path) -> None:
 
 
 async def test_two_overlapping_activations_are_counted(tmp_path) -> None:
-    # Forcing a resume while another runtime still runs the agent is an overlap:
-    # the first activation meets the second's records when it appends.
-    url = f"sqlite:///{tmp_path / 'a.db'}"
+    # On a store without leases (a single-worker store) nothing keeps a second runtime from
+    # resuming an agent another one runs: the first activation meets the second's records when
+    # it appends, and that overlap is counted. (With leases the second could not run it.)
+    url = f"file://{tmp_path / 'store'}?create=1"
     rec = Recorder()
     async with rec.runtime(url, [endless()]) as first:
         await first.start("forever", "a1", "task")

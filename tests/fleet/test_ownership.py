@@ -136,6 +136,7 @@ async def test_a_stale_worker_after_purge_and_restart_is_refused_and_the_new_run
     # W runs run 1 and is inside pay when the agent is purged and started again (run 2, seq from
     # 0 again). When W's pay returns, its result would land at the very seq run 2 reached: the
     # store refuses W's fencing token, W ends with AgentLeaseLostError, run 2 finishes with its own.
+    # The operator forces the purge: without force it is refused while W holds the lease.
     paid: list[str] = []
     run_1, run_2 = anyio.Event(), anyio.Event()
     definition = payer(paid, {"run 1": run_1, "run 2": run_2})
@@ -144,7 +145,9 @@ async def test_a_stale_worker_after_purge_and_restart_is_refused_and_the_new_run
         while paid != ["run 1"]:
             await anyio.sleep(0.01)
         async with Runtime(url, worker_id="operator") as operator:
-            await operator.purge("a1")
+            with pytest.raises(AgentLeasedError):
+                await operator.purge("a1")
+            await operator.purge("a1", force=True)
         async with Runtime(url, agents=[definition], worker_id="n") as n:
             fresh = await n.start(definition, "a1", "run 2")
             while paid != ["run 1", "run 2"]:

@@ -92,7 +92,8 @@ async def test_an_activation_that_lost_its_lease_raises_instead_of_returning_run
             return ModelResponse("", (ToolCall(f"c{len(messages)}", "effect", {"n": 1}),))
 
     definition = AgentDefinition(name="forever", model=Forever(), tools=[effect])
-    async with Runtime(url, agents=[definition], lease_ttl=0.3) as rt:
+    # A ttl long enough that a loaded machine's stalls do not lapse the lease by the clock first.
+    async with Runtime(url, agents=[definition], lease_ttl=1.5) as rt:
         handle = await rt.start(definition, "a1", "task")
         # Another worker takes the lease, as after this one paused past its TTL.
         held = await rt.store.get_lease(rt.stream("a1"))

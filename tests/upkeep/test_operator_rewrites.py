@@ -24,7 +24,7 @@ from support_agents import StepModel
 
 from durably import AgentDefinition, RetentionPolicy, Runtime, tool
 from durably._upkeep.reencrypt import COMPACTED, HELD
-from durably.errors import AgentFencedError, AgentNotFoundError
+from durably.errors import AgentLeaseLostError, AgentNotFoundError
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 
 pytestmark = pytest.mark.anyio
@@ -124,7 +124,9 @@ async def test_durably_purge_refuses_an_agent_a_live_worker_runs_and_names_it(tm
         assert forced.returncode == 0, forced.stdout + forced.stderr
         assert "p1: purged" in forced.stdout
         gate.release.set()
-        with pytest.raises(AgentFencedError):  # forced: that worker's step in flight is lost, as told
+        with pytest.raises(
+            AgentLeaseLostError
+        ):  # forced: the purge ended its lease; its step in flight is lost, as told
             await handle.wait()
         with pytest.raises(AgentNotFoundError):
             await worker.describe("p1")
