@@ -155,10 +155,7 @@ class _Fleet:
                     candidates = [
                         w
                         for s, w in self.live.items()
-                        if s not in self.stopped
-                        and w.fault is None
-                        and w.born < settled
-                        and w.process.exitcode is None
+                        if s not in self.stopped and w.fault is None and w.born < settled and w.process.exitcode is None
                     ]
                     if not candidates:
                         continue

@@ -43,7 +43,9 @@ def check_activations(acks: list[dict[str, Any]], grants: list[dict[str, Any]]) 
                 violations.append(f"{agent} seq {entry['first']}: appended by {entry['worker']} without a fence")
                 continue
             if entry.get("pid") not in granted.get((agent, fence), set()):
-                violations.append(f"{agent} seq {entry['first']}: token {fence} used by a process it was not granted to")
+                violations.append(
+                    f"{agent} seq {entry['first']}: token {fence} used by a process it was not granted to"
+                )
             if highest is not None and fence < highest["fence"]:
                 violations.append(
                     f"{agent} seq {entry['first']}: accepted from token {fence} ({entry['worker']}) after seq "
