@@ -184,11 +184,13 @@ class _Fleet:
         while time.monotonic() < deadline:
             try:
                 parked = await rt.agents(statuses=[WAITING_APPROVAL])
-                for state in parked:
-                    if state.agent_id not in wanted:
-                        continue
-                    for request in state.open_approvals():
-                        await self.approve(rt, state.agent_id, request["approval_id"], approvals)
+                requests = [
+                    (state.agent_id, request["approval_id"])
+                    for state in parked
+                    if state.agent_id in wanted
+                    for request in state.open_approvals()
+                ]
+                await _each(requests, lambda pair: self.approve(rt, *pair, approvals))
                 ended = await rt.agents(statuses=TERMINAL)
             except StoreUnavailableError:
                 await anyio.sleep(0.2)
@@ -207,7 +209,7 @@ class _Fleet:
         self.report.approvals += 1
 
 
-async def _each(items: list[str], action: Callable[[str], Any]) -> None:
+async def _each(items: list[Any], action: Callable[[Any], Any]) -> None:
     """Run ``action`` on every item, ``CONCURRENCY`` at a time."""
     pending = iter(items)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,11 @@ from durably.storage._registry import open_store
 from durably.storage._torture import Ledger
 
 
-async def serve_fleet(spec: dict[str, Any]) -> None:
-    """Serve ``spec``'s store (URL, ledger directory, worker id, steps, lease ttl, poll interval) until drained."""
+async def serve_fleet(spec: dict[str, Any], terminated: threading.Event | None = None) -> None:
+    """Serve ``spec``'s store (URL, ledger directory, worker id, steps, lease ttl, poll interval) until drained.
+
+    ``terminated`` set (a SIGTERM came before ``serve()`` handled it): return once the runtime is up, serving nothing.
+    """
     ledger = Path(spec["ledger"])
     definition = fleet_definition(spec["steps"], Ledger(ledger / "effects.jsonl"))
     store = LedgeredStore(
@@ -39,7 +44,8 @@ async def serve_fleet(spec: dict[str, Any]) -> None:
         store,
         Runtime(store, agents=[definition], namespace=FLEET_NAMESPACE, lease_ttl=spec["lease_ttl"]) as rt,
     ):
-        await rt.serve(spec["poll_interval"], drain_timeout=spec["drain_timeout"])
+        if terminated is None or not terminated.is_set():
+            await rt.serve(spec["poll_interval"], drain_timeout=spec["drain_timeout"])
 
 
 def fleet_worker_main(spec: dict[str, Any], error_path: str) -> None:
@@ -48,8 +54,12 @@ def fleet_worker_main(spec: dict[str, Any], error_path: str) -> None:
     logging.getLogger("durably").setLevel(logging.CRITICAL)
     os.environ.clear()
     os.environ.update(spec["environ"])
+    # A SIGTERM while the runtime starts is a drain of nothing, not a death by the OS default;
+    # ``serve()`` handles the later ones.
+    terminated = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
     try:
-        anyio.run(serve_fleet, spec)
+        anyio.run(serve_fleet, spec, terminated)
     except BaseException:
         Path(error_path).write_text(traceback.format_exc())
         raise
