@@ -12,7 +12,8 @@ Three kinds of failure, told apart by asyncpg's exception (its SQLSTATE):
   ``StoreUnavailableError`` (retryable by the SPI's definition).
 * **The outcome is unknown**: the connection dropped, the server restarted
   or terminated the backend (08xxx, 57P01, 57P02, ``InterfaceError``, an OS
-  error, a client-side timeout) while a statement was in flight. It may have
+  error, a client-side timeout, asyncpg's ``InternalClientError`` for a
+  connection left mid-operation) while a statement was in flight. It may have
   committed. Reads and idempotent writes are simply retried; an append is
   resolved by read-back first (``PostgresStore._resolve``), never re-sent blind.
 * **Final**: the caller's mistake (a value PostgreSQL cannot store:
@@ -63,7 +64,11 @@ def connection_lost(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.PostgresError):
         code = sqlstate(exc)
         return code in CONNECTION_LOST or code.startswith(CONNECTION_LOST_CLASSES)
-    return isinstance(exc, (asyncpg.InterfaceError, OSError, TimeoutError, ConnectionError))
+    # InternalClientError: asyncpg found the connection's protocol mid-operation (a statement cut off by
+    # a server restart): the connection is unusable, like a dropped one.
+    return isinstance(
+        exc, (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError, TimeoutError, ConnectionError)
+    )
 
 
 def transient(exc: BaseException) -> bool:

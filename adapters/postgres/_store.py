@@ -214,10 +214,20 @@ class PostgresStore(
         conn = await pool.acquire()
         try:
             yield conn
+        except Exception as exc:
+            if connection_lost(exc):
+                conn.terminate()  # never back into the pool: the next caller would get a broken protocol
+            raise
         finally:
             try:
                 await pool.release(conn)
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            except (
+                asyncpg.PostgresError,
+                asyncpg.InterfaceError,
+                asyncpg.InternalClientError,
+                OSError,
+                TimeoutError,
+            ) as exc:
                 log.debug("a pooled connection broke on release (the pool drops it): %s", exc)
 
     async def _call(self, what: str, work: Callable[[PooledConnection], Awaitable[T]]) -> T:
