@@ -43,6 +43,8 @@ from durably.storage._torture import Ledger
 
 #: The chaos loop's faults on any store; ``db-fast`` and ``db-immediate`` join them with ``restart_database``.
 FAULTS = ("kill", "stop", "term")
+#: Seconds at least between two database restarts: a restart on a loaded machine takes seconds itself.
+DB_RESTART_GAP = 15.0
 #: Agents started (or judged) at once by the harness.
 CONCURRENCY = 16
 #: Seconds a worker runs before it may get a SIGTERM: until ``serve()`` handles it, a SIGTERM
@@ -141,6 +143,7 @@ class _Fleet:
     async def chaos(self, interval: float, restart_database: Callable[[bool], None] | None) -> None:
         """Deal a random fault every ``interval`` seconds or so until every agent is done."""
         faults = FAULTS + (("db-fast", "db-immediate") if restart_database is not None else ())
+        last_restart = time.monotonic()
         async with anyio.create_task_group() as group:
             while not self.done.is_set():
                 with anyio.move_on_after(self.rng.uniform(0.5 * interval, 1.5 * interval)):
@@ -148,8 +151,11 @@ class _Fleet:
                 if self.done.is_set():
                     break
                 fault = self.rng.choice(faults)
+                if fault.startswith("db-") and time.monotonic() - last_restart < DB_RESTART_GAP:
+                    fault = self.rng.choice(FAULTS)  # the database gets time to serve between restarts
                 if restart_database is not None and fault.startswith("db-"):
                     await anyio.to_thread.run_sync(restart_database, fault == "db-immediate")
+                    last_restart = time.monotonic()
                 else:
                     settled = time.monotonic() - SETTLE
                     candidates = [
