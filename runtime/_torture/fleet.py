@@ -34,7 +34,7 @@ from durably._runtime import Runtime
 from durably._torture.fleet_agents import FLEET_NAMESPACE, fleet_definition, fleet_result
 from durably._torture.fleet_invariants import check_activations, check_approvals, check_effects_once, check_finished
 from durably._torture.fleet_worker import fleet_worker_main
-from durably._torture.harness import _CONTEXT, _exited
+from durably._torture.harness import WORKER_CONTEXT, exited
 from durably.errors import DurablyError, InvalidArgumentError, TortureError
 from durably.storage._errors import StoreUnavailableError
 from durably.storage._registry import open_store
@@ -116,7 +116,7 @@ class _Fleet:
             "environ": dict(os.environ),
         }
         error_path = self.directory / f"error-w{slot}.{incarnation}.txt"
-        process = _CONTEXT.Process(target=fleet_worker_main, args=(spec, str(error_path)), daemon=True)
+        process = WORKER_CONTEXT.Process(target=fleet_worker_main, args=(spec, str(error_path)), daemon=True)
         process.start()
         worker = _Worker(slot, incarnation, process)
         self.live[slot] = worker
@@ -128,7 +128,7 @@ class _Fleet:
         while True:
             incarnation += 1
             worker = self.spawn(slot, incarnation)
-            await _exited(worker.process)
+            await exited(worker.process)
             code = worker.process.exitcode
             expected = {"kill": -signal.SIGKILL, "term": 0, "end": 0}.get(worker.fault or "")
             if code != expected:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import anyio
 
+from durably._cli.main import main
 from durably._loop.state import AgentState
 from durably._torture.fleet import run_fleet_torture
 from durably._torture.fleet_agents import fleet_result
@@ -133,3 +134,10 @@ def test_a_fleet_on_postgres_keeps_every_invariant_through_database_restarts(
     print(report.summary())
     _assert_clean(report)
     assert report.faults.get("db-fast", 0) + report.faults.get("db-immediate", 0) > 0, report.summary()
+
+
+def test_the_cli_runs_the_fleet_mode_and_exits_0_on_a_clean_run(tmp_path, capsys) -> None:
+    argv = ["torture", "--fleet", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--workers", "2"]
+    assert main([*argv, "--agents", "20", "--steps", "1", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "fleet torture of" in out and "0 violations" in out, out
