@@ -196,7 +196,7 @@ class _Fleet:
                     if state.agent_id in wanted
                     for request in state.open_approvals()
                 ]
-                await _each(requests, lambda pair: self.approve(rt, *pair, approvals))
+                await _each(requests, lambda pair: self.approve(rt, pair[0], pair[1], approvals))
                 ended = await rt.agents(statuses=TERMINAL)
             except StoreUnavailableError:
                 await anyio.sleep(0.2)
