@@ -24,6 +24,8 @@ Version 2: ``leases`` and the sequence ``lease_tokens`` (``CAP_LEASES``).
 Version 3: ``append_batch`` locks the batch's stream rows in id order first (no deadlocks).
 Version 4: ``append_batch`` set-based for distinct existing streams (see ``_APPEND_BATCH_V4``).
 Version 5: the status index, five columns of ``streams`` and ``streams_by_status`` (``status_index``).
+Version 6: ``append_batch`` takes each request's fencing token (``p_fence``) and checks it against
+``leases`` in its transaction (see ``_APPEND_BATCH_V6``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from durably.storage._errors import UnknownSchemaVersionError
 from . import _status_index as status_index
 
 #: The layout version this build writes and reads.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # One group commit is one call of this function: one round trip and one
 # transaction for the whole batch. Per request, in order: advance the stream's
@@ -164,6 +166,84 @@ BEGIN
 END
 $fn$"""
 
+# Fencing, in the append's own transaction, under READ COMMITTED (each statement sees what
+# committed before it started, and a row lock waits for the holder's transaction to end):
+#
+# * The lease rows whose token a request's fence names are locked FOR SHARE, before any stream
+#   row. acquire_lease (INSERT ... ON CONFLICT DO UPDATE), release and renewal update that row
+#   and purge deletes it; each of these takes a row lock that conflicts with FOR SHARE. So
+#   either the append locked the row first, and a takeover waits until the append has committed
+#   (the new holder restores after its grant, so it reads the append), or the takeover changed
+#   the row first, and the append's lock waits for it to commit and then re-checks the row as
+#   committed (EvalPlanQual): its token no longer matches, the row is not locked, and the
+#   request is fenced. A takeover committed before the statement began is simply seen.
+# * Not FOR KEY SHARE: that lock does not conflict with the FOR NO KEY UPDATE an UPDATE of
+#   non-key columns takes (token, owner, expires_at are not keys), so a takeover would commit
+#   alongside the append and the new holder could restore before the append lands.
+# * A row that does not match a fence now cannot match it later: tokens come from a sequence,
+#   so no lease row is ever given a token it had before (a purge deletes the row; the next
+#   grant is a new, greater token).
+# * Lease rows before stream rows, in every writer: delete_stream deletes the lease row and then
+#   locks the stream row, so an append holding a stream row never waits for a lease row a purge
+#   holds while waiting for that stream row (no deadlock). FOR SHARE locks do not conflict with
+#   each other, so appends naming the same leases in any order never wait for one another.
+#
+# A fenced request writes nothing (not even a new stream row); its slot holds -1 - the stream's
+# last seq, like a conflict, and the request's number (from 1) is appended after the n slots,
+# so a stored result of n + k entries names the k fenced requests. Batches with a new or a
+# repeated stream come here; distinct existing streams go APPEND_FAST_FENCED (or APPEND_FAST).
+_APPEND_BATCH_V6 = """
+CREATE FUNCTION {s}.append_batch(p_token uuid, p_namespace text[], p_agent_id text[], p_expected bigint[],
+                                  p_count integer[], p_request integer[], p_offset integer[], p_data bytea[],
+                                  p_fence bigint[])
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+    results bigint[] := '{{}}';
+    fenced bigint[] := '{{}}';
+    stream bigint;
+    actual bigint;
+BEGIN
+    PERFORM 1 FROM {s}.leases AS l JOIN unnest(p_namespace, p_agent_id, p_fence) AS k (namespace, agent_id, fence)
+        ON l.namespace = k.namespace AND l.agent_id = k.agent_id AND l.token = k.fence FOR SHARE OF l;
+    PERFORM 1 FROM {s}.streams AS st JOIN unnest(p_namespace, p_agent_id) AS k (namespace, agent_id)
+        ON st.namespace = k.namespace AND st.agent_id = k.agent_id ORDER BY st.id FOR UPDATE OF st;
+    FOR req_no IN 1 .. cardinality(p_namespace) LOOP
+        stream := NULL;
+        IF p_fence[req_no] IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM {s}.leases WHERE namespace = p_namespace[req_no] AND agent_id = p_agent_id[req_no]
+                AND token = p_fence[req_no]) THEN
+            SELECT last_seq INTO actual FROM {s}.streams WHERE namespace = p_namespace[req_no] AND agent_id = p_agent_id[req_no];
+            results := results || (-1 - coalesce(actual, 0));
+            fenced := fenced || req_no::bigint;
+            CONTINUE;
+        END IF;
+        UPDATE {s}.streams SET last_seq = last_seq + p_count[req_no]
+            WHERE namespace = p_namespace[req_no] AND agent_id = p_agent_id[req_no] AND last_seq = p_expected[req_no]
+            RETURNING id INTO stream;
+        IF stream IS NULL AND p_expected[req_no] = 0 THEN
+            INSERT INTO {s}.streams (namespace, agent_id, last_seq) VALUES (p_namespace[req_no], p_agent_id[req_no], p_count[req_no])
+                ON CONFLICT (namespace, agent_id) DO NOTHING RETURNING id INTO stream;
+        END IF;
+        IF stream IS NULL THEN
+            SELECT last_seq INTO actual FROM {s}.streams WHERE namespace = p_namespace[req_no] AND agent_id = p_agent_id[req_no];
+            results := results || (-1 - coalesce(actual, 0));
+        ELSE
+            INSERT INTO {s}.records (stream_id, seq, data)
+                SELECT stream, p_expected[req_no] + rec.offs, rec.data
+                FROM unnest(p_request, p_offset, p_data) AS rec (req, offs, data) WHERE rec.req = req_no;
+            results := results || (p_expected[req_no] + p_count[req_no]);
+        END IF;
+    END LOOP;
+    results := results || fenced;
+    INSERT INTO {s}.commits (token, results) VALUES (p_token, results);
+    -- Tokens are only read back within seconds of their commit; forget old ones now and then.
+    IF random() < 0.01 THEN
+        DELETE FROM {s}.commits WHERE committed_at < now() - interval '15 minutes';
+    END IF;
+    RETURN results;
+END
+$fn$"""
+
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE {s}.schema_version (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), "
@@ -205,6 +285,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (_APPEND_BATCH.replace("{lock_in_order}", _LOCK_IN_ORDER),),
     4: ("DROP FUNCTION {s}.append_batch(uuid, text[], text[], bigint[], integer[], bytea[])", _APPEND_BATCH_V4),
     5: status_index.MIGRATION,
+    6: (
+        "DROP FUNCTION {s}.append_batch(uuid, text[], text[], bigint[], integer[], integer[], integer[], bytea[])",
+        _APPEND_BATCH_V6,
+    ),
 }
 
 
@@ -232,6 +316,43 @@ APPEND_FAST = """WITH req AS (
 ), outcome AS (
     SELECT array_agg(CASE WHEN moved.i IS NULL THEN -1 - coalesce(locked.last_seq, 0) ELSE req.expected + req.n END
                      ORDER BY req.i) AS results
+        FROM req LEFT JOIN moved ON moved.i = req.i LEFT JOIN locked ON locked.i = req.i
+), saved AS (
+    INSERT INTO {s}.commits (token, results) SELECT $1, results FROM outcome
+), forgotten AS (
+    DELETE FROM {s}.commits WHERE committed_at < now() - interval '15 minutes' AND (SELECT random()) < 0.01
+)
+SELECT results FROM outcome"""
+
+# APPEND_FAST for a batch in which some request carries a fence ($9, NULL for the others), with
+# the lease check of _APPEND_BATCH_V6 (read the reasoning there). ``admitted`` locks the lease
+# rows matching the fences FOR SHARE; ``fenced`` (the requests whose fence matched none) is
+# evaluated when ``locked`` computes its rows, which happens before the sort under its FOR
+# UPDATE, so every lease row is locked before the first stream row. A fenced request does not
+# move; the outcome's n slots are followed by the fenced requests' numbers.
+APPEND_FAST_FENCED = """WITH req AS (
+    SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::integer[], $9::bigint[]) WITH ORDINALITY
+        AS r (namespace, agent_id, expected, n, fence, i)
+), admitted AS (
+    SELECT req.i FROM req JOIN {s}.leases AS l
+        ON l.namespace = req.namespace AND l.agent_id = req.agent_id AND l.token = req.fence FOR SHARE OF l
+), fenced AS (
+    SELECT req.i FROM req WHERE req.fence IS NOT NULL AND req.i NOT IN (SELECT admitted.i FROM admitted)
+), locked AS (
+    SELECT st.id, st.last_seq, req.i, req.expected, req.n, req.i IN (SELECT fenced.i FROM fenced) AS refused
+        FROM {s}.streams AS st JOIN req ON st.namespace = req.namespace AND st.agent_id = req.agent_id
+        ORDER BY st.id FOR UPDATE OF st
+), moved AS (
+    UPDATE {s}.streams AS st SET last_seq = st.last_seq + locked.n FROM locked
+        WHERE st.id = locked.id AND st.last_seq = locked.expected AND NOT locked.refused
+        RETURNING locked.i, st.id, locked.expected
+), written AS (
+    INSERT INTO {s}.records (stream_id, seq, data)
+        SELECT moved.id, moved.expected + rec.offs, rec.data
+        FROM unnest($6::integer[], $7::integer[], $8::bytea[]) AS rec (req, offs, data) JOIN moved ON moved.i = rec.req
+), outcome AS (
+    SELECT array_agg(CASE WHEN moved.i IS NULL THEN -1 - coalesce(locked.last_seq, 0) ELSE req.expected + req.n END
+                     ORDER BY req.i) || ARRAY(SELECT fenced.i FROM fenced ORDER BY fenced.i) AS results
         FROM req LEFT JOIN moved ON moved.i = req.i LEFT JOIN locked ON locked.i = req.i
 ), saved AS (
     INSERT INTO {s}.commits (token, results) SELECT $1, results FROM outcome

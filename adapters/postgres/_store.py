@@ -42,6 +42,7 @@ from durably.storage._base import StoreBase
 from durably.storage._errors import (
     BlobNotFoundError,
     ConflictError,
+    FencedError,
     InvalidRequestError,
     StoreClosedError,
     UnsafeCompactionError,
@@ -57,6 +58,7 @@ from durably.storage._spi import (
     StreamId,
     check_append,
     check_blob,
+    check_fence,
 )
 
 from . import _schema as layout
@@ -115,12 +117,15 @@ class PostgresStore(
         self._application_name = f"durably-{uuid.uuid4().hex[:12]}"
         s = f'"{self.options.schema}"'
         self._sql: dict[str, str] = {
-            "append": f"SELECT {s}.append_batch($1, $2, $3, $4, $5, $6, $7, $8)",
+            "append": f"SELECT {s}.append_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             "append_fast": layout.APPEND_FAST.format(s=s),
+            "append_fast_fenced": layout.APPEND_FAST_FENCED.format(s=s),
             "commit": f"SELECT results FROM {s}.commits WHERE token = $1",
             "last_seq": f"SELECT last_seq FROM {s}.streams WHERE namespace = $1 AND agent_id = $2",
             "read": f"SELECT r.seq, r.data FROM {s}.records AS r JOIN {s}.streams AS st ON st.id = r.stream_id "
             "WHERE st.namespace = $1 AND st.agent_id = $2 AND r.seq > $3 ORDER BY r.seq LIMIT $4",
+            "lease_token_for_share": f"SELECT token FROM {s}.leases WHERE namespace = $1 AND agent_id = $2 "
+            "AND token = $3 FOR SHARE",
             "put_snapshot": f"INSERT INTO {s}.snapshots (stream_id, seq, data) SELECT id, $3::bigint, $4::bytea "
             f"FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 AND $3::bigint BETWEEN 1 AND last_seq "
             "ON CONFLICT (stream_id, seq) DO UPDATE SET data = excluded.data",
@@ -264,8 +269,10 @@ class PostgresStore(
                 earlier one's records.
 
         Returns:
-            One entry per request, in order: the stream's new last seq, or a ``ConflictError``
-                (returned, not raised) when its expected seq was stale; that request writes nothing.
+            One entry per request, in order: the stream's new last seq, a ``FencedError``
+                (returned, not raised) when its ``fence`` is not the stream's lease token (checked
+                first, in the same transaction: ``schema._APPEND_BATCH_V6``), or a ``ConflictError``
+                (returned) when its expected seq was stale; that request writes nothing.
 
         Raises:
             InvalidRequestError: For a malformed request or index entry, before any I/O, or for
@@ -280,7 +287,8 @@ class PostgresStore(
         if not requests:
             return []
         indexed = any(r.index is not None for r in requests)
-        args = (
+        fences = [r.fence for r in requests]
+        args: tuple[Any, ...] = (
             uuid.uuid4(),
             [r.stream.namespace for r in requests],
             [r.stream.agent_id for r in requests],
@@ -289,12 +297,17 @@ class PostgresStore(
             [index for index, r in enumerate(requests, start=1) for _ in r.records],  # each record's request
             [offset for r in requests for offset in range(1, len(r.records) + 1)],  # and its place in it
             [data for r in requests for data in r.records],
+            fences,
         )
         # Distinct streams that all exist (the steady state of a runtime): one statement; else the function.
         keys = {(r.stream.namespace, r.stream.agent_id) for r in requests}
-        sql = self._sql[
-            "append_fast" if len(keys) == len(requests) and all(r.expected_seq > 0 for r in requests) else "append"
-        ]
+        if len(keys) == len(requests) and all(r.expected_seq > 0 for r in requests):
+            if any(fence is not None for fence in fences):
+                sql = self._sql["append_fast_fenced"]
+            else:
+                sql, args = self._sql["append_fast"], args[:8]  # no fence: no lease is read or locked
+        else:
+            sql = self._sql["append"]
         unknown: OutcomeUnknown | None = None  # an attempt whose outcome must be read back before any re-send
         try:
             async for state in retrying(self.options.deadline):
@@ -314,10 +327,7 @@ class PostgresStore(
             if translated is exc:
                 raise
             raise translated from exc
-        return [
-            result if result >= 0 else ConflictError(request.stream, request.expected_seq, -1 - result)
-            for request, result in zip(requests, results, strict=True)
-        ]
+        return _outcomes(requests, results)
 
     async def _append_once(
         self, sql: str, args: tuple[Any, ...], indexed: Sequence[AppendRequest] | None = None
@@ -331,7 +341,7 @@ class PostgresStore(
                     return list(await conn.fetchval(sql, *args))
                 async with conn.transaction():
                     results = list(await conn.fetchval(sql, *args))
-                    if (rows := entry_rows(indexed, results)) is not None:
+                    if (rows := entry_rows(indexed, results[: len(indexed)])) is not None:
                         await conn.execute(self._sql["set_entries"], *rows)
                 return results
             except asyncpg.UniqueViolationError as exc:
@@ -412,7 +422,10 @@ class PostgresStore(
     async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         """Store the snapshot of ``stream`` at ``seq``, overwriting one at the same seq.
 
-        One upsert statement, so the range check and the write see the same last seq.
+        Without a fence, one upsert statement, so the range check and the write see the same
+        last seq. With one, a transaction first locks the stream's lease row FOR SHARE if it
+        still holds that token (a takeover or purge then waits for this transaction, or was
+        seen: see ``schema._APPEND_BATCH_V6``), then upserts.
 
         Args:
             stream: The stream the snapshot belongs to.
@@ -421,17 +434,34 @@ class PostgresStore(
             fence: The writer's lease token, checked as ``AppendRequest.fence``; None: no check.
 
         Raises:
-            InvalidRequestError: When ``data`` is not ``bytes``, or ``seq`` is not within
-                1..``last_seq(stream)`` (also for an unknown stream).
+            FencedError: When ``fence`` is not the stream's lease token (another owner took the
+                lease, or the stream was purged); nothing stored.
+            InvalidRequestError: When ``data`` is not ``bytes``, ``fence`` is malformed
+                (``check_fence``), or ``seq`` is not within 1..``last_seq(stream)`` (also for an
+                unknown stream).
         """
         self._check_open()
+        check_fence(fence)
         if not isinstance(data, bytes):
             raise InvalidRequestError(f"snapshot data must be bytes, got {type(data).__name__}")
         if not 1 <= seq <= _MAX_SEQ:
             raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
-        status = await self._execute(
-            "put_snapshot", self._sql["put_snapshot"], stream.namespace, stream.agent_id, seq, data
-        )
+        key = (stream.namespace, stream.agent_id)
+        if fence is None:
+            status = await self._execute("put_snapshot", self._sql["put_snapshot"], *key, seq, data)
+        else:
+
+            async def put(conn: PooledConnection) -> str | FencedError:
+                async with conn.transaction():
+                    if await conn.fetchval(self._sql["lease_token_for_share"], *key, fence) is None:
+                        last = await conn.fetchval(self._sql["last_seq"], *key) or 0
+                        return FencedError(stream, last, last, fence=fence)
+                    return await conn.execute(self._sql["put_snapshot"], *key, seq, data)
+
+            outcome = await self._call("put_snapshot", put)  # idempotent: an upsert of the same bytes
+            if isinstance(outcome, FencedError):
+                raise outcome
+            status = outcome
         if status != "INSERT 0 1":
             raise InvalidRequestError(f"snapshot seq {seq} is outside 1..last seq of {stream}")
 
@@ -593,6 +623,21 @@ class PostgresStore(
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         data: bytes = rows[0][0]
         return data
+
+
+def _outcomes(requests: Sequence[AppendRequest], results: Sequence[int]) -> list[int | Exception]:
+    """Each request's outcome from an append's stored results: n slots (the new last seq, or
+    -1 - the actual one), then the numbers (from 1) of the fenced requests."""
+    fenced = set(results[len(requests) :])
+    outcomes: list[int | Exception] = []
+    for number, (request, result) in enumerate(zip(requests, results, strict=False), start=1):
+        if number in fenced and request.fence is not None:
+            outcomes.append(FencedError(request.stream, request.expected_seq, -1 - result, fence=request.fence))
+        elif result < 0:
+            outcomes.append(ConflictError(request.stream, request.expected_seq, -1 - result))
+        else:
+            outcomes.append(result)
+    return outcomes
 
 
 async def _end_transaction(conn: asyncpg.Connection) -> None:

@@ -28,6 +28,10 @@ and the batch goes the slow path: one ``BEGIN IMMEDIATE`` transaction that reads
 every ``last_seq``, gives each conflicting request its ``ConflictError`` and
 inserts the others (four hops). Batches with a new stream (expected seq 0) or
 more than ``sqlite_layout.FAST_MAX_ROWS`` records go the slow path directly.
+A request carrying a fencing token (``AppendRequest.fence``) is checked against
+the ``leases`` table inside the same statement or transaction
+(``durably.adapters.sqlite._fencing``): a stale token aborts the one statement,
+and the slow path then gives that request its ``FencedError``.
 """
 
 from __future__ import annotations
@@ -160,8 +164,10 @@ class SQLiteStore(
                 key = (stream.namespace, stream.agent_id)
                 tokens = await fencing.admitted_tokens(db, [key]) if await self._has_leases_table(db) else {}
                 if tokens.get(key) != fence:
-                    rows = await db.execute_fetchall(
-                        "SELECT last_seq FROM streams WHERE namespace = ? AND agent_id = ?", key
+                    rows = list(
+                        await db.execute_fetchall(
+                            "SELECT last_seq FROM streams WHERE namespace = ? AND agent_id = ?", key
+                        )
                     )
                     last = max(_seq(rows[0][0], stream), 0) if rows else 0
                     raise FencedError(stream, last, last, fence=fence)

@@ -213,6 +213,13 @@ BROKEN_PROMISES = [
         "fencing tokens never decrease for a stream id, purge included",
     ),
     (
+        broken_adapters.IgnoresTheFence,
+        MEMORY_URL,
+        "fenced_even or purge_and_restart or fails_alone",
+        "test_stale_token_is_fenced_even_when_the_seq_matches",
+        "an append with a stale fencing token was accepted; it must raise FencedError",
+    ),
+    (
         broken_adapters.LoadsWholeStream,
         MEMORY_URL,
         "paged_read_memory",
@@ -252,14 +259,37 @@ def test_the_kit_names_each_broken_promise(pytester, store_class, url, checks, m
 def test_the_new_checks_pass_on_stores_that_keep_their_promises(pytester) -> None:
     """The controls: a healthy store passes each new check that can run on it, none skipped silently."""
     healthy = run_hooked_kit(
-        pytester, broken_adapters.GoesDown, MEMORY_URL, "outage or never_decrease or paged or long_streams"
+        pytester,
+        broken_adapters.GoesDown,
+        MEMORY_URL,
+        "outage or never_decrease or paged or long_streams or (fence and not processes)",
     )
     assert {name: outcome for name, outcome in healthy.items() if outcome != "passed"} == {}
     assert {
         "test_outage_raises_typed_errors_and_loses_nothing",
         "test_lease_tokens_never_decrease_across_purge",
+        "test_stale_token_is_fenced_even_when_the_seq_matches",
+        "test_purge_and_restart_fence_the_old_incarnation",
+        "test_a_fenced_request_fails_alone_in_a_group_commit",
+        "test_malformed_fences_are_refused_before_any_io",
         "test_paged_read_memory_is_bounded",
         "test_long_streams_are_as_fast_at_the_tail",
     } <= set(healthy)
     single = run_hooked_kit(pytester, MemoryStore, MEMORY_URL, "process or sigkill")
     assert set(single.values()) == {"skipped"}, f"a store declaring single-process skips the process checks: {single}"
+
+
+def test_advisory_leases_fail_every_fencing_check_and_stores_without_leases_skip_them(pytester) -> None:
+    """A store whose leases are only advisory fails each check that relies on the store refusing a
+    stale token; a store without leases is single-worker: every fencing check is a declared skip."""
+    advisory = run_hooked_kit(pytester, broken_adapters.IgnoresTheFence, MEMORY_URL, "fence")
+    must_fail = {
+        "test_stale_token_is_fenced_even_when_the_seq_matches",
+        "test_a_fenced_request_fails_alone_in_a_group_commit",
+        "test_purge_and_restart_fence_the_old_incarnation",
+    }
+    assert {name for name, outcome in advisory.items() if outcome.startswith("failed")} == must_fail, advisory
+    assert advisory["test_fenced_append_with_the_current_token_is_accepted"] == "passed"
+    assert advisory["test_malformed_fences_are_refused_before_any_io"] == "passed"
+    single_worker = run_hooked_kit(pytester, broken_adapters.FileSystemStore, FILE_URL, "fence")
+    assert single_worker and set(single_worker.values()) == {"skipped"}, single_worker

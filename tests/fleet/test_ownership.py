@@ -1,8 +1,8 @@
 """Ownership the store enforces: an agent runs only under a lease acquired in the store, every
 append of an activation carries its fencing token, and a worker past its lease acts no more.
 
-Several runtimes in one process share one store (a memory store by name, or one SQLite
-file); the races are driven by hooks in the store (a subclass of the real adapter), never by sleeps.
+Several runtimes in one process share one store (a memory store by name, one SQLite
+file, or one PostgreSQL schema on a local server); the races are driven by hooks in the store (a subclass of the real adapter), never by sleeps.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from lease_partition import lease_partitionable
+from pg_server import pg_server  # noqa: F401  (the session's PostgreSQL server, for the postgres cases)
 
 from durably import (
     AgentDefinition,
@@ -30,10 +31,12 @@ from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def url(request, tmp_path) -> str:
     if request.param == "memory":
         return f"memory://{uuid.uuid4().hex}"
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_server").url())
     return f"sqlite:///{tmp_path}/agents.db"
 
 
@@ -217,3 +220,16 @@ async def test_a_release_that_fails_is_logged_and_never_closes_the_runtime(url, 
             assert (await rt.status("a1")).status == "finished"
     assert paid == ["first", "second"]
     assert any("not released" in r.getMessage() and "connection reset" in r.getMessage() for r in caplog.records)
+
+
+async def test_serve_on_a_store_without_leases_says_it_must_be_the_only_worker(tmp_path, caplog):
+    # Nothing in a store without leases keeps a second worker from running the same agents.
+    with caplog.at_level(logging.WARNING, logger="durably.serve"):
+        async with Runtime(f"file://{tmp_path}/agents") as rt, anyio.create_task_group() as tg:
+            tg.start_soon(rt.serve, 0.05)
+            with anyio.fail_after(10):
+                while not any("only worker" in r.getMessage() for r in caplog.records):
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    (warning,) = [r for r in caplog.records if "only worker" in r.getMessage()]
+    assert warning.levelno == logging.WARNING and "no leases" in warning.getMessage()

@@ -98,21 +98,21 @@ async def test_a_late_size_of_an_older_snapshot_leaves_the_newer_estimate(tmp_pa
     codec = RecordCodec()
     write, submit = SnapshotWriter._write, SnapshotWriter.submit
 
-    async def held_write(self, codec_, stream, seq, wire):
+    async def held_write(self, codec_, stream, seq, wire, fence):
         nonlocal writes
         writes += 1
         if writes == 2:
             await run_done.wait()
-        size = await write(self, codec_, stream, seq, wire)
+        size = await write(self, codec_, stream, seq, wire, fence)
         if writes == 1:
             await newer_submitted.wait()
         return size
 
-    def spied_submit(self, stream, seq, wire):
+    def spied_submit(self, stream, seq, wire, *, fence=None):
         submitted.append((seq, raw_size(codec.encode_snapshot(seq, wire, stream))))
         if len(submitted) > 1:
             newer_submitted.set()
-        submit(self, stream, seq, wire)
+        submit(self, stream, seq, wire, fence=fence)
 
     monkeypatch.setattr(SnapshotWriter, "_write", held_write)
     monkeypatch.setattr(SnapshotWriter, "submit", spied_submit)

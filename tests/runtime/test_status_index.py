@@ -55,9 +55,9 @@ def counting_restores(rt: Runtime) -> list[str]:
     restored: list[str] = []
     original = rt._activations.restore_journal
 
-    async def counted(agent_id: str):
+    async def counted(agent_id: str, claim=None):
         restored.append(agent_id)
-        return await original(agent_id)
+        return await original(agent_id, claim)
 
     rt._activations.restore_journal = counted
     return restored

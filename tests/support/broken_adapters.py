@@ -7,11 +7,21 @@ the SIGKILLed writer) can import them by name, like any adapter class.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 
 from durably.adapters.filesystem import FileSystemStore
 from durably.adapters.memory import MemoryStore
 from durably.storage._errors import ConflictError, StoreUnavailableError
-from durably.storage._spi import CAP_BLOBS, CAP_LEASES, AppendRequest, StoredRecord, StoredSnapshot, StreamId
+from durably.storage._spi import (
+    CAP_BLOBS,
+    CAP_LEASES,
+    AppendRequest,
+    StoredRecord,
+    StoredSnapshot,
+    StreamId,
+    check_append,
+    check_fence,
+)
 
 
 class ClaimsMultiProcess(MemoryStore):
@@ -53,9 +63,9 @@ class WritesBehind(FileSystemStore):
         async for record in super().read(stream, after_seq, page_size=page_size):
             yield record
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
         await self._flush()
-        await super().put_snapshot(stream, seq, data)
+        await super().put_snapshot(stream, seq, data, fence=fence)
 
     async def close(self) -> None:
         if self._is_open:
@@ -80,8 +90,8 @@ class KeepsPurgedBytes(MemoryStore):
                 self.file += data
         return await super().append_batch(requests)
 
-    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes) -> None:
-        await super().put_snapshot(stream, seq, data)
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
+        await super().put_snapshot(stream, seq, data, fence=fence)
         self.file += data
 
 
@@ -91,6 +101,19 @@ class RestartsTokensAfterPurge(MemoryStore):
     async def delete_stream(self, stream: StreamId) -> None:
         await super().delete_stream(stream)
         self._leases.pop(stream, None)
+
+
+class IgnoresTheFence(MemoryStore):
+    """Declares leases but treats every fencing token as current: leases only advisory."""
+
+    async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
+        for request in requests:
+            check_append(request)
+        return await super().append_batch([replace(request, fence=None) for request in requests])
+
+    async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
+        check_fence(fence)
+        await super().put_snapshot(stream, seq, data)
 
 
 class LoadsWholeStream(MemoryStore):
