@@ -8,6 +8,7 @@ duplicate effect, a lost approval and a stuck agent each make it fail.
 from __future__ import annotations
 
 import anyio
+import pytest
 
 from durably._cli.main import main
 from durably._loop.state import AgentState
@@ -96,6 +97,7 @@ def _assert_clean(report) -> None:
     assert report.approvals >= report.agents, detail
 
 
+@pytest.mark.timeout(900)  # about 3.5 minutes on a loaded 2-core machine; the run's own timeout is 600 s
 def test_a_fleet_on_sqlite_keeps_every_invariant(tmp_path) -> None:
     report = anyio.run(
         lambda: run_fleet_torture(
@@ -112,6 +114,7 @@ def test_a_fleet_on_sqlite_keeps_every_invariant(tmp_path) -> None:
     _assert_clean(report)
 
 
+@pytest.mark.timeout(900)
 def test_a_fleet_on_postgres_keeps_every_invariant_through_database_restarts(
     tmp_path, pg_server: PostgresTestServer
 ) -> None:
