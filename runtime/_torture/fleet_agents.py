@@ -12,6 +12,7 @@ key up in the ledger, as a payment API would.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import anyio
@@ -64,7 +65,7 @@ def fleet_definition(steps: int, effects: Ledger) -> AgentDefinition:
 
     @tool(name="effect", on_unknown_outcome="reconcile", reconcile=already_done)
     async def effect(n: int, *, ctx: ToolContext) -> int:
-        line = {"key": ctx.idempotency_key, "agent": ctx.agent_id, "n": n, "pid": os.getpid()}
+        line = {"key": ctx.idempotency_key, "agent": ctx.agent_id, "n": n, "pid": os.getpid(), "at": time.time()}
         await anyio.to_thread.run_sync(effects.append, line)
         return n * 10
 
