@@ -135,7 +135,14 @@ class ChangeFeed:
             try:
                 await self._listen_once()
                 failures = 0
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            except (
+                asyncpg.PostgresError,
+                asyncpg.InterfaceError,
+                asyncpg.InternalClientError,
+                OSError,
+                TimeoutError,
+            ) as exc:
+                # InternalClientError: a ping cut off by a server restart left the connection mid-operation.
                 log.warning(
                     "durably change feed on %s lost: %s: %s; polling until it is back",
                     self._channel,

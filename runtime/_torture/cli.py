@@ -2,6 +2,13 @@
 
     durably torture --store sqlite:///tortured.db --kills 200 --workers 2
     durably torture --store "s3://bucket/prefix?endpoint_url=http://127.0.0.1:9000" --kills 50
+    durably torture --fleet --store sqlite:///fleet.db --workers 4 --agents 2000
+
+``--fleet`` runs the fleet mode instead (``durably._torture.fleet``): serving
+workers under SIGKILL, SIGSTOP past the lease and SIGTERM, an operator
+approving as agents park; ``--kills`` does not apply to it. Database restarts
+are in the Python API only (``run_fleet_torture(restart_database=...)``): the
+command cannot know how your database is run.
 
 Prints the run's summary and every violation; the exit status is 1 when an
 invariant broke (or the run could not be carried out), 0 otherwise. Use a
@@ -16,7 +23,8 @@ import anyio
 import click
 
 from durably._cli.output import Output
-from durably._torture.harness import run_torture
+from durably._torture.fleet import FleetReport, run_fleet_torture
+from durably._torture.harness import TortureReport, run_torture
 from durably.errors import TortureError
 from durably.storage._errors import DurablyError
 
@@ -27,26 +35,46 @@ from durably.storage._errors import DurablyError
 @click.option(
     "--workers",
     type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="worker processes at once; more than 1 adds takeovers between them",
+    help="worker processes at once; more than 1 adds takeovers between them  [default: 1; --fleet: 4]",
 )
-@click.option("--agents", type=click.IntRange(1), default=4, show_default=True, help="agents per generation")
+@click.option("--agents", type=click.IntRange(1), help="agents per generation  [default: 4; --fleet: 200 in all]")
+@click.option("--fleet", is_flag=True, help="fleet mode: serving workers, an operator approving, chaos")
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True, help="tool calls per agent")
 @click.option("--seed", type=int, help="seed of the crash plans (default: random)")
 @click.option("--ledger", type=click.Path(path_type=Path), help="keep the effect and acknowledgement ledgers here")
 def torture(
-    store: str, kills: int, workers: int, agents: int, steps: int, seed: int | None, ledger: Path | None
+    store: str,
+    kills: int,
+    workers: int | None,
+    agents: int | None,
+    fleet: bool,
+    steps: int,
+    seed: int | None,
+    ledger: Path | None,
 ) -> int:
     """SIGKILL real agents at every journal boundary and at random moments; check the invariants."""
     out = Output(store_urls=[store])
+    report: TortureReport | FleetReport
     try:
         with out.secrets.guarding_logs():
-            report = anyio.run(
-                lambda: run_torture(
-                    store, kills=kills, workers=workers, agents=agents, steps=steps, seed=seed, ledger=ledger
+            if fleet:
+                report = anyio.run(
+                    lambda: run_fleet_torture(
+                        store, workers=workers or 4, agents=agents or 200, steps=steps, seed=seed, ledger=ledger
+                    )
                 )
-            )
+            else:
+                report = anyio.run(
+                    lambda: run_torture(
+                        store,
+                        kills=kills,
+                        workers=workers or 1,
+                        agents=agents or 4,
+                        steps=steps,
+                        seed=seed,
+                        ledger=ledger,
+                    )
+                )
     except (TortureError, DurablyError, ValueError) as exc:
         out.error(exc)
         return 1

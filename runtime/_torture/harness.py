@@ -70,11 +70,11 @@ def finish_timeout(agents: int) -> float:
 
 #: Worker processes are forked from a server process that imported the worker and the adapters once,
 #: and read botocore's models (``preload``).
-_CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["durably._torture.preload"])
+WORKER_CONTEXT = multiprocessing.get_context("forkserver")
+WORKER_CONTEXT.set_forkserver_preload(["durably._torture.preload"])
 
 
-async def _exited(process: multiprocessing.process.BaseProcess) -> None:
+async def exited(process: multiprocessing.process.BaseProcess) -> None:
     """Wait, without blocking the event loop, until ``process`` has exited (and is reaped)."""
     while process.exitcode is None:
         await anyio.sleep(0.01)
@@ -155,17 +155,17 @@ class _Run:
         spec, kind = self.spec(worker, agents, crash)
         error_path = self.ledger / f"error-{worker}.txt"
         # Forked from a server that imported durably once: a worker starts in milliseconds.
-        process = _CONTEXT.Process(target=process_main, args=(spec, str(error_path)), daemon=True)
+        process = WORKER_CONTEXT.Process(target=process_main, args=(spec, str(error_path)), daemon=True)
         process.start()
         try:
             budget = finish_timeout(len(agents))
             with anyio.fail_after(budget):
                 if kind == "random_moment":
                     with anyio.move_on_after(self.rng.uniform(0.05, RANDOM_KILL_WINDOW)):
-                        await _exited(process)
+                        await exited(process)
                     if process.exitcode is None:
                         process.kill()
-                await _exited(process)
+                await exited(process)
         except TimeoutError:
             raise TortureError(
                 f"worker {worker} ({kind}) did not finish its {len(agents)} agents within {budget:.0f} s: stuck"
@@ -173,7 +173,7 @@ class _Run:
         finally:
             if process.exitcode is None:
                 process.kill()
-                await _exited(process)
+                await exited(process)
             code = process.exitcode  # negative: the signal that ended it
             process.close()
         if code == -signal.SIGKILL:

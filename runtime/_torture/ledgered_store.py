@@ -6,12 +6,18 @@ to the acknowledgement ledger (fsynced): the judge later requires every one of
 them stored byte-identical. ``hit(boundary)`` is called at the journal's
 boundaries (before an append, after its acknowledgement, around a snapshot,
 before compaction); the worker SIGKILLs itself at the chosen occurrence.
+Each acknowledgement also names the fencing token the append carried and the
+process that made it, and with a ``grants`` ledger every lease this process was
+granted (a new token, not a renewal) and released goes there too: the
+activations the fleet judge tells apart.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
+from contextlib import AbstractAsyncContextManager
 
 import anyio
 
@@ -19,6 +25,8 @@ from durably.errors import ArgumentTypeError
 from durably.storage._spi import (
     AppendRequest,
     BlobStore,
+    ChangeStore,
+    ChangeSubscription,
     IndexedStream,
     IndexEntry,
     IndexStore,
@@ -29,6 +37,7 @@ from durably.storage._spi import (
     StoredSnapshot,
     StreamId,
     supports_blobs,
+    supports_changes,
     supports_leases,
     supports_status_index,
 )
@@ -36,14 +45,23 @@ from durably.storage._torture import Ledger
 
 
 class LedgeredStore:
-    """``store`` with acknowledgements logged to ``acks`` (tagged ``worker``) and ``hit`` at boundaries."""
+    """``store`` with acknowledgements logged to ``acks`` (tagged ``worker``) and ``hit`` at boundaries.
 
-    def __init__(self, store: Store, acks: Ledger, worker: str, hit: Callable[[str], None]) -> None:
+    With ``grants`` (a ledger), each lease granted with a token this process had
+    not seen for that stream, and each release, is logged there before the
+    runtime hears of it.
+    """
+
+    def __init__(
+        self, store: Store, acks: Ledger, worker: str, hit: Callable[[str], None], grants: Ledger | None = None
+    ) -> None:
         self.inner = store
         self.acks = acks
         self.worker = worker
         self.hit = hit
+        self.grants = grants
         self.capabilities = store.capabilities
+        self._tokens: dict[StreamId, int] = {}
 
     async def open(self) -> None:
         await self.inner.open()
@@ -66,6 +84,8 @@ class LedgeredStore:
                 "agent": request.stream.agent_id,
                 "first": result - len(request.records) + 1,
                 "worker": self.worker,
+                "pid": os.getpid(),
+                "fence": request.fence,
                 "sha": [hashlib.sha256(data).hexdigest() for data in request.records],
             }
             for request, result in zip(requests, results, strict=False)
@@ -134,10 +154,28 @@ class LedgeredStore:
         return await self._blobs().get_blob(stream, digest)
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
-        return await self._leases().acquire_lease(stream, owner, ttl)
+        lease = await self._leases().acquire_lease(stream, owner, ttl)
+        if lease is not None and self.grants is not None and self._tokens.get(stream) != lease.token:
+            self._tokens[stream] = lease.token
+            await self._log_grant("grant", stream, owner, lease.token)
+        return lease
 
     async def release_lease(self, lease: Lease) -> None:
         await self._leases().release_lease(lease)
+        if self.grants is not None:
+            await self._log_grant("release", lease.stream, lease.owner, lease.token)
+
+    async def _log_grant(self, kind: str, stream: StreamId, owner: str, token: int) -> None:
+        entry = {
+            "kind": kind,
+            "agent": stream.agent_id,
+            "owner": owner,
+            "token": token,
+            "worker": self.worker,
+            "pid": os.getpid(),
+        }
+        if self.grants is not None:
+            await anyio.to_thread.run_sync(self.grants.append, entry)
 
     async def get_lease(self, stream: StreamId) -> Lease | None:
         return await self._leases().get_lease(stream)
@@ -158,3 +196,15 @@ class LedgeredStore:
 
     async def put_index(self, stream: StreamId, entry: IndexEntry | None, at_seq: int) -> bool:
         return await self._index().put_index(stream, entry, at_seq)
+
+    # Change notifications (CAP_CHANGES), when the store has them: forwarded as they are.
+    def _changes(self) -> ChangeStore:
+        if not supports_changes(self.inner):
+            raise ArgumentTypeError(f"{type(self.inner).__name__} does not declare change notifications")
+        return self.inner
+
+    async def publish_change(self, stream: StreamId) -> None:
+        await self._changes().publish_change(stream)
+
+    def subscribe_changes(self, namespace: str) -> AbstractAsyncContextManager[ChangeSubscription]:
+        return self._changes().subscribe_changes(namespace)

@@ -14,7 +14,7 @@ import os
 
 import durably.adapters.filesystem
 import durably.adapters.sqlite  # noqa: F401
-from durably._torture import worker  # noqa: F401
+from durably._torture import fleet_worker, worker  # noqa: F401
 from durably._torture.agents import torture_definitions
 from durably.storage._torture import Ledger
 

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from durably.adapters.postgres import PostgresStore
-from durably.storage import ConflictError, StoreUnavailableError, StreamId
+from durably.storage import ConflictError, StoreUnavailableError, StreamId, open_store
 
 try:
     from .pg_server import PostgresTestServer
@@ -224,3 +224,19 @@ async def test_nothing_acknowledged_is_lost_across_a_server_restart(server: Post
             stored = [r async for r in store.read(stream)]
             assert [r.seq for r in stored] == list(range(1, len(stored) + 1))
             assert [r.data for r in stored] == data  # every acknowledged record, nothing else, no gap
+
+
+async def test_a_connection_left_mid_operation_is_dropped_and_the_call_retried(server: PostgresTestServer) -> None:
+    # After a server restart asyncpg can hand out a connection whose protocol is still mid-operation:
+    # it raises InternalClientError. That connection must leave the pool and the call run again.
+    async with open_store(server.url()) as store:
+        used: list[asyncpg.Connection] = []
+
+        async def work(conn: asyncpg.Connection) -> int:
+            used.append(conn._con)  # the connection itself: the pool's proxy is detached on release
+            if len(used) == 1:
+                raise asyncpg.InternalClientError("cannot switch to state 12; another operation (2) is in progress")
+            return await conn.fetchval("SELECT 1")
+
+        assert await store._call("probe", work) == 1
+        assert len(used) == 2 and used[0].is_closed()
