@@ -177,7 +177,9 @@ async def test_a_waiting_worker_reads_only_the_lease_until_its_live_holder_is_go
             release.set()
             assert (await handle.wait()).status == "finished"  # the holder gives the lease up
         assert looks == [None], "given up: nobody holds it now"
-        assert set(waiter_store.calls) == {"get_lease"}, f"a look must read the lease only: {waiter_store.calls}"
+        # A look reads the lease (and, once, whether its holder still heartbeats): never a restore or a claim.
+        assert set(waiter_store.calls) <= {"get_lease", "last_seq"}, f"a look must read the lease: {waiter_store.calls}"
+        assert waiter_store.calls["last_seq"] <= 1, f"the holder's heartbeat is looked up once: {waiter_store.calls}"
 
 
 def test_the_final_workers_budget_grows_with_the_agents_it_must_restore():

@@ -275,20 +275,20 @@ def test_the_console_pages_and_its_start_line_never_show_the_password(store_url:
 
     from durably._console import create_app
 
-    with TestClient(create_app(store_url), base_url="http://127.0.0.1") as client:
+    with TestClient(create_app(store_url, allowed_hosts=["console"]), base_url="http://console") as client:
         pages = {
             path: client.get(path)
             for path in (
                 "/",
                 "/?status=finished",
-                "/agents/a1",
-                "/agents/a2",
-                "/agents/a2/state?seq=2",
-                "/agents/ghost",
+                "/agent?id=a1",
+                "/agent?id=a2",
+                "/state?agent=a2&seq=2",
+                "/agent?id=ghost",
             )
         }
     assert pages["/"].status_code == 200 and "postgresql://" in pages["/"].text
-    assert pages["/agents/ghost"].status_code == 404
+    assert pages["/agent?id=ghost"].status_code == 404
     for path, response in pages.items():
         assert not _leaks(response.text) and not _leaks(repr(response.headers)), path
     port = _free_port()
