@@ -65,6 +65,7 @@ class FleetReport:
     appends: int = 0
     activations: int = 0
     takeovers: int = 0
+    replays: int = 0
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
 
@@ -76,6 +77,7 @@ class FleetReport:
             f"fleet torture of {self.store}: {self.workers} workers, {self.agents} agents, faults: {faults}; "
             f"{self.approvals} approvals acknowledged, {self.effects} effects, {self.appends} acknowledged appends "
             f"by {self.activations} activations ({self.takeovers} agents ran under more than one), "
+            f"{self.replays} effects made again by a worker paused past its lease (same idempotency key), "
             f"{self.seconds:.0f} s: {verdict}"
         )
 
@@ -336,7 +338,9 @@ def _judge(directory: Path, ids: list[str], states: dict[str, AgentState], steps
     report.activations = sum(len(t) for t in tokens.values())
     report.takeovers = sum(1 for t in tokens.values() if len(t) > 1)
     report.violations += check_activations(acks, grants)
-    report.violations += check_effects_once(effects, states, steps)
+    stops = [c for c in Ledger(directory / "chaos.jsonl").entries() if c.get("fault") == "stop"]
+    violations, report.replays = check_effects_once(effects, states, steps, stops)
+    report.violations += violations
     report.violations += check_approvals(approvals, states)
     report.violations += check_finished(states, ids, fleet_result(steps))
     if not any(state.status == FINISHED for state in states.values()):

@@ -7,7 +7,14 @@
   append is fenced, and every token was granted (grants ledger) to the process
   that used it, and to that process only.
 * **Every effect exactly once.** No idempotency key twice in the effects
-  ledger, and a finished agent made each of its effects.
+  ledger, and a finished agent made each of its effects. One case is told
+  apart: a worker paused (SIGSTOP) after its last lease check and before its
+  effect wakes past its lease and makes the effect a second time, after the new
+  holder reconciled and made it. No worker-side check can close that window
+  (the pause may land between any check and the act); the resource must, by the
+  call's idempotency key (the same on both runs, as a payment API dedupes it) or
+  by the fencing token. Such a run is a *replay* the key absorbs, counted and
+  reported; a key twice with no pause of the later run's process is a violation.
 * **Every acknowledged approval acted on.** Each approval the operator got
   acknowledged is decided (approved) in the agent's final state, which finished.
 * **Nothing stuck.** Every agent finished, with the result of an uninterrupted run.
@@ -17,6 +24,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from durably._loop.state import FINISHED, AgentState
@@ -56,14 +64,35 @@ def check_activations(acks: list[dict[str, Any]], grants: list[dict[str, Any]]) 
     return violations
 
 
-def check_effects_once(effects: list[dict[str, Any]], states: dict[str, AgentState], steps: int) -> list[str]:
-    """Violations of "every effect exactly once": a key twice, or a finished agent missing one."""
-    violations = [f"effect {key} happened {n} times" for key, n in Counter(e["key"] for e in effects).items() if n > 1]
-    per_agent = Counter(e["agent"] for e in effects)
+def check_effects_once(
+    effects: list[dict[str, Any]],
+    states: dict[str, AgentState],
+    steps: int,
+    stops: Sequence[dict[str, Any]] = (),
+) -> tuple[list[str], int]:
+    """Violations of "every effect exactly once" (a key twice, or a finished agent missing one),
+    and the count of replays: a key made again by another process, one of the two having been
+    paused by the chaos loop (``stops``: its ``{"pid", ...}`` entries), the window only the key
+    closes. (Which of the two ran second is not told by their clocks: the paused one took its
+    time stamp before the pause.)"""
+    violations, replays = [], 0
+    paused = {stop["pid"] for stop in stops}
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for effect in effects:
+        by_key.setdefault(effect["key"], []).append(effect)
+    for key, runs in by_key.items():
+        pids = [run.get("pid") for run in runs]
+        if len(runs) == 1:
+            continue
+        if len(runs) == 2 and pids[0] != pids[1] and paused & set(pids):
+            replays += 1
+        else:
+            violations.append(f"effect {key} happened {len(runs)} times")
+    per_agent = Counter(e["agent"] for e in {e["key"]: e for e in effects}.values())
     for agent, state in states.items():
         if state.status == FINISHED and per_agent[agent] != steps:
             violations.append(f"{agent}: finished with {per_agent[agent]} effects, not {steps}")
-    return violations
+    return violations, replays
 
 
 def check_approvals(approvals: list[dict[str, Any]], states: dict[str, AgentState]) -> list[str]:

@@ -64,10 +64,22 @@ def test_the_judge_catches_a_token_granted_twice_an_unfenced_append_and_a_borrow
 
 def test_the_judge_catches_a_duplicate_effect_and_a_missing_one() -> None:
     effects = [{"key": "k1", "agent": "a", "n": 1}, {"key": "k1", "agent": "a", "n": 1}]
-    violations = check_effects_once(effects, {"a": _state("a"), "b": _state("b")}, steps=1)
-    assert "effect k1 happened 2 times" in violations
-    assert any(v.startswith("a: finished with 2 effects") for v in violations), violations
+    violations, replays = check_effects_once(effects, {"a": _state("a"), "b": _state("b")}, steps=1)
+    assert "effect k1 happened 2 times" in violations and replays == 0
     assert any(v.startswith("b: finished with 0 effects") for v in violations), violations
+
+
+def test_the_judge_tells_a_paused_workers_replay_from_a_duplicate() -> None:
+    # Process 2 was paused (SIGSTOP) and made k1 again after process 1 made it: the window only the
+    # idempotency key closes, counted as a replay. k2 made by processes 1 and 3, neither paused, is a violation.
+    states = {"a": _state("a"), "b": _state("b")}
+    stops = [{"fault": "stop", "pid": 2, "at": 1.0}]
+    replayed = [{"key": "k1", "agent": "a", "pid": 1, "at": 3.0}, {"key": "k1", "agent": "a", "pid": 2, "at": 5.0}]
+    other = [{"key": "k2", "agent": "b", "pid": 1, "at": 3.0}]
+    assert check_effects_once(replayed + other, states, steps=1, stops=stops) == ([], 1)
+    duplicated = [{"key": "k2", "agent": "b", "pid": 3, "at": 4.0}]
+    violations, replays = check_effects_once(replayed + other + duplicated, states, steps=1, stops=stops)
+    assert violations == ["effect k2 happened 2 times"] and replays == 1
 
 
 def test_the_judge_catches_a_lost_approval() -> None:
