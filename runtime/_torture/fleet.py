@@ -326,8 +326,9 @@ async def _final_states(rt: Runtime, ids: list[str]) -> dict[str, AgentState]:
 
 
 def _judge(directory: Path, ids: list[str], states: dict[str, AgentState], steps: int, report: FleetReport) -> None:
-    acks = Ledger(directory / "acks.jsonl").entries()
-    grants = [g for g in Ledger(directory / "grants.jsonl").entries() if g["agent"] in set(ids)]
+    fleet = set(ids)  # the workers' own streams (their heartbeats, durably.workers) are not the fleet's agents
+    acks = [a for a in Ledger(directory / "acks.jsonl").entries() if a["agent"] in fleet]
+    grants = [g for g in Ledger(directory / "grants.jsonl").entries() if g["agent"] in fleet]
     effects = Ledger(directory / "effects.jsonl").entries()
     approvals = Ledger(directory / "approvals.jsonl").entries()
     report.effects, report.appends = len(effects), len(acks)
