@@ -152,7 +152,7 @@ class TestKit(StoreConformance):
     def make_store(self, tmp_path):
         return broken_adapters.{name}(self.store_url(tmp_path))
 """
-FAULT_CHECKS = "fail or outage or cut_connections or full_disk or killed_server"
+FAULT_CHECKS = "can_make_the_store_fail or outage or cut_connections or full_disk or killed_server"
 
 
 def run_bare_kit(pytester: pytest.Pytester, store_class: type, url: str, cannot_fail: str | None = None) -> dict:

@@ -207,8 +207,7 @@ def test_stale_worker_wakes_up_fenced_and_stops_cleanly(s3_server, url, tmp_path
 
     # A wrote nothing to the journal: the bucket is as B left it (but for the
     # lease object, which A may renew and release on its way out, and the takeover
-    # marker a lease grant puts at the next seq: no records), and A's only
-    # journal write attempt was the conditional PUT of the seq B had already taken.
+    # marker a lease grant puts at the next seq: no records).
     keys = StreamKeys(f"{prefix}/", StreamId(NAMESPACE, agent))
     marker_key = keys.batch(seq_before + 1)
 
@@ -226,8 +225,11 @@ def test_stale_worker_wakes_up_fenced_and_stops_cleanly(s3_server, url, tmp_path
         for r in after_wake
         if r.method in MUTATING and not r.path.endswith("/lease") and r.path != f"/{BUCKET}/{marker_key}"
     ]
+    # A woke past its lease: its claim's clock says so before it writes anything; should its last
+    # check have passed just before the freeze, its one write is the conditional PUT of the seq B had
+    # already taken, refused by the store.
     lost_key = keys.batch(seq_at_freeze + 1)
-    assert [(r.method, r.path) for r in writes] == [("PUT", f"/{BUCKET}/{lost_key}")]
+    assert [(r.method, r.path) for r in writes] in ([], [("PUT", f"/{BUCKET}/{lost_key}")]), writes
 
     effects = assert_each_effect_once(tmp_path, 1)
     assert len({e["pid"] for e in effects}) == 2
