@@ -269,7 +269,7 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
             for r in rows
         ],
         title=f"workers of namespace {namespace!r}",
-        caption=f"dead: no heartbeat for {heartbeat_timeout:g}s",
+        caption=f"a worker silent for {heartbeat_timeout:g}s counts as dead",
         keep=("worker", "status"),
     )
 

@@ -104,7 +104,7 @@ class LeaseKeeper:
                 if races >= _RACES:
                     return None, None
                 continue
-            if races < _RACES and await self._dead(holder):
+            if races < _RACES and await self.is_dead(holder):
                 races += 1
                 log.info(
                     "lease of %s held by %s, dead (process gone or heartbeat stopped): taken over", stream, holder.owner
@@ -117,9 +117,10 @@ class LeaseKeeper:
                 return None, holder
             await anyio.sleep(min(left, self.ttl / 10, max(holder.expires_at - time.time(), 0.0) + 0.01))
 
-    async def _dead(self, holder: Lease) -> bool:
+    async def is_dead(self, holder: Lease) -> bool:
         """Whether ``holder``'s owner is dead: a gone process of this host, or a worker anywhere
-        whose heartbeat stopped (``durably._fleet.workers``)."""
+        whose heartbeat stopped (``durably._fleet.workers``). Raises ``StoreError`` from the
+        heartbeat read."""
         if holder_liveness(holder.owner) is Liveness.DEAD:
             return True
         return self.heartbeats is not None and await self.heartbeats.silent(holder.owner)
@@ -151,7 +152,7 @@ class LeaseKeeper:
         if lease is None:
             return None
         info = LeaseHolder.of(lease)
-        if info.liveness is not Liveness.DEAD and await self._dead(lease):
+        if info.liveness is not Liveness.DEAD and await self.is_dead(lease):
             return replace(info, liveness=Liveness.DEAD)
         return info
 

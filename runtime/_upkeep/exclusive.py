@@ -9,9 +9,10 @@ worker holds it the rewrite does not happen (the caller skips the stream, waits
 and tries again, or refuses); once taken, no worker can resume the agent until
 the rewrite is done, every write of the rewrite carries the lease's fencing
 token (a store that enforces fences refuses it if the lease passed on
-meanwhile), and the lease is given back at the end. A lease whose holder is a
-dead process of this host (``durably._fleet.owner``) is taken at once, as a
-worker's claim would.
+meanwhile), and the lease is given back at the end. A lease whose holder is
+dead (a gone process of this host, or a worker anywhere whose heartbeat
+stopped: the runtime's lease keeper decides, as for a worker's claim) is taken
+at once.
 
 The rewrite's owner string is its own (a fresh identity per ``Upkeep``), never
 the runtime's: an agent this same runtime runs holds the lease under the
@@ -23,12 +24,12 @@ activations of its own runtime, the only workers such a store may have.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
 
-from durably._fleet.owner import Liveness, holder_liveness, new_identity
+from durably._fleet.owner import new_identity
 from durably.errors import AgentLeasedError
 from durably.storage._errors import StoreError
 from durably.storage._spi import Lease, Store, StreamId, supports_leases
@@ -41,14 +42,16 @@ class RewriteLeases:
 
     ``store``: the store; ``worker_id``: the runtime's name (the owner string
     says it is that runtime's upkeep); ``ttl``: seconds a rewrite's lease lasts
-    (a rewrite that outlives it is fenced, never silently wins).
+    (a rewrite that outlives it is fenced, never silently wins); ``is_dead``:
+    whether a holder is dead (``LeaseKeeper.is_dead``).
     """
 
-    def __init__(self, store: Store, worker_id: str, ttl: float) -> None:
+    def __init__(self, store: Store, worker_id: str, ttl: float, is_dead: Callable[[Lease], Awaitable[bool]]) -> None:
         self.store = store
         self.identity = new_identity(f"{worker_id} upkeep", self)  # alive as long as this object is
         self.owner = str(self.identity)
         self.ttl = ttl
+        self.is_dead = is_dead
 
     @asynccontextmanager
     async def held(self, stream: StreamId) -> AsyncIterator[Lease | None]:
@@ -82,8 +85,8 @@ class RewriteLeases:
             holder = await store.get_lease(stream)
             if holder is None:
                 continue
-            if holder_liveness(holder.owner) is not Liveness.DEAD:
+            if not await self.is_dead(holder):
                 raise AgentLeasedError(stream.agent_id, holder.owner, holder.expires_at)
-            log.info("lease of %s held by %s, a dead process: taken for a rewrite", stream, holder.owner)
+            log.info("lease of %s held by %s, dead: taken for a rewrite", stream, holder.owner)
             await store.release_lease(holder)
         raise AgentLeasedError(stream.agent_id, None, None)

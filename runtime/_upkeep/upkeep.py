@@ -90,7 +90,8 @@ class Upkeep:
         if self._rewrites is None:
             from durably._upkeep.exclusive import RewriteLeases
 
-            self._rewrites = RewriteLeases(self.store, self.activations.worker_id, self.activations.leases.ttl)
+            leases = self.activations.leases
+            self._rewrites = RewriteLeases(self.store, self.activations.worker_id, leases.ttl, leases.is_dead)
         async with self._rewrites.held(stream) as lease:
             yield lease
 

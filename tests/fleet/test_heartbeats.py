@@ -157,3 +157,19 @@ async def test_submit_journals_a_runnable_agent_without_running_it(url, tmp_path
         with pytest.raises(AgentExistsError):
             await rt.submit(definition, "job-1", "count")
         assert [s.agent_id for s in await rt.agents(statuses=["running"])] == ["job-1"]
+
+
+async def test_an_operator_rewrite_takes_a_silent_workers_lease_at_once(url, tmp_path):
+    # A purge (as a reencrypt or a sweep) of an agent whose holder on another host stopped
+    # heartbeating does not wait out its 60 s lease, as a worker's claim would not.
+    await held_remotely(url, tmp_path, beat_age=10.0)
+    async with Runtime(url, heartbeat_timeout=2.0) as rt:
+        await rt.purge("a-1")
+        assert await rt.store.last_seq(StreamId("default", "a-1")) == 0
+
+
+async def test_an_operator_rewrite_leaves_a_beating_workers_agent_alone(url, tmp_path):
+    await held_remotely(url, tmp_path, beat_age=0.0)
+    async with Runtime(url, heartbeat_timeout=2.0) as rt:
+        with pytest.raises(AgentLeasedError):
+            await rt.purge("a-1")
