@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from durably import AgentDefinition, AgentLeaseLostError, ModelResponse, Runtime, ToolCall, tool
+from durably import AgentDefinition, AgentFencedError, AgentLeaseLostError, ModelResponse, Runtime, ToolCall, tool
 from durably._fleet.owner import OwnerIdentity, _boot_id, _pid_namespace, hostname, process_start_time
 from durably._journal.records import RecordCodec
 from durably._telemetry_sdk import worker_providers, worker_resource
@@ -154,21 +154,40 @@ async def test_a_lost_lease_is_counted(tmp_path) -> None:
 
 async def test_two_overlapping_activations_are_counted(tmp_path) -> None:
     # On a store without leases (a single-worker store) nothing keeps a second runtime from
-    # resuming an agent another one runs: the first activation meets the second's records when
-    # it appends, and that overlap is counted. (With leases the second could not run it.)
+    # resuming an agent another one runs. The first is held inside its tool while the second
+    # resumes (its journal then ends in the second's records); once let go, the first appends
+    # its tool's result, meets the second's records, and that overlap is counted.
+    # (With leases the second could not run it.)
     url = f"file://{tmp_path / 'store'}?create=1"
+    entered, release = anyio.Event(), anyio.Event()
+
+    @tool(name="hold")
+    async def hold(n: int) -> int:
+        entered.set()
+        await release.wait()
+        return n
+
+    class Once:
+        name = "once"
+
+        async def respond(self, messages, tools):
+            return ModelResponse("", (ToolCall("c1", "hold", {"n": 1}),))
+
+    held = AgentDefinition(name="held", model=Once(), tools=[hold])
     rec = Recorder()
-    async with rec.runtime(url, [endless()]) as first:
-        await first.start("forever", "a1", "task")
+    async with rec.runtime(url, [held]) as first:
+        handle = await first.start("held", "a1", "task")
         with anyio.fail_after(10):
-            while not rec.points("durably.checkpoint.save.duration"):
-                await anyio.sleep(0.02)
-        async with Runtime(url, agents=[endless()], worker_id="second") as second:
-            await second.resume("a1", force=True)
+            await entered.wait()
+        async with Runtime(url, agents=[held], worker_id="second") as second:
+            await second.resume("a1", force=True)  # its call's outcome is unknown to it: it asks
+            release.set()
             with anyio.fail_after(10):
                 while rec.points("durably.activation.overlaps")[0].value == 0:
                     await anyio.sleep(0.02)
             await second.cancel("a1")
+        with pytest.raises(AgentFencedError):  # the first stops on a conflict it cannot rebase
+            await handle.wait()
     (overlap,) = rec.points("durably.activation.overlaps")
     assert overlap.value == 1
 
