@@ -175,11 +175,13 @@ class _Fleet:
                         worker.fault = fault
                         os.kill(worker.process.pid, signal.SIGKILL if fault == "kill" else signal.SIGTERM)
                 self.report.faults[fault] = self.report.faults.get(fault, 0) + 1
-                await anyio.to_thread.run_sync(self.log_fault, fault, worker if fault in FAULTS else None)
+                # The pid is read here, not in the thread: a killed worker's process object may be
+                # closed (and replaced) by the time the thread runs.
+                pid = worker.process.pid if fault in FAULTS else None
+                await anyio.to_thread.run_sync(self.log_fault, fault, pid)
 
-    def log_fault(self, fault: str, worker: _Worker | None) -> None:
-        """One line in the chaos ledger (``chaos.jsonl``): the fault, its target's pid, the wall clock."""
-        pid = worker.process.pid if worker is not None else None
+    def log_fault(self, fault: str, pid: int | None) -> None:
+        """One line in the chaos ledger (``chaos.jsonl``): the fault, its target's pid (None for the database), the wall clock."""
         Ledger(self.directory / "chaos.jsonl").append({"fault": fault, "pid": pid, "at": time.time()})
 
     async def pause(self, worker: _Worker) -> None:
