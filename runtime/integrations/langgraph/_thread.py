@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from langgraph.checkpoint.base import INTERRUPT
+
 from durably.storage._errors import CorruptRecordError
 
 from ._values import DELTA
@@ -101,6 +103,14 @@ class ThreadState:
     def has_write(self, ns: str, checkpoint_id: str, task: str, idx: int) -> bool:
         """True when a regular write ``(task, idx)`` of that checkpoint is stored."""
         return (task, idx) in self.writes.get((ns, checkpoint_id), {})
+
+    def interrupted(self) -> bool:
+        """True when the newest checkpoint of some namespace has an ``interrupt()``
+        among its writes: the thread waits for a ``Command(resume=...)``."""
+        for ns, by_id in self.checkpoints.items():
+            if by_id and any(write[0] == INTERRUPT for write in self.writes.get((ns, max(by_id)), {}).values()):
+                return True
+        return False
 
     def latest_id(self, ns: str) -> str | None:
         """The newest checkpoint id of ``ns`` (ids sort by time: uuid6), or None."""
