@@ -37,6 +37,7 @@ from langgraph.checkpoint.base import (
 
 from durably._journal.redaction_policy import RedactionPolicy
 from durably.errors import CheckpointValueError, InvalidArgumentError, InvalidPruneStrategyError
+from durably.integrations.langgraph_threads import StoredCheckpoint, ThreadState
 from durably.storage._codec import Codec, FrameCipher
 from durably.storage._errors import CodecError
 from durably.storage._registry import open_store
@@ -44,7 +45,6 @@ from durably.storage._spi import Store
 
 from ._redact import ValueRedactor
 from ._sync import LoopBridge, SyncInterface
-from ._thread import StoredCheckpoint, ThreadState
 from ._thread_journal import Thread, ThreadJournal
 from ._values import (
     DELTA,

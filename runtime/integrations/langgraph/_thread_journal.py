@@ -29,12 +29,12 @@ from typing import Any
 import anyio
 
 from durably.errors import InvalidThreadIdError
+from durably.integrations.langgraph_threads import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
 from durably.storage._codec import Codec, FrameCipher
 from durably.storage._errors import ConflictError, CorruptRecordError, UnknownSchemaVersionError
 from durably.storage._group_commit import GroupCommitter
 from durably.storage._spi import Store, StreamId
 
-from ._thread import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
 from ._values import PrefixIndex, paused_gc
 
 _REBASE_ATTEMPTS = 16

@@ -43,8 +43,8 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from durably.errors import CheckpointValueError
+from durably.integrations.langgraph_threads import DELTA, EMPTY, FULL
 
-FULL, EMPTY, DELTA = "f", "e", "d"
 _CLASS_EXTS = frozenset({0, 1, 2, 3, 4, 5})  # JsonPlusSerializer's codes whose payload names (module, class)
 _METHOD_EXT = 3  # its payload also names a method: (module, class, argument, method)
 _NUMPY_EXT, _DELTA_SNAPSHOT_EXT = 6, 7

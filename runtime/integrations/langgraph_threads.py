@@ -1,5 +1,10 @@
 """One LangGraph thread as a durably stream: its records, their fold, its snapshot.
 
+The format of ``durably.integrations.langgraph``'s threads, kept apart from
+that package (and from LangGraph) so durably's own readers (``verify``,
+``show``, ``sweep``, ``reencrypt``, the console) understand threads on a host
+without the ``langgraph`` extra. Channel values stay serializer bytes here.
+
 A thread is the stream ``(namespace, thread_id)``. Every record is a frame of
 schema ``durably.langgraph`` (frame schema id 16, version 1) holding a CBOR map:
 
@@ -28,16 +33,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from langgraph.checkpoint.base import INTERRUPT
-
 from durably.storage._errors import CorruptRecordError
-
-from ._values import DELTA
 
 RECORD_SCHEMA = 16
 SNAPSHOT_SCHEMA = 17
 VERSION = 1
 SCHEMA_NAMES = {RECORD_SCHEMA: "durably.langgraph", SNAPSHOT_SCHEMA: "durably.langgraph-snapshot"}
+
+#: The kinds of a stored channel value (``langgraph/_values.py``): whole, empty, a list delta.
+FULL, EMPTY, DELTA = "f", "e", "d"
+#: LangGraph's channel for an ``interrupt()`` (``langgraph.checkpoint.base.INTERRUPT``), as it is stored.
+INTERRUPT = "__interrupt__"
+#: LangGraph's channel for a task's error (``langgraph.checkpoint.base.ERROR``).
+ERROR = "__error__"
 
 BlobKey = tuple[str, str, Any]  # (checkpoint_ns, channel, version)
 
