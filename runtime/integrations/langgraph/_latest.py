@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from durably._reading.history import clip
 from durably.errors import CheckpointValueError
 from durably.storage._codec import FrameCipher
 from durably.storage._spi import Store
 
 from ._saver import DurablySaver
+
+
+def clip(value: Any, limit: int = 80) -> str:
+    """``value`` as one line of at most ``limit`` characters."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _line(value: Any) -> str:
