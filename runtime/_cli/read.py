@@ -17,14 +17,43 @@ import click
 from durably._cli.options import EXIT_OK, EXIT_REFUSED, encryption_from_env, json_option, run_async, store_command
 from durably._cli.output import Output, error_json, neutralise, to_json, when
 from durably._loop.state import AgentState
+from durably._reading import threads
 from durably._reading.describe import AgentDescription
 from durably._reading.history import clip
+from durably._reading.threads import ThreadSummary
 from durably._runtime import Runtime
 from durably.storage._errors import DurablyError
 
 
 def _runtime(store: str, namespace: str) -> Runtime:
     return Runtime(store, namespace=namespace, encryption=encryption_from_env())
+
+
+async def _thread(rt: Runtime, agent_id: str) -> ThreadSummary | None:
+    return await threads.summary_if_thread(rt.store, rt.codec.codec, rt.namespace, agent_id)
+
+
+async def _thread_values(rt: Runtime, agent_id: str) -> dict[str, str] | str:
+    return await threads.newest_values(rt.store, rt.namespace, agent_id, rt.encryption)
+
+
+def _thread_lines(out: Output, summary: ThreadSummary) -> None:
+    """A thread for people, as ``show`` prints an agent."""
+    fields = [
+        ("thread", f"{summary.stream.namespace}/{summary.stream.agent_id} (LangGraph)"),
+        ("status", f"{summary.status}: {summary.reason}"),
+        ("seq", str(summary.seq)),
+        ("checkpoints", f"{summary.checkpoints} in namespaces {', '.join(map(repr, summary.namespaces)) or '-'}"),
+        ("writes", f"{summary.writes} pending writes"),
+        ("latest", ", ".join(f"{ns or 'root'}: {cid}" for ns, cid in sorted(summary.latest.items())) or "-"),
+        ("step", "-" if summary.step is None else str(summary.step)),
+        ("run", summary.run_id or "-"),
+        ("channels", ", ".join(f"{c['channel']} ({c['form']})" for c in summary.channels) or "-"),
+        ("created", when(summary.created_at)),
+        ("last activity", when(summary.last_activity_at)),
+    ]
+    for name, value in fields:
+        out.line(f"{name + ':':<15}{value}")
 
 
 def lease_text(info: AgentDescription, now: float | None = None) -> str:
@@ -146,11 +175,17 @@ def agents(
 def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output) -> None:
     """Describe one agent: status and why, definition, usage and budget, approvals, lease, times."""
 
-    async def go() -> AgentDescription:
+    async def go() -> AgentDescription | ThreadSummary:
         async with _runtime(store, namespace) as rt:
-            return await rt.describe(agent_id)
+            return await _thread(rt, agent_id) or await rt.describe(agent_id)
 
     info = run_async(go)
+    if isinstance(info, ThreadSummary):
+        if json_mode:
+            out.json(info.to_json())
+        else:
+            _thread_lines(out, info)
+        return
     if json_mode:
         out.json(info.to_json())
         return
@@ -264,13 +299,28 @@ def history(
 @json_option
 @store_command
 def state(store: str, namespace: str, agent_id: str, seq: int | None, json_mode: bool, out: Output) -> None:
-    """The agent's folded state at a seq: nearest snapshot plus replay, as restore does."""
+    """The agent's folded state at a seq: nearest snapshot plus replay, as restore does (a LangGraph thread: its newest values)."""
 
-    async def go() -> AgentState:
+    async def go() -> AgentState | tuple[ThreadSummary, dict[str, str] | str]:
         async with _runtime(store, namespace) as rt:
+            summary = await _thread(rt, agent_id)
+            if summary is not None:
+                return summary, await _thread_values(rt, agent_id)
             return await (rt.status(agent_id) if seq is None else rt.state_at(agent_id, seq))
 
     folded = run_async(go)
+    if isinstance(folded, tuple):
+        summary, values = folded
+        thread_doc = {**summary.to_json(), "values": values}
+        if json_mode:
+            out.json({"namespace": namespace, "agent_id": agent_id, "seq": summary.seq, "state": thread_doc})
+            return
+        _thread_lines(out, summary)
+        if isinstance(values, str):
+            out.line(f"{'values:':<15}{neutralise(values)}")
+        for channel, line in values.items() if isinstance(values, dict) else ():
+            out.line(f"{'value ' + channel + ':':<15}{neutralise(line)}")
+        return
     document = {"namespace": namespace, "agent_id": agent_id, "seq": folded.last_seq, "state": folded.to_wire()}
     if json_mode:
         out.json(document)

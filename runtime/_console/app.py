@@ -52,6 +52,7 @@ from durably._console.security import (
 )
 from durably._console.timeline import ContentPolicy, timeline
 from durably._operate.reported_result import parse_reported_result
+from durably._reading import threads
 from durably._runtime import Runtime
 from durably.errors import (
     AgentNotFoundError,
@@ -197,6 +198,11 @@ def create_app(
 
     async def state(request: Request) -> Response:
         agent_id = request.query_params.get("agent") or unquote(request.query_params.get("agent_q", ""))
+        thread = await threads.summary_if_thread(runtime.store, runtime.codec.codec, runtime.namespace, agent_id)
+        if thread is not None:  # a LangGraph thread: its summary, and its newest values as content
+            values = await threads.newest_values(runtime.store, runtime.namespace, agent_id, runtime.encryption)
+            shape = {**thread.to_json(), "values": values if content.show else _shape(values)}
+            return page(request, "state.html", agent_id=agent_id, seq=thread.seq, status=thread.status, state=shape)
         try:
             seq = int(request.query_params.get("seq", "0"))
             folded = await (runtime.state_at(agent_id, seq) if seq else runtime.status(agent_id))

@@ -7,6 +7,8 @@ the open approvals with the call each would run, the pending tool calls, the
 lease holder and its expiry (and whether that holder is a process of this
 host that is gone), when the agent was created and last active, and the agent
 it was forked from. ``to_json`` is the stable shape of ``durably show --json``.
+A LangGraph thread in the namespace is described from its own frames
+(``describe_thread``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from durably._journal import status_index
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import CANCELLED, FINISHED, NEEDS_MIGRATION, RUNNING, TERMINAL, AgentState
+from durably._reading import threads
 from durably.errors import AgentNotFoundError
 from durably.schemas._records import Record
 from durably.storage._errors import CodecError
@@ -126,10 +129,45 @@ async def describe(store: Store, codec: RecordCodec, stream: StreamId, telemetry
     ``UnknownSchemaVersionError`` (its journal cannot be read) and
     ``StoreUnavailableError``.
     """
+    if await threads.is_thread(store, stream):  # a LangGraph thread: not agent records
+        return await describe_thread(store, codec, stream)
     restored = await restore(store, codec, stream, telemetry)
     if restored is None:
         raise AgentNotFoundError(f"no agent {stream.agent_id!r} in namespace {stream.namespace!r}")
     return await describe_state(store, codec, stream, restored.state)
+
+
+async def describe_thread(store: Store, codec: RecordCodec, stream: StreamId) -> AgentDescription:
+    """``describe`` for a LangGraph thread (``threads``): its status and reason, seq,
+    the newest root checkpoint's step and run id, and its times; no usage, budget,
+    approvals or calls (LangGraph keeps those in its channels). Raises ``CodecError``
+    subclasses for a frame that does not read, and ``StoreUnavailableError``."""
+    summary = await threads.read_summary(store, codec.codec, stream)
+    supported = supports_leases(store)
+    state = threads.thread_agent_state(summary)
+    return AgentDescription(
+        namespace=stream.namespace,
+        agent_id=stream.agent_id,
+        status=summary.status,
+        reason=summary.reason,
+        definition=dict(state.definition),
+        run_id=state.run_id,
+        task="",
+        seq=summary.seq,
+        steps=summary.step + 1 if summary.step is not None and summary.step >= 0 else 0,
+        usage=dict(state.usage),
+        budget=dict(state.budget),
+        budget_left=budget_left(state),
+        open_approvals=[],
+        pending_calls=[],
+        result=None,
+        created_at=summary.created_at,
+        last_activity_at=summary.last_activity_at,
+        forked_from=None,
+        leases_supported=supported,
+        lease=None,
+        state=state,
+    )
 
 
 async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, state: AgentState) -> AgentDescription:

@@ -8,7 +8,8 @@ a person can scan, and the decoded data when asked for (``payload=True``).
 It needs only a store and a codec, not a running agent, so any process can
 read any agent: the CLI (``durably history``), the web console, a script.
 The idea is the event store's "read stream forward" (EventStoreDB) and
-LangGraph's ``get_state_history``.
+LangGraph's ``get_state_history``. A LangGraph thread's records (``threads``)
+read as ``checkpoint``, ``writes``, ``deleted`` and ``copied_in`` entries.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durably._journal.records import RecordCodec
+from durably._reading import threads
 from durably.errors import AgentNotFoundError, InvalidCommandError
 from durably.schemas._records import KINDS, Kind, Record
 from durably.storage._spi import Store, StreamId
@@ -62,9 +64,10 @@ def check_kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
     if kinds is None:
         return None
     wanted = frozenset(str(k) for k in kinds)
-    unknown = sorted(wanted - KINDS)
+    known = KINDS | frozenset(threads.THREAD_KINDS.values())
+    unknown = sorted(wanted - known)
     if unknown:
-        raise InvalidCommandError(f"unknown record kind {unknown[0]!r} (kinds: {', '.join(sorted(KINDS))})")
+        raise InvalidCommandError(f"unknown record kind {unknown[0]!r} (kinds: {', '.join(sorted(known))})")
     return wanted
 
 
@@ -92,6 +95,11 @@ async def history(
     if await store.last_seq(stream) == 0:
         raise AgentNotFoundError(f"no agent {stream.agent_id!r} in namespace {stream.namespace!r}")
     async for stored in store.read(stream, after_seq):
+        if threads.is_thread_frame(stored.data):  # a LangGraph thread: its own records
+            kind, at, summary, data = threads.thread_entry(codec.codec, stored, stream)
+            if wanted is None or kind in wanted:
+                yield HistoryEntry(stored.seq, kind, at, summary, data if payload else None)
+            continue
         record = codec.decode_record(stored, stream)
         if wanted is not None and record.kind not in wanted:
             continue

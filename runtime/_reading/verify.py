@@ -6,7 +6,8 @@ value) stays silent until that snapshot is lost too. An operator's check has
 to read everything: every record (checksum, place, schema version, seq),
 every snapshot down the chain, and the seqs between them (a gap, or a journal
 shorter than the stream's last seq, is damage unless a snapshot covers it,
-as compaction leaves it). Nothing is written, locked or repaired: the report
+as compaction leaves it). A LangGraph thread's frames (``threads``) are checked
+by their own schema: decoded, and each record's shape folded. Nothing is written, locked or repaired: the report
 says what is wrong and where, as a filesystem's ``fsck -n`` or PostgreSQL's
 ``amcheck`` do.
 """
@@ -18,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from durably._journal.records import RecordCodec
+from durably._reading.threads import fold_record, is_thread_frame, snapshot_state
+from durably.integrations.langgraph_threads import ThreadState
 from durably.storage._errors import CodecError, CorruptRecordError
 from durably.storage._spi import Store, StreamId
 
@@ -93,7 +96,10 @@ async def verify_stream(store: Store, codec: RecordCodec, stream: StreamId) -> S
                 )
             expected = stored.seq + 1
             try:
-                codec.decode_record(stored, stream)
+                if is_thread_frame(stored.data):  # a LangGraph thread's record: its own schema
+                    fold_record(ThreadState(), codec.codec, stored, stream)
+                else:
+                    codec.decode_record(stored, stream)
             except CodecError as exc:
                 report.problems.append(_problem("record", stored.seq, exc))
             else:
@@ -121,7 +127,10 @@ async def _snapshots(store: Store, codec: RecordCodec, stream: StreamId, report:
         snapshot = await store.get_snapshot(stream)
         while snapshot is not None:
             try:
-                codec.decode_snapshot(snapshot, stream)
+                if is_thread_frame(snapshot.data):
+                    snapshot_state(codec.codec, snapshot, stream)
+                else:
+                    codec.decode_snapshot(snapshot, stream)
             except CodecError as exc:
                 report.problems.append(_problem("snapshot", snapshot.seq, exc))
             else:

@@ -17,6 +17,9 @@ for the sake of an operator task. So the rewrite uses what the SPI has:
 3. put a snapshot at that seq under the new key;
 4. compact: delete every record before it and every older snapshot.
 
+A LangGraph thread (``durably._reading.threads``) is rewritten the same way
+with its own frames: a thread record as the marker, a snapshot of its fold.
+
 The price, stated plainly: the journal's history before the rewrite is gone
 (only the state, which is what restore needs, survives). A worker running the
 agent is never fenced off by it: each stream is rewritten under its lease
@@ -53,6 +56,7 @@ import anyio
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import apply
+from durably._reading import threads
 from durably.errors import AgentLeasedError, InvalidArgumentError
 from durably.schemas._records import Kind, Record
 from durably.storage._crypto import key_id_of
@@ -145,6 +149,10 @@ async def reencrypt_stream(
     before = dict(records + snapshots)
     if set(before) <= {target}:
         return ReencryptReport(stream, before, before, CURRENT)
+    if await threads.is_thread(store, stream):
+        return await _reencrypt_thread(
+            store, codec, stream, before, rewrite_records=not set(records) <= {target}, fence=fence
+        )
     if set(records) <= {target}:
         latest = await store.get_snapshot(stream)
         assert latest is not None  # some snapshot is under an old key
@@ -183,6 +191,45 @@ async def reencrypt_stream(
         after_records, after_snapshots = await key_census(store, stream)
         return ReencryptReport(stream, before, dict(after_records + after_snapshots), COMPACTED, marker.seq)
     raise ConflictError(stream, last_seq, None)
+
+
+async def _reencrypt_thread(
+    store: Store,
+    codec: RecordCodec,
+    stream: StreamId,
+    before: dict[str | None, int],
+    *,
+    rewrite_records: bool,
+    fence: int | None,
+) -> ReencryptReport:
+    """``reencrypt_stream`` for a LangGraph thread (``threads``): the same steps with the
+    thread's own frames. The marker record is a thread record carrying the last
+    activity's time; the snapshot holds the whole fold, so the saver reads it as its own."""
+    frames = codec.codec
+    for _ in range(_RETRIES):
+        state, _created = await threads.load_thread(store, frames, stream)
+        last_seq = state.seq
+        if last_seq == 0:
+            return ReencryptReport(stream, before, before, CURRENT)
+        if rewrite_records:
+            value = threads.marker(state.at or time.time())
+            try:
+                await store.append(
+                    stream, last_seq, [threads.encode_record(frames, value, stream, last_seq + 1)], fence=fence
+                )
+            except FencedError:
+                raise
+            except ConflictError:
+                continue  # the saver appended meanwhile: read again
+            state.apply(value, last_seq + 1)
+        await store.put_snapshot(stream, state.seq, threads.encode_snapshot(frames, state, stream), fence=fence)
+        if rewrite_records:
+            await store.delete_records(stream, last_seq)
+        await store.delete_snapshots(stream, state.seq)
+        after_records, after_snapshots = await key_census(store, stream)
+        action = COMPACTED if rewrite_records else SNAPSHOT_REWRITTEN
+        return ReencryptReport(stream, before, dict(after_records + after_snapshots), action, state.seq)
+    raise ConflictError(stream, 0, None)
 
 
 async def reencrypt(

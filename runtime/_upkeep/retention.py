@@ -10,7 +10,8 @@ tenant with that tenant's policy) and purges those past their TTL through
 A stream whose records were all compacted away behind a snapshot has no
 record left to date it; the sweep keeps it and reports it ``undated`` rather
 than guess (``durably reencrypt`` never leaves a stream in that shape: it keeps
-one record carrying the last activity's time).
+one record carrying the last activity's time). A LangGraph thread (``threads``)
+is dated by its last record or its snapshot, and has the status ``threads`` gives it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from typing import TYPE_CHECKING
 
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
+from durably._reading import threads
 from durably._reading.watch import STATUSES
 from durably.errors import AgentLeasedError, ArgumentTypeError, InvalidArgumentError, PurgeIncompleteError
+from durably.integrations.langgraph_threads import RECORD_SCHEMA
 from durably.storage._errors import CodecError
 from durably.storage._spi import Store, StreamId
 
@@ -146,8 +149,24 @@ async def last_activity(store: Store, codec: RecordCodec, stream: StreamId) -> f
     if last < 1:
         return None
     async for stored in store.read(stream, last - 1, page_size=1):
+        if threads.is_thread_frame(stored.data):  # a LangGraph thread's record
+            return float(threads.decode_frame(codec.codec, stored.data, stream, stored.seq, RECORD_SCHEMA)["t"])
         return codec.decode_record(stored, stream).at
+    if await threads.is_thread(store, stream):  # a thread compacted into its snapshot, which is dated
+        return (await threads.read_summary(store, codec.codec, stream)).last_activity_at
     return None
+
+
+async def _status(store: Store, codec: RecordCodec, stream: StreamId, telemetry: Telemetry) -> str | None:
+    """The stream's status: its agent's, or a LangGraph thread's (``threads``); None: no records.
+    Raises ``CodecError`` when neither reads."""
+    try:
+        restored = await restore(store, codec, stream, telemetry)
+    except CodecError:
+        if await threads.is_thread(store, stream):
+            return (await threads.read_summary(store, codec.codec, stream)).status
+        raise
+    return restored.state.status if restored is not None else None
 
 
 async def sweep(
@@ -200,11 +219,10 @@ async def sweep(
             items.append(SweepItem(stream, None, last_at, age, KEPT))  # nothing can have expired: skip the restore
             continue
         try:
-            restored = await restore(store, codec, stream, telemetry)
+            status = await _status(store, codec, stream, telemetry)
         except CodecError as exc:
             items.append(SweepItem(stream, None, last_at, age, UNREADABLE, f"{type(exc).__name__}: {exc}"))
             continue
-        status = restored.state.status if restored is not None else None
         ttl = policy.ttl_for(status) if status is not None else None
         if ttl is None or age < ttl:
             items.append(SweepItem(stream, status, last_at, age, KEPT))

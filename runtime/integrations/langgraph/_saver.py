@@ -15,6 +15,7 @@ loop from another thread (``sync.py``) and fail fast on the loop's own thread.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
@@ -36,6 +37,7 @@ from langgraph.checkpoint.base import (
 
 from durably._journal.redaction_policy import RedactionPolicy
 from durably.errors import CheckpointValueError, InvalidArgumentError, InvalidPruneStrategyError
+from durably.integrations.langgraph_threads import StoredCheckpoint, ThreadState
 from durably.storage._codec import Codec, FrameCipher
 from durably.storage._errors import CodecError
 from durably.storage._registry import open_store
@@ -43,10 +45,21 @@ from durably.storage._spi import Store
 
 from ._redact import ValueRedactor
 from ._sync import LoopBridge, SyncInterface
-from ._thread import StoredCheckpoint, ThreadState
 from ._thread_journal import Thread, ThreadJournal
-from ._values import DELTA, EMPTY, PrefixIndex, StrictSerde, build_entry, default_serde, load_entry, paused_gc
+from ._values import (
+    DELTA,
+    EMPTY,
+    PrefixIndex,
+    StrictSerde,
+    build_entry,
+    default_serde,
+    lend,
+    load_entry,
+    paused_gc,
+    private_copy,
+)
 
+_log = logging.getLogger("durably.integrations.langgraph")
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -86,7 +99,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
     ``InvalidThreadIdError`` (a config without ``configurable.thread_id``, or
     one that cannot be a stream id), ``SyncCallOnLoopError`` (a sync method
     called on the saver's loop), ``ForeignLoopError`` (used from a second event
-    loop) and the store's errors (``StoreUnavailableError``...).
+    loop while the first still runs; once it has ended the saver moves) and the store's errors (``StoreUnavailableError``...).
 
     Args:
         store: A durably ``Store`` (opened by the saver on first use) or a store
@@ -110,6 +123,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             they are stored (the live graph keeps the originals).
         ttl: Seconds of inactivity (since the thread's last record was written)
             after which a thread is purged, on its next access or by ``asweep``;
+            a thread waiting at an ``interrupt()`` is kept until it is resumed.
             None keeps threads forever.
         snapshot_min_bytes: Record bytes after which the first snapshot is written.
         cache_threads: How many threads' folds this process keeps in memory.
@@ -143,7 +157,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         self.values = StrictSerde(self.serde)
         self._plain = Codec()  # plain CBOR skeletons, decoded by a frame's rules
         self._redact = ValueRedactor(redaction) if redaction is not None and redaction.active else None
-        self._bridge = LoopBridge(self._open, self._close)
+        self._bridge = LoopBridge(self._open, self._close, self._reopen)
         self._journal = ThreadJournal(
             self.store,
             Codec(cipher=cipher),
@@ -200,6 +214,15 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
     async def _close(self) -> None:
         await self.store.close()
 
+    async def _reopen(self) -> None:
+        """Before opening on a new loop: release what the old loop's connections hold
+        (they cannot be used from here), and forget the threads (their locks were the old loop's)."""
+        try:
+            await self.store.close()
+        except Exception as exc:  # a connection of a closed loop may fail to close; it is dropped either way
+            _log.debug("closing the store of an ended event loop: %s", exc)
+        self._journal.reset()
+
     async def __aenter__(self) -> DurablySaver:
         await self._bridge.enter()
         return self
@@ -247,7 +270,12 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         skeleton: dict[str, Any] = self.values.loads(type_, data, where)
         return skeleton
 
-    def _tuple(self, thread_id: str, thread: Thread, stored: StoredCheckpoint) -> CheckpointTuple:
+    def _tuple(
+        self, thread_id: str, thread: Thread, stored: StoredCheckpoint, lent: dict[int, tuple[list[Any], list[Any]]]
+    ) -> CheckpointTuple:
+        """The tuple of ``stored``. Lists come from the thread's ``PrefixIndex``, whose items
+        stay private (the next delta is checked against them): the caller gets copies,
+        made once per ``lent`` (one read) and shared by the tuples of that read."""
         wire, state = stored.wire, thread.state
         ns, checkpoint_id = wire["ns"], wire["id"]
 
@@ -269,6 +297,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
                 continue
             if type(value) is list:
                 thread.values[(ns, channel)] = (version, list(value))  # the next delta's base
+                value = lend(index, lent)[: len(value)]
             values[channel] = value
         checkpoint["channel_values"] = values
         metadata = (
@@ -325,7 +354,7 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             if stored is None:
                 return None
             with paused_gc():
-                return self._tuple(str(thread_id), thread, stored)
+                return self._tuple(str(thread_id), thread, stored, {})
 
     async def alist(
         self,
@@ -335,15 +364,19 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """List checkpoints, each thread's newest first (``BaseCheckpointSaver.alist``).
+        """List checkpoints, newest first (``BaseCheckpointSaver.alist``).
 
-        One read of each thread's new records, whatever the number of
-        checkpoints (no query per checkpoint).
+        Ordered by checkpoint id (they sort by time) across namespaces and
+        threads, as LangGraph's own savers: ``limit=1`` on a thread gives its
+        newest checkpoint, a subgraph's included. One read of each thread's
+        new records, whatever the number of checkpoints. A checkpoint holding
+        a value that cannot be rebuilt (a class this process cannot import) is
+        left out with a warning logged; loading it (``aget_tuple``) raises.
 
         Args:
             config: Names the thread; its ``checkpoint_ns`` / ``checkpoint_id``
                 narrow the listing. None (or no ``thread_id``): every thread of
-                the namespace, in thread id order.
+                the namespace.
             filter: Metadata keys whose values must be equal.
             before: Only checkpoints whose id is below its ``checkpoint_id``.
             limit: At most that many tuples (None: all).
@@ -352,7 +385,6 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             A ``CheckpointTuple`` per matching checkpoint, as ``aget_tuple`` gives it.
 
         Raises:
-            CheckpointValueError: A stored value cannot be rebuilt.
             InvalidThreadIdError: ``config``'s ``thread_id`` cannot be a stream id.
         """
         await self._bridge.enter()
@@ -362,28 +394,37 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
         )
         want_ns, want_id = conf.get("checkpoint_ns"), conf.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
-        remaining = limit
+        # First the ids that match, newest first across namespaces and threads (as LangGraph's
+        # own savers order by checkpoint id); then the tuples of the ones within ``limit``.
+        chosen: list[tuple[str, str, str]] = []  # (checkpoint id, thread id, ns)
         for thread_id in thread_ids:
             async with self._journal.locked(thread_id) as thread:
-                found = []
                 for ns, by_id in thread.state.checkpoints.items():
                     if want_ns is not None and ns != want_ns:
                         continue
-                    for checkpoint_id in sorted(by_id, reverse=True):
+                    for checkpoint_id, stored in by_id.items():
                         if (want_id and checkpoint_id != want_id) or (before_id and checkpoint_id >= before_id):
                             continue
-                        stored = by_id[checkpoint_id]
                         if filter and not self._matches(str(thread_id), stored, filter):
                             continue
-                        if remaining is not None and remaining <= 0:
-                            break
-                        if remaining is not None:
-                            remaining -= 1
-                        found.append(self._tuple(str(thread_id), thread, stored))
-            for item in found:
-                yield item
-            if remaining is not None and remaining <= 0:
-                return
+                        chosen.append((checkpoint_id, str(thread_id), ns))
+        chosen.sort(reverse=True)
+        lent: dict[int, tuple[list[Any], list[Any]]] = {}
+        if limit is not None:
+            chosen = chosen[: max(limit, 0)]
+        for checkpoint_id, thread_id, ns in chosen:
+            async with self._journal.locked(thread_id) as thread:
+                stored = thread.state.checkpoints.get(ns, {}).get(checkpoint_id)
+                if stored is None:
+                    continue  # deleted meanwhile
+                try:
+                    item = self._tuple(thread_id, thread, stored, lent)
+                except CheckpointValueError as exc:
+                    # As LangGraph's savers: a listing names every checkpoint it can; this one
+                    # fails with the typed error when it is loaded (aget_tuple).
+                    _log.warning("listing skips checkpoint %s of thread %r: %s", checkpoint_id, thread_id, exc)
+                    continue
+            yield item
 
     def _matches(self, thread_id: str, stored: StoredCheckpoint, filter: dict[str, Any]) -> bool:
         wire = stored.wire
@@ -481,7 +522,13 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
                 )
             )
             if type(value) is list:
-                bases[channel] = (version, list(value))
+                # The base of the next delta: copies, so an in-place edit the graph makes
+                # later to an item stored now is seen as a change, not as the same item.
+                base = thread.values.get((ns, channel))
+                reused = prepared[-1][2][0] == DELTA and base is not None
+                added = private_copy(value[len(base[1]) :] if reused and base else value)
+                if added is not None:
+                    bases[channel] = (version, base[1] + added if reused and base else added)
 
         def build(state: ThreadState) -> list[dict[str, Any]]:
             blobs = []

@@ -1,7 +1,10 @@
 """One event loop per saver: the async methods run on it, the sync ones reach it from other threads.
 
 A durably store's connections belong to the loop that opened them, so the
-saver binds itself to the first loop that awaits it (``enter``). A sync call
+saver binds itself to the first loop that awaits it (``enter``). When that
+loop has ended (an ``asyncio.run`` returned), the next loop that awaits the
+saver, or the next sync call, moves it: the store is closed and opened again
+there and the thread cache is dropped (its locks belonged to the old loop). A sync call
 from another thread is handed to that loop (``asyncio.run_coroutine_threadsafe``,
 as LangGraph's ``AsyncSqliteSaver`` does) and waits; a sync call *on* that
 loop's thread would wait for the loop it blocks, so it raises
@@ -17,6 +20,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio.to_thread
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -34,31 +38,50 @@ T = TypeVar("T")
 class LoopBridge:
     """Binds a saver to one loop and opens its store there once.
 
-    ``open`` / ``close``: coroutine functions run on that loop.
+    ``open`` / ``close``: coroutine functions run on that loop; ``reset``: run on
+    a new loop before ``open`` when the store was opened on a loop that has ended.
     """
 
-    def __init__(self, open: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]]) -> None:
-        self._open_fn, self._close_fn = open, close
+    def __init__(
+        self,
+        open: Callable[[], Awaitable[None]],
+        close: Callable[[], Awaitable[None]],
+        reset: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._open_fn, self._close_fn, self._reset_fn = open, close, reset
+        self._stale = False  # the store was opened on a loop that has ended
+        self._leaving: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._opened: asyncio.Future[None] | None = None
         self._own: threading.Thread | None = None
         self._guard = threading.Lock()
 
     async def enter(self) -> None:
-        """Bind to the running loop (first call) and open the store once.
+        """Bind to the running loop (first call, or the bound loop has ended) and open the store once.
 
-        Raises ``ForeignLoopError`` on another loop than the bound one."""
+        Raises ``ForeignLoopError`` while another loop the saver is bound to still runs."""
         loop = asyncio.get_running_loop()
         if self.loop is None:
             self.loop = loop
         elif loop is not self.loop:
-            raise ForeignLoopError(
-                "this DurablySaver runs on another event loop; create one saver per loop "
-                "(its store's connections belong to the loop that opened them)"
-            )
+            old, own = self.loop, self._own
+            if _alive(old) and own is None:
+                raise ForeignLoopError(
+                    "this DurablySaver runs on another event loop that is still running; create one saver "
+                    "per loop (its store's connections belong to the loop that opened them)"
+                )
+            self._move(loop)
+            if own is not None:  # the saver's own loop (sync calls before): leave it for this one
+                self._own, self._leaving = None, (old, own)
         if self._opened is None:
             self._opened = loop.create_future()
             try:
+                if self._leaving is not None:
+                    leaving, self._leaving = self._leaving, None
+                    await _stop_own_loop(*leaving, self._close_fn)
+                if self._stale:
+                    self._stale = False
+                    await self._reset_fn()
                 await self._open_fn()
             except BaseException as exc:
                 self._opened.set_exception(exc)
@@ -68,6 +91,12 @@ class LoopBridge:
             self._opened.set_result(None)
         elif not self._opened.done():
             await asyncio.shield(self._opened)
+
+    def _move(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to ``loop``; a store opened on the old one is reopened by the next ``enter``."""
+        self.loop = loop
+        if self._opened is not None:
+            self._opened, self._stale = None, True
 
     async def aclose(self) -> None:
         """Close the store if it was opened (on the bound loop)."""
@@ -79,26 +108,24 @@ class LoopBridge:
         """Run ``coro`` on the bound loop from this (other) thread and return its result.
 
         Raises ``SyncCallOnLoopError`` on the loop's own thread (or inside any
-        running loop before the saver is bound) and ``ForeignLoopError`` when
-        the bound loop is no longer running.
+        running loop the saver is not bound to a live loop). With no bound
+        loop, or one that has ended, the saver starts a loop of its own.
         """
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is not None and (self.loop is None or running is self.loop):
+        if running is not None and (self.loop is None or running is self.loop or not _alive(self.loop)):
             coro.close()
             raise SyncCallOnLoopError(
                 "synchronous DurablySaver methods would block the event loop they need: on the loop's "
                 "thread, use the async ones (await saver.aget_tuple(...), await graph.ainvoke(...))"
             )
         with self._guard:
-            if self.loop is None:
+            if self.loop is None or not _alive(self.loop):
                 self._start_own_loop()
-        loop = self.loop
-        if loop is None or loop.is_closed() or not loop.is_running():
-            coro.close()
-            raise ForeignLoopError("the event loop this DurablySaver runs on has stopped")
+            loop = self.loop
+        assert loop is not None  # bound just above
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def _start_own_loop(self) -> None:
@@ -108,7 +135,7 @@ class LoopBridge:
         self._own = threading.Thread(target=loop.run_forever, name="durably-langgraph-saver", daemon=True)
         self._own.start()
         started.wait()
-        self.loop = loop
+        self._move(loop)
 
     def close(self) -> None:
         """Close the store from another thread; stop and close the loop if it is the bridge's own."""
@@ -129,6 +156,25 @@ else:
     _Saver = object
 
 
+def _alive(loop: asyncio.AbstractEventLoop) -> bool:
+    return not loop.is_closed() and loop.is_running()
+
+
+async def _stop_own_loop(
+    loop: asyncio.AbstractEventLoop, thread: threading.Thread, close: Callable[[], Awaitable[None]]
+) -> None:
+    """Close the store on the saver's own ``loop`` (its connections are that loop's), then stop it."""
+    if _alive(loop):
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_call(close), loop))
+        loop.call_soon_threadsafe(loop.stop)
+    await anyio.to_thread.run_sync(thread.join)
+    loop.close()
+
+
+async def _call(fn: Callable[[], Awaitable[None]]) -> None:
+    await fn()
+
+
 class SyncInterface(_Saver):
     """LangGraph's synchronous checkpointer methods, each the async one run through
     ``self._bridge`` (a ``LoopBridge``). Mixed into ``DurablySaver``."""
@@ -147,7 +193,6 @@ class SyncInterface(_Saver):
         Raises:
             SyncCallOnLoopError: Called on the saver's event loop thread (or in
                 any running loop before the saver is bound to one).
-            ForeignLoopError: The event loop the saver is bound to has stopped.
         """
         return self._bridge.run(self.aget_tuple(config))
 
@@ -176,7 +221,6 @@ class SyncInterface(_Saver):
         Raises:
             SyncCallOnLoopError: Called on the saver's event loop thread (or in
                 any running loop before the saver is bound to one).
-            ForeignLoopError: The event loop the saver is bound to has stopped.
         """
 
         async def collect() -> list[CheckpointTuple]:
@@ -205,7 +249,6 @@ class SyncInterface(_Saver):
         Raises:
             SyncCallOnLoopError: Called on the saver's event loop thread (or in
                 any running loop before the saver is bound to one).
-            ForeignLoopError: The event loop the saver is bound to has stopped.
         """
         return self._bridge.run(self.aput(config, checkpoint, metadata, new_versions))
 
@@ -223,7 +266,6 @@ class SyncInterface(_Saver):
         Raises:
             SyncCallOnLoopError: Called on the saver's event loop thread (or in
                 any running loop before the saver is bound to one).
-            ForeignLoopError: The event loop the saver is bound to has stopped.
         """
         return self._bridge.run(self.aput_writes(config, writes, task_id, task_path))
 
@@ -236,7 +278,6 @@ class SyncInterface(_Saver):
         Raises:
             SyncCallOnLoopError: Called on the saver's event loop thread (or in
                 any running loop before the saver is bound to one).
-            ForeignLoopError: The event loop the saver is bound to has stopped.
         """
         return self._bridge.run(self.adelete_thread(thread_id))
 
@@ -249,7 +290,6 @@ class SyncInterface(_Saver):
         Raises:
             SyncCallOnLoopError: Called on the saver's event loop thread (or in
                 any running loop before the saver is bound to one).
-            ForeignLoopError: The event loop the saver is bound to has stopped.
         """
         return self._bridge.run(self.adelete_for_runs(run_ids))
 
@@ -263,7 +303,6 @@ class SyncInterface(_Saver):
         Raises:
             SyncCallOnLoopError: Called on the saver's event loop thread (or in
                 any running loop before the saver is bound to one).
-            ForeignLoopError: The event loop the saver is bound to has stopped.
         """
         return self._bridge.run(self.acopy_thread(source_thread_id, target_thread_id))
 
@@ -277,6 +316,5 @@ class SyncInterface(_Saver):
         Raises:
             SyncCallOnLoopError: Called on the saver's event loop thread (or in
                 any running loop before the saver is bound to one).
-            ForeignLoopError: The event loop the saver is bound to has stopped.
         """
         return self._bridge.run(self.aprune(thread_ids, strategy=strategy))

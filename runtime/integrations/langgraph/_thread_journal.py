@@ -29,12 +29,12 @@ from typing import Any
 import anyio
 
 from durably.errors import InvalidThreadIdError
+from durably.integrations.langgraph_threads import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
 from durably.storage._codec import Codec, FrameCipher
 from durably.storage._errors import ConflictError, CorruptRecordError, UnknownSchemaVersionError
 from durably.storage._group_commit import GroupCommitter
 from durably.storage._spi import Store, StreamId
 
-from ._thread import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
 from ._values import PrefixIndex, paused_gc
 
 _REBASE_ATTEMPTS = 16
@@ -105,6 +105,12 @@ class ThreadJournal:
         self.cache_threads = cache_threads
         self._threads: OrderedDict[str, Thread] = OrderedDict()
 
+    def reset(self) -> None:
+        """Forget every thread and start a new group committer: for a new event loop
+        (locks and pending commits belong to the loop that made them)."""
+        self.committer = GroupCommitter(self.store)
+        self._threads.clear()
+
     def stream(self, thread_id: Any) -> StreamId:
         """The stream of ``thread_id``. Raises ``InvalidThreadIdError``."""
         if thread_id is None:
@@ -134,12 +140,18 @@ class ThreadJournal:
 
     async def _ensure_current(self, thread: Thread, *, catch_up: bool) -> None:
         """Restore a thread not loaded yet; else read what other processes appended
-        (``catch_up``; writers skip it: their expected seq finds out). Then apply the TTL."""
+        (``catch_up``; writers skip it: their expected seq finds out). Then apply the
+        TTL, which spares a thread waiting at an ``interrupt()``."""
         if not thread.loaded:
             await self._restore(thread)
         elif catch_up:
             await self.catch_up(thread)
-        if self.ttl is not None and thread.state.seq and thread.state.at + self.ttl < time.time():
+        if (
+            self.ttl is not None
+            and thread.state.seq
+            and thread.state.at + self.ttl < time.time()
+            and not thread.state.interrupted()  # a thread waiting for a human is not idle
+        ):
             await self._purge(thread)
 
     def _evict(self) -> None:

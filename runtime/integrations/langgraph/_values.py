@@ -29,11 +29,12 @@ over snapshots (each step stores what happened, not the whole state).
 from __future__ import annotations
 
 import contextvars
+import copy
 import gc
 import importlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from operator import is_
+from operator import eq
 from typing import Any
 
 import ormsgpack
@@ -42,8 +43,8 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from durably.errors import CheckpointValueError
+from durably.integrations.langgraph_threads import DELTA, EMPTY, FULL
 
-FULL, EMPTY, DELTA = "f", "e", "d"
 _CLASS_EXTS = frozenset({0, 1, 2, 3, 4, 5})  # JsonPlusSerializer's codes whose payload names (module, class)
 _METHOD_EXT = 3  # its payload also names a method: (module, class, argument, method)
 _NUMPY_EXT, _DELTA_SNAPSHOT_EXT = 6, 7
@@ -199,14 +200,35 @@ class StrictSerde:
 
 
 def extends(value: Any, base: list[Any] | None) -> bool:
-    """True when ``value`` is a list that starts with every item of ``base``
-    (the same objects, or equal ones) and is not shorter than it."""
+    """True when ``value`` is a list that starts with items equal to every item
+    of ``base`` and is not shorter than it.
+
+    ``base`` holds private copies of what was stored (``private_copy``), never
+    the graph's own objects: an item the graph edited in place since compares
+    unequal, so the edit is stored instead of being hidden behind a reference."""
     if base is None or type(value) is not list or len(value) < len(base) or not base:
         return False
-    n = len(base)
-    if all(map(is_, value[:n], base)):  # the common case, at C speed: LangGraph reused the items
-        return True
-    return all(a is b or a == b for a, b in zip(value[:n], base, strict=False))
+    return all(map(eq, value[: len(base)], base))
+
+
+def private_copy(items: list[Any]) -> list[Any] | None:
+    """Deep copies of ``items`` (as they are now), or None when one cannot be copied
+    (then no delta is built on them: the next value is stored whole)."""
+    try:
+        return copy.deepcopy(items)
+    except Exception:  # an object that refuses copying, whatever its error: no base, no delta
+        return None
+
+
+def lend(index: PrefixIndex, lent: dict[int, tuple[list[Any], list[Any]]]) -> list[Any]:
+    """Copies of ``index.items`` for a caller, made once per ``lent`` (one read).
+
+    The index's own items are the base later deltas are compared with: a caller
+    (the graph) that edits what it was given in place must not edit them."""
+    held = lent.get(id(index))
+    if held is None or held[0] is not index.items:
+        held = lent[id(index)] = (index.items, copy.deepcopy(index.items))
+    return held[1]
 
 
 def build_entry(

@@ -1,5 +1,10 @@
 """One LangGraph thread as a durably stream: its records, their fold, its snapshot.
 
+The format of ``durably.integrations.langgraph``'s threads, kept apart from
+that package (and from LangGraph) so durably's own readers (``verify``,
+``show``, ``sweep``, ``reencrypt``, the console) understand threads on a host
+without the ``langgraph`` extra. Channel values stay serializer bytes here.
+
 A thread is the stream ``(namespace, thread_id)``. Every record is a frame of
 schema ``durably.langgraph`` (frame schema id 16, version 1) holding a CBOR map:
 
@@ -30,12 +35,17 @@ from typing import Any
 
 from durably.storage._errors import CorruptRecordError
 
-from ._values import DELTA
-
 RECORD_SCHEMA = 16
 SNAPSHOT_SCHEMA = 17
 VERSION = 1
 SCHEMA_NAMES = {RECORD_SCHEMA: "durably.langgraph", SNAPSHOT_SCHEMA: "durably.langgraph-snapshot"}
+
+#: The kinds of a stored channel value (``langgraph/_values.py``): whole, empty, a list delta.
+FULL, EMPTY, DELTA = "f", "e", "d"
+#: LangGraph's channel for an ``interrupt()`` (``langgraph.checkpoint.base.INTERRUPT``), as it is stored.
+INTERRUPT = "__interrupt__"
+#: LangGraph's channel for a task's error (``langgraph.checkpoint.base.ERROR``).
+ERROR = "__error__"
 
 BlobKey = tuple[str, str, Any]  # (checkpoint_ns, channel, version)
 
@@ -101,6 +111,14 @@ class ThreadState:
     def has_write(self, ns: str, checkpoint_id: str, task: str, idx: int) -> bool:
         """True when a regular write ``(task, idx)`` of that checkpoint is stored."""
         return (task, idx) in self.writes.get((ns, checkpoint_id), {})
+
+    def interrupted(self) -> bool:
+        """True when the newest checkpoint of some namespace has an ``interrupt()``
+        among its writes: the thread waits for a ``Command(resume=...)``."""
+        for ns, by_id in self.checkpoints.items():
+            if by_id and any(write[0] == INTERRUPT for write in self.writes.get((ns, max(by_id)), {}).values()):
+                return True
+        return False
 
     def latest_id(self, ns: str) -> str | None:
         """The newest checkpoint id of ``ns`` (ids sort by time: uuid6), or None."""
