@@ -21,6 +21,7 @@ Three promises a serving worker makes:
   PostgreSQL's LISTEN/NOTIFY) an agent another process approves, extends,
   messages or cancels is resumed as soon as the notification arrives, not at
   the next scan; the scans go on as the fallback (``durably._fleet.wakeups``).
+  A burst of such commands is resumed several agents at once, as a scan does.
 * **Fair shares.** Scans visit the agents in a random order and take no more
   than ``FairShare`` allows (``max_agents``, an even split of what was seen:
   see ``durably._fleet.scan``).
@@ -126,11 +127,20 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
     # resumed as soon as the store notifies us, where it can (``durably._fleet.wakeups``),
     # within this worker's fair share.
 
+    # Woken agents are resumed several at once; those still being resumed count against
+    # the share, so a burst never takes more than ``max_agents``.
+    resuming = 0
+
     async def woken(agent_id: str) -> object:
-        limit = fair.limit(len(activations.live))
+        nonlocal resuming
+        limit = fair.limit(len(activations.live) + resuming)
         if limit is not None and limit < 1:
             return None  # our share is full: the agent waits for a worker with room
-        return await wakeups.resume_if_runnable(activations, agent_id)
+        resuming += 1
+        try:
+            return await wakeups.resume_if_runnable(activations, agent_id)
+        finally:
+            resuming -= 1
 
     observer = ScanObserver(activations.store, activations.namespace, activations.telemetry, activations.live)
     async with wakeups.subscribe(activations.store, activations.namespace) as changes:
