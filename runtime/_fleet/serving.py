@@ -42,6 +42,7 @@ from durably._figures import check_figure
 from durably._fleet import wakeups
 from durably._fleet.fleet_metrics import ScanObserver
 from durably._fleet.scan import FairShare, scan
+from durably._fleet.sole_worker import ensure_sole_worker
 from durably.errors import InvalidArgumentError
 from durably.storage._errors import StoreClosedError, StoreError
 
@@ -68,7 +69,8 @@ async def serve(
     """``Runtime.serve``: scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
 
     On a store without leases (``CAP_LEASES``) it logs a WARNING at start: such a
-    store has one worker or none. Signals are only handled in the main thread (where Python delivers them);
+    store has one worker or none; it raises ``WorkerExistsError`` when another
+    live worker serves the namespace (seen by its heartbeat: ``durably._fleet.sole_worker``). Signals are only handled in the main thread (where Python delivers them);
     elsewhere, cancel the caller's scope to stop and call ``Runtime.drain``.
     Raises ``InvalidArgumentError`` for a bad figure, before anything is resumed.
     """
@@ -86,8 +88,11 @@ async def serve(
         )
     signals = tuple(drain_signals)
     fair = FairShare(max_agents)
-    if activations.leases.heartbeats is not None:
-        activations.leases.heartbeats.start(activations)  # others see this worker, and see it stop
+    heartbeats = activations.leases.heartbeats
+    if heartbeats is not None and not activations.leases.enabled:
+        await ensure_sole_worker(activations, heartbeats)  # or WorkerExistsError, before anything is resumed
+    elif heartbeats is not None:
+        heartbeats.start(activations)  # others see this worker, and see it stop
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         if signals and threading.current_thread() is threading.main_thread():
