@@ -120,3 +120,83 @@ async def test_wake_ups_refuse_a_concurrency_below_one() -> None:
 
     with pytest.raises(InvalidArgumentError, match="at least 1"):
         await wakeups.wait_and_resume(Silent(), 0.01, resume, concurrency=0)
+
+
+async def test_a_resume_measures_its_approval_latencies_without_reading_the_journal_again(tmp_path) -> None:
+    """The approve-to-resume measurement uses the records the restore decoded: the resume reads
+    the agent's stream once (SQLite's one-read restore), not once more for the measurement."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    definition = _gated()
+    async with Runtime(url, agents=[definition]) as starter:
+        assert (await starter.run(definition, "burst-0", "task")).status == "waiting_approval"
+    async with Runtime(url) as operator:
+        await operator.approve("burst-0", "c1")
+    reads: list[StreamId] = []
+    store = _counting(url, reads)
+    metrics = InMemoryMetricReader()
+    async with store, Runtime(store, agents=[definition], meter_provider=MeterProvider([metrics])) as worker:
+        (handle,) = await worker.resume_all()
+        assert (await handle.wait()).status == "finished"
+        await anyio.sleep(0.1)  # a measurement in the background would have read by now
+    points = _points(metrics, "durably.approval.resume.duration")
+    assert len(points) == 1 and points[0].count == 1 and points[0].sum >= 0
+    assert reads == [], f"the journal was read again after its restore: {reads}"
+
+
+async def test_a_resume_whose_restore_began_at_a_snapshot_reads_the_window_to_measure(tmp_path) -> None:
+    """When a snapshot after the decision cut the restored tail short of the window, the
+    measurement reads the records again, and still sees the decision."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from durably import SnapshotPolicy
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    definition = _gated()
+    every = SnapshotPolicy(every_records=1, every_bytes=1, tail_ratio=0.0)
+    async with Runtime(url, agents=[definition], snapshot_policy=every) as starter:
+        assert (await starter.run(definition, "burst-0", "task")).status == "waiting_approval"
+    async with Runtime(url, snapshot_policy=every) as operator:
+        await operator.approve("burst-0", "c1")
+        await anyio.sleep(0.2)  # the snapshot after the decision is written in the background
+    reads: list[StreamId] = []
+    store = _counting(url, reads)
+    metrics = InMemoryMetricReader()
+    async with store, Runtime(store, agents=[definition], meter_provider=MeterProvider([metrics])) as worker:
+        (handle,) = await worker.resume_all()
+        assert (await handle.wait()).status == "finished"
+        with anyio.fail_after(10):
+            while not _points(metrics, "durably.approval.resume.duration"):
+                await anyio.sleep(0.02)
+    (point,) = _points(metrics, "durably.approval.resume.duration")
+    assert point.count == 1 and point.sum >= 0
+    assert StreamId("default", "burst-0") in reads  # the window was read again
+
+
+def _counting(url: str, reads: list[StreamId]) -> Any:
+    """A SQLite store that notes the stream of each ``read``."""
+    from durably.adapters.sqlite import SQLiteStore
+
+    store = SQLiteStore(url)
+    read = store.read
+
+    def counted(stream: StreamId, *args: Any, **kwargs: Any) -> Any:
+        reads.append(stream)
+        return read(stream, *args, **kwargs)
+
+    store.read = counted  # type: ignore[method-assign]
+    return store
+
+
+def _points(reader: Any, name: str) -> list[Any]:
+    return [
+        point
+        for resource in reader.get_metrics_data().resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+    ]
