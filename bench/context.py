@@ -23,7 +23,8 @@ class Sizes:
     the concurrent run; ``restore_records``: history lengths to restore;
     ``peer_series``: conversation lengths every peer runs (the bytes-vs-N chart);
     ``many_agents`` x ``many_steps``: the many suite's concurrent run,
-    ``parked_agents`` its parked one.
+    ``parked_agents`` its parked one; ``burst_agents``, ``burst_workers`` and
+    ``takeover_agents``: the burst suite's.
     """
 
     append_records: int
@@ -42,6 +43,9 @@ class Sizes:
     many_steps: int = 5
     parked_agents: int = 200
     scan_agents: int = 2_000  # finished agents the scan suite seeds into one SQLite store
+    burst_agents: int = 1_000  # parked agents the burst suite approves at once
+    burst_workers: tuple[int, ...] = (1, 2)  # worker processes serving each burst
+    takeover_agents: int = 50  # agents held by the worker the burst suite kills (0: no takeover)
 
 
 #: Under a minute on 2 cores, every suite included.
@@ -61,6 +65,8 @@ QUICK = Sizes(
     many_agents=100,
     many_steps=10,
     parked_agents=300,
+    burst_agents=200,
+    takeover_agents=20,
 )
 #: The default: the 1,000-step conversation the targets name, LangGraph on it.
 MEDIUM = Sizes(

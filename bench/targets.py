@@ -280,6 +280,18 @@ GOALS: tuple[Goal, ...] = (
         "peers, the same graph on both savers, 1,000 steps",
         _ratio_value("peers", "checkpoints_per_s DurablySaver/AsyncSqliteSaver", _between, steps=1_000),
     ),
+    Goal(
+        "29",
+        "burst: 1,000 agents approved at once, all resumed by one worker <= 2 s after the approvals",
+        "<=",
+        2.0,
+        "burst suite, 1 durably worker process, from the last approval acknowledged to the last resumed record",
+        _only(
+            SQLITE,
+            _figure_value("burst", "burst_resumed_after_approved", agents=1_000, workers=1),
+            "measured on sqlite:// (the default store)",
+        ),
+    ),
 )
 
 

@@ -71,6 +71,7 @@ from .errors import (
     UnknownSchemeError,
     UnsafeCompactionError,
     WaitTimeoutError,
+    WorkerExistsError,
 )
 
 #: Public name -> the internal module that defines it (imported on first use).
@@ -251,6 +252,7 @@ __all__ = [
     "Usage",
     "WaitTimeoutError",
     "Where",
+    "WorkerExistsError",
     "ephemeral",
     "generate_key",
     "open_store",

@@ -1039,6 +1039,9 @@ class Runtime:
                 ``poll_interval`` or ``drain_timeout`` not a finite number of
                 seconds > 0 (a ``ValueError``), before anything is resumed.
             RuntimeNotStartedError: The runtime was not entered.
+            WorkerExistsError: The store has no leases (``file://``) and another
+                live worker serves this namespace (its heartbeat still beats),
+                before anything is resumed.
         """
         from durably._fleet import serving
 

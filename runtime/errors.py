@@ -497,6 +497,24 @@ class AgentLeaseLostError(AgentLeasedError):
         self.args = (f"agent {agent_id!r} lost its lease here; it is run by {owner or 'another runtime'} now",)
 
 
+class WorkerExistsError(DurablyError):
+    """``serve()`` on a store without leases found another live worker serving the namespace.
+
+    Nothing in such a store keeps two workers from running the same agents (and
+    their tools) twice, so the second one does not start. Attributes:
+    ``worker_id``, ``host`` and ``pid`` of the worker found. Stop it, or serve
+    from a store with leases (sqlite, postgresql, s3) to run several workers.
+    """
+
+    def __init__(self, namespace: str, worker_id: str, host: str, pid: int) -> None:
+        self.namespace, self.worker_id, self.host, self.pid = namespace, worker_id, host, pid
+        super().__init__(
+            f"worker {worker_id!r} (host {host}, pid {pid}) serves namespace {namespace!r} on this store, "
+            "which has no leases: a second worker would run the same agents twice; stop that one, "
+            "or use a store with leases (sqlite, postgresql, s3) for several workers"
+        )
+
+
 class SeqOutOfRangeError(DurablyError, ValueError):
     """A seq outside an agent's journal was asked for (``state_at``, ``fork``):
     below 1, past its last record, or in a part compacted away with no snapshot

@@ -1,6 +1,6 @@
 """The bench suites, in the order a full run takes them. Each is ``async run(bench)``."""
 
-from . import agent_steps, append, codec, growth, imports, many, overhead, peers, restore, scan
+from . import agent_steps, append, burst, codec, growth, imports, many, overhead, peers, restore, scan
 
 SUITES = {
     "codec": codec.run,
@@ -12,5 +12,6 @@ SUITES = {
     "many": many.run,
     "peers": peers.run,
     "scan": scan.run,
+    "burst": burst.run,
     "imports": imports.run,
 }

@@ -28,7 +28,7 @@ from durably._fleet.blocked import BlockedAgents
 from durably._fleet.handle import AgentHandle
 from durably._fleet.single_flight import KeyedLock
 from durably._journal import status_index
-from durably._journal.restore import restore
+from durably._journal.restore import Restored, restore
 from durably._journal.snapshots import SnapshotPolicy
 from durably._journal.writer import AgentJournal
 from durably._loop.actor import AgentActor
@@ -41,7 +41,7 @@ from durably.errors import (
     DefinitionNotRegisteredError,
     RuntimeNotStartedError,
 )
-from durably.schemas._records import Kind
+from durably.schemas._records import Kind, Record
 from durably.storage._spi import StreamId
 
 if TYPE_CHECKING:
@@ -223,7 +223,8 @@ class Activations:
         stream = self.stream(agent_id)
         claim = await self._claim(stream, wait=self.leases.ttl * _FORCE_WAIT if force else 0.0)
         try:
-            journal = await self.restore_journal(agent_id, claim)
+            journal, restored = await self._restore(agent_id, claim)
+            restored_seq = journal.state.last_seq
             await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
             if journal.state.status != RUNNING:
                 if journal.state.status == NEEDS_MIGRATION:
@@ -255,10 +256,26 @@ class Activations:
             raise
         if (meters := self.telemetry.metrics) is not None:
             meters.resumes.add(1, self.telemetry.attributes)
-            self.task_group.start_soon(
-                fleet_metrics.observe_approvals, self.store, self.codec, self.telemetry, stream, journal.state.last_seq
-            )
+            self._measure_approvals(journal, restored, restored_seq + len(changes) + 1, resumed)
         return self._spawn(definition, journal, span)
+
+    def _measure_approvals(
+        self, journal: AgentJournal, restored: Restored, resumed_seq: int, resumed: dict[str, Any]
+    ) -> None:
+        """The approval latencies of the activation whose ``resumed`` record (``resumed``, at
+        ``resumed_seq``) was just appended: from the records its restore decoded when they
+        cover the window (no read), else read again in the background (a snapshot cut the
+        tail short, or commands were folded in before the append)."""
+        needed = max(resumed_seq - fleet_metrics.WINDOW + 1, 1)
+        first = restored.recent[0].seq if restored.recent else resumed_seq
+        if journal.state.last_seq != resumed_seq or first > needed:
+            self.task_group.start_soon(
+                fleet_metrics.observe_approvals, self.store, self.codec, self.telemetry, journal.stream, resumed_seq
+            )
+            return
+        window = [record for record in restored.recent if record.seq >= needed]
+        window.append(Record(resumed_seq, Kind.RESUMED, resumed, journal.folded_at))
+        fleet_metrics.record_approvals(self.telemetry, window)
 
     def _activation_span(
         self, definition: AgentDefinition, agent_id: str, run_id: str, continues: dict[str, Any] | None
@@ -300,6 +317,10 @@ class Activations:
         Raises:
             AgentNotFoundError: The agent has no records.
         """
+        return (await self._restore(agent_id, claim))[0]
+
+    async def _restore(self, agent_id: str, claim: LeaseClaim | None) -> tuple[AgentJournal, Restored]:
+        """``restore_journal``, and what the restore read (its last records, for the measurements)."""
         stream = self.stream(agent_id)
         restored = await restore(self.store, self.codec, stream, self.telemetry)
         if restored is None:
@@ -310,7 +331,7 @@ class Activations:
         if hold_for_migration(restored.state, self.definitions):
             # Its status (needs_migration) is not the fold of its journal: never snapshot it.
             services = replace(services, policy=SnapshotPolicy(every_records=0))
-        return AgentJournal(
+        journal = AgentJournal(
             services,
             stream,
             restored.state,
@@ -319,6 +340,7 @@ class Activations:
             snapshot_bytes=restored.snapshot_raw,
             claim=claim,
         )
+        return journal, restored
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
         actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)

@@ -1,9 +1,10 @@
 """The fleet's measurements taken at resumes and scans: approval latencies, resume backlog, agents by status.
 
 Approval wait (request to decision) and approve-to-resume (decision to the
-activation that acts on it) come from the records' own timestamps, read once
+activation that acts on it) come from the records' own timestamps, seen once
 by the first activation after a decision: the last ``WINDOW`` records before
-and including its ``resumed`` record. A decision older than that window (a
+and including its ``resumed`` record (those its restore decoded, when they
+cover the window; else read again, ``observe_approvals``). A decision older than that window (a
 long conversation since) is not measured. Only that first activation
 measures: a later one (the first crashed before acting) finds an activation
 record between the decision and its own and measures nothing.
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 
 from durably import _telemetry as tm
 from durably._journal.records import RecordCodec
+from durably._journal.restore import RECENT
 from durably._journal.status_index import index_store
 from durably._loop.state import RUNNING
 from durably.schemas._records import Kind, Record
@@ -34,8 +36,8 @@ from durably.storage._spi import Store, StreamId, supports_leases
 
 log = logging.getLogger("durably.telemetry")
 
-#: Records read back by an activation to find the approval records it acts on.
-WINDOW = 32
+#: Records an activation looks at to find the approval records it acts on (its restore keeps as many).
+WINDOW = RECENT
 #: Least seconds between two counts of the agents by status.
 STATUS_EVERY = 30.0
 #: The status of an index row without an entry (a restore will tell).
@@ -59,6 +61,15 @@ async def observe_approvals(
         ]
     except Exception as exc:  # a measurement, never a reason to fail the agent
         log.debug("approval latency of %s not measured: %s", stream, exc)
+        return
+    record_approvals(telemetry, records)
+
+
+def record_approvals(telemetry: tm.Telemetry, records: list[Record]) -> None:
+    """Record the approval latencies of ``records``: up to ``WINDOW`` records ending with an
+    activation's record, as ``approval_latencies`` takes them (nothing without metrics)."""
+    metrics = telemetry.metrics
+    if metrics is None:
         return
     for waited, acted in approval_latencies(records):
         if waited is not None:

@@ -21,6 +21,7 @@ Three promises a serving worker makes:
   PostgreSQL's LISTEN/NOTIFY) an agent another process approves, extends,
   messages or cancels is resumed as soon as the notification arrives, not at
   the next scan; the scans go on as the fallback (``durably._fleet.wakeups``).
+  A burst of such commands is resumed several agents at once, as a scan does.
 * **Fair shares.** Scans visit the agents in a random order and take no more
   than ``FairShare`` allows (``max_agents``, an even split of what was seen:
   see ``durably._fleet.scan``).
@@ -41,6 +42,7 @@ from durably._figures import check_figure
 from durably._fleet import wakeups
 from durably._fleet.fleet_metrics import ScanObserver
 from durably._fleet.scan import FairShare, scan
+from durably._fleet.sole_worker import ensure_sole_worker
 from durably.errors import InvalidArgumentError
 from durably.storage._errors import StoreClosedError, StoreError
 
@@ -67,7 +69,8 @@ async def serve(
     """``Runtime.serve``: scan every ``poll_interval`` seconds until one of ``drain_signals`` arrives, then drain.
 
     On a store without leases (``CAP_LEASES``) it logs a WARNING at start: such a
-    store has one worker or none. Signals are only handled in the main thread (where Python delivers them);
+    store has one worker or none; it raises ``WorkerExistsError`` when another
+    live worker serves the namespace (seen by its heartbeat: ``durably._fleet.sole_worker``). Signals are only handled in the main thread (where Python delivers them);
     elsewhere, cancel the caller's scope to stop and call ``Runtime.drain``.
     Raises ``InvalidArgumentError`` for a bad figure, before anything is resumed.
     """
@@ -85,8 +88,11 @@ async def serve(
         )
     signals = tuple(drain_signals)
     fair = FairShare(max_agents)
-    if activations.leases.heartbeats is not None:
-        activations.leases.heartbeats.start(activations)  # others see this worker, and see it stop
+    heartbeats = activations.leases.heartbeats
+    if heartbeats is not None and not activations.leases.enabled:
+        await ensure_sole_worker(activations, heartbeats)  # or WorkerExistsError, before anything is resumed
+    elif heartbeats is not None:
+        heartbeats.start(activations)  # others see this worker, and see it stop
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         if signals and threading.current_thread() is threading.main_thread():
@@ -126,11 +132,20 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
     # resumed as soon as the store notifies us, where it can (``durably._fleet.wakeups``),
     # within this worker's fair share.
 
+    # Woken agents are resumed several at once; those still being resumed count against
+    # the share, so a burst never takes more than ``max_agents``.
+    resuming = 0
+
     async def woken(agent_id: str) -> object:
-        limit = fair.limit(len(activations.live))
+        nonlocal resuming
+        limit = fair.limit(len(activations.live) + resuming)
         if limit is not None and limit < 1:
             return None  # our share is full: the agent waits for a worker with room
-        return await wakeups.resume_if_runnable(activations, agent_id)
+        resuming += 1
+        try:
+            return await wakeups.resume_if_runnable(activations, agent_id)
+        finally:
+            resuming -= 1
 
     observer = ScanObserver(activations.store, activations.namespace, activations.telemetry, activations.live)
     async with wakeups.subscribe(activations.store, activations.namespace) as changes:

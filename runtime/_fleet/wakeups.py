@@ -33,6 +33,7 @@ from durably.errors import (
     AgentNotFoundError,
     DefinitionMigrationError,
     DefinitionNotRegisteredError,
+    InvalidArgumentError,
 )
 from durably.storage._errors import CodecError, StoreClosedError, StoreError, StoreUnavailableError
 from durably.storage._spi import ChangeSubscription, Store, StreamId, supports_changes
@@ -45,6 +46,8 @@ log = logging.getLogger("durably.runtime")  # a logger name users configure, not
 
 #: Wake-ups followed between two scans; a batch that would pass it is dropped for one scan.
 MAX_WAKEUPS = 64
+#: Woken agents resumed at once (as many as a scan resumes at once).
+RESUMING = 16
 
 
 class _NoFeed:
@@ -122,29 +125,56 @@ async def _look_up(store: Store, stream: StreamId) -> tuple[bool, Any]:
 
 
 async def wait_and_resume(
-    feed: ChangeSubscription, poll_interval: float, resume: Callable[[str], Awaitable[object]]
+    feed: ChangeSubscription,
+    poll_interval: float,
+    resume: Callable[[str], Awaitable[object]],
+    *,
+    concurrency: int = RESUMING,
 ) -> None:
-    """Until ``poll_interval`` seconds have passed, ``resume(agent_id)`` each stream the feed names.
+    """Until ``poll_interval`` seconds have passed, ``resume(agent_id)`` each stream the feed names,
+    up to ``concurrency`` of them at once; returns once the resumes begun have ended.
 
-    Returns early when the feed says notifications were missed, when more than
-    ``MAX_WAKEUPS`` streams were named since the call began (a flood: one scan
-    costs what is runnable, however many ids were sent), or when a resume meets
-    an outage: the caller then scans every stream, as on a poll (and rides the
-    outage out with its backoff).
+    A burst of commands (an operator approving hundreds of agents) names many
+    streams at once: their leases, restores and ``resumed`` appends overlap,
+    and the appends share group commits, instead of one agent after another.
+    Stops listening early when the feed says notifications were missed, when
+    more than ``MAX_WAKEUPS`` streams were named since the call began (a
+    flood: one scan costs what is runnable, however many ids were sent), or
+    when a resume meets an outage (``StoreError``; the resumes not begun are
+    dropped): the caller then scans every stream, as on a poll (and rides the
+    outage out with its backoff). Raises ``InvalidArgumentError`` for a
+    ``concurrency`` below 1.
     """
+    if concurrency < 1:
+        raise InvalidArgumentError(f"wake-ups: concurrency must be at least 1, got {concurrency}")
     followed = 0
-    with anyio.move_on_after(poll_interval):
-        while True:
-            changed = await feed.wait()
-            if changed is None:
-                return
-            followed += len(changed)
-            if followed > MAX_WAKEUPS:
-                log.warning("more than %d wake-ups since the last scan: scanning instead", MAX_WAKEUPS)
-                return
-            for stream in sorted(changed):
-                try:
-                    await resume(stream.agent_id)
-                except StoreError as exc:
+    limiter = anyio.CapacityLimiter(concurrency)
+    failed: list[StoreError] = []
+    listening = anyio.CancelScope()  # the wait for notifications, not the resumes it began
+
+    async def one(stream: StreamId) -> None:
+        async with limiter:
+            if failed:
+                return  # the store failed under another resume: the caller scans instead
+            try:
+                await resume(stream.agent_id)
+            except StoreError as exc:
+                if not failed:
                     log.warning("woken for %s, but the store failed (%s): scanning instead", stream, exc)
+                failed.append(exc)
+                listening.cancel()
+
+    # The resumes run in this task group, outside the poll's deadline: a resume begun
+    # is never cut short by the end of the wait (its restore and append would be lost work).
+    async with anyio.create_task_group() as tg:
+        with listening, anyio.move_on_after(poll_interval):
+            while True:
+                changed = await feed.wait()
+                if changed is None:
                     return
+                followed += len(changed)
+                if followed > MAX_WAKEUPS:
+                    log.warning("more than %d wake-ups since the last scan: scanning instead", MAX_WAKEUPS)
+                    return
+                for stream in sorted(changed):
+                    tg.start_soon(one, stream)

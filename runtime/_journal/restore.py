@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -21,7 +22,7 @@ from durably import _telemetry as tm
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
 from durably._telemetry import Telemetry
-from durably.schemas._records import Kind
+from durably.schemas._records import Kind, Record
 from durably.storage._codec import raw_size
 from durably.storage._errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
 from durably.storage._one_read import RestoreRead, offers_one_read_restore
@@ -66,7 +67,8 @@ class Restored:
     """A restored ``state`` and the tail after its snapshot (for the snapshot policy).
 
     ``snapshot_bytes`` / ``tail_bytes``: stored bytes read; ``snapshot_raw`` /
-    ``tail_raw``: the same as raw CBOR bytes, which the snapshot policy compares.
+    ``tail_raw``: the same as raw CBOR bytes, which the snapshot policy compares;
+    ``recent``: the last ``RECENT`` records of the tail, decoded (fewer when the tail is shorter).
     """
 
     state: AgentState
@@ -76,6 +78,12 @@ class Restored:
     tail_bytes: int
     snapshot_raw: int = 0
     tail_raw: int = 0
+    recent: list[Record] = field(default_factory=list)
+
+
+#: Records a restore keeps decoded (``Restored.recent``): what an activation measures its
+#: approval latencies on, without reading them again.
+RECENT = 32
 
 
 #: Restores begun again when another writer changed the stream between the restore's reads.
@@ -292,6 +300,7 @@ async def _restore_once(
                 snapshot = await _snapshot(store, stream, snapshot.seq - 1)
         state = state or AgentState()
         tail, tail_bytes = 0, 0
+        recent: deque[Record] = deque(maxlen=RECENT)
         if upto is not None:
             last = min(last, upto)
         # Records read after the one read's transaction (a skipped snapshot, a tail past its page)
@@ -318,6 +327,7 @@ async def _restore_once(
                         raise _ChangedMeanwhile()
                     raise cut_short(f"gap in the journal: seq {state.last_seq + 1} is missing", record.seq)
                 apply(state, record)
+                recent.append(record)
                 tail += 1
                 tail_bytes += len(stored.data)
                 raw_total += raw_size(stored.data)
@@ -339,4 +349,4 @@ async def _restore_once(
                     tm.RAW_BYTES: raw_total,
                 }
             )
-        return Restored(state, snap_seq, snap_bytes, tail, tail_bytes, snap_raw, raw_total - snap_raw)
+        return Restored(state, snap_seq, snap_bytes, tail, tail_bytes, snap_raw, raw_total - snap_raw, list(recent))

@@ -156,6 +156,7 @@ class AgentJournal:
         self._commit_s = 0.0  # how long the last commit took
         self._quick_bodies = 0  # overlapped bodies in a row that ended before their commit started
         self._flush_started = False
+        self.folded_at = 0.0  # the timestamp of the last record folded in (unix seconds)
 
     def check_lease(self) -> None:
         """Return if this activation may still act on the stream (see ``LeaseClaim.check``); a no-op without a claim.
@@ -373,6 +374,7 @@ class AgentJournal:
 
     def _fold(self, records: list[Record]) -> None:
         for record in records:
+            self.folded_at = record.at
             before = (len(self.state.messages), len(self.state.inbox))
             apply(self.state, record)
             self.redactor.placed(record, self.state, before)

@@ -45,6 +45,9 @@ TINY = Sizes(
     many_agents=5,
     many_steps=3,
     parked_agents=7,
+    burst_agents=4,
+    burst_workers=(1, 2),
+    takeover_agents=2,
 )
 
 RATE_UNITS = {"records/s", "steps/s", "MB/s"}
@@ -206,6 +209,18 @@ def test_many_reports_rss_and_the_parked_scan(tiny_run):
     assert found["rss_per_parked_agent"]["params"] == {"agents": TINY.parked_agents}
     assert found["resume_all_scan_cold"]["value"] > 0 and found["resume_all_scan_warm"]["value"] > 0
     assert found["park_per_s"]["value"] > 0
+
+
+def test_burst_reports_resumes_by_one_and_two_workers_and_a_takeover(tiny_run):
+    for workers in TINY.burst_workers:
+        found = {f["name"]: f["value"] for f in figures(tiny_run, "burst") if f["params"].get("workers") == workers}
+        assert 0 < found["burst_approved"] <= found["burst_resumed"] <= found["burst_finished"], found
+        assert found["burst_resumed_after_approved"] == pytest.approx(found["burst_resumed"] - found["burst_approved"])
+        assert 0 <= found["burst_lag_p50"] <= found["burst_lag_p95"] <= found["burst_resumed"]
+        assert 0 < found["burst_busiest_worker"] <= TINY.burst_agents  # every agent resumed once, by some worker
+    taken = {f["name"]: f for f in figures(tiny_run, "burst") if f["name"].startswith("takeover")}
+    assert taken["takeover_p50"]["params"]["agents"] == TINY.takeover_agents
+    assert 0 < taken["takeover_p50"]["value"] <= taken["takeover_p95"]["value"]
 
 
 def test_overhead_reports_cpu_per_step_and_imports_their_ratio(tiny_run):
