@@ -94,6 +94,7 @@ async def test_call_ids_key_concurrent_calls_whatever_order_they_start_in(tmp_pa
         results: dict[str, str] = {}
 
         async def one(item: str) -> None:
+            assert current_run() is run  # tasks the body starts inherit the run
             results[item] = await run.call(fetch, item, name="fetch", call_id=f"fetch-{item}")
 
         async with anyio.create_task_group() as tg:
@@ -318,3 +319,28 @@ async def test_the_public_names_are_exported() -> None:
     for name in ("FunctionAgent", "Run", "current_run", "journaled", "CallFailedError", "NonDeterminismError"):
         assert hasattr(durably, name)
     assert Kind.TOOL_INTENT  # calls reuse the tool records
+
+
+async def test_a_failing_dump_fails_the_agent_and_the_call_never_reruns(tmp_path: Path) -> None:
+    runs: list[int] = []
+
+    async def make() -> str:
+        runs.append(1)
+        return "made"
+
+    def dump(value: str) -> str:
+        raise ValueError("cannot dump this")
+
+    async def body(run: Run, task: str) -> Any:
+        return await run.call(make, name="make", dump=dump)
+
+    definition = FunctionAgent("bad-dump", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        state = await rt.run(definition, "bd-1", "")
+        assert state.status == "failed"
+        assert "ValueError: cannot dump this" in state.reason
+        await rt.retry("bd-1")
+        state = await rt.wait("bd-1", timeout=30)
+    assert runs == [1]
+    (entry,) = state.ledger.values()
+    assert entry["done"] and "will not run again" in entry["error"]
