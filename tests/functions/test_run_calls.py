@@ -297,12 +297,12 @@ async def test_dump_and_load_carry_values_cbor_cannot_hold(tmp_path: Path) -> No
         await run.approval("ok?")
         return value.amount
 
-    definition = FunctionAgent("models", body)
+    definition = FunctionAgent("models", body, dump_result=lambda n: {"n": n}, load_result=lambda d: d["n"])
     async with Runtime(url(tmp_path), agents=[definition]) as rt:
         await rt.run(definition, "d-1", "")
         await rt.approve("d-1", "approval-1", approved=True)
         state = await rt.wait("d-1", timeout=30)
-    assert state.result == 5
+    assert state.result == {"n": 5} and definition.result_of(state) == 5
     assert got == [Charge(id="c1", amount=5), Charge(id="c1", amount=5)]
 
     async def raw(run: Run, task: str) -> Any:
