@@ -344,3 +344,34 @@ async def test_a_failing_dump_fails_the_agent_and_the_call_never_reruns(tmp_path
     assert runs == [1]
     (entry,) = state.ledger.values()
     assert entry["done"] and "will not run again" in entry["error"]
+
+
+async def test_a_cancel_stops_the_body_at_its_next_call(tmp_path: Path) -> None:
+    ran: list[str] = []
+    started, go_on = anyio.Event(), anyio.Event()
+
+    async def step(name: str) -> str:
+        ran.append(name)
+        if name == "first":
+            started.set()
+            await go_on.wait()
+        return name
+
+    async def body(run: Run, task: str) -> list[str]:
+        return [await run.call(step, "first"), await run.call(step, "second")]
+
+    definition = FunctionAgent("cancelled", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        handle = await rt.start(definition, "k-1", "")
+        await started.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rt.cancel, "k-1", "changed my mind")
+            inbox = handle._actor._inbox  # the cancel is queued while the first call runs
+            while inbox.statistics().current_buffer_used == 0:
+                await anyio.sleep(0.01)
+            go_on.set()
+        state = await handle.wait()
+    assert state.status == "cancelled"
+    assert ran == ["first"]
+    (entry,) = state.ledger.values()
+    assert entry["done"] and entry["result"] == "first"  # the call in flight finished and was journaled
