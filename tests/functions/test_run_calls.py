@@ -375,3 +375,42 @@ async def test_a_cancel_stops_the_body_at_its_next_call(tmp_path: Path) -> None:
     assert ran == ["first"]
     (entry,) = state.ledger.values()
     assert entry["done"] and entry["result"] == "first"  # the call in flight finished and was journaled
+
+
+async def test_a_park_lets_running_calls_journal_their_results_first(tmp_path: Path) -> None:
+    ran: list[str] = []
+    go_on = anyio.Event()
+
+    async def slow() -> str:
+        ran.append("slow")
+        await go_on.wait()
+        return "slow done"
+
+    async def body(run: Run, task: str) -> list[Any]:
+        out: dict[str, Any] = {}
+
+        async def call() -> None:
+            out["slow"] = await run.call(slow, call_id="slow")
+
+        async def ask() -> None:
+            out["ok"] = (await run.approval("ok?", approval_id="ok"))["approved"]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            tg.start_soon(ask)
+        return [out["slow"], out["ok"]]
+
+    definition = FunctionAgent("park-in-flight", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        handle = await rt.start(definition, "p-1", "")
+        while not (await rt.status("p-1")).open_approvals():
+            await anyio.sleep(0.01)
+        go_on.set()  # the approval is journaled while slow() still runs
+        state = await handle.wait()
+        assert state.status == "waiting_approval"
+        (entry,) = state.ledger.values()
+        assert entry["done"] and entry["result"] == "slow done"
+        await rt.approve("p-1", "ok", approved=True)
+        state = await rt.wait("p-1", timeout=30)
+    assert state.status == "finished" and state.result == ["slow done", True]
+    assert ran == ["slow"]
