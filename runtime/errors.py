@@ -782,4 +782,5 @@ __all__ = [
     "UnknownSchemeError",
     "UnsafeCompactionError",
     "WaitTimeoutError",
+    "WorkerExistsError",
 ]
