@@ -821,4 +821,5 @@ __all__ = [
     "UnknownSchemeError",
     "UnsafeCompactionError",
     "WaitTimeoutError",
+    "WorkerExistsError",
 ]

@@ -25,8 +25,11 @@ worker on another host is noticed only when its heartbeat stops
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import burst
 from ..context import Bench
+from ..results import percentile
 
 SUITE = "burst"
 #: Seconds between a worker's scans (a store without change notifications finds approvals by them).
@@ -56,7 +59,7 @@ async def run(bench: Bench) -> None:
             logs,
             poll_interval=POLL_INTERVAL,
         )
-        params = {"agents": found.agents, "workers": workers, "poll_interval": POLL_INTERVAL}
+        params: dict[str, Any] = {"agents": found.agents, "workers": workers, "poll_interval": POLL_INTERVAL}
         r.add(SUITE, "burst_approved", found.approved, "s", **params)
         r.add(SUITE, "burst_resumed", found.resumed, "s", **params)
         r.add(SUITE, "burst_resumed_after_approved", max(found.resumed - found.approved, 0.0), "s", **params)
@@ -76,6 +79,6 @@ async def run(bench: Bench) -> None:
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
         )
         params = {"agents": taken.agents, "heartbeat_timeout": HEARTBEAT_TIMEOUT, "poll_interval": POLL_INTERVAL}
-        r.add(SUITE, "takeover_p50", burst.percentile(taken.lag, 50), "s", **params)
-        r.add(SUITE, "takeover_p95", burst.percentile(taken.lag, 95), "s", **params)
+        r.add(SUITE, "takeover_p50", percentile(taken.lag, 50), "s", **params)
+        r.add(SUITE, "takeover_p95", percentile(taken.lag, 95), "s", **params)
         bench.progress.advance(task)

@@ -60,6 +60,7 @@ async def ensure_sole_worker(activations: Activations, heartbeats: Heartbeats) -
                 later = now.get(owner)
                 if later is not None and later.beat_at > seen.beat_at:
                     activations.draining = True  # its heartbeat says draining: not a serving worker
+                    await heartbeats.write(heartbeats.beat(activations))  # said now, not at the next beat
                     raise WorkerExistsError(activations.namespace, later.worker_id, later.host, later.pid)
     except StoreError as exc:
         log.warning("serve(): the workers' heartbeats could not be read (%s): other workers cannot be seen", exc)

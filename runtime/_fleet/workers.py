@@ -33,7 +33,7 @@ import json
 import logging
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -209,6 +209,14 @@ def check_timeout(owner: str, timeout: float) -> float:
     return float(timeout)
 
 
+@dataclass
+class _Listing:
+    """A listing of a namespace's heartbeats being read: ``beats`` once read (None if it failed)."""
+
+    beats: list[WorkerBeat] | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+
 class Heartbeats:
     """One runtime's heartbeat (written by ``run`` once ``start`` is called) and its view of the others'.
 
@@ -232,6 +240,7 @@ class Heartbeats:
         self._seq = 0
         self._beats = 0
         self._cache: dict[str, tuple[float, WorkerBeat | None]] = {}
+        self._listings: dict[str, _Listing] = {}  # the listings being read now, by namespace
 
     # -- what others see of this runtime -------------------------------------------------
 
@@ -360,14 +369,36 @@ class Heartbeats:
 
         Raises ``StoreError`` subclasses as the store does.
         """
+        beats = await self._listing(namespace)
         now = time.time()
         return [
             beat
-            for beat in await list_workers(self.store, namespace)
+            for beat in beats
             if beat.alive(self.timeout, now)
             and beat.state == SERVING
             and (definition is None or definition in beat.definitions)
         ]
+
+    async def _listing(self, namespace: str) -> list[WorkerBeat]:
+        """``list_workers(namespace)``, one read shared by every caller that asks while it is read.
+
+        A burst of commands (an operator approving hundreds of agents) asks where each
+        agent will run at once: they share one listing of the heartbeats, not one each.
+        """
+        shared = self._listings.get(namespace)
+        if shared is not None:
+            await shared.done.wait()
+            if shared.beats is not None:
+                return shared.beats
+            # The reader failed or was cancelled: read for this caller (its error is its own).
+        shared = self._listings[namespace] = _Listing()
+        try:
+            shared.beats = await list_workers(self.store, namespace)
+            return shared.beats
+        finally:
+            if self._listings.get(namespace) is shared:
+                del self._listings[namespace]
+            shared.done.set()
 
 
 def describe(beat: WorkerBeat, timeout: float, now: float | None = None) -> dict[str, Any]:

@@ -200,3 +200,44 @@ def _points(reader: Any, name: str) -> list[Any]:
         if metric.name == name
         for point in metric.data.data_points
     ]
+
+
+async def test_commands_given_at_once_share_one_listing_of_the_workers_heartbeats(tmp_path) -> None:
+    """Where each of a burst of approved agents will run is told from one read of the
+    heartbeats, not one read per command."""
+    from durably._fleet.workers import WORKERS_NAMESPACE
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    definition = _gated()
+    async with Runtime(url, agents=[definition]) as starter:
+        for n in range(AGENTS):
+            assert (await starter.run(definition, f"burst-{n}", "task")).status == "waiting_approval"
+    listings: list[str] = []
+    async with (
+        Runtime(url, agents=[definition], worker_id="w1") as worker,
+        Runtime(url) as operator,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(worker.serve, 600.0)
+        with anyio.fail_after(10):
+            while not await operator._activations.leases.heartbeats.live_workers(operator.namespace):
+                await anyio.sleep(0.02)
+        list_streams = operator.store.list_streams
+
+        def counted(namespace: str, *args: Any, **kwargs: Any) -> Any:
+            if namespace == WORKERS_NAMESPACE:
+                listings.append(namespace)
+            return list_streams(namespace, *args, **kwargs)
+
+        operator.store.list_streams = counted  # type: ignore[method-assign]
+        placements: list[str] = []
+
+        async def approve(n: int) -> None:
+            placements.append((await operator.approve(f"burst-{n}", "c1")).placement.where)
+
+        async with anyio.create_task_group() as approvals:
+            for n in range(AGENTS):
+                approvals.start_soon(approve, n)
+        tg.cancel_scope.cancel()
+    assert placements == ["queued"] * AGENTS  # each told a live worker will run it
+    assert 1 <= len(listings) < AGENTS, f"{len(listings)} listings of the heartbeats for {AGENTS} approvals at once"
