@@ -14,6 +14,7 @@ exited 0.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -72,6 +73,19 @@ async def answered(store: str, count: int) -> int:
     return sum(s.status == "finished" for s in states)
 
 
+def wait_for_worker(env: dict[str, str], timeout: float = 60.0) -> None:
+    """Poll ``durably workers --json`` until a worker serves the store (a loaded machine may take seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listing = subprocess.run(
+            [sys.executable, "-m", "durably", "workers", "--json"], env=env, capture_output=True, text=True
+        )
+        if listing.returncode == 0 and json.loads(listing.stdout)["workers"]:
+            return
+        time.sleep(0.2)
+    raise SystemExit("no worker started within 60 s")
+
+
 def tour(folder: Path) -> int:
     """A worker process, three tickets, ``durably workers``, then SIGTERM: 0 when all went as said."""
     store = f"sqlite:///{folder / 'durably.db'}"
@@ -82,7 +96,7 @@ def tour(folder: Path) -> int:
         env=env,
     )
     try:
-        time.sleep(2)  # the worker's first heartbeat: submit then names it
+        wait_for_worker(env)  # its first heartbeat: submit then names it
         anyio.run(submit, store, 3)
         deadline = time.monotonic() + 60
         while anyio.run(answered, store, 3) < 3 and time.monotonic() < deadline:
