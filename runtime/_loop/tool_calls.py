@@ -20,6 +20,7 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._loop.state import RUNNING, AgentState
+from durably._loop.tool_attempts import CallStopped, JournalFailed, in_backoff, run_call, wait_out_backoff
 from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext
 from durably.errors import AgentFencedError, AgentLeaseLostError, RedactedArgumentError, ToolArgumentsError
 from durably.schemas._records import Kind
@@ -88,6 +89,12 @@ class ToolCalls:
                     await self._result(call, result=decision["result"])
                     return
             await self._execute([(call, 1)])
+            return
+        if in_backoff(entry):  # the process died while waiting to retry a failed attempt
+            if await wait_out_backoff(self, tool, entry):
+                await self._execute([(call, entry["attempts"] + 1)])
+            else:
+                await self._result(call, error=entry["last_error"])
             return
         # An intent without a result: the process died while the tool ran.
         attempt = entry["attempts"] + 1
@@ -212,10 +219,13 @@ class ToolCalls:
                 )
             self.journal.check_lease()  # a worker past its lease runs no side effect
             try:
-                result = await tool.invoke(
-                    arguments, self._context(call, attempt), validated=self._validated.pop(call["key"], None)
-                )
+                validated = self._validated.pop(call["key"], None)
+                result = await run_call(self, tool, call, arguments, attempt, validated, lock)
                 outcome = {"result": tool.to_journal(result)}
+            except CallStopped:
+                return
+            except JournalFailed as failed:
+                raise failed.error from None  # the agent stops, as on any failed append
             except Exception as exc:
                 tm.record_exception(span, exc)
                 outcome = {"error": str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"}
