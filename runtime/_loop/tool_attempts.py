@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -27,7 +27,22 @@ from durably.errors import ToolTimeoutError, UnencodableValueError
 from durably.schemas._records import Kind
 
 if TYPE_CHECKING:
-    from durably._loop.tool_calls import ToolCalls
+    from durably._journal.writer import AgentJournal
+    from durably._loop.agent import AgentDefinition
+    from durably._loop.state import AgentState
+    from durably._telemetry import Telemetry
+
+
+class ToolCalls(Protocol):
+    """What this module needs of the agent running the call (``AgentActor``)."""
+
+    definition: AgentDefinition
+    journal: AgentJournal
+    telemetry: Telemetry
+
+    @property
+    def state(self) -> AgentState: ...
+
 
 _ONCE = ToolRetry(attempts=1)
 
@@ -149,7 +164,7 @@ async def run_call(
 
 def in_backoff(entry: dict[str, Any]) -> bool:
     """True when the call's last attempt is known to have failed and a retry was due."""
-    return entry.get("failed") == entry["attempts"]
+    return bool(entry.get("failed") == entry["attempts"])
 
 
 async def wait_out_backoff(host: ToolCalls, tool: Tool, entry: dict[str, Any]) -> bool:

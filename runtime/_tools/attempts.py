@@ -54,8 +54,8 @@ class ToolRetry:
         retry_on: The exception classes worth another attempt (default:
             every ``Exception``). ``ToolArgumentsError`` is never retried: the
             same arguments would fail the same way.
-        retry_timeouts: Retry an attempt that timed out (``ToolTimeoutError``),
-            whatever ``retry_on`` holds (default True).
+        retry_timeouts: Retry an attempt that timed out (``ToolTimeoutError``)
+            or not, whatever ``retry_on`` holds (default True).
 
     Raises:
         InvalidArgumentError: ``attempts`` is not an int >= 1, or ``backoff``,
@@ -101,11 +101,11 @@ class ToolRetry:
             error: The failed attempt's exception.
 
         Returns:
-            True for a ``ToolTimeoutError`` when ``retry_timeouts``, and for an
+            ``retry_timeouts`` for a ``ToolTimeoutError``; else True for an
                 instance of a ``retry_on`` class that is not a ``ToolArgumentsError``.
         """
-        if isinstance(error, ToolTimeoutError) and self.retry_timeouts:
-            return True
+        if isinstance(error, ToolTimeoutError):  # a TimeoutError, so an OSError too: decided here alone
+            return self.retry_timeouts
         return isinstance(error, self.retry_on) and not isinstance(error, ToolArgumentsError)
 
     def delay(self, attempt: int) -> float:
