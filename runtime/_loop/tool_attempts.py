@@ -27,6 +27,8 @@ from durably.errors import ToolTimeoutError, UnencodableValueError
 from durably.schemas._records import Kind
 
 if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream
+
     from durably._journal.writer import AgentJournal
     from durably._loop.agent import AgentDefinition
     from durably._loop.state import AgentState
@@ -43,12 +45,18 @@ class ToolCalls(Protocol):
     @property
     def state(self) -> AgentState: ...
 
+    @property
+    def _inbox(self) -> MemoryObjectReceiveStream[Any]: ...  # the actor's mailbox: commands wait there between steps
+
 
 _ONCE = ToolRetry(attempts=1)
+_COMMAND_POLL_S = 0.05  # how soon a pause notices a command (a cancel) waiting in the mailbox
 
 
 class CallStopped(Exception):
-    """The agent stopped running (cancelled meanwhile) before another attempt: no result is written."""
+    """No further attempt now, and no result: the agent stopped running (cancelled
+    meanwhile), or a command arrived during a pause (the step loop applies it, then
+    resumes the call's pause from the journal)."""
 
 
 class JournalFailed(Exception):
@@ -68,6 +76,23 @@ async def _append(host: ToolCalls, lock: anyio.Lock | None, kind: str, data: dic
         raise  # only heartbeat details can be unencodable: the tool's to fix, told to it
     except Exception as exc:
         raise JournalFailed(exc) from exc
+
+
+async def pause(host: ToolCalls, seconds: float) -> None:
+    """Sleep ``seconds``, unless a command (a cancel, a message, a decision) arrives first.
+
+    The mailbox is drained between steps only; a pause may be long, so it ends
+    the step instead of holding the command back: the failed attempt is in the
+    journal already, and the loop resumes the pause from there.
+
+    Raises:
+        CallStopped: A command is waiting.
+    """
+    deadline = anyio.current_time() + seconds
+    while (left := deadline - anyio.current_time()) > 0:
+        if host._inbox.statistics().current_buffer_used:
+            raise CallStopped("a command arrived during the pause")
+        await anyio.sleep(min(left, _COMMAND_POLL_S))
 
 
 def policy_of(host: ToolCalls, tool: Tool) -> ToolRetry:
@@ -159,6 +184,7 @@ async def run_call(
         heartbeats=heartbeats,
         timeout=tool.timeout,
         heartbeat_timeout=tool.heartbeat_timeout,
+        sleep=lambda seconds: pause(host, seconds),
     )
 
 
@@ -173,6 +199,9 @@ async def wait_out_backoff(host: ToolCalls, tool: Tool, entry: dict[str, Any]) -
     Returns:
         True if the next attempt is within the tool's retry policy (as it stands
             now); False when the policy has no attempt left (it was changed).
+
+    Raises:
+        CallStopped: A command arrived during the pause (see ``pause``).
     """
     policy = policy_of(host, tool)
     if entry["attempts"] >= policy.attempts:
@@ -180,5 +209,5 @@ async def wait_out_backoff(host: ToolCalls, tool: Tool, entry: dict[str, Any]) -
     # The wall clock of another host may differ: never wait longer than the policy's longest pause.
     left = min(entry["retry_at"] - time.time(), policy.max_delay + policy.jitter)
     if left > 0:
-        await anyio.sleep(left)
+        await pause(host, left)
     return True

@@ -27,15 +27,19 @@ from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
 if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream
+
     from durably._journal.writer import AgentJournal
     from durably._loop.agent import AgentDefinition
+    from durably._loop.commands import Command
     from durably._telemetry import Telemetry
 
 
 class ToolCalls:
     """Mixin of ``AgentActor``: needs ``definition``, ``journal``, ``state``,
-    ``telemetry``, ``failure``, ``_append_lock`` (an ``anyio.Lock``) and ``_validated`` (call
-    key -> arguments the model step validated)."""
+    ``telemetry``, ``failure``, ``_append_lock`` (an ``anyio.Lock``), ``_validated`` (call
+    key -> arguments the model step validated) and ``_inbox`` (the mailbox, which a
+    retry's pause watches)."""
 
     if TYPE_CHECKING:  # the host's (AgentActor), declared for the type checker
         definition: AgentDefinition
@@ -44,6 +48,7 @@ class ToolCalls:
         failure: str | None
         _append_lock: anyio.Lock
         _validated: dict[str, dict[str, Any]]
+        _inbox: MemoryObjectReceiveStream[Command]
 
         @property
         def state(self) -> AgentState: ...
@@ -90,8 +95,12 @@ class ToolCalls:
                     return
             await self._execute([(call, 1)])
             return
-        if in_backoff(entry):  # the process died while waiting to retry a failed attempt
-            if await wait_out_backoff(self, tool, entry):
+        if in_backoff(entry):  # the process died (or the step ended) while waiting to retry a failed attempt
+            try:
+                again = await wait_out_backoff(self, tool, entry)
+            except CallStopped:
+                return  # a command came first: the loop applies it, then comes back here
+            if again:
                 await self._execute([(call, entry["attempts"] + 1)])
             else:
                 await self._result(call, error=entry["last_error"])

@@ -259,6 +259,7 @@ async def run_attempts(
     heartbeats: Heartbeats,
     timeout: float | None = None,
     heartbeat_timeout: float | None = None,
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
 ) -> T:
     """Run attempts ``first``, ``first + 1``, ... of a call until one returns or ``policy`` stops.
 
@@ -278,6 +279,8 @@ async def run_attempts(
         heartbeats: The call's ``Heartbeats``; flushed when an attempt fails.
         timeout: Seconds an attempt may run (None: no limit).
         heartbeat_timeout: Seconds an attempt may go without a heartbeat (None: no limit).
+        sleep: Waits out a pause (``anyio.sleep`` by default); what it raises ends
+            the call with that error, the failure already journaled.
 
     Returns:
         What the successful attempt returned.
@@ -349,7 +352,7 @@ async def run_attempts(
         async for retrying in AsyncRetrying(
             stop=stop_after_attempt(remaining),
             wait=wait,
-            sleep=anyio.sleep,
+            sleep=sleep,
             retry=retry_if_exception(lambda e: not isinstance(e, _Stop) and policy.retries(e)),
             before_sleep=before_sleep,
             reraise=True,

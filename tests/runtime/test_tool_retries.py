@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import pytest
 from privacy_support import ScriptModel
 from support_agents import read_lines
@@ -218,6 +219,86 @@ async def test_heartbeats_are_rate_limited_and_the_newest_is_journaled_when_the_
     assert kinds.index(Kind.TOOL_HEARTBEAT, kinds.index(Kind.TOOL_HEARTBEAT) + 1) < kinds.index(Kind.TOOL_FAILED)
 
 
+async def test_calls_of_one_turn_retry_side_by_side_each_under_its_own_key() -> None:
+    attempts: dict[str, list[int]] = {"a": [], "b": []}
+
+    @tool(retry=ToolRetry(attempts=3, **FAST), heartbeat_every=0.0)
+    async def fetch(name: str, *, ctx: ToolContext) -> str:
+        attempts[name].append(ctx.attempt)
+        await ctx.heartbeat({"name": name, "attempt": ctx.attempt})
+        if ctx.attempt < (3 if name == "a" else 2):
+            raise ConnectionError(name)
+        return name
+
+    calls = (ToolCall("c1", "fetch", {"name": "a"}), ToolCall("c2", "fetch", {"name": "b"}))
+    model = ScriptModel([ModelResponse("", calls, Usage(1, 1, 0.0))])
+    state, records = await run_records(AgentDefinition(name="two", model=model, tools=[fetch]))
+    assert attempts == {"a": [1, 2, 3], "b": [1, 2]}
+    assert [m["content"] for m in state.messages if m["role"] == "tool"] == ["a", "b"]
+    by_call = {c: [d["attempt"] for d in of(records, Kind.TOOL_FAILED) if d["call_id"] == c] for c in ("c1", "c2")}
+    assert by_call == {"c1": [1, 2], "c2": [1]}
+    assert len(of(records, Kind.TOOL_HEARTBEAT)) == 5
+
+
+async def test_a_cancel_during_a_backoff_stops_the_retry() -> None:
+    attempts: list[int] = []
+
+    @tool(retry=ToolRetry(attempts=3, backoff=3600.0, jitter=0.0))
+    async def fetch(*, ctx: ToolContext) -> str:
+        attempts.append(ctx.attempt)
+        raise ConnectionError("down")
+
+    definition = one_call(fetch)
+    async with Runtime("memory://", agents=[definition]) as rt:
+        handle = await rt.start(definition, "a1", "go")
+        with anyio.fail_after(30):
+            while not [e async for e in rt.history("a1", kinds=[Kind.TOOL_FAILED])]:
+                await anyio.sleep(0.02)
+        await rt.cancel("a1", "enough")
+        with anyio.fail_after(30):
+            state = await handle.wait()
+    assert state.status == "cancelled" and attempts == [1]
+
+
+async def test_a_message_during_a_backoff_is_taken_and_the_retry_goes_on() -> None:
+    attempts: list[int] = []
+
+    @tool(retry=ToolRetry(attempts=2, backoff=1.0, jitter=0.0))
+    async def fetch(*, ctx: ToolContext) -> str:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("down")
+        return "page"
+
+    definition = one_call(fetch)
+    async with Runtime("memory://", agents=[definition]) as rt:
+        handle = await rt.start(definition, "a1", "go")
+        with anyio.fail_after(30):
+            while not [e async for e in rt.history("a1", kinds=[Kind.TOOL_FAILED])]:
+                await anyio.sleep(0.02)
+        await rt.send("a1", "also check the footer")
+        with anyio.fail_after(30):
+            state = await handle.wait()
+        kinds = [e.kind async for e in rt.history("a1")]
+    assert state.status == "finished" and attempts == [1, 2]
+    assert kinds.index(Kind.MESSAGE_RECEIVED) < kinds.index(Kind.TOOL_INTENT, kinds.index(Kind.TOOL_FAILED))
+    contents = [m["content"] for m in state.messages if m["role"] in ("tool", "user")]
+    assert contents[-2:] == ["page", "also check the footer"]  # the message joins after the call's result
+
+
+async def test_a_sync_tool_heartbeats_from_its_thread() -> None:
+    @tool(heartbeat_every=0.0, retry=ToolRetry(attempts=2, **FAST))
+    def convert(*, ctx: ToolContext) -> Any:
+        if ctx.attempt == 1:
+            anyio.from_thread.run(ctx.heartbeat, {"rows": 10})
+            raise ConnectionError("reset")
+        return ctx.last_heartbeat
+
+    state, records = await run_records(one_call(convert))
+    assert tool_content(state) == {"rows": 10}
+    assert [d["details"] for d in of(records, Kind.TOOL_HEARTBEAT)] == [{"rows": 10}]
+
+
 async def test_an_unencodable_heartbeat_is_a_typed_error_for_the_tool_and_writes_nothing() -> None:
     @tool(heartbeat_every=0.0)
     async def odd(*, ctx: ToolContext) -> str:
@@ -288,6 +369,12 @@ async def _kinds(db: Path) -> list[tuple[str, dict[str, Any]]]:
         return [(r.kind, r.data) for r in [codec.decode_record(s, stream) async for s in store.read(stream)]]
 
 
+def _cli(*argv: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "durably._cli", *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 def _kill_when(proc: subprocess.Popen[str], ready: Any, what: str) -> None:
     deadline = time.monotonic() + 60
     while not ready():
@@ -307,6 +394,10 @@ def test_sigkill_during_a_backoff_resumes_the_retry_without_exceeding_the_attemp
     proc = subprocess.Popen(_worker(tmp_path, "backoff", backoff="1.5"), stdout=subprocess.PIPE, text=True)
     _kill_when(proc, in_backoff, "tool_failed record")
     assert [e["attempt"] for e in read_lines(effects)] == [1]  # killed in the pause, before attempt 2
+    shown = _cli("show", "a1", "--store", f"sqlite:///{db}")
+    assert "attempt 1 failed (ConnectionError: upstream reset on attempt 1), retry at" in shown
+    history = _cli("history", "a1", "--store", f"sqlite:///{db}", "--kind", "tool_failed")
+    assert "work call c1 attempt 1 failed: ConnectionError: upstream reset on attempt 1; retry in 1.50s" in history
 
     done = subprocess.run(_worker(tmp_path, "backoff", backoff="1.5"), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
