@@ -40,6 +40,7 @@ from durably import (
     open_store,
     tool,
 )
+from durably._console.timeline import ContentPolicy, timeline
 from durably._journal.records import RecordCodec
 from durably._reading.history import summarize
 from durably.schemas._records import Kind, Record
@@ -97,6 +98,28 @@ async def test_a_failing_tool_is_retried_with_backoff_and_each_failure_is_journa
     assert [d["attempt"] for d in of(records, Kind.TOOL_INTENT)] == [1, 2, 3]
     line = summarize(Record(5, Kind.TOOL_FAILED, failed[0], 0.0))  # durably history: one line per attempt
     assert line == "fetch call c1 attempt 1 failed: ConnectionError: upstream reset #1; retry in 0.01s"
+
+
+async def test_the_console_timeline_lists_each_attempt() -> None:
+    @tool(retry=ToolRetry(attempts=2, **FAST), heartbeat_every=0.0)
+    async def fetch(*, ctx: ToolContext) -> str:
+        await ctx.heartbeat({"page": ctx.attempt})
+        if ctx.attempt == 1:
+            raise ConnectionError("reset")
+        return "page"
+
+    definition = one_call(fetch)
+    async with Runtime("memory://", agents=[definition]) as rt:
+        await rt.run(definition, "a1", "go")
+        rows = await timeline(rt.history("a1", payload=True), ContentPolicy(show=True), "one-call")
+    titles = [r.title for r in rows if r.kind in (Kind.TOOL_FAILED, Kind.TOOL_HEARTBEAT)]
+    assert titles == [
+        "fetch c1 heartbeat (attempt 1)",
+        "fetch c1 attempt 1 failed (ConnectionError), retry in 0.01s",
+        "fetch c1 heartbeat (attempt 2)",
+    ]
+    failed = next(r for r in rows if r.kind == Kind.TOOL_FAILED)
+    assert failed.detail == "ConnectionError: reset"
 
 
 async def test_the_last_failure_goes_to_the_model_and_no_attempt_is_made_beyond_the_policy() -> None:
