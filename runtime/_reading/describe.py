@@ -243,7 +243,7 @@ def _pending(state: AgentState, call: dict[str, Any]) -> dict[str, Any]:
         "key": call["key"],
         "started": entry is not None,
         "attempts": entry["attempts"] if entry else 0,
-        **({"retry_at": entry["retry_at"], "last_error": entry["last_error"]} if waiting else {}),
+        **({"retry_at": entry["retry_at"], "last_error": entry["last_error"]} if entry and waiting else {}),
         **({"heartbeat": entry["heartbeat"]} if entry and "heartbeat" in entry else {}),
     }
 
