@@ -65,6 +65,7 @@ from .errors import (
     StoreError,
     StoreUnavailableError,
     ToolArgumentsError,
+    ToolTimeoutError,
     TransientModelError,
     TruncatedRecordError,
     UnencodableValueError,
@@ -94,6 +95,7 @@ _LAZY: dict[str, str] = {
     "SnapshotPolicy": "durably._journal.snapshots",
     "Tool": "durably._tools.tool",
     "ToolContext": "durably._tools.tool",
+    "ToolRetry": "durably._tools.attempts",
     "Reconciled": "durably._tools.tool",
     "OnUnknownOutcome": "durably._tools.tool",
     "tool": "durably._tools.tool",
@@ -143,6 +145,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably._reading.history import HistoryEntry
     from durably._reading.watch import StatusChange
     from durably._runtime import Runtime
+    from durably._tools.attempts import ToolRetry
     from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
     from durably._upkeep.reencrypt import ReencryptReport
     from durably._upkeep.retention import DAY, RetentionPolicy, SweepItem
@@ -256,6 +259,8 @@ __all__ = [
     "ToolArgumentsError",
     "ToolCall",
     "ToolContext",
+    "ToolRetry",
+    "ToolTimeoutError",
     "TransientModelError",
     "TruncatedRecordError",
     "UnencodableValueError",

@@ -580,6 +580,19 @@ class ToolArgumentsError(DurablyError, ValueError):
         super().__init__(f"invalid arguments for tool {tool!r}: {said}")
 
 
+class ToolTimeoutError(DurablyError, TimeoutError):
+    """A tool attempt was cancelled: it ran past its ``timeout``, or sent no
+    heartbeat for its ``heartbeat_timeout`` (``heartbeat`` is then True).
+
+    It counts as a failed attempt; the tool's ``ToolRetry`` retries it unless its
+    ``retry_timeouts`` is False. ``seconds`` is the limit that was passed.
+    """
+
+    def __init__(self, message: str, *, seconds: float, heartbeat: bool = False) -> None:
+        super().__init__(message)
+        self.seconds, self.heartbeat = seconds, heartbeat
+
+
 class RedactedArgumentError(DurablyError):
     """A tool call's arguments hold redaction markers and the originals are gone
     (they lived only in the activation that received them, which ended).
@@ -810,6 +823,7 @@ __all__ = [
     "StoreUnavailableError",
     "SyncCallOnLoopError",
     "ToolArgumentsError",
+    "ToolTimeoutError",
     "TortureError",
     "TransientModelError",
     "TruncatedRecordError",

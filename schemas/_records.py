@@ -20,7 +20,7 @@ SNAPSHOT_SCHEMA_ID = 2
 SCHEMA_NAMES = {RECORD_SCHEMA_ID: "durably.record", SNAPSHOT_SCHEMA_ID: "durably.snapshot"}
 
 #: The version this build writes for each schema id; it reads this and older ones.
-CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 4, SNAPSHOT_SCHEMA_ID: 4}
+CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 5, SNAPSHOT_SCHEMA_ID: 5}
 
 
 class Kind(StrEnum):
@@ -50,6 +50,10 @@ class Kind(StrEnum):
     FORKED = "forked"
     MODEL_FAILED = "model_failed"  # (version 3) one failed model attempt: number, error type, no content
     RETRIED = "retried"  # (version 3) an operator resumed a failed agent (Runtime.retry)
+    # (version 5) one failed tool attempt that another follows (error type and message,
+    # attempt, timed out or not, the pause chosen): journaled before the pause
+    TOOL_FAILED = "tool_failed"
+    TOOL_HEARTBEAT = "tool_heartbeat"  # (version 5) a running tool's progress details (ctx.heartbeat), rate-limited
 
 
 KINDS = frozenset(k.value for k in Kind)

@@ -225,7 +225,11 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
         )
     for c in info.pending_calls:
         started = f"started, attempt {c['attempts']}" if c["started"] else "not started"
+        if "retry_at" in c:
+            started += f" failed ({clip(c['last_error'])}), retry at {when(c['retry_at'])}"
         out.line(f"{'pending call:':<15}{c['id']}: {c['tool']}({clip(c['arguments'])}) [{started}]")
+        if "heartbeat" in c:
+            out.line(f"{'heartbeat:':<15}{c['id']}: {clip(c['heartbeat'])}")
 
 
 @click.command()

@@ -151,6 +151,8 @@ def _detail(kind: str, d: dict[str, Any]) -> str:
         Kind.CANCELLED: "reason",
         Kind.APPROVAL_DECIDED: "note",
         Kind.PLAN_UPDATED: "plan",
+        Kind.TOOL_FAILED: "error",
+        Kind.TOOL_HEARTBEAT: "details",
     }
     return clip(d.get(keys[kind]), 200) if kind in keys and d.get(keys[kind]) not in (None, "") else ""
 
@@ -186,4 +188,12 @@ _TITLES: dict[str, Callable[[dict[str, Any]], str]] = {
     Kind.FAILED: lambda d: "failed",
     Kind.CANCELLED: lambda d: "cancelled",
     Kind.FORKED: lambda d: f"fork of {_safe(d, 'agent_id')} at seq {_safe(d, 'seq')}",
+    Kind.TOOL_FAILED: lambda d: (
+        f"{_safe(d, 'tool')} {_safe(d, 'call_id')} attempt {_safe(d, 'attempt')} "
+        f"{'timed out' if d.get('timed_out') else 'failed'} ({_safe(d, 'error_type')}), "
+        f"retry in {_safe(d, 'retry_in')}s"
+    ),
+    Kind.TOOL_HEARTBEAT: lambda d: (
+        f"{_safe(d, 'tool')} {_safe(d, 'call_id')} heartbeat (attempt {_safe(d, 'attempt')})"
+    ),
 }

@@ -60,7 +60,9 @@ _MISSING = object()
 # than once in a row.
 _QUICK_BODIES = 4
 _QUICK_S = 0.001
-_FACTS = frozenset({Kind.MODEL_RESPONDED, Kind.TOOL_RESULT, Kind.MODEL_FAILED})  # happened: journaled whatever came in
+_FACTS = frozenset(
+    {Kind.MODEL_RESPONDED, Kind.TOOL_RESULT, Kind.MODEL_FAILED, Kind.TOOL_FAILED, Kind.TOOL_HEARTBEAT}
+)  # happened: journaled whatever came in
 
 
 @dataclass

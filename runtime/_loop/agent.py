@@ -10,6 +10,7 @@ from typing import Any
 from durably._figures import check_figure
 from durably._loop.model import Model
 from durably._loop.model_retries import RetryPolicy
+from durably._tools.attempts import ToolRetry
 from durably._tools.tool import Tool
 from durably.errors import ArgumentTypeError, InvalidArgumentError
 
@@ -165,11 +166,14 @@ class AgentDefinition:
             with the run).
         retry: The ``RetryPolicy`` for transient model errors (4 attempts by default).
         max_parallel_tools: How many calls of one model turn run at once.
+        tool_retry: The ``ToolRetry`` of every tool that sets none itself
+            (None: one attempt, no retry).
 
     Raises:
         ArgumentTypeError: A ``TypeError``: a missing model (or one without an async ``respond``), a tool
             list holding something other than ``Tool`` objects (a bare function:
-            decorate it with ``@tool``), a non-str name.
+            decorate it with ``@tool``), a non-str name, a ``tool_retry`` that is not
+            a ``ToolRetry``.
         InvalidArgumentError: A ``ValueError``: an empty name, duplicate tool names, ``migrate`` without a hook, a
             ``max_parallel_tools`` below 1. A ``reconcile`` policy without a hook
             is refused by ``Tool`` itself.
@@ -186,6 +190,7 @@ class AgentDefinition:
     history: HistoryPolicy | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_parallel_tools: int = 8
+    tool_retry: ToolRetry | None = None
     # Set by __post_init__: the tools by name.
     _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
 
@@ -211,6 +216,8 @@ class AgentDefinition:
         object.__setattr__(self, "_by_name", {t.name: t for t in tools})
         if not isinstance(self.retry, RetryPolicy):
             raise ArgumentTypeError(f"{where}: retry must be a RetryPolicy, got {type(self.retry).__name__}")
+        if self.tool_retry is not None and not isinstance(self.tool_retry, ToolRetry):
+            raise ArgumentTypeError(f"{where}: tool_retry must be a ToolRetry, got {type(self.tool_retry).__name__}")
         check_figure(where, "max_parallel_tools", self.max_parallel_tools, integer=True, optional=False)
         if self.max_parallel_tools < 1:
             raise InvalidArgumentError(f"{where}: max_parallel_tools must be >= 1")

@@ -239,6 +239,18 @@ def _place_result(s: AgentState, call_id: str, message: dict[str, Any]) -> None:
     messages.insert(at, message)
 
 
+def _tool_failed(s: AgentState, d: dict[str, Any]) -> None:
+    # The attempt's outcome is known (it failed): a resume waits out the pause and
+    # runs the next attempt, with no unknown-outcome question.
+    entry = s.ledger[d["key"]]
+    s.ledger[d["key"]] = {**entry, "failed": d["attempt"], "retry_at": d["retry_at"], "last_error": d["error"]}
+
+
+def _tool_heartbeat(s: AgentState, d: dict[str, Any]) -> None:
+    entry = s.ledger[d["key"]]
+    s.ledger[d["key"]] = {**entry, "heartbeat": d["details"]}
+
+
 def _plan_updated(s: AgentState, d: dict[str, Any]) -> None:
     s.plan = d["plan"]
 
@@ -353,5 +365,7 @@ _HANDLERS: dict[str, Callable[[AgentState, dict[str, Any]], None]] = {
     Kind.DEFINITION_CHANGED: _definition_changed,
     Kind.FORKED: _forked,
     Kind.RETRIED: _retried,
+    Kind.TOOL_FAILED: _tool_failed,
+    Kind.TOOL_HEARTBEAT: _tool_heartbeat,
     # model_failed is audit only: the step it belongs to either answers or fails.
 }

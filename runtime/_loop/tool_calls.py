@@ -20,21 +20,26 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._loop.state import RUNNING, AgentState
+from durably._loop.tool_attempts import CallStopped, JournalFailed, in_backoff, run_call, wait_out_backoff
 from durably._tools.tool import OnUnknownOutcome, Reconciled, Reconciler, Tool, ToolContext
 from durably.errors import AgentFencedError, AgentLeaseLostError, RedactedArgumentError, ToolArgumentsError
 from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
 if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream
+
     from durably._journal.writer import AgentJournal
     from durably._loop.agent import AgentDefinition
+    from durably._loop.commands import Command
     from durably._telemetry import Telemetry
 
 
 class ToolCalls:
     """Mixin of ``AgentActor``: needs ``definition``, ``journal``, ``state``,
-    ``telemetry``, ``failure``, ``_append_lock`` (an ``anyio.Lock``) and ``_validated`` (call
-    key -> arguments the model step validated)."""
+    ``telemetry``, ``failure``, ``_append_lock`` (an ``anyio.Lock``), ``_validated`` (call
+    key -> arguments the model step validated) and ``_inbox`` (the mailbox, which a
+    retry's pause watches)."""
 
     if TYPE_CHECKING:  # the host's (AgentActor), declared for the type checker
         definition: AgentDefinition
@@ -43,6 +48,7 @@ class ToolCalls:
         failure: str | None
         _append_lock: anyio.Lock
         _validated: dict[str, dict[str, Any]]
+        _inbox: MemoryObjectReceiveStream[Command]
 
         @property
         def state(self) -> AgentState: ...
@@ -88,6 +94,16 @@ class ToolCalls:
                     await self._result(call, result=decision["result"])
                     return
             await self._execute([(call, 1)])
+            return
+        if in_backoff(entry):  # the process died (or the step ended) while waiting to retry a failed attempt
+            try:
+                again = await wait_out_backoff(self, tool, entry)
+            except CallStopped:
+                return  # a command came first: the loop applies it, then comes back here
+            if again:
+                await self._execute([(call, entry["attempts"] + 1)])
+            else:
+                await self._result(call, error=entry["last_error"])
             return
         # An intent without a result: the process died while the tool ran.
         attempt = await self._unknown_outcome(call, tool.on_unknown_outcome, tool.reconcile, tool.to_journal)
@@ -236,10 +252,13 @@ class ToolCalls:
                 )
             self.journal.check_lease()  # a worker past its lease runs no side effect
             try:
-                result = await tool.invoke(
-                    arguments, self._context(call, attempt), validated=self._validated.pop(call["key"], None)
-                )
+                validated = self._validated.pop(call["key"], None)
+                result = await run_call(self, tool, call, arguments, attempt, validated, lock)
                 outcome = {"result": tool.to_journal(result)}
+            except CallStopped:
+                return
+            except JournalFailed as failed:
+                raise failed.error from None  # the agent stops, as on any failed append
             except Exception as exc:
                 tm.record_exception(span, exc)
                 outcome = {"error": str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"}

@@ -74,7 +74,10 @@ class AgentDescription:
             ``key``, ``reason``); none once the agent is finished, failed or
             cancelled (nothing can be decided then).
         pending_calls: The unresolved tool calls (``id``, ``tool``,
-            ``arguments``, ``key``, ``started``, ``attempts``); none once the
+            ``arguments``, ``key``, ``started``, ``attempts``; with
+            ``retry_at`` and ``last_error`` while its last attempt failed and a
+            retry is due, and ``heartbeat``, its newest heartbeat details, once
+            it beat); none once the
             agent is finished or cancelled (they will never run). A failed
             agent keeps them: ``retry`` takes them up again.
         result: The run's result once ``finished`` (None before and otherwise).
@@ -270,6 +273,7 @@ def _approval(request: dict[str, Any]) -> dict[str, Any]:
 
 def _pending(state: AgentState, call: dict[str, Any]) -> dict[str, Any]:
     entry = state.ledger.get(call["key"])
+    waiting = entry is not None and entry.get("failed") == entry["attempts"]  # a failed attempt, its retry due
     return {
         "id": call["id"],
         "tool": call["name"],
@@ -277,6 +281,8 @@ def _pending(state: AgentState, call: dict[str, Any]) -> dict[str, Any]:
         "key": call["key"],
         "started": entry is not None,
         "attempts": entry["attempts"] if entry else 0,
+        **({"retry_at": entry["retry_at"], "last_error": entry["last_error"]} if entry and waiting else {}),
+        **({"heartbeat": entry["heartbeat"]} if entry and "heartbeat" in entry else {}),
     }
 
 

@@ -175,4 +175,11 @@ _SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
         f"definition {d['previous']['version']} -> {d['definition']['version']} ({d['policy']})"
     ),
     Kind.FORKED: lambda d: f"fork of {d['namespace']}/{d['agent_id']} at seq {d['seq']}",
+    Kind.TOOL_FAILED: lambda d: (
+        f"{d['tool']} call {d['call_id']} attempt {d['attempt']} {'timed out' if d['timed_out'] else 'failed'}: "
+        f"{clip(d['error'])}; retry in {d['retry_in']:.2f}s"
+    ),
+    Kind.TOOL_HEARTBEAT: lambda d: (
+        f"{d['tool']} call {d['call_id']} attempt {d['attempt']} heartbeat: {clip(d['details'])}"
+    ),
 }

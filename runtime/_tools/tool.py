@@ -6,7 +6,8 @@ comes from its signature (``tool_schema``); the model's arguments are validated
 against it before anything is journaled. durably journals a ``tool_intent``
 before calling it and a ``tool_result`` after. If the process dies in between,
 nobody knows whether the side effect happened: the tool's
-``on_unknown_outcome`` policy decides.
+``on_unknown_outcome`` policy decides. A call that fails (raises, times out)
+is retried by its ``ToolRetry`` (``durably._tools.attempts``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any, overload
 
 import anyio.to_thread
 
-from durably._figures import check_bool
+from durably._figures import check_bool, check_figure
+from durably._tools.attempts import ToolRetry, check_seconds
 from durably._tools.results import journal_form
 from durably._tools.schema import CONTEXT_PARAMETER, ToolSignature, read_signature
 from durably.errors import ArgumentTypeError, InvalidArgumentError
@@ -61,13 +63,42 @@ class ToolContext:
             it on to the external system so it can deduplicate.
         agent_id: The agent making the call.
         call_id: The model's id of the call.
-        attempt: 1 for the first run, more after a retry of an unknown outcome.
+        attempt: 1 for the first run; counts every attempt of the call, those
+            retried after a failure or a timeout and those re-run after a crash.
+        last_heartbeat: The details of the newest ``heartbeat`` of this call's
+            earlier attempts (journaled, so a resumed call sees them too), or
+            None. A retried attempt resumes its work from them.
+        beat: The runtime's sink for ``heartbeat`` (None outside a run, e.g.
+            in a unit test: ``heartbeat`` then does nothing).
     """
 
     idempotency_key: str
     agent_id: str
     call_id: str
     attempt: int
+    last_heartbeat: Any = None
+    beat: Callable[[Any], Awaitable[None]] | None = field(default=None, repr=False, compare=False)
+
+    async def heartbeat(self, details: Any = None) -> None:
+        """Report progress: ``details`` (plain data, as a tool result may be) are
+        journaled for a later attempt to read as ``last_heartbeat``, and the
+        tool's ``heartbeat_timeout`` clock restarts.
+
+        Journaling is rate-limited to one record per the tool's
+        ``heartbeat_every`` seconds; the newest details in between are kept and
+        journaled by the next heartbeat past that, or when the attempt fails.
+        A sync tool (running in a worker thread) calls
+        ``anyio.from_thread.run(ctx.heartbeat, details)``.
+
+        Args:
+            details: What the tool has done so far (None: only "alive").
+
+        Raises:
+            UnencodableValueError: ``details`` cannot be journaled (a ``TypeError``).
+            StoreError: The journal write failed; the call stops with it.
+        """
+        if self.beat is not None:
+            await self.beat(journal_form(details))
 
 
 def idempotency_key(namespace: str, agent_id: str, run_id: str, call_id: str) -> str:
@@ -150,6 +181,16 @@ class Tool:
         reconcile: The async hook the ``reconcile`` policy asks (required for it).
         sequential: This tool's calls never run concurrently with other calls
             of the same model turn.
+        retry: The ``ToolRetry`` for failed attempts (None: the definition's
+            ``tool_retry``, else one attempt).
+        timeout: Seconds one attempt may run before it is cancelled and fails
+            with ``ToolTimeoutError`` (None: no limit). A ``def`` tool's thread
+            cannot be stopped: its timeout takes effect when the thread returns.
+        heartbeat_timeout: Seconds an attempt may go without ``ctx.heartbeat``
+            (counted from its start) before it is cancelled and fails with
+            ``ToolTimeoutError`` (None: no limit).
+        heartbeat_every: The least seconds between two journaled heartbeats of
+            a call (default 5).
 
     Raises:
         ArgumentTypeError: ``name`` is not a str, ``fn`` is not a function (or
@@ -159,7 +200,9 @@ class Tool:
         InvalidArgumentError: ``name`` is not one a model can call (1 to 64
             ASCII letters, digits, ``_`` or ``-``), ``reconcile`` policy without
             a hook, or an ``on_unknown_outcome`` that is not a policy (the message
-            lists them; a ``ValueError``).
+            lists them; a ``ValueError``); a ``timeout`` or
+            ``heartbeat_timeout`` that is not a finite number > 0, a
+            ``heartbeat_every`` that is not one >= 0.
     """
 
     name: str
@@ -170,6 +213,10 @@ class Tool:
     on_unknown_outcome: OnUnknownOutcome = OnUnknownOutcome.ASK
     reconcile: Reconciler | None = None
     sequential: bool = False
+    retry: ToolRetry | None = None
+    timeout: float | None = None
+    heartbeat_timeout: float | None = None
+    heartbeat_every: float = 5.0
     # Set by __post_init__: the function's signature as read once, and whether it is async.
     _read: ToolSignature = field(init=False, repr=False, compare=False)
     _is_async: bool = field(init=False, repr=False, compare=False)
@@ -184,6 +231,12 @@ class Tool:
             raise InvalidArgumentError(f"tool {self.name!r}: the reconcile policy needs a reconcile hook")
         if self.reconcile is not None and not inspect.iscoroutinefunction(self.reconcile):
             raise ArgumentTypeError(f"tool {self.name!r}: reconcile must be an async function")
+        if self.retry is not None and not isinstance(self.retry, ToolRetry):
+            raise ArgumentTypeError(f"tool {self.name!r}: retry must be a ToolRetry, got {type(self.retry).__name__}")
+        where = f"tool {self.name!r}"
+        object.__setattr__(self, "timeout", check_seconds(where, "timeout", self.timeout))
+        object.__setattr__(self, "heartbeat_timeout", check_seconds(where, "heartbeat_timeout", self.heartbeat_timeout))
+        check_figure(where, "heartbeat_every", self.heartbeat_every, optional=False)
         read: ToolSignature = read_signature(self.name, self.fn)
         object.__setattr__(self, "_read", read)
         call = getattr(self.fn, "__call__", None)  # noqa: B004  (the method itself: an object with an async __call__ is async too)
@@ -299,6 +352,10 @@ def tool(
     on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.ASK,
     reconcile: Reconciler | None = None,
     sequential: bool = False,
+    retry: ToolRetry | None = None,
+    timeout: float | None = None,
+    heartbeat_timeout: float | None = None,
+    heartbeat_every: float = 5.0,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -311,6 +368,10 @@ def tool(
     on_unknown_outcome: OnUnknownOutcome | str = OnUnknownOutcome.ASK,
     reconcile: Reconciler | None = None,
     sequential: bool = False,
+    retry: ToolRetry | None = None,
+    timeout: float | None = None,
+    heartbeat_timeout: float | None = None,
+    heartbeat_every: float = 5.0,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator turning a function (``async def`` or ``def``) into a ``Tool``.
 
@@ -332,6 +393,13 @@ def tool(
         reconcile: The hook the ``reconcile`` policy asks whether the call's
             idempotency key already happened (returns a ``Reconciled`` or None).
         sequential: Run this tool's calls one at a time, never beside others.
+        retry: A ``ToolRetry``: attempts, backoff and which errors to retry
+            (None: the definition's ``tool_retry``, else one attempt).
+        timeout: Seconds an attempt may run before it is cancelled (a failed
+            attempt, retried by default).
+        heartbeat_timeout: Seconds an attempt may go without ``ctx.heartbeat``
+            before it is cancelled (a failed attempt).
+        heartbeat_every: The least seconds between two journaled heartbeats.
 
     Returns:
         The ``Tool`` (bare use), or a decorator returning it.
@@ -344,7 +412,8 @@ def tool(
         InvalidArgumentError: ``name`` is not one a model can call (1 to 64
             ASCII letters, digits, ``_`` or ``-``); a lambda (or any function
             whose own name is not one) decorated without ``name=``; or as ``Tool``
-            raises, e.g. ``reconcile`` policy without a hook (a ``ValueError``).
+            raises, e.g. ``reconcile`` policy without a hook or a ``timeout``
+            that is not a number of seconds > 0 (a ``ValueError``).
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
@@ -373,6 +442,10 @@ def tool(
             on_unknown_outcome=_policy(tool_name, on_unknown_outcome),
             reconcile=reconcile,
             sequential=sequential,
+            retry=retry,
+            timeout=timeout,
+            heartbeat_timeout=heartbeat_timeout,
+            heartbeat_every=heartbeat_every,
         )
 
     if callable(name) and not isinstance(name, str):

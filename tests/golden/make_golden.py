@@ -73,6 +73,11 @@ EXTRA: dict[Kind, dict[str, Any]] = {
                   "keys": {"1" * 32: "2" * 32}},
     Kind.MODEL_FAILED: {"attempt": 1, "error": "TimeoutError", "transient": True, "retry_in": 0.75},
     Kind.RETRIED: {"worker": "golden:1", "reason": "model error: TimeoutError"},
+    Kind.TOOL_FAILED: {"key": "3" * 32, "call_id": "t3", "tool": "read_module", "attempt": 1,
+                       "error_type": "ConnectionError", "error": "ConnectionError: upstream reset",
+                       "timed_out": False, "retry_in": 1.25, "retry_at": 1_700_000_001.5},
+    Kind.TOOL_HEARTBEAT: {"key": "3" * 32, "call_id": "t3", "tool": "read_module", "attempt": 2,
+                          "details": {"lines": 120}},
 }
 
 

@@ -22,7 +22,18 @@ import pycddl
 import pytest
 from schema_wire import cddl_name, cddl_text, header_fields, schema, validate_frame
 
-from durably import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably import (
+    AgentDefinition,
+    Budget,
+    ModelResponse,
+    RetryPolicy,
+    Runtime,
+    SnapshotPolicy,
+    ToolCall,
+    ToolRetry,
+    Usage,
+    tool,
+)
 from durably._cli.demo.survey import survey_agent, survey_task
 from durably._journal.records import RecordCodec
 from durably.errors import MissingUpcasterError
@@ -104,6 +115,18 @@ EXAMPLES: dict[Kind, dict[str, Any]] = {
     },
     Kind.MODEL_FAILED: {"attempt": 2, "error": "TimeoutError", "transient": True, "retry_in": 1.25},
     Kind.RETRIED: {"worker": "host:43", "reason": "model error: TimeoutError: the provider did not answer"},
+    Kind.TOOL_FAILED: {
+        "key": KEY,
+        "call_id": "t1",
+        "tool": "read",
+        "attempt": 1,
+        "error_type": "ConnectionError",
+        "error": "ConnectionError: upstream reset",
+        "timed_out": False,
+        "retry_in": 1.5,
+        "retry_at": 1_700_000_001.75,
+    },
+    Kind.TOOL_HEARTBEAT: {"key": KEY, "call_id": "t1", "tool": "read", "attempt": 2, "details": {"rows": 120}},
 }
 
 
@@ -230,6 +253,19 @@ def _agent(name: str, *, steps: int = 1, approval: bool = False, broken: bool = 
     return AgentDefinition(name=name, model=_StepModel(steps, broken=broken), tools=[effect], **kw)
 
 
+def _retrying_agent() -> AgentDefinition:
+    """Its tool beats, fails once (a tool_failed record), then returns."""
+
+    @tool(name="effect", retry=ToolRetry(attempts=2, backoff=0.01, jitter=0.0), heartbeat_every=0.0)
+    async def effect(n: int, *, ctx) -> int:
+        await ctx.heartbeat({"n": n, "attempt": ctx.attempt, "at": dt.date(2025, 1, 2)})
+        if ctx.attempt == 1:
+            raise ConnectionError("upstream reset")
+        return n
+
+    return AgentDefinition(name="retrying", model=_StepModel(1), tools=[effect])
+
+
 def _migrate_plan(state: dict, previous: dict) -> dict:
     return {**state, "plan": [f"migrated from {previous['version']}"] + state["plan"]}
 
@@ -247,7 +283,10 @@ async def _run_every_runtime_path(store, workdir: Path) -> None:
     )
     policy = SnapshotPolicy(every_records=3, tail_ratio=0)
     reported = _agent("reported", approval=True)
-    async with Runtime(store, agents=[survey, budgeted, parked, broken, v1, reported], snapshot_policy=policy) as rt:
+    retrying = _retrying_agent()
+    agents = [survey, budgeted, parked, broken, v1, reported, retrying]
+    async with Runtime(store, agents=agents, snapshot_policy=policy) as rt:
+        assert (await rt.run(retrying, "retrying", "retry")).status == "finished"
         state = await rt.run(survey, "survey", survey_task(["colorsys", "bisect"]))
         await rt.send("survey", "Please keep the report short.")
         await rt.approve("survey", state.open_approvals()[0]["approval_id"], by="ops", note="ok")
