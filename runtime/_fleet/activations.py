@@ -27,12 +27,14 @@ from durably._fleet import fleet_metrics
 from durably._fleet.blocked import BlockedAgents
 from durably._fleet.handle import AgentHandle
 from durably._fleet.single_flight import KeyedLock
+from durably._fleet.timers import WakeClock
 from durably._journal import status_index
 from durably._journal.restore import restore
 from durably._journal.snapshots import SnapshotPolicy
 from durably._journal.writer import AgentJournal
+from durably._loop import timers
 from durably._loop.actor import AgentActor
-from durably._loop.state import NEEDS_MIGRATION, RUNNING, AgentState
+from durably._loop.state import NEEDS_MIGRATION, RUNNING, SLEEPING, AgentState
 from durably.errors import (
     AgentExistsError,
     AgentFencedError,
@@ -98,6 +100,7 @@ class Activations:
         self.draining = False  # set by drain(): nothing more is resumed here
         self.open = True  # cleared when the runtime is being left: nothing more is spawned
         self.blocked = BlockedAgents()  # logged once each (blocked.py)
+        self.wake = WakeClock()  # the earliest timer seen, for serve() to wake at (_fleet/timers.py)
 
     def stream(self, agent_id: str) -> StreamId:
         """The stream of ``agent_id`` in this runtime's namespace."""
@@ -225,7 +228,10 @@ class Activations:
         try:
             journal = await self.restore_journal(agent_id, claim)
             await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
-            if journal.state.status != RUNNING:
+            waking = timers.due(journal.state)  # a sleeping agent whose time has come wakes here
+            if journal.state.status != RUNNING and not waking:
+                if journal.state.status == SLEEPING:
+                    self.wake.note(journal.state.wake_at)
                 if journal.state.status == NEEDS_MIGRATION:
                     self.blocked.found(agent_id, journal.state.reason)
                 await self.leases.release(claim)
@@ -245,7 +251,8 @@ class Activations:
                     await gather()
                 claim.check()  # the restore may have outlasted the lease
                 with tm.activated(span, end=False):
-                    await journal.append(*changes, (Kind.RESUMED, resumed))
+                    fired = [timers.fired_entry(state)] if waking else []
+                    await journal.append(*changes, *fired, (Kind.RESUMED, resumed))
                 self.require_open()
             except BaseException as exc:
                 _end_failed(span, exc)
@@ -333,6 +340,8 @@ class Activations:
             finally:
                 if self.live.get(agent_id) is actor:
                     del self.live[agent_id]  # parked or done: nothing of it stays in memory
+                if actor.state.status == SLEEPING:
+                    self.wake.note(actor.state.wake_at)  # serve() wakes for it, if this runtime serves
                 # Exactly this activation's lease (a no-op if a newer activation claimed the
                 # stream since). Under the id's lock: a resume racing this exit renews the
                 # same lease in the store, which must not be released under the activation it spawned.

@@ -20,6 +20,7 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._loop.state import RUNNING, AgentState
+from durably._loop.timers import Sleep, timer_entry
 from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext
 from durably.errors import AgentFencedError, AgentLeaseLostError, RedactedArgumentError, ToolArgumentsError
 from durably.schemas._records import Kind
@@ -211,10 +212,13 @@ class ToolCalls:
                     }
                 )
             self.journal.check_lease()  # a worker past its lease runs no side effect
+            timer: float | None = None
             try:
                 result = await tool.invoke(
                     arguments, self._context(call, attempt), validated=self._validated.pop(call["key"], None)
                 )
+                if isinstance(result, Sleep):  # the result, and a timer parking the agent (timers.py)
+                    timer, result = result.wake_at, result.result
                 outcome = {"result": tool.to_journal(result)}
             except Exception as exc:
                 tm.record_exception(span, exc)
@@ -222,10 +226,11 @@ class ToolCalls:
         if lock is None:
             # A lone call's result is staged: committed while the model reads it, or
             # with the model's answer (one commit per step); never acted on before.
-            await self._result(call, staged=True, **outcome)
+            # A timer parks the agent now: the result is appended with it.
+            await self._result(call, staged=timer is None, timer=timer, **outcome)
         else:
             async with lock:
-                await self._result(call, **outcome)
+                await self._result(call, timer=timer, **outcome)
 
     async def _reconcile(self, tool: Tool, call: dict[str, Any], attempt: int) -> None:
         assert tool.reconcile is not None  # Tool.__post_init__ guarantees it
@@ -253,11 +258,14 @@ class ToolCalls:
         error: str | None = None,
         reconciled: bool = False,
         staged: bool = False,
+        timer: float | None = None,
     ) -> None:
         entry = self._result_entry(call, result=result, error=error, reconciled=reconciled)
         try:
             if staged:
                 self.journal.stage(entry)
+            elif timer is not None and error is None:
+                await self.journal.append(entry, timer_entry(timer, call["id"]))
             else:
                 await self.journal.append(entry)
         except UnencodableValueError as exc:

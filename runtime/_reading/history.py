@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durably._journal.records import RecordCodec
+from durably._loop.state import utc_iso
 from durably.errors import AgentNotFoundError, InvalidCommandError
 from durably.schemas._records import KINDS, Kind, Record
 from durably.storage._spi import Store, StreamId
@@ -167,4 +168,8 @@ _SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
         f"definition {d['previous']['version']} -> {d['definition']['version']} ({d['policy']})"
     ),
     Kind.FORKED: lambda d: f"fork of {d['namespace']}/{d['agent_id']} at seq {d['seq']}",
+    Kind.TIMER_SET: lambda d: (
+        f"sleeping until {utc_iso(d['wake_at'])}" + (f" (call {d['call_id']})" if "call_id" in d else "")
+    ),
+    Kind.TIMER_FIRED: lambda d: f"timer for {utc_iso(d['wake_at'])} fired",
 }
