@@ -73,6 +73,8 @@ EXTRA: dict[Kind, dict[str, Any]] = {
                   "keys": {"1" * 32: "2" * 32}},
     Kind.MODEL_FAILED: {"attempt": 1, "error": "TimeoutError", "transient": True, "retry_in": 0.75},
     Kind.RETRIED: {"worker": "golden:1", "reason": "model error: TimeoutError"},
+    Kind.TIMER_SET: {"wake_at": 1767323045.5, "call_id": "t11"},
+    Kind.TIMER_FIRED: {"wake_at": 1767323045.5},
 }
 
 
