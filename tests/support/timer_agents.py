@@ -34,8 +34,8 @@ class NapModel:
         return ModelResponse(f"done {[m['content'] for m in done]}")
 
 
-def nap_agent(effects: Path, seconds: float, *, name: str = "napper") -> AgentDefinition:
-    """The agent described above, its effects appended to ``effects``."""
+def nap_agent(effects: Path, seconds: float, *, name: str = "napper", model: NapModel | None = None) -> AgentDefinition:
+    """The agent described above, its effects appended to ``effects`` (``model``: another ``NapModel``)."""
 
     @tool(name="nap")
     async def nap(seconds: float) -> Sleep:
@@ -47,4 +47,4 @@ def nap_agent(effects: Path, seconds: float, *, name: str = "napper") -> AgentDe
         await anyio.to_thread.run_sync(append_line, effects, line)
         return n * 10
 
-    return AgentDefinition(name=name, model=NapModel(seconds), tools=[nap, effect])
+    return AgentDefinition(name=name, model=model or NapModel(seconds), tools=[nap, effect])
