@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
@@ -145,3 +148,22 @@ async def test_a_cancelled_sleeper_never_wakes(tmp_path):
         assert state.status == "cancelled"
         assert Kind.TIMER_FIRED not in await kinds(rt, "a")
     assert not (tmp_path / "effects.jsonl").exists()
+
+
+async def test_the_cli_and_the_console_description_say_when_a_sleeper_wakes(tmp_path):
+    napper = nap_agent(tmp_path / "effects.jsonl", 3600)
+    url = f"sqlite:///{tmp_path}/agents.db"
+    async with Runtime(url, agents=[napper]) as rt:
+        state = await rt.run(napper, "a", "nap")
+        when = datetime.fromtimestamp(state.wake_at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        described = await rt.describe("a")  # what the console's agent page shows
+        assert (described.status, described.reason) == ("sleeping", f"sleeping until {when}")
+    listed = subprocess.run(
+        [sys.executable, "-m", "durably", "agents", "--store", url, "--status", "sleeping"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "sleeping until" in listed.stdout and when[:16] in listed.stdout
