@@ -31,6 +31,7 @@ import anyio
 
 from durably._figures import check_bool, check_figure
 from durably._fleet.activations import Activations
+from durably._fleet.attach import OnRunning, check_on_running, resume_or_attach
 from durably._fleet.leases import LeaseKeeper
 from durably._fleet.owner import hostname
 from durably._fleet.workers import DEFAULT_TIMEOUT as DEFAULT_HEARTBEAT_TIMEOUT
@@ -439,12 +440,22 @@ class Runtime:
         return await self._activations.resume(agent_id, force=force)
 
     async def run(
-        self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
+        self,
+        agent: str | AgentDefinition,
+        agent_id: str,
+        task: str,
+        *,
+        budget: Budget | None = None,
+        on_running: OnRunning = "wait",
     ) -> AgentState:
         """Start an agent (or resume it if its journal exists) and wait until it stops or parks.
 
         A resumed run with the same definition and task is silent: calling
         ``run`` again after a crash picks the agent up where its journal ends.
+        An agent running in another runtime now (it holds the lease) is
+        attached to: ``run`` follows its journal until it stops or parks there
+        and returns that state, and takes it over if that runtime dies first
+        (``durably._fleet.attach``). One running in this runtime is waited for too.
 
         Args:
             agent: The definition, or the name of a registered one.
@@ -452,22 +463,26 @@ class Runtime:
             task: The task, the conversation's first user message.
             budget: Limits for a new run (None: the definition's ``budget``);
                 ignored when the agent is resumed.
+            on_running: ``"wait"`` (the default): attach to an agent another
+                runtime runs now; ``"raise"``: raise ``AgentLeasedError`` instead.
 
         Returns:
-            The ``AgentState`` it stopped or parked with.
+            The ``AgentState`` it stopped or parked with (``sleeping`` on a timer too).
 
         Raises:
             AgentExistsError: ``agent_id`` exists under another definition name
                 or with another task (the message says which differs): an id
                 reused by mistake must not hand back another agent's result.
-            AgentLeasedError: Another runtime holds the agent's lease (it runs
-                the agent now: ``owner`` and ``expires_at`` say who and until
-                when).
+            AgentLeasedError: With ``on_running="raise"``: another runtime holds
+                the agent's lease (it runs the agent now: ``owner`` and
+                ``expires_at`` say who and until when).
             AgentLeaseLostError: Another runtime took the lease while it ran here.
+            InvalidArgumentError: ``on_running`` is neither ``"wait"`` nor ``"raise"``.
             DefinitionNotRegisteredError: ``agent`` names no registered definition.
             ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``.
             DurablyError: What ``resume`` and ``AgentHandle.wait`` raise.
         """
+        check_on_running(on_running)
         handle: AgentHandle | None
         try:
             handle = await self.start(agent, agent_id, task, budget=budget)
@@ -484,6 +499,13 @@ class Runtime:
                     f"agent {agent_id!r} exists in namespace {self.namespace!r} with another task "
                     f"({existing.task[:60]!r}, not {task[:60]!r})"
                 ) from None
+            if on_running == "wait":
+                return await resume_or_attach(
+                    agent_id,
+                    self.resume,
+                    lambda agent_id, until, timeout: self.wait(agent_id, until, timeout=timeout),
+                    self.status,
+                )
             handle = await self.resume(agent_id)
             if handle is None:
                 return await self.status(agent_id)
