@@ -44,6 +44,7 @@ from durably._journal.writer import JournalServices
 from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
 from durably._loop.state import AgentState
+from durably._loop.timers import wake_time
 from durably._operate.operator import Operator
 from durably._reading.reader import Reader
 from durably._telemetry import Telemetry, worker_attributes
@@ -64,6 +65,7 @@ from durably.storage._url_redaction import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from datetime import datetime
 
     from opentelemetry import metrics, trace
 
@@ -330,7 +332,13 @@ class Runtime:
     # starting and resuming --------------------------------------------------
 
     async def start(
-        self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
+        self,
+        agent: str | AgentDefinition,
+        agent_id: str,
+        task: str,
+        *,
+        budget: Budget | None = None,
+        not_before: datetime | None = None,
     ) -> AgentHandle:
         """Start a new agent run and return its handle, without waiting for it.
 
@@ -341,6 +349,9 @@ class Runtime:
             agent_id: The new agent's id in this runtime's namespace.
             task: The task, the conversation's first user message.
             budget: Limits for this run (None: the definition's ``budget``).
+            not_before: An aware datetime: the agent sleeps until then (a
+                durable timer journaled with its ``started`` record; a serving
+                worker runs it once it is due). None: it runs now.
 
         Returns:
             The handle of the live activation (``await handle.wait()``).
@@ -349,18 +360,26 @@ class Runtime:
             AgentExistsError: ``agent_id`` already has a journal (or is live here,
                 or another runtime holds its lease).
             DefinitionNotRegisteredError: ``agent`` names no registered definition.
-            ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``
-                (before anything is journaled).
+            ArgumentTypeError: ``task`` is not a ``str``, ``budget`` not a ``Budget``
+                or ``not_before`` not a ``datetime`` (before anything is journaled).
+            InvalidArgumentError: ``not_before`` is a naive datetime.
         """
         if not isinstance(task, str):
             raise ArgumentTypeError(f"start: task must be a str, got {type(task).__name__}")
         if budget is not None and not isinstance(budget, Budget):
             raise ArgumentTypeError(f"start: budget must be a Budget, got {type(budget).__name__}")
+        wake_at = None if not_before is None else wake_time("start: not_before", until=not_before)
         definition = agent if isinstance(agent, AgentDefinition) else self._activations.definition(agent)
-        return await self._activations.start(definition, agent_id, task, budget)
+        return await self._activations.start(definition, agent_id, task, budget, wake_at)
 
     async def submit(
-        self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
+        self,
+        agent: str | AgentDefinition,
+        agent_id: str,
+        task: str,
+        *,
+        budget: Budget | None = None,
+        not_before: datetime | None = None,
     ) -> CommandResult:
         """Create an agent for the workers to run, without running it here (an enqueue).
 
@@ -376,28 +395,33 @@ class Runtime:
             agent_id: The new agent's id in this runtime's namespace.
             task: The task, the conversation's first user message.
             budget: Limits for this run (None: the definition's ``budget``).
+            not_before: An aware datetime: the agent sleeps until then (a
+                durable timer journaled with its ``started`` record), and a
+                worker runs it once it is due. None: as soon as a worker can.
 
         Returns:
-            A ``CommandResult``: the agent's state (``running``) and its
+            A ``CommandResult``: the agent's state (``running``, or ``sleeping`` with ``not_before``) and its
                 placement: ``queued`` naming the live workers that serve its
                 definition, or ``unassigned`` when none does now.
 
         Raises:
             AgentExistsError: ``agent_id`` already has a journal or is live here (nothing written).
             DefinitionNotRegisteredError: ``agent`` names no registered definition.
-            ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``
-                (before anything is journaled).
+            ArgumentTypeError: ``task`` is not a ``str``, ``budget`` not a ``Budget``
+                or ``not_before`` not a ``datetime`` (before anything is journaled).
+            InvalidArgumentError: ``not_before`` is a naive datetime.
             StoreUnavailableError: The store cannot be reached.
         """
         if not isinstance(task, str):
             raise ArgumentTypeError(f"submit: task must be a str, got {type(task).__name__}")
         if budget is not None and not isinstance(budget, Budget):
             raise ArgumentTypeError(f"submit: budget must be a Budget, got {type(budget).__name__}")
+        wake_at = None if not_before is None else wake_time("submit: not_before", until=not_before)
         definition = agent if isinstance(agent, AgentDefinition) else self._activations.definition(agent)
         self._definitions.setdefault(definition.name, definition)
         from durably._fleet.submit import submit
 
-        return await submit(self._activations, definition, agent_id, task, budget)
+        return await submit(self._activations, definition, agent_id, task, budget, wake_at)
 
     async def resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
         """Resume an agent from its journal if it can run.

@@ -131,11 +131,19 @@ class Activations:
                 "its journal is intact and the next runtime resumes it"
             )
 
-    async def start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
-        """``Runtime.start`` once its arguments are checked: begin the agent's journal and spawn it."""
+    async def start(
+        self,
+        definition: AgentDefinition,
+        agent_id: str,
+        task: str,
+        budget: Budget | None,
+        wake_at: float | None = None,
+    ) -> AgentHandle:
+        """``Runtime.start`` once its arguments are checked: begin the agent's journal and spawn it
+        (``wake_at``: it sleeps until then first, see ``durably._loop.timers``)."""
         self.definitions.setdefault(definition.name, definition)
         async with self.activating.hold(agent_id):
-            return await self._start(definition, agent_id, task, budget)
+            return await self._start(definition, agent_id, task, budget, wake_at)
 
     async def status(self, agent_id: str) -> AgentState:
         """``Runtime.status``: the live actor's durable state, else the state restored from the store."""
@@ -157,7 +165,9 @@ class Activations:
         for actor in list(self.live.values()):
             actor.cancel_scope.cancel()
 
-    async def _start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
+    async def _start(
+        self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None, wake_at: float | None
+    ) -> AgentHandle:
         stream = self.stream(agent_id)
         if agent_id in self.live:  # running here: its lease is the live actor's, not ours to touch
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
@@ -183,7 +193,7 @@ class Activations:
         try:
             claim.check()
             with tm.activated(span, end=False):
-                await journal.append((Kind.STARTED, data))
+                await journal.append((Kind.STARTED, data), *([timers.timer_entry(wake_at)] if wake_at else []))
             self.require_open()
         except BaseException as exc:
             _end_failed(span, exc)

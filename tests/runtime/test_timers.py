@@ -167,3 +167,30 @@ async def test_the_cli_and_the_console_description_say_when_a_sleeper_wakes(tmp_
     )
     assert listed.returncode == 0, listed.stderr
     assert "sleeping until" in listed.stdout and when[:16] in listed.stdout
+
+
+async def test_start_and_submit_not_before_park_a_new_agent_until_then(tmp_path):
+    napper = nap_agent(tmp_path / "effects.jsonl", 0.0)
+    soon = datetime.now(UTC) + timedelta(seconds=0.5)
+    async with Runtime(f"sqlite:///{tmp_path}/agents.db", agents=[napper]) as rt:
+        with pytest.raises(InvalidArgumentError):
+            await rt.start(napper, "naive", "nap", not_before=datetime(2030, 1, 1))
+        with pytest.raises(ArgumentTypeError):
+            await rt.submit(napper, "text", "nap", not_before="2030-01-01")
+        assert [s.agent_id async for s in rt.store.list_streams(rt.namespace)] == []  # nothing journaled
+        started = await (await rt.start(napper, "started", "nap", not_before=soon)).wait()
+        submitted = await rt.submit(napper, "submitted", "nap", not_before=soon)
+        assert started.status == submitted.status == "sleeping"
+        assert started.wake_at == submitted.wake_at == soon.timestamp()
+        assert await rt.resume("started") is None  # not before its time
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: rt.serve(poll_interval=3600))
+            with anyio.fail_after(30):
+                while {(await rt.status(a)).status for a in ("started", "submitted")} != {"finished"}:
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+        for agent_id in ("started", "submitted"):
+            journal = await kinds(rt, agent_id)
+            assert journal[:2] == [Kind.STARTED, Kind.TIMER_SET]
+            # not_before's timer, then the nap's: each set once, fired once
+            assert journal.count(Kind.TIMER_SET) == journal.count(Kind.TIMER_FIRED) == 2
