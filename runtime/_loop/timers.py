@@ -68,6 +68,8 @@ class Sleep:
     agent later waits only what is left.
 
     Attributes:
+        seconds: How long to sleep from now (not kept: ``wake_at`` is).
+        until: An aware ``datetime`` to sleep until (not kept: ``wake_at`` is).
         wake_at: When the agent wakes, unix seconds.
         result: The tool's result, journaled with the timer.
 
