@@ -74,7 +74,7 @@ def entry_from_row(
     except (TypeError, ValueError):  # JSONDecodeError is a ValueError
         return None
     wake_at = None
-    if type(found) is dict:
+    if isinstance(found, dict):  # a sleeping agent's entry: its approvals and its wake time
         found, wake_at = found.get("approvals"), found.get("wake_at")
         if type(wake_at) not in (int, float):
             return None

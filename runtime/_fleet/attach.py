@@ -15,8 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from durably._fleet.handle import AgentHandle
-from durably._loop.state import SLEEPING, AgentState
-from durably._reading.watch import STOPPED_OR_PARKED
+from durably._loop.state import CANCELLED, FAILED, FINISHED, SLEEPING, SUSPENDED, WAITING_APPROVAL, AgentState
 from durably.errors import AgentLeasedError, InvalidArgumentError, WaitTimeoutError
 
 #: What ``run`` does about an agent running elsewhere: wait for it, or raise ``AgentLeasedError``.
@@ -25,7 +24,7 @@ ON_RUNNING: frozenset[str] = frozenset({"wait", "raise"})
 #: Longest wait on another runtime's activation before asking for its lease again, seconds.
 RETRY_SECONDS = 2.0
 #: The statuses an attached ``run`` returns at: those a ``run`` here returns at.
-RETURNS_AT = STOPPED_OR_PARKED | {SLEEPING}
+RETURNS_AT = frozenset({WAITING_APPROVAL, SUSPENDED, SLEEPING, FINISHED, FAILED, CANCELLED})
 
 
 def check_on_running(value: object) -> None:

@@ -187,4 +187,5 @@ def billed_usage(error: BaseException, response: Any = None) -> dict[str, Any] |
         _check_usage(usage)
     except ModelReplyError:
         return None
+    assert isinstance(usage, Usage)  # _check_usage made sure
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd}
