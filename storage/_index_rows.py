@@ -73,9 +73,10 @@ def entry_from_row(
         found = json.loads(approvals)
     except (TypeError, ValueError):  # JSONDecodeError is a ValueError
         return None
-    wake_at = None
+    wake_at: Any = None
     if isinstance(found, dict):  # a sleeping agent's entry: its approvals and its wake time
-        found, wake_at = found.get("approvals"), found.get("wake_at")
+        sleeping: dict[str, Any] = found
+        found, wake_at = sleeping.get("approvals"), sleeping.get("wake_at")
         if type(wake_at) not in (int, float):
             return None
     if type(status) is not str or type(found) is not list:
