@@ -103,20 +103,21 @@ class AnthropicModel:
             raise transient_from_status(exc, exc.status_code, exc.response.headers) from exc
         except anthropic.APIConnectionError as exc:  # APITimeoutError is one
             raise TransientModelError(f"{type(exc).__name__}: the model provider did not answer") from exc
+        tokens_in, tokens_out = reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
+        usage = Usage(tokens_in, tokens_out, self.price.cost(tokens_in, tokens_out) if self.price else 0.0)
         texts, calls = [], []
         for block in reply.content:
             if block.type == "text":
                 texts.append(block.text)
             elif block.type == "tool_use":
                 if not isinstance(block.input, dict):
-                    raise MalformedToolCallError(f"tool call {block.name!r}: input is not a JSON object")
+                    # Billed all the same: the usage counts towards the budgets.
+                    raise MalformedToolCallError(f"tool call {block.name!r}: input is not a JSON object", usage=usage)
                 calls.append(ToolCall(block.id, block.name, block.input))
-        tokens_in, tokens_out = reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
-        cost = self.price.cost(tokens_in, tokens_out) if self.price else 0.0
         return ModelResponse(
             "".join(texts),
             tuple(calls),
-            Usage(tokens_in, tokens_out, cost),
+            usage,
             model=reply.model or self.name,
             stop_reason=stop_reason(reply.stop_reason),
         )

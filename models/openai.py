@@ -87,7 +87,7 @@ class OpenAIChatModel:
                 choices. Other HTTP errors (400, 401...) propagate as the client's
                 ``openai.APIStatusError``.
             MalformedToolCallError: A ``TransientModelError``: a tool call's
-                arguments are not a JSON object.
+                arguments are not a JSON object (its ``usage``: what the reply cost).
         """
         request: dict[str, Any] = {"model": self.name, "messages": to_wire(messages), **self.options}
         if tools:
@@ -108,13 +108,18 @@ class OpenAIChatModel:
             raise TransientModelError("the model provider answered with no choices")
         choice = reply.choices[0]
         message = choice.message
-        calls = tuple(_call(c) for c in message.tool_calls or ())
+        usage = self._usage(reply.usage)
+        try:
+            calls = tuple(_call(c) for c in message.tool_calls or ())
+        except MalformedToolCallError as exc:
+            exc.usage = usage  # billed all the same: it counts towards the budgets
+            raise
         text, reason = message.content or "", stop_reason(choice.finish_reason)
         refusal = getattr(message, "refusal", None)
         if isinstance(refusal, str) and refusal:
             # The refusal is the answer (a refusal may come with finish_reason "stop").
             text, reason = refusal, "refused"
-        return ModelResponse(text, calls, self._usage(reply.usage), model=reply.model or self.name, stop_reason=reason)
+        return ModelResponse(text, calls, usage, model=reply.model or self.name, stop_reason=reason)
 
     def _usage(self, usage: Any) -> Usage:
         if usage is None:

@@ -92,6 +92,7 @@ _LAZY: dict[str, str] = {
     "ToolCall": "durably._loop.model",
     "Usage": "durably._loop.model",
     "RetryPolicy": "durably._loop.model_retries",
+    "Sleep": "durably._loop.timers",
     "SnapshotPolicy": "durably._journal.snapshots",
     "Tool": "durably._tools.tool",
     "ToolContext": "durably._tools.tool",
@@ -140,6 +141,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably._loop.model import Model, ModelResponse, ToolCall, Usage
     from durably._loop.model_retries import RetryPolicy
     from durably._loop.state import AgentState
+    from durably._loop.timers import Sleep
     from durably._operate.placement import CommandResult, Placement, Where
     from durably._reading.describe import AgentDescription, LeaseInfo
     from durably._reading.history import HistoryEntry
@@ -248,6 +250,7 @@ __all__ = [
     "Runtime",
     "RuntimeNotStartedError",
     "SeqOutOfRangeError",
+    "Sleep",
     "SnapshotPolicy",
     "StaticKeyProvider",
     "StatusChange",

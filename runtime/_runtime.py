@@ -31,6 +31,7 @@ import anyio
 
 from durably._figures import check_bool, check_figure
 from durably._fleet.activations import Activations
+from durably._fleet.attach import OnRunning, check_on_running, resume_or_attach
 from durably._fleet.leases import LeaseKeeper
 from durably._fleet.owner import hostname
 from durably._fleet.workers import DEFAULT_TIMEOUT as DEFAULT_HEARTBEAT_TIMEOUT
@@ -43,6 +44,7 @@ from durably._journal.writer import JournalServices
 from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
 from durably._loop.state import AgentState
+from durably._loop.timers import wake_time
 from durably._operate.operator import Operator
 from durably._reading.reader import Reader
 from durably._telemetry import Telemetry, worker_attributes
@@ -63,6 +65,7 @@ from durably.storage._url_redaction import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from datetime import datetime
 
     from opentelemetry import metrics, trace
 
@@ -329,7 +332,13 @@ class Runtime:
     # starting and resuming --------------------------------------------------
 
     async def start(
-        self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
+        self,
+        agent: str | AgentDefinition,
+        agent_id: str,
+        task: str,
+        *,
+        budget: Budget | None = None,
+        not_before: datetime | None = None,
     ) -> AgentHandle:
         """Start a new agent run and return its handle, without waiting for it.
 
@@ -340,6 +349,9 @@ class Runtime:
             agent_id: The new agent's id in this runtime's namespace.
             task: The task, the conversation's first user message.
             budget: Limits for this run (None: the definition's ``budget``).
+            not_before: An aware datetime: the agent sleeps until then (a
+                durable timer journaled with its ``started`` record; a serving
+                worker runs it once it is due). None: it runs now.
 
         Returns:
             The handle of the live activation (``await handle.wait()``).
@@ -348,18 +360,26 @@ class Runtime:
             AgentExistsError: ``agent_id`` already has a journal (or is live here,
                 or another runtime holds its lease).
             DefinitionNotRegisteredError: ``agent`` names no registered definition.
-            ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``
-                (before anything is journaled).
+            ArgumentTypeError: ``task`` is not a ``str``, ``budget`` not a ``Budget``
+                or ``not_before`` not a ``datetime`` (before anything is journaled).
+            InvalidArgumentError: ``not_before`` is a naive datetime.
         """
         if not isinstance(task, str):
             raise ArgumentTypeError(f"start: task must be a str, got {type(task).__name__}")
         if budget is not None and not isinstance(budget, Budget):
             raise ArgumentTypeError(f"start: budget must be a Budget, got {type(budget).__name__}")
+        wake_at = None if not_before is None else wake_time("start: not_before", until=not_before)
         definition = agent if isinstance(agent, AgentDefinition) else self._activations.definition(agent)
-        return await self._activations.start(definition, agent_id, task, budget)
+        return await self._activations.start(definition, agent_id, task, budget, wake_at)
 
     async def submit(
-        self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
+        self,
+        agent: str | AgentDefinition,
+        agent_id: str,
+        task: str,
+        *,
+        budget: Budget | None = None,
+        not_before: datetime | None = None,
     ) -> CommandResult:
         """Create an agent for the workers to run, without running it here (an enqueue).
 
@@ -375,28 +395,33 @@ class Runtime:
             agent_id: The new agent's id in this runtime's namespace.
             task: The task, the conversation's first user message.
             budget: Limits for this run (None: the definition's ``budget``).
+            not_before: An aware datetime: the agent sleeps until then (a
+                durable timer journaled with its ``started`` record), and a
+                worker runs it once it is due. None: as soon as a worker can.
 
         Returns:
-            A ``CommandResult``: the agent's state (``running``) and its
+            A ``CommandResult``: the agent's state (``running``, or ``sleeping`` with ``not_before``) and its
                 placement: ``queued`` naming the live workers that serve its
                 definition, or ``unassigned`` when none does now.
 
         Raises:
             AgentExistsError: ``agent_id`` already has a journal or is live here (nothing written).
             DefinitionNotRegisteredError: ``agent`` names no registered definition.
-            ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``
-                (before anything is journaled).
+            ArgumentTypeError: ``task`` is not a ``str``, ``budget`` not a ``Budget``
+                or ``not_before`` not a ``datetime`` (before anything is journaled).
+            InvalidArgumentError: ``not_before`` is a naive datetime.
             StoreUnavailableError: The store cannot be reached.
         """
         if not isinstance(task, str):
             raise ArgumentTypeError(f"submit: task must be a str, got {type(task).__name__}")
         if budget is not None and not isinstance(budget, Budget):
             raise ArgumentTypeError(f"submit: budget must be a Budget, got {type(budget).__name__}")
+        wake_at = None if not_before is None else wake_time("submit: not_before", until=not_before)
         definition = agent if isinstance(agent, AgentDefinition) else self._activations.definition(agent)
         self._definitions.setdefault(definition.name, definition)
         from durably._fleet.submit import submit
 
-        return await submit(self._activations, definition, agent_id, task, budget)
+        return await submit(self._activations, definition, agent_id, task, budget, wake_at)
 
     async def resume(self, agent_id: str, *, force: bool = False) -> AgentHandle | None:
         """Resume an agent from its journal if it can run.
@@ -439,12 +464,22 @@ class Runtime:
         return await self._activations.resume(agent_id, force=force)
 
     async def run(
-        self, agent: str | AgentDefinition, agent_id: str, task: str, *, budget: Budget | None = None
+        self,
+        agent: str | AgentDefinition,
+        agent_id: str,
+        task: str,
+        *,
+        budget: Budget | None = None,
+        on_running: OnRunning = "wait",
     ) -> AgentState:
         """Start an agent (or resume it if its journal exists) and wait until it stops or parks.
 
         A resumed run with the same definition and task is silent: calling
         ``run`` again after a crash picks the agent up where its journal ends.
+        An agent running in another runtime now (it holds the lease) is
+        attached to: ``run`` follows its journal until it stops or parks there
+        and returns that state, and takes it over if that runtime dies first
+        (``durably._fleet.attach``). One running in this runtime is waited for too.
 
         Args:
             agent: The definition, or the name of a registered one.
@@ -452,22 +487,26 @@ class Runtime:
             task: The task, the conversation's first user message.
             budget: Limits for a new run (None: the definition's ``budget``);
                 ignored when the agent is resumed.
+            on_running: ``"wait"`` (the default): attach to an agent another
+                runtime runs now; ``"raise"``: raise ``AgentLeasedError`` instead.
 
         Returns:
-            The ``AgentState`` it stopped or parked with.
+            The ``AgentState`` it stopped or parked with (``sleeping`` on a timer too).
 
         Raises:
             AgentExistsError: ``agent_id`` exists under another definition name
                 or with another task (the message says which differs): an id
                 reused by mistake must not hand back another agent's result.
-            AgentLeasedError: Another runtime holds the agent's lease (it runs
-                the agent now: ``owner`` and ``expires_at`` say who and until
-                when).
+            AgentLeasedError: With ``on_running="raise"``: another runtime holds
+                the agent's lease (it runs the agent now: ``owner`` and
+                ``expires_at`` say who and until when).
             AgentLeaseLostError: Another runtime took the lease while it ran here.
+            InvalidArgumentError: ``on_running`` is neither ``"wait"`` nor ``"raise"``.
             DefinitionNotRegisteredError: ``agent`` names no registered definition.
             ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``.
             DurablyError: What ``resume`` and ``AgentHandle.wait`` raise.
         """
+        check_on_running(on_running)
         handle: AgentHandle | None
         try:
             handle = await self.start(agent, agent_id, task, budget=budget)
@@ -484,6 +523,13 @@ class Runtime:
                     f"agent {agent_id!r} exists in namespace {self.namespace!r} with another task "
                     f"({existing.task[:60]!r}, not {task[:60]!r})"
                 ) from None
+            if on_running == "wait":
+                return await resume_or_attach(
+                    agent_id,
+                    self.resume,
+                    lambda agent_id, until, timeout: self.wait(agent_id, until, timeout=timeout),
+                    self.status,
+                )
             handle = await self.resume(agent_id)
             if handle is None:
                 return await self.status(agent_id)

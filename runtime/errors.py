@@ -551,7 +551,14 @@ class MalformedToolCallError(TransientModelError):
     """The model's tool call does not parse (its arguments are not a JSON object).
 
     Transient: the reply is sampled, so the next attempt usually parses; the
-    retry policy retries it and journals each failed attempt."""
+    retry policy retries it and journals each failed attempt. ``usage`` is
+    what the provider billed for the reply (a ``durably.Usage``, or None when
+    unknown): the failed attempt's record counts it towards the budgets.
+    """
+
+    def __init__(self, message: str, *, usage: object = None, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.usage = usage
 
 
 class ModelReplyError(DurablyError, ValueError):

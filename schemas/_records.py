@@ -54,6 +54,8 @@ class Kind(StrEnum):
     # attempt, timed out or not, the pause chosen): journaled before the pause
     TOOL_FAILED = "tool_failed"
     TOOL_HEARTBEAT = "tool_heartbeat"  # (version 5) a running tool's progress details (ctx.heartbeat), rate-limited
+    TIMER_SET = "timer_set"  # (version 5) the agent parks until a time (wake_at)
+    TIMER_FIRED = "timer_fired"  # (version 5) its timer fired: it runs on
 
 
 KINDS = frozenset(k.value for k in Kind)

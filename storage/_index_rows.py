@@ -1,7 +1,10 @@
 """The status index as SQL rows, shared by the SQL adapters (SQLite, PostgreSQL).
 
 Both keep an entry in five columns of the stream's row (status, definition,
-index_seq, updated_at, approvals as a JSON list) and list a namespace by
+index_seq, updated_at, approvals as a JSON list; a sleeping agent's as the
+JSON map ``{"approvals": [...], "wake_at": t}``, which a reader that predates
+timers takes for no entry, so it looks at the stream: the safe way to err)
+and list a namespace by
 keyset paging (``agent_id > after ORDER BY agent_id LIMIT n``): one range scan
 per status asked for, plus one for rows without an entry (``status IS NULL``),
 which a caller asking for statuses must see too (an unindexed stream may be
@@ -49,7 +52,10 @@ def entry_columns(entry: IndexEntry | None) -> tuple[object, ...]:
         return (None, None, None, None, None)
     if not isinstance(entry, IndexEntry):
         raise InvalidRequestError(f"an index entry must be an IndexEntry, got {type(entry).__name__}")
-    return (entry.status, entry.definition, entry.seq, entry.updated_at, json.dumps(list(entry.open_approvals)))
+    approvals: object = list(entry.open_approvals)
+    if entry.wake_at is not None:
+        approvals = {"approvals": approvals, "wake_at": entry.wake_at}
+    return (entry.status, entry.definition, entry.seq, entry.updated_at, json.dumps(approvals))
 
 
 def entry_from_row(
@@ -67,9 +73,22 @@ def entry_from_row(
         found = json.loads(approvals)
     except (TypeError, ValueError):  # JSONDecodeError is a ValueError
         return None
+    wake_at: Any = None
+    if isinstance(found, dict):  # a sleeping agent's entry: its approvals and its wake time
+        sleeping: dict[str, Any] = found
+        found, wake_at = sleeping.get("approvals"), sleeping.get("wake_at")
+        if type(wake_at) not in (int, float):
+            return None
     if type(status) is not str or type(found) is not list:
         return None
-    return IndexEntry(status=status, definition=definition, seq=seq, updated_at=updated_at, open_approvals=tuple(found))
+    return IndexEntry(
+        status=status,
+        definition=definition,
+        seq=seq,
+        updated_at=updated_at,
+        open_approvals=tuple(found),
+        wake_at=None if wake_at is None else float(wake_at),
+    )
 
 
 async def list_rows(

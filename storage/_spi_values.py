@@ -129,6 +129,8 @@ class IndexEntry:
         seq: The record that last changed the entry.
         updated_at: When that record was written, in unix seconds.
         open_approvals: The ids of approvals with no decision yet; empty by default.
+        wake_at: When a ``sleeping`` agent's timer fires, in unix seconds; None
+            for any other status (and by default).
     """
 
     status: str
@@ -136,6 +138,7 @@ class IndexEntry:
     seq: int
     updated_at: float
     open_approvals: tuple[str, ...] = ()
+    wake_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

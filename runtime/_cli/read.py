@@ -99,7 +99,7 @@ def agent_row_json(info: AgentDescription) -> dict[str, Any]:
     "statuses",
     multiple=True,
     metavar="STATUS",
-    help="only agents with this status (repeatable): running, waiting_approval, suspended, finished, "
+    help="only agents with this status (repeatable): running, waiting_approval, suspended, sleeping, finished, "
     "failed, cancelled, unreadable",
 )
 @click.option(

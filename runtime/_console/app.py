@@ -71,7 +71,7 @@ _NOT_CONTENT = frozenset(
     {"namespace", "agent_id", "run_id", "definition", "status", "usage", "budget", "last_seq", "forked_from"}
 )
 TIMELINE_ROWS = 500  # rows of one timeline page
-STATUSES = ("running", "waiting_approval", "suspended", "finished", "failed", "cancelled", "unreadable")
+STATUSES = ("running", "waiting_approval", "suspended", "sleeping", "finished", "failed", "cancelled", "unreadable")
 
 
 def _templates() -> Environment:

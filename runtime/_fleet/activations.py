@@ -27,14 +27,16 @@ from durably._fleet import fleet_metrics
 from durably._fleet.blocked import BlockedAgents
 from durably._fleet.handle import AgentHandle
 from durably._fleet.single_flight import KeyedLock
+from durably._fleet.timers import WakeClock
 from durably._functions.actor import FunctionActor
 from durably._functions.definition import FunctionAgent
 from durably._journal import status_index
 from durably._journal.restore import Restored, restore
 from durably._journal.snapshots import SnapshotPolicy
 from durably._journal.writer import AgentJournal
+from durably._loop import timers
 from durably._loop.actor import AgentActor
-from durably._loop.state import NEEDS_MIGRATION, RUNNING, AgentState
+from durably._loop.state import NEEDS_MIGRATION, RUNNING, SLEEPING, AgentState
 from durably.errors import (
     AgentExistsError,
     AgentFencedError,
@@ -100,6 +102,7 @@ class Activations:
         self.draining = False  # set by drain(): nothing more is resumed here
         self.open = True  # cleared when the runtime is being left: nothing more is spawned
         self.blocked = BlockedAgents()  # logged once each (blocked.py)
+        self.wake = WakeClock()  # the earliest timer seen, for serve() to wake at (_fleet/timers.py)
 
     def stream(self, agent_id: str) -> StreamId:
         """The stream of ``agent_id`` in this runtime's namespace."""
@@ -130,11 +133,19 @@ class Activations:
                 "its journal is intact and the next runtime resumes it"
             )
 
-    async def start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
-        """``Runtime.start`` once its arguments are checked: begin the agent's journal and spawn it."""
+    async def start(
+        self,
+        definition: AgentDefinition,
+        agent_id: str,
+        task: str,
+        budget: Budget | None,
+        wake_at: float | None = None,
+    ) -> AgentHandle:
+        """``Runtime.start`` once its arguments are checked: begin the agent's journal and spawn it
+        (``wake_at``: it sleeps until then first, see ``durably._loop.timers``)."""
         self.definitions.setdefault(definition.name, definition)
         async with self.activating.hold(agent_id):
-            return await self._start(definition, agent_id, task, budget)
+            return await self._start(definition, agent_id, task, budget, wake_at)
 
     async def status(self, agent_id: str) -> AgentState:
         """``Runtime.status``: the live actor's durable state, else the state restored from the store."""
@@ -156,7 +167,9 @@ class Activations:
         for actor in list(self.live.values()):
             actor.cancel_scope.cancel()
 
-    async def _start(self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None) -> AgentHandle:
+    async def _start(
+        self, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None, wake_at: float | None
+    ) -> AgentHandle:
         stream = self.stream(agent_id)
         if agent_id in self.live:  # running here: its lease is the live actor's, not ours to touch
             raise AgentExistsError(f"agent {agent_id!r} already exists in namespace {self.namespace!r}")
@@ -182,7 +195,7 @@ class Activations:
         try:
             claim.check()
             with tm.activated(span, end=False):
-                await journal.append((Kind.STARTED, data))
+                await journal.append((Kind.STARTED, data), *([timers.timer_entry(wake_at)] if wake_at else []))
             self.require_open()
         except BaseException as exc:
             _end_failed(span, exc)
@@ -228,7 +241,10 @@ class Activations:
             journal, restored = await self._restore(agent_id, claim)
             restored_seq = journal.state.last_seq
             await status_index.repair(self.store, stream, journal.state, seen)  # a missing or stale entry is put right
-            if journal.state.status != RUNNING:
+            waking = timers.due(journal.state)  # a sleeping agent whose time has come wakes here
+            if journal.state.status != RUNNING and not waking:
+                if journal.state.status == SLEEPING:
+                    self.wake.note(journal.state.wake_at)
                 if journal.state.status == NEEDS_MIGRATION:
                     self.blocked.found(agent_id, journal.state.reason)
                 await self.leases.release(claim)
@@ -248,7 +264,8 @@ class Activations:
                     await gather()
                 claim.check()  # the restore may have outlasted the lease
                 with tm.activated(span, end=False):
-                    await journal.append(*changes, (Kind.RESUMED, resumed))
+                    fired = [timers.fired_entry(state)] if waking else []
+                    await journal.append(*changes, *fired, (Kind.RESUMED, resumed))
                 self.require_open()
             except BaseException as exc:
                 _end_failed(span, exc)
@@ -358,6 +375,8 @@ class Activations:
             finally:
                 if self.live.get(agent_id) is actor:
                     del self.live[agent_id]  # parked or done: nothing of it stays in memory
+                if actor.state.status == SLEEPING:
+                    self.wake.note(actor.state.wake_at)  # serve() wakes for it, if this runtime serves
                 # Exactly this activation's lease (a no-op if a newer activation claimed the
                 # stream since). Under the id's lock: a resume racing this exit renews the
                 # same lease in the store, which must not be released under the activation it spawned.

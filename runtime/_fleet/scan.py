@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from durably._fleet.timers import due_only
 from durably._journal.status_index import runnable_rows
 from durably.errors import (
     AgentFencedError,
@@ -73,8 +74,14 @@ async def scan(activations: Activations, *, limit: int | None = None, shuffle: b
         return result
     # With a status index only the streams it says may run (and those it has no
     # entry for) are restored and leased: an idle poll costs what is runnable.
+    # A sleeping agent is restored only once its timer is due (its entry holds the time).
+    activations.wake.reset()
     rows = runnable_rows(activations.store, activations.namespace)
-    streams = rows if rows is not None else _unindexed(activations.store.list_streams(activations.namespace))
+    streams = (
+        due_only(rows, activations.wake)
+        if rows is not None
+        else _unindexed(activations.store.list_streams(activations.namespace))
+    )
     if shuffle:
         listed = [stream async for stream in streams]
         random.shuffle(listed)

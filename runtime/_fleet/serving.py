@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, cast
 import anyio
 
 from durably._figures import check_figure
-from durably._fleet import wakeups
+from durably._fleet import timers, wakeups
 from durably._fleet.fleet_metrics import ScanObserver
 from durably._fleet.scan import FairShare, scan
 from durably._fleet.sole_worker import ensure_sole_worker
@@ -155,7 +155,10 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
                     fair.observed(await scan(activations, limit=fair.limit(len(activations.live)), shuffle=True))
             outage.ended()
             await observer.scanned()
-            await wakeups.wait_and_resume(changes, poll_interval, woken)
+            # Until the next poll, a change notification, or the earliest timer (_fleet/timers.py).
+            await timers.until_woken(
+                activations.wake, poll_interval, lambda: wakeups.wait_and_resume(changes, poll_interval, woken)
+            )
 
 
 def _store_failure(exc: BaseException) -> bool:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from durably._fleet import wakeups
 from durably._journal.writer import AgentJournal
 from durably._loop.state import AgentState
+from durably._loop.timers import timer_entry
 from durably._operate.placement import CommandResult, Placement, Where, queued
 from durably.errors import AgentExistsError, AgentFencedError
 from durably.schemas._records import Kind
@@ -44,9 +45,17 @@ def started_data(
 
 
 async def submit(
-    activations: Activations, definition: AgentDefinition, agent_id: str, task: str, budget: Budget | None
+    activations: Activations,
+    definition: AgentDefinition,
+    agent_id: str,
+    task: str,
+    budget: Budget | None,
+    wake_at: float | None = None,
 ) -> CommandResult:
     """Journal ``agent_id``'s ``started`` record for the workers to run; the state and its placement.
+
+    With ``wake_at`` (unix seconds) a ``timer_set`` record follows in the same
+    append: the agent sleeps until then, and a worker runs it once it is due.
 
     Raises:
         AgentExistsError: ``agent_id`` already has a journal or is live here (nothing written).
@@ -59,7 +68,9 @@ async def submit(
         journal = AgentJournal(activations.services, stream, AgentState())
         try:
             # Expected seq 0: of several submitters (or a starter) of one id, exactly one is acknowledged.
-            await journal.append((Kind.STARTED, started_data(activations, definition, agent_id, task, budget)))
+            timer = [timer_entry(wake_at)] if wake_at is not None else []
+            started = (Kind.STARTED, started_data(activations, definition, agent_id, task, budget))
+            await journal.append(started, *timer)
         except AgentFencedError:
             raise AgentExistsError(
                 f"agent {agent_id!r} already exists in namespace {activations.namespace!r}"

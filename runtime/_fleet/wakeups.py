@@ -19,6 +19,7 @@ between two scans, the worker stops following ids and scans once instead
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from durably._journal import status_index
-from durably._loop.state import RUNNING
+from durably._loop.state import RUNNING, SLEEPING
 from durably.errors import (
     AgentFencedError,
     AgentLeasedError,
@@ -120,7 +121,8 @@ async def _look_up(store: Store, stream: StreamId) -> tuple[bool, Any]:
     if index is not None:
         seen = await index.get_index(stream)
         if seen is not None:
-            return seen.status == RUNNING, seen
+            due = seen.status == SLEEPING and seen.wake_at is not None and seen.wake_at <= time.time()
+            return seen.status == RUNNING or due, seen
     return await store.last_seq(stream) > 0, seen
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
-from durably._loop.state import NEEDS_MIGRATION, RUNNING, AgentState, apply
+from durably._loop.state import NEEDS_MIGRATION, RUNNING, SLEEPING, AgentState, apply
 from durably._telemetry import Telemetry
 from durably.errors import InvalidArgumentError
 from durably.schemas._records import Kind, Record
@@ -50,12 +50,14 @@ INDEX_KINDS = frozenset(
         Kind.DEFINITION_CHANGED,
         Kind.FORKED,
         Kind.RETRIED,
+        Kind.TIMER_SET,
+        Kind.TIMER_FIRED,
     }
 )
 
 #: Statuses a journal can hold (the index knows them); others (``unreadable``,
 #: ``needs_migration``) are worked out by a restore, so asking for them lists everything.
-JOURNALED = frozenset({RUNNING, "waiting_approval", "suspended", "finished", "failed", "cancelled"})
+JOURNALED = frozenset({RUNNING, "waiting_approval", "suspended", SLEEPING, "finished", "failed", "cancelled"})
 
 
 def indexed(store: Store) -> bool:
@@ -69,13 +71,15 @@ def index_store(store: Store) -> IndexStore | None:
 
 
 def entry_of(state: AgentState, updated_at: float) -> IndexEntry:
-    """The entry describing ``state`` (status, definition name, open approvals) at its last seq."""
+    """The entry describing ``state`` (status, definition name, open approvals, a sleeping
+    agent's wake time) at its last seq."""
     return IndexEntry(
         status=state.status,
         definition=str(state.definition.get("name", "")),
         seq=state.last_seq,
         updated_at=updated_at,
         open_approvals=tuple(a for a, r in state.approvals.items() if r.get("decision") is None),
+        wake_at=state.wake_at if state.status == SLEEPING else None,
     )
 
 
@@ -83,7 +87,12 @@ def _same(a: IndexEntry | None, b: IndexEntry | None) -> bool:
     """Equal in what the index is for (not the seq and time it was written at)."""
     if a is None or b is None:
         return a is b
-    return (a.status, a.definition, a.open_approvals) == (b.status, b.definition, b.open_approvals)
+    return (a.status, a.definition, a.open_approvals, a.wake_at) == (
+        b.status,
+        b.definition,
+        b.open_approvals,
+        b.wake_at,
+    )
 
 
 def entry_after(state: AgentState, records: Sequence[Record]) -> IndexEntry | None:
@@ -108,6 +117,7 @@ def entry_after(state: AgentState, records: Sequence[Record]) -> IndexEntry | No
         usage=dict(state.usage),
         budget=dict(state.budget),
         last_seq=state.last_seq,
+        wake_at=state.wake_at,
     )
     try:
         for record in records:
@@ -137,14 +147,15 @@ UNSEEN: Any = object()
 
 def runnable_rows(store: Store, namespace: str) -> AsyncIterator[IndexedStream] | None:
     """The index rows of the streams of ``namespace`` that may run (status ``running``,
-    ``needs_migration``, or no entry), with the entries seen; None when ``store`` has no index.
+    ``needs_migration``, ``sleeping``, or no entry), with the entries seen; None when ``store``
+    has no index. A sleeping one runs once its ``wake_at`` has come (``durably._fleet.timers``).
 
     ``needs_migration`` is an index-only status (the journal says ``running``)
     that a worker puts when its definition may not run the agent; it stays
     listed, so that a worker with a definition that accepts it resumes it.
     """
     found = index_store(store)
-    return None if found is None else found.list_index(namespace, {RUNNING, NEEDS_MIGRATION})
+    return None if found is None else found.list_index(namespace, {RUNNING, NEEDS_MIGRATION, SLEEPING})
 
 
 async def repair(store: Store, stream: StreamId, state: AgentState, seen: IndexEntry | None = UNSEEN) -> None:

@@ -24,7 +24,7 @@ from durably import _telemetry as tm
 from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
 from durably._loop.commands import Command, to_record
-from durably._loop.model import REFUSED, ModelResponse, ToolCall, check_reply
+from durably._loop.model import REFUSED, ModelResponse, ToolCall, billed_usage, check_reply
 from durably._loop.model_retries import is_transient
 from durably._loop.state import FAILED, RUNNING, AgentState
 from durably._loop.tool_calls import ToolCalls
@@ -283,8 +283,13 @@ class AgentActor(ToolCalls):
         telemetry = self.telemetry
         provider = tm.provider_of(model)
 
+        billed: dict[str, Any] | None = None  # what the last failed attempt's refused reply cost
+
         async def attempt() -> ModelResponse:
+            nonlocal billed
             self.journal.check_lease()  # a worker past its lease pays for no call
+            if (limit := self._budget_limit()) is not None:
+                raise _OverBudget(limit)  # refused replies of this step spent it: no more calls
             # The span records the error's type only (its message may quote content).
             meters = telemetry.metrics
             started = time.perf_counter() if meters is not None else 0.0
@@ -300,11 +305,13 @@ class AgentActor(ToolCalls):
                             tm.CONVERSATION_ID: self.state.agent_id,
                         }
                     )
+                response = None
                 try:
                     response = await model.respond(view, self._tool_specs)
                     check_reply(response)  # a reply that does not fold never reaches the journal
                 except Exception as exc:
                     failure = tm.error_type(exc)
+                    billed = billed_usage(exc, response)  # refused, yet billed: journaled with the failure
                     raise
                 finally:
                     if meters is not None:
@@ -325,17 +332,16 @@ class AgentActor(ToolCalls):
                 return response
 
         async def failed(number: int, exc: BaseException, wait_s: float | None) -> None:
-            if isinstance(exc, AgentLeaseLostError):
+            nonlocal billed
+            if isinstance(exc, (AgentLeaseLostError, _OverBudget)):
                 raise exc  # not the model's failure: nothing to journal, and no retry
             # What failed and when, never what was said: no content in this record.
             if wait_s is not None and telemetry.metrics is not None:
                 telemetry.metrics.retries.add(1, {**telemetry.attributes, tm.RETRY_KIND: "model"})
-            await self.journal.append(
-                (
-                    Kind.MODEL_FAILED,
-                    {"attempt": number, "error": _type_name(exc), "transient": is_transient(exc), "retry_in": wait_s},
-                )
-            )
+            data = {"attempt": number, "error": _type_name(exc), "transient": is_transient(exc), "retry_in": wait_s}
+            if billed is not None:
+                data["usage"], billed = billed, None  # counted in usage and budgets by the fold
+            await self.journal.append((Kind.MODEL_FAILED, data))
 
         try:
             # The last tool result is committed while the model thinks (or with its answer).
@@ -343,6 +349,9 @@ class AgentActor(ToolCalls):
                 return await self.definition.retry.call(attempt, failed)
         except _STOPS:
             raise
+        except _OverBudget as over:
+            await self.journal.append((Kind.BUDGET_EXCEEDED, over.limit))
+            return None
         except Exception as exc:
             self.failure = tm.error_type(exc)
             await self.journal.append((Kind.FAILED, {"reason": f"model error: {_type_name(exc)}: {exc}"}))
@@ -409,6 +418,14 @@ def _type_name(exc: BaseException) -> str:
     return (
         kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
     )
+
+
+class _OverBudget(Exception):
+    """Internal: the billed, refused replies of this step reached a budget limit (``limit``)."""
+
+    def __init__(self, limit: dict[str, Any]) -> None:
+        super().__init__(f"budget: {limit['limit']} limit reached")
+        self.limit = limit
 
 
 class _Requeue(Exception):

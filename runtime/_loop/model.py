@@ -146,16 +146,7 @@ def check_reply(response: Any) -> None:
             raise ModelReplyError(f"{where}.name", "empty tool name")
         if type(call.arguments) is not dict:
             raise ModelReplyError(f"{where}.arguments", f"expected a dict, got {type(call.arguments).__name__}")
-    usage = response.usage
-    if not isinstance(usage, Usage):
-        raise ModelReplyError("usage", f"expected a Usage, got {type(usage).__name__}")
-    for name in ("input_tokens", "output_tokens"):
-        value = getattr(usage, name)
-        if type(value) is not int or value < 0:
-            raise ModelReplyError(f"usage.{name}", f"expected an int >= 0, got {value!r}")
-    cost = usage.cost_usd
-    if type(cost) not in (int, float) or not math.isfinite(cost) or cost < 0:
-        raise ModelReplyError("usage.cost_usd", f"expected a finite number >= 0, got {cost!r}")
+    _check_usage(response.usage)
     plan = response.plan
     if plan is not None:
         if not isinstance(plan, list) or len(plan) > MAX_PLAN_STEPS:
@@ -169,3 +160,32 @@ def _text(path: str, value: Any, limit: int) -> None:
         raise ModelReplyError(path, f"expected a str, got {type(value).__name__}")
     if len(value) > limit:
         raise ModelReplyError(path, f"{len(value)} characters, over the limit of {limit}")
+
+
+def _check_usage(usage: Any) -> None:
+    if not isinstance(usage, Usage):
+        raise ModelReplyError("usage", f"expected a Usage, got {type(usage).__name__}")
+    for name in ("input_tokens", "output_tokens"):
+        value = getattr(usage, name)
+        if type(value) is not int or value < 0:
+            raise ModelReplyError(f"usage.{name}", f"expected an int >= 0, got {value!r}")
+    cost = usage.cost_usd
+    if type(cost) not in (int, float) or not math.isfinite(cost) or cost < 0:
+        raise ModelReplyError("usage.cost_usd", f"expected a finite number >= 0, got {cost!r}")
+
+
+def billed_usage(error: BaseException, response: Any = None) -> dict[str, Any] | None:
+    """What the provider billed for a reply that was refused, as journaled (``input_tokens``,
+    ``output_tokens``, ``cost_usd``); None when nothing is known to be billed.
+
+    ``response`` is the adapter's reply when it returned one that ``check_reply``
+    refused (its ``usage`` counts if that is valid); else the usage an adapter's
+    error carries (``MalformedToolCallError.usage``: a reply whose tool calls do not parse).
+    """
+    usage = getattr(error, "usage", None) if response is None else getattr(response, "usage", None)
+    try:
+        _check_usage(usage)
+    except ModelReplyError:
+        return None
+    assert isinstance(usage, Usage)  # _check_usage made sure
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from typing import Any
 
 from durably._tools.tool import idempotency_key
@@ -23,6 +24,7 @@ from durably.schemas._records import Kind, Record
 RUNNING = "running"
 WAITING_APPROVAL = "waiting_approval"
 SUSPENDED = "suspended"
+SLEEPING = "sleeping"  # parked on a timer until ``wake_at``: any worker resumes it then
 FINISHED = "finished"
 FAILED = "failed"
 CANCELLED = "cancelled"
@@ -67,6 +69,7 @@ class AgentState:
         trace: The latest activation's trace reference (trace_id, span_id), from
             its started or resumed record: the next activation's span links to
             it. None: it was not traced.
+        wake_at: While ``sleeping``: when its timer fires (unix seconds); None otherwise.
     """
 
     namespace: str = ""
@@ -96,6 +99,8 @@ class AgentState:
     # The latest activation's trace reference (trace_id, span_id), from its started or
     # resumed record: the next activation's span links to it. None: it was not traced.
     trace: dict[str, str] | None = None
+    # While sleeping: when its timer fires (unix seconds).
+    wake_at: float | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The state as a plain dict for a snapshot.
@@ -104,15 +109,16 @@ class AgentState:
         thread shares only elements that never change.
 
         Returns:
-            One key per field; ``trace`` is left out while None (optional in
-                snapshot-v4.cddl).
+            One key per field; ``trace`` and ``wake_at`` are left out while None
+                (optional in snapshot-v5.cddl).
         """
         wire = {}
         for f in fields(self):
             value = getattr(self, f.name)
             wire[f.name] = value.copy() if isinstance(value, (list, dict)) else value
-        if wire["trace"] is None:
-            del wire["trace"]
+        for optional in ("trace", "wake_at"):
+            if wire[optional] is None:
+                del wire[optional]
         return wire
 
     @classmethod
@@ -337,6 +343,34 @@ def _retried(s: AgentState, d: dict[str, Any]) -> None:
         s.status, s.reason = RUNNING, ""
 
 
+def _model_failed(s: AgentState, d: dict[str, Any]) -> None:
+    # A refused reply the provider billed counts as spent (not as a step: it decided nothing).
+    usage = d.get("usage")
+    if usage is not None:
+        s.usage = {
+            **s.usage,
+            "input_tokens": s.usage["input_tokens"] + usage["input_tokens"],
+            "output_tokens": s.usage["output_tokens"] + usage["output_tokens"],
+            "cost_usd": s.usage["cost_usd"] + usage["cost_usd"],
+        }
+
+
+def _timer_set(s: AgentState, d: dict[str, Any]) -> None:
+    s.wake_at = max(float(d["wake_at"]), s.wake_at or 0.0)  # two timers of one turn: the later one
+    s.status, s.reason = SLEEPING, f"sleeping until {utc_iso(s.wake_at)}"
+
+
+def _timer_fired(s: AgentState, d: dict[str, Any]) -> None:
+    if s.status == SLEEPING:
+        s.status, s.reason = RUNNING, ""
+    s.wake_at = None
+
+
+def utc_iso(at: float) -> str:
+    """``at`` (unix seconds) as an ISO 8601 UTC time to the second, e.g. ``2026-01-02T03:04:05Z``."""
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def _definition_changed(s: AgentState, d: dict[str, Any]) -> None:
     s.definition = d["definition"]
     names = {f.name for f in fields(s)}
@@ -367,5 +401,9 @@ _HANDLERS: dict[str, Callable[[AgentState, dict[str, Any]], None]] = {
     Kind.RETRIED: _retried,
     Kind.TOOL_FAILED: _tool_failed,
     Kind.TOOL_HEARTBEAT: _tool_heartbeat,
-    # model_failed is audit only: the step it belongs to either answers or fails.
+    # model_failed is audit only (the step it belongs to either answers or fails),
+    # but for the usage a billed, refused reply spent.
+    Kind.MODEL_FAILED: _model_failed,
+    Kind.TIMER_SET: _timer_set,
+    Kind.TIMER_FIRED: _timer_fired,
 }

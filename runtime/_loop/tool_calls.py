@@ -20,6 +20,7 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._loop.state import RUNNING, AgentState
+from durably._loop.timers import Sleep, timer_entry
 from durably._loop.tool_attempts import CallStopped, JournalFailed, in_backoff, run_call, wait_out_backoff
 from durably._tools.tool import OnUnknownOutcome, Reconciled, Reconciler, Tool, ToolContext
 from durably.errors import AgentFencedError, AgentLeaseLostError, RedactedArgumentError, ToolArgumentsError
@@ -251,9 +252,12 @@ class ToolCalls:
                     }
                 )
             self.journal.check_lease()  # a worker past its lease runs no side effect
+            timer: float | None = None
             try:
                 validated = self._validated.pop(call["key"], None)
                 result = await run_call(self, tool, call, arguments, attempt, validated, lock)
+                if isinstance(result, Sleep):  # the result, and a timer parking the agent (timers.py)
+                    timer, result = result.wake_at, result.result
                 outcome = {"result": tool.to_journal(result)}
             except CallStopped:
                 return
@@ -265,10 +269,11 @@ class ToolCalls:
         if lock is None:
             # A lone call's result is staged: committed while the model reads it, or
             # with the model's answer (one commit per step); never acted on before.
-            await self._result(call, staged=True, **outcome)
+            # A timer parks the agent now: the result is appended with it.
+            await self._result(call, staged=timer is None, timer=timer, **outcome)
         else:
             async with lock:
-                await self._result(call, **outcome)
+                await self._result(call, timer=timer, **outcome)
 
     async def _reconcile(
         self, reconcile: Reconciler, to_journal: Callable[[Any], Any], call: dict[str, Any], attempt: int
@@ -307,11 +312,14 @@ class ToolCalls:
         reconciled: bool = False,
         staged: bool = False,
         usage: dict[str, Any] | None = None,
+        timer: float | None = None,
     ) -> None:
         entry = self._result_entry(call, result=result, error=error, reconciled=reconciled, usage=usage)
         try:
             if staged:
                 self.journal.stage(entry)
+            elif timer is not None and error is None:
+                await self.journal.append(entry, timer_entry(timer, call["id"]))
             else:
                 await self.journal.append(entry)
         except UnencodableValueError as exc:

@@ -142,6 +142,7 @@ class CommandResult(AgentState):
         last_seq: The seq of the last record folded in.
         forked_from: A fork's origin, or None.
         trace: The latest activation's trace reference, or None.
+        wake_at: While ``sleeping``: when its timer fires (unix seconds), else None.
         placement: A ``durably.Placement`` (compare its ``where`` with
             ``durably.Where``); None only for a result built without one.
     """

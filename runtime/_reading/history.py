@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durably._journal.records import RecordCodec
+from durably._loop.state import utc_iso
 from durably._reading import threads
 from durably.errors import AgentNotFoundError, InvalidCommandError
 from durably.schemas._records import KINDS, Kind, Record
@@ -182,4 +183,8 @@ _SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
     Kind.TOOL_HEARTBEAT: lambda d: (
         f"{d['tool']} call {d['call_id']} attempt {d['attempt']} heartbeat: {clip(d['details'])}"
     ),
+    Kind.TIMER_SET: lambda d: (
+        f"sleeping until {utc_iso(d['wake_at'])}" + (f" (call {d['call_id']})" if "call_id" in d else "")
+    ),
+    Kind.TIMER_FIRED: lambda d: f"timer for {utc_iso(d['wake_at'])} fired",
 }

@@ -25,7 +25,17 @@ import anyio
 
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
-from durably._loop.state import CANCELLED, FAILED, FINISHED, RUNNING, SUSPENDED, WAITING_APPROVAL, AgentState, apply
+from durably._loop.state import (
+    CANCELLED,
+    FAILED,
+    FINISHED,
+    RUNNING,
+    SLEEPING,
+    SUSPENDED,
+    WAITING_APPROVAL,
+    AgentState,
+    apply,
+)
 from durably.errors import (
     AgentNotFoundError,
     ArgumentTypeError,
@@ -41,7 +51,7 @@ if TYPE_CHECKING:
     from durably._telemetry import Telemetry
 
 #: Statuses ``wait`` accepts in ``until``.
-STATUSES = frozenset({RUNNING, WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CANCELLED})
+STATUSES = frozenset({RUNNING, WAITING_APPROVAL, SUSPENDED, SLEEPING, FINISHED, FAILED, CANCELLED})
 #: What a listing may also report: a journal that cannot be read, a definition that must be migrated first.
 LISTED_STATUSES = STATUSES | {"unreadable", "needs_migration"}
 
@@ -88,6 +98,8 @@ _EVENTS: dict[str, str] = {
     Kind.FAILED: "failed",
     Kind.CANCELLED: "cancelled",
     Kind.FORKED: "forked",
+    Kind.TIMER_SET: "sleeping",
+    Kind.TIMER_FIRED: "timer_fired",
 }
 
 

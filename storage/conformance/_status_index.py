@@ -66,6 +66,27 @@ class StatusIndexChecks(StoreHarness):
             assert await ix(store).get_index(stream) == waiting, "an acknowledged entry survives reopen"
 
     @pytest.mark.anyio
+    async def test_a_sleeping_entry_keeps_its_wake_time_through_append_put_list_and_reopen(
+        self, tmp_path: Path
+    ) -> None:
+        async with self.opened(tmp_path) as store:
+            self.require(store, CAP_STATUS_INDEX)
+            stream, other = sid("sleeper"), sid("waker")
+            sleeping = IndexEntry("sleeping", "agent", 2, 1_700_000_002.5, ("a-1",), wake_at=1_700_086_400.25)
+            await store.append_batch([AppendRequest(stream, 0, [b"started", b"timer"], sleeping)])
+            assert await ix(store).get_index(stream) == sleeping, "the wake time is stored exactly"
+            assert (await listed(store, statuses={"sleeping"}))[stream] == sleeping, "and listed with the entry"
+            await store.append_batch([AppendRequest(other, 0, [b"started"], entry("running", 1))])
+            put = IndexEntry("sleeping", "agent", 1, 1_700_000_001.0, wake_at=1_700_000_060.0)
+            assert await ix(store).put_index(other, put, 1)
+            assert await ix(store).get_index(other) == put, "put_index keeps the wake time too"
+            woken = entry("running", 3)
+            await store.append_batch([AppendRequest(stream, 2, [b"fired"], woken)])
+            assert (await ix(store).get_index(stream)) == woken, "an entry without one has no wake time"
+        async with self.opened(tmp_path) as store:
+            assert await ix(store).get_index(other) == put, "the wake time survives reopen"
+
+    @pytest.mark.anyio
     async def test_a_conflicting_append_writes_no_entry(self, tmp_path: Path) -> None:
         async with self.opened(tmp_path) as store:
             self.require(store, CAP_STATUS_INDEX)

@@ -78,6 +78,8 @@ EXTRA: dict[Kind, dict[str, Any]] = {
                        "timed_out": False, "retry_in": 1.25, "retry_at": 1_700_000_001.5},
     Kind.TOOL_HEARTBEAT: {"key": "3" * 32, "call_id": "t3", "tool": "read_module", "attempt": 2,
                           "details": {"lines": 120}},
+    Kind.TIMER_SET: {"wake_at": 1767323045.5, "call_id": "t11"},
+    Kind.TIMER_FIRED: {"wake_at": 1767323045.5},
 }
 
 

@@ -155,7 +155,7 @@ async def test_run_on_an_agent_another_runtime_runs_raises_agent_leased(tmp_path
         await first.start(definition, "a1", "task")
         async with durably.Runtime(url, agents=[definition], worker_id="second") as second:
             with pytest.raises(durably.AgentLeasedError) as caught:
-                await second.run(definition, "a1", "task")
+                await second.run(definition, "a1", "task", on_running="raise")  # the default attaches
     assert isinstance(caught.value.expires_at, float) and "T" in str(caught.value).split("lease until ")[1]
 
 

@@ -21,6 +21,7 @@ import cbor2
 import pycddl
 import pytest
 from schema_wire import cddl_name, cddl_text, header_fields, schema, validate_frame
+from timer_agents import nap_agent
 
 from durably import (
     AgentDefinition,
@@ -113,7 +114,13 @@ EXAMPLES: dict[Kind, dict[str, Any]] = {
         "seq": 12,
         "keys": {KEY: KEY[::-1]},
     },
-    Kind.MODEL_FAILED: {"attempt": 2, "error": "TimeoutError", "transient": True, "retry_in": 1.25},
+    Kind.MODEL_FAILED: {
+        "attempt": 2,
+        "error": "durably.errors.MalformedToolCallError",
+        "transient": True,
+        "retry_in": 1.25,
+        "usage": {"input_tokens": 150, "output_tokens": 50, "cost_usd": 0.002},
+    },
     Kind.RETRIED: {"worker": "host:43", "reason": "model error: TimeoutError: the provider did not answer"},
     Kind.TOOL_FAILED: {
         "key": KEY,
@@ -127,6 +134,8 @@ EXAMPLES: dict[Kind, dict[str, Any]] = {
         "retry_at": 1_700_000_001.75,
     },
     Kind.TOOL_HEARTBEAT: {"key": KEY, "call_id": "t1", "tool": "read", "attempt": 2, "details": {"rows": 120}},
+    Kind.TIMER_SET: {"wake_at": 1_700_000_600.5, "call_id": "t3"},
+    Kind.TIMER_FIRED: {"wake_at": 1_700_000_600.5},
 }
 
 
@@ -306,6 +315,9 @@ async def _run_every_runtime_path(store, workdir: Path) -> None:
             result={"when": when, "pair": (1, Decimal("2.5")), "tags": {"a"}},
         )
         state = await rt.run(v1, "evolving", "evolve")
+        napper = nap_agent(workdir / "naps.jsonl", 0.0)
+        assert (await rt.run(napper, "napper", "nap")).status == "sleeping"
+        assert (await (await rt.resume("napper")).wait()).status == "finished"  # due at once: fired
     async with Runtime(store, agents=[v2], snapshot_policy=policy) as rt:
         await rt.approve("evolving", state.open_approvals()[0]["approval_id"])
         handle = await rt.resume("evolving")
