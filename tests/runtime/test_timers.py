@@ -108,13 +108,13 @@ async def test_a_scan_restores_only_the_due_timers_the_index_lists(store_url, tm
             assert (await rt.run(near, f"near-{i}", "nap")).status == "sleeping"
     async with Runtime(store_url, agents=[far, near]) as rt:
         read: list[str] = []
-        original = rt._activations.restore_journal
+        original = rt._activations._restore
 
         async def counted(agent_id, claim=None):
             read.append(agent_id)
             return await original(agent_id, claim)
 
-        rt._activations.restore_journal = counted
+        rt._activations._restore = counted
         handles = await rt.resume_all()
         for handle in handles:
             await handle.wait()
