@@ -93,3 +93,35 @@ def said(messages: list[dict[str, Any]], role: str) -> list[str]:
             content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
         out.append(content or "")
     return out
+
+
+class ThreadedChatServer:
+    """``with ThreadedChatServer(answer) as server``: a ``ChatServer`` on a loop of its own
+    thread, for sync tests that fork child processes (no event loop runs in the
+    forking thread, and the server's thread does not exist in the children)."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.server = ChatServer(answer)
+
+    def __enter__(self) -> ChatServer:
+        import asyncio
+        import threading
+
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self.server.__aenter__())
+            ready.set()
+            self._loop.run_forever()
+            self._loop.run_until_complete(self.server.__aexit__(None, None, None))
+
+        self._thread = threading.Thread(target=serve, daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        return self.server
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)

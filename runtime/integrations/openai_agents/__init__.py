@@ -1,5 +1,12 @@
 """durably.integrations.openai_agents: OpenAI Agents SDK runs and sessions on durably's journal.
 
+``DurableRunner`` is a drop-in for ``Runner.run`` whose runs are durable: model
+requests, function tools, handoffs and guardrails journaled, ``needs_approval``
+tools as durably approvals, resumable by id from any process::
+
+    from durably.integrations.openai_agents import DurableRunner
+    result = await DurableRunner(rt).run(agent, "refund order 7", agent_id="order-7")
+
 ``DurablySession`` is the SDK's ``Session`` protocol on a durably stream::
 
     from durably.integrations.openai_agents import DurablySession
@@ -13,6 +20,8 @@ from durably.errors import ExtraNotInstalledError
 with ExtraNotInstalledError.guard(__name__, "openai-agents", "agents"):
     import agents  # noqa: F401  (the SDK must be there before anything of the bridge is used)
 
+    from ._calls import current_call
+    from ._runner import AgentRunFailedError, DurableRunner, DurableRunResult
     from ._session import DurablySession
 
-__all__ = ["DurablySession"]
+__all__ = ["AgentRunFailedError", "DurableRunResult", "DurableRunner", "DurablySession", "current_call"]
