@@ -96,3 +96,12 @@ def run_once(store_url: str, model_url: str, agent_id: str, policy: str, out: st
         )
 
     asyncio.run(main())
+
+
+def definitions() -> list[durably.AgentDefinition]:
+    """For ``durably worker --agents openai_agents_worker:definitions``: the run's definition,
+    its model at ``$OA_MODEL_URL``, its ledger at ``$OA_LEDGER``, both tools under ``$OA_POLICY``."""
+    global LEDGER
+    LEDGER = Path(os.environ["OA_LEDGER"])
+    runner, agent = build(os.environ["OA_MODEL_URL"], os.environ.get("OA_POLICY", "ask"))
+    return [runner.definition(agent)]

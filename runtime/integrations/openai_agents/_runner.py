@@ -229,6 +229,29 @@ class DurableRunner:
         state = await self._runtime().run(self.definition(starting_agent), agent_id, task)
         return self._result(starting_agent, state)
 
+    async def submit(
+        self,
+        starting_agent: Agent[Any],
+        input: str | list[Any],
+        *,
+        agent_id: str,
+        context: Any = None,
+        max_turns: int = DEFAULT_MAX_TURNS,
+    ) -> Any:
+        """Queue the run for the workers serving ``definition(starting_agent)`` (``durably worker``).
+
+        Nothing runs here. Arguments as ``run``.
+
+        Returns:
+            The runtime's ``CommandResult`` (its ``placement`` says where the run will go).
+
+        Raises:
+            UnencodableValueError: ``input`` or ``context`` is not plain data.
+            AgentExistsError: ``agent_id`` already has a run.
+        """
+        task = _task(input, context, max_turns)
+        return await self._runtime().submit(self.definition(starting_agent), agent_id, task)
+
     async def wait(
         self, starting_agent: Agent[Any], agent_id: str, *, timeout: float | None = None
     ) -> DurableRunResult:
