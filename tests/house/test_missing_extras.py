@@ -44,6 +44,7 @@ CHECK = (
         ("import durably.storage.conformance", "pytest", "testing", "durably.storage.conformance"),
         ("import durably.integrations.langgraph", "langchain_core", "langgraph", "durably.integrations.langgraph"),
         ("import durably.integrations.langgraph", "langgraph", "langgraph", "durably.integrations.langgraph"),
+        ("import durably.integrations.openai_agents", "agents", "openai-agents", "durably.integrations.openai_agents"),
         ("durably.storage.open_store('s3://b/p')", "aiobotocore", "s3", "durably.adapters.s3"),
         ("import durably.adapters.s3", "aiobotocore", "s3", "durably.adapters.s3"),
         ("durably.storage.open_store('postgresql://u@h/db')", "asyncpg", "postgres", "durably.adapters.postgres"),

@@ -15,13 +15,20 @@ tools as durably approvals, resumable by id from any process::
 Needs the ``openai-agents`` extra: ``pip install 'durably[openai-agents]'``.
 """
 
-from durably.errors import ExtraNotInstalledError
+from durably.errors import AgentRunFailedError, ExtraNotInstalledError, NotInRunError
 
 with ExtraNotInstalledError.guard(__name__, "openai-agents", "agents"):
     import agents  # noqa: F401  (the SDK must be there before anything of the bridge is used)
 
     from ._calls import current_call
-    from ._runner import AgentRunFailedError, DurableRunner, DurableRunResult
+    from ._runner import DurableRunner, DurableRunResult
     from ._session import DurablySession
 
-__all__ = ["AgentRunFailedError", "DurableRunResult", "DurableRunner", "DurablySession", "current_call"]
+__all__ = [
+    "AgentRunFailedError",
+    "DurableRunResult",
+    "DurableRunner",
+    "DurablySession",
+    "NotInRunError",
+    "current_call",
+]

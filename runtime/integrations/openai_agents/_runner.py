@@ -30,26 +30,12 @@ from durably._functions.run import Run
 from durably._loop.agent import Budget
 from durably._loop.state import FAILED, FINISHED, AgentState
 from durably._tools.tool import OnUnknownOutcome, Reconciler
-from durably.errors import ArgumentTypeError, DurablyError, InvalidArgumentError
+from durably.errors import AgentRunFailedError, ArgumentTypeError, InvalidArgumentError
 
 from ._calls import RunCalls
 from ._graph import DurableGraph
 from ._model import JournaledProvider
 from ._values import plain
-
-
-class AgentRunFailedError(DurablyError):
-    """The durable run ended ``failed``: the SDK raised (a guardrail's tripwire,
-    ``MaxTurnsExceeded``, a model error) or its result could not be stored.
-
-    Attributes:
-        agent_id: The run's agent id.
-        reason: The journaled reason: the exception's type name and message.
-    """
-
-    def __init__(self, agent_id: str, reason: str) -> None:
-        super().__init__(f"agent {agent_id!r} failed: {reason}")
-        self.agent_id, self.reason = agent_id, reason
 
 
 @dataclass(frozen=True)
