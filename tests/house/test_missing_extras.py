@@ -54,6 +54,7 @@ CHECK = (
         "conformance-pytest",
         "langgraph-langchain_core",
         "langgraph-langgraph",
+        "openai_agents-agents",
         "open_store-s3",
         "import-s3",
         "open_store-postgresql",

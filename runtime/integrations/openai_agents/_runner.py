@@ -167,6 +167,9 @@ class DurableRunner:
             agent: The starting agent.
             name: The definition's name (default: the agent's name).
 
+        Returns:
+            The ``FunctionAgent`` whose body runs the SDK's loop from ``agent``, journaled.
+
         Raises:
             ArgumentTypeError: ``agent`` is not an ``agents.Agent``.
         """
@@ -226,7 +229,14 @@ class DurableRunner:
     ) -> Any:
         """Queue the run for the workers serving ``definition(starting_agent)`` (``durably worker``).
 
-        Nothing runs here. Arguments as ``run``.
+        Nothing runs here.
+
+        Args:
+            starting_agent: The agent to start with.
+            input: A str or a list of input items (plain data).
+            agent_id: The durable run's id.
+            context: The run context (plain data).
+            max_turns: As ``Runner.run``.
 
         Returns:
             The runtime's ``CommandResult`` (its ``placement`` says where the run will go).
@@ -241,7 +251,15 @@ class DurableRunner:
     async def wait(
         self, starting_agent: Agent[Any], agent_id: str, *, timeout: float | None = None
     ) -> DurableRunResult:
-        """Wait for the run ``agent_id`` (started at ``starting_agent``) to finish or park, across processes.
+        """Wait for the run ``agent_id`` to finish or park, across processes.
+
+        Args:
+            starting_agent: The agent the run started with (to rebuild its output type).
+            agent_id: The durable run's id.
+            timeout: Seconds to wait at most (None: no limit).
+
+        Returns:
+            A ``DurableRunResult``.
 
         Raises:
             AgentRunFailedError: The run ended ``failed``.

@@ -111,6 +111,12 @@ class DurablySession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first; with ``limit`` only the newest ``limit`` of them.
 
+        Args:
+            limit: How many of the newest items (None: the session's ``session_settings.limit``, else all).
+
+        Returns:
+            The items (the SDK's input items, as dicts).
+
         Raises:
             CorruptRecordError: A stored frame that is not this session's (or fails its checks).
             StoreUnavailableError: The store cannot be reached.
@@ -123,7 +129,10 @@ class DurablySession:
             return list(items)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` (the SDK's input items: dicts of plain data) after the current ones.
+        """Append ``items`` after the current ones.
+
+        Args:
+            items: The SDK's input items (dicts of plain data).
 
         Raises:
             UnencodableValueError: An item holding a value CBOR cannot store (nothing written).
@@ -135,9 +144,13 @@ class DurablySession:
             await self._write({"k": "a", "i": [dict(item) for item in items]})
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove the newest item and return it; None (and nothing written) for an empty session.
+        """Remove the newest item and return it.
+
+        Returns:
+            The item removed; None (and nothing written) for an empty session.
 
         Raises:
+            ConflictError: Other writers got there first, again and again (32 times in a row).
             StoreUnavailableError: The store cannot be reached.
         """
         async with self._lock:
