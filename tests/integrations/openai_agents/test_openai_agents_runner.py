@@ -92,7 +92,7 @@ def call(name: str, **arguments) -> dict:
 
 
 def ledger_names(state) -> list[str]:
-    return [entry.get("tool") or entry.get("name") for entry in state.ledger.values()]
+    return [entry["tool"] for entry in state.ledger.values()]
 
 
 async def test_a_finished_run_is_replayed_from_the_journal_by_another_runtime(tmp_path):
@@ -327,3 +327,31 @@ async def test_durably_worker_serves_submitted_runs_and_their_approvals(tmp_path
     assert done.final_output == "all done: charge done: 5 / notify done: billed"
     assert (tmp_path / "ledger").read_text().count("\n") == 2
     assert len(server.requests) == 3
+
+
+async def test_parallel_tool_calls_and_an_output_guardrail_are_journaled_by_call_id(tmp_path):
+    from agents import output_guardrail
+
+    checks: list[str] = []
+
+    @output_guardrail
+    async def no_secrets(ctx, agent, output):
+        checks.append(output)
+        return GuardrailFunctionOutput(output_info={"length": len(output)}, tripwire_triggered="secret" in output)
+
+    def answer(messages, tools):
+        if not results(messages):
+            return completion(None, [("call_a", "charge", {"amount": 1}), ("call_b", "charge", {"amount": 2})])
+        return completion("both: " + " / ".join(sorted(results(messages))))
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with ChatServer(answer) as server:
+        agent = Agent(
+            name="p", instructions="x", model=sdk_model(server.url), tools=[charge], output_guardrails=[no_secrets]
+        )
+        async with durably.Runtime(url) as rt:
+            result = await DurableRunner(rt).run(agent, "charge twice", agent_id="par-1")
+    assert result.final_output == "both: charged 1 / charged 2"
+    assert sorted(ran) == ["charge 1", "charge 2"] and checks == ["both: charged 1 / charged 2"]
+    calls = {entry["call_id"]: entry["tool"] for entry in result.state.ledger.values()}
+    assert {"tool:1:call_a", "tool:1:call_b", "guardrail:output:no_secrets:1"} <= set(calls), calls
