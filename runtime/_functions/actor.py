@@ -95,6 +95,12 @@ class FunctionActor(AgentActor):
             self.failure = tm.error_type(exc)
             reason = f"the run's result cannot be stored: {exc.path}: {exc.reason}"
             await self.journal.append((Kind.FAILED, {"reason": reason}))
+        except _STOPS:
+            raise
+        except Exception as exc:  # the dump_result hook failed
+            self.failure = tm.error_type(exc)
+            reason = f"the run's result cannot be stored: dump_result raised {_type_name(exc)}: {exc}"
+            await self.journal.append((Kind.FAILED, {"reason": reason}))
 
     # -- calls ---------------------------------------------------------------
 
@@ -211,16 +217,27 @@ class FunctionActor(AgentActor):
                 try:
                     stored = spec.to_journal(value)
                     usage = _usage_of(spec, value)
-                except Exception as exc:  # the dump or usage hook failed: the value cannot be stored as asked
-                    stored, usage = None, _usage_of(spec, None)
-                    error = f"the call ran, but its result could not be stored ({_type_name(exc)}: {exc})"
-                    failure = exc
+                except Exception as exc:
+                    # The call ran but its result cannot be stored as asked: as for an unencodable
+                    # result, the agent fails and the call is marked done, so it never runs again.
+                    await self._lost(call, spec, exc)
+                    return None
                 await self._result(call, result=stored, error=error, usage=usage)
             else:
                 await self._result(call, error=error, usage=_usage_of(spec, None))
         if failure is not None:
             raise _failed(call, spec, error or "") from failure
         return spec.from_journal(stored) if spec.load is not None else value
+
+    async def _lost(self, call: dict[str, Any], spec: CallSpec, exc: Exception) -> None:
+        """Journal that ``call`` ran but its result was lost (a ``dump`` or ``usage`` hook
+        raised), and fail the agent naming the call and the error."""
+        said = f"{_type_name(exc)}: {exc}"
+        lost = f"the call ran, but its result could not be stored ({said}); it will not run again"
+        _, data = self._result_entry(call, error=lost, usage=_usage_of(spec, None))
+        self.failure = tm.error_type(exc)
+        reason = f"call {spec.name} ({call['id']}): result cannot be stored: {said}"
+        await self.journal.append((Kind.TOOL_RESULT, data), (Kind.FAILED, {"reason": reason}))
 
     def _replay(self, call: dict[str, Any], spec: CallSpec, entry: dict[str, Any]) -> Any:
         if entry.get("error") is not None:
