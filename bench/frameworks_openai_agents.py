@@ -132,7 +132,7 @@ def build_agent(work: Path, key: Any, charges: int, approval: bool, step: Any = 
     for tool in (charge, refund):  # real types: the SDK reads them (this module's annotations are strings)
         tool.__annotations__ = {"ctx": ToolContext, "amount": int, "return": str}
     wrap = step or (lambda fn: fn)
-    tools = [function_tool(wrap(charge)), function_tool(wrap(refund), needs_approval=True)]
+    tools: list[Any] = [function_tool(wrap(charge)), function_tool(wrap(refund), needs_approval=True)]
     return Agent(name="refunds", instructions="Refund.", model=scripted_model(work, charges, approval), tools=tools)
 
 
@@ -273,7 +273,9 @@ def crash(engine: str, root: Path, boundary: str, trial: int) -> dict[str, Any]:
     }
 
 
-def measure(root: Path, *, charges: int = 20, trials: int = 3, engines: tuple[str, ...] = ("durably", "dbos")) -> dict:
+def measure(
+    root: Path, *, charges: int = 20, trials: int = 3, engines: tuple[str, ...] = ("durably", "dbos")
+) -> dict[str, Any]:
     """The OpenAI Agents case of the frameworks suite, for each engine that is installed.
 
     Args:

@@ -107,7 +107,8 @@ async def _checked(calls: RunCalls, key: str, name: str, check: Any, *args: Any)
 
     async def run_check() -> GuardrailFunctionOutput:
         output = check(*args)
-        return await output if inspect.isawaitable(output) else output
+        verdict: GuardrailFunctionOutput = await output if inspect.isawaitable(output) else output
+        return verdict
 
     verdict: GuardrailFunctionOutput = await calls.run.call(
         run_check,

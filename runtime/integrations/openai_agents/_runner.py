@@ -290,7 +290,7 @@ class DurableRunner:
 def _policies(value: str | Mapping[str, str]) -> tuple[OnUnknownOutcome, dict[str, OnUnknownOutcome]]:
     def checked(policy: object, where: str) -> OnUnknownOutcome:
         try:
-            return OnUnknownOutcome(policy)
+            return OnUnknownOutcome(str(policy))
         except ValueError:
             valid = ", ".join(p.value for p in OnUnknownOutcome)
             raise InvalidArgumentError(f"DurableRunner: {where}={policy!r} is not a policy ({valid})") from None
@@ -339,6 +339,6 @@ def _output(agent: Agent[Any], stored: Any) -> Any:
     if stored is None or kind is None or kind is str:
         return stored
     try:
-        return pydantic.TypeAdapter(kind).validate_python(stored)
+        return pydantic.TypeAdapter(kind).validate_python(stored)  # type: ignore[arg-type]
     except (pydantic.ValidationError, TypeError, pydantic.PydanticSchemaGenerationError):
         return stored

@@ -161,7 +161,7 @@ class DurablySession:
                 item: TResponseInputItem = self._items[-1]
                 if await self._try_append({"k": "p"}):
                     return item
-            raise ConflictError(f"session {self.stream}: {_WRITE_ATTEMPTS} writers in a row got there first")
+            raise ConflictError(self.stream, self._seq, None)
 
     async def clear_session(self) -> None:
         """Purge the session's stream: its items are deleted from the store.
@@ -181,7 +181,7 @@ class DurablySession:
             await self._sync()
             if await self._try_append(value):
                 return
-        raise ConflictError(f"session {self.stream}: {_WRITE_ATTEMPTS} writers in a row got there first")
+        raise ConflictError(self.stream, self._seq, None)
 
     async def _try_append(self, value: dict[str, Any]) -> bool:
         """Append one record after ``_seq``; False when another writer was first (then re-read)."""
