@@ -661,6 +661,20 @@ class TortureError(DurablyError):
     """The torture run could not be carried out (a single-process store, a worker that failed)."""
 
 
+class AgentRunFailedError(DurablyError):
+    """A bridge's durable run ended ``failed`` (``durably.integrations.openai_agents.DurableRunner``):
+    the framework raised (a guardrail's tripwire, too many turns, a model error) or
+    the run's result could not be stored.
+
+    ``agent_id``: the run's agent id; ``reason``: the journaled reason (the
+    exception's type name and message).
+    """
+
+    def __init__(self, agent_id: str, reason: str) -> None:
+        super().__init__(f"agent {agent_id!r} failed: {reason}")
+        self.agent_id, self.reason = agent_id, reason
+
+
 class CheckpointValueError(DurablyError):
     """A stored LangGraph channel value or pending write could not be rebuilt exactly.
 
@@ -781,6 +795,7 @@ class ConsoleNotInstalledError(ExtraNotInstalledError):
 
 
 __all__ = [
+    "AgentRunFailedError",
     "AgentExistsError",
     "AgentFencedError",
     "AgentLeaseLostError",

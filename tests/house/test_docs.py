@@ -35,6 +35,7 @@ def test_docs_build_strict(tmp_path: Path, shipped_tree: Path) -> None:
         ("models", "durably.models.openai.OpenAIChatModel"),
         ("models", "durably.models.anthropic.AnthropicModel"),
         ("langgraph", "durably.integrations.langgraph.DurablySaver"),
+        ("openai-agents", "durably.integrations.openai_agents.DurableRunner"),
         ("durably", "durably.Runtime.wait"),  # delegated to the internal reading part
         ("schemas", "durably.schemas.RECORD_SCHEMA_ID"),
         ("schemas", "durably.schemas.Kind.TOOL_RESULT"),

@@ -65,6 +65,7 @@ PUBLIC_MODULES = [
     "durably.models.openai",
     "durably.models.anthropic",
     "durably.integrations.langgraph",
+    "durably.integrations.openai_agents",
     "durably.adapters.memory",
     "durably.adapters.filesystem",
     "durably.adapters.sqlite",
