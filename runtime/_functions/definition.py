@@ -74,6 +74,7 @@ class FunctionAgent(AgentDefinition):
         history: None: the body keeps its own conversation.
         retry: Unused (a model request inside the body is a call).
         max_parallel_tools: Unused (the body decides what runs concurrently).
+        tool_retry: Unused (a journaled call's retries are the body's own).
 
     Raises:
         ArgumentTypeError: ``run`` is not an async function, ``dump_result`` or
