@@ -93,6 +93,8 @@ _LAZY: dict[str, str] = {
     "Reconciled": "durably._tools.tool",
     "OnUnknownOutcome": "durably._tools.tool",
     "tool": "durably._tools.tool",
+    "agent_tool": "durably._tools.agent_tool",
+    "AgentTool": "durably._tools.agent_tool",
     "RetentionPolicy": "durably._upkeep.retention",
     "DAY": "durably._upkeep.retention",
     "SweepItem": "durably._upkeep.retention",
@@ -132,6 +134,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably._reading.history import HistoryEntry
     from durably._reading.watch import StatusChange
     from durably._runtime import Runtime
+    from durably._tools.agent_tool import AgentTool, agent_tool
     from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
     from durably._upkeep.reencrypt import ReencryptReport
     from durably._upkeep.retention import DAY, RetentionPolicy, SweepItem
@@ -180,6 +183,7 @@ __all__ = [
     "AgentLeasedError",
     "AgentNotFoundError",
     "AgentState",
+    "AgentTool",
     "ApprovalAlreadyDecidedError",
     "ArgumentTypeError",
     "BlobNotFoundError",
@@ -251,6 +255,7 @@ __all__ = [
     "Usage",
     "WaitTimeoutError",
     "Where",
+    "agent_tool",
     "ephemeral",
     "generate_key",
     "open_store",

@@ -42,7 +42,7 @@ from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
 from durably._journal.writer import JournalServices
 from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
-from durably._loop.state import AgentState
+from durably._loop.state import WAITING_CHILD, AgentState
 from durably._operate.operator import Operator
 from durably._reading.reader import Reader
 from durably._telemetry import Telemetry, worker_attributes
@@ -265,6 +265,11 @@ class Runtime:
                 mailbox_size=self._mailbox_size,
                 task_group=self._tg,
             )
+            from durably._children import delivery as child_delivery
+            from durably._children.runs import ChildRuns
+
+            self._activations.children = ChildRuns(self._activations)
+            self._activations.on_end = partial(child_delivery.on_end, self._activations)
             self._operator = Operator(self._activations)
             self._reader = Reader(self.store, self.codec, self.telemetry, self.namespace)
             self._upkeep = Upkeep(self.store, self.codec, self.telemetry, self.namespace, self._activations)
@@ -445,6 +450,9 @@ class Runtime:
 
         A resumed run with the same definition and task is silent: calling
         ``run`` again after a crash picks the agent up where its journal ends.
+        An agent waiting for its child agents (``agent_tool``) is not stopped:
+        ``run`` follows it (``wait``) until it stops or parks otherwise, so the
+        children must run somewhere (registered here, or served by a worker).
 
         Args:
             agent: The definition, or the name of a registered one.
@@ -486,8 +494,14 @@ class Runtime:
                 ) from None
             handle = await self.resume(agent_id)
             if handle is None:
-                return await self.status(agent_id)
-        return await handle.wait()
+                return await self._through_children(await self.status(agent_id))
+        return await self._through_children(await handle.wait())
+
+    async def _through_children(self, state: AgentState) -> AgentState:
+        """``state``, or, while it waits for its child agents, the state it next stops or parks with."""
+        if state.status != WAITING_CHILD:
+            return state
+        return await self.wait(state.agent_id)
 
     async def status(self, agent_id: str) -> AgentState:
         """The agent's current state.
@@ -677,7 +691,7 @@ class Runtime:
         return await self._operator.send(agent_id, content, role=role)
 
     async def cancel(self, agent_id: str, reason: str | None = "") -> CommandResult:
-        """Stop the agent for good (after its current step).
+        """Stop the agent for good (after its current step), and its child agents with it.
 
         Args:
             agent_id: The agent in this runtime's namespace.
@@ -693,7 +707,11 @@ class Runtime:
                 cancelled.
             AgentNotFoundError: The agent has no records.
         """
-        return await self._operator.cancel(agent_id, reason)
+        result = await self._operator.cancel(agent_id, reason)
+        from durably._children.family import cancel_children
+
+        await cancel_children(self._activations, self._operator, agent_id)
+        return result
 
     # reading and branching journals: the reader part ---------------------------
 
@@ -880,6 +898,8 @@ class Runtime:
     async def purge(self, agent_id: str, *, force: bool = False) -> None:
         """Delete everything stored of an agent in this namespace: records, snapshots, blobs, its seq.
 
+        Its child agents (``agent_tool``) are purged first, the same way.
+
         The id may then be started anew, as a new run (fresh run id, so fresh
         idempotency keys): nothing of the old one is seen. A live activation in
         this runtime is stopped first and its queued snapshot dropped. While
@@ -902,6 +922,9 @@ class Runtime:
             StoreUnavailableError: The store cannot be reached.
         """
         check_bool("purge", "force", force)
+        from durably._children.family import purge_children
+
+        await purge_children(self._activations, self._upkeep, agent_id, force=force)
         return await self._upkeep.purge(agent_id, force=force)
 
     async def sweep(

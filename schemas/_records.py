@@ -20,7 +20,7 @@ SNAPSHOT_SCHEMA_ID = 2
 SCHEMA_NAMES = {RECORD_SCHEMA_ID: "durably.record", SNAPSHOT_SCHEMA_ID: "durably.snapshot"}
 
 #: The version this build writes for each schema id; it reads this and older ones.
-CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 4, SNAPSHOT_SCHEMA_ID: 4}
+CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 5, SNAPSHOT_SCHEMA_ID: 5}
 
 
 class Kind(StrEnum):
@@ -50,6 +50,10 @@ class Kind(StrEnum):
     FORKED = "forked"
     MODEL_FAILED = "model_failed"  # (version 3) one failed model attempt: number, error type, no content
     RETRIED = "retried"  # (version 3) an operator resumed a failed agent (Runtime.retry)
+    # (version 5) in a parent: a tool call started a child agent (its id, definition); the parent waits for it
+    CHILD_STARTED = "child_started"
+    # (version 5) in a parent: that child ended (its status, result or error), the call's result
+    CHILD_ENDED = "child_ended"
 
 
 KINDS = frozenset(k.value for k in Kind)

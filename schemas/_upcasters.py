@@ -181,3 +181,17 @@ def snapshot_v3_to_v4(value: dict[str, Any]) -> dict[str, Any]:
     """Snapshot version 4 only adds an optional ``trace`` to the state: every
     version-3 snapshot is a version-4 snapshot as it is (a copy)."""
     return dict(value)
+
+
+@upcaster(RECORD_SCHEMA_ID, 4)
+def record_v4_to_v5(value: dict[str, Any]) -> dict[str, Any]:
+    """Record version 5 only adds (two kinds for child agents, an optional
+    ``parent`` in ``started``): every version-4 record is a version-5 record as it is (a copy)."""
+    return dict(value)
+
+
+@upcaster(SNAPSHOT_SCHEMA_ID, 4)
+def snapshot_v4_to_v5(value: dict[str, Any]) -> dict[str, Any]:
+    """Snapshot version 5 only adds optional ``parent`` and ``children`` to the
+    state: every version-4 snapshot is a version-5 snapshot as it is (a copy)."""
+    return dict(value)

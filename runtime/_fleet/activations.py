@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from durably._journal.claim import LeaseClaim
     from durably._journal.records import RecordCodec
     from durably._journal.writer import JournalServices
+    from durably._loop.child_calls import ChildAgents
     from durably._loop.agent import AgentDefinition, Budget
     from durably._telemetry import Telemetry
     from durably.storage._spi import Lease, Store
@@ -98,6 +99,8 @@ class Activations:
         self.draining = False  # set by drain(): nothing more is resumed here
         self.open = True  # cleared when the runtime is being left: nothing more is spawned
         self.blocked = BlockedAgents()  # logged once each (blocked.py)
+        self.children: ChildAgents | None = None  # how actors start child agents (the runtime sets it)
+        self.on_end: Callable[[AgentState], None] | None = None  # told of every activation's last state
 
     def stream(self, agent_id: str) -> StreamId:
         """The stream of ``agent_id`` in this runtime's namespace."""
@@ -323,6 +326,7 @@ class Activations:
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
         actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
+        actor.children = self.children
         agent_id = journal.state.agent_id
         self.live[agent_id] = actor
 
@@ -342,6 +346,8 @@ class Activations:
                             if agent_id not in self.live:
                                 await self.leases.release(journal.claim)
                 actor.exited.set()
+                if self.on_end is not None:
+                    self.on_end(actor.state)
 
         self.task_group.start_soon(run_actor)
         return AgentHandle(actor)

@@ -40,6 +40,7 @@ import anyio
 from durably._figures import check_figure
 from durably._fleet import wakeups
 from durably._fleet.fleet_metrics import ScanObserver
+from durably._children import delivery as child_delivery
 from durably._fleet.scan import FairShare, scan
 from durably.errors import InvalidArgumentError
 from durably.storage._errors import StoreClosedError, StoreError
@@ -138,6 +139,7 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
             async for attempt in retrying:
                 with attempt:
                     fair.observed(await scan(activations, limit=fair.limit(len(activations.live)), shuffle=True))
+                    await child_delivery.recover(activations)  # child ends a dead process did not deliver
             outage.ended()
             await observer.scanned()
             await wakeups.wait_and_resume(changes, poll_interval, woken)

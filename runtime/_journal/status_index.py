@@ -50,12 +50,14 @@ INDEX_KINDS = frozenset(
         Kind.DEFINITION_CHANGED,
         Kind.FORKED,
         Kind.RETRIED,
+        Kind.CHILD_STARTED,
+        Kind.CHILD_ENDED,
     }
 )
 
 #: Statuses a journal can hold (the index knows them); others (``unreadable``,
 #: ``needs_migration``) are worked out by a restore, so asking for them lists everything.
-JOURNALED = frozenset({RUNNING, "waiting_approval", "suspended", "finished", "failed", "cancelled"})
+JOURNALED = frozenset({RUNNING, "waiting_approval", "suspended", "finished", "failed", "cancelled", "waiting_child"})
 
 
 def indexed(store: Store) -> bool:
@@ -108,6 +110,7 @@ def entry_after(state: AgentState, records: Sequence[Record]) -> IndexEntry | No
         usage=dict(state.usage),
         budget=dict(state.budget),
         last_seq=state.last_seq,
+        children=dict(state.children),
     )
     try:
         for record in records:

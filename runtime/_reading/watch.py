@@ -25,7 +25,17 @@ import anyio
 
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
-from durably._loop.state import CANCELLED, FAILED, FINISHED, RUNNING, SUSPENDED, WAITING_APPROVAL, AgentState, apply
+from durably._loop.state import (
+    CANCELLED,
+    FAILED,
+    FINISHED,
+    RUNNING,
+    SUSPENDED,
+    WAITING_APPROVAL,
+    WAITING_CHILD,
+    AgentState,
+    apply,
+)
 from durably.errors import (
     AgentNotFoundError,
     ArgumentTypeError,
@@ -41,7 +51,7 @@ if TYPE_CHECKING:
     from durably._telemetry import Telemetry
 
 #: Statuses ``wait`` accepts in ``until``.
-STATUSES = frozenset({RUNNING, WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CANCELLED})
+STATUSES = frozenset({RUNNING, WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CANCELLED, WAITING_CHILD})
 #: What a listing may also report: a journal that cannot be read, a definition that must be migrated first.
 LISTED_STATUSES = STATUSES | {"unreadable", "needs_migration"}
 
@@ -88,6 +98,8 @@ _EVENTS: dict[str, str] = {
     Kind.FAILED: "failed",
     Kind.CANCELLED: "cancelled",
     Kind.FORKED: "forked",
+    Kind.CHILD_STARTED: "child_started",
+    Kind.CHILD_ENDED: "child_ended",
 }
 
 
@@ -101,7 +113,8 @@ class StatusChange:
         at: Unix seconds of that record.
         event: ``started``, ``resumed``, ``approval_requested``,
             ``approval_decided``, ``suspended``, ``budget_extended``,
-            ``finished``, ``failed``, ``cancelled`` or ``forked``.
+            ``finished``, ``failed``, ``cancelled``, ``forked``,
+            ``child_started`` or ``child_ended``.
         status: The agent's status after it.
         reason: Why the status is what it is, after it.
     """
