@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from durably._journal.claim import LeaseClaim
     from durably._journal.records import RecordCodec
     from durably._journal.writer import JournalServices
-    from durably._loop.child_calls import ChildAgents
     from durably._loop.agent import AgentDefinition, Budget
+    from durably._loop.child_calls import ChildAgents
     from durably._telemetry import Telemetry
     from durably.storage._spi import Lease, Store
 

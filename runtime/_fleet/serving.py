@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
+from durably._children import delivery as child_delivery
 from durably._figures import check_figure
 from durably._fleet import wakeups
 from durably._fleet.fleet_metrics import ScanObserver
-from durably._children import delivery as child_delivery
 from durably._fleet.scan import FairShare, scan
 from durably.errors import InvalidArgumentError
 from durably.storage._errors import StoreClosedError, StoreError
