@@ -20,6 +20,7 @@ from durably._loop.state import AgentState
 from durably._reading.describe import AgentDescription
 from durably._reading.history import clip
 from durably._runtime import Runtime
+from durably.errors import AgentNotFoundError
 from durably.storage._errors import DurablyError
 
 
@@ -70,8 +71,8 @@ def agent_row_json(info: AgentDescription) -> dict[str, Any]:
     "statuses",
     multiple=True,
     metavar="STATUS",
-    help="only agents with this status (repeatable): running, waiting_approval, suspended, finished, "
-    "failed, cancelled, unreadable",
+    help="only agents with this status (repeatable): running, waiting_approval, waiting_child, suspended, "
+    "finished, failed, cancelled, unreadable",
 )
 @click.option(
     "--definition",
@@ -81,6 +82,7 @@ def agent_row_json(info: AgentDescription) -> dict[str, Any]:
     help="only agents of this agent definition (repeatable)",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="at most this many agents (most recent first)")
+@click.option("--tree", is_flag=True, help="child agents under their parents, indented")
 @json_option
 @store_command
 def agents(
@@ -89,6 +91,7 @@ def agents(
     statuses: tuple[str, ...],
     definitions: tuple[str, ...],
     limit: int | None,
+    tree: bool,
     json_mode: bool,
     out: Output,
 ) -> None:
@@ -105,6 +108,9 @@ def agents(
     ]
     found.sort(key=lambda d: d.last_activity_at or 0.0, reverse=True)
     found = found[:limit] if limit else found
+    depths = {d.agent_id: 0 for d in found}
+    if tree:
+        found, depths = as_tree(found)
     if json_mode:
         out.json({"store": store, "namespace": namespace, "agents": [agent_row_json(d) for d in found]})
         return
@@ -118,7 +124,7 @@ def agents(
     now = time.time()
     rows = [
         [
-            d.agent_id,
+            "  " * depths[d.agent_id] + ("└ " if depths[d.agent_id] else "") + d.agent_id,
             d.definition.get("name", ""),
             d.status,
             str(d.seq),
@@ -139,6 +145,31 @@ def agents(
     )
 
 
+def parent_of(info: AgentDescription) -> str | None:
+    """The id of the agent whose call started ``info``'s agent (None: not a child agent)."""
+    parent = info.state.parent if info.state is not None else None
+    return parent.get("agent_id") if parent else None
+
+
+def as_tree(found: list[AgentDescription]) -> tuple[list[AgentDescription], dict[str, int]]:
+    """``found`` reordered so each child agent follows its parent (siblings in their given
+    order), and each agent's depth under the listed agents."""
+    listed = {d.agent_id for d in found}
+    children: dict[str | None, list[AgentDescription]] = {}
+    for d in found:
+        parent = parent_of(d)
+        children.setdefault(parent if parent in listed else None, []).append(d)
+    ordered: list[AgentDescription] = []
+    depths: dict[str, int] = {}
+    stack = [(d, 0) for d in reversed(children.get(None, []))]
+    while stack:
+        d, depth = stack.pop()
+        ordered.append(d)
+        depths[d.agent_id] = depth
+        stack.extend((c, depth + 1) for c in reversed(children.get(d.agent_id, [])))
+    return ordered, depths
+
+
 @click.command()
 @click.argument("agent_id", metavar="AGENT")
 @json_option
@@ -146,13 +177,24 @@ def agents(
 def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output) -> None:
     """Describe one agent: status and why, definition, usage and budget, approvals, lease, times."""
 
-    async def go() -> AgentDescription:
+    async def go() -> tuple[AgentDescription, list[tuple[dict[str, Any], str]]]:
         async with _runtime(store, namespace) as rt:
-            return await rt.describe(agent_id)
+            info = await rt.describe(agent_id)
+            children = []
+            for child in info.state.children.values() if info.state is not None else ():
+                try:
+                    status = (await rt.status(child["agent_id"])).status  # its own journal: the live truth
+                except AgentNotFoundError:
+                    status = "purged"
+                children.append((child, status))
+            return info, children
 
-    info = run_async(go)
+    info, children = run_async(go)
     if json_mode:
-        out.json(info.to_json())
+        shown = info.to_json()
+        shown["parent"] = parent_of(info)
+        shown["children"] = [{**child, "status": status} for child, status in children]
+        out.json(shown)
         return
     definition = info.definition
     fields = [
@@ -179,6 +221,8 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
     if info.forked_from:
         origin = info.forked_from
         fields.append(("forked from", f"{origin['namespace']}/{origin['agent_id']} at seq {origin['seq']}"))
+    if (parent := parent_of(info)) is not None:
+        fields.append(("parent", parent))
     if info.status == "finished":
         fields.append(("result", clip(info.result, 2000)))
     for name, value in fields:
@@ -191,6 +235,8 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
     for c in info.pending_calls:
         started = f"started, attempt {c['attempts']}" if c["started"] else "not started"
         out.line(f"{'pending call:':<15}{c['id']}: {c['tool']}({clip(c['arguments'])}) [{started}]")
+    for child, status in children:
+        out.line(f"{'child:':<15}{child['agent_id']} ({child['definition']}) {status}, for call {child['call_id']}")
 
 
 @click.command()

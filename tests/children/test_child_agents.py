@@ -200,12 +200,18 @@ async def test_sigkill_of_the_parents_process_while_the_child_runs(tmp_path: Pat
     first = _spawn(tmp_path, "parent", "wait")
     await _wait_for(tmp_path, "boss-1", "waiting_child")
     await _wait_for(tmp_path, "boss-1/h1", "running")
+    with anyio.fail_after(60):  # the child is inside its tool: its intent is durable
+        while True:
+            async with Runtime(f"sqlite:///{tmp_path}/a.db") as rt:
+                if (await rt.status("boss-1/h1")).ledger:
+                    break
+            await anyio.sleep(0.1)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     assert effects() == []  # the child was inside its tool, before its effect
     (tmp_path / "gate").touch()
-    # A new process picks both up: the child's tool re-runs under the same key (policy ask
-    # would park it; the helper's tool is "ask", so the operator would decide) ...
+    # A new process picks both up. The child's tool call has an unknown outcome and the
+    # helper's tool has the default policy (ask): an operator decides to run it again.
     second = _spawn(tmp_path, "serve-all")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and second.poll() is None:
@@ -257,3 +263,27 @@ async def test_a_child_is_served_by_another_worker(tmp_path: Path) -> None:
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
+
+
+async def test_the_cli_shows_the_tree(tmp_path: Path) -> None:
+    async with Runtime(f"sqlite:///{tmp_path}/a.db", agents=[boss_agent(fan=2), helper_agent()]) as rt:
+        await rt.run("boss", "boss-1", "job")
+        await rt.submit(helper_agent(), "alone", "other")
+
+    def durably(*argv: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "COLUMNS": "250"}
+        command = [sys.executable, "-m", "durably._cli", *argv, "--store", f"sqlite:///{tmp_path}/a.db"]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+
+    shown = durably("show", "boss-1")
+    assert shown.returncode == 0, shown.stderr
+    assert "child:         boss-1/h1 (helper) finished, for call h1" in shown.stdout
+    assert "child:         boss-1/h2 (helper) finished" in shown.stdout
+    child = durably("show", "boss-1/h2", "--json")
+    assert json.loads(child.stdout)["parent"] == "boss-1"
+    listed = durably("agents", "--tree")
+    assert listed.returncode == 0, listed.stderr
+    lines = [line for line in listed.stdout.splitlines() if "boss-1" in line]
+    assert "└" not in lines[0] and "boss-1 " in lines[0]  # the parent first, its children under it
+    assert sorted("└ boss-1/h1" in line for line in lines[1:]) == [False, True]
+    assert all("└ boss-1/h" in line for line in lines[1:])
