@@ -73,6 +73,10 @@ EXTRA: dict[Kind, dict[str, Any]] = {
                   "keys": {"1" * 32: "2" * 32}},
     Kind.MODEL_FAILED: {"attempt": 1, "error": "TimeoutError", "transient": True, "retry_in": 0.75},
     Kind.RETRIED: {"worker": "golden:1", "reason": "model error: TimeoutError"},
+    Kind.CHILD_STARTED: {"key": "c" * 32, "call_id": "h1", "tool": "helper", "agent_id": "survey/h1",
+                         "definition": "helper"},
+    Kind.CHILD_ENDED: {"key": "c" * 32, "call_id": "h1", "tool": "helper", "agent_id": "survey/h1",
+                       "status": "finished", "result": "found it", "error": None},
 }
 
 
