@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from durably._children.runs import end_of
-from durably._fleet import wakeups
 from durably._journal import status_index
 from durably._loop.state import RUNNING, TERMINAL, WAITING_CHILD, AgentState
 from durably.errors import AgentFencedError, AgentNotFoundError, DurablyError, InvalidCommandError
@@ -95,6 +94,8 @@ async def wake(activations: Activations, parent: AgentState) -> None:
     by telling the other workers."""
     if parent.status != RUNNING:
         return
+    from durably._fleet import wakeups  # here: a runtime whose agents start no child never loads it
+
     live = activations.live.get(parent.agent_id)
     if live is not None:
         with anyio.move_on_after(_PARKING_S):

@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from durably._fleet import wakeups
-from durably._fleet.submit import started_data
 from durably._journal.writer import AgentJournal
 from durably._loop.state import CANCELLED, FAILED, FINISHED, AgentState
 from durably.errors import AgentExistsError, AgentFencedError, AgentNotFoundError, DurablyError
@@ -59,6 +57,9 @@ class ChildRuns:
             StoreUnavailableError: The store cannot be reached (the parent's
                 activation stops; its resume starts the child again, idempotently).
         """
+        from durably._fleet import wakeups
+        from durably._fleet.submit import started_data  # here: a runtime whose agents start no child never loads it
+
         activations = self.activations
         data = started_data(activations, definition, agent_id, task, None)
         data["parent"] = parent
@@ -97,6 +98,8 @@ class ChildRuns:
         activations.task_group.start_soon(self._run, agent_id)
 
     async def _run(self, agent_id: str) -> None:
+        from durably._fleet import wakeups
+
         try:
             await wakeups.resume_if_runnable(self.activations, agent_id)
         except DurablyError as exc:  # an outage: a worker's scan takes the child later

@@ -42,10 +42,22 @@ async def _child_task(task: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AgentTool(Tool):
-    """A ``Tool`` whose call starts a child agent of ``agent`` (see ``agent_tool``).
+    """A ``Tool`` whose call starts a child agent of ``agent`` (built by ``agent_tool``).
 
     Attributes:
+        name: The tool's name as the model sees it.
+        fn: Never called: the step loop starts the child instead.
+        description: What the model is told the tool does.
+        parameters: The JSON Schema shown to the model (one ``task`` string).
+        requires_approval: False: the child asks for its own approvals.
+        on_unknown_outcome: Unused: starting a child is idempotent by its id.
+        reconcile: None.
+        sequential: True: the step loop starts the children of a turn itself.
         agent: The child's ``AgentDefinition``.
+
+    Raises:
+        ArgumentTypeError: ``agent`` is not an ``AgentDefinition``, or as ``Tool``
+            raises (a ``TypeError``).
     """
 
     agent: Any = None
