@@ -287,3 +287,23 @@ async def test_the_cli_shows_the_tree(tmp_path: Path) -> None:
     assert "└" not in lines[0] and "boss-1 " in lines[0]  # the parent first, its children under it
     assert sorted("└ boss-1/h1" in line for line in lines[1:]) == [False, True]
     assert all("└ boss-1/h" in line for line in lines[1:])
+
+
+async def test_the_console_links_parent_and_children(tmp_path: Path) -> None:
+    import httpx
+
+    from durably._console import create_app
+
+    url = f"sqlite:///{tmp_path}/a.db"
+    async with Runtime(url, agents=[boss_agent(fan=2), helper_agent()]) as rt:
+        await rt.run("boss", "boss-1", "job")
+    app = create_app(url, allowed_hosts=["console"])
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
+            parent = await client.get("/agent?id=boss-1")
+            child = await client.get("/agent?id=boss-1%2Fh2")
+    assert parent.status_code == 200 and child.status_code == 200
+    assert "<dt>children</dt>" in parent.text
+    for call in ("h1", "h2"):
+        assert f'<a href="/agent?id=boss-1%2F{call}">boss-1/{call}</a> (helper)' in parent.text
+    assert '<dt>parent</dt><dd><a href="/agent?id=boss-1">boss-1</a></dd>' in child.text
