@@ -42,13 +42,14 @@ from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
 from durably._journal.writer import JournalServices
 from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
-from durably._loop.state import WAITING_CHILD, AgentState
+from durably._loop.state import RUNNING, WAITING_CHILD, AgentState
 from durably._operate.operator import Operator
 from durably._reading.reader import Reader
 from durably._telemetry import Telemetry, worker_attributes
 from durably._upkeep.upkeep import Upkeep
 from durably.errors import (
     AgentExistsError,
+    AgentLeasedError,
     AgentNotFoundError,
     ArgumentTypeError,
     InvalidStoreError,
@@ -451,8 +452,10 @@ class Runtime:
         A resumed run with the same definition and task is silent: calling
         ``run`` again after a crash picks the agent up where its journal ends.
         An agent waiting for its child agents (``agent_tool``) is not stopped:
-        ``run`` follows it (``wait``) until it stops or parks otherwise, so the
-        children must run somewhere (registered here, or served by a worker).
+        ``run`` waits for it, runs it here once its children woke it (unless
+        another runtime took it first, which it then follows), and returns when
+        it stops or parks otherwise; the children must run somewhere (their
+        definition registered here, or served by a worker).
 
         Args:
             agent: The definition, or the name of a registered one.
@@ -498,10 +501,21 @@ class Runtime:
         return await self._through_children(await handle.wait())
 
     async def _through_children(self, state: AgentState) -> AgentState:
-        """``state``, or, while it waits for its child agents, the state it next stops or parks with."""
-        if state.status != WAITING_CHILD:
-            return state
-        return await self.wait(state.agent_id)
+        """``state``, or, while it waits for its child agents, the state it next stops or parks with:
+        woken by its children, it runs here unless another runtime took it first."""
+        from durably._reading.watch import STATUSES
+
+        agent_id = state.agent_id
+        while state.status == WAITING_CHILD:
+            state = await self.wait(agent_id, until=STATUSES - {WAITING_CHILD})
+            if state.status != RUNNING:
+                continue
+            try:
+                handle = await self.resume(agent_id)
+            except AgentLeasedError:
+                handle = None  # another runtime runs it: follow it there
+            state = await handle.wait() if handle is not None else await self.wait(agent_id, until=STATUSES - {RUNNING})
+        return state
 
     async def status(self, agent_id: str) -> AgentState:
         """The agent's current state.
