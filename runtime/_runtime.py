@@ -503,10 +503,10 @@ class Runtime:
     async def _through_children(self, state: AgentState) -> AgentState:
         """``state``, or, while it waits for its child agents, the state it next stops or parks with:
         woken by its children, it runs here unless another runtime took it first."""
-        from durably._reading.watch import STATUSES
-
         agent_id = state.agent_id
         while state.status == WAITING_CHILD:
+            from durably._reading.watch import STATUSES  # only a parent of child agents needs it (import time)
+
             state = await self.wait(agent_id, until=STATUSES - {WAITING_CHILD})
             if state.status != RUNNING:
                 continue
