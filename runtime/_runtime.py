@@ -507,6 +507,10 @@ class Runtime:
         while state.status == WAITING_CHILD:
             from durably._reading.watch import STATUSES  # only a parent of child agents needs it (import time)
 
+            if (children := self._activations.children) is not None:
+                for child in state.children.values():
+                    if child["status"] == RUNNING:
+                        children.run(child["agent_id"])  # a child a dead process ran goes on here, if it can
             state = await self.wait(agent_id, until=STATUSES - {WAITING_CHILD})
             if state.status != RUNNING:
                 continue

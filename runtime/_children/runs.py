@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from durably._journal.writer import AgentJournal
-from durably._loop.state import CANCELLED, FAILED, FINISHED, AgentState
+from durably._loop.state import CANCELLED, FAILED, FINISHED, RUNNING, WAITING_CHILD, AgentState
 from durably.errors import AgentExistsError, AgentFencedError, AgentNotFoundError, DurablyError
 from durably.schemas._records import Kind
 
@@ -91,7 +91,8 @@ class ChildRuns:
         return end_of(state)
 
     def run(self, agent_id: str) -> None:
-        """Resume the child here, in the background, when this runtime can run it; else the workers will."""
+        """Resume the child here, in the background, when this runtime can run it (and, when it waits
+        for children of its own, those); else the workers will."""
         activations = self.activations
         if activations.draining or not activations.open:
             return
@@ -101,6 +102,10 @@ class ChildRuns:
         from durably._fleet import wakeups
 
         try:
-            await wakeups.resume_if_runnable(self.activations, agent_id)
+            if await wakeups.resume_if_runnable(self.activations, agent_id) is None:
+                state = await self.activations.status(agent_id)
+                for child in state.children.values() if state.status == WAITING_CHILD else ():
+                    if child["status"] == RUNNING:
+                        self.run(child["agent_id"])  # a grandchild a dead process ran goes on here too
         except DurablyError as exc:  # an outage: a worker's scan takes the child later
             log.warning("child agent %s not started here: %s", self.activations.stream(agent_id), exc)
