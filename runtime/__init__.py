@@ -100,6 +100,8 @@ _LAZY: dict[str, str] = {
     "Reconciled": "durably._tools.tool",
     "OnUnknownOutcome": "durably._tools.tool",
     "tool": "durably._tools.tool",
+    "agent_tool": "durably._tools.agent_tool",
+    "AgentTool": "durably._tools.agent_tool",
     "RetentionPolicy": "durably._upkeep.retention",
     "DAY": "durably._upkeep.retention",
     "SweepItem": "durably._upkeep.retention",
@@ -147,6 +149,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably._reading.history import HistoryEntry
     from durably._reading.watch import StatusChange
     from durably._runtime import Runtime
+    from durably._tools.agent_tool import AgentTool, agent_tool
     from durably._tools.attempts import ToolRetry
     from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext, tool
     from durably._upkeep.reencrypt import ReencryptReport
@@ -196,6 +199,7 @@ __all__ = [
     "AgentLeasedError",
     "AgentNotFoundError",
     "AgentState",
+    "AgentTool",
     "ApprovalAlreadyDecidedError",
     "ArgumentTypeError",
     "BlobNotFoundError",
@@ -277,6 +281,7 @@ __all__ = [
     "Where",
     "WorkerExistsError",
     "current_run",
+    "agent_tool",
     "ephemeral",
     "generate_key",
     "journaled",

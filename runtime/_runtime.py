@@ -43,7 +43,7 @@ from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
 from durably._journal.writer import JournalServices
 from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
-from durably._loop.state import AgentState
+from durably._loop.state import RUNNING, WAITING_CHILD, AgentState
 from durably._loop.timers import wake_time
 from durably._operate.operator import Operator
 from durably._reading.reader import Reader
@@ -51,6 +51,7 @@ from durably._telemetry import Telemetry, worker_attributes
 from durably._upkeep.upkeep import Upkeep
 from durably.errors import (
     AgentExistsError,
+    AgentLeasedError,
     AgentNotFoundError,
     ArgumentTypeError,
     InvalidStoreError,
@@ -268,6 +269,11 @@ class Runtime:
                 mailbox_size=self._mailbox_size,
                 task_group=self._tg,
             )
+            from durably._children import delivery as child_delivery
+            from durably._children.runs import ChildRuns
+
+            self._activations.children = ChildRuns(self._activations)
+            self._activations.on_end = partial(child_delivery.on_end, self._activations)
             self._operator = Operator(self._activations)
             self._reader = Reader(self.store, self.codec, self.telemetry, self.namespace)
             self._upkeep = Upkeep(self.store, self.codec, self.telemetry, self.namespace, self._activations)
@@ -480,6 +486,11 @@ class Runtime:
         attached to: ``run`` follows its journal until it stops or parks there
         and returns that state, and takes it over if that runtime dies first
         (``durably._fleet.attach``). One running in this runtime is waited for too.
+        An agent waiting for its child agents (``agent_tool``) is not stopped:
+        ``run`` waits for it, runs it here once its children woke it (unless
+        another runtime took it first, which it then follows), and returns when
+        it stops or parks otherwise; the children must run somewhere (their
+        definition registered here, or served by a worker).
 
         Args:
             agent: The definition, or the name of a registered one.
@@ -532,8 +543,29 @@ class Runtime:
                 )
             handle = await self.resume(agent_id)
             if handle is None:
-                return await self.status(agent_id)
-        return await handle.wait()
+                return await self._through_children(await self.status(agent_id))
+        return await self._through_children(await handle.wait())
+
+    async def _through_children(self, state: AgentState) -> AgentState:
+        """``state``, or, while it waits for its child agents, the state it next stops or parks with:
+        woken by its children, it runs here unless another runtime took it first."""
+        agent_id = state.agent_id
+        while state.status == WAITING_CHILD:
+            from durably._reading.watch import STATUSES  # only a parent of child agents needs it (import time)
+
+            if (children := self._activations.children) is not None:
+                for child in state.children.values():
+                    if child["status"] == RUNNING:
+                        children.run(child["agent_id"])  # a child a dead process ran goes on here, if it can
+            state = await self.wait(agent_id, until=STATUSES - {WAITING_CHILD})
+            if state.status != RUNNING:
+                continue
+            try:
+                handle = await self.resume(agent_id)
+            except AgentLeasedError:
+                handle = None  # another runtime runs it: follow it there
+            state = await handle.wait() if handle is not None else await self.wait(agent_id, until=STATUSES - {RUNNING})
+        return state
 
     async def status(self, agent_id: str) -> AgentState:
         """The agent's current state.
@@ -723,7 +755,7 @@ class Runtime:
         return await self._operator.send(agent_id, content, role=role)
 
     async def cancel(self, agent_id: str, reason: str | None = "") -> CommandResult:
-        """Stop the agent for good (after its current step).
+        """Stop the agent for good (after its current step), and its child agents with it.
 
         Args:
             agent_id: The agent in this runtime's namespace.
@@ -739,7 +771,11 @@ class Runtime:
                 cancelled.
             AgentNotFoundError: The agent has no records.
         """
-        return await self._operator.cancel(agent_id, reason)
+        result = await self._operator.cancel(agent_id, reason)
+        from durably._children.family import cancel_children
+
+        await cancel_children(self._activations, self._operator, agent_id)
+        return result
 
     # reading and branching journals: the reader part ---------------------------
 
@@ -926,6 +962,8 @@ class Runtime:
     async def purge(self, agent_id: str, *, force: bool = False) -> None:
         """Delete everything stored of an agent in this namespace: records, snapshots, blobs, its seq.
 
+        Its child agents (``agent_tool``) are purged first, the same way.
+
         The id may then be started anew, as a new run (fresh run id, so fresh
         idempotency keys): nothing of the old one is seen. A live activation in
         this runtime is stopped first and its queued snapshot dropped. While
@@ -948,6 +986,9 @@ class Runtime:
             StoreUnavailableError: The store cannot be reached.
         """
         check_bool("purge", "force", force)
+        from durably._children.family import purge_children
+
+        await purge_children(self._activations, self._upkeep, agent_id, force=force)
         return await self._upkeep.purge(agent_id, force=force)
 
     async def sweep(

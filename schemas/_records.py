@@ -56,6 +56,10 @@ class Kind(StrEnum):
     TOOL_HEARTBEAT = "tool_heartbeat"  # (version 5) a running tool's progress details (ctx.heartbeat), rate-limited
     TIMER_SET = "timer_set"  # (version 5) the agent parks until a time (wake_at)
     TIMER_FIRED = "timer_fired"  # (version 5) its timer fired: it runs on
+    # (version 5) in a parent: a tool call started a child agent (its id, definition); the parent waits for it
+    CHILD_STARTED = "child_started"
+    # (version 5) in a parent: that child ended (its status, result or error), the call's result
+    CHILD_ENDED = "child_ended"
 
 
 KINDS = frozenset(k.value for k in Kind)

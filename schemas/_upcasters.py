@@ -186,7 +186,8 @@ def snapshot_v3_to_v4(value: dict[str, Any]) -> dict[str, Any]:
 @upcaster(RECORD_SCHEMA_ID, 4)
 def record_v4_to_v5(value: dict[str, Any]) -> dict[str, Any]:
     """Record version 5 only adds the kinds ``tool_failed``, ``tool_heartbeat``,
-    ``timer_set`` and ``timer_fired`` and an optional ``usage`` to ``model_failed``
+    ``timer_set``, ``timer_fired``, ``child_started`` and ``child_ended``, an
+    optional ``parent`` in ``started`` and an optional ``usage`` in ``model_failed``
     and ``tool_result``: every version-4 record is a version-5 record as it is (a copy)."""
     return dict(value)
 
@@ -194,7 +195,7 @@ def record_v4_to_v5(value: dict[str, Any]) -> dict[str, Any]:
 @upcaster(SNAPSHOT_SCHEMA_ID, 4)
 def snapshot_v4_to_v5(value: dict[str, Any]) -> dict[str, Any]:
     """Snapshot version 5 only adds optional ledger-entry fields (a failed attempt
-    awaiting its retry, the newest heartbeat), the status ``sleeping`` and an
-    optional ``wake_at`` to the state: every version-4 snapshot is a version-5
-    snapshot as it is (a copy)."""
+    awaiting its retry, the newest heartbeat), the statuses ``sleeping`` and
+    ``waiting_child``, and optional ``wake_at``, ``parent`` and ``children`` to
+    the state: every version-4 snapshot is a version-5 snapshot as it is (a copy)."""
     return dict(value)

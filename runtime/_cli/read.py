@@ -22,6 +22,7 @@ from durably._reading.describe import AgentDescription
 from durably._reading.history import clip
 from durably._reading.threads import ThreadSummary
 from durably._runtime import Runtime
+from durably.errors import AgentNotFoundError
 from durably.storage._errors import DurablyError
 
 
@@ -99,8 +100,8 @@ def agent_row_json(info: AgentDescription) -> dict[str, Any]:
     "statuses",
     multiple=True,
     metavar="STATUS",
-    help="only agents with this status (repeatable): running, waiting_approval, suspended, sleeping, finished, "
-    "failed, cancelled, unreadable",
+    help="only agents with this status (repeatable): running, waiting_approval, waiting_child, suspended, "
+    "sleeping, finished, failed, cancelled, unreadable",
 )
 @click.option(
     "--definition",
@@ -110,6 +111,7 @@ def agent_row_json(info: AgentDescription) -> dict[str, Any]:
     help="only agents of this agent definition (repeatable)",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="at most this many agents (most recent first)")
+@click.option("--tree", is_flag=True, help="child agents under their parents, indented")
 @json_option
 @store_command
 def agents(
@@ -118,6 +120,7 @@ def agents(
     statuses: tuple[str, ...],
     definitions: tuple[str, ...],
     limit: int | None,
+    tree: bool,
     json_mode: bool,
     out: Output,
 ) -> None:
@@ -134,6 +137,9 @@ def agents(
     ]
     found.sort(key=lambda d: d.last_activity_at or 0.0, reverse=True)
     found = found[:limit] if limit else found
+    depths = {d.agent_id: 0 for d in found}
+    if tree:
+        found, depths = as_tree(found)
     if json_mode:
         out.json({"store": store, "namespace": namespace, "agents": [agent_row_json(d) for d in found]})
         return
@@ -147,7 +153,7 @@ def agents(
     now = time.time()
     rows = [
         [
-            d.agent_id,
+            "  " * depths[d.agent_id] + ("└ " if depths[d.agent_id] else "") + d.agent_id,
             d.definition.get("name", ""),
             d.status,
             str(d.seq),
@@ -168,6 +174,31 @@ def agents(
     )
 
 
+def parent_of(info: AgentDescription) -> str | None:
+    """The id of the agent whose call started ``info``'s agent (None: not a child agent)."""
+    parent = info.state.parent if info.state is not None else None
+    return parent.get("agent_id") if parent else None
+
+
+def as_tree(found: list[AgentDescription]) -> tuple[list[AgentDescription], dict[str, int]]:
+    """``found`` reordered so each child agent follows its parent (siblings in their given
+    order), and each agent's depth under the listed agents."""
+    listed = {d.agent_id for d in found}
+    children: dict[str | None, list[AgentDescription]] = {}
+    for d in found:
+        parent = parent_of(d)
+        children.setdefault(parent if parent in listed else None, []).append(d)
+    ordered: list[AgentDescription] = []
+    depths: dict[str, int] = {}
+    stack = [(d, 0) for d in reversed(children.get(None, []))]
+    while stack:
+        d, depth = stack.pop()
+        ordered.append(d)
+        depths[d.agent_id] = depth
+        stack.extend((c, depth + 1) for c in reversed(children.get(d.agent_id, [])))
+    return ordered, depths
+
+
 @click.command()
 @click.argument("agent_id", metavar="AGENT")
 @json_option
@@ -175,11 +206,22 @@ def agents(
 def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output) -> None:
     """Describe one agent: status and why, definition, usage and budget, approvals, lease, times."""
 
-    async def go() -> AgentDescription | ThreadSummary:
+    async def go() -> tuple[AgentDescription | ThreadSummary, list[tuple[dict[str, Any], str]]]:
         async with _runtime(store, namespace) as rt:
-            return await _thread(rt, agent_id) or await rt.describe(agent_id)
+            thread = await _thread(rt, agent_id)
+            if thread is not None:
+                return thread, []
+            info = await rt.describe(agent_id)
+            children = []
+            for child in info.state.children.values() if info.state is not None else ():
+                try:
+                    status = (await rt.status(child["agent_id"])).status  # its own journal: the live truth
+                except AgentNotFoundError:
+                    status = "purged"
+                children.append((child, status))
+            return info, children
 
-    info = run_async(go)
+    info, children = run_async(go)
     if isinstance(info, ThreadSummary):
         if json_mode:
             out.json(info.to_json())
@@ -187,7 +229,10 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
             _thread_lines(out, info)
         return
     if json_mode:
-        out.json(info.to_json())
+        shown = info.to_json()
+        shown["parent"] = parent_of(info)
+        shown["children"] = [{**child, "status": status} for child, status in children]
+        out.json(shown)
         return
     definition = info.definition
     fields = [
@@ -214,6 +259,8 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
     if info.forked_from:
         origin = info.forked_from
         fields.append(("forked from", f"{origin['namespace']}/{origin['agent_id']} at seq {origin['seq']}"))
+    if (parent := parent_of(info)) is not None:
+        fields.append(("parent", parent))
     if info.status == "finished":
         fields.append(("result", clip(info.result, 2000)))
     for name, value in fields:
@@ -230,6 +277,8 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
         out.line(f"{'pending call:':<15}{c['id']}: {c['tool']}({clip(c['arguments'])}) [{started}]")
         if "heartbeat" in c:
             out.line(f"{'heartbeat:':<15}{c['id']}: {clip(c['heartbeat'])}")
+    for child, status in children:
+        out.line(f"{'child:':<15}{child['agent_id']} ({child['definition']}) {status}, for call {child['call_id']}")
 
 
 @click.command()

@@ -71,7 +71,17 @@ _NOT_CONTENT = frozenset(
     {"namespace", "agent_id", "run_id", "definition", "status", "usage", "budget", "last_seq", "forked_from"}
 )
 TIMELINE_ROWS = 500  # rows of one timeline page
-STATUSES = ("running", "waiting_approval", "suspended", "sleeping", "finished", "failed", "cancelled", "unreadable")
+STATUSES = (
+    "running",
+    "waiting_approval",
+    "waiting_child",
+    "suspended",
+    "sleeping",
+    "finished",
+    "failed",
+    "cancelled",
+    "unreadable",
+)
 
 
 def _templates() -> Environment:
@@ -180,6 +190,13 @@ def create_app(
         if info.status == "finished":
             shown = content.view("finished", {"result": info.result}, name)
             result = shown["result"] if shown is not None else _shape(info.result)
+        children = []
+        for child in info.state.children.values():
+            try:
+                status = (await runtime.status(child["agent_id"])).status  # its own journal: the live truth
+            except AgentNotFoundError:
+                status = "purged"
+            children.append({**child, "status": status})
         earlier = max(rows[0].seq - 1 - TIMELINE_ROWS, 0) if rows and rows[0].seq > 1 else None
         full = after_seq is not None and len(rows) >= TIMELINE_ROWS
         later = (rows[-1].result_seq or rows[-1].seq) if full else None
@@ -192,6 +209,8 @@ def create_app(
             earlier=earlier,
             later=later,
             result=result,
+            parent=(info.state.parent or {}).get("agent_id"),
+            children=children,
             notice=request.query_params.get("notice", ""),
             can_answer=_can_answer(),
         )

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from durably._journal.records import RecordCodec
     from durably._journal.writer import JournalServices
     from durably._loop.agent import AgentDefinition, Budget
+    from durably._loop.child_calls import ChildAgents
     from durably._telemetry import Telemetry
     from durably.storage._spi import Lease, Store
 
@@ -103,6 +104,8 @@ class Activations:
         self.open = True  # cleared when the runtime is being left: nothing more is spawned
         self.blocked = BlockedAgents()  # logged once each (blocked.py)
         self.wake = WakeClock()  # the earliest timer seen, for serve() to wake at (_fleet/timers.py)
+        self.children: ChildAgents | None = None  # how actors start child agents (the runtime sets it)
+        self.on_end: Callable[[AgentState], None] | None = None  # told of every activation's last state
 
     def stream(self, agent_id: str) -> StreamId:
         """The stream of ``agent_id`` in this runtime's namespace."""
@@ -365,6 +368,7 @@ class Activations:
         kind = FunctionActor if isinstance(definition, FunctionAgent) else AgentActor  # a body instead of a model loop
         actor = kind(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
+        actor.children = self.children
         agent_id = journal.state.agent_id
         self.live[agent_id] = actor
 
@@ -386,6 +390,8 @@ class Activations:
                             if agent_id not in self.live:
                                 await self.leases.release(journal.claim)
                 actor.exited.set()
+                if self.on_end is not None:
+                    self.on_end(actor.state)
 
         self.task_group.start_soon(run_actor)
         return AgentHandle(actor)

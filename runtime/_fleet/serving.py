@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
+from durably._children import delivery as child_delivery
 from durably._figures import check_figure
 from durably._fleet import timers, wakeups
 from durably._fleet.fleet_metrics import ScanObserver
@@ -153,6 +154,7 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
             async for attempt in retrying:
                 with attempt:
                     fair.observed(await scan(activations, limit=fair.limit(len(activations.live)), shuffle=True))
+                    await child_delivery.recover(activations)  # child ends a dead process did not deliver
             outage.ended()
             await observer.scanned()
             # Until the next poll, a change notification, or the earliest timer (_fleet/timers.py).

@@ -57,7 +57,7 @@ class Redactor:
                 calls = [self._call(call, agent, seq) for call in calls]
             out = self._fields({k: v for k, v in data.items() if k != "tool_calls"}, seq)
             return {**out, "tool_calls": calls} if "tool_calls" in data else out
-        if kind == Kind.TOOL_RESULT:
+        if kind in _RESULT_KINDS:
             tool, result, error = data.get("tool"), data.get("result"), data.get("error")
             rules = self._rules("result", agent, tool)
             new_result = self._tree(result, rules, names=True, whole=False)
@@ -93,7 +93,7 @@ class Redactor:
                         if self._rules("arguments", agent, call.get("name")):
                             return False
                         named.append(call["arguments"])
-        elif kind == Kind.TOOL_RESULT:
+        elif kind in _RESULT_KINDS:
             if self._rules("result", agent, data.get("tool")):
                 return False
             named.append(data.get("result"))
@@ -289,6 +289,8 @@ class Redactor:
 
 
 _RESULT = "$result"  # a tool message's content: the tool_result record's result or error
+#: The kinds whose result or error becomes a tool message (a child agent's end is its call's result).
+_RESULT_KINDS = frozenset({Kind.TOOL_RESULT, Kind.CHILD_ENDED})
 
 
 def _source_field(kind: str, message: dict[str, Any]) -> str:
@@ -297,7 +299,7 @@ def _source_field(kind: str, message: dict[str, Any]) -> str:
         return "instructions" if message.get("role") == "system" else "task"
     if kind == Kind.MODEL_RESPONDED:
         return "text"
-    if kind == Kind.TOOL_RESULT:
+    if kind in _RESULT_KINDS:
         return _RESULT
     if kind == Kind.HISTORY_COMPACTED:
         return "summary"

@@ -52,12 +52,16 @@ INDEX_KINDS = frozenset(
         Kind.RETRIED,
         Kind.TIMER_SET,
         Kind.TIMER_FIRED,
+        Kind.CHILD_STARTED,
+        Kind.CHILD_ENDED,
     }
 )
 
 #: Statuses a journal can hold (the index knows them); others (``unreadable``,
 #: ``needs_migration``) are worked out by a restore, so asking for them lists everything.
-JOURNALED = frozenset({RUNNING, "waiting_approval", "suspended", SLEEPING, "finished", "failed", "cancelled"})
+JOURNALED = frozenset(
+    {RUNNING, "waiting_approval", "suspended", SLEEPING, "finished", "failed", "cancelled", "waiting_child"}
+)
 
 
 def indexed(store: Store) -> bool:
@@ -118,6 +122,7 @@ def entry_after(state: AgentState, records: Sequence[Record]) -> IndexEntry | No
         budget=dict(state.budget),
         last_seq=state.last_seq,
         wake_at=state.wake_at,
+        children=dict(state.children),
     )
     try:
         for record in records:

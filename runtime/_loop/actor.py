@@ -23,6 +23,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from durably import _telemetry as tm
 from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
+from durably._loop.child_calls import ChildAgents
 from durably._loop.commands import Command, to_record
 from durably._loop.model import REFUSED, ModelResponse, ToolCall, billed_usage, check_reply
 from durably._loop.model_retries import is_transient
@@ -86,6 +87,7 @@ class AgentActor(ToolCalls):
         # stream, one writer, so appends of one agent never race each other's seq.
         self._append_lock = anyio.Lock()
         self._validated: dict[str, dict[str, Any]] = {}  # call key -> its coerced arguments, until it runs
+        self.children: ChildAgents | None = None  # how child agents start and end; the runtime sets it
 
     @property
     def state(self) -> AgentState:

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from durably._loop.state import TERMINAL, AgentState
+from durably._loop.state import RUNNING, TERMINAL, AgentState
 from durably.errors import ApprovalAlreadyDecidedError, InvalidCommandError
 from durably.schemas._records import Kind
 
@@ -79,7 +79,9 @@ class Cancel(Command):
 #: The kinds commands append. Records of these kinds that another process added
 #: while an actor ran commute with the actor's own step, so the actor folds them
 #: in and retries its append instead of giving the agent up (see AgentJournal).
-COMMAND_KINDS = frozenset({Kind.MESSAGE_RECEIVED, Kind.APPROVAL_DECIDED, Kind.BUDGET_EXTENDED, Kind.CANCELLED})
+COMMAND_KINDS = frozenset(
+    {Kind.MESSAGE_RECEIVED, Kind.APPROVAL_DECIDED, Kind.BUDGET_EXTENDED, Kind.CANCELLED, Kind.CHILD_ENDED}
+)
 
 
 def to_record(state: AgentState, command: Command) -> tuple[str, dict[str, Any]]:
@@ -155,6 +157,9 @@ def rebase(state: AgentState, kind: str, data: dict[str, Any], limits_before: di
     """
     if kind == Kind.APPROVAL_DECIDED:
         _refuse_decided(state, data["approval_id"])
+    if kind == Kind.CHILD_ENDED and state.children.get(data["key"], {}).get("status") != RUNNING:
+        # A child's end is delivered once: whoever lost the race finds it there already.
+        raise InvalidCommandError(f"agent {state.agent_id} has the end of child {data['agent_id']} already")
     if state.status in TERMINAL:
         raise InvalidCommandError(f"agent {state.agent_id} is {state.status}")
     if kind == Kind.APPROVAL_DECIDED:

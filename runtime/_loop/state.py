@@ -28,6 +28,8 @@ SLEEPING = "sleeping"  # parked on a timer until ``wake_at``: any worker resumes
 FINISHED = "finished"
 FAILED = "failed"
 CANCELLED = "cancelled"
+# Parked until every child agent its tool calls started has ended (no process holds it).
+WAITING_CHILD = "waiting_child"
 TERMINAL = frozenset({FINISHED, FAILED, CANCELLED})
 # Reported, never journaled: a runnable agent the runtime will not resume because its
 # registered definition changed and the definition's policy is "stop" (runtime.migrate).
@@ -70,6 +72,11 @@ class AgentState:
             its started or resumed record: the next activation's span links to
             it. None: it was not traced.
         wake_at: While ``sleeping``: when its timer fires (unix seconds); None otherwise.
+        parent: A child agent's parent (``agent_id``, ``run_id``, ``key`` of the
+            call that started it), from its started record; None: not a child.
+        children: Idempotency key of the call -> the child agent it started:
+            ``{"agent_id", "call_id", "tool", "definition", "status"}`` (status
+            ``running`` until the child's end reaches this journal).
     """
 
     namespace: str = ""
@@ -101,6 +108,10 @@ class AgentState:
     trace: dict[str, str] | None = None
     # While sleeping: when its timer fires (unix seconds).
     wake_at: float | None = None
+    # A child agent's parent (agent_id, run_id, key of the call that started it).
+    parent: dict[str, Any] | None = None
+    # Call key -> the child agent it started (agent_id, call_id, tool, definition, status).
+    children: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
         """The state as a plain dict for a snapshot.
@@ -109,15 +120,15 @@ class AgentState:
         thread shares only elements that never change.
 
         Returns:
-            One key per field; ``trace`` and ``wake_at`` are left out while None
-                (optional in snapshot-v5.cddl).
+            One key per field; ``trace``, ``wake_at`` and ``parent`` are left out
+                while None, ``children`` while empty (optional in snapshot-v5.cddl).
         """
         wire = {}
         for f in fields(self):
             value = getattr(self, f.name)
             wire[f.name] = value.copy() if isinstance(value, (list, dict)) else value
-        for optional in ("trace", "wake_at"):
-            if wire[optional] is None:
+        for optional in ("trace", "wake_at", "parent", "children"):
+            if wire[optional] is None or wire[optional] == {}:
                 del wire[optional]
         return wire
 
@@ -136,8 +147,8 @@ class AgentState:
 
     @property
     def parked(self) -> bool:
-        """True while the agent waits for a human (approval, budget)."""
-        return self.status in (WAITING_APPROVAL, SUSPENDED)
+        """True while the agent waits for a human (approval, budget) or for its child agents."""
+        return self.status in (WAITING_APPROVAL, SUSPENDED, WAITING_CHILD)
 
     def open_approvals(self) -> list[dict[str, Any]]:
         """The approval requests with no decision yet.
@@ -174,6 +185,7 @@ def _started(s: AgentState, d: dict[str, Any]) -> None:
     s.definition, s.task, s.status = d["definition"], d["task"], RUNNING
     s.budget = d["budget"]
     s.trace = d.get("trace")
+    s.parent = d.get("parent")
     messages = [{"role": "system", "content": d["instructions"]}] if d.get("instructions") else []
     s.messages = messages + [{"role": "user", "content": d["task"]}]
 
@@ -334,6 +346,29 @@ def _forked(s: AgentState, d: dict[str, Any]) -> None:
                 s.approvals[approval_id] = {**request, "key": renamed[request["key"]]}
 
 
+def _child_started(s: AgentState, d: dict[str, Any]) -> None:
+    s.children[d["key"]] = {
+        "agent_id": d["agent_id"],
+        "call_id": d["call_id"],
+        "tool": d["tool"],
+        "definition": d["definition"],
+        "status": RUNNING,
+    }
+    if s.status == RUNNING:
+        s.status, s.reason = WAITING_CHILD, f"waiting for child agent {d['agent_id']}"
+
+
+def _child_ended(s: AgentState, d: dict[str, Any]) -> None:
+    key = d["key"]
+    child = s.children[key]
+    if child["status"] != RUNNING:
+        return  # its end is in already (writers refuse a second one: commands.rebase); never twice in the conversation
+    s.children[key] = {**child, "status": d["status"]}
+    _tool_result(s, d)
+    if s.status == WAITING_CHILD and not any(c["status"] == RUNNING for c in s.children.values()):
+        s.status, s.reason = RUNNING, ""
+
+
 def _resumed(s: AgentState, d: dict[str, Any]) -> None:
     s.trace = d.get("trace")
 
@@ -406,4 +441,6 @@ _HANDLERS: dict[str, Callable[[AgentState, dict[str, Any]], None]] = {
     Kind.MODEL_FAILED: _model_failed,
     Kind.TIMER_SET: _timer_set,
     Kind.TIMER_FIRED: _timer_fired,
+    Kind.CHILD_STARTED: _child_started,
+    Kind.CHILD_ENDED: _child_ended,
 }

@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from durably import _telemetry as tm
+from durably._loop.child_calls import ChildCalls
 from durably._loop.state import RUNNING, AgentState
 from durably._loop.timers import Sleep, timer_entry
 from durably._loop.tool_attempts import CallStopped, JournalFailed, in_backoff, run_call, wait_out_backoff
+from durably._tools.agent_tool import AgentTool
 from durably._tools.tool import OnUnknownOutcome, Reconciled, Reconciler, Tool, ToolContext
 from durably.errors import AgentFencedError, AgentLeaseLostError, RedactedArgumentError, ToolArgumentsError
 from durably.schemas._records import Kind
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from durably._telemetry import Telemetry
 
 
-class ToolCalls:
+class ToolCalls(ChildCalls):
     """Mixin of ``AgentActor``: needs ``definition``, ``journal``, ``state``,
     ``telemetry``, ``failure``, ``_append_lock`` (an ``anyio.Lock``), ``_validated`` (call
     key -> arguments the model step validated) and ``_inbox`` (the mailbox, which a
@@ -81,6 +83,9 @@ class ToolCalls:
         tool = self.definition.tool(call["name"])
         if tool is None:
             await self._result(call, error=f"unknown tool {call['name']!r}")
+            return
+        if isinstance(tool, AgentTool):
+            await self._child_call(call)  # a child agent, not a function: see child_calls
             return
         entry = self.state.ledger.get(call["key"])
         if entry is None:

@@ -143,6 +143,8 @@ class CommandResult(AgentState):
         forked_from: A fork's origin, or None.
         trace: The latest activation's trace reference, or None.
         wake_at: While ``sleeping``: when its timer fires (unix seconds), else None.
+        parent: A child agent's parent (``agent_id``, ``run_id``, ``key``), or None.
+        children: Call key -> the child agent that call started.
         placement: A ``durably.Placement`` (compare its ``where`` with
             ``durably.Where``); None only for a result built without one.
     """

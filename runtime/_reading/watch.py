@@ -33,6 +33,7 @@ from durably._loop.state import (
     SLEEPING,
     SUSPENDED,
     WAITING_APPROVAL,
+    WAITING_CHILD,
     AgentState,
     apply,
 )
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from durably._telemetry import Telemetry
 
 #: Statuses ``wait`` accepts in ``until``.
-STATUSES = frozenset({RUNNING, WAITING_APPROVAL, SUSPENDED, SLEEPING, FINISHED, FAILED, CANCELLED})
+STATUSES = frozenset({RUNNING, WAITING_APPROVAL, SUSPENDED, SLEEPING, FINISHED, FAILED, CANCELLED, WAITING_CHILD})
 #: What a listing may also report: a journal that cannot be read, a definition that must be migrated first.
 LISTED_STATUSES = STATUSES | {"unreadable", "needs_migration"}
 
@@ -100,6 +101,8 @@ _EVENTS: dict[str, str] = {
     Kind.FORKED: "forked",
     Kind.TIMER_SET: "sleeping",
     Kind.TIMER_FIRED: "timer_fired",
+    Kind.CHILD_STARTED: "child_started",
+    Kind.CHILD_ENDED: "child_ended",
 }
 
 
@@ -113,7 +116,8 @@ class StatusChange:
         at: Unix seconds of that record.
         event: ``started``, ``resumed``, ``approval_requested``,
             ``approval_decided``, ``suspended``, ``budget_extended``,
-            ``finished``, ``failed``, ``cancelled`` or ``forked``.
+            ``finished``, ``failed``, ``cancelled``, ``forked``,
+            ``child_started`` or ``child_ended``.
         status: The agent's status after it.
         reason: Why the status is what it is, after it.
     """

@@ -80,6 +80,10 @@ EXTRA: dict[Kind, dict[str, Any]] = {
                           "details": {"lines": 120}},
     Kind.TIMER_SET: {"wake_at": 1767323045.5, "call_id": "t11"},
     Kind.TIMER_FIRED: {"wake_at": 1767323045.5},
+    Kind.CHILD_STARTED: {"key": "c" * 32, "call_id": "h1", "tool": "helper", "agent_id": "survey/h1",
+                         "definition": "helper"},
+    Kind.CHILD_ENDED: {"key": "c" * 32, "call_id": "h1", "tool": "helper", "agent_id": "survey/h1",
+                       "status": "finished", "result": "found it", "error": None},
 }
 
 

@@ -98,3 +98,9 @@ def test_two_workers_on_one_s3_bucket(s3_server: S3TestServer, tmp_path: Path) -
 def test_a_worker_runs_submitted_tickets_and_drains(tmp_path: Path) -> None:
     out = run_example("fleet.py", str(tmp_path))
     assert out.count("queued: a live worker will run it") == 3 and "tickets answered: 3; worker exited 0" in out
+
+
+def test_child_agents_report_once_across_a_sigkill(tmp_path: Path) -> None:
+    out = run_example("child_agents.py", str(tmp_path))
+    assert "first process: signal 9" in out and "lookups: 2 for 2 topics" in out
+    assert "editor finished: post: found write-ahead logs" in out and out.count(": finished") == 2

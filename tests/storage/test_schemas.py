@@ -33,6 +33,7 @@ from durably import (
     ToolCall,
     ToolRetry,
     Usage,
+    agent_tool,
     tool,
 )
 from durably._cli.demo.survey import survey_agent, survey_task
@@ -136,6 +137,16 @@ EXAMPLES: dict[Kind, dict[str, Any]] = {
     Kind.TOOL_HEARTBEAT: {"key": KEY, "call_id": "t1", "tool": "read", "attempt": 2, "details": {"rows": 120}},
     Kind.TIMER_SET: {"wake_at": 1_700_000_600.5, "call_id": "t3"},
     Kind.TIMER_FIRED: {"wake_at": 1_700_000_600.5},
+    Kind.CHILD_STARTED: {"key": KEY, "call_id": "t2", "tool": "research", "agent_id": "agent-7/t2", "definition": "r"},
+    Kind.CHILD_ENDED: {
+        "key": KEY,
+        "call_id": "t2",
+        "tool": "research",
+        "agent_id": "agent-7/t2",
+        "status": "failed",
+        "result": None,
+        "error": "child agent agent-7/t2 failed: model error",
+    },
 }
 
 
@@ -279,6 +290,25 @@ def _migrate_plan(state: dict, previous: dict) -> dict:
     return {**state, "plan": [f"migrated from {previous['version']}"] + state["plan"]}
 
 
+class _Answer:
+    name = "answer"
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    async def respond(self, messages, tools):
+        return ModelResponse(self.text)
+
+
+class _AskHelper:
+    name = "ask-helper"
+
+    async def respond(self, messages, tools):
+        if messages[-1]["role"] == "tool":
+            return ModelResponse(f"helper said {messages[-1]['content']}")
+        return ModelResponse("", (ToolCall("h1", "helper", {"task": "find it"}),))
+
+
 async def _run_every_runtime_path(store, workdir: Path) -> None:
     survey = survey_agent(workdir, latency=0)
     budgeted, parked, broken = (
@@ -334,6 +364,12 @@ async def _run_every_runtime_path(store, workdir: Path) -> None:
         await rt.fork("survey", 3, "survey-fork")
         state = await (await rt.resume("survey-fork")).wait()
         assert state.status == "waiting_approval" and state.forked_from["agent_id"] == "survey"
+        # A parent whose call runs a child agent: child_started, child_ended, a started with a parent.
+        child = AgentDefinition(name="helper", model=_Answer("found it"))
+        parent = AgentDefinition(name="boss", model=_AskHelper(), tools=[agent_tool(child)])
+        rt.register(child)
+        state = await rt.run(parent, "boss", "delegate")
+        assert state.status == "finished" and state.children
 
 
 async def test_every_frame_the_runtime_writes_validates_against_the_cddl(tmp_path: Path) -> None:
