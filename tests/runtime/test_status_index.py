@@ -53,13 +53,13 @@ async def index_agrees(rt: Runtime) -> dict[str, str]:
 
 def counting_restores(rt: Runtime) -> list[str]:
     restored: list[str] = []
-    original = rt._activations.restore_journal
+    original = rt._activations._restore
 
     async def counted(agent_id: str, claim=None):
         restored.append(agent_id)
         return await original(agent_id, claim)
 
-    rt._activations.restore_journal = counted
+    rt._activations._restore = counted
     return restored
 
 
