@@ -42,6 +42,7 @@ class Sizes:
     many_steps: int = 5
     parked_agents: int = 200
     scan_agents: int = 2_000  # finished agents the scan suite seeds into one SQLite store
+    growing_supersteps: int = 500  # the peers-growing suite's graph: one message appended per super-step
 
 
 #: Under a minute on 2 cores, every suite included.
@@ -61,6 +62,7 @@ QUICK = Sizes(
     many_agents=100,
     many_steps=10,
     parked_agents=300,
+    growing_supersteps=100,
 )
 #: The default: the 1,000-step conversation the targets name, LangGraph on it.
 MEDIUM = Sizes(
