@@ -45,6 +45,7 @@ TINY = Sizes(
     many_agents=5,
     many_steps=3,
     parked_agents=7,
+    growing_supersteps=6,
 )
 
 RATE_UNITS = {"records/s", "steps/s", "MB/s"}
