@@ -99,14 +99,14 @@ async def _open(saver: str, where: str) -> tuple[Any, Callable[[], Awaitable[Non
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
         conn = await aiosqlite.connect(where)
-        peer = AsyncSqliteSaver(conn)
-        await peer.setup()
+        lite: Any = AsyncSqliteSaver(conn)
+        await lite.setup()
         await conn.execute("PRAGMA synchronous = FULL")
 
         async def sqlite_bytes() -> int:
             return _file_bytes(Path(where))
 
-        return peer, conn.close, sqlite_bytes
+        return lite, conn.close, sqlite_bytes
     if saver == POSTGRES_PEER:
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
         from psycopg import AsyncConnection
