@@ -46,6 +46,7 @@ class Sizes:
     burst_agents: int = 1_000  # parked agents the burst suite approves at once
     burst_workers: tuple[int, ...] = (1, 2)  # worker processes serving each burst
     takeover_agents: int = 50  # agents held by the worker the burst suite kills (0: no takeover)
+    growing_supersteps: int = 500  # the peers-growing suite's graph: one message appended per super-step
 
 
 #: Under a minute on 2 cores, every suite included.
@@ -67,6 +68,7 @@ QUICK = Sizes(
     parked_agents=300,
     burst_agents=200,
     takeover_agents=20,
+    growing_supersteps=100,
 )
 #: The default: the 1,000-step conversation the targets name, LangGraph on it.
 MEDIUM = Sizes(

@@ -1,6 +1,6 @@
 """The bench suites, in the order a full run takes them. Each is ``async run(bench)``."""
 
-from . import agent_steps, append, burst, codec, growth, imports, many, overhead, peers, restore, scan
+from . import agent_steps, append, burst, codec, growth, imports, many, overhead, peers, peers_growing, restore, scan
 
 SUITES = {
     "codec": codec.run,
@@ -11,6 +11,7 @@ SUITES = {
     "restore": restore.run,
     "many": many.run,
     "peers": peers.run,
+    "peers-growing": peers_growing.run,
     "scan": scan.run,
     "burst": burst.run,
     "imports": imports.run,

@@ -2,7 +2,7 @@
 
 A stream written by ``durably.integrations.langgraph.DurablySaver`` holds
 frames of schema ``durably.langgraph`` (id 16; its snapshots 17), not agent
-records (``durably.integrations.langgraph_threads`` gives the format). The
+records (``durably.integrations._langgraph_threads`` gives the format). The
 readers (``verify``, ``agents``, ``show``, ``history``, ``state``, ``sweep``,
 the console) recognise such a stream by its frames and read it here: the
 frames are checked and folded without LangGraph, channel values stay
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durably._loop.state import FAILED, FINISHED, WAITING_APPROVAL, AgentState
-from durably.integrations.langgraph_threads import (
+from durably.integrations._langgraph_threads import (
     ERROR,
     RECORD_SCHEMA,
     SCHEMA_NAMES,
@@ -291,7 +291,8 @@ def thread_entry(codec: Codec, stored: StoredRecord, stream: StreamId) -> tuple[
     their size in bytes). Raises as ``decode_frame``."""
     value = decode_frame(codec, stored.data, stream, stored.seq, RECORD_SCHEMA)
     summary, payload = _describe(value)
-    return THREAD_KINDS.get(value.get("k"), str(value.get("k"))), float(value.get("t", 0.0)), summary, payload
+    kind = str(value.get("k"))
+    return THREAD_KINDS.get(kind, kind), float(value.get("t", 0.0)), summary, payload
 
 
 def _describe(value: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -299,7 +300,8 @@ def _describe(value: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     where = f" in {ns!r}" if ns else ""
     if kind == "c":
         channels = [[c, v, e[0], sum(len(p) for p in e if isinstance(p, bytes))] for c, v, e in value.get("b", [])]
-        metadata = value.get("m") if isinstance(value.get("m"), dict) else {}
+        stored_metadata = value.get("m")
+        metadata: dict[str, Any] = stored_metadata if isinstance(stored_metadata, dict) else {}
         payload = {"checkpoint_ns": ns, "checkpoint_id": value.get("id"), "parent_id": value.get("p")}
         payload |= {"run_id": value.get("run"), "metadata": metadata, "channels": channels}
         step = f" step {metadata['step']}" if "step" in metadata else ""

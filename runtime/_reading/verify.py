@@ -20,7 +20,7 @@ from typing import Any
 
 from durably._journal.records import RecordCodec
 from durably._reading.threads import fold_record, is_thread_frame, snapshot_state
-from durably.integrations.langgraph_threads import ThreadState
+from durably.integrations._langgraph_threads import ThreadState
 from durably.storage._errors import CodecError, CorruptRecordError
 from durably.storage._spi import Store, StreamId
 

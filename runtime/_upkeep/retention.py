@@ -27,7 +27,7 @@ from durably._journal.restore import restore
 from durably._reading import threads
 from durably._reading.watch import STATUSES
 from durably.errors import AgentLeasedError, ArgumentTypeError, InvalidArgumentError, PurgeIncompleteError
-from durably.integrations.langgraph_threads import RECORD_SCHEMA
+from durably.integrations._langgraph_threads import RECORD_SCHEMA
 from durably.storage._errors import CodecError
 from durably.storage._spi import Store, StreamId
 

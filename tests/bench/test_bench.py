@@ -48,6 +48,7 @@ TINY = Sizes(
     burst_agents=4,
     burst_workers=(1, 2),
     takeover_agents=2,
+    growing_supersteps=6,
 )
 
 RATE_UNITS = {"records/s", "steps/s", "MB/s"}

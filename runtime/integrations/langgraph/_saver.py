@@ -37,7 +37,7 @@ from langgraph.checkpoint.base import (
 
 from durably._journal.redaction_policy import RedactionPolicy
 from durably.errors import CheckpointValueError, InvalidArgumentError, InvalidPruneStrategyError
-from durably.integrations.langgraph_threads import StoredCheckpoint, ThreadState
+from durably.integrations._langgraph_threads import DELTA, EMPTY, StoredCheckpoint, ThreadState
 from durably.storage._codec import Codec, FrameCipher
 from durably.storage._errors import CodecError
 from durably.storage._registry import open_store
@@ -47,8 +47,6 @@ from ._redact import ValueRedactor
 from ._sync import LoopBridge, SyncInterface
 from ._thread_journal import Thread, ThreadJournal
 from ._values import (
-    DELTA,
-    EMPTY,
     PrefixIndex,
     StrictSerde,
     build_entry,
@@ -414,11 +412,11 @@ class DurablySaver(SyncInterface, BaseCheckpointSaver[str]):
             chosen = chosen[: max(limit, 0)]
         for checkpoint_id, thread_id, ns in chosen:
             async with self._journal.locked(thread_id) as thread:
-                stored = thread.state.checkpoints.get(ns, {}).get(checkpoint_id)
-                if stored is None:
+                found = thread.state.checkpoints.get(ns, {}).get(checkpoint_id)
+                if found is None:
                     continue  # deleted meanwhile
                 try:
-                    item = self._tuple(thread_id, thread, stored, lent)
+                    item = self._tuple(thread_id, thread, found, lent)
                 except CheckpointValueError as exc:
                     # As LangGraph's savers: a listing names every checkpoint it can; this one
                     # fails with the typed error when it is loaded (aget_tuple).

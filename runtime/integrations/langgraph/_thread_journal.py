@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 
 from durably.errors import InvalidThreadIdError
-from durably.integrations.langgraph_threads import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
+from durably.integrations._langgraph_threads import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
 from durably.storage._codec import Codec, FrameCipher
 from durably.storage._errors import ConflictError, CorruptRecordError, UnknownSchemaVersionError
 from durably.storage._group_commit import GroupCommitter

@@ -43,7 +43,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from durably.errors import CheckpointValueError
-from durably.integrations.langgraph_threads import DELTA, EMPTY, FULL
+from durably.integrations._langgraph_threads import DELTA, EMPTY, FULL
 
 _CLASS_EXTS = frozenset({0, 1, 2, 3, 4, 5})  # JsonPlusSerializer's codes whose payload names (module, class)
 _METHOD_EXT = 3  # its payload also names a method: (module, class, argument, method)
