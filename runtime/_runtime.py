@@ -535,12 +535,13 @@ class Runtime:
                     f"({existing.task[:60]!r}, not {task[:60]!r})"
                 ) from None
             if on_running == "wait":
-                return await resume_or_attach(
+                attached = await resume_or_attach(
                     agent_id,
                     self.resume,
                     lambda agent_id, until, timeout: self.wait(agent_id, until, timeout=timeout),
                     self.status,
                 )
+                return await self._through_children(attached)
             handle = await self.resume(agent_id)
             if handle is None:
                 return await self._through_children(await self.status(agent_id))

@@ -104,3 +104,5 @@ def test_child_agents_report_once_across_a_sigkill(tmp_path: Path) -> None:
     out = run_example("child_agents.py", str(tmp_path))
     assert "first process: signal 9" in out and "lookups: 2 for 2 topics" in out
     assert "editor finished: post: found write-ahead logs" in out and out.count(": finished") == 2
+    assert "editor sleeping: sleeping until" in out and "published: 1" in out
+    assert "retries after ConnectionError: 2" in out
