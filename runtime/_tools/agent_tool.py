@@ -54,6 +54,10 @@ class AgentTool(Tool):
         reconcile: None.
         sequential: True: the step loop starts the children of a turn itself.
         agent: The child's ``AgentDefinition``.
+        retry: None: starting a child is not retried (its own tools carry their policies).
+        timeout: None: the parent waits for its child as long as the child runs.
+        heartbeat_timeout: None (no heartbeats: the child's journal shows its progress).
+        heartbeat_every: Unused.
 
     Raises:
         ArgumentTypeError: ``agent`` is not an ``AgentDefinition``, or as ``Tool``
