@@ -47,8 +47,9 @@ FAULTS = ("kill", "stop", "term")
 DB_RESTART_GAP = 15.0
 #: Agents started (or judged) at once by the harness.
 CONCURRENCY = 16
-#: Seconds a worker runs before it may get a SIGTERM: until ``serve()`` handles it, a SIGTERM
-#: ends a process by the OS default, which says nothing of the drain under test.
+#: Seconds a worker runs before it may get a fault, so a slot is not killed over and over
+#: while it starts. A SIGTERM also waits for the worker's ``ready`` (its handler installed):
+#: before that the OS default ends the process, which says nothing of the drain under test.
 SETTLE = 2.0
 
 
@@ -87,6 +88,8 @@ class _Worker:
     slot: int
     incarnation: int
     process: Any
+    #: Set by the worker once its SIGTERM handler is installed (a multiprocessing Event).
+    ready: Any
     born: float = field(default_factory=time.monotonic)
     #: The fault the chaos loop dealt this process, if any: its exit is then expected.
     fault: str | None = None
@@ -118,9 +121,10 @@ class _Fleet:
             "environ": dict(os.environ),
         }
         error_path = self.directory / f"error-w{slot}.{incarnation}.txt"
-        process = WORKER_CONTEXT.Process(target=fleet_worker_main, args=(spec, str(error_path)), daemon=True)
+        ready = WORKER_CONTEXT.Event()
+        process = WORKER_CONTEXT.Process(target=fleet_worker_main, args=(spec, str(error_path), ready), daemon=True)
         process.start()
-        worker = _Worker(slot, incarnation, process)
+        worker = _Worker(slot, incarnation, process, ready)
         self.live[slot] = worker
         return worker
 
@@ -163,7 +167,11 @@ class _Fleet:
                     candidates = [
                         w
                         for s, w in self.live.items()
-                        if s not in self.stopped and w.fault is None and w.born < settled and w.process.exitcode is None
+                        if s not in self.stopped
+                        and w.fault is None
+                        and w.born < settled
+                        and w.process.exitcode is None
+                        and (fault != "term" or w.ready.is_set())
                     ]
                     if not candidates:
                         continue

@@ -1,6 +1,6 @@
 """One serving worker of the fleet torture: ``Runtime.serve()`` on the shared store until SIGTERM drains it.
 
-``fleet_worker_main(spec, error_path)`` runs in a process the fleet harness
+``fleet_worker_main(spec, error_path, ready)`` runs in a process the fleet harness
 started: it opens the store (wrapped in a ``LedgeredStore`` that logs every
 acknowledged append with its fencing token, and every lease grant and release,
 to fsynced ledgers), registers the fleet agent and serves. A SIGTERM drains it
@@ -48,8 +48,11 @@ async def serve_fleet(spec: dict[str, Any], terminated: threading.Event | None =
             await rt.serve(spec["poll_interval"], drain_timeout=spec["drain_timeout"])
 
 
-def fleet_worker_main(spec: dict[str, Any], error_path: str) -> None:
-    """A fleet worker process's entry: serve ``spec``; on an error, its traceback to ``error_path``."""
+def fleet_worker_main(spec: dict[str, Any], error_path: str, ready: Any = None) -> None:
+    """A fleet worker process's entry: serve ``spec``; on an error, its traceback to ``error_path``.
+
+    ``ready`` (a multiprocessing Event, or None) is set once a SIGTERM would drain this worker.
+    """
     # Fenced activations and lost leases are what the chaos makes: not news here.
     logging.getLogger("durably").setLevel(logging.CRITICAL)
     os.environ.clear()
@@ -58,6 +61,8 @@ def fleet_worker_main(spec: dict[str, Any], error_path: str) -> None:
     # ``serve()`` handles the later ones.
     terminated = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
+    if ready is not None:
+        ready.set()
     try:
         anyio.run(serve_fleet, spec, terminated)
     except BaseException:
