@@ -32,6 +32,7 @@ from durably._journal.restore import restore
 from durably._journal.snapshots import SnapshotPolicy
 from durably._journal.writer import AgentJournal
 from durably._loop.actor import AgentActor
+from durably._loop.limits import Admission
 from durably._loop.state import NEEDS_MIGRATION, RUNNING, AgentState
 from durably.errors import (
     AgentExistsError,
@@ -93,6 +94,7 @@ class Activations:
         self.definitions = definitions
         self.mailbox_size = mailbox_size
         self.task_group = task_group
+        self.admission: Admission | None = None  # the fleet's limits, when the runtime has any
         self.live: dict[str, AgentActor] = {}
         self.activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
         self.draining = False  # set by drain(): nothing more is resumed here
@@ -323,6 +325,7 @@ class Activations:
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
         actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
+        actor.admission = self.admission
         agent_id = journal.state.agent_id
         self.live[agent_id] = actor
 

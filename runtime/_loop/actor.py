@@ -24,6 +24,7 @@ from durably import _telemetry as tm
 from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
 from durably._loop.commands import Command, to_record
+from durably._loop.limits import Admission
 from durably._loop.model import REFUSED, ModelResponse, ToolCall, check_reply
 from durably._loop.model_retries import is_transient
 from durably._loop.state import FAILED, RUNNING, AgentState
@@ -59,6 +60,8 @@ class AgentActor(ToolCalls):
 
     #: Set once the lease is given back (the handle waits for it); ``Runtime._spawn`` sets it.
     exited: anyio.Event
+    #: Asked before each model attempt when the runtime has a limiter (it waits for the fleet's limits).
+    admission: Admission | None = None
 
     def __init__(
         self,
@@ -285,6 +288,17 @@ class AgentActor(ToolCalls):
 
         async def attempt() -> ModelResponse:
             self.journal.check_lease()  # a worker past its lease pays for no call
+            if self.admission is None:
+                return await call()
+            async with self.admission(
+                self.definition.name, self.definition.limits, provider, model.name, self.journal.stream, self._waited
+            ) as charge:
+                self.journal.check_lease()  # the wait may have outlasted the lease
+                response = await call()
+                await charge(response.usage.input_tokens + response.usage.output_tokens)
+                return response
+
+        async def call() -> ModelResponse:
             # The span records the error's type only (its message may quote content).
             meters = telemetry.metrics
             started = time.perf_counter() if meters is not None else 0.0
@@ -347,6 +361,11 @@ class AgentActor(ToolCalls):
             self.failure = tm.error_type(exc)
             await self.journal.append((Kind.FAILED, {"reason": f"model error: {_type_name(exc)}: {exc}"}))
             return None
+
+    def _waited(self, key: str, seconds: float) -> None:
+        log.info("agent %s waited %.1f s for limit %r", self.journal.stream, seconds, key)
+        if (meters := self.telemetry.metrics) is not None:
+            meters.limit_wait.record(seconds, {**self.telemetry.attributes, tm.LIMIT_KEY: key})
 
     def _measure_call(self, meters: tm.Metrics, provider: str, model: str, seconds: float, failure: str | None) -> None:
         attributes = {**self.telemetry.attributes, tm.OPERATION: "chat", tm.PROVIDER: provider, tm.MODEL: model}

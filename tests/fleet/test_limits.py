@@ -1,0 +1,268 @@
+"""Fleet-wide limits: concurrency, requests and tokens per window, shared by every runtime of a store.
+
+Several ``Runtime`` instances on one SQLite file and on one PostgreSQL database
+run agents under one ``Limit``; a model shared by all of them counts the calls in
+flight at once (entered, not yet returned). Rates are judged from the journaled
+``model_responded`` timestamps. A SIGKILLed worker's concurrency slot frees itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from durably import (
+    AgentDefinition,
+    ArgumentTypeError,
+    InvalidArgumentError,
+    Limit,
+    ModelResponse,
+    Runtime,
+    ToolCall,
+    Usage,
+    tool,
+)
+from durably._fleet.limiter import LIMITS_NAMESPACE, Limiter
+from durably.storage import StreamId, open_store
+
+try:
+    from .pg_server import PostgresTestServer, pg_server
+except ImportError:
+    from pg_server import PostgresTestServer, pg_server  # noqa: F401
+
+WORKER = Path(__file__).resolve().parents[1] / "support" / "limit_worker.py"
+
+
+class CountingModel:
+    """Answers with one tool call per turn until ``steps`` results are in, counting calls in flight."""
+
+    def __init__(self, name: str, steps: int = 2, think_s: float = 0.05, tokens: int = 10) -> None:
+        self.name = name
+        self.steps = steps
+        self.think_s = think_s
+        self.tokens = tokens
+        self.in_flight = 0
+        self.most = 0
+        self.calls = 0
+
+    async def respond(self, messages, tools):
+        self.in_flight += 1
+        self.calls += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await anyio.sleep(self.think_s)
+        finally:
+            self.in_flight -= 1
+        done = sum(m["role"] == "tool" for m in messages)
+        usage = Usage(self.tokens, self.tokens, 0.0)
+        if done < self.steps:
+            return ModelResponse("", (ToolCall(f"c{done}", "noop", {"n": done}),), usage)
+        return ModelResponse("done", (), usage)
+
+
+@tool(name="noop")
+async def noop(n: int) -> int:
+    return n
+
+
+def definition(model: CountingModel, name: str = "limited", **kw) -> AgentDefinition:
+    return AgentDefinition(name=name, model=model, tools=[noop], **kw)
+
+
+async def run_everywhere(url: str, runtimes: int, per_runtime: int, defn: AgentDefinition, **rt_kw) -> list[str]:
+    """Start ``per_runtime`` agents on each of ``runtimes`` runtimes of one store; wait for all; return their ids."""
+    ids: list[str] = []
+    async with anyio.create_task_group() as tg:
+        for r in range(runtimes):
+
+            async def one_runtime(r: int = r) -> None:
+                async with Runtime(url, agents=[defn], lease_ttl=5.0, **rt_kw) as rt:
+                    handles = []
+                    for i in range(per_runtime):
+                        ids.append(f"a{r}-{i}")
+                        handles.append(await rt.start(defn, f"a{r}-{i}", "task"))
+                    for handle in handles:
+                        assert (await handle.wait()).status == "finished"
+
+            tg.start_soon(one_runtime)
+    return ids
+
+
+async def responded_at(url: str, ids: list[str]) -> list[float]:
+    """When each ``model_responded`` record of these agents was journaled, sorted."""
+    found: list[float] = []
+    async with Runtime(url) as rt:
+        for agent_id in ids:
+            found += [e.at async for e in rt.history(agent_id, kinds=["model_responded"])]
+    return sorted(found)
+
+
+def store_urls(tmp_path: Path, backend: str, pg: PostgresTestServer | None) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path}/limits.db"
+    assert pg is not None
+    return pg.url()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/limits.db"
+    return request.getfixturevalue("pg_server").url()
+
+
+async def test_three_runtimes_never_exceed_a_concurrency_limit_together(url):
+    model = CountingModel("overlap-model", steps=2, think_s=0.05)
+    limit = Limit(key="model:overlap-model", concurrency=2)
+    with anyio.fail_after(120):
+        await run_everywhere(url, 3, 3, definition(model), limits=[limit])
+    assert model.calls == 9 * 3
+    assert model.most <= 2, f"{model.most} model calls were in flight at once under a limit of 2"
+    assert model.most == 2, "the agents never ran two calls at once: the limit was not what held them"
+
+
+async def test_a_definitions_own_limit_holds_across_runtimes(tmp_path):
+    url = f"sqlite:///{tmp_path}/limits.db"
+    model = CountingModel("any-model", steps=1, think_s=0.05)
+    defn = definition(model, limits=[Limit(key="team-quota", concurrency=1)])
+    with anyio.fail_after(120):
+        await run_everywhere(url, 2, 3, defn)
+    assert model.calls == 6 * 2
+    assert model.most == 1
+
+
+async def test_a_requests_per_minute_limit_spreads_the_calls_of_two_runtimes(tmp_path):
+    url = f"sqlite:///{tmp_path}/limits.db"
+    model = CountingModel("rpm-model", steps=1, think_s=0.0)
+    window = 2.0
+    limit = Limit(key="model:rpm-model", requests_per_minute=90, window_s=window)  # 3 calls in any 2 s
+    assert limit.requests_in_window == 3
+    with anyio.fail_after(120):
+        ids = await run_everywhere(url, 2, 2, definition(model), limits=[limit])
+    at = await responded_at(url, ids)
+    assert len(at) == 8
+    # A call is journaled a little after it was admitted; 0.6 s covers that delay on a loaded machine.
+    for first, fourth in zip(at, at[3:], strict=False):
+        assert fourth - first >= window - 0.6, f"4 calls within {fourth - first:.2f} s under 3 per {window} s"
+
+
+async def test_a_tokens_per_minute_limit_holds_the_next_call_until_spent_tokens_leave_the_window(tmp_path):
+    url = f"sqlite:///{tmp_path}/limits.db"
+    model = CountingModel("tpm-model", steps=3, think_s=0.0, tokens=10)  # 20 tokens a reply
+    window = 2.0
+    limit = Limit(key="model:tpm-model", tokens_per_minute=1200, window_s=window)  # 40 tokens in any 2 s
+    with anyio.fail_after(120):
+        ids = await run_everywhere(url, 1, 1, definition(model), limits=[limit])
+    at = await responded_at(url, ids)
+    assert len(at) == 4
+    # Two replies spend the window's 40 tokens: the third call waits until the first's 20 leave it.
+    assert at[2] - at[0] >= window - 0.6
+    assert at[3] - at[1] >= window - 0.6
+
+
+async def test_the_rate_stream_stays_short_and_counts_right_across_compaction(tmp_path):
+    url = f"sqlite:///{tmp_path}/limits.db"
+    limit = Limit(key="model:busy", requests_per_minute=600, window_s=60.0)
+    agent = StreamId("default", "a")
+    async with open_store(url) as store_a, open_store(url) as store_b:
+        a = Limiter(store_a, "worker-a", (limit,))
+        b = Limiter(store_b, "worker-b", (limit,))
+        for i in range(200):
+            async with (a if i % 2 else b).admitted([limit], agent):
+                pass
+        stream = StreamId(LIMITS_NAMESPACE, "rate/model:busy")
+        assert await store_a.last_seq(stream) == 200
+        left = [r async for r in store_a.read(stream)]
+        assert len(left) < 70, f"{len(left)} records left: the stream was not compacted"
+        rate_log = a._log(limit)
+        await rate_log.refresh()
+        requests, _, _ = rate_log.used(time.time())
+        assert requests == 200
+
+
+async def test_a_waiting_agent_says_which_limit_it_waits_for(tmp_path):
+    url = f"sqlite:///{tmp_path}/limits.db"
+    model = CountingModel("slow-model", steps=0, think_s=0.0)
+    limit = Limit(key="model:slow-model", requests_per_minute=1, window_s=60.0)  # one call a minute
+    seen = []
+    async with Runtime(url, agents=[definition(model)], limits=[limit]) as rt:
+        first = await rt.start(definition(model), "first", "task")
+        assert (await first.wait()).status == "finished"
+        await rt.start(definition(model), "second", "task")
+        with anyio.fail_after(30):
+            while not (await rt.describe("second")).waiting_for:
+                await anyio.sleep(0.05)
+        seen.append((await rt.describe("second")).waiting_for)
+        result = subprocess.run(
+            [sys.executable, "-m", "durably", "show", "second", "--store", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    wait = seen[0]
+    assert wait["limit"] == "model:slow-model" and wait["kind"] == "rate"
+    assert wait["until"] > time.time() + 30
+    assert "waiting for rate limit 'model:slow-model' until ~" in result.stdout, result.stdout + result.stderr
+    assert model.calls == 1
+
+
+async def test_a_sigkilled_workers_concurrency_slot_frees_itself(tmp_path):
+    url = f"sqlite:///{tmp_path}/limits.db"
+    entered = tmp_path / "entered"
+    worker = subprocess.Popen([sys.executable, str(WORKER), url, str(entered)])
+    try:
+        with anyio.fail_after(60):
+            while not entered.exists():
+                await anyio.sleep(0.05)
+        async with open_store(url) as store:
+            holders = [await store.get_lease(StreamId(LIMITS_NAMESPACE, "slot/model:hang-model/0"))]
+        assert holders[0] is not None and holders[0].owner.startswith("limit-worker#")
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+        model = CountingModel("hang-model", steps=0, think_s=0.0)
+        limit = Limit(key="model:hang-model", concurrency=1)
+        async with Runtime(url, agents=[definition(model)], limits=[limit]) as rt:
+            with anyio.fail_after(60):  # the dead worker's slot lapses after its 2 s ttl
+                handle = await rt.start(definition(model), "after-kill", "task")
+                assert (await handle.wait()).status == "finished"
+        assert model.calls == 1
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=30)
+
+
+def test_bad_limits_are_refused_with_typed_errors():
+    with pytest.raises(InvalidArgumentError, match="key must not be empty"):
+        Limit(key=" ", concurrency=1)
+    with pytest.raises(ArgumentTypeError):
+        Limit(key=3, concurrency=1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="give requests_per_minute"):
+        Limit(key="model:x")
+    with pytest.raises(InvalidArgumentError):
+        Limit(key="model:x", concurrency=1.5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        Limit(key="model:x", concurrency=0)
+    with pytest.raises(InvalidArgumentError):
+        Limit(key="model:x", requests_per_minute=float("nan"))
+    with pytest.raises(InvalidArgumentError):
+        Limit(key="model:x", tokens_per_minute=-5)
+    with pytest.raises(InvalidArgumentError, match="allow no call"):
+        Limit(key="model:x", requests_per_minute=3, window_s=10)
+    with pytest.raises(InvalidArgumentError, match="covers no call"):
+        Runtime("memory://", limits=[Limit(key="gpt-4o", concurrency=1)])
+    with pytest.raises(InvalidArgumentError, match="share the key"):
+        Runtime("memory://", limits=[Limit(key="model:a", concurrency=1), Limit(key="model:a", concurrency=2)])
+    with pytest.raises(ArgumentTypeError):
+        Runtime("memory://", limits=Limit(key="model:a", concurrency=1))  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError):
+        Runtime("memory://", limits=["model:a"])  # type: ignore[list-item]
+    with pytest.raises(InvalidArgumentError, match="share the key"):
+        definition(CountingModel("m"), limits=[Limit(key="q", concurrency=1), Limit(key="q", concurrency=1)])
