@@ -24,7 +24,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,7 +216,7 @@ class Limiter:
                 f"(this store has none, and other processes may share it)"
             )
 
-    def covering(self, definition_name: str, provider: str, model_name: str, own: tuple[Limit, ...]) -> list[Limit]:
+    def covering(self, definition_name: str, provider: str, model_name: str, own: Sequence[Limit]) -> list[Limit]:
         """The limits a call is under: the runtime's that cover it, and the definition's own.
 
         Args:
@@ -240,7 +240,7 @@ class Limiter:
     def admission(
         self,
         definition_name: str,
-        own: tuple[Limit, ...],
+        own: Sequence[Limit],
         provider: str,
         model_name: str,
         agent: StreamId,

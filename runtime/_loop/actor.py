@@ -339,8 +339,9 @@ class AgentActor(ToolCalls):
                 return response
 
         async def failed(number: int, exc: BaseException, wait_s: float | None) -> None:
-            if isinstance(exc, AgentLeaseLostError):
-                raise exc  # not the model's failure: nothing to journal, and no retry
+            if isinstance(exc, (AgentLeaseLostError, StoreUnavailableError)):
+                # Not the model's failure (the lease, or the store a limit is kept in): nothing to journal, no retry.
+                raise exc
             # What failed and when, never what was said: no content in this record.
             if wait_s is not None and telemetry.metrics is not None:
                 telemetry.metrics.retries.add(1, {**telemetry.attributes, tm.RETRY_KIND: "model"})

@@ -8,7 +8,7 @@ Enforcing it across every worker of a store is ``durably._fleet.limiter``'s part
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -168,7 +168,7 @@ class Admission(Protocol):
     def __call__(
         self,
         definition_name: str,
-        own: tuple[Limit, ...],
+        own: Sequence[Limit],
         provider: str,
         model_name: str,
         agent: StreamId,
