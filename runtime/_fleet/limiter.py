@@ -57,7 +57,8 @@ async def waiting_for(store: Store, agent: StreamId) -> dict[str, Any] | None:
         agent: The agent's stream.
 
     Returns:
-        ``{"limit": key, "kind": "rate" | "concurrency", "until": unix seconds or None}``,
+        ``{"limit": key, "kind": "rate" | "concurrency", "until": unix seconds or None,
+            "since": unix seconds, "worker": worker id}``,
             or None when it waits for no limit (or the store has no leases).
     """
     if not supports_leases(store):
@@ -317,7 +318,7 @@ class Limiter:
                     continue  # another worker took room first: read again
                 if not waited:
                     waited = True
-                    await self._say_waiting(agent, limit, "rate", room_at)
+                    await self._say_waiting(agent, limit, "rate", room_at, started)
                 await anyio.sleep(room_at - now + random.uniform(0.0, 0.05))
         finally:
             if waited:
@@ -340,7 +341,7 @@ class Limiter:
             return
         store: LeaseStore = self.store
         owner = f"{self.owner}#{uuid.uuid4().hex[:12]}"  # unique: a renewal by the same owner would share a slot
-        started, waited, delay = self.clock(), False, _SLOT_POLL_S[0]
+        started, waited, said_at, delay = self.clock(), False, 0.0, _SLOT_POLL_S[0]
         lease: Lease | None = None
         try:
             while lease is None:
@@ -351,9 +352,10 @@ class Limiter:
                     if lease is not None:
                         break
                 else:
-                    if not waited:
-                        waited = True
-                        await self._say_waiting(agent, limit, "concurrency", None)
+                    waited = True
+                    if self.clock() - said_at >= self.slot_ttl / 3:  # said again before what was said lapses
+                        said_at = self.clock()
+                        await self._say_waiting(agent, limit, "concurrency", None, started)
                     await anyio.sleep(delay * random.uniform(0.5, 1.0))
                     delay = min(delay * 2, _SLOT_POLL_S[1])
         finally:
@@ -383,10 +385,11 @@ class Limiter:
                 log.warning("concurrency slot %s expired while its call ran", lease.stream)
                 return
 
-    async def _say_waiting(self, agent: StreamId, limit: Limit, kind: str, until: float | None) -> None:
+    async def _say_waiting(self, agent: StreamId, limit: Limit, kind: str, until: float | None, since: float) -> None:
         if not supports_leases(self.store):
             return
-        said = json.dumps({"limit": limit.key, "kind": kind, "until": until, "worker": self.owner})
+        # The same words each time (a lease renews only for the same owner): "since" names this wait.
+        said = json.dumps({"limit": limit.key, "kind": kind, "until": until, "since": since, "worker": self.owner})
         ttl = max((until or 0.0) - self.clock(), 0.0) + self.slot_ttl
         with contextlib.suppress(StoreError):  # showing the wait is a courtesy; the wait itself goes on
             await self.store.acquire_lease(waiting_stream(agent), said, ttl)

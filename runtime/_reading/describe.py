@@ -86,7 +86,8 @@ class AgentDescription:
         state: The full folded state (not in ``to_json``: it holds content).
         waiting_for: The fleet ``Limit`` a model call of the agent waits for now, as
             its worker said in the store: ``{"limit", "kind" ("rate" or
-            "concurrency"), "until" (unix seconds it expects room, or None), "worker"}``;
+            "concurrency"), "until" (unix seconds it expects room, or None), "since"
+            (unix seconds the wait began), "worker"}``;
             None when it waits for none.
     """
 

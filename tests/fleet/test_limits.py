@@ -138,8 +138,7 @@ async def test_a_definitions_own_limit_holds_across_runtimes(tmp_path):
     assert model.most == 1
 
 
-async def test_a_requests_per_minute_limit_spreads_the_calls_of_two_runtimes(tmp_path):
-    url = f"sqlite:///{tmp_path}/limits.db"
+async def test_a_requests_per_minute_limit_spreads_the_calls_of_two_runtimes(url):
     model = CountingModel("rpm-model", steps=1, think_s=0.0)
     window = 2.0
     limit = Limit(key="model:rpm-model", requests_per_minute=90, window_s=window)  # 3 calls in any 2 s
@@ -210,6 +209,10 @@ async def test_a_waiting_agent_says_which_limit_it_waits_for(tmp_path):
     assert wait["limit"] == "model:slow-model" and wait["kind"] == "rate"
     assert wait["until"] > time.time() + 30
     assert "waiting for rate limit 'model:slow-model' until ~" in result.stdout, result.stdout + result.stderr
+    # The runtime stopped while the call waited: no call made, the agent runnable, the wait no longer shown.
+    async with Runtime(url) as rt:
+        after = await rt.describe("second")
+    assert after.status == "running" and after.waiting_for is None and after.steps == 0
     assert model.calls == 1
 
 
@@ -237,6 +240,39 @@ async def test_a_sigkilled_workers_concurrency_slot_frees_itself(tmp_path):
         if worker.poll() is None:
             worker.kill()
             worker.wait(timeout=30)
+
+
+async def test_a_call_waiting_for_a_slot_says_so_while_the_slot_is_held(tmp_path):
+    url = f"sqlite:///{tmp_path}/limits.db"
+    release = anyio.Event()
+
+    class Gate:
+        name = "gate-model"
+        calls = 0
+
+        async def respond(self, messages, tools):
+            Gate.calls += 1
+            await release.wait()
+            return ModelResponse("done")
+
+    gated = AgentDefinition(name="gated", model=Gate())
+    limit = Limit(key="model:gate-model", concurrency=1)
+    async with Runtime(url, agents=[gated], limits=[limit], lease_ttl=1.0) as rt:
+        first = await rt.start(gated, "first", "task")
+        second = await rt.start(gated, "second", "task")
+        with anyio.fail_after(30):
+            while not (await rt.describe("second")).waiting_for:
+                await anyio.sleep(0.05)
+        await anyio.sleep(1.5)  # past the wait's first word (a third of the ttl): still said, still waiting
+        wait = (await rt.describe("second")).waiting_for
+        assert wait is not None and wait["kind"] == "concurrency" and wait["until"] is None
+        assert Gate.calls == 1
+        release.set()
+        with anyio.fail_after(30):
+            assert (await first.wait()).status == "finished"
+            assert (await second.wait()).status == "finished"
+        assert (await rt.describe("second")).waiting_for is None
+    assert Gate.calls == 2
 
 
 def test_bad_limits_are_refused_with_typed_errors():
