@@ -8,6 +8,7 @@ flight at once (entered, not yet returned). Rates are judged from the journaled
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,9 @@ import time
 from pathlib import Path
 
 import anyio
+import limit_agents
 import pytest
+from fleet_processes import spawn_worker, stop
 
 from durably import (
     AgentDefinition,
@@ -273,6 +276,49 @@ async def test_a_call_waiting_for_a_slot_says_so_while_the_slot_is_held(tmp_path
             assert (await second.wait()).status == "finished"
         assert (await rt.describe("second")).waiting_for is None
     assert Gate.calls == 2
+
+
+def test_two_worker_processes_share_a_definitions_concurrency_limit(pg_server: PostgresTestServer, tmp_path):
+    url = pg_server.url()
+    os.environ["WORKER_EFFECTS"] = str(tmp_path / "effects.jsonl")
+    try:
+        ids = [f"agent-{i}" for i in range(8)]
+
+        async def hand_over() -> None:
+            (defn,) = limit_agents.limited()
+            async with Runtime(url, agents=[defn]) as rt:
+                for agent_id in ids:
+                    await rt.submit(defn, agent_id, "task")
+
+        anyio.run(hand_over)
+        workers = [
+            spawn_worker(url, tmp_path, name, agents="limit_agents:limited", steps=2, step_seconds=0.1)
+            for name in ("w1", "w2")
+        ]
+        try:
+
+            async def all_finished() -> bool:
+                async with Runtime(url) as rt:
+                    return [(await rt.status(a)).status for a in ids] == ["finished"] * len(ids)
+
+            deadline = time.monotonic() + 120
+            while not anyio.run(all_finished):
+                assert time.monotonic() < deadline, "the agents did not finish"
+                assert all(w.poll() is None for w in workers), "a worker exited"
+                time.sleep(0.2)
+        finally:
+            stop(*workers)
+    finally:
+        os.environ.pop("WORKER_EFFECTS", None)
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert sum(c["event"] == "enter" for c in calls) == 8 * 3
+    assert len({c["pid"] for c in calls}) == 2, "both workers made calls"
+    # A slot is given back after its call's exit line is written, and taken before the next enter line.
+    running = most = 0
+    for call in sorted(calls, key=lambda c: (c["at"], c["event"] == "enter")):
+        running += 1 if call["event"] == "enter" else -1
+        most = max(most, running)
+    assert most <= 2, f"{most} calls in flight at once across the workers under a limit of 2"
 
 
 def test_bad_limits_are_refused_with_typed_errors():
