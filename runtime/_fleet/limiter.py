@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio
 
-from durably._loop.limits import Charge, Limit, OnWait
+from durably._loop.limits import Charge, Estimate, Limit, OnWait
 from durably.errors import ConflictError, InvalidArgumentError, StoreError
 from durably.storage._spi import Lease, LeaseStore, Store, StreamId, supports_leases
 from durably.storage._spi_store import CAP_SINGLE_PROCESS
@@ -107,8 +107,9 @@ class _RateLog:
             self.entries = [(float(t), int(r), int(k)) for t, r, k in json.loads(snapshot.data)]
             self.seq = self.base = snapshot.seq
 
-    def used(self, now: float) -> tuple[int, int, float]:
-        """Requests and tokens in the window ending now, and when the next request's room opens."""
+    def used(self, now: float, reserve: int = 0) -> tuple[int, int, float]:
+        """Requests and tokens in the window ending now, and when room opens for one more request
+        reserving ``reserve`` tokens (at most the window's allowance: a call larger than it runs alone)."""
         start = now - self.limit.window_s
         self.entries = [e for e in self.entries if e[0] > start - self.limit.window_s]
         window = sorted(e for e in self.entries if e[0] > start)
@@ -123,8 +124,9 @@ class _RateLog:
                 if excess <= 0:
                     room_at = max(room_at, at + self.limit.window_s)
                     break
-        if self.limit.tokens_per_minute is not None and tokens >= self.limit.tokens_in_window:
-            excess = tokens - self.limit.tokens_in_window + 1
+        wanted = max(min(reserve, self.limit.tokens_in_window), 1)
+        if self.limit.tokens_per_minute is not None and tokens + wanted > self.limit.tokens_in_window:
+            excess = tokens + wanted - self.limit.tokens_in_window
             for at, _, k in window:
                 excess -= k
                 if excess <= 0:
@@ -132,15 +134,15 @@ class _RateLog:
                     break
         return requests, tokens, room_at
 
-    async def append(self, entry: tuple[float, int, int]) -> bool:
+    async def append(self, *entries: tuple[float, int, int]) -> bool:
         """Append after the seq read; False when another worker appended first (re-read, then decide again)."""
         try:
-            self.seq = await self.store.append(self.stream, self.seq, [_encode(entry)])
+            self.seq = await self.store.append(self.stream, self.seq, [_encode(e) for e in entries])
         except ConflictError:
             return False
-        self.entries.append(entry)
+        self.entries.extend(entries)
         if self.seq - self.base >= _COMPACT_EVERY:
-            await self._compact(entry[0])
+            await self._compact(max(e[0] for e in entries))
         return True
 
     async def _compact(self, now: float) -> None:
@@ -246,6 +248,7 @@ class Limiter:
         model_name: str,
         agent: StreamId,
         on_wait: OnWait,
+        estimate: Estimate | None = None,
     ) -> AbstractAsyncContextManager[Charge]:
         """The ``Admission`` an actor asks before each model attempt: ``admitted`` under the limits ``covering`` it.
 
@@ -256,16 +259,17 @@ class Limiter:
             model_name: The model's name.
             agent: The calling agent's stream.
             on_wait: Told of each wait.
+            estimate: The tokens to reserve before the call (None: nothing reserved).
 
         Returns:
             ``admitted(...)``'s context manager.
         """
         limits = self.covering(definition_name, provider, model_name, own)
-        return self.admitted(limits, agent, on_wait) if limits else _unlimited()
+        return self.admitted(limits, agent, on_wait, estimate) if limits else _unlimited()
 
     @contextlib.asynccontextmanager
     async def admitted(
-        self, limits: list[Limit], agent: StreamId, on_wait: OnWait | None = None
+        self, limits: list[Limit], agent: StreamId, on_wait: OnWait | None = None, estimate: Estimate | None = None
     ) -> AsyncIterator[Charge]:
         """Wait until every limit has room, hold it while the block runs, give the slots back after.
 
@@ -273,10 +277,13 @@ class Limiter:
             limits: The limits the call is under (``covering``).
             agent: The calling agent's stream (where its wait is shown).
             on_wait: Told of each wait that happened: the limit's key and the seconds waited.
+            estimate: Gives the tokens to reserve for the call before it starts (asked
+                only when a token limit covers it); None reserves nothing.
 
         Yields:
             ``charge(tokens)``: to call once the reply arrived, with its input +
-                output tokens, so the token limits count them.
+                output tokens: the token limits count them in place of the estimate
+                (a call that fails keeps its estimate charged: it may have been billed).
 
         Raises:
             StoreUnavailableError: When the store fails while admitting or charging.
@@ -285,14 +292,19 @@ class Limiter:
             for limit in limits:
                 if limit.concurrency is not None:
                     await stack.enter_async_context(self._slot(limit, agent, on_wait))
+            reserve = 0
+            if estimate is not None and any(limit.tokens_per_minute is not None for limit in limits):
+                reserve = max(int(estimate()), 0)
+            admitted_at: dict[str, float] = {}
             for limit in limits:
                 if limit.rated:
-                    await self._admit(limit, agent, on_wait)
+                    held = reserve if limit.tokens_per_minute is not None else 0
+                    admitted_at[limit.key] = await self._admit(limit, agent, on_wait, held)
 
             async def charge(tokens: int) -> None:
                 for limit in limits:
-                    if limit.tokens_per_minute is not None and tokens > 0:
-                        await self._charge(limit, tokens)
+                    if limit.tokens_per_minute is not None and (tokens or reserve):
+                        await self._charge(limit, tokens, reserve, admitted_at[limit.key])
 
             yield charge
 
@@ -303,7 +315,8 @@ class Limiter:
             self._logs[limit.key] = rate_log
         return rate_log
 
-    async def _admit(self, limit: Limit, agent: StreamId, on_wait: OnWait | None) -> None:
+    async def _admit(self, limit: Limit, agent: StreamId, on_wait: OnWait | None, reserve: int) -> float:
+        """Append the call's admission once the window has room; return its time."""
         rate_log = self._log(limit)
         started = self.clock()
         waited = False
@@ -311,10 +324,10 @@ class Limiter:
             while True:
                 await rate_log.refresh()
                 now = self.clock()
-                _, _, room_at = rate_log.used(now)
+                _, _, room_at = rate_log.used(now, reserve)
                 if room_at <= now:
-                    if await rate_log.append((now, 1, 0)):
-                        break
+                    if await rate_log.append((now, 1, reserve)):
+                        return now
                     continue  # another worker took room first: read again
                 if not waited:
                     waited = True
@@ -324,11 +337,16 @@ class Limiter:
             if waited:
                 await self._done_waiting(agent, limit, started, on_wait)
 
-    async def _charge(self, limit: Limit, tokens: int) -> None:
+    async def _charge(self, limit: Limit, tokens: int, reserved: int, admitted_at: float) -> None:
+        # The reply's tokens count from now; the reservation is taken back as of its own time,
+        # so that it and its reversal leave the window together.
+        entries = [(self.clock(), 0, tokens)]
+        if reserved:
+            entries.append((admitted_at, 0, -reserved))
         rate_log = self._log(limit)
         while True:
             await rate_log.refresh()
-            if await rate_log.append((self.clock(), 0, tokens)):
+            if await rate_log.append(*entries):
                 return
 
     @contextlib.asynccontextmanager

@@ -24,7 +24,7 @@ from durably import _telemetry as tm
 from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
 from durably._loop.commands import Command, to_record
-from durably._loop.limits import Admission
+from durably._loop.limits import Admission, estimate_input_tokens
 from durably._loop.model import REFUSED, ModelResponse, ToolCall, check_reply
 from durably._loop.model_retries import is_transient
 from durably._loop.state import FAILED, RUNNING, AgentState
@@ -291,7 +291,13 @@ class AgentActor(ToolCalls):
             if self.admission is None:
                 return await call()
             async with self.admission(
-                self.definition.name, self.definition.limits, provider, model.name, self.journal.stream, self._waited
+                self.definition.name,
+                self.definition.limits,
+                provider,
+                model.name,
+                self.journal.stream,
+                self._waited,
+                lambda: estimate_input_tokens(view),
             ) as charge:
                 self.journal.check_lease()  # the wait may have outlasted the lease
                 response = await call()

@@ -7,6 +7,7 @@ Enforcing it across every worker of a store is ``durably._fleet.limiter``'s part
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -160,6 +161,20 @@ def check_limits(owner: str, limits: object, *, runtime_wide: bool) -> tuple[Lim
 Charge = Callable[[int], Awaitable[None]]
 #: ``on_wait(limit_key, seconds)``: told of each wait for a limit, with how long it lasted.
 OnWait = Callable[[str, float], None]
+#: ``estimate()``: the tokens to reserve for a call before it starts (asked only under a token limit).
+Estimate = Callable[[], int]
+
+
+def estimate_input_tokens(messages: Sequence[dict[str, object]]) -> int:
+    """A rough count of the input tokens of a conversation: its JSON's characters over four.
+
+    Args:
+        messages: The messages the model will be sent.
+
+    Returns:
+        The estimate (an int >= 0); providers' tokenizers differ, so it is only a reservation.
+    """
+    return sum(len(json.dumps(m, default=str)) for m in messages) // 4
 
 
 class Admission(Protocol):
@@ -173,6 +188,7 @@ class Admission(Protocol):
         model_name: str,
         agent: StreamId,
         on_wait: OnWait,
+        estimate: Estimate | None = None,
     ) -> AbstractAsyncContextManager[Charge]:
         """Wait until the limits covering the call have room; hold them while the call runs.
 
@@ -183,6 +199,7 @@ class Admission(Protocol):
             model_name: The model's name.
             agent: The calling agent's stream.
             on_wait: Told of each wait.
+            estimate: The tokens to reserve before the call (None: nothing reserved).
 
         Returns:
             A context manager: entered when the call may start, left when it

@@ -169,6 +169,27 @@ async def test_a_tokens_per_minute_limit_holds_the_next_call_until_spent_tokens_
     assert at[3] - at[1] >= window - 0.6
 
 
+async def test_a_token_limit_reserves_an_estimate_so_calls_in_flight_cannot_overshoot_it(tmp_path):
+    url = f"sqlite:///{tmp_path}/limits.db"
+    model = CountingModel("big-model", steps=0, think_s=0.3, tokens=10)
+    task = "x" * 400  # the conversation's JSON is about 110 tokens by the estimate (characters / 4)
+    # 250 tokens in any 2 s: two reservations fit, a third waits (charged after the reply, all four would start).
+    limit = Limit(key="model:big-model", tokens_per_minute=7500, window_s=2.0)
+    defn = definition(model)
+    async with Runtime(url, agents=[defn], limits=[limit]) as rt:
+        handles = [await rt.start(defn, f"a{i}", task) for i in range(4)]
+        with anyio.fail_after(60):
+            for handle in handles:
+                assert (await handle.wait()).status == "finished"
+    assert model.calls == 4
+    assert model.most == 2, f"{model.most} calls in flight under a token limit two reservations fill"
+    async with open_store(url) as store:
+        rate_log = Limiter(store, "reader", (limit,))._log(limit)
+        await rate_log.refresh()
+    # Every reservation was taken back: what stays charged is the replies' 20 tokens each.
+    assert sum(entry[2] for entry in rate_log.entries) == 4 * 20
+
+
 async def test_the_rate_stream_stays_short_and_counts_right_across_compaction(tmp_path):
     url = f"sqlite:///{tmp_path}/limits.db"
     limit = Limit(key="model:busy", requests_per_minute=600, window_s=60.0)
