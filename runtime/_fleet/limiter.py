@@ -83,6 +83,8 @@ class _RateLog:
     seq: int = 0
     base: int = 0  # the seq of the snapshot the entries started from
     entries: list[tuple[float, int, int]] = field(default_factory=list)
+    # One reader and writer at a time in this process: two refreshes at once would fold a record twice.
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
 
     async def refresh(self) -> None:
         """Read what others appended since; start again from the snapshot when compaction cut past us."""
@@ -322,13 +324,14 @@ class Limiter:
         waited = False
         try:
             while True:
-                await rate_log.refresh()
-                now = self.clock()
-                _, _, room_at = rate_log.used(now, reserve)
-                if room_at <= now:
-                    if await rate_log.append((now, 1, reserve)):
-                        return now
-                    continue  # another worker took room first: read again
+                async with rate_log.lock:
+                    await rate_log.refresh()
+                    now = self.clock()
+                    _, _, room_at = rate_log.used(now, reserve)
+                    if room_at <= now:
+                        if await rate_log.append((now, 1, reserve)):
+                            return now
+                        continue  # another worker took room first: read again
                 if not waited:
                     waited = True
                     await self._say_waiting(agent, limit, "rate", room_at, started)
@@ -345,9 +348,10 @@ class Limiter:
             entries.append((admitted_at, 0, -reserved))
         rate_log = self._log(limit)
         while True:
-            await rate_log.refresh()
-            if await rate_log.append(*entries):
-                return
+            async with rate_log.lock:
+                await rate_log.refresh()
+                if await rate_log.append(*entries):
+                    return
 
     @contextlib.asynccontextmanager
     async def _slot(self, limit: Limit, agent: StreamId, on_wait: OnWait | None) -> AsyncIterator[None]:

@@ -197,17 +197,24 @@ async def test_the_rate_stream_stays_short_and_counts_right_across_compaction(tm
     async with open_store(url) as store_a, open_store(url) as store_b:
         a = Limiter(store_a, "worker-a", (limit,))
         b = Limiter(store_b, "worker-b", (limit,))
-        for i in range(200):
-            async with (a if i % 2 else b).admitted([limit], agent):
-                pass
+
+        async def admit(limiter: Limiter) -> None:
+            for _ in range(25):
+                async with limiter.admitted([limit], agent):
+                    pass
+
+        async with anyio.create_task_group() as tg:  # four agents of each worker at once
+            for limiter in (a, b) * 4:
+                tg.start_soon(admit, limiter)
         stream = StreamId(LIMITS_NAMESPACE, "rate/model:busy")
         assert await store_a.last_seq(stream) == 200
         left = [r async for r in store_a.read(stream)]
         assert len(left) < 70, f"{len(left)} records left: the stream was not compacted"
-        rate_log = a._log(limit)
-        await rate_log.refresh()
-        requests, _, _ = rate_log.used(time.time())
-        assert requests == 200
+        for limiter in (a, b):  # each worker's own view, read and written by its four agents at once
+            rate_log = limiter._log(limit)
+            await rate_log.refresh()
+            requests, _, _ = rate_log.used(time.time())
+            assert requests == 200
 
 
 async def test_a_waiting_agent_says_which_limit_it_waits_for(tmp_path):
