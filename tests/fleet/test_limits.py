@@ -349,6 +349,31 @@ def test_two_worker_processes_share_a_definitions_concurrency_limit(pg_server: P
     assert most <= 2, f"{most} calls in flight at once across the workers under a limit of 2"
 
 
+async def test_each_wait_is_measured_by_the_limit_wait_histogram(tmp_path):
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    url = f"sqlite:///{tmp_path}/limits.db"
+    model = CountingModel("measured-model", steps=2, think_s=0.0)
+    limit = Limit(key="model:measured-model", requests_per_minute=60, window_s=1.0)  # one call a second
+    defn = definition(model)
+    async with Runtime(url, agents=[defn], limits=[limit], meter_provider=MeterProvider([reader])) as rt:
+        with anyio.fail_after(60):
+            assert (await (await rt.start(defn, "a", "task")).wait()).status == "finished"
+    points = [
+        p
+        for resource in reader.get_metrics_data().resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "durably.limit.wait.duration"
+        for p in metric.data.data_points
+    ]
+    assert len(points) == 1 and points[0].attributes["durably.limit.key"] == "model:measured-model"
+    assert points[0].count == 2  # the second and third calls each waited for the window
+    assert points[0].sum >= 1.0
+
+
 def test_bad_limits_are_refused_with_typed_errors():
     with pytest.raises(InvalidArgumentError, match="key must not be empty"):
         Limit(key=" ", concurrency=1)
