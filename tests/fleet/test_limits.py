@@ -54,10 +54,12 @@ class CountingModel:
         self.in_flight = 0
         self.most = 0
         self.calls = 0
+        self.entered: list[float] = []
 
     async def respond(self, messages, tools):
         self.in_flight += 1
         self.calls += 1
+        self.entered.append(time.time())
         self.most = max(self.most, self.in_flight)
         try:
             await anyio.sleep(self.think_s)
@@ -247,19 +249,21 @@ async def test_a_waiting_agent_says_which_limit_it_waits_for(tmp_path):
     assert model.calls == 1
 
 
-async def test_a_sigkilled_workers_concurrency_slot_frees_itself(tmp_path):
-    url = f"sqlite:///{tmp_path}/limits.db"
+async def test_a_sigkilled_workers_concurrency_slot_frees_itself(url, tmp_path):
     entered = tmp_path / "entered"
     worker = subprocess.Popen([sys.executable, str(WORKER), url, str(entered)])
     try:
         with anyio.fail_after(60):
             while not entered.exists():
                 await anyio.sleep(0.05)
+        slot = StreamId(LIMITS_NAMESPACE, "slot/model:hang-model/0")
         async with open_store(url) as store:
-            holders = [await store.get_lease(StreamId(LIMITS_NAMESPACE, "slot/model:hang-model/0"))]
-        assert holders[0] is not None and holders[0].owner.startswith("limit-worker#")
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait(timeout=30)
+            held = await store.get_lease(slot)
+            assert held is not None and held.owner.startswith("limit-worker#")
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=30)
+            dead = await store.get_lease(slot)  # its last renewal: the slot is the dead worker's until then
+        assert dead is not None and dead.owner == held.owner
         model = CountingModel("hang-model", steps=0, think_s=0.0)
         limit = Limit(key="model:hang-model", concurrency=1)
         async with Runtime(url, agents=[definition(model)], limits=[limit]) as rt:
@@ -267,6 +271,7 @@ async def test_a_sigkilled_workers_concurrency_slot_frees_itself(tmp_path):
                 handle = await rt.start(definition(model), "after-kill", "task")
                 assert (await handle.wait()).status == "finished"
         assert model.calls == 1
+        assert model.entered[0] >= dead.expires_at - 0.05, "the call ran while the dead worker's slot was live"
     finally:
         if worker.poll() is None:
             worker.kill()
