@@ -86,6 +86,7 @@ _LAZY: dict[str, str] = {
     "Budget": "durably._loop.agent",
     "HistoryPolicy": "durably._loop.agent",
     "OnDefinitionChange": "durably._loop.agent",
+    "Limit": "durably._loop.limits",
     "AgentState": "durably._loop.state",
     "Model": "durably._loop.model",
     "ModelResponse": "durably._loop.model",
@@ -140,6 +141,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably._journal.redaction_policy import Redact, RedactionPolicy, ephemeral
     from durably._journal.snapshots import SnapshotPolicy
     from durably._loop.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
+    from durably._loop.limits import Limit
     from durably._loop.model import Model, ModelResponse, ToolCall, Usage
     from durably._loop.model_retries import RetryPolicy
     from durably._loop.state import AgentState
@@ -232,6 +234,7 @@ __all__ = [
     "KeyProvider",
     "LeaseHolder",
     "LeaseInfo",
+    "Limit",
     "Liveness",
     "MissingUpcasterError",
     "Model",

@@ -33,6 +33,7 @@ from durably._figures import check_bool, check_figure
 from durably._fleet.activations import Activations
 from durably._fleet.attach import OnRunning, check_on_running, resume_or_attach
 from durably._fleet.leases import LeaseKeeper
+from durably._fleet.limiter import Limiter
 from durably._fleet.owner import hostname
 from durably._fleet.workers import DEFAULT_TIMEOUT as DEFAULT_HEARTBEAT_TIMEOUT
 from durably._fleet.workers import Heartbeats, check_timeout
@@ -43,6 +44,7 @@ from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
 from durably._journal.writer import JournalServices
 from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
+from durably._loop.limits import Limit, check_limits
 from durably._loop.state import RUNNING, WAITING_CHILD, AgentState
 from durably._loop.timers import wake_time
 from durably._operate.operator import Operator
@@ -123,11 +125,17 @@ class Runtime:
             (every third of this, at most each second); a lease holder whose
             heartbeat is older than this is dead, and its agents are taken at
             once on any host (``durably._fleet.workers``).
+        limits: ``Limit``s on model calls, shared with every worker of the
+            store; each covers the calls its key names (``"model:gpt-4o"``,
+            ``"agent:support"``). A call waits before each attempt until every
+            limit covering it has room (docs: Limits).
 
     Raises:
         InvalidArgumentError: A ``ValueError``: ``lease_ttl`` is not a finite number
             of at least 0, ``mailbox_size`` not an int of at least 0, or
-            ``heartbeat_timeout`` not a finite number > 0.
+            ``heartbeat_timeout`` not a finite number > 0, two ``limits`` with one key,
+            a limit key not starting with ``model:`` or ``agent:``; at ``async with``,
+            a concurrency limit on a store without leases that processes share.
         ArgumentTypeError: A ``TypeError``: ``namespace`` or ``worker_id`` is not a
             ``str``, ``snapshot_policy``, ``redaction`` or ``encryption`` not of its
             type, ``agents`` not a collection of ``AgentDefinition``.
@@ -151,6 +159,7 @@ class Runtime:
         lease_ttl: float = 30.0,
         meter_provider: metrics.MeterProvider | None = None,
         heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+        limits: Iterable[Limit] = (),
     ) -> None:
         if not isinstance(store, (str, Store)):
             raise InvalidStoreError(
@@ -177,6 +186,7 @@ class Runtime:
         if isinstance(agents, (str, bytes)) or not isinstance(agents, Iterable):
             raise ArgumentTypeError(f"Runtime: agents must be a list of AgentDefinition, got {type(agents).__name__}")
         self.lease_ttl = lease_ttl
+        self.limits = check_limits("Runtime", limits, runtime_wide=True)
         self.heartbeat_timeout = check_timeout("Runtime", heartbeat_timeout)
         self.namespace = namespace
         self.redaction = redaction if redaction is not None else RedactionPolicy()
@@ -274,6 +284,10 @@ class Runtime:
 
             self._activations.children = ChildRuns(self._activations)
             self._activations.on_end = partial(child_delivery.on_end, self._activations)
+            # Always there: a definition registered later may bring limits of its own.
+            self._activations.admission = Limiter(
+                self.store, self.worker_id, self.limits, slot_ttl=self.lease_ttl
+            ).admission
             self._operator = Operator(self._activations)
             self._reader = Reader(self.store, self.codec, self.telemetry, self.namespace)
             self._upkeep = Upkeep(self.store, self.codec, self.telemetry, self.namespace, self._activations)

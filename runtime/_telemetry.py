@@ -72,6 +72,7 @@ SNAPSHOT_SEQ = "durably.snapshot.seq"
 TOOL_ATTEMPT = "durably.tool.attempt"
 STATUS = "durably.agent.status"
 RETRY_KIND = "durably.retry.kind"
+LIMIT_KEY = "durably.limit.key"
 # The worker running an activation (resource attribute names of the conventions, as span attributes).
 WORKER_ID = "durably.worker.id"
 HOST_NAME = "host.name"
@@ -210,6 +211,12 @@ class Metrics:
             "durably.resume.backlog",
             unit="{agent}",
             description="Runnable agents a serving worker listed at its last scan and did not start",
+        )
+        self.limit_wait = histogram(
+            "durably.limit.wait.duration",
+            "s",
+            "Time a model call waited for a fleet limit (durably.limit.key); its count is the waits",
+            _DURATION_BUCKETS,
         )
         self.agents = meter.create_gauge(
             "durably.agents", unit="{agent}", description="Agents of the namespace by status (the status index)"

@@ -77,6 +77,17 @@ def approvals_text(info: AgentDescription) -> str:
     )
 
 
+def limit_wait_text(info: AgentDescription) -> str:
+    """The fleet limit a model call of the agent waits for, for people ("" when none)."""
+    wait = info.waiting_for
+    if not wait:
+        return ""
+    until = wait.get("until")
+    return f"waiting for {wait.get('kind', '')} limit {wait.get('limit')!r}" + (
+        f" until ~{when(until)}" if isinstance(until, (int, float)) else " (a free slot)"
+    )
+
+
 def agent_row_json(info: AgentDescription) -> dict[str, Any]:
     """One agent of ``agents --json``."""
     lease = info.to_json()["lease"]
@@ -90,6 +101,7 @@ def agent_row_json(info: AgentDescription) -> dict[str, Any]:
         "created_at": info.created_at,
         "last_activity_at": info.last_activity_at,
         "lease": lease,
+        "waiting_for": info.waiting_for,
         "open_approvals": [{k: a[k] for k in ("approval_id", "tool", "arguments")} for a in info.open_approvals],
     }
 
@@ -160,7 +172,7 @@ def agents(
             str(d.steps),
             when(d.last_activity_at),
             lease_text(d, now),
-            "; ".join(filter(None, [d.reason, approvals_text(d)])),
+            "; ".join(filter(None, [d.reason, approvals_text(d), limit_wait_text(d)])),
         ]
         for d in found
     ]
@@ -256,6 +268,8 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
         ("created", when(info.created_at)),
         ("last activity", when(info.last_activity_at)),
     ]
+    if info.waiting_for:
+        fields.append(("waiting", limit_wait_text(info)))
     if info.forked_from:
         origin = info.forked_from
         fields.append(("forked from", f"{origin['namespace']}/{origin['agent_id']} at seq {origin['seq']}"))

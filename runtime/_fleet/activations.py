@@ -36,6 +36,7 @@ from durably._journal.snapshots import SnapshotPolicy
 from durably._journal.writer import AgentJournal
 from durably._loop import timers
 from durably._loop.actor import AgentActor
+from durably._loop.limits import Admission
 from durably._loop.state import NEEDS_MIGRATION, RUNNING, SLEEPING, AgentState
 from durably.errors import (
     AgentExistsError,
@@ -98,6 +99,7 @@ class Activations:
         self.definitions = definitions
         self.mailbox_size = mailbox_size
         self.task_group = task_group
+        self.admission: Admission | None = None  # the fleet's limits, when the runtime has any
         self.live: dict[str, AgentActor] = {}
         self.activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
         self.draining = False  # set by drain(): nothing more is resumed here
@@ -369,6 +371,7 @@ class Activations:
         actor = kind(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
         actor.children = self.children
+        actor.admission = self.admission
         agent_id = journal.state.agent_id
         self.live[agent_id] = actor
 

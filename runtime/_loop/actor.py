@@ -25,6 +25,7 @@ from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
 from durably._loop.child_calls import ChildAgents
 from durably._loop.commands import Command, to_record
+from durably._loop.limits import Admission, estimate_input_tokens
 from durably._loop.model import REFUSED, ModelResponse, ToolCall, billed_usage, check_reply
 from durably._loop.model_retries import is_transient
 from durably._loop.state import FAILED, RUNNING, AgentState
@@ -60,6 +61,8 @@ class AgentActor(ToolCalls):
 
     #: Set once the lease is given back (the handle waits for it); ``Runtime._spawn`` sets it.
     exited: anyio.Event
+    #: Asked before each model attempt when the runtime has a limiter (it waits for the fleet's limits).
+    admission: Admission | None = None
 
     def __init__(
         self,
@@ -288,10 +291,27 @@ class AgentActor(ToolCalls):
         billed: dict[str, Any] | None = None  # what the last failed attempt's refused reply cost
 
         async def attempt() -> ModelResponse:
-            nonlocal billed
             self.journal.check_lease()  # a worker past its lease pays for no call
             if (limit := self._budget_limit()) is not None:
                 raise _OverBudget(limit)  # refused replies of this step spent it: no more calls
+            if self.admission is None:
+                return await call()
+            async with self.admission(
+                self.definition.name,
+                self.definition.limits,
+                provider,
+                model.name,
+                self.journal.stream,
+                self._waited,
+                lambda: estimate_input_tokens(view),
+            ) as charge:
+                self.journal.check_lease()  # the wait may have outlasted the lease
+                response = await call()
+                await charge(response.usage.input_tokens + response.usage.output_tokens)
+                return response
+
+        async def call() -> ModelResponse:
+            nonlocal billed
             # The span records the error's type only (its message may quote content).
             meters = telemetry.metrics
             started = time.perf_counter() if meters is not None else 0.0
@@ -335,8 +355,10 @@ class AgentActor(ToolCalls):
 
         async def failed(number: int, exc: BaseException, wait_s: float | None) -> None:
             nonlocal billed
-            if isinstance(exc, (AgentLeaseLostError, _OverBudget)):
-                raise exc  # not the model's failure: nothing to journal, and no retry
+            if isinstance(exc, (AgentLeaseLostError, _OverBudget, StoreUnavailableError)):
+                # Not the model's failure (the lease, the budget, or the store a limit is kept in):
+                # nothing to journal, and no retry.
+                raise exc
             # What failed and when, never what was said: no content in this record.
             if wait_s is not None and telemetry.metrics is not None:
                 telemetry.metrics.retries.add(1, {**telemetry.attributes, tm.RETRY_KIND: "model"})
@@ -358,6 +380,11 @@ class AgentActor(ToolCalls):
             self.failure = tm.error_type(exc)
             await self.journal.append((Kind.FAILED, {"reason": f"model error: {_type_name(exc)}: {exc}"}))
             return None
+
+    def _waited(self, key: str, seconds: float) -> None:
+        log.info("agent %s waited %.1f s for limit %r", self.journal.stream, seconds, key)
+        if (meters := self.telemetry.metrics) is not None:
+            meters.limit_wait.record(seconds, {**self.telemetry.attributes, tm.LIMIT_KEY: key})
 
     def _measure_call(self, meters: tm.Metrics, provider: str, model: str, seconds: float, failure: str | None) -> None:
         attributes = {**self.telemetry.attributes, tm.OPERATION: "chat", tm.PROVIDER: provider, tm.MODEL: model}

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from durably._figures import check_figure
+from durably._loop.limits import Limit, check_limits
 from durably._loop.model import Model
 from durably._loop.model_retries import RetryPolicy
 from durably._tools.attempts import ToolRetry
@@ -168,6 +169,8 @@ class AgentDefinition:
         max_parallel_tools: How many calls of one model turn run at once.
         tool_retry: The ``ToolRetry`` of every tool that sets none itself
             (None: one attempt, no retry).
+        limits: ``Limit``s on this definition's model calls, shared (by key)
+            with every worker of the store, whatever its key says.
 
     Raises:
         ArgumentTypeError: A ``TypeError``: a missing model (or one without an async ``respond``), a tool
@@ -175,7 +178,7 @@ class AgentDefinition:
             decorate it with ``@tool``), a non-str name, a ``tool_retry`` that is not
             a ``ToolRetry``.
         InvalidArgumentError: A ``ValueError``: an empty name, duplicate tool names, ``migrate`` without a hook, a
-            ``max_parallel_tools`` below 1. A ``reconcile`` policy without a hook
+            ``max_parallel_tools`` below 1, two ``limits`` with one key. A ``reconcile`` policy without a hook
             is refused by ``Tool`` itself.
     """
 
@@ -191,6 +194,7 @@ class AgentDefinition:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_parallel_tools: int = 8
     tool_retry: ToolRetry | None = None
+    limits: Sequence[Limit] = ()
     # Set by __post_init__: the tools by name.
     _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
 
@@ -222,6 +226,7 @@ class AgentDefinition:
         if self.max_parallel_tools < 1:
             raise InvalidArgumentError(f"{where}: max_parallel_tools must be >= 1")
         object.__setattr__(self, "on_definition_change", OnDefinitionChange(self.on_definition_change))
+        object.__setattr__(self, "limits", check_limits(where, self.limits, runtime_wide=False))
         if self.on_definition_change is OnDefinitionChange.MIGRATE and self.migrate is None:
             raise InvalidArgumentError(f"agent definition {self.name!r}: the migrate policy needs a migrate hook")
 

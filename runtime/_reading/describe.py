@@ -18,6 +18,7 @@ from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from durably._fleet.limiter import waiting_for
 from durably._fleet.owner import Liveness, holder_liveness
 from durably._journal import status_index
 from durably._journal.records import RecordCodec
@@ -89,6 +90,11 @@ class AgentDescription:
         lease: The live lease (``LeaseInfo``); None when no live lease is held or
             the store has no leases (``leases_supported`` says which).
         state: The full folded state (not in ``to_json``: it holds content).
+        waiting_for: The fleet ``Limit`` a model call of the agent waits for now, as
+            its worker said in the store: ``{"limit", "kind" ("rate" or
+            "concurrency"), "until" (unix seconds it expects room, or None), "since"
+            (unix seconds the wait began), "worker"}``;
+            None when it waits for none.
     """
 
     namespace: str
@@ -112,6 +118,7 @@ class AgentDescription:
     leases_supported: bool
     lease: LeaseInfo | None
     state: AgentState = field(repr=False, compare=False)
+    waiting_for: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The description as ``durably show --json`` prints it (a stable shape).
@@ -207,6 +214,7 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
         leases_supported=supported,
         lease=lease,
         state=state,
+        waiting_for=await waiting_for(store, stream) if state.status == RUNNING else None,
     )
 
 
