@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
@@ -45,20 +46,29 @@ def tool_context() -> durably.ToolContext:
     return ctx
 
 
-def _dump_outcome(outcome: tuple[str, Any]) -> dict[str, Any]:
-    kind, value = outcome
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What a tool call came to: its return value, or the control-flow signal it raised."""
+
+    kind: str
+    value: Any
+
+
+def _dump_outcome(outcome: Any) -> dict[str, Any]:
+    # A reconcile hook reports the tool's return value as it is, not as an ``_Outcome``.
+    kind, value = (outcome.kind, outcome.value) if isinstance(outcome, _Outcome) else (_RETURN, outcome)
     return {"kind": kind, "value": to_jsonable_python(value, serialize_unknown=True, bytes_mode="base64")}
 
 
-def _load_outcome(payload: Any) -> tuple[str, Any]:
-    # A reconcile hook or an operator (``approve(..., result=...)``) reports a plain value: that is the tool's return.
+def _load_outcome(payload: Any) -> _Outcome:
+    # An operator (``approve(..., result=...)``) reports a plain value: that is the tool's return.
     if isinstance(payload, Mapping) and payload.get("kind") in (_RETURN, _RETRY, _APPROVAL, _DEFERRED, _FAILED):
-        return str(payload["kind"]), payload.get("value")
-    return _RETURN, payload
+        return _Outcome(str(payload["kind"]), payload.get("value"))
+    return _Outcome(_RETURN, payload)
 
 
-def _raise_or_return(outcome: tuple[str, Any]) -> Any:
-    kind, value = outcome
+def _raise_or_return(outcome: _Outcome) -> Any:
+    kind, value = outcome.kind, outcome.value
     if kind == _RETRY:
         raise ModelRetry(str(value))
     if kind == _APPROVAL:
@@ -98,18 +108,18 @@ class JournaledToolset(WrapperToolset[Any]):
         run_context = ctx
 
         # The parameter is named ``ctx`` so that ``Run.call`` passes the call's ``durably.ToolContext``.
-        async def call(ctx: durably.ToolContext) -> tuple[str, Any]:
+        async def call(ctx: durably.ToolContext) -> _Outcome:
             token = _tool_context.set(ctx)
             try:
-                return _RETURN, await self.wrapped.call_tool(name, tool_args, run_context, tool)
+                return _Outcome(_RETURN, await self.wrapped.call_tool(name, tool_args, run_context, tool))
             except ModelRetry as signal:
-                return _RETRY, signal.message
+                return _Outcome(_RETRY, signal.message)
             except ApprovalRequired as signal:
-                return _APPROVAL, signal.metadata
+                return _Outcome(_APPROVAL, signal.metadata)
             except CallDeferred as signal:
-                return _DEFERRED, {"metadata": signal.metadata, "kind": signal.kind}
+                return _Outcome(_DEFERRED, {"metadata": signal.metadata, "kind": signal.kind})
             except ToolFailed as signal:
-                return _FAILED, signal.message
+                return _Outcome(_FAILED, signal.message)
             finally:
                 _tool_context.reset(token)
 
