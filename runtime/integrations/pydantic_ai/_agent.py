@@ -164,26 +164,32 @@ class DurableAgent(FunctionAgent):
     async def _body(self, run: Any, task: str) -> dict[str, Any]:
         """The run: the Pydantic AI agent's loop, resumed through its deferred tool calls until it has an output."""
         agent = self.agent
-        prompt: str | None = task
+        # One entry of the toolsets for the whole activation: an MCP server is started once, not once per turn.
+        with agent.override(model=self._model, toolsets=self._toolsets, tools=[]):
+            async with agent:
+                return await self._turns(run, agent, task)
+
+    async def _turns(self, run: Any, agent: AbstractAgent[Any, Any], prompt: str) -> dict[str, Any]:
+        """Run the agent; while it ends at deferred tool calls, decide them as approvals and run it on."""
+        next_prompt: str | None = prompt
         history: list[ModelMessage] | None = None
         deferred = None
-        with agent.override(model=self._model, toolsets=self._toolsets, tools=[]):
-            while True:
-                result = await agent.run(
-                    prompt,
-                    message_history=history,
-                    deferred_tool_results=deferred,
-                    output_type=[agent.output_type, DeferredToolRequests],
-                    usage_limits=self._limits,
-                    event_stream_handler=self._handler,
-                )
-                if not isinstance(result.output, DeferredToolRequests):
-                    return {
-                        "output": to_jsonable_python(result.output, serialize_unknown=True, bytes_mode="base64"),
-                        "messages": ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json"),
-                    }
-                deferred = await decide_deferred(run, result.output)
-                history, prompt = result.all_messages(), None
+        while True:
+            result = await agent.run(
+                next_prompt,
+                message_history=history,
+                deferred_tool_results=deferred,
+                output_type=[agent.output_type, DeferredToolRequests],
+                usage_limits=self._limits,
+                event_stream_handler=self._handler,
+            )
+            if not isinstance(result.output, DeferredToolRequests):
+                return {
+                    "output": to_jsonable_python(result.output, serialize_unknown=True, bytes_mode="base64"),
+                    "messages": ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json"),
+                }
+            deferred = await decide_deferred(run, result.output)
+            history, next_prompt = result.all_messages(), None
 
     def result_of(self, state: Any) -> DurableRunResult:
         """The ``DurableRunResult`` of a durably ``AgentState`` of this agent (as ``Runtime.run`` returns it)."""
