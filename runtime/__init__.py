@@ -35,6 +35,7 @@ from .errors import (
     ApprovalAlreadyDecidedError,
     ArgumentTypeError,
     BlobNotFoundError,
+    CallFailedError,
     CodecError,
     ConflictError,
     CorruptRecordError,
@@ -54,6 +55,8 @@ from .errors import (
     KeyConfigError,
     MissingUpcasterError,
     ModelReplyError,
+    NonDeterminismError,
+    NotInRunError,
     PurgeIncompleteError,
     RedactedArgumentError,
     RuntimeNotStartedError,
@@ -116,11 +119,18 @@ _LAZY: dict[str, str] = {
     "generate_key": "durably.storage._crypto",
     "open_store": "durably.storage._registry",
     "FrameCipher": "durably.storage._codec",
+    "FunctionAgent": "durably._functions.definition",
+    "Run": "durably._functions.run",
+    "current_run": "durably._functions.run",
+    "journaled": "durably._functions.journaled",
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the API reference
     from durably._fleet.handle import AgentHandle
     from durably._fleet.owner import LeaseHolder, Liveness
+    from durably._functions.definition import FunctionAgent
+    from durably._functions.journaled import journaled
+    from durably._functions.run import Run, current_run
     from durably._journal.redaction_policy import Redact, RedactionPolicy, ephemeral
     from durably._journal.snapshots import SnapshotPolicy
     from durably._loop.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
@@ -184,6 +194,7 @@ __all__ = [
     "ArgumentTypeError",
     "BlobNotFoundError",
     "Budget",
+    "CallFailedError",
     "CodecError",
     "CommandResult",
     "ConflictError",
@@ -199,6 +210,7 @@ __all__ = [
     "FencedError",
     "FrameCipher",
     "FrameLimitError",
+    "FunctionAgent",
     "HistoryEntry",
     "HistoryPolicy",
     "InvalidArgumentError",
@@ -215,6 +227,8 @@ __all__ = [
     "Model",
     "ModelReplyError",
     "ModelResponse",
+    "NonDeterminismError",
+    "NotInRunError",
     "OnDefinitionChange",
     "OnUnknownOutcome",
     "Placement",
@@ -226,6 +240,7 @@ __all__ = [
     "ReencryptReport",
     "RetentionPolicy",
     "RetryPolicy",
+    "Run",
     "Runtime",
     "RuntimeNotStartedError",
     "SeqOutOfRangeError",
@@ -251,8 +266,10 @@ __all__ = [
     "Usage",
     "WaitTimeoutError",
     "Where",
+    "current_run",
     "ephemeral",
     "generate_key",
+    "journaled",
     "open_store",
     "tool",
 ]

@@ -45,6 +45,7 @@ The tree::
     +-- SeqOutOfRangeError (ValueError), WaitTimeoutError (TimeoutError)
     +-- TransientModelError (+ MalformedToolCallError), ModelReplyError (ValueError)
     +-- ToolArgumentsError (ValueError), RedactedArgumentError
+    +-- CallFailedError, NonDeterminismError, NotInRunError (RuntimeError)   journaled calls of a run
     +-- TortureError
     +-- CheckpointValueError, InvalidThreadIdError (ValueError), SyncCallOnLoopError (RuntimeError),
     |   ForeignLoopError (RuntimeError), InvalidPruneStrategyError (ValueError), ImportSourceError
@@ -580,6 +581,41 @@ class RedactedArgumentError(DurablyError):
         )
 
 
+class CallFailedError(DurablyError):
+    """A journaled call of a run (``Run.call``) raised: its failure is journaled and
+    raised again as this on every replay, so the run's body sees the same thing.
+
+    ``name``: the call's name; ``call_id``: its id in the run; ``error_type``: the
+    original exception's type name (module-qualified unless a builtin);
+    ``error_message``: its message. On the activation that ran the call, the original
+    exception is its ``__cause__``.
+    """
+
+    def __init__(self, name: str, call_id: str, error_type: str, error_message: str) -> None:
+        self.name, self.call_id = name, call_id
+        self.error_type, self.error_message = error_type, error_message
+        super().__init__(f"call {name!r} ({call_id}) failed: {error_type}: {error_message}")
+
+
+class NonDeterminismError(DurablyError):
+    """A run's body, replayed, made a call that its journal does not hold at that place:
+    the journal's call there has another name (the body changed, or depends on
+    something that is not journaled). The agent fails; its data is untouched.
+
+    ``call_id``: where; ``expected``: the journal's call name; ``got``: the body's.
+    """
+
+    def __init__(self, call_id: str, expected: str, got: str) -> None:
+        self.call_id, self.expected, self.got = call_id, expected, got
+        super().__init__(
+            f"non-deterministic replay at call {call_id}: the journal holds {expected!r}, the body called {got!r}"
+        )
+
+
+class NotInRunError(DurablyError, RuntimeError):
+    """``current_run()`` was called outside a function agent's run."""
+
+
 # ------------------------------------------------------------------ kits, bridges, operator surfaces
 
 
@@ -716,6 +752,7 @@ __all__ = [
     "ArgumentTypeError",
     "BlobNotFoundError",
     "CSRFError",
+    "CallFailedError",
     "CheckpointValueError",
     "CodecError",
     "ConflictError",
@@ -743,6 +780,8 @@ __all__ = [
     "MalformedToolCallError",
     "MissingUpcasterError",
     "ModelReplyError",
+    "NonDeterminismError",
+    "NotInRunError",
     "PostgresSetupError",
     "PurgeIncompleteError",
     "RedactedArgumentError",
@@ -758,8 +797,8 @@ __all__ = [
     "TruncatedRecordError",
     "UnencodableValueError",
     "UnfoldableRecordError",
-    "UnknownKeyError",
     "UnknownDictionaryError",
+    "UnknownKeyError",
     "UnknownSchemaVersionError",
     "UnknownSchemeError",
     "UnsafeCompactionError",

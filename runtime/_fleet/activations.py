@@ -27,6 +27,8 @@ from durably._fleet import fleet_metrics
 from durably._fleet.blocked import BlockedAgents
 from durably._fleet.handle import AgentHandle
 from durably._fleet.single_flight import KeyedLock
+from durably._functions.actor import FunctionActor
+from durably._functions.definition import FunctionAgent
 from durably._journal import status_index
 from durably._journal.restore import restore
 from durably._journal.snapshots import SnapshotPolicy
@@ -321,7 +323,8 @@ class Activations:
         )
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
-        actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)
+        kind = FunctionActor if isinstance(definition, FunctionAgent) else AgentActor  # a body instead of a model loop
+        actor = kind(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
         agent_id = journal.state.agent_id
         self.live[agent_id] = actor

@@ -204,6 +204,13 @@ def _tool_result(s: AgentState, d: dict[str, Any]) -> None:
     s.ledger[key] = {**entry, "done": True, **outcome}
     content = d["error"] if d.get("error") is not None else d.get("result")
     _place_result(s, d["call_id"], {"role": "tool", "tool_call_id": d["call_id"], "content": content})
+    if (used := d.get("usage")) is not None:  # a model request journaled as a call: it counts as a step
+        s.usage = {
+            "steps": s.usage["steps"] + 1,
+            "input_tokens": s.usage["input_tokens"] + used["input_tokens"],
+            "output_tokens": s.usage["output_tokens"] + used["output_tokens"],
+            "cost_usd": s.usage["cost_usd"] + used["cost_usd"],
+        }
     s.pending_calls = [c for c in s.pending_calls if c["key"] != key]
     if not s.pending_calls and s.inbox:
         s.messages.extend(s.inbox)

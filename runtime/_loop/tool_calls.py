@@ -13,14 +13,14 @@ while it ran) follows its tool's ``on_unknown_outcome`` policy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from durably import _telemetry as tm
 from durably._loop.state import RUNNING, AgentState
-from durably._tools.tool import OnUnknownOutcome, Reconciled, Tool, ToolContext
+from durably._tools.tool import OnUnknownOutcome, Reconciled, Reconciler, Tool, ToolContext
 from durably.errors import AgentFencedError, AgentLeaseLostError, RedactedArgumentError, ToolArgumentsError
 from durably.schemas._records import Kind
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
@@ -90,43 +90,67 @@ class ToolCalls:
             await self._execute([(call, 1)])
             return
         # An intent without a result: the process died while the tool ran.
-        attempt = entry["attempts"] + 1
-        policy = tool.on_unknown_outcome
+        attempt = await self._unknown_outcome(call, tool.on_unknown_outcome, tool.reconcile, tool.to_journal)
+        if attempt is not None:
+            await self._execute([(call, attempt)])
+
+    async def _unknown_outcome(
+        self,
+        call: dict[str, Any],
+        policy: OnUnknownOutcome,
+        reconcile: Reconciler | None,
+        to_journal: Callable[[Any], Any],
+    ) -> int | None:
+        """Apply ``policy`` to ``call``, found with an intent and no result (the
+        process died while it ran). Shared by model-driven tool calls and the
+        journaled calls of a function agent's run.
+
+        Returns:
+            The attempt to run the call as now (its intent is not appended yet),
+                or None when nothing is to run in this activation: a result was
+                journaled (reconciled, reported by an operator, or skipped), an
+                approval was requested (the agent parks), or the agent failed
+                (policy ``fail``).
+        """
+        attempt: int = self.state.ledger[call["key"]]["attempts"] + 1
         approval_id = self._approval_id(call, f"#attempt{attempt}")
         if policy is OnUnknownOutcome.ASK or approval_id in self.state.approvals:
             # (a "fail" call becomes a question once an operator retried the agent)
-            await self._ask_outcome(call, approval_id, attempt)
-        elif policy is OnUnknownOutcome.RETRY:
+            return await self._ask_outcome(call, approval_id, attempt)
+        if policy is OnUnknownOutcome.RETRY:
             if (meters := self.telemetry.metrics) is not None:
                 meters.retries.add(1, {**self.telemetry.attributes, tm.RETRY_KIND: "tool"})
-            await self._execute([(call, attempt)])
-        elif policy is OnUnknownOutcome.RECONCILE:
-            await self._reconcile(tool, call, attempt)
-        else:
-            reason = f"tool {tool.name} call {call['id']}: outcome unknown after a crash (policy fail)"
-            self.failure = "durably.outcome_unknown"
-            await self.journal.append((Kind.FAILED, {"reason": reason}))
+            return attempt
+        if policy is OnUnknownOutcome.RECONCILE:
+            assert reconcile is not None  # Tool and Run.call refuse the policy without a hook
+            return await self._reconcile(reconcile, to_journal, call, attempt)
+        reason = f"tool {call['name']} call {call['id']}: outcome unknown after a crash (policy fail)"
+        self.failure = "durably.outcome_unknown"
+        await self.journal.append((Kind.FAILED, {"reason": reason}))
+        return None
 
-    async def _ask_outcome(self, call: dict[str, Any], approval_id: str, attempt: int) -> None:
+    async def _ask_outcome(self, call: dict[str, Any], approval_id: str, attempt: int) -> int | None:
         """A human decides what became of a call whose outcome is unknown: run it
-        again (approve), skip it (deny: the model is told it did not happen), or
-        report that it happened with its result (approve with ``result``)."""
+        again (approve: the attempt to run is returned), skip it (deny: the model is
+        told it did not happen), or report that it happened with its result
+        (approve with ``result``). None: nothing to run now."""
         reason = (
             f"outcome of attempt {attempt - 1} unknown after a crash; approve to run it again, "
             "deny to skip it, or report that it happened with its result"
         )
         decision = await self._decision(call, approval_id, reason)
         if decision is None:
-            return
+            return None
         if not decision["approved"]:
             who = decision.get("by") or "an operator"
             await self._result(
                 call, error=f"not run: {who} chose to skip this call, so it did not happen{_note(decision)}"
             )
-        elif "result" in decision:
+            return None
+        if "result" in decision:
             await self._result(call, result=decision["result"])
-        else:
-            await self._execute([(call, attempt)])
+            return None
+        return attempt
 
     async def _decision(self, call: dict[str, Any], approval_id: str, reason: str) -> dict[str, Any] | None:
         """The decision on ``approval_id``; None while there is none (this step
@@ -227,22 +251,32 @@ class ToolCalls:
             async with lock:
                 await self._result(call, **outcome)
 
-    async def _reconcile(self, tool: Tool, call: dict[str, Any], attempt: int) -> None:
-        assert tool.reconcile is not None  # Tool.__post_init__ guarantees it
+    async def _reconcile(
+        self, reconcile: Reconciler, to_journal: Callable[[Any], Any], call: dict[str, Any], attempt: int
+    ) -> int | None:
+        """Ask ``reconcile`` whether the call happened: journal its result if so
+        (None returned), else return the attempt to run it as."""
         self.journal.check_lease()  # only the lease holder may decide an unknown outcome
-        found = await tool.reconcile(self._context(call, attempt))
+        found = await reconcile(self._context(call, attempt))
         if isinstance(found, Reconciled):
-            await self._result(call, result=tool.to_journal(found.result), reconciled=True)
-        else:
-            await self._execute([(call, attempt)])
+            await self._result(call, result=to_journal(found.result), reconciled=True)
+            return None
+        return attempt
 
     @staticmethod
     def _result_entry(
-        call: dict[str, Any], *, result: Any = None, error: str | None = None, reconciled: bool = False
+        call: dict[str, Any],
+        *,
+        result: Any = None,
+        error: str | None = None,
+        reconciled: bool = False,
+        usage: dict[str, Any] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         data = {"key": call["key"], "call_id": call["id"], "tool": call["name"], "result": result, "error": error}
         if reconciled:
             data["reconciled"] = True
+        if usage is not None:  # a model request's cost (a function agent's journaled model call)
+            data["usage"] = usage
         return Kind.TOOL_RESULT, data
 
     async def _result(
@@ -253,8 +287,9 @@ class ToolCalls:
         error: str | None = None,
         reconciled: bool = False,
         staged: bool = False,
+        usage: dict[str, Any] | None = None,
     ) -> None:
-        entry = self._result_entry(call, result=result, error=error, reconciled=reconciled)
+        entry = self._result_entry(call, result=result, error=error, reconciled=reconciled, usage=usage)
         try:
             if staged:
                 self.journal.stage(entry)

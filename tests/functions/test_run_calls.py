@@ -1,0 +1,346 @@
+"""Journaled calls inside a function agent's run: replay, keys, approvals, failures, bad input.
+
+Everything runs on a real SQLite file; a "restart" is a new ``Runtime`` on the
+same file, so the body replays from the journal as it would after a crash.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import durably
+from durably import FunctionAgent, Run, Runtime, ToolContext, current_run, journaled
+from durably.errors import (
+    ArgumentTypeError,
+    CallFailedError,
+    InvalidArgumentError,
+    NonDeterminismError,
+    NotInRunError,
+)
+from durably.schemas._records import Kind
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'j.db'}"
+
+
+class Ledger:
+    """What the outside world saw: every effect, in order."""
+
+    def __init__(self) -> None:
+        self.effects: list[tuple[str, Any]] = []
+
+    def count(self, name: str) -> int:
+        return sum(1 for n, _ in self.effects if n == name)
+
+
+async def test_replay_returns_stored_results_without_running_again(tmp_path: Path) -> None:
+    ledger = Ledger()
+
+    async def charge(amount: int, ctx: ToolContext) -> str:
+        ledger.effects.append(("charge", (amount, ctx.idempotency_key, ctx.attempt)))
+        return f"ch-{amount}"
+
+    def note(text: str) -> int:  # a sync function runs in a worker thread
+        ledger.effects.append(("note", text))
+        return len(text)
+
+    async def body(run: Run, task: str) -> dict[str, Any]:
+        assert current_run() is run
+        charged = await run.call(charge, int(task), name="charge")
+        length = await run.call(note, "hello")
+        decision = await run.approval("refund?", data={"charge": charged})
+        return {"charge": charged, "length": length, "approved": decision["approved"], "by": decision["by"]}
+
+    definition = FunctionAgent("refunds", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        state = await rt.run(definition, "r-1", "5")
+        assert state.status == "waiting_approval"
+        assert [a["reason"] for a in state.open_approvals()] == ["refund?"]
+    assert ledger.count("charge") == 1 and ledger.count("note") == 1
+    key = ledger.effects[0][1][1]
+
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:  # another process decides it
+        await rt.approve("r-1", "approval-1", approved=True, by="ann")
+        state = await rt.wait("r-1", timeout=30)
+    assert state.status == "finished", state.reason
+    assert state.result == {"charge": "ch-5", "length": 5, "approved": True, "by": "ann"}
+    assert ledger.count("charge") == 1 and ledger.count("note") == 1  # replayed, not run again
+    assert state.ledger[key]["result"] == "ch-5"
+    assert state.usage["steps"] == 0  # tool calls are no model steps
+
+
+async def test_call_ids_key_concurrent_calls_whatever_order_they_start_in(tmp_path: Path) -> None:
+    ledger = Ledger()
+    orders = [["a", "b", "c"], ["c", "b", "a"]]
+
+    async def fetch(item: str) -> str:
+        ledger.effects.append(("fetch", item))
+        return item.upper()
+
+    async def body(run: Run, task: str) -> list[str]:
+        order = orders.pop(0)
+        results: dict[str, str] = {}
+
+        async def one(item: str) -> None:
+            assert current_run() is run  # tasks the body starts inherit the run
+            results[item] = await run.call(fetch, item, name="fetch", call_id=f"fetch-{item}")
+
+        async with anyio.create_task_group() as tg:
+            for item in order:
+                tg.start_soon(one, item)
+        await run.approval("go on?")
+        return [results[i] for i in sorted(results)]
+
+    definition = FunctionAgent("fan-out", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        state = await rt.run(definition, "f-1", "")
+        assert state.status == "waiting_approval"
+        await rt.approve("f-1", "approval-1", approved=True)
+        state = await rt.wait("f-1", timeout=30)
+    assert state.status == "finished", state.reason
+    assert state.result == ["A", "B", "C"]
+    assert sorted(i for _, i in ledger.effects) == ["a", "b", "c"]  # replayed in another order: nothing re-ran
+
+
+async def test_a_stored_failure_is_raised_again_as_call_failed(tmp_path: Path) -> None:
+    runs = []
+
+    async def flaky() -> None:
+        runs.append(1)
+        raise KeyError("no such card")
+
+    seen: list[tuple[str, str]] = []
+
+    async def body(run: Run, task: str) -> str:
+        try:
+            await run.call(flaky)
+        except CallFailedError as exc:
+            seen.append((exc.error_type, exc.error_message))
+        await run.approval("continue?")
+        return "done"
+
+    definition = FunctionAgent("failing", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        await rt.run(definition, "x-1", "")
+        await rt.approve("x-1", "approval-1", approved=True)
+        state = await rt.wait("x-1", timeout=30)
+    assert state.status == "finished", state.reason
+    assert runs == [1]
+    assert seen == [("KeyError", "'no such card'"), ("KeyError", "'no such card'")]
+
+
+async def test_an_uncaught_call_failure_fails_the_run(tmp_path: Path) -> None:
+    async def boom() -> None:
+        raise RuntimeError("card declined")
+
+    async def body(run: Run, task: str) -> None:
+        await run.call(boom)
+
+    definition = FunctionAgent("boom", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        state = await rt.run(definition, "b-1", "")
+    assert state.status == "failed"
+    assert "RuntimeError: card declined" in state.reason
+
+
+async def test_a_changed_body_fails_with_non_determinism_and_keeps_the_data(tmp_path: Path) -> None:
+    names = ["charge", "refund"]
+    errors: list[NonDeterminismError] = []
+
+    async def act() -> str:
+        return "ok"
+
+    async def body(run: Run, task: str) -> None:
+        await run.call(act, name=names.pop(0))
+        await run.approval("ok?")
+
+    async def replayed(run: Run, task: str) -> None:
+        try:
+            await run.call(act, name=names.pop(0))
+        except NonDeterminismError as exc:
+            errors.append(exc)
+            raise
+
+    definition = FunctionAgent("nd", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        await rt.run(definition, "n-1", "")
+        before = (await rt.status("n-1")).ledger
+    changed = FunctionAgent("nd", replayed, on_definition_change="continue")
+    async with Runtime(url(tmp_path), agents=[changed]) as rt:
+        await rt.approve("n-1", "approval-1", approved=True)
+        state = await rt.wait("n-1", timeout=30)
+    assert state.status == "failed"
+    assert "'charge'" in state.reason and "'refund'" in state.reason
+    assert errors and errors[0].expected == "charge" and errors[0].got == "refund"
+    assert state.ledger == before
+
+
+async def test_journaled_goes_through_the_run_and_runs_plainly_outside(tmp_path: Path) -> None:
+    ledger = Ledger()
+
+    @journaled(on_unknown_outcome="retry")
+    async def send(to: str) -> str:
+        ledger.effects.append(("send", to))
+        return f"sent:{to}"
+
+    assert await send("outside") == "sent:outside"  # no run: it simply runs
+    with pytest.raises(NotInRunError):
+        current_run()
+
+    async def body(run: Run, task: str) -> str:
+        first = await send("a")
+        await run.approval("again?")
+        return first
+
+    definition = FunctionAgent("mail", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        await rt.run(definition, "m-1", "")
+        await rt.approve("m-1", "approval-1", approved=True)
+        state = await rt.wait("m-1", timeout=30)
+    assert state.result == "sent:a"
+    assert ledger.count("send") == 2  # once outside, once in the run (replay did not send again)
+    assert [e["tool"] for e in state.ledger.values()] == [send.__wrapped__.__qualname__]
+
+
+async def test_bad_input_is_refused_with_typed_errors(tmp_path: Path) -> None:
+    problems: list[type[Exception]] = []
+
+    async def ok() -> int:
+        return 1
+
+    async def body(run: Run, task: str) -> None:
+        for attempt in (
+            lambda: run.call(42),  # not callable
+            lambda: run.call(ok, on_unknown_outcome="maybe"),
+            lambda: run.call(ok, on_unknown_outcome="reconcile"),  # no hook
+            lambda: run.call(ok, call_id=""),
+            lambda: run.approval(7),  # type: ignore[arg-type]
+        ):
+            try:
+                await attempt()
+            except (ArgumentTypeError, InvalidArgumentError) as exc:
+                problems.append(type(exc))
+        await run.call(ok, call_id="same")
+        try:
+            await run.call(ok, call_id="same")
+        except InvalidArgumentError:
+            problems.append(InvalidArgumentError)
+        return object()  # the run's result cannot be stored
+
+    with pytest.raises(ArgumentTypeError):
+        FunctionAgent("sync-body", lambda run, task: None)  # type: ignore[arg-type,return-value]
+    definition = FunctionAgent("bad", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        state = await rt.run(definition, "bad-1", "")
+    assert problems == [
+        ArgumentTypeError,
+        InvalidArgumentError,
+        InvalidArgumentError,
+        InvalidArgumentError,
+        ArgumentTypeError,
+        InvalidArgumentError,
+    ]
+    assert state.status == "failed" and "result cannot be stored" in state.reason
+
+
+async def test_an_unencodable_call_result_fails_the_agent_and_the_call_never_reruns(tmp_path: Path) -> None:
+    runs: list[int] = []
+
+    class Receipt:
+        pass
+
+    async def make() -> dict[str, Any]:
+        runs.append(1)
+        return {"receipt": Receipt()}
+
+    async def body(run: Run, task: str) -> Any:
+        return await run.call(make, name="make")
+
+    definition = FunctionAgent("unencodable", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        state = await rt.run(definition, "u-1", "")
+        assert state.status == "failed"
+        assert "receipt" in state.reason  # the field path
+        await rt.retry("u-1")
+        state = await rt.wait("u-1", timeout=30)
+    assert runs == [1]
+    assert state.status == "failed"
+
+
+async def test_dump_and_load_carry_values_cbor_cannot_hold(tmp_path: Path) -> None:
+    from pydantic import BaseModel
+
+    class Charge(BaseModel):
+        id: str
+        amount: int
+
+    got: list[Any] = []
+
+    async def charge() -> Charge:
+        return Charge(id="c1", amount=5)
+
+    async def body(run: Run, task: str) -> int:
+        value = await run.call(charge, dump=lambda c: c.model_dump(), load=Charge.model_validate)
+        got.append(value)
+        await run.approval("ok?")
+        return value.amount
+
+    definition = FunctionAgent("models", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        await rt.run(definition, "d-1", "")
+        await rt.approve("d-1", "approval-1", approved=True)
+        state = await rt.wait("d-1", timeout=30)
+    assert state.result == 5
+    assert got == [Charge(id="c1", amount=5), Charge(id="c1", amount=5)]
+
+    async def raw(run: Run, task: str) -> Any:
+        return await run.call(charge)
+
+    unloaded = FunctionAgent("raw-model", raw)
+    async with Runtime(url(tmp_path), agents=[unloaded]) as rt:
+        state = await rt.run(unloaded, "d-2", "")
+    assert state.status == "failed"
+    assert "cannot be stored" in state.reason and "Charge" in state.reason
+
+
+async def test_the_public_names_are_exported() -> None:
+    for name in ("FunctionAgent", "Run", "current_run", "journaled", "CallFailedError", "NonDeterminismError"):
+        assert hasattr(durably, name)
+    assert Kind.TOOL_INTENT  # calls reuse the tool records
+
+
+async def test_a_failing_dump_fails_the_agent_and_the_call_never_reruns(tmp_path: Path) -> None:
+    runs: list[int] = []
+
+    async def make() -> str:
+        runs.append(1)
+        return "made"
+
+    def dump(value: str) -> str:
+        raise ValueError("cannot dump this")
+
+    async def body(run: Run, task: str) -> Any:
+        return await run.call(make, name="make", dump=dump)
+
+    definition = FunctionAgent("bad-dump", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        state = await rt.run(definition, "bd-1", "")
+        assert state.status == "failed"
+        assert "ValueError: cannot dump this" in state.reason
+        await rt.retry("bd-1")
+        state = await rt.wait("bd-1", timeout=30)
+    assert runs == [1]
+    (entry,) = state.ledger.values()
+    assert entry["done"] and "will not run again" in entry["error"]
