@@ -397,3 +397,44 @@ async def test_show_history_verify_and_approve_from_the_cli(tmp_path: Path) -> N
     done = await _run(url, durable_agent(tmp_path), AGENT_ID, PROMPT)
     assert done.output == "done: charge 5 ok; refund 5 ok"
     assert Counter(line.split()[0] for line in lines(tmp_path / "ledger")) == {"charge": 1, "refund": 1}
+
+
+async def test_durably_worker_serves_submitted_runs_and_their_approvals(tmp_path: Path) -> None:
+    import anyio
+
+    url = f"sqlite:///{tmp_path / 'agents.db'}"
+    durable = durable_agent(tmp_path)
+    async with durably.Runtime(url) as rt:
+        await rt.submit(durable, AGENT_ID, PROMPT)
+
+    async def wait_for(status: str) -> durably.AgentState:
+        with anyio.fail_after(120):
+            while True:
+                async with durably.Runtime(url) as rt:
+                    state = await rt.status(AGENT_ID)
+                if state.status == status:
+                    return state
+                await anyio.sleep(0.2)
+
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "durably._cli", "worker", "--agents", "pydantic_ai_served:definitions"]
+        + ["--store", url, "--poll-interval", "0.1"],
+        cwd=SUPPORT,
+        env={**os.environ, "PYDANTIC_AI_WORK": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        parked = await wait_for("waiting_approval")
+        (request,) = parked.open_approvals()
+        approve = _durably("approve", AGENT_ID, request["approval_id"], "--store", url)
+        assert approve.returncode == 0, approve.stdout + approve.stderr
+        finished = await wait_for("finished")
+    finally:
+        worker.terminate()
+        output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, output
+    assert durable.result_of(finished).output == "done: charge 5 ok; refund 5 ok"
+    assert Counter(line.split()[0] for line in lines(tmp_path / "ledger")) == {"charge": 1, "refund": 1}
+    assert lines(tmp_path / "requests") == ["0", "1", "2"]
