@@ -1,5 +1,6 @@
 """The bench suites, in the order a full run takes them. Each is ``async run(bench)``."""
 
+from .. import frameworks
 from . import agent_steps, append, codec, growth, imports, many, overhead, peers, restore, scan
 
 SUITES = {
@@ -13,4 +14,5 @@ SUITES = {
     "peers": peers.run,
     "scan": scan.run,
     "imports": imports.run,
+    "frameworks": frameworks.run,  # Pydantic AI (and other frameworks) on durably and on DBOS
 }
