@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from pydantic import ValidationError
 from pydantic_ai.agent import EventStreamHandler
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models import CompletedStreamedResponse, Model, ModelRequestParameters, StreamedResponse
@@ -22,7 +23,7 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 
 import durably
-from durably.errors import NotInRunError
+from durably.errors import CorruptRecordError, NotInRunError
 
 __all__ = ["JournaledModel", "dump_response", "load_response", "response_usage"]
 
@@ -36,10 +37,18 @@ def dump_response(response: ModelResponse) -> Any:
 
 
 def load_response(payload: Any) -> ModelResponse:
-    """The ``ModelResponse`` ``dump_response`` wrote; raises pydantic's ``ValidationError`` for anything else."""
-    message = ModelMessagesTypeAdapter.validate_python([payload])[0]
+    """The ``ModelResponse`` ``dump_response`` wrote.
+
+    Raises:
+        CorruptRecordError: The journaled call holds something else (a
+            ``ModelRequest``, or data Pydantic AI cannot read as a message).
+    """
+    try:
+        message = ModelMessagesTypeAdapter.validate_python([payload])[0]
+    except ValidationError as exc:
+        raise CorruptRecordError(f"a journaled model call holds no Pydantic AI message: {exc}") from None
     if not isinstance(message, ModelResponse):
-        raise TypeError(f"journaled model call holds a {type(message).__name__}, not a ModelResponse")
+        raise CorruptRecordError(f"a journaled model call holds a {type(message).__name__}, not a ModelResponse")
     return message
 
 
