@@ -78,7 +78,7 @@ def build_agent(
             return ModelResponse(parts=[ToolCallPart("refund", {"amount": 5})])
         return ModelResponse(parts=[TextPart("done: " + "; ".join(str(part.content) for part in done[-2:]))])
 
-    agent: Any = Agent(FunctionModel(script), name=name)
+    agent: Agent[None, str] = Agent(FunctionModel(script), name=name)
 
     def write(kind: str, ctx: RunContext[None], amount: int) -> str:
         _append(ledger, f"{kind} {amount} {key() if key is not None else ctx.tool_call_id}")
@@ -161,7 +161,7 @@ async def _run_dbos(db: Path, work: Path, charges: int, approval: bool) -> tuple
         start = time.perf_counter()
         # The same workflow id again: DBOS resumes the killed workflow from its recorded steps.
         with SetWorkflowID("run-1"):
-            result = await dbos_agent.run(PROMPT, output_type=[str, DeferredToolRequests])
+            result: Any = await dbos_agent.run(PROMPT, output_type=[str, DeferredToolRequests])
         if isinstance(result.output, DeferredToolRequests):
             answers = DeferredToolResults(approvals={call.tool_call_id: True for call in result.output.approvals})
             with SetWorkflowID("run-1-approved"):

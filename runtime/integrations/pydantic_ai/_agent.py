@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic_ai.agent import AbstractAgent, EventStreamHandler
+from pydantic_ai.agent import AbstractAgent, AgentRunResult, EventStreamHandler
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests
@@ -175,7 +175,7 @@ class DurableAgent(FunctionAgent):
         history: list[ModelMessage] | None = None
         deferred = None
         while True:
-            result = await agent.run(
+            result: AgentRunResult[Any] = await agent.run(
                 next_prompt,
                 message_history=history,
                 deferred_tool_results=deferred,
