@@ -95,6 +95,12 @@ class FunctionActor(AgentActor):
             self.failure = tm.error_type(exc)
             reason = f"the run's result cannot be stored: {exc.path}: {exc.reason}"
             await self.journal.append((Kind.FAILED, {"reason": reason}))
+        except _STOPS:
+            raise
+        except Exception as exc:  # the dump_result hook failed
+            self.failure = tm.error_type(exc)
+            reason = f"the run's result cannot be stored: dump_result raised {_type_name(exc)}: {exc}"
+            await self.journal.append((Kind.FAILED, {"reason": reason}))
 
     # -- calls ---------------------------------------------------------------
 

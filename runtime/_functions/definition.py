@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from durably._loop.agent import AgentDefinition, Budget, MigrateHook, OnDefinitionChange
 from durably._loop.model import ModelResponse
+from durably._loop.state import FINISHED
 from durably.errors import ArgumentTypeError
 
 if TYPE_CHECKING:
     from durably._functions.run import Run
+    from durably._loop.state import AgentState
 
 #: A function agent's body: ``async def body(run, task) -> result``.
 Body = Callable[["Run", str], Awaitable[Any]]
@@ -61,7 +63,7 @@ class FunctionAgent(AgentDefinition):
         migrate: The hook of the ``migrate`` policy.
         dump_result: Turns the body's result into a value the journal can hold
             (None: stored as returned).
-        load_result: Turns the stored result back (for the caller's convenience;
+        load_result: Turns the stored result back (``result_of(state)``;
             ``AgentState.result`` holds the stored form).
 
     Attributes:
@@ -116,6 +118,20 @@ class FunctionAgent(AgentDefinition):
         object.__setattr__(self, "run", run)
         object.__setattr__(self, "dump_result", dump_result)
         object.__setattr__(self, "load_result", load_result)
+
+    def result_of(self, state: AgentState) -> Any:
+        """The run's result as the body returned it: ``state.result`` through ``load_result``.
+
+        Args:
+            state: The agent's state (``Runtime.run``, ``status``, ``wait``).
+
+        Returns:
+            ``load_result(state.result)``, or ``state.result`` without the hook;
+                None while the run has not finished.
+        """
+        if state.status != FINISHED or self.load_result is None:
+            return state.result if state.status == FINISHED else None
+        return self.load_result(state.result)
 
     def digest(self) -> str:
         """Fingerprint the definition: its version and the body's qualified name.

@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 #: The run of the task this code runs in (tasks the body starts inherit it).
 _CURRENT: ContextVar[Run | None] = ContextVar("durably_current_run", default=None)
 
-TOOL = "tool"
-MODEL = "model"
 CallKind = Literal["tool", "model"]
+TOOL: CallKind = "tool"
+MODEL: CallKind = "model"
 
 
 def current_run() -> Run:

@@ -221,6 +221,11 @@ def _place_result(s: AgentState, call_id: str, message: dict[str, Any]) -> None:
     """Append a tool message so the results of one turn keep the model's call
     order, whatever order its calls (run concurrently) finished in. Only that
     turn's results follow its assistant message, so the search is short."""
+    if not s.pending_calls:
+        # No model turn waits for results (a function agent's journaled call): nothing to
+        # order, and the run of tool messages behind it may be long.
+        s.messages.append(message)
+        return
     messages, first = s.messages, len(s.messages)
     while first > 0 and messages[first - 1]["role"] == "tool":
         first -= 1

@@ -5,7 +5,6 @@ asked again, and a stale lease holder refused before it runs a call.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +25,10 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def test_durably_worker_serves_submitted_function_agent_runs(tmp_path: Path) -> None:
+def test_durably_worker_serves_submitted_function_agent_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"sqlite:///{tmp_path / 'j.db'}"
     effects = tmp_path / "effects.jsonl"
-    os.environ["WORKER_EFFECTS"] = str(effects)  # the submitting process imports the same module
+    monkeypatch.setenv("WORKER_EFFECTS", str(effects))  # the submitting process imports the same module
     from function_agents import agents
 
     async def submit() -> None:

@@ -297,12 +297,12 @@ async def test_dump_and_load_carry_values_cbor_cannot_hold(tmp_path: Path) -> No
         await run.approval("ok?")
         return value.amount
 
-    definition = FunctionAgent("models", body)
+    definition = FunctionAgent("models", body, dump_result=lambda n: {"n": n}, load_result=lambda d: d["n"])
     async with Runtime(url(tmp_path), agents=[definition]) as rt:
         await rt.run(definition, "d-1", "")
         await rt.approve("d-1", "approval-1", approved=True)
         state = await rt.wait("d-1", timeout=30)
-    assert state.result == 5
+    assert state.result == {"n": 5} and definition.result_of(state) == 5
     assert got == [Charge(id="c1", amount=5), Charge(id="c1", amount=5)]
 
     async def raw(run: Run, task: str) -> Any:
@@ -344,3 +344,73 @@ async def test_a_failing_dump_fails_the_agent_and_the_call_never_reruns(tmp_path
     assert runs == [1]
     (entry,) = state.ledger.values()
     assert entry["done"] and "will not run again" in entry["error"]
+
+
+async def test_a_cancel_stops_the_body_at_its_next_call(tmp_path: Path) -> None:
+    ran: list[str] = []
+    started, go_on = anyio.Event(), anyio.Event()
+
+    async def step(name: str) -> str:
+        ran.append(name)
+        if name == "first":
+            started.set()
+            await go_on.wait()
+        return name
+
+    async def body(run: Run, task: str) -> list[str]:
+        return [await run.call(step, "first"), await run.call(step, "second")]
+
+    definition = FunctionAgent("cancelled", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        handle = await rt.start(definition, "k-1", "")
+        await started.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rt.cancel, "k-1", "changed my mind")
+            inbox = handle._actor._inbox  # the cancel is queued while the first call runs
+            while inbox.statistics().current_buffer_used == 0:
+                await anyio.sleep(0.01)
+            go_on.set()
+        state = await handle.wait()
+    assert state.status == "cancelled"
+    assert ran == ["first"]
+    (entry,) = state.ledger.values()
+    assert entry["done"] and entry["result"] == "first"  # the call in flight finished and was journaled
+
+
+async def test_a_park_lets_running_calls_journal_their_results_first(tmp_path: Path) -> None:
+    ran: list[str] = []
+    go_on = anyio.Event()
+
+    async def slow() -> str:
+        ran.append("slow")
+        await go_on.wait()
+        return "slow done"
+
+    async def body(run: Run, task: str) -> list[Any]:
+        out: dict[str, Any] = {}
+
+        async def call() -> None:
+            out["slow"] = await run.call(slow, call_id="slow")
+
+        async def ask() -> None:
+            out["ok"] = (await run.approval("ok?", approval_id="ok"))["approved"]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            tg.start_soon(ask)
+        return [out["slow"], out["ok"]]
+
+    definition = FunctionAgent("park-in-flight", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        handle = await rt.start(definition, "p-1", "")
+        while not (await rt.status("p-1")).open_approvals():
+            await anyio.sleep(0.01)
+        go_on.set()  # the approval is journaled while slow() still runs
+        state = await handle.wait()
+        assert state.status == "waiting_approval"
+        (entry,) = state.ledger.values()
+        assert entry["done"] and entry["result"] == "slow done"
+        await rt.approve("p-1", "ok", approved=True)
+        state = await rt.wait("p-1", timeout=30)
+    assert state.status == "finished" and state.result == ["slow done", True]
+    assert ran == ["slow"]
