@@ -381,7 +381,7 @@ def _durably(*argv: str, cwd: Path | None = None, env: dict[str, str] | None = N
     )
 
 
-async def test_show_history_verify_and_approve_from_the_cli(tmp_path: Path) -> None:
+async def test_show_history_state_verify_and_approve_from_the_cli(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'agents.db'}"
     parked = await _run(url, durable_agent(tmp_path), AGENT_ID, PROMPT)
     (request,) = parked.state.open_approvals()
@@ -390,6 +390,8 @@ async def test_show_history_verify_and_approve_from_the_cli(tmp_path: Path) -> N
     assert "model.request" in history.stdout and "charge" in history.stdout
     show = _durably("show", AGENT_ID, "--store", url)
     assert show.returncode == 0 and request["approval_id"] in show.stdout, show.stdout + show.stderr
+    state = _durably("state", AGENT_ID, "--store", url)
+    assert state.returncode == 0 and "waiting_approval" in state.stdout, state.stdout + state.stderr
     verify = _durably("verify", "--store", url)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     approve = _durably("approve", AGENT_ID, request["approval_id"], "--store", url)
