@@ -76,7 +76,7 @@ class DurableAgent(FunctionAgent):
     """A Pydantic AI agent made durable on durably's journal, in one line: ``DurableAgent(agent)``.
 
     It is a ``durably.FunctionAgent``: register it with a ``Runtime``, start it
-    with ``rt.run(durable, prompt, agent_id=...)`` or ``await durable.run_in(rt,
+    with ``rt.run(durable, agent_id, prompt)`` or ``await durable.run_in(rt,
     prompt, agent_id=...)``, serve it from ``durably worker --agents
     module:attr``. Every model request (plain or streamed) and every tool call
     (function tools, MCP servers, any toolset of the agent) is journaled: a
