@@ -124,10 +124,11 @@ async def _throughput(bench: Bench, case: FrameworkCase, steps: int) -> None:
     work = bench.scratch / f"frameworks-{case.framework}-{case.engine}-{steps}-{bench.run_id}"
     db = work / "agent.db"
     run = await run_child(case, db, work, charges=steps, approval=False)
-    if run.code != 0 or run.figures is None:
-        r.note(f"frameworks: {case.system} throughput run failed ({run.code}): {run.stderr}")
-        return
     requests = sum(run.requests.values())
+    output = (run.figures or {}).get("output")
+    if run.code != 0 or not isinstance(output, str) or not output.startswith("done") or requests != steps + 1:
+        r.note(f"frameworks: {case.system} throughput run failed ({run.code}, {output!r}): {run.stderr}")
+        return
     params: dict[str, Any] = {"steps": steps}
     r.add(SUITE, "steps_per_s", requests / run.figures["wall_s"], "steps/s", system=case.system, store=STORE, **params)
     r.add(SUITE, "file_bytes", file_bytes(db), "B", system=case.system, store=STORE, **params)

@@ -118,8 +118,12 @@ def durable_agent(work: Path, *, charges: int = 1, approval: bool = True) -> Any
                 return durably.Reconciled(f"charge {amount} ok")
         return None
 
+    from pydantic_ai.usage import UsageLimits
+
     agent = build_agent(work, key=lambda: tool_context().idempotency_key, charges=charges, approval=approval)
-    return DurableAgent(agent, tools={"charge": ToolPolicy("reconcile", reconcile=find_charge)})
+    policy = ToolPolicy("reconcile", reconcile=find_charge)
+    # No request limit (Pydantic AI's default is 50): the throughput run makes as many requests as it has steps.
+    return DurableAgent(agent, tools={"charge": policy}, usage_limits=UsageLimits(request_limit=None))
 
 
 async def _run_durably(db: Path, work: Path, charges: int, approval: bool) -> tuple[Any, float]:
@@ -148,6 +152,9 @@ async def _run_dbos(db: Path, work: Path, charges: int, approval: bool) -> tuple
 
     from dbos import DBOS, DBOSConfig, SetWorkflowID
     from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
+    from pydantic_ai.usage import UsageLimits
+
+    limits = UsageLimits(request_limit=None)  # as for durably: as many requests as the run has steps
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DBOSAgent is deprecated in favour of DBOSDurability; it is what users run
@@ -161,12 +168,15 @@ async def _run_dbos(db: Path, work: Path, charges: int, approval: bool) -> tuple
         start = time.perf_counter()
         # The same workflow id again: DBOS resumes the killed workflow from its recorded steps.
         with SetWorkflowID("run-1"):
-            result: Any = await dbos_agent.run(PROMPT, output_type=[str, DeferredToolRequests])
+            result: Any = await dbos_agent.run(PROMPT, output_type=[str, DeferredToolRequests], usage_limits=limits)
         if isinstance(result.output, DeferredToolRequests):
             answers = DeferredToolResults(approvals={call.tool_call_id: True for call in result.output.approvals})
             with SetWorkflowID("run-1-approved"):
                 result = await dbos_agent.run(
-                    message_history=result.all_messages(), deferred_tool_results=answers, output_type=str
+                    message_history=result.all_messages(),
+                    deferred_tool_results=answers,
+                    output_type=str,
+                    usage_limits=limits,
                 )
         return result.output, time.perf_counter() - start
     finally:
