@@ -126,7 +126,8 @@ async def _throughput(bench: Bench, case: FrameworkCase, steps: int) -> None:
     run = await run_child(case, db, work, charges=steps, approval=False)
     requests = sum(run.requests.values())
     output = (run.figures or {}).get("output")
-    if run.code != 0 or not isinstance(output, str) or not output.startswith("done") or requests != steps + 1:
+    finished = isinstance(output, str) and output.startswith("done") and requests == steps + 1
+    if run.code != 0 or run.figures is None or not finished:
         r.note(f"frameworks: {case.system} throughput run failed ({run.code}, {output!r}): {run.stderr}")
         return
     params: dict[str, Any] = {"steps": steps}
