@@ -1,5 +1,6 @@
 """The bench suites, in the order a full run takes them. Each is ``async run(bench)``."""
 
+from .. import frameworks
 from . import agent_steps, append, burst, codec, growth, imports, many, overhead, peers, peers_growing, restore, scan
 
 SUITES = {
@@ -15,4 +16,5 @@ SUITES = {
     "scan": scan.run,
     "burst": burst.run,
     "imports": imports.run,
+    "frameworks": frameworks.run,  # Pydantic AI (and other frameworks) on durably and on DBOS
 }

@@ -30,6 +30,7 @@ PUBLIC_MODULES = {
     "durably.models.anthropic",
     "durably.integrations.langgraph",
     "durably.integrations.openai_agents",
+    "durably.integrations.pydantic_ai",
 }
 #: Packages that are public so that an import path names them (entry points, ``durably.adapters.s3.S3Store``)
 #: and the folders that hold public modules; their other modules are internal and underscored.
@@ -176,6 +177,7 @@ def test_every_durably_error_is_defined_in_durably_errors():
         "durably.adapters.filesystem",
         "durably.integrations.langgraph",
         "durably.integrations.openai_agents",
+        "durably.integrations.pydantic_ai",
         "durably._cli.main",
         "durably._console",
         "durably.models.openai",
