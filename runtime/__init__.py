@@ -116,6 +116,9 @@ _LAZY: dict[str, str] = {
     "generate_key": "durably.storage._crypto",
     "open_store": "durably.storage._registry",
     "FrameCipher": "durably.storage._codec",
+    "StreamingModel": "durably._loop.model",
+    "AgentEvent": "durably._loop.live",
+    "AgentEvents": "durably._reading.events",
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the API reference
@@ -124,11 +127,13 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably._journal.redaction_policy import Redact, RedactionPolicy, ephemeral
     from durably._journal.snapshots import SnapshotPolicy
     from durably._loop.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
-    from durably._loop.model import Model, ModelResponse, ToolCall, Usage
+    from durably._loop.live import AgentEvent
+    from durably._loop.model import Model, ModelResponse, StreamingModel, ToolCall, Usage
     from durably._loop.model_retries import RetryPolicy
     from durably._loop.state import AgentState
     from durably._operate.placement import CommandResult, Placement, Where
     from durably._reading.describe import AgentDescription, LeaseInfo
+    from durably._reading.events import AgentEvents
     from durably._reading.history import HistoryEntry
     from durably._reading.watch import StatusChange
     from durably._runtime import Runtime
@@ -171,6 +176,9 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AESGCMCipher",
+    "AgentEvent",
+    "AgentEvents",
+    "StreamingModel",
     "AgentDefinition",
     "AgentDescription",
     "AgentExistsError",

@@ -32,6 +32,7 @@ from durably._journal.restore import restore
 from durably._journal.snapshots import SnapshotPolicy
 from durably._journal.writer import AgentJournal
 from durably._loop.actor import AgentActor
+from durably._loop.live import LiveEvents
 from durably._loop.state import NEEDS_MIGRATION, RUNNING, AgentState
 from durably.errors import (
     AgentExistsError,
@@ -93,6 +94,7 @@ class Activations:
         self.definitions = definitions
         self.mailbox_size = mailbox_size
         self.task_group = task_group
+        self.events = LiveEvents()  # this process's subscribers to its agents (Runtime.stream)
         self.live: dict[str, AgentActor] = {}
         self.activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
         self.draining = False  # set by drain(): nothing more is resumed here
@@ -322,6 +324,7 @@ class Activations:
 
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
         actor = AgentActor(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)
+        actor.live = self.events
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
         agent_id = journal.state.agent_id
         self.live[agent_id] = actor

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -156,6 +156,8 @@ class AgentJournal:
         self._commit_s = 0.0  # how long the last commit took
         self._quick_bodies = 0  # overlapped bodies in a row that ended before their commit started
         self._flush_started = False
+        #: Called with each record this journal folds and the state right after it (the actor's live events).
+        self.on_fold: Callable[[Record, AgentState], None] | None = None
 
     def check_lease(self) -> None:
         """Return if this activation may still act on the stream (see ``LeaseClaim.check``); a no-op without a claim.
@@ -337,6 +339,8 @@ class AgentJournal:
             return None
         for record in newer:
             apply(self.state, record)
+            if self.on_fold is not None:
+                self.on_fold(record, self.state)
         self.records_since += len(newer)
         return {record.kind for record in newer}
 
@@ -376,6 +380,8 @@ class AgentJournal:
             before = (len(self.state.messages), len(self.state.inbox))
             apply(self.state, record)
             self.redactor.placed(record, self.state, before)
+            if self.on_fold is not None:
+                self.on_fold(record, self.state)
 
     async def _append_once(self, entries: tuple[tuple[str, dict[str, Any]], ...]) -> None:
         svc, staged = self.services, self._staged

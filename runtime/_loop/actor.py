@@ -24,14 +24,16 @@ from durably import _telemetry as tm
 from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
 from durably._loop.commands import Command, to_record
+from durably._loop.live import DELTA, AgentEvent, LiveEvents, events_of
 from durably._loop.model import REFUSED, ModelResponse, ToolCall, check_reply
 from durably._loop.model_retries import is_transient
+from durably._loop.progress import StepLog
 from durably._loop.state import FAILED, RUNNING, AgentState
 from durably._loop.tool_calls import ToolCalls
 from durably._telemetry import Telemetry
 from durably._tools.tool import idempotency_key
 from durably.errors import AgentFencedError, AgentLeaseLostError, InvalidCommandError, ToolArgumentsError
-from durably.schemas._records import Kind
+from durably.schemas._records import Kind, Record
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
 if TYPE_CHECKING:
@@ -86,6 +88,21 @@ class AgentActor(ToolCalls):
         # stream, one writer, so appends of one agent never race each other's seq.
         self._append_lock = anyio.Lock()
         self._validated: dict[str, dict[str, Any]] = {}  # call key -> its coerced arguments, until it runs
+        #: This process's subscribers (``Runtime.stream``); ``Runtime._spawn`` sets it.
+        self.live: LiveEvents | None = None
+        self._steps = StepLog(journal.stream)
+        journal.on_fold = self._folded
+
+    def _folded(self, record: Record, state: AgentState) -> None:
+        """Each record this activation folds: one INFO line per step, and the live events."""
+        self._steps.folded(record, state)
+        if self.live is not None:
+            for event in events_of(state.agent_id, record, state):
+                self.live.publish(event)
+
+    def _delta(self, text: str) -> None:
+        if self.live is not None and text:
+            self.live.publish(AgentEvent(self.state.agent_id, DELTA, None, time.time(), text=text))
 
     @property
     def state(self) -> AgentState:
@@ -218,6 +235,7 @@ class AgentActor(ToolCalls):
         return None
 
     async def _model_step(self) -> None:
+        self._steps.asking()
         response = await self._ask_model()
         if response is None:
             return  # failed for good: journaled
@@ -300,10 +318,26 @@ class AgentActor(ToolCalls):
                             tm.CONVERSATION_ID: self.state.agent_id,
                         }
                     )
+                pieces = 0
+
+                def on_delta(text: str) -> None:
+                    nonlocal pieces
+                    pieces += 1
+                    self._delta(text)
+
                 try:
-                    response = await model.respond(view, self._tool_specs)
+                    # A streaming model streams always: the reply is the same, and only it is journaled.
+                    respond_stream = getattr(model, "respond_stream", None)
+                    if respond_stream is not None:
+                        response = await respond_stream(view, self._tool_specs, on_delta)
+                    else:
+                        response = await model.respond(view, self._tool_specs)
                     check_reply(response)  # a reply that does not fold never reaches the journal
-                except Exception as exc:
+                except BaseException as exc:  # a cancel mid-stream is an interrupted stream too
+                    if pieces and meters is not None:
+                        meters.streams_interrupted.add(1, {**telemetry.attributes, tm.PROVIDER: provider})
+                    if not isinstance(exc, Exception):
+                        raise
                     failure = tm.error_type(exc)
                     raise
                 finally:
