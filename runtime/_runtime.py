@@ -826,7 +826,9 @@ class Runtime:
         """
         return self._reader.watch(agent_id, poll_interval=poll_interval)
 
-    def events(self, agent_id: str, *, buffer: int = 256, poll_interval: float = 0.2) -> AgentEvents:
+    def events(
+        self, agent_id: str, *, after_seq: int | None = None, buffer: int = 256, poll_interval: float = 0.2
+    ) -> AgentEvents:
         """Follow the agent event by event from now on: streamed text, tool starts and results, status changes.
 
         Journaled events (``model_responded``, ``tool_started``, ``tool_result``,
@@ -842,6 +844,10 @@ class Runtime:
 
         Args:
             agent_id: The agent in this runtime's namespace.
+            after_seq: Also yield the journaled events of the records after
+                this seq that are already written (0: from the agent's first
+                record, e.g. for an agent started after this call); None: from
+                now on only.
             buffer: Deltas (and, separately, journaled events) a slow reader may
                 have queued before deltas are dropped and journaled events re-read
                 from the journal (>= 1).
@@ -853,7 +859,7 @@ class Runtime:
                 nothing after this call is missed, and is endless until closed.
 
         Raises:
-            InvalidCommandError: ``buffer`` or ``poll_interval`` is out of range.
+            InvalidCommandError: ``after_seq``, ``buffer`` or ``poll_interval`` is out of range.
             AgentNotFoundError: When iterated: the agent has no records yet.
         """
         from durably._reading.events import AgentEvents
@@ -866,6 +872,7 @@ class Runtime:
             self.stream(agent_id),
             self.telemetry,
             from_seq=None if actor is None else actor.journal.state.last_seq,
+            after_seq=after_seq,
             buffer=buffer,
             poll_interval=poll_interval,
         )

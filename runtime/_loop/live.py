@@ -129,7 +129,8 @@ class Subscription:
         """Queue ``event`` without waiting: a delta past the buffer is dropped, a
         journaled event past it marks the subscription behind."""
         if event.seq is None:
-            if self._deltas >= self.buffer:
+            # Once behind, deltas are dropped too: the queue stays a prefix of what happened.
+            if self.behind or self._deltas >= self.buffer:
                 self.dropped += 1
                 return
             self._deltas += 1

@@ -25,6 +25,7 @@ from durably._journal.restore import restore
 from durably._loop.live import AgentEvent, LiveEvents, Subscription, events_of
 from durably._loop.state import AgentState, apply
 from durably.errors import AgentNotFoundError, InvalidCommandError
+from durably.storage._errors import CodecError
 from durably.storage._spi import Store, StreamId
 
 if TYPE_CHECKING:
@@ -57,17 +58,21 @@ class AgentEvents:
         telemetry: Telemetry,
         *,
         from_seq: int | None,
+        after_seq: int | None = None,
         buffer: int,
         poll_interval: float,
     ) -> None:
         if not (isinstance(poll_interval, (int, float)) and math.isfinite(poll_interval) and poll_interval > 0):
             raise InvalidCommandError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        if after_seq is not None and (isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0):
+            raise InvalidCommandError(f"after_seq must be an int >= 0 or None, got {after_seq!r}")
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise InvalidCommandError(f"buffer must be an int >= 1, got {buffer!r}")
         self._live, self._store, self._codec, self._stream = live, store, codec, stream
         self._telemetry, self._poll = telemetry, poll_interval
         self._subscription: Subscription | None = live.subscribe(stream.agent_id, buffer)
-        self._from_seq = from_seq  # journaled events after it are yielded (None: from the first read on)
+        # Journaled events after this seq are yielded (None: from the first read on).
+        self._from_seq = from_seq if after_seq is None else after_seq if from_seq is None else min(from_seq, after_seq)
         self._tail: AgentState | None = None  # the journal folded so far
         self._last = 0  # the seq of the last journaled event yielded (or passed over)
         self._ready: list[AgentEvent] = []  # read from the journal, not yet yielded
@@ -104,25 +109,23 @@ class AgentEvents:
                 raise StopAsyncIteration
             if self._ready:
                 return self._ready.pop(0)
-            if subscription.behind:
-                subscription.behind = False
-                await self._read_journal()
-                continue
             event = subscription.take()
             if event is None:
-                if time.monotonic() >= self._next_read:
+                if subscription.behind:
+                    # What was queued is yielded; what did not fit is read from the journal.
+                    subscription.behind = False
                     await self._read_journal()
-                    continue
-                await subscription.ready(max(0.0, self._next_read - time.monotonic()))
+                elif time.monotonic() >= self._next_read:
+                    await self._read_journal()
+                else:
+                    await subscription.ready(max(0.0, self._next_read - time.monotonic()))
                 continue
             if event.seq is None:
                 return event  # a delta
             if event.seq <= self._last:
                 continue  # yielded already, from the journal
             if event.seq > self._last + 1:
-                await self._read_journal()  # some were passed over while this reader was behind
-                if event.seq <= self._last:
-                    continue  # the journal's copy is queued, in order
+                await self._read_journal(upto=event.seq - 1)  # written by another writer (a command)
             self._last = event.seq
             if self._ready:
                 self._ready.append(event)
@@ -133,16 +136,28 @@ class AgentEvents:
         restored = await restore(self._store, self._codec, self._stream, self._telemetry)
         if restored is None:
             raise AgentNotFoundError(f"no agent {self._stream.agent_id!r} in namespace {self._stream.namespace!r}")
-        self._tail = restored.state
+        now = restored.state.last_seq
         # What came live between the subscription and this read is yielded; what came before is the past.
-        last = restored.state.last_seq if self._from_seq is None else min(self._from_seq, restored.state.last_seq)
+        last = now if self._from_seq is None else min(self._from_seq, now)
         assert self._subscription is not None  # made with one, and not closed before it started
         queued = [e.seq for e in self._subscription.items if e.seq is not None]
-        self._last = min([last, *(seq - 1 for seq in queued[:1])])
+        last = min([last, *(seq - 1 for seq in queued[:1])])
+        self._tail, self._last = restored.state, now
+        if last < now:
+            # Fold the journal up to ``last`` only: the records after it are read again and yielded.
+            try:
+                earlier = await restore(self._store, self._codec, self._stream, self._telemetry, upto=last)
+            except CodecError:
+                earlier = None  # compacted away behind a snapshot: only what follows ``now`` is yielded
+            if last == 0 or earlier is not None:
+                self._tail = AgentState() if last == 0 or earlier is None else earlier.state
+                self._last = last
+                # Only those not published live: the queue holds the rest, in order with its deltas.
+                await self._read_journal(upto=queued[0] - 1 if queued else None)
         self._next_read = time.monotonic() + self._poll
 
-    async def _read_journal(self) -> None:
-        """Fold the records the journal holds past the tail; queue the events of those not yielded yet."""
+    async def _read_journal(self, upto: int | None = None) -> None:
+        """Fold the records the journal holds past the tail (up to ``upto``); queue the events of those not yielded yet."""
         tail = self._tail
         assert tail is not None  # started before any read
         self._next_read = time.monotonic() + self._poll
@@ -150,6 +165,8 @@ class AgentEvents:
             return
         async with aclosing(self._store.read(self._stream, tail.last_seq)) as records:
             async for stored in records:
+                if upto is not None and stored.seq > upto:
+                    break
                 record = self._codec.decode_record(stored, self._stream)
                 apply(tail, record)
                 if record.seq > self._last:

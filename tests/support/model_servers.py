@@ -25,10 +25,13 @@ Step = Callable[[dict[str, Any]], Any]
 class Sse:
     """A streamed answer: ``events`` as ``(event name or None, data)``; with
     ``hang_after`` set, the stream stops after that many events and never ends
-    (a provider mid-reply when its caller dies)."""
+    (a provider mid-reply when its caller dies); with ``cut_after``, the
+    connection is cut after that many (a reset mid-reply)."""
 
-    def __init__(self, events: list[tuple[str | None, Any]], hang_after: int | None = None) -> None:
-        self.events, self.hang_after = events, hang_after
+    def __init__(
+        self, events: list[tuple[str | None, Any]], hang_after: int | None = None, cut_after: int | None = None
+    ) -> None:
+        self.events, self.hang_after, self.cut_after = events, hang_after, cut_after
 
 
 def reply(body: dict[str, Any]) -> Step:
@@ -39,6 +42,11 @@ def reply(body: dict[str, Any]) -> Step:
 def stream_then_hang(body: dict[str, Any], events: int) -> Step:
     """Stream the first ``events`` events of ``body``'s stream, then hold the connection open, silent."""
     return lambda request: Sse(sse_events(body), hang_after=events)
+
+
+def stream_then_cut(body: dict[str, Any], events: int) -> Step:
+    """Stream the first ``events`` events of ``body``'s stream, then cut the connection."""
+    return lambda request: Sse(sse_events(body), cut_after=events)
 
 
 def _pieces(text: str) -> list[str]:
@@ -146,9 +154,13 @@ class ScriptedServer:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
         for n, (event, data) in enumerate(answer.events):
+            if n == answer.cut_after:
+                request.transport.abort()
+                raise ConnectionResetError("cut by the script")
             if n == answer.hang_after:
-                while True:  # silent, until the caller goes away or the server stops
-                    await anyio.sleep(0.05)
+                while request.transport is not None and not request.transport.is_closing():
+                    await anyio.sleep(0.05)  # silent, until the caller goes away
+                return response
             text = data if isinstance(data, str) else json.dumps(data)
             await response.write(((f"event: {event}\n" if event else "") + f"data: {text}\n\n").encode())
             self.streamed += 1
