@@ -9,6 +9,7 @@ retries off: durably's ``RetryPolicy`` retries and journals each attempt.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from durably.errors import ExtraNotInstalledError
@@ -181,7 +182,7 @@ class OpenAIChatModel:
         self,
         content: str | None,
         refusal: Any,
-        calls: list[tuple[str | None, str, str | None]],
+        calls: Sequence[tuple[str | None, str, str | None]],
         finish: str | None,
         usage: Any,
         model: str | None,

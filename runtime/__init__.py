@@ -176,11 +176,10 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AESGCMCipher",
-    "AgentEvent",
-    "AgentEvents",
-    "StreamingModel",
     "AgentDefinition",
     "AgentDescription",
+    "AgentEvent",
+    "AgentEvents",
     "AgentExistsError",
     "AgentFencedError",
     "AgentHandle",
@@ -243,6 +242,7 @@ __all__ = [
     "StoreClosedError",
     "StoreError",
     "StoreUnavailableError",
+    "StreamingModel",
     "SweepItem",
     "Tool",
     "ToolArgumentsError",

@@ -328,6 +328,7 @@ class AgentActor(ToolCalls):
                 try:
                     # A streaming model streams always: the reply is the same, and only it is journaled.
                     respond_stream = getattr(model, "respond_stream", None)
+                    response: ModelResponse
                     if respond_stream is not None:
                         response = await respond_stream(view, self._tool_specs, on_delta)
                     else:

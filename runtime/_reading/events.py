@@ -40,13 +40,27 @@ class AgentEvents:
     agent does after ``Runtime.events`` returned is missed, and unsubscribes
     when closed. Breaking out of the loop ends nothing else: the agent runs on.
 
-    Attributes:
-        dropped: Deltas dropped because this reader fell more than ``buffer`` behind.
+    Made by ``Runtime.events``, which passes this process's ``LiveEvents``.
 
-    Raises (when iterated):
-        AgentNotFoundError: The agent has no records yet.
-        CorruptRecordError, UnknownSchemaVersionError: A record cannot be read.
-        StoreUnavailableError: The store cannot be reached.
+    Args:
+        live: This process's subscriptions, subscribed to at once.
+        store: The store holding the agent's journal.
+        codec: Decodes its records.
+        stream: The agent's stream.
+        telemetry: Where the restore's span and metrics go.
+        from_seq: The agent's last seq when it runs in this process (its live
+            events after it are yielded), else None.
+        after_seq: Also yield the journaled events after this seq already
+            written (0: from the first record); None: from now on.
+        buffer: Deltas, and separately journaled events, queued at most.
+        poll_interval: Seconds between reads of the journal's tail.
+
+    Raises:
+        InvalidCommandError: ``after_seq``, ``buffer`` or ``poll_interval`` is out of range.
+        AgentNotFoundError: When iterated: the agent has no records yet.
+        CorruptRecordError: When iterated: a record cannot be read (also
+            ``UnknownSchemaVersionError``); ``StoreUnavailableError``: the store
+            cannot be reached.
     """
 
     def __init__(
