@@ -95,10 +95,13 @@ class AgentActor(ToolCalls):
 
     def _folded(self, record: Record, state: AgentState) -> None:
         """Each record this activation folds: one INFO line per step, and the live events."""
-        self._steps.folded(record, state)
-        if self.live is not None:
-            for event in events_of(state.agent_id, record, state):
-                self.live.publish(event)
+        try:
+            self._steps.folded(record, state)
+            if self.live is not None:
+                for event in events_of(state.agent_id, record, state):
+                    self.live.publish(event)
+        except Exception:  # observers only: a bug here must never stop the journal folding
+            log.exception("agent %s: reporting record %d failed", self.journal.stream, record.seq)
 
     def _delta(self, text: str) -> None:
         if self.live is not None and text:
