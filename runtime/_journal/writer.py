@@ -158,6 +158,8 @@ class AgentJournal:
         self._flush_started = False
         #: Called with each record this journal folds and the state right after it (the actor's live events).
         self.on_fold: Callable[[Record, AgentState], None] | None = None
+        #: Called after each commit, once ``durable_seq`` has moved (staged records made durable).
+        self.on_commit: Callable[[], None] | None = None
 
     def check_lease(self) -> None:
         """Return if this activation may still act on the stream (see ``LeaseClaim.check``); a no-op without a claim.
@@ -429,6 +431,8 @@ class AgentJournal:
             meters.save_size.record(stored, telemetry.attributes)
         self._staged = []
         self._fold(records)
+        if self.on_commit is not None:
+            self.on_commit()
         self.records_since += len(frames)
         self.bytes_since += raw
         if svc.policy.due(self.records_since, self.bytes_since, self.snapshot_bytes):

@@ -91,17 +91,29 @@ class AgentActor(ToolCalls):
         #: This process's subscribers (``Runtime.stream``); ``Runtime._spawn`` sets it.
         self.live: LiveEvents | None = None
         self._steps = StepLog(journal.stream)
+        self._unpublished: list[AgentEvent] = []  # events of folded records not yet durable
         journal.on_fold = self._folded
+        journal.on_commit = self._publish_durable
 
     def _folded(self, record: Record, state: AgentState) -> None:
-        """Each record this activation folds: one INFO line per step, and the live events."""
+        """Each record this activation folds: one INFO line per step, and its live events once durable."""
         try:
             self._steps.folded(record, state)
             if self.live is not None:
-                for event in events_of(state.agent_id, record, state):
-                    self.live.publish(event)
+                # A record folded at a seq still pending replaces what a rebase undid there.
+                self._unpublished = [e for e in self._unpublished if e.seq is not None and e.seq < record.seq]
+                self._unpublished.extend(events_of(state.agent_id, record, state))
+                self._publish_durable()
         except Exception:  # observers only: a bug here must never stop the journal folding
             log.exception("agent %s: reporting record %d failed", self.journal.stream, record.seq)
+
+    def _publish_durable(self) -> None:
+        """Hand the live events of durable records to this process's readers (a staged result waits for its commit)."""
+        if self.live is None:
+            return
+        durable = self.journal.durable_seq
+        while self._unpublished and (self._unpublished[0].seq or 0) <= durable:
+            self.live.publish(self._unpublished.pop(0))
 
     def _delta(self, text: str) -> None:
         if self.live is not None and text:
