@@ -1,8 +1,8 @@
 """What happens to an agent, live: the events its actor publishes to subscribers in this process.
 
-The actor hands every record it folds (``AgentEvent`` from ``events_of``) and
-every piece of text its model streams (a delta) to ``LiveEvents``, which fans
-them out to the subscriptions of that agent. Publishing never waits: each
+The actor hands the events of every record it folds (``events_of``), once the
+record is durable, and every piece of text its model streams (a delta) to
+``LiveEvents``, which fans them out to the subscriptions of that agent. Publishing never waits: each
 subscription has a bounded buffer. A delta that does not fit is dropped (it
 was never journaled, so it is gone); a journaled event that does not fit marks
 the subscription ``behind``, and its reader catches up from the journal, where

@@ -8,6 +8,7 @@ with the tool after it run once, and each step is one INFO line."""
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import sys
 from pathlib import Path
@@ -249,11 +250,13 @@ async def test_each_step_is_one_info_line_and_no_delta_is_logged(caplog: pytest.
             seen = await follow(rt, "logged")
     lines = [r.getMessage() for r in caplog.records if r.name == "durably.steps"]
     assert len(lines) == 4, lines
-    assert lines[0].startswith("agent default/logged seq ") or "logged seq" in lines[0]
-    assert "model answered with 1 call (12 in + 5 out tokens, " in lines[0] and lines[0].endswith(" ms)")
-    assert "tool charge returned (" in lines[1]
-    assert "model answered with 0 calls (12 in + 5 out tokens, " in lines[2]
-    assert lines[3].endswith(": finished")
+    patterns = [
+        r"agent default/logged seq 2: model answered with 1 call \(12 in \+ 5 out tokens, \d+ ms\)",
+        r"agent default/logged seq 4: tool charge returned \(\d+ ms\)",
+        r"agent default/logged seq 5: model answered with 0 calls \(12 in \+ 5 out tokens, \d+ ms\)",
+        r"agent default/logged seq 6: finished",
+    ]
+    assert all(re.fullmatch(p, line) for p, line in zip(patterns, lines, strict=True)), lines
     assert all(SAID not in r.getMessage() and DONE not in r.getMessage() for r in caplog.records)
     assert len([e for e in seen if e.kind == "delta"]) > len(lines)
 
