@@ -9,6 +9,7 @@ tool results, then a message the operator sent) are merged into one turn.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from durably.errors import ExtraNotInstalledError
@@ -18,7 +19,9 @@ try:
 except ImportError as exc:  # the vendor client is the optional extra durably[anthropic]
     raise ExtraNotInstalledError.of("durably.models.anthropic", "anthropic", exc) from None
 
-from durably._loop.model import ModelResponse, ToolCall, Usage
+import httpx
+
+from durably._loop.model import DeltaSink, ModelResponse, ToolCall, Usage
 from durably.errors import MalformedToolCallError, TransientModelError
 
 from ._common import Price, as_text, stop_reason, transient_from_status
@@ -89,6 +92,84 @@ class AnthropicModel:
             MalformedToolCallError: A ``TransientModelError``: a tool call's
                 input is not a JSON object.
         """
+        try:
+            reply = await self.client.messages.create(**self._request(messages, tools))
+        except anthropic.APIStatusError as exc:
+            raise transient_from_status(exc, exc.status_code, exc.response.headers) from exc
+        except anthropic.APIConnectionError as exc:  # APITimeoutError is one
+            raise TransientModelError(f"{type(exc).__name__}: the model provider did not answer") from exc
+        return self._response(reply)
+
+    async def respond_stream(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_delta: DeltaSink
+    ) -> ModelResponse:
+        """``respond`` over a streamed message (``stream=True``), each text piece handed to ``on_delta``.
+
+        The events are assembled into the reply ``respond`` would have returned:
+        text blocks joined, tool calls with their input pieces joined and then
+        parsed, usage (input tokens from the start, output tokens from the end)
+        and the stop reason.
+
+        Args:
+            messages: As ``respond``.
+            tools: As ``respond``.
+            on_delta: Called with each piece of text as it arrives.
+
+        Returns:
+            The assembled reply, as ``respond``.
+
+        Raises:
+            TransientModelError: As ``respond``; also a stream cut off before
+                its stop reason (a dropped connection, a read error).
+            MalformedToolCallError: As ``respond``; also a tool call's input
+                pieces that do not make JSON.
+        """
+        blocks: dict[int, dict[str, Any]] = {}
+        tokens_in = tokens_out = 0
+        model, stop = None, None
+        try:
+            stream = await self.client.messages.create(**self._request(messages, tools), stream=True)
+            async with stream:
+                async for event in stream:
+                    if event.type == "message_start":
+                        model = event.message.model
+                        tokens_in = event.message.usage.input_tokens or 0
+                        tokens_out = event.message.usage.output_tokens or 0
+                    elif event.type == "content_block_start":
+                        block = event.content_block
+                        if block.type in ("text", "tool_use"):
+                            blocks[event.index] = {"type": block.type, "block": block, "pieces": []}
+                    elif event.type == "content_block_delta" and event.index in blocks:
+                        delta = event.delta
+                        if delta.type == "text_delta":
+                            blocks[event.index]["pieces"].append(delta.text)
+                            on_delta(delta.text)
+                        elif delta.type == "input_json_delta":
+                            blocks[event.index]["pieces"].append(delta.partial_json)
+                    elif event.type == "message_delta":
+                        stop = event.delta.stop_reason or stop
+                        tokens_out = event.usage.output_tokens or tokens_out
+        except anthropic.APIStatusError as exc:
+            raise transient_from_status(exc, exc.status_code, exc.response.headers) from exc
+        except (anthropic.APIConnectionError, httpx.TransportError) as exc:  # a cut stream is not an APIError
+            raise TransientModelError(f"{type(exc).__name__}: the model provider's stream broke off") from exc
+        if stop is None:
+            raise TransientModelError("the model provider's stream ended before its stop reason")
+        texts, calls = [], []
+        for _, entry in sorted(blocks.items()):
+            joined = "".join(entry["pieces"])
+            if entry["type"] == "text":
+                texts.append(joined)
+                continue
+            block = entry["block"]
+            try:
+                arguments = json.loads(joined) if joined else (block.input or {})
+            except json.JSONDecodeError as exc:
+                raise MalformedToolCallError(f"tool call {block.name!r}: input is not JSON ({exc.msg})") from None
+            calls.append((block.id, block.name, arguments))
+        return self._assemble(texts, calls, tokens_in, tokens_out, model, stop)
+
+    def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         system, turns = to_wire(messages)
         request: dict[str, Any] = {"model": self.name, "max_tokens": self.max_tokens, "messages": turns, **self.options}
         if system:
@@ -97,29 +178,36 @@ class AnthropicModel:
             request["tools"] = [
                 {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in tools
             ]
-        try:
-            reply = await self.client.messages.create(**request)
-        except anthropic.APIStatusError as exc:
-            raise transient_from_status(exc, exc.status_code, exc.response.headers) from exc
-        except anthropic.APIConnectionError as exc:  # APITimeoutError is one
-            raise TransientModelError(f"{type(exc).__name__}: the model provider did not answer") from exc
-        tokens_in, tokens_out = reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
+        return request
+
+    def _response(self, reply: Any) -> ModelResponse:
+        texts = [block.text for block in reply.content if block.type == "text"]
+        calls = [(block.id, block.name, block.input) for block in reply.content if block.type == "tool_use"]
+        usage = reply.usage
+        return self._assemble(
+            texts, calls, usage.input_tokens or 0, usage.output_tokens or 0, reply.model, reply.stop_reason
+        )
+
+    def _assemble(
+        self,
+        texts: list[str],
+        calls: list[tuple[str, str, Any]],
+        tokens_in: int,
+        tokens_out: int,
+        model: str | None,
+        stop: str | None,
+    ) -> ModelResponse:
         usage = Usage(tokens_in, tokens_out, self.price.cost(tokens_in, tokens_out) if self.price else 0.0)
-        texts, calls = [], []
-        for block in reply.content:
-            if block.type == "text":
-                texts.append(block.text)
-            elif block.type == "tool_use":
-                if not isinstance(block.input, dict):
-                    # Billed all the same: the usage counts towards the budgets.
-                    raise MalformedToolCallError(f"tool call {block.name!r}: input is not a JSON object", usage=usage)
-                calls.append(ToolCall(block.id, block.name, block.input))
+        for _, name, arguments in calls:
+            if not isinstance(arguments, dict):
+                # Billed all the same: the usage counts towards the budgets.
+                raise MalformedToolCallError(f"tool call {name!r}: input is not a JSON object", usage=usage)
         return ModelResponse(
             "".join(texts),
-            tuple(calls),
+            tuple(ToolCall(call_id, name, arguments) for call_id, name, arguments in calls),
             usage,
-            model=reply.model or self.name,
-            stop_reason=stop_reason(reply.stop_reason),
+            model=model or self.name,
+            stop_reason=stop_reason(stop),
         )
 
 

@@ -9,6 +9,7 @@ retries off: durably's ``RetryPolicy`` retries and journals each attempt.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from durably.errors import ExtraNotInstalledError
@@ -18,7 +19,9 @@ try:
 except ImportError as exc:  # the vendor client is the optional extra durably[openai]
     raise ExtraNotInstalledError.of("durably.models.openai", "openai", exc) from None
 
-from durably._loop.model import ModelResponse, ToolCall, Usage
+import httpx
+
+from durably._loop.model import DeltaSink, ModelResponse, ToolCall, Usage
 from durably.errors import MalformedToolCallError, TransientModelError
 
 from ._common import Price, as_text, finite_cost, stop_reason, transient_from_status
@@ -89,6 +92,81 @@ class OpenAIChatModel:
             MalformedToolCallError: A ``TransientModelError``: a tool call's
                 arguments are not a JSON object (its ``usage``: what the reply cost).
         """
+        try:
+            reply = await self.client.chat.completions.create(**self._request(messages, tools))
+        except openai.APIStatusError as exc:
+            raise transient_from_status(exc, exc.status_code, exc.response.headers) from exc
+        except openai.APIConnectionError as exc:  # APITimeoutError is one
+            raise TransientModelError(f"{type(exc).__name__}: the model provider did not answer") from exc
+        if not reply.choices:
+            raise TransientModelError("the model provider answered with no choices")
+        choice = reply.choices[0]
+        message = choice.message
+        calls = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+        return self._response(
+            message.content, getattr(message, "refusal", None), calls, choice.finish_reason, reply.usage, reply.model
+        )
+
+    async def respond_stream(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_delta: DeltaSink
+    ) -> ModelResponse:
+        """``respond`` over a streamed completion (``stream=True``), each text piece handed to ``on_delta``.
+
+        The chunks are assembled into the reply ``respond`` would have returned:
+        text, refusal, tool calls (their argument pieces joined, then parsed),
+        stop reason and usage (asked for with ``stream_options.include_usage``).
+
+        Args:
+            messages: As ``respond``.
+            tools: As ``respond``.
+            on_delta: Called with each piece of the first choice's text.
+
+        Returns:
+            The assembled reply, as ``respond``.
+
+        Raises:
+            TransientModelError: As ``respond``; also a stream cut off before its
+                finish reason (a dropped connection, a read error).
+            MalformedToolCallError: As ``respond``.
+        """
+        request = {**self._request(messages, tools), "stream": True, "stream_options": {"include_usage": True}}
+        text: list[str] = []
+        refusal: list[str] = []
+        calls: dict[int, list[str]] = {}  # index -> [id, name, arguments so far]
+        finish: str | None = None
+        usage, model = None, None
+        try:
+            stream = await self.client.chat.completions.create(**request)
+            async with stream:
+                async for chunk in stream:
+                    model = chunk.model or model
+                    usage = chunk.usage or usage
+                    for choice in chunk.choices:
+                        if choice.index != 0:
+                            continue  # only the first choice is the reply, as in ``respond``
+                        delta = choice.delta
+                        if delta.content:
+                            text.append(delta.content)
+                            on_delta(delta.content)
+                        if getattr(delta, "refusal", None):
+                            refusal.append(delta.refusal)
+                        for piece in delta.tool_calls or ():
+                            slot = calls.setdefault(piece.index, ["", "", ""])
+                            slot[0] = piece.id or slot[0]
+                            if piece.function is not None:
+                                slot[1] += piece.function.name or ""
+                                slot[2] += piece.function.arguments or ""
+                        finish = choice.finish_reason or finish
+        except openai.APIStatusError as exc:
+            raise transient_from_status(exc, exc.status_code, exc.response.headers) from exc
+        except (openai.APIConnectionError, httpx.TransportError) as exc:  # a cut stream is not an APIError
+            raise TransientModelError(f"{type(exc).__name__}: the model provider's stream broke off") from exc
+        if finish is None:
+            raise TransientModelError("the model provider's stream ended before its finish reason")
+        ordered = [(c[0], c[1], c[2]) for _, c in sorted(calls.items())]
+        return self._response("".join(text) or None, "".join(refusal) or None, ordered, finish, usage, model)
+
+    def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         request: dict[str, Any] = {"model": self.name, "messages": to_wire(messages), **self.options}
         if tools:
             request["tools"] = [
@@ -98,28 +176,28 @@ class OpenAIChatModel:
                 }
                 for t in tools
             ]
-        try:
-            reply = await self.client.chat.completions.create(**request)
-        except openai.APIStatusError as exc:
-            raise transient_from_status(exc, exc.status_code, exc.response.headers) from exc
-        except openai.APIConnectionError as exc:  # APITimeoutError is one
-            raise TransientModelError(f"{type(exc).__name__}: the model provider did not answer") from exc
-        if not reply.choices:
-            raise TransientModelError("the model provider answered with no choices")
-        choice = reply.choices[0]
-        message = choice.message
-        usage = self._usage(reply.usage)
-        try:
-            calls = tuple(_call(c) for c in message.tool_calls or ())
-        except MalformedToolCallError as exc:
-            exc.usage = usage  # billed all the same: it counts towards the budgets
-            raise
-        text, reason = message.content or "", stop_reason(choice.finish_reason)
-        refusal = getattr(message, "refusal", None)
+        return request
+
+    def _response(
+        self,
+        content: str | None,
+        refusal: Any,
+        calls: Sequence[tuple[str | None, str, str | None]],
+        finish: str | None,
+        usage: Any,
+        model: str | None,
+    ) -> ModelResponse:
+        text, reason = content or "", stop_reason(finish)
         if isinstance(refusal, str) and refusal:
             # The refusal is the answer (a refusal may come with finish_reason "stop").
             text, reason = refusal, "refused"
-        return ModelResponse(text, calls, usage, model=reply.model or self.name, stop_reason=reason)
+        billed = self._usage(usage)
+        try:
+            tool_calls = tuple(_call(*c) for c in calls)
+        except MalformedToolCallError as exc:
+            exc.usage = billed  # billed all the same: it counts towards the budgets
+            raise
+        return ModelResponse(text, tool_calls, billed, model=model or self.name, stop_reason=reason)
 
     def _usage(self, usage: Any) -> Usage:
         if usage is None:
@@ -130,15 +208,15 @@ class OpenAIChatModel:
         return Usage(tokens_in, tokens_out, cost)
 
 
-def _call(call: Any) -> ToolCall:
-    text = call.function.arguments or "{}"
+def _call(call_id: str | None, name: str, arguments: str | None) -> ToolCall:
+    text = arguments or "{}"
     try:
-        arguments = json.loads(text)
+        parsed = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise MalformedToolCallError(f"tool call {call.function.name!r}: arguments are not JSON ({exc.msg})") from None
-    if not isinstance(arguments, dict):
-        raise MalformedToolCallError(f"tool call {call.function.name!r}: arguments are not a JSON object")
-    return ToolCall(call.id or "", call.function.name, arguments)
+        raise MalformedToolCallError(f"tool call {name!r}: arguments are not JSON ({exc.msg})") from None
+    if not isinstance(parsed, dict):
+        raise MalformedToolCallError(f"tool call {name!r}: arguments are not a JSON object")
+    return ToolCall(call_id or "", name, parsed)
 
 
 def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

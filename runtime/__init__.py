@@ -130,6 +130,9 @@ _LAZY: dict[str, str] = {
     "Run": "durably._functions.run",
     "current_run": "durably._functions.run",
     "journaled": "durably._functions.journaled",
+    "StreamingModel": "durably._loop.model",
+    "AgentEvent": "durably._loop.live",
+    "AgentEvents": "durably._reading.events",
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the API reference
@@ -142,12 +145,14 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers, IDEs and the AP
     from durably._journal.snapshots import SnapshotPolicy
     from durably._loop.agent import AgentDefinition, Budget, HistoryPolicy, OnDefinitionChange
     from durably._loop.limits import Limit
-    from durably._loop.model import Model, ModelResponse, ToolCall, Usage
+    from durably._loop.live import AgentEvent
+    from durably._loop.model import Model, ModelResponse, StreamingModel, ToolCall, Usage
     from durably._loop.model_retries import RetryPolicy
     from durably._loop.state import AgentState
     from durably._loop.timers import Sleep
     from durably._operate.placement import CommandResult, Placement, Where
     from durably._reading.describe import AgentDescription, LeaseInfo
+    from durably._reading.events import AgentEvents
     from durably._reading.history import HistoryEntry
     from durably._reading.watch import StatusChange
     from durably._runtime import Runtime
@@ -194,6 +199,8 @@ __all__ = [
     "AESGCMCipher",
     "AgentDefinition",
     "AgentDescription",
+    "AgentEvent",
+    "AgentEvents",
     "AgentExistsError",
     "AgentFencedError",
     "AgentHandle",
@@ -264,6 +271,7 @@ __all__ = [
     "StoreClosedError",
     "StoreError",
     "StoreUnavailableError",
+    "StreamingModel",
     "SweepItem",
     "Tool",
     "ToolArgumentsError",

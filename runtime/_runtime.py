@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from durably._fleet.owner import LeaseHolder
     from durably._operate.placement import CommandResult
     from durably._reading.describe import AgentDescription
+    from durably._reading.events import AgentEvents
     from durably._reading.history import HistoryEntry
     from durably._reading.watch import StatusChange
     from durably._upkeep.reencrypt import ReencryptReport
@@ -921,6 +922,57 @@ class Runtime:
                 positive number.
         """
         return self._reader.watch(agent_id, poll_interval=poll_interval)
+
+    def events(
+        self, agent_id: str, *, after_seq: int | None = None, buffer: int = 256, poll_interval: float = 0.2
+    ) -> AgentEvents:
+        """Follow the agent event by event from now on: streamed text, tool starts and results, status changes.
+
+        Journaled events (``model_responded``, ``tool_started``, ``tool_result``,
+        ``status``) are never lost and come wherever the agent runs: live from
+        this process's actor, or read from the journal every ``poll_interval``
+        seconds when another worker runs it. Deltas (pieces of the model's text
+        as a streaming model sends them) exist only in the process that runs
+        the agent and are never journaled: a reader elsewhere sees none, and a
+        reader more than ``buffer`` deltas behind loses the newest ones
+        (``AgentEvents.dropped``); the agent never waits for a reader. Only the
+        whole reply is journaled, so a crash mid-stream asks the model again on
+        resume; a failed streamed attempt's deltas are followed by the retry's.
+
+        Args:
+            agent_id: The agent in this runtime's namespace.
+            after_seq: Also yield the journaled events of the records after
+                this seq that are already written (0: from the agent's first
+                record, e.g. for an agent started after this call); None: from
+                now on only.
+            buffer: Deltas (and, separately, journaled events) a slow reader may
+                have queued before deltas are dropped and journaled events re-read
+                from the journal (>= 1).
+            poll_interval: Seconds between reads of the journal's tail (> 0).
+
+        Returns:
+            ``AgentEvents``: use it as ``async with rt.events(agent_id) as events:
+                async for event in events: ...``; it subscribes at once, so
+                nothing after this call is missed, and is endless until closed.
+
+        Raises:
+            InvalidCommandError: ``after_seq``, ``buffer`` or ``poll_interval`` is out of range.
+            AgentNotFoundError: When iterated: the agent has no records yet.
+        """
+        from durably._reading.events import AgentEvents
+
+        actor = self._activations.live.get(agent_id)  # not entered: RuntimeNotStartedError
+        return AgentEvents(
+            self._activations.events,
+            self.store,
+            self.codec,
+            self.stream(agent_id),
+            self.telemetry,
+            from_seq=None if actor is None else actor.journal.state.last_seq,
+            after_seq=after_seq,
+            buffer=buffer,
+            poll_interval=poll_interval,
+        )
 
     def watch_namespace(self, *, poll_interval: float = 0.5) -> AsyncIterator[StatusChange]:
         """Follow the status changes of every agent of the namespace from now on, new agents included.

@@ -123,7 +123,9 @@ class Metrics:
     Counters: ``durably.conflicts`` (appends whose expected seq was stale),
     ``durably.fencings`` (appends refused for good: another writer owns the
     stream), ``durably.retries`` (a model call or a tool call tried again,
-    ``durably.retry.kind``), ``durably.resumes`` (activations from a journal).
+    ``durably.retry.kind``), ``durably.resumes`` (activations from a journal),
+    ``durably.model.streams.interrupted`` (model streams that broke off after
+    some text arrived: a cut connection, a cancel; the call is asked again).
     The fleet's (docs/observability.md): ``durably.approval.wait.duration`` and
     ``durably.approval.resume.duration`` (s), counters ``durably.lease.takeovers``,
     ``durably.lease.lost`` and ``durably.activation.overlaps`` (always 0 unless two
@@ -175,6 +177,11 @@ class Metrics:
         )
         self.retries = meter.create_counter(
             "durably.retries", unit="{retry}", description="Model or tool calls tried again"
+        )
+        self.streams_interrupted = meter.create_counter(
+            "durably.model.streams.interrupted",
+            unit="{stream}",
+            description="Model streams that broke off after some text arrived (the call is asked again)",
         )
         self.resumes = meter.create_counter(
             "durably.resumes", unit="{resume}", description="Agent activations resumed from a journal"

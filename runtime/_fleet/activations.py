@@ -37,6 +37,7 @@ from durably._journal.writer import AgentJournal
 from durably._loop import timers
 from durably._loop.actor import AgentActor
 from durably._loop.limits import Admission
+from durably._loop.live import LiveEvents
 from durably._loop.state import NEEDS_MIGRATION, RUNNING, SLEEPING, AgentState
 from durably.errors import (
     AgentExistsError,
@@ -100,6 +101,7 @@ class Activations:
         self.mailbox_size = mailbox_size
         self.task_group = task_group
         self.admission: Admission | None = None  # the fleet's limits, when the runtime has any
+        self.events = LiveEvents()  # this process's subscribers to its agents (Runtime.stream)
         self.live: dict[str, AgentActor] = {}
         self.activating = KeyedLock()  # single-flight start/resume per agent id (single_flight.py)
         self.draining = False  # set by drain(): nothing more is resumed here
@@ -369,6 +371,7 @@ class Activations:
     def _spawn(self, definition: AgentDefinition, journal: AgentJournal, span: trace.Span | None = None) -> AgentHandle:
         kind = FunctionActor if isinstance(definition, FunctionAgent) else AgentActor  # a body instead of a model loop
         actor = kind(definition, journal, self.telemetry, mailbox_size=self.mailbox_size, span=span)
+        actor.live = self.events
         actor.exited = anyio.Event()  # set once the lease is given back: the handle waits for it
         actor.children = self.children
         actor.admission = self.admission

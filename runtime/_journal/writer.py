@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -159,6 +159,10 @@ class AgentJournal:
         self._quick_bodies = 0  # overlapped bodies in a row that ended before their commit started
         self._flush_started = False
         self.folded_at = 0.0  # the timestamp of the last record folded in (unix seconds)
+        #: Called with each record this journal folds and the state right after it (the actor's live events).
+        self.on_fold: Callable[[Record, AgentState], None] | None = None
+        #: Called after each commit, once ``durable_seq`` has moved (staged records made durable).
+        self.on_commit: Callable[[], None] | None = None
 
     def check_lease(self) -> None:
         """Return if this activation may still act on the stream (see ``LeaseClaim.check``); a no-op without a claim.
@@ -340,6 +344,8 @@ class AgentJournal:
             return None
         for record in newer:
             apply(self.state, record)
+            if self.on_fold is not None:
+                self.on_fold(record, self.state)
         self.records_since += len(newer)
         return {record.kind for record in newer}
 
@@ -380,6 +386,8 @@ class AgentJournal:
             before = (len(self.state.messages), len(self.state.inbox))
             apply(self.state, record)
             self.redactor.placed(record, self.state, before)
+            if self.on_fold is not None:
+                self.on_fold(record, self.state)
 
     async def _append_once(self, entries: tuple[tuple[str, dict[str, Any]], ...]) -> None:
         svc, staged = self.services, self._staged
@@ -427,6 +435,8 @@ class AgentJournal:
             meters.save_size.record(stored, telemetry.attributes)
         self._staged = []
         self._fold(records)
+        if self.on_commit is not None:
+            self.on_commit()
         self.records_since += len(frames)
         self.bytes_since += raw
         if svc.policy.due(self.records_since, self.bytes_since, self.snapshot_bytes):

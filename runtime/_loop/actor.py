@@ -26,14 +26,16 @@ from durably._loop.agent import AgentDefinition
 from durably._loop.child_calls import ChildAgents
 from durably._loop.commands import Command, to_record
 from durably._loop.limits import Admission, estimate_input_tokens
+from durably._loop.live import DELTA, AgentEvent, LiveEvents, events_of
 from durably._loop.model import REFUSED, ModelResponse, ToolCall, billed_usage, check_reply
 from durably._loop.model_retries import is_transient
+from durably._loop.progress import StepLog
 from durably._loop.state import FAILED, RUNNING, AgentState
 from durably._loop.tool_calls import ToolCalls
 from durably._telemetry import Telemetry
 from durably._tools.tool import idempotency_key
 from durably.errors import AgentFencedError, AgentLeaseLostError, InvalidCommandError, ToolArgumentsError
-from durably.schemas._records import Kind
+from durably.schemas._records import Kind, Record
 from durably.storage._errors import StoreUnavailableError, UnencodableValueError
 
 if TYPE_CHECKING:
@@ -91,6 +93,36 @@ class AgentActor(ToolCalls):
         self._append_lock = anyio.Lock()
         self._validated: dict[str, dict[str, Any]] = {}  # call key -> its coerced arguments, until it runs
         self.children: ChildAgents | None = None  # how child agents start and end; the runtime sets it
+        #: This process's subscribers (``Runtime.stream``); ``Runtime._spawn`` sets it.
+        self.live: LiveEvents | None = None
+        self._steps = StepLog(journal.stream)
+        self._unpublished: list[AgentEvent] = []  # events of folded records not yet durable
+        journal.on_fold = self._folded
+        journal.on_commit = self._publish_durable
+
+    def _folded(self, record: Record, state: AgentState) -> None:
+        """Each record this activation folds: one INFO line per step, and its live events once durable."""
+        try:
+            self._steps.folded(record, state)
+            if self.live is not None:
+                # A record folded at a seq still pending replaces what a rebase undid there.
+                self._unpublished = [e for e in self._unpublished if e.seq is not None and e.seq < record.seq]
+                self._unpublished.extend(events_of(state.agent_id, record, state))
+                self._publish_durable()
+        except Exception:  # observers only: a bug here must never stop the journal folding
+            log.exception("agent %s: reporting record %d failed", self.journal.stream, record.seq)
+
+    def _publish_durable(self) -> None:
+        """Hand the live events of durable records to this process's readers (a staged result waits for its commit)."""
+        if self.live is None:
+            return
+        durable = self.journal.durable_seq
+        while self._unpublished and (self._unpublished[0].seq or 0) <= durable:
+            self.live.publish(self._unpublished.pop(0))
+
+    def _delta(self, text: str) -> None:
+        if self.live is not None and text:
+            self.live.publish(AgentEvent(self.state.agent_id, DELTA, None, time.time(), text=text))
 
     @property
     def state(self) -> AgentState:
@@ -223,6 +255,7 @@ class AgentActor(ToolCalls):
         return None
 
     async def _model_step(self) -> None:
+        self._steps.asking()
         response = await self._ask_model()
         if response is None:
             return  # failed for good: journaled
@@ -327,11 +360,27 @@ class AgentActor(ToolCalls):
                             tm.CONVERSATION_ID: self.state.agent_id,
                         }
                     )
-                response = None
+                response: ModelResponse | None = None
+                pieces = 0
+
+                def on_delta(text: str) -> None:
+                    nonlocal pieces
+                    pieces += 1
+                    self._delta(text)
+
                 try:
-                    response = await model.respond(view, self._tool_specs)
+                    # A streaming model streams always: the reply is the same, and only it is journaled.
+                    respond_stream = getattr(model, "respond_stream", None)
+                    if respond_stream is not None:
+                        response = await respond_stream(view, self._tool_specs, on_delta)
+                    else:
+                        response = await model.respond(view, self._tool_specs)
                     check_reply(response)  # a reply that does not fold never reaches the journal
-                except Exception as exc:
+                except BaseException as exc:  # a cancel mid-stream is an interrupted stream too
+                    if pieces and meters is not None:
+                        meters.streams_interrupted.add(1, {**telemetry.attributes, tm.PROVIDER: provider})
+                    if not isinstance(exc, Exception):
+                        raise
                     failure = tm.error_type(exc)
                     billed = billed_usage(exc, response)  # refused, yet billed: journaled with the failure
                     raise

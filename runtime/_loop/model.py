@@ -8,6 +8,7 @@ so a resumed run never pays for the same response twice.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -119,6 +120,39 @@ class Model(Protocol):
                 ``TimeoutError``, ``ConnectionError`` or an HTTP 408/409/425/429/5xx
                 error): retried by the definition's ``RetryPolicy``. Any other
                 exception fails the agent.
+        """
+
+
+#: Where a streaming model hands each piece of text as it arrives (see ``StreamingModel``).
+DeltaSink = Callable[[str], None]
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A ``Model`` that can also stream: the actor calls ``respond_stream`` instead of ``respond``.
+
+    Only the final ``ModelResponse`` is journaled; the pieces handed to
+    ``on_delta`` are for live subscribers (``Runtime.stream``) and are lost with
+    the process. A model without ``respond_stream`` keeps working unchanged.
+    """
+
+    async def respond_stream(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_delta: DeltaSink
+    ) -> ModelResponse:
+        """Answer as ``respond`` does, handing each piece of the reply's text to ``on_delta`` as it arrives.
+
+        Args:
+            messages: As ``respond``.
+            tools: As ``respond``.
+            on_delta: Called with each text piece, in order, before the reply is
+                returned; it never blocks and never raises.
+
+        Returns:
+            The whole reply, exactly as ``respond`` would have assembled it.
+
+        Raises:
+            TransientModelError: As ``respond``; a stream cut off midway is one
+                (its pieces were already handed on: the retry streams them again).
         """
 
 

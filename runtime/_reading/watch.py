@@ -25,6 +25,7 @@ import anyio
 
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
+from durably._loop.live import STATUS_EVENTS
 from durably._loop.state import (
     CANCELLED,
     FAILED,
@@ -44,7 +45,7 @@ from durably.errors import (
     InvalidCommandError,
     WaitTimeoutError,
 )
-from durably.schemas._records import Kind, Record
+from durably.schemas._records import Record
 from durably.storage._errors import CodecError
 from durably.storage._spi import Store, StreamId
 
@@ -88,22 +89,7 @@ def check_statuses(owner: str, statuses: Iterable[str] | None) -> frozenset[str]
 #: ``wait``'s default: the agent stopped or parked (nothing more happens without a human).
 STOPPED_OR_PARKED = frozenset({WAITING_APPROVAL, SUSPENDED, FINISHED, FAILED, CANCELLED})
 
-_EVENTS: dict[str, str] = {
-    Kind.STARTED: "started",
-    Kind.RESUMED: "resumed",
-    Kind.APPROVAL_REQUESTED: "approval_requested",
-    Kind.APPROVAL_DECIDED: "approval_decided",
-    Kind.BUDGET_EXCEEDED: "suspended",
-    Kind.BUDGET_EXTENDED: "budget_extended",
-    Kind.FINISHED: "finished",
-    Kind.FAILED: "failed",
-    Kind.CANCELLED: "cancelled",
-    Kind.FORKED: "forked",
-    Kind.TIMER_SET: "sleeping",
-    Kind.TIMER_FIRED: "timer_fired",
-    Kind.CHILD_STARTED: "child_started",
-    Kind.CHILD_ENDED: "child_ended",
-}
+_EVENTS = STATUS_EVENTS  # the records that make a ``StatusChange``, and its event
 
 
 @dataclass(frozen=True, slots=True)

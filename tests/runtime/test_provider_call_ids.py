@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from aiohttp import web
-from model_servers import ScriptedServer, Step, openai_completion
+from model_servers import ScriptedServer, Step, openai_completion, reply
 
 from durably import AgentDefinition, RetryPolicy, Runtime, tool
 from durably._journal.records import RecordCodec
@@ -32,13 +32,13 @@ async def note(text: str) -> str:
 def strict(body: dict[str, Any]) -> Step:
     """Answer ``body`` unless the request repeats a tool call id, as the provider does (400)."""
 
-    def answer(request: dict[str, Any]) -> web.Response:
+    def answer(request: dict[str, Any]) -> Any:
         ids = [c["id"] for m in request["messages"] for c in m.get("tool_calls") or ()]
         repeated = [i for i, n in Counter(ids).items() if n > 1]
         if repeated:
             error = {"message": f"duplicate tool_call_id {repeated}", "type": "invalid_request_error"}
             return web.json_response({"error": {**error, "code": None, "param": None}}, status=400)
-        return web.json_response(body)
+        return reply(body)(request)
 
     return answer
 
