@@ -75,6 +75,8 @@ class FunctionAgent(AgentDefinition):
         retry: Unused (a model request inside the body is a call).
         max_parallel_tools: Unused (the body decides what runs concurrently).
         tool_retry: Unused (a journaled call's retries are the body's own).
+        limits: Unused: fleet-wide ``Limit``s gate the model loop's calls, not
+            a body's journaled model calls.
 
     Raises:
         ArgumentTypeError: ``run`` is not an async function, ``dump_result`` or
