@@ -1,5 +1,5 @@
 """A function agent's journal is made of the record kinds every reader knows, each valid
-against the record schema (record-v4.cddl), model usage included; the snapshot folds to
+against the record schema this build writes (record-v<N>.cddl), model usage included; the snapshot folds to
 the same state as the records."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from schema_wire import schema
 
 from durably import FunctionAgent, Run, Runtime, SnapshotPolicy, Usage
 from durably.errors import CallFailedError
+from durably.schemas import CURRENT_VERSIONS, RECORD_SCHEMA_ID
 from durably.schemas._records import Kind
 from durably.storage._codec import Codec
 from durably.storage._registry import open_store
@@ -56,7 +57,7 @@ async def test_every_record_of_a_function_run_fits_the_record_schema(tmp_path: P
     kinds = []
     for stored in frames:
         frame = Codec().decode(stored.data, stream=stream, seq=stored.seq)
-        schema("record-v4.cddl").validate_cbor(cbor2.dumps(frame.value))
+        schema(f"record-v{CURRENT_VERSIONS[RECORD_SCHEMA_ID]}.cddl").validate_cbor(cbor2.dumps(frame.value))
         kinds.append(frame.value["k"])
     assert kinds.count(Kind.TOOL_INTENT) == 2 and kinds.count(Kind.TOOL_RESULT) == 2
     assert Kind.APPROVAL_REQUESTED in kinds and kinds[-1] == Kind.FINISHED
