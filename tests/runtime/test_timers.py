@@ -257,3 +257,20 @@ async def test_wait_leaves_a_sleeper_registered_elsewhere_to_its_workers(tmp_pat
         assert raised.value.state.status == "sleeping"
         assert "serve()" in str(raised.value)
         assert await rt.lease_holder("a") is None
+
+
+async def test_a_serving_worker_racing_a_waiting_runtime_fires_the_timer_once(tmp_path):
+    url = f"sqlite:///{tmp_path}/agents.db"
+    effects = tmp_path / "effects.jsonl"
+    napper = nap_agent(effects, 0.4)
+    async with Runtime(url, agents=[napper]) as waiting, Runtime(url, agents=[napper]) as worker:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: worker.serve(poll_interval=0.05, drain_signals=()))
+            for i in range(4):
+                assert (await waiting.run(napper, f"a{i}", "nap")).status == "sleeping"
+            for i in range(4):
+                assert (await waiting.wait(f"a{i}", timeout=30)).status == "finished"
+            tg.cancel_scope.cancel()
+        journals = [await kinds(waiting, f"a{i}") for i in range(4)]
+    assert [journal.count(Kind.TIMER_FIRED) for journal in journals] == [1, 1, 1, 1]
+    assert len(effects.read_text().splitlines()) == 4
