@@ -505,7 +505,9 @@ class Runtime:
         ``run`` waits for it, runs it here once its children woke it (unless
         another runtime took it first, which it then follows), and returns when
         it stops or parks otherwise; the children must run somewhere (their
-        definition registered here, or served by a worker).
+        definition registered here, or served by a worker). A child sleeping
+        on a timer whose definition is registered here is woken here once due
+        (lease-guarded, as ``serve()`` wakes it), so one process needs no ``serve()``.
 
         Args:
             agent: The definition, or the name of a registered one.
