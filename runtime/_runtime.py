@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from contextlib import AsyncExitStack
 from functools import partial
 from types import TracebackType
@@ -45,7 +45,7 @@ from durably._journal.writer import JournalServices
 from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
 from durably._loop.limits import Limit, check_limits
-from durably._loop.state import RUNNING, WAITING_CHILD, AgentState
+from durably._loop.state import RUNNING, SLEEPING, WAITING_CHILD, AgentState
 from durably._loop.timers import wake_time
 from durably._operate.operator import Operator
 from durably._reading.reader import Reader
@@ -505,7 +505,9 @@ class Runtime:
         ``run`` waits for it, runs it here once its children woke it (unless
         another runtime took it first, which it then follows), and returns when
         it stops or parks otherwise; the children must run somewhere (their
-        definition registered here, or served by a worker).
+        definition registered here, or served by a worker). A child sleeping
+        on a timer whose definition is registered here is woken here once due
+        (lease-guarded, as ``serve()`` wakes it), so one process needs no ``serve()``.
 
         Args:
             agent: The definition, or the name of a registered one.
@@ -1003,7 +1005,12 @@ class Runtime:
 
         ``start()`` launches an agent without waiting; this is how an embedding
         service waits later. Returns at once when the status already is one of
-        them.
+        them. It waits through timers: while it waits, the agent (and, while it
+        waits for child agents, each child) sleeping on a ``durably.Sleep``
+        whose definition is registered in this runtime is resumed here once
+        due, as ``serve()`` would (lease-guarded: it wakes once, wherever a
+        worker races it). A sleeper whose definition is not registered here
+        wakes only where a runtime serving it runs (``serve()`` or ``durably worker``).
 
         Args:
             agent_id: The agent in this runtime's namespace.
@@ -1022,7 +1029,15 @@ class Runtime:
             InvalidCommandError: An unknown status, a bad ``timeout`` or
                 ``poll_interval``.
         """
-        return await self._reader.wait(agent_id, until, timeout=timeout, poll_interval=poll_interval)
+        from durably._fleet import wake_here
+        from durably._reading.watch import check_until
+
+        def waiting() -> Awaitable[AgentState]:
+            return self._reader.wait(agent_id, until, timeout=timeout, poll_interval=poll_interval)
+
+        # When a sleeping agent ends the wait, it is not woken (its children are).
+        itself = SLEEPING not in check_until(until)
+        return await wake_here.waking(self._activations, agent_id, waiting, itself=itself)
 
     # stored data: the upkeep part ---------------------------------------------
 

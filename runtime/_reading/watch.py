@@ -254,8 +254,14 @@ async def wait(
                         if tail.state.status in wanted:
                             break
         return tail.state
+    hint = ""
+    if tail.state.status == SLEEPING:
+        hint = (
+            "; a sleeping agent wakes in a runtime that has its definition registered and waits "
+            "for it, or serves it (serve() or `durably worker`)"
+        )
     raise WaitTimeoutError(
         f"agent {stream.agent_id!r} still {tail.state.status} after {timeout} s "
-        f"(waited for {', '.join(sorted(wanted))})",
+        f"(waited for {', '.join(sorted(wanted))}){hint}",
         tail.state,
     )

@@ -14,7 +14,18 @@ import anyio
 import pytest
 from timer_agents import NapModel, nap_agent
 
-from durably import AgentDefinition, ArgumentTypeError, InvalidArgumentError, Runtime, Sleep, tool
+from durably import (
+    AgentDefinition,
+    ArgumentTypeError,
+    InvalidArgumentError,
+    ModelResponse,
+    Runtime,
+    Sleep,
+    ToolCall,
+    WaitTimeoutError,
+    agent_tool,
+    tool,
+)
 from durably.schemas._records import Kind
 
 pytestmark = pytest.mark.anyio
@@ -194,3 +205,72 @@ async def test_start_and_submit_not_before_park_a_new_agent_until_then(tmp_path)
             assert journal[:2] == [Kind.STARTED, Kind.TIMER_SET]
             # not_before's timer, then the nap's: each set once, fired once
             assert journal.count(Kind.TIMER_SET) == journal.count(Kind.TIMER_FIRED) == 2
+
+
+class _BossModel:
+    """Asks the ``napper`` child agent once, then answers with what it said."""
+
+    name = "nap-boss-model"
+
+    async def respond(self, messages, tools):
+        if messages[-1]["role"] == "tool":
+            return ModelResponse(f"child said {messages[-1]['content']}")
+        return ModelResponse("", (ToolCall("k1", "napper", {"task": "nap a little"}),))
+
+
+async def test_run_follows_a_parent_through_its_childs_timer_without_serve(tmp_path):
+    effects = tmp_path / "effects.jsonl"
+    napper = nap_agent(effects, 0.5)
+    boss = AgentDefinition(name="boss", model=_BossModel(), tools=[agent_tool(napper)])
+    async with Runtime(f"sqlite:///{tmp_path}/agents.db", agents=[boss, napper]) as rt:
+        with anyio.fail_after(30):
+            final = await rt.run(boss, "p", "delegate")
+        assert final.status == "finished"
+        assert final.result == "child said done ['slept 0.5s', 10]"
+        (child,) = [s for s in await rt.agents() if s.agent_id != "p"]
+        assert child.status == "finished"
+        child_journal = await kinds(rt, child.agent_id)
+    assert child_journal.count(Kind.TIMER_FIRED) == 1
+    assert len(effects.read_text().splitlines()) == 1
+
+
+async def test_wait_waits_through_the_timer_of_an_agent_registered_here(store_url, tmp_path):
+    effects = tmp_path / "effects.jsonl"
+    napper = nap_agent(effects, 0.5)
+    async with Runtime(store_url, agents=[napper]) as rt:
+        assert (await rt.run(napper, "a", "nap")).status == "sleeping"
+        final = await rt.wait("a", timeout=30)
+        assert final.status == "finished" and final.result == "done ['slept 0.5s', 10]"
+        journal = await kinds(rt, "a")
+    assert journal.count(Kind.TIMER_FIRED) == 1
+    assert len(effects.read_text().splitlines()) == 1
+
+
+async def test_wait_leaves_a_sleeper_registered_elsewhere_to_its_workers(tmp_path):
+    url = f"sqlite:///{tmp_path}/agents.db"
+    napper = nap_agent(tmp_path / "effects.jsonl", 0.2)
+    async with Runtime(url, agents=[napper]) as rt:
+        assert (await rt.run(napper, "a", "nap")).status == "sleeping"
+    async with Runtime(url) as rt:  # the definition is not registered here: only a worker serving it may run it
+        with pytest.raises(WaitTimeoutError) as raised:
+            await rt.wait("a", timeout=1.5)
+        assert raised.value.state.status == "sleeping"
+        assert "serve()" in str(raised.value)
+        assert await rt.lease_holder("a") is None
+
+
+async def test_a_serving_worker_racing_a_waiting_runtime_fires_the_timer_once(tmp_path):
+    url = f"sqlite:///{tmp_path}/agents.db"
+    effects = tmp_path / "effects.jsonl"
+    napper = nap_agent(effects, 0.4)
+    async with Runtime(url, agents=[napper]) as waiting, Runtime(url, agents=[napper]) as worker:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: worker.serve(poll_interval=0.05, drain_signals=()))
+            for i in range(4):
+                assert (await waiting.run(napper, f"a{i}", "nap")).status == "sleeping"
+            for i in range(4):
+                assert (await waiting.wait(f"a{i}", timeout=30)).status == "finished"
+            tg.cancel_scope.cancel()
+        journals = [await kinds(waiting, f"a{i}") for i in range(4)]
+    assert [journal.count(Kind.TIMER_FIRED) for journal in journals] == [1, 1, 1, 1]
+    assert len(effects.read_text().splitlines()) == 4
