@@ -223,9 +223,10 @@ def argv(line: str) -> list[str]:
 
 
 def test_the_readme_quick_path_runs(tmp_path):
-    """From the clone: a worker in the background, three tickets handed over, the workers listed."""
-    start, hand_over, listing = readme_worker_lines()
+    """From the clone: a worker in the background, three tickets handed over, the workers and agents listed."""
+    start, hand_over, listing, agents = readme_worker_lines()
     assert start.startswith("durably worker") and start.endswith("&") and listing == "durably workers"
+    assert agents == "durably agents"
     url = f"sqlite:///{tmp_path}/durably.db"
     env = {**os.environ, "DURABLY_STORE": url}
     worker = subprocess.Popen(argv(start), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -239,6 +240,8 @@ def test_the_readme_quick_path_runs(tmp_path):
         wait_for(lambda: set(statuses(url, tickets).values()), 30, "answered", done={"finished"}.__eq__)
         listed = subprocess.run(argv(listing), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert listed.returncode == 0 and "live" in listed.stdout and str(worker.pid) in listed.stdout
+        shown = subprocess.run(argv(agents), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and all(t in shown.stdout for t in tickets), shown.stdout
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
     finally:
