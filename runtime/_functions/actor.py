@@ -93,7 +93,10 @@ class FunctionActor(AgentActor):
             await self.journal.append((Kind.FINISHED, {"result": stored}))
         except UnencodableValueError as exc:
             self.failure = tm.error_type(exc)
-            reason = f"the run's result cannot be stored: {exc.path}: {exc.reason}"
+            reason = (
+                f"the run's result cannot be stored: {exc.path}: {exc.reason}; "
+                "pass dump_result=/load_result= to FunctionAgent to store it as plain data"
+            )
             await self.journal.append((Kind.FAILED, {"reason": reason}))
         except _STOPS:
             raise
