@@ -646,7 +646,9 @@ class NonDeterminismError(DurablyError):
     def __init__(self, call_id: str, expected: str, got: str) -> None:
         self.call_id, self.expected, self.got = call_id, expected, got
         super().__init__(
-            f"non-deterministic replay at call {call_id}: the journal holds {expected!r}, the body called {got!r}"
+            f"non-deterministic replay at call {call_id}: the journal holds {expected!r}, the body called {got!r}. "
+            "To go on, restore the body that wrote this journal and retry the agent (durably retry), "
+            "or fork the agent at a seq before this call (durably fork) so that the changed body runs on from there"
         )
 
 

@@ -93,7 +93,10 @@ class FunctionActor(AgentActor):
             await self.journal.append((Kind.FINISHED, {"result": stored}))
         except UnencodableValueError as exc:
             self.failure = tm.error_type(exc)
-            reason = f"the run's result cannot be stored: {exc.path}: {exc.reason}"
+            reason = (
+                f"the run's result cannot be stored: {exc.path}: {exc.reason}; "
+                "pass dump_result=/load_result= to FunctionAgent to store it as plain data"
+            )
             await self.journal.append((Kind.FAILED, {"reason": reason}))
         except _STOPS:
             raise
@@ -148,7 +151,7 @@ class FunctionActor(AgentActor):
             self._call_ids.add(spec.call_id)
             call_id, where = spec.call_id, f"id:{spec.call_id}"
         key = idempotency_key(state.namespace, state.agent_id, state.run_id, where)
-        return {"id": call_id, "name": spec.name, "arguments": {}, "key": key}
+        return {"id": call_id, "name": spec.name, "arguments": spec.arguments(), "key": key}
 
     async def _prepare(self, call: dict[str, Any], spec: CallSpec) -> Any:
         """Under the append lock: ``_Stored`` (replay it), the attempt to run (its intent
@@ -178,6 +181,8 @@ class FunctionActor(AgentActor):
                     return _Stored(entry) if entry.get("done") and self.state.status == RUNNING else _HALT
                 attempt = decided
             intent = {"key": call["key"], "call_id": call["id"], "tool": spec.name, "attempt": attempt}
+            if call["arguments"]:
+                intent["arguments"] = call["arguments"]
             await self.journal.append((Kind.TOOL_INTENT, intent))
             if self.state.status != RUNNING:
                 return _HALT  # a command from another process (a cancel) was folded in with it

@@ -13,6 +13,7 @@ with an intent and no result (the process died while it ran) follows its
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -25,6 +26,8 @@ import anyio.to_thread
 from durably._tools.schema import CONTEXT_PARAMETER
 from durably._tools.tool import OnUnknownOutcome, Reconciler, ToolContext
 from durably.errors import ArgumentTypeError, InvalidArgumentError, NotInRunError
+from durably.storage._codec import check_encodable
+from durably.storage._errors import UnencodableValueError
 
 if TYPE_CHECKING:
     from durably._loop.model import Usage
@@ -73,6 +76,20 @@ class CallSpec:
     load: Callable[[Any], Any] | None
     kind: CallKind
     usage: Callable[[Any], Usage] | None
+    shown: dict[str, Any] | None = None
+
+    def arguments(self) -> dict[str, Any]:
+        """The call's arguments as the journal shows them (its intent, an approval):
+        ``shown`` if given, else ``fn``'s arguments by parameter name. A value the
+        journal cannot hold, as it is or through ``dump``, is shown by its type name."""
+        if self.shown is not None:
+            named = self.shown
+        else:
+            try:
+                named = dict(inspect.signature(self.fn).bind_partial(*self.args, **self.kwargs).arguments)
+            except (TypeError, ValueError):  # no signature, or arguments that do not fit it: shown as given
+                named = {**({"args": list(self.args)} if self.args else {}), **self.kwargs}
+        return {str(k): _shown(v, self.dump) for k, v in named.items() if k != CONTEXT_PARAMETER}
 
     def to_journal(self, value: Any) -> Any:
         """``value`` as the journal stores it (``dump`` applied, if given)."""
@@ -161,6 +178,7 @@ class Run:
         load: Callable[[Any], Any] | None = None,
         kind: CallKind = TOOL,
         usage: Callable[[Any], Usage] | None = None,
+        shown_arguments: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
         """Call ``fn(*args, **kwargs)`` once in this run, journaled.
@@ -194,6 +212,10 @@ class Run:
                 suspended before the request) and which, with an unknown outcome,
                 is simply asked again (nothing was stored, so nothing is paid twice).
             usage: For ``kind="model"``: ``usage(result) -> Usage``, what it cost.
+            shown_arguments: The arguments the journal shows with the call's intent
+                and any approval about it (a framework passes the tool's own);
+                None: ``fn``'s arguments by parameter name. A value the journal
+                cannot hold (as it is or through ``dump``) is shown by its type name.
             **kwargs: Keyword arguments for ``fn``.
 
         Returns:
@@ -207,13 +229,19 @@ class Run:
                 agent is failed (its data untouched).
             ArgumentTypeError: ``fn``, ``reconcile``, ``dump``, ``load`` or
                 ``usage`` is not callable (``reconcile`` not async), ``name`` or
-                ``call_id`` not a str (nothing journaled).
+                ``call_id`` not a str, ``shown_arguments`` not a dict (nothing journaled).
             InvalidArgumentError: An empty ``name`` or ``call_id``, a ``call_id``
                 already used in this run, an unknown policy or kind, the
                 ``reconcile`` policy without a hook, ``usage`` on a tool call.
             NotInRunError: This run's activation has ended.
         """
         spec = _check(fn, args, kwargs, name, call_id, on_unknown_outcome, reconcile, dump, load, kind, usage)
+        if shown_arguments is not None:
+            if not isinstance(shown_arguments, dict):
+                raise ArgumentTypeError(
+                    f"Run.call {spec.name!r}: shown_arguments must be a dict, got {type(shown_arguments).__name__}"
+                )
+            spec = dataclasses.replace(spec, shown=shown_arguments)
         return await self._actor.call(spec)
 
     async def approval(
@@ -296,6 +324,29 @@ def _check(
     if usage is not None and kind != MODEL:
         raise InvalidArgumentError(f"Run.call {name!r}: usage is for model calls (kind='model')")
     return CallSpec(fn, args, kwargs, name, call_id, checked, reconcile, dump, load, kind, usage)
+
+
+#: Above this many characters (its repr), an argument is shown by its type name: the
+#: intent record stays small whatever the call is given.
+_SHOWN_LIMIT = 2000
+
+
+def _shown(value: Any, dump: Callable[[Any], Any] | None) -> Any:
+    """``value`` as a journal record can hold it: as it is, else through ``dump``, else ``<TypeName>``."""
+    candidates = [list(value) if type(value) is tuple else value]
+    if dump is not None:
+        try:
+            candidates.append(dump(value))
+        except Exception:  # dump is for fn's result; an argument it does not take is shown by type
+            pass
+    for candidate in candidates:
+        try:
+            check_encodable(candidate, "argument")
+        except UnencodableValueError:
+            continue
+        if len(repr(candidate)) <= _SHOWN_LIMIT:
+            return candidate
+    return f"<{type(value).__name__}>"
 
 
 def _name_of(fn: Any) -> str:

@@ -26,7 +26,7 @@ from durably._journal.restore import restore
 from durably._loop.state import CANCELLED, FINISHED, NEEDS_MIGRATION, RUNNING, TERMINAL, AgentState
 from durably._reading import threads
 from durably.errors import AgentNotFoundError
-from durably.schemas._records import Record
+from durably.schemas._records import Kind, Record
 from durably.storage._errors import CodecError
 from durably.storage._spi import Store, StreamId, supports_leases
 
@@ -206,7 +206,7 @@ async def describe_state(store: Store, codec: RecordCodec, stream: StreamId, sta
         open_approvals=[] if state.status in TERMINAL else [_approval(a) for a in state.open_approvals()],
         pending_calls=[]
         if state.status in (FINISHED, CANCELLED)
-        else [_pending(state, c) for c in state.pending_calls],
+        else await _pending_calls(store, codec, stream, state),
         result=state.result if state.status == FINISHED else None,
         created_at=first.at if first is not None and first.seq == 1 else None,
         last_activity_at=last.at if last is not None else None,
@@ -277,6 +277,42 @@ def budget_left(state: AgentState) -> dict[str, Any]:
 
 def _approval(request: dict[str, Any]) -> dict[str, Any]:
     return {k: request.get(k) for k in ("approval_id", "tool", "arguments", "call_id", "key", "reason")}
+
+
+#: How many of the newest records ``describe`` reads to find an in-flight call's arguments.
+_INTENT_LOOKBACK = 64
+
+
+async def _pending_calls(store: Store, codec: RecordCodec, stream: StreamId, state: AgentState) -> list[dict[str, Any]]:
+    """The model's unresolved tool calls, then every other call started and not done: a
+    function agent's call in flight, whose arguments only its intent record holds (looked
+    for among the newest records; an older or unreadable one leaves them empty)."""
+    listed = [_pending(state, c) for c in state.pending_calls]
+    keys = {c["key"] for c in listed}
+    in_flight = {key: entry for key, entry in state.ledger.items() if not entry.get("done") and key not in keys}
+    if not in_flight:
+        return listed
+    arguments = await _intent_arguments(store, codec, stream, state.last_seq, set(in_flight))
+    for key, entry in in_flight.items():
+        call = {"id": entry["call_id"], "name": entry["tool"], "arguments": arguments.get(key, {}), "key": key}
+        listed.append(_pending(state, call))
+    return listed
+
+
+async def _intent_arguments(
+    store: Store, codec: RecordCodec, stream: StreamId, last_seq: int, wanted: set[str]
+) -> dict[str, dict[str, Any]]:
+    """The ``arguments`` of the newest intents of ``wanted`` keys among the last records."""
+    found: dict[str, dict[str, Any]] = {}
+    async with aclosing(store.read(stream, max(last_seq - _INTENT_LOOKBACK, 0))) as records:
+        async for stored in records:
+            try:
+                record = codec.decode_record(stored, stream)
+            except CodecError:
+                continue
+            if record.kind == Kind.TOOL_INTENT and record.data.get("key") in wanted and "arguments" in record.data:
+                found[record.data["key"]] = record.data["arguments"]
+    return found
 
 
 def _pending(state: AgentState, call: dict[str, Any]) -> dict[str, Any]:

@@ -89,3 +89,26 @@ def test_on_postgresql_too(tmp_path: Path, pg_server: PostgresTestServer, bounda
     ledger = tmp_path / "ledger.jsonl"
     crash_then_finish(pg_server.url(), ledger, "reconcile", boundary)
     assert len(effects(ledger)) == 1
+
+
+def show(store: str, *extra: str) -> str:
+    argv = [sys.executable, "-m", "durably", "show", "r-1", "--store", store, *extra]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_a_call_killed_in_flight_is_shown_with_its_arguments_and_so_is_its_approval(tmp_path: Path) -> None:
+    store, ledger = f"sqlite:///{tmp_path / 'j.db'}", tmp_path / "ledger.jsonl"
+    killed = worker(store, ledger, "ask", "after_effect")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    (pending,) = json.loads(show(store, "--json"))["pending_calls"]
+    assert (pending["id"], pending["tool"], pending["arguments"]) == ("call-1", "charge", {"amount": 5})
+    assert pending["started"] and pending["attempts"] == 1
+    assert 'pending call:  call-1: charge({"amount":5}) [started, attempt 1]' in show(store)
+    # The next activation asks what became of the charge: the operator sees what it was given.
+    parked = worker(store, ledger, "ask", "parked")
+    assert parked.returncode == -signal.SIGKILL, parked.stderr[-2000:]
+    (approval,) = json.loads(show(store, "--json"))["open_approvals"]
+    assert approval["approval_id"] == "call-1#attempt2" and approval["arguments"] == {"amount": 5}
+    assert 'call-1#attempt2: charge({"amount": 5})' in show(store)

@@ -187,6 +187,39 @@ async def test_a_changed_body_fails_with_non_determinism_and_keeps_the_data(tmp_
     assert state.ledger == before
 
 
+async def test_what_the_non_determinism_error_says_to_do_works(tmp_path: Path) -> None:
+    async def act() -> str:
+        return "ok"
+
+    def body_calling(name: str) -> Any:
+        async def body(run: Run, task: str) -> str:
+            await run.call(act, name=name)
+            await run.approval("ok?")
+            return name
+
+        return body
+
+    old = FunctionAgent("nd", body_calling("charge"))
+    async with Runtime(url(tmp_path), agents=[old]) as rt:
+        await rt.run(old, "n-1", "")
+    changed = FunctionAgent("nd", body_calling("refund"), on_definition_change="continue")
+    async with Runtime(url(tmp_path), agents=[changed]) as rt:
+        await rt.approve("n-1", "approval-1", approved=True)
+        failed = await rt.wait("n-1", timeout=30)
+        assert failed.status == "failed"
+        assert "durably retry" in failed.reason and "durably fork" in failed.reason
+        # the fork, cut before the first call, runs the changed body from there
+        await rt.fork("n-1", 1, "n-2")
+        await rt.resume("n-2")
+        await rt.wait("n-2", "waiting_approval", timeout=30)
+        await rt.approve("n-2", "approval-1", approved=True)
+        assert (await rt.wait("n-2", timeout=30)).result == "refund"
+    restored = FunctionAgent("nd", body_calling("charge"), on_definition_change="continue")
+    async with Runtime(url(tmp_path), agents=[restored]) as rt:
+        await rt.retry("n-1")
+        assert (await rt.wait("n-1", timeout=30)).result == "charge"
+
+
 async def test_journaled_goes_through_the_run_and_runs_plainly_outside(tmp_path: Path) -> None:
     ledger = Ledger()
 
@@ -253,6 +286,7 @@ async def test_bad_input_is_refused_with_typed_errors(tmp_path: Path) -> None:
         InvalidArgumentError,
     ]
     assert state.status == "failed" and "result cannot be stored" in state.reason
+    assert "pass dump_result=/load_result= to FunctionAgent" in state.reason
 
 
 async def test_an_unencodable_call_result_fails_the_agent_and_the_call_never_reruns(tmp_path: Path) -> None:

@@ -171,3 +171,35 @@ def test_reencrypt_rewrites_threads_in_place_and_the_saver_reads_them(tmp_path) 
     anyio.run(check)
     verified = durably("verify", "--store", url, "--namespace", NS, env=keys)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_agent_commands_on_a_thread_say_it_is_a_langgraph_thread(threads_url) -> None:
+    import durably as d
+    from durably.errors import LangGraphThreadError
+
+    for argv in (
+        ("approve", "waits", "x"),
+        ("approve", "waits", "x", "--deny"),
+        ("send", "waits", "hello"),
+        ("cancel", "waits"),
+        ("retry", "done"),
+        ("extend", "waits", "--steps", "1"),
+    ):
+        said = durably(*argv, "--store", threads_url, "--namespace", NS)
+        assert said.returncode != 0, argv
+        told = said.stdout + said.stderr
+        assert "LangGraphThreadError" in told and "Command(resume=...)" in told, (argv, told)
+        assert "CorruptRecordError" not in told and "unreadable" not in told, (argv, told)
+
+    async def commands() -> None:
+        async with d.Runtime(threads_url, namespace=NS) as rt:
+            for thread in ("waits", "done"):  # "done" is compacted: only its snapshot says what it is
+                with pytest.raises(LangGraphThreadError, match="LangGraph thread"):
+                    await rt.approve(thread, "x", approved=False)
+                with pytest.raises(LangGraphThreadError):
+                    await rt.resume(thread)
+
+    anyio.run(commands)
+    # Refused, the thread is untouched: LangGraph resumes it from its interrupt.
+    shown = json.loads(durably("show", "waits", "--store", threads_url, "--namespace", NS, "--json").stdout)
+    assert shown["status"] == "waiting_approval"

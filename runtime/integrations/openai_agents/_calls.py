@@ -10,6 +10,7 @@ guardrail by its name and how many times it ran before.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -82,8 +83,9 @@ class RunCalls:
         self._guardrails[f"{kind}:{name}"] += 1
         return f"guardrail:{kind}:{name}:{self._guardrails[f'{kind}:{name}']}"
 
-    async def tool(self, name: str, call_id: str, invoke: Any) -> Any:
-        """Run ``invoke()`` (the SDK's own tool invocation) once, journaled under the tool's policy."""
+    async def tool(self, name: str, call_id: str, invoke: Any, arguments: str = "") -> Any:
+        """Run ``invoke()`` (the SDK's own tool invocation) once, journaled under the tool's policy;
+        ``arguments`` (the model's JSON) is what the journal shows the call was given."""
         from ._values import plain
 
         async def journaled(ctx: ToolContext) -> Any:
@@ -101,4 +103,14 @@ class RunCalls:
             on_unknown_outcome=policy,
             reconcile=self._reconcilers.get(name),
             dump=plain,
+            shown_arguments=_parsed(arguments),
         )
+
+
+def _parsed(arguments: str) -> dict[str, Any]:
+    """The model's JSON arguments as a dict; text that is not a JSON object is shown as it is."""
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return {"arguments": arguments}
+    return value if isinstance(value, dict) else {"arguments": value}

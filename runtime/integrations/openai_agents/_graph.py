@@ -69,7 +69,7 @@ class DurableGraph:
         calls = self.calls
 
         async def on_invoke_tool(ctx: SDKToolContext[Any], arguments: str) -> Any:
-            return await calls.tool(tool.name, ctx.tool_call_id, lambda: original(ctx, arguments))
+            return await calls.tool(tool.name, ctx.tool_call_id, lambda: original(ctx, arguments), arguments)
 
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 

@@ -136,5 +136,6 @@ class JournaledToolset(WrapperToolset[Any]):
             reconcile=policy.reconcile,
             dump=_dump_outcome,
             load=_load_outcome,
+            shown_arguments=tool_args,
         )
         return _raise_or_return(outcome)

@@ -89,6 +89,8 @@ async def _decide(store_url: str, agent_id: str, approvals: dict, ledger: Path) 
             if approval_id.startswith("approve:"):  # the SDK's needs_approval
                 await rt.approve(agent_id, approval_id, approved=True)
                 continue
+            if request["tool"] == "charge":  # the operator sees what would run again
+                assert request["arguments"] == {"amount": 5}, request
             happened = [line for line in lines if line.split(" ", 2)[1] == request["key"]]
             if happened:  # the effect is there: report it, never run it again
                 tool, _, detail = happened[0].split(" ", 2)

@@ -58,6 +58,7 @@ def _trial(url: str, work: Path, policy: str, kill: str) -> None:
     asked_tools = [request["tool"] for request in asked]
     if policy == "ask" and kill in ("before_tool", "in_tool"):
         assert asked_tools == ["charge", "approval"], where  # the unknown outcome was asked, then the refund
+        assert asked[0]["arguments"] == {"amount": 5}, where  # the operator sees what would run again
     else:
         assert asked_tools == ["approval"], where  # only the refund's own approval
 
