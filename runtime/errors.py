@@ -42,6 +42,7 @@ The tree::
     +-- DefinitionNotRegisteredError (LookupError), DefinitionMigrationError
     +-- InvalidCommandError (ValueError)
     |   +-- ApprovalAlreadyDecidedError
+    |   +-- LangGraphThreadError        the id names a LangGraph thread, not an agent
     +-- SeqOutOfRangeError (ValueError), WaitTimeoutError (TimeoutError)
     +-- TransientModelError (+ MalformedToolCallError), ModelReplyError (ValueError)
     +-- ToolArgumentsError (ValueError), RedactedArgumentError
@@ -466,6 +467,25 @@ class ApprovalAlreadyDecidedError(InvalidCommandError):
         super().__init__(f"approval {approval_id!r} of {agent_id} is already decided ({verdict}{by})")
 
 
+class LangGraphThreadError(InvalidCommandError):
+    """The id names a LangGraph thread (a ``DurablySaver``'s stream), not a durably agent.
+
+    Agent commands (approve, deny, send, cancel, retry, extend) and ``resume``
+    do not apply to it: a thread stopped at ``interrupt()`` continues with
+    ``graph.invoke(Command(resume=...), config)`` on a graph compiled with its
+    saver. Attribute: ``agent_id`` (the thread's stream id).
+    """
+
+    def __init__(self, namespace: str, agent_id: str) -> None:
+        self.agent_id = agent_id
+        super().__init__(
+            f"{namespace}/{agent_id} is a LangGraph thread, not a durably agent: approve, deny, send, "
+            "cancel, retry and extend do not apply to it. Resume it through LangGraph: "
+            "graph.invoke(Command(resume=...), config) on the graph compiled with its DurablySaver "
+            "(durably show and history read the thread)"
+        )
+
+
 class AgentLeasedError(DurablyError):
     """Another runtime holds the agent's lease: it runs the agent now.
 
@@ -826,6 +846,7 @@ __all__ = [
     "ImportSourceError",
     "InvalidArgumentError",
     "InvalidCommandError",
+    "LangGraphThreadError",
     "InvalidPruneStrategyError",
     "InvalidRequestError",
     "InvalidStoreError",

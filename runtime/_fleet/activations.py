@@ -44,7 +44,9 @@ from durably.errors import (
     AgentFencedError,
     AgentLeasedError,
     AgentNotFoundError,
+    CodecError,
     DefinitionNotRegisteredError,
+    LangGraphThreadError,
     RuntimeNotStartedError,
 )
 from durably.schemas._records import Kind, Record
@@ -342,13 +344,27 @@ class Activations:
 
         Raises:
             AgentNotFoundError: The agent has no records.
+            LangGraphThreadError: The stream is a LangGraph thread.
         """
         return (await self._restore(agent_id, claim))[0]
+
+    async def refuse_thread(self, agent_id: str) -> None:
+        """Raise ``LangGraphThreadError`` when ``agent_id`` names a LangGraph thread (one
+        one-record read): its frames are LangGraph's, not agent records, so no agent
+        command applies. Raises ``StoreUnavailableError`` as the store does."""
+        from durably._reading.threads import is_thread
+
+        if await is_thread(self.store, self.stream(agent_id)):
+            raise LangGraphThreadError(self.namespace, agent_id)
 
     async def _restore(self, agent_id: str, claim: LeaseClaim | None) -> tuple[AgentJournal, Restored]:
         """``restore_journal``, and what the restore read (its last records, for the measurements)."""
         stream = self.stream(agent_id)
-        restored = await restore(self.store, self.codec, stream, self.telemetry)
+        try:
+            restored = await restore(self.store, self.codec, stream, self.telemetry)
+        except CodecError:
+            await self.refuse_thread(agent_id)
+            raise
         if restored is None:
             raise AgentNotFoundError(f"no agent {agent_id!r} in namespace {self.namespace!r}")
         services = self.services

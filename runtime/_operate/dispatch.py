@@ -46,6 +46,7 @@ async def submit(activations: Activations, agent_id: str, command: cmd.Command) 
             return CommandResult.of(actor.state, placement.live_here(actor.state, AgentHandle(actor)))
     # No live actor here: the journal is the agent. Append with the expected seq;
     # if another writer got there first, re-read and decide again.
+    await activations.refuse_thread(agent_id)  # an operator's command: one more read is cheap
     for _ in range(_COMMAND_RETRIES):
         journal = await activations.restore_journal(agent_id)
         was_parked = journal.state.parked

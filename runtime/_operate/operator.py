@@ -62,6 +62,7 @@ class Operator:
         """``Runtime.retry``."""
         from durably._operate.retry_failed import RETRY_APPEND_ATTEMPTS, retry_entries
 
+        await self.activations.refuse_thread(agent_id)
         for _ in range(RETRY_APPEND_ATTEMPTS):
             journal = await self.activations.restore_journal(agent_id)
             definition = self.activations.definitions.get(journal.state.definition.get("name", ""))
