@@ -150,7 +150,8 @@ class ToolCalls(ChildCalls):
             return await self._ask_outcome(call, approval_id, attempt)
         if policy is OnUnknownOutcome.RETRY:
             if limit is not None and attempt > limit:
-                return await self._spent(call, limit)
+                await self._spent(call, limit)
+                return None
             if (meters := self.telemetry.metrics) is not None:
                 meters.retries.add(1, {**self.telemetry.attributes, tm.RETRY_KIND: "tool"})
             return attempt
@@ -158,7 +159,8 @@ class ToolCalls(ChildCalls):
             assert reconcile is not None  # Tool and Run.call refuse the policy without a hook
             again = await self._reconcile(reconcile, to_journal, call, attempt)
             if again is not None and limit is not None and again > limit:
-                return await self._spent(call, limit)
+                await self._spent(call, limit)
+                return None
             return again
         reason = f"tool {call['name']} call {call['id']}: outcome unknown after a crash (policy fail)"
         self.failure = "durably.outcome_unknown"
