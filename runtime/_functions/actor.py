@@ -36,6 +36,14 @@ log = logging.getLogger("durably.actor")
 _HALT: Any = object()
 
 
+def _lone(error: Exception) -> Exception:
+    """The one error a group holds (a task group the body ran wraps what its task raised), nested
+    groups included, so the failure reason names it; ``error`` itself when it is no such group."""
+    while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
 class FunctionActor(AgentActor):
     """Runs one activation of a function agent (see the module docstring).
 
@@ -69,7 +77,7 @@ class FunctionActor(AgentActor):
                 try:
                     outcome = ("result", await self.definition.run(run, self.state.task))
                 except Exception as exc:
-                    outcome = ("error", exc)
+                    outcome = ("error", _lone(exc))
         finally:
             _CURRENT.reset(token)
             self._live = False

@@ -11,6 +11,7 @@ snapshot being encoded in another thread shares only elements that never change.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -391,7 +392,11 @@ def _model_failed(s: AgentState, d: dict[str, Any]) -> None:
 
 
 def _timer_set(s: AgentState, d: dict[str, Any]) -> None:
-    s.wake_at = max(float(d["wake_at"]), s.wake_at or 0.0)  # two timers of one turn: the later one
+    try:
+        at = float(d["wake_at"])
+    except OverflowError:  # an int too large for a float: a time that never comes
+        at = math.inf
+    s.wake_at = max(at, s.wake_at or 0.0)  # two timers of one turn: the later one
     s.status, s.reason = SLEEPING, f"sleeping until {utc_iso(s.wake_at)}"
 
 
@@ -402,8 +407,15 @@ def _timer_fired(s: AgentState, d: dict[str, Any]) -> None:
 
 
 def utc_iso(at: float) -> str:
-    """``at`` (unix seconds) as an ISO 8601 UTC time to the second, e.g. ``2026-01-02T03:04:05Z``."""
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    """``at`` (unix seconds) as an ISO 8601 UTC time to the second, e.g. ``2026-01-02T03:04:05Z``.
+
+    Never raises: a time no ``datetime`` can show (a record written before wake times were
+    bounded, or by another writer) is given as ``unix <at>``, so its journal stays readable.
+    """
+    try:
+        return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        return f"unix {at!r}"
 
 
 def _definition_changed(s: AgentState, d: dict[str, Any]) -> None:

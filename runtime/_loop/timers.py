@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from durably._loop.state import SLEEPING, AgentState
@@ -33,13 +33,20 @@ if TYPE_CHECKING:
     from durably._journal.writer import AgentJournal
 
 
+# The latest wake time a timer may name: the first second of the year 9999 (UTC).
+# Any later one is either a mistake or past what a ``datetime`` can show, and a
+# ``timer_set`` naming it would be a record no one can read as a date.
+LATEST_WAKE_AT = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
+
+
 def wake_time(owner: str, seconds: float | None = None, until: datetime | None = None) -> float:
     """The unix time ``seconds`` from now, or the time ``until`` names; exactly one of them.
 
     Raises ``InvalidArgumentError`` for a negative, NaN or infinite ``seconds``, both or neither
-    given, or a naive ``until`` (no tzinfo: which zone it means is a guess); ``ArgumentTypeError``
-    for a ``seconds`` that is not a number or an ``until`` that is not a ``datetime``.
-    ``owner`` names the caller in the message.
+    given, a naive ``until`` (no tzinfo: which zone it means is a guess), or a wake time later than
+    ``LATEST_WAKE_AT`` (9999-01-01T00:00:00Z; an int too large for a float included);
+    ``ArgumentTypeError`` for a ``seconds`` that is not a number or an ``until`` that is not a
+    ``datetime``. ``owner`` names the caller in the message.
     """
     if (seconds is None) == (until is None):
         raise InvalidArgumentError(f"{owner}: give seconds or until, exactly one")
@@ -50,12 +57,28 @@ def wake_time(owner: str, seconds: float | None = None, until: datetime | None =
             raise InvalidArgumentError(
                 f"{owner}: until must be an aware datetime (e.g. datetime.now(UTC)), got the naive {until.isoformat()}"
             )
-        return until.timestamp()
+        try:
+            at = until.timestamp()
+        except (OverflowError, ValueError) as exc:  # an offset pushing it past datetime's range
+            raise InvalidArgumentError(f"{owner}: until {until.isoformat()} is out of range") from exc
+        return _bounded(owner, at, f"until {until.isoformat()}")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise ArgumentTypeError(f"{owner}: seconds must be a number, got {type(seconds).__name__}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidArgumentError(f"{owner}: seconds must be finite and not negative, got {seconds!r}")
-    return time.time() + seconds
+    try:
+        finite = math.isfinite(seconds)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite or seconds < 0:
+        shown = repr(seconds) if finite or isinstance(seconds, float) else "an int too large for a float"
+        raise InvalidArgumentError(f"{owner}: seconds must be finite and not negative, got {shown}")
+    return _bounded(owner, time.time() + seconds, f"seconds {seconds!r}")
+
+
+def _bounded(owner: str, at: float, given: str) -> float:
+    """``at``, when it is no later than ``LATEST_WAKE_AT``; else ``InvalidArgumentError``."""
+    if at > LATEST_WAKE_AT:
+        raise InvalidArgumentError(f"{owner}: {given} wakes after 9999-01-01T00:00:00Z, the latest wake time allowed")
+    return at
 
 
 @dataclass(frozen=True, init=False)
@@ -75,7 +98,7 @@ class Sleep:
 
     Raises:
         InvalidArgumentError: ``seconds`` negative, NaN or infinite; a naive
-            ``until``; both or neither given.
+            ``until``; a wake time after 9999-01-01T00:00:00Z; both or neither given.
         ArgumentTypeError: ``seconds`` not a number, ``until`` not a ``datetime``.
     """
 

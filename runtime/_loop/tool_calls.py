@@ -112,7 +112,9 @@ class ToolCalls(ChildCalls):
                 await self._result(call, error=entry["last_error"])
             return
         # An intent without a result: the process died while the tool ran.
-        attempt = await self._unknown_outcome(call, tool.on_unknown_outcome, tool.reconcile, tool.to_journal)
+        retry = tool.retry or self.definition.tool_retry
+        limit = None if retry is None else retry.attempts
+        attempt = await self._unknown_outcome(call, tool.on_unknown_outcome, tool.reconcile, tool.to_journal, limit)
         if attempt is not None:
             await self._execute([(call, attempt)])
 
@@ -122,10 +124,17 @@ class ToolCalls(ChildCalls):
         policy: OnUnknownOutcome,
         reconcile: Reconciler | None,
         to_journal: Callable[[Any], Any],
+        limit: int | None = None,
     ) -> int | None:
         """Apply ``policy`` to ``call``, found with an intent and no result (the
         process died while it ran). Shared by model-driven tool calls and the
         journaled calls of a function agent's run.
+
+        ``limit`` is the most attempts the call may make (its ``ToolRetry``'s
+        ``attempts``; None: no limit). An attempt cut short by a crash counts, so
+        once the journaled attempts reach it, ``retry`` and ``reconcile`` (when the
+        hook finds nothing) run the call no more: its result is an error the model
+        reads. An operator's decision (``ask``) is not limited.
 
         Returns:
             The attempt to run the call as now (its intent is not appended yet),
@@ -140,16 +149,27 @@ class ToolCalls(ChildCalls):
             # (a "fail" call becomes a question once an operator retried the agent)
             return await self._ask_outcome(call, approval_id, attempt)
         if policy is OnUnknownOutcome.RETRY:
+            if limit is not None and attempt > limit:
+                await self._spent(call, limit)
+                return None
             if (meters := self.telemetry.metrics) is not None:
                 meters.retries.add(1, {**self.telemetry.attributes, tm.RETRY_KIND: "tool"})
             return attempt
         if policy is OnUnknownOutcome.RECONCILE:
             assert reconcile is not None  # Tool and Run.call refuse the policy without a hook
-            return await self._reconcile(reconcile, to_journal, call, attempt)
+            again = await self._reconcile(reconcile, to_journal, call, attempt)
+            if again is not None and limit is not None and again > limit:
+                await self._spent(call, limit)
+                return None
+            return again
         reason = f"tool {call['name']} call {call['id']}: outcome unknown after a crash (policy fail)"
         self.failure = "durably.outcome_unknown"
         await self.journal.append((Kind.FAILED, {"reason": reason}))
         return None
+
+    async def _spent(self, call: dict[str, Any], limit: int) -> None:
+        """Journal the error result of a call whose last allowed attempt a crash cut short."""
+        await self._result(call, error=f"attempt {limit} of {limit} was cut short by a crash; not run again")
 
     async def _ask_outcome(self, call: dict[str, Any], approval_id: str, attempt: int) -> int | None:
         """A human decides what became of a call whose outcome is unknown: run it

@@ -448,3 +448,20 @@ async def test_a_park_lets_running_calls_journal_their_results_first(tmp_path: P
         state = await rt.wait("p-1", timeout=30)
     assert state.status == "finished" and state.result == ["slow done", True]
     assert ran == ["slow"]
+
+
+async def test_two_concurrent_calls_with_one_call_id_fail_the_run_with_the_typed_error(tmp_path: Path) -> None:
+    async def ok() -> int:
+        await anyio.sleep(0.05)
+        return 1
+
+    async def body(run: Run, task: str) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: run.call(ok, call_id="x"))
+            tg.start_soon(lambda: run.call(ok, call_id="x"))
+
+    definition = FunctionAgent("twins", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        state = await rt.run(definition, "twins-1", "")
+    assert state.status == "failed"
+    assert "InvalidArgumentError: " in state.reason and "call_id 'x' is already used" in state.reason, state.reason

@@ -26,7 +26,8 @@ from durably import (
     agent_tool,
     tool,
 )
-from durably.schemas._records import Kind
+from durably._loop.state import AgentState, apply
+from durably.schemas._records import Kind, Record
 
 pytestmark = pytest.mark.anyio
 
@@ -274,3 +275,64 @@ async def test_a_serving_worker_racing_a_waiting_runtime_fires_the_timer_once(tm
         journals = [await kinds(waiting, f"a{i}") for i in range(4)]
     assert [journal.count(Kind.TIMER_FIRED) for journal in journals] == [1, 1, 1, 1]
     assert len(effects.read_text().splitlines()) == 4
+
+
+FAR = datetime.max.replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Sleep(3e11),  # the year 11533
+        lambda: Sleep(1e15),
+        lambda: Sleep(1e300),
+        lambda: Sleep(10**400),  # an int no float can hold
+        lambda: Sleep(until=FAR),
+        lambda: Sleep(until=datetime(9999, 1, 1, 0, 0, 1, tzinfo=UTC)),
+    ],
+)
+def test_a_wake_time_no_date_can_show_is_refused(make):
+    with pytest.raises(InvalidArgumentError, match="wake|finite"):
+        make()
+
+
+def test_the_latest_wake_time_allowed_is_still_taken():
+    assert Sleep(until=datetime(9999, 1, 1, tzinfo=UTC)).wake_at == datetime(9999, 1, 1, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize("far", [3e11, 1e15, 1e300, 10**400, FAR])
+async def test_a_tools_refused_sleep_fails_that_call_and_sets_no_timer(tmp_path, far):
+    @tool(name="nap")
+    async def nap(seconds: float) -> Sleep:
+        return Sleep(until=far) if isinstance(far, datetime) else Sleep(far)
+
+    effect = nap_agent(tmp_path / "e", 0).tools[1]
+    napper = AgentDefinition(name="far", model=NapModel(1.0), tools=[nap, effect])
+    async with Runtime(f"sqlite:///{tmp_path}/agents.db", agents=[napper]) as rt:
+        state = await rt.run(napper, "a", "nap")
+        assert state.status == "finished", state.reason
+        assert Kind.TIMER_SET not in await kinds(rt, "a")
+        told = [m["content"] for m in state.messages if m["role"] == "tool"][0]
+        assert "InvalidArgumentError" in told
+    async with Runtime(f"sqlite:///{tmp_path}/agents.db", agents=[napper]) as rt:
+        assert (await rt.status("a")).status == "finished"  # readable from the store too
+
+
+async def test_start_not_before_past_the_latest_wake_time_journals_nothing(tmp_path):
+    napper = nap_agent(tmp_path / "effects.jsonl", 0.0)
+    async with Runtime(f"sqlite:///{tmp_path}/agents.db", agents=[napper]) as rt:
+        with pytest.raises(InvalidArgumentError):
+            await rt.start(napper, "a", "nap", not_before=FAR)
+        with pytest.raises(InvalidArgumentError):
+            await rt.submit(napper, "b", "nap", not_before=FAR)
+        assert [s.agent_id async for s in rt.store.list_streams(rt.namespace)] == []
+
+
+@pytest.mark.parametrize("wake_at", [3e11, 1e300, math.inf, 10**400])
+def test_a_stored_wake_time_no_date_can_show_still_folds(wake_at):
+    state = AgentState(agent_id="a")
+    apply(state, Record(1, Kind.TIMER_SET, {"wake_at": wake_at}, 0.0))
+    assert state.status == "sleeping" and state.wake_at is not None and state.wake_at > time.time()
+    assert state.reason.startswith("sleeping until ")
+    apply(state, Record(2, Kind.CANCELLED, {"reason": "never"}, 0.0))
+    assert state.status == "cancelled"

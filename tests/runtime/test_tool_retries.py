@@ -456,3 +456,25 @@ def test_heartbeats_are_rate_limited_and_read_back_after_a_sigkill(tmp_path: Pat
     assert final["tools"] == [{"resumed_from": {"i": 20}}]
     attempts = [(e["attempt"], e["last_heartbeat"]) for e in read_lines(effects) if not e.get("waiting")]
     assert attempts == [(1, None), (2, {"i": 20}), (3, {"i": 20})]
+
+
+@pytest.mark.parametrize(("mode", "runs"), [("hang", [1, 2, 3]), ("hang-bare", [1, 2, 3, 4])])
+def test_an_attempt_a_sigkill_cuts_short_counts_toward_the_policys_attempts(
+    tmp_path: Path, mode: str, runs: list[int]
+) -> None:
+    effects = tmp_path / "effects.jsonl"
+    for attempt in (1, 2, 3):  # each attempt is killed while it runs: its outcome is unknown
+
+        def running(attempt: int = attempt) -> bool:
+            return sum(1 for e in read_lines(effects) if e["waiting"]) == attempt
+
+        _kill_when(subprocess.Popen(_worker(tmp_path, mode), stdout=subprocess.PIPE, text=True), running, "attempt")
+    done = subprocess.run(_worker(tmp_path, mode), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [e["attempt"] for e in read_lines(effects)] == runs
+    assert final["status"] == "finished"
+    if mode == "hang":  # the policy's 3 attempts were spent: the model is told, nothing runs again
+        assert final["tools"] == ["attempt 3 of 3 was cut short by a crash; not run again"]
+    else:  # no ToolRetry: an unknown outcome is run again, as on_unknown_outcome says
+        assert final["tools"] == ["ran attempt 4"]

@@ -11,6 +11,9 @@ Modes (``--mode``):
              attempt 2 beats 21 .. 40 (none journaled: within the hour), logs
              "waiting" to ``--effects`` and sleeps until killed. Any later attempt
              logs what ``ctx.last_heartbeat`` held and returns it.
+  hang       ``on_unknown_outcome="retry"``, ``ToolRetry(attempts=3)``: attempts
+             1 to 3 log "waiting" and sleep until killed; a later one returns.
+  hang-bare  the same tool without a ``ToolRetry``.
 
 Each attempt logs ``{"attempt", "key", "last_heartbeat"}`` (fsynced) to ``--effects``.
 Prints the final state as JSON (status, messages' tool contents).
@@ -45,6 +48,16 @@ def definition(mode: str, effects: Path, backoff: float) -> AgentDefinition:
         async def work(*, ctx) -> str:
             log(ctx)
             raise ConnectionError(f"upstream reset on attempt {ctx.attempt}")
+
+    elif mode.startswith("hang"):
+        retry = ToolRetry(attempts=3, backoff=0.01, jitter=0.0) if mode == "hang" else None
+
+        @tool(name="work", retry=retry, on_unknown_outcome="retry")
+        async def work(*, ctx) -> str:
+            log(ctx, waiting=ctx.attempt <= 3)
+            if ctx.attempt <= 3:
+                await anyio.sleep(3600)
+            return f"ran attempt {ctx.attempt}"
 
     else:
 
@@ -83,6 +96,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--db", required=True)
     parser.add_argument("--effects", required=True)
-    parser.add_argument("--mode", choices=("backoff", "heartbeat"), required=True)
+    parser.add_argument("--mode", choices=("backoff", "heartbeat", "hang", "hang-bare"), required=True)
     parser.add_argument("--backoff", type=float, default=2.0)
     anyio.run(main, parser.parse_args())
