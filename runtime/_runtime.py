@@ -53,7 +53,6 @@ from durably._telemetry import Telemetry, worker_attributes
 from durably._upkeep.upkeep import Upkeep
 from durably.errors import (
     AgentExistsError,
-    AgentLeasedError,
     AgentNotFoundError,
     ArgumentTypeError,
     InvalidStoreError,
@@ -578,11 +577,14 @@ class Runtime:
             state = await self.wait(agent_id, until=STATUSES - {WAITING_CHILD})
             if state.status != RUNNING:
                 continue
-            try:
-                handle = await self.resume(agent_id)
-            except AgentLeasedError:
-                handle = None  # another runtime runs it: follow it there
-            state = await handle.wait() if handle is not None else await self.wait(agent_id, until=STATUSES - {RUNNING})
+            # Its lease may be held by a runtime that runs it or by one that only looks at it (a
+            # scan of a worker without its definition): follow the holder and ask again, as attach does.
+            state = await resume_or_attach(
+                agent_id,
+                self.resume,
+                lambda agent_id, until, timeout: self.wait(agent_id, until | {WAITING_CHILD}, timeout=timeout),
+                self.status,
+            )
         return state
 
     async def status(self, agent_id: str) -> AgentState:

@@ -306,3 +306,29 @@ async def test_the_console_links_parent_and_children(tmp_path: Path) -> None:
     for call in ("h1", "h2"):
         assert f'<a href="/agent?id=boss-1%2F{call}">boss-1/{call}</a> (helper)' in parent.text
     assert '<dt>parent</dt><dd><a href="/agent?id=boss-1">boss-1</a></dd>' in child.text
+
+
+async def test_a_woken_parent_whose_lease_another_worker_holds_a_moment_is_run_here(tmp_path: Path) -> None:
+    # A worker that cannot run the parent still takes its lease for a moment whenever it looks at
+    # it (a scan, or the wake-up its child's end published): run() must ask again, not wait forever.
+    url = f"sqlite:///{tmp_path}/a.db"
+    states: list[str] = []
+    async with Runtime(url, agents=[boss_agent()]) as rt, Runtime(url, agents=[helper_agent()]) as other:
+
+        async def run_parent() -> None:
+            states.append((await rt.run("boss", "boss-1", "job")).status)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_parent)
+                while not [s for s in await rt.agents() if s.agent_id == "boss-1" and s.status == "waiting_child"]:
+                    await anyio.sleep(0.05)  # the parent parked: its child waits for a worker that runs helper
+                lease = await rt.store.acquire_lease(rt.stream("boss-1"), "w2/n@far-host:1:2:3:4", 30.0)
+                assert lease is not None
+                handle = await other.resume("boss-1/h1")
+                assert handle is not None and (await handle.wait()).status == "finished"
+                while (await other.status("boss-1")).status != "running":
+                    await anyio.sleep(0.05)  # the child's end is delivered: the parent is woken
+                await anyio.sleep(2.0)  # run() finds the lease held (it looks every 0.2 s)
+                await rt.store.release_lease(lease)
+    assert states == ["finished"]
