@@ -80,6 +80,18 @@ class JournalServices:
     indexed: bool = False  # the store keeps a status index: appends carry its entry (status_index)
 
 
+@dataclass(frozen=True, slots=True)
+class _Unknown:
+    """A commit handed to the store whose caller did not learn the outcome: the seq it
+    follows, its frames (the staged ones first), its own records and how many staged
+    batches it carried."""
+
+    after: int
+    frames: list[bytes]
+    records: list[Record]
+    staged: int
+
+
 class _Staged:
     """Records folded into the state but not yet durable: the entries as given (to
     prepare again after a rebase), their records and frames, and what their fold
@@ -158,6 +170,7 @@ class AgentJournal:
         self._commit_s = 0.0  # how long the last commit took
         self._quick_bodies = 0  # overlapped bodies in a row that ended before their commit started
         self._flush_started = False
+        self._unknown: _Unknown | None = None  # a commit cut off in the store's hands (see _settle)
         self.folded_at = 0.0  # the timestamp of the last record folded in (unix seconds)
         #: Called with each record this journal folds and the state right after it (the actor's live events).
         self.on_fold: Callable[[Record, AgentState], None] | None = None
@@ -204,6 +217,7 @@ class AgentJournal:
         """
         await self._take_turn()
         try:
+            await self._settle()
             await self._commit(entries)
         finally:
             self._end_turn()
@@ -418,9 +432,14 @@ class AgentJournal:
                 )
             started = time.perf_counter()
             fence = None if self.claim is None else self.claim.fence
+            # Until the store answers, the commit may be made or not: a caller cancelled
+            # meanwhile (a body cancelling its own call) leaves it to the next append to learn.
+            self._unknown = _Unknown(first - 1, frames, records, len(staged))
             try:
                 await svc.committer.append(self.stream, first - 1, frames, index=index, fence=fence)
+                self._unknown = None
             except FencedError as exc:
+                self._unknown = None  # refused: nothing written
                 # A conflict, but not one to rebase on: the stream belongs to another lease now.
                 if meters is not None:
                     meters.conflicts.add(1, telemetry.attributes)
@@ -428,19 +447,54 @@ class AgentJournal:
                 assert self.claim is not None  # only a fenced append is refused by its fence
                 raise self.claim.lose(await self._holder_now()) from exc
             except ConflictError as exc:
+                self._unknown = None  # refused: nothing written
                 raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc
             self._commit_s = time.perf_counter() - started
         if meters is not None:
             meters.save_duration.record(self._commit_s, telemetry.attributes)
             meters.save_size.record(stored, telemetry.attributes)
         self._staged = []
+        self._committed(records, len(frames), raw)
+
+    def _committed(self, records: list[Record], count: int, raw: int) -> None:
+        """Fold ``records`` once durable; ``count`` records of ``raw`` bytes were committed
+        (the staged ones among them are folded already)."""
         self._fold(records)
         if self.on_commit is not None:
             self.on_commit()
-        self.records_since += len(frames)
+        self.records_since += count
         self.bytes_since += raw
-        if svc.policy.due(self.records_since, self.bytes_since, self.snapshot_bytes):
+        if self.services.policy.due(self.records_since, self.bytes_since, self.snapshot_bytes):
             self.snapshot_submitted()
+
+    async def _settle(self) -> None:
+        """Learn the outcome of a commit whose caller was cancelled while the store had it.
+
+        The store may have made it: its records then follow ``durable_seq``, byte for
+        byte, and are folded now, so this append follows them instead of conflicting
+        with this activation's own records. Not made: nothing to do (its staged
+        records are still staged). Raises ``StoreError`` (the read failed).
+        """
+        unknown = self._unknown
+        if unknown is None:
+            return
+        count = len(unknown.frames)
+        stored: list[bytes] = []
+        async for record in self.services.store.read(self.stream, unknown.after):
+            stored.append(record.data)
+            if len(stored) == count:
+                break
+        self._unknown = None
+        if stored != unknown.frames:
+            return  # not made (or another writer's records follow: the commit's conflict says so)
+        later = self._staged[unknown.staged :]  # staged after the commit began: their seqs move up
+        for staged in reversed(later):
+            staged.undo(self.state)
+        self._staged = []
+        self._committed(unknown.records, count, sum(map(raw_size, unknown.frames)))
+        for staged in later:
+            for entry in staged.entries:
+                self.stage(entry)
 
     def snapshot_submitted(self) -> None:
         """Hand the current state to the background snapshot writer (never with staged records)."""
