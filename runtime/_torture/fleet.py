@@ -93,6 +93,17 @@ class _Worker:
     born: float = field(default_factory=time.monotonic)
     #: The fault the chaos loop dealt this process, if any: its exit is then expected.
     fault: str | None = None
+    #: Set once the slot has seen the process exit and closed its object: no signal goes to it after
+    #: that (its pid may belong to another process by then), and ``process`` must not be read.
+    exited: bool = False
+
+    @property
+    def pid(self) -> int:
+        """The worker's pid, kept from its start: the process object cannot be read once closed."""
+        return self._pid
+
+    def __post_init__(self) -> None:
+        self._pid: int = self.process.pid
 
 
 @dataclass
@@ -142,6 +153,7 @@ class _Fleet:
                 error = self.directory / f"error-{name}.txt"
                 cause = error.read_text()[-2000:] if error.exists() else "(no traceback)"
                 self.report.violations.append(f"worker {name} exited with {code} (fault {worker.fault}): {cause}")
+            worker.exited = True
             worker.process.close()
             if self.closing:
                 return
@@ -170,7 +182,7 @@ class _Fleet:
                         if s not in self.stopped
                         and w.fault is None
                         and w.born < settled
-                        and w.process.exitcode is None
+                        and not w.exited
                         and (fault != "term" or w.ready.is_set())
                     ]
                     if not candidates:
@@ -181,11 +193,11 @@ class _Fleet:
                         group.start_soon(self.pause, worker)
                     else:
                         worker.fault = fault
-                        os.kill(worker.process.pid, signal.SIGKILL if fault == "kill" else signal.SIGTERM)
+                        os.kill(worker.pid, signal.SIGKILL if fault == "kill" else signal.SIGTERM)
                 self.report.faults[fault] = self.report.faults.get(fault, 0) + 1
                 # The pid is read here, not in the thread: a killed worker's process object may be
                 # closed (and replaced) by the time the thread runs.
-                pid = worker.process.pid if fault in FAULTS else None
+                pid = worker.pid if fault in FAULTS else None
                 await anyio.to_thread.run_sync(self.log_fault, fault, pid)
 
     def log_fault(self, fault: str, pid: int | None) -> None:
@@ -194,12 +206,12 @@ class _Fleet:
 
     async def pause(self, worker: _Worker) -> None:
         """SIGSTOP ``worker`` past its lease ttl, then SIGCONT it: its agents were taken over meanwhile."""
-        os.kill(worker.process.pid, signal.SIGSTOP)
+        os.kill(worker.pid, signal.SIGSTOP)
         try:
             with anyio.CancelScope(shield=True):
                 await anyio.sleep(self.lease_ttl * 1.5 + self.rng.uniform(0, 1))
         finally:
-            os.kill(worker.process.pid, signal.SIGCONT)
+            os.kill(worker.pid, signal.SIGCONT)
             self.stopped.discard(worker.slot)
 
     async def operator(self, rt: Runtime, agents: list[str], approvals: Ledger, deadline: float) -> None:
@@ -308,10 +320,14 @@ async def run_fleet_torture(
                 while fleet.stopped:
                     await anyio.sleep(0.1)
                 for worker in list(fleet.live.values()):
-                    worker.fault = "end"
                     await anyio.sleep(max(0.0, worker.born + SETTLE - time.monotonic()))
-                    if worker.process.exitcode is None:
-                        os.kill(worker.process.pid, signal.SIGTERM)
+                    # Before its handler is installed, a SIGTERM would kill the worker by the OS default.
+                    await anyio.to_thread.run_sync(worker.ready.wait, SETTLE * 10)
+                    # A worker killed by a late fault may have exited (and been closed) meanwhile: it
+                    # keeps its fault, and gets no signal.
+                    if not worker.exited and worker.fault is None:
+                        worker.fault = "end"
+                        os.kill(worker.pid, signal.SIGTERM)
             states = await _final_states(rt, ids)
         _judge(directory, ids, states, steps, report)
     report.seconds = time.monotonic() - started
