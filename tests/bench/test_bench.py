@@ -53,6 +53,10 @@ TINY = Sizes(
 
 RATE_UNITS = {"records/s", "steps/s", "MB/s"}
 
+# The first test pays for ``tiny_run``: every suite once, worker and peer processes included,
+# which outran the default 300 s on this 2-core machine at load 17.
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
