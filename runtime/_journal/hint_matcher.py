@@ -40,11 +40,10 @@ class HintMatcher:
 
     def holds_any(self, text: str) -> bool:
         """True when ``text`` contains at least one hint (``any(h in text for h in hints)``)."""
-        if self._always:
-            return True
-        if self._automaton is None:
-            return False
-        return bool(self._automaton.find_matches_as_indexes(_utf8(text)))
+        automaton = self._automaton
+        if automaton is None or self._always:
+            return self._always
+        return bool(automaton.find_matches_as_indexes(text.encode("utf-8", "surrogatepass")))
 
     def found(self, text: str) -> frozenset[str]:
         """The hints ``text`` contains (``{h for h in hints if h in text}``), overlapping ones included."""

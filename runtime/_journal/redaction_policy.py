@@ -326,9 +326,10 @@ class RedactionPolicy:
         tokens = self._tokens
         if not tokens:
             return tokens
-        found = self._hints.found(text.lower())
-        if not found and self.all_hinted:
+        lower = text.lower()
+        if self.all_hinted and not self._hints.holds_any(lower):
             return []  # the common case: plain text holds no credential prefix at all
+        found = self._hints.found(lower)
         return [t for t in tokens if not t[2] or not found.isdisjoint(t[2])]
 
     @cached_property
