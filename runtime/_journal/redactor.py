@@ -82,7 +82,7 @@ class Redactor:
         may still find nothing."""
         policy = self.policy
         assert policy is not None
-        if policy.hint_groups is None:
+        if not policy.all_hinted:
             return False  # a pattern without hints must always run
         named: list[Any] = []  # the values whose field names are checked for secrets
         if kind == Kind.MODEL_RESPONDED:
