@@ -477,15 +477,16 @@ class AgentActor(ToolCalls):
         never derived again on read.
         """
         state, turn = self.state, self.state.usage["steps"] + 1
-        seen = {c.get("id") for m in state.messages for c in m.get("tool_calls") or ()}
+        known = state.call_ids()  # the conversation's ids
+        mine: set[str] = set()  # this answer's
         calls = []
         for i, c in enumerate(tool_calls):
             call_id = c.id
-            if not call_id or call_id in seen:
+            if not call_id or call_id in known or call_id in mine:
                 call_id, n = f"call-{turn}-{i}", 1
-                while call_id in seen:
+                while call_id in known or call_id in mine:
                     call_id, n = f"call-{turn}-{i}-{n}", n + 1
-            seen.add(call_id)
+            mine.add(call_id)
             key = idempotency_key(state.namespace, state.agent_id, state.run_id, f"{turn}:{i}:{call_id}")
             calls.append({"id": call_id, "name": c.name, "arguments": c.arguments, "key": key})
         return calls

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from durably._tools.tool import idempotency_key
 from durably.errors import UnfoldableRecordError
@@ -146,6 +146,22 @@ class AgentState:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in wire.items() if k in names})
 
+    def call_ids(self) -> set[str]:
+        """The ids of every tool call in ``messages``.
+
+        Kept beside the state (not a field: never snapshotted) and grown as model
+        turns are folded in, so a step does not scan the whole conversation; a new
+        ``messages`` list, or a fold that rewrites it in place, builds it again.
+
+        Returns:
+            The set itself: callers must not change it.
+        """
+        cache = self.__dict__.get("_call_ids")
+        if cache is None or cache[0] is not self.messages:
+            cache = (self.messages, {c.get("id") for m in self.messages for c in m.get("tool_calls") or ()})
+            self.__dict__["_call_ids"] = cache
+        return cast(set[str], cache[1])
+
     @property
     def parked(self) -> bool:
         """True while the agent waits for a human (approval, budget) or for its child agents."""
@@ -199,6 +215,8 @@ def _message_received(s: AgentState, d: dict[str, Any]) -> None:
 def _model_responded(s: AgentState, d: dict[str, Any]) -> None:
     calls = d["tool_calls"]
     s.messages.append({"role": "assistant", "content": d["text"], "tool_calls": calls})
+    if (cache := s.__dict__.get("_call_ids")) is not None and cache[0] is s.messages:
+        cache[1].update(c.get("id") for c in calls)
     s.pending_calls = [c if "key" in c else dict(c, key=_legacy_key(s, c)) for c in calls]
     usage = d["usage"]
     s.usage = {
@@ -313,6 +331,7 @@ def _history_compacted(s: AgentState, d: dict[str, Any]) -> None:
     dropped = s.messages[first : first + count]
     kept = [{"role": "user", "content": d["summary"]}] if d.get("summary") else []
     s.messages[first : first + count] = kept
+    s.__dict__.pop("_call_ids", None)  # rewritten in place: the ids it held are not all there any more
     # The calls that left the conversation leave the ledger and approvals too, so
     # the state (and every snapshot) stays bounded however long the run.
     gone = {c.get("key") or _legacy_key(s, c) for m in dropped for c in m.get("tool_calls") or ()}
@@ -420,6 +439,7 @@ def utc_iso(at: float) -> str:
 
 def _definition_changed(s: AgentState, d: dict[str, Any]) -> None:
     s.definition = d["definition"]
+    s.__dict__.pop("_call_ids", None)
     names = {f.name for f in fields(s)}
     for name, value in d.get("state", {}).items():
         if name in names:  # the writer checked the names; a reader never grows new attributes
