@@ -7,6 +7,7 @@ durably bench --store sqlite:///my.db --suite append --suite restore
 durably bench --plot charts/                   charts of the run (pip install 'durably[plot]')
 durably bench --plot charts/ --from bench.json charts of an earlier run, without running one
 durably bench --local-s3 --suite agent-steps   on the bench's own S3 server, requests counted there
+durably bench --from bench.json --markdown     the README's figures tables of an earlier run, in Markdown
 """
 
 from __future__ import annotations
@@ -65,7 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         dest="from_json",
         metavar="JSON",
-        help="with --plot: chart this earlier --json file instead of running the bench",
+        help="with --plot or --markdown: use this earlier --json file instead of running the bench",
+    )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the README's figures tables (headline figures, limits, targets) in Markdown",
     )
     parser.add_argument(
         "--local-s3",
@@ -94,10 +100,13 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     saved run); returns the exit status (0, or 2 for options that do not go together)."""
     console = console or Console()
     if args.from_json is not None:
-        if args.plot_dir is None:
-            console.print("--from needs --plot DIR")
+        if args.plot_dir is None and not args.markdown:
+            console.print("--from needs --plot DIR or --markdown")
             return 2
-        return _plot(json.loads(args.from_json.read_text(encoding="utf-8")), args.plot_dir, console)
+        doc = json.loads(args.from_json.read_text(encoding="utf-8"))
+        if args.markdown:
+            _markdown(doc, console)
+        return 0 if args.plot_dir is None else _plot(doc, args.plot_dir, console)
     suites = args.suites or list(SUITES)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with contextlib.ExitStack() as stack:
@@ -124,9 +133,17 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     if args.json_path:
         write_json(results, args.json_path)
         console.print(f"wrote {args.json_path}")
+    if args.markdown:
+        _markdown(results.to_json(), console)
     if args.plot_dir is not None:
         return _plot(results.to_json(), args.plot_dir, console)
     return 0
+
+
+def _markdown(doc: dict[str, Any], console: Console) -> None:
+    from .markdown import markdown
+
+    console.print(markdown(doc), markup=False, highlight=False, soft_wrap=True, end="")
 
 
 def _plot(doc: dict[str, Any], folder: Path, console: Console) -> int:
