@@ -23,6 +23,8 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from durably.errors import InvalidArgumentError
+
 from .context import MODES
 from .report import print_report, write_json
 from .runner import run_bench
@@ -105,7 +107,11 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
             return 2
         doc = json.loads(args.from_json.read_text(encoding="utf-8"))
         if args.markdown:
-            _markdown(doc, console)
+            try:
+                _markdown(doc, console)
+            except InvalidArgumentError as exc:
+                console.print(str(exc), markup=False)
+                return 2
         return 0 if args.plot_dir is None else _plot(doc, args.plot_dir, console)
     suites = args.suites or list(SUITES)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

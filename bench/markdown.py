@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from durably.errors import InvalidArgumentError
+
 from .limit_lines import COLUMNS, limit_lines
 from .results import Figure, Ratio, Results, Target
 from .targets import check_targets
@@ -30,11 +32,11 @@ _OTHER_RUNS = (
 def results_from_json(doc: dict[str, Any]) -> Results:
     """The ``Results`` of a ``--json`` file's contents (figures, ratios, targets, notes, machine).
 
-    Raises ``ValueError`` for a document that is not a ``durably-bench/1`` file, and
+    Raises ``InvalidArgumentError`` (a ``ValueError``) for a document that is not a ``durably-bench/1`` file, and
     ``KeyError``/``TypeError`` for one whose entries lack the fields of that format.
     """
     if doc.get("format") != "durably-bench/1":
-        raise ValueError(f"not a durably bench --json file (format {doc.get('format')!r})")
+        raise InvalidArgumentError(f"not a durably bench --json file (format {doc.get('format')!r})")
     results = Results(store=doc["store"], mode=doc["mode"], seed=doc["seed"], argv=doc.get("argv"))
     results.started = doc["started_at"]
     results.machine = doc["machine"]
