@@ -482,10 +482,27 @@ def test_issue_33s_targets_are_listed_with_the_limit_with_encoding_beside_them(t
     assert {name: (t["op"], t["threshold"]) for name, t in listed.items()} == ISSUE_33
     cpu = listed["runtime CPU per step on memory:// <= 0.10 ms"]
     assert cpu["measured"] is not None and "limit with encoding" in cpu["note"]
-    sixteen = listed["16 agents on SQLite >= 0.5 of raw group commit"]
-    assert sixteen["measured"] is not None and "with encoding the floor is" in sixteen["note"]
-    one = listed["1 agent on SQLite <= 1.3x the one-commit floor (fast disk)"]
-    assert one["measured"] is None  # measured on the 1,000-step conversation, not this run's 24 steps
+    for name in (
+        "16 agents on SQLite >= 0.5 of raw group commit",
+        "1 agent on SQLite <= 1.3x the one-commit floor (fast disk)",
+    ):
+        assert listed[name]["measured"] is None  # made by 16 agents and the 1,000-step conversation, not this run's
+
+
+def test_the_16_agent_target_names_the_floor_with_encoding_beside_the_raw_floor():
+    from durably.bench.targets import check_targets
+
+    r = Results(store="sqlite:///x.db", mode="full", seed=0)
+    params = {"agents": 16, "steps": 300}
+    durably = r.add("agent-steps", "steps_per_s", 2_000, "steps/s", **params)
+    raw = r.add("agent-steps", "steps_per_s", 14_000, "steps/s", system="floor-step-commit", **params)
+    encoded = r.add("agent-steps", "steps_per_s", 5_000, "steps/s", system="floor-encoded", **params)
+    r.ratio("agent-steps", "steps_per_s durably/floor", durably, raw, **params)
+    r.ratio("agent-steps", "steps_per_s durably/floor-encoded", durably, encoded, **params)
+    check_targets(r)
+    (target,) = [t for t in r.targets if t.name == "16 agents on SQLite >= 0.5 of raw group commit"]
+    assert target.measured == pytest.approx(2_000 / 14_000) and target.met is False
+    assert target.note == "2,000 / 14,000 steps/s; with encoding the floor is 5,000 steps/s (durably / it 0.4)"
 
 
 def test_the_report_prints_the_limit_lines(tiny_run):
