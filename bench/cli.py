@@ -98,8 +98,10 @@ class _RichProgress:
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
-    """Run the bench for parsed ``args`` (or, with ``--plot`` and ``--from``, only chart a
-    saved run); returns the exit status (0, or 2 for options that do not go together)."""
+    """Run the bench for parsed ``args`` (or, with ``--from``, only chart or tabulate a saved
+    run); returns the exit status: 0, 1 when a suite failed (the others ran, and their
+    figures are printed and written), 2 for options that do not go together or a file
+    that is not a bench run."""
     console = console or Console()
     if args.from_json is not None:
         if args.plot_dir is None and not args.markdown:
@@ -133,6 +135,7 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
                     progress=_RichProgress(bar),
                     argv=sys.argv[1:],
                     requests=requests,
+                    keep_going=True,
                 )
             )
     print_report(results, console)
@@ -142,7 +145,10 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     if args.markdown:
         _markdown(results.to_json(), console)
     if args.plot_dir is not None:
-        return _plot(results.to_json(), args.plot_dir, console)
+        _plot(results.to_json(), args.plot_dir, console)
+    if results.failed:
+        console.print(f"failed: {', '.join(results.failed)} (see the notes)", markup=False)
+        return 1
     return 0
 
 

@@ -44,6 +44,7 @@ def results_from_json(doc: dict[str, Any]) -> Results:
     results.ratios = [Ratio(**r) for r in doc["ratios"]]
     results.targets = [Target(**t) for t in doc.get("targets", [])]
     results.notes = list(doc.get("notes", []))
+    results.failed = list(doc.get("failed", []))
     return results
 
 
@@ -152,6 +153,7 @@ def markdown(doc: dict[str, Any]) -> str:
         *_table(("suite", "figure", "durably", "beside it"), _headline(r), lambda i: i == 2),
         "",
         "Not in this run: " + "; ".join(_OTHER_RUNS) + ".",
+        *([f"Suites that failed in this run (their figures are missing): {', '.join(r.failed)}."] if r.failed else []),
         "",
         *_table(COLUMNS, [line.cells() for line in limit_lines(r)], lambda i: i > 0),
         "",

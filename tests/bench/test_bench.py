@@ -556,3 +556,19 @@ def test_markdown_headline_rows_come_from_the_figures_they_name():
     )
     with pytest.raises(ValueError, match="not a durably bench"):
         markdown({"format": "something else"})
+
+
+def test_a_run_that_keeps_going_names_the_suite_that_failed_and_keeps_the_others(monkeypatch):
+    import anyio
+
+    async def broken(bench):
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setitem(SUITES, "broken", broken)
+    with pytest.raises(RuntimeError, match="went away"):
+        anyio.run(lambda: run_bench("memory://", ["broken", "codec"], TINY))
+    results = anyio.run(lambda: run_bench("memory://", ["broken", "codec"], TINY, keep_going=True))
+    assert results.failed == ["broken"]
+    assert any(n.startswith("suite broken failed: RuntimeError: the store went away") for n in results.notes)
+    assert {f.suite for f in results.figures} == {"codec"} and results.targets  # the next suite ran, targets judged
+    assert results.to_json()["failed"] == ["broken"]
