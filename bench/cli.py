@@ -7,6 +7,7 @@ durably bench --store sqlite:///my.db --suite append --suite restore
 durably bench --plot charts/                   charts of the run (pip install 'durably[plot]')
 durably bench --plot charts/ --from bench.json charts of an earlier run, without running one
 durably bench --local-s3 --suite agent-steps   on the bench's own S3 server, requests counted there
+durably bench --from bench.json --markdown     the README's figures tables of an earlier run, in Markdown
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 import anyio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from durably.errors import InvalidArgumentError
 
 from .context import MODES
 from .report import print_report, write_json
@@ -65,7 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         dest="from_json",
         metavar="JSON",
-        help="with --plot: chart this earlier --json file instead of running the bench",
+        help="with --plot or --markdown: use this earlier --json file instead of running the bench",
+    )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the README's figures tables (headline figures, limits, targets) in Markdown",
     )
     parser.add_argument(
         "--local-s3",
@@ -90,14 +98,23 @@ class _RichProgress:
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
-    """Run the bench for parsed ``args`` (or, with ``--plot`` and ``--from``, only chart a
-    saved run); returns the exit status (0, or 2 for options that do not go together)."""
+    """Run the bench for parsed ``args`` (or, with ``--from``, only chart or tabulate a saved
+    run); returns the exit status: 0, 1 when a suite failed (the others ran, and their
+    figures are printed and written), 2 for options that do not go together or a file
+    that is not a bench run."""
     console = console or Console()
     if args.from_json is not None:
-        if args.plot_dir is None:
-            console.print("--from needs --plot DIR")
+        if args.plot_dir is None and not args.markdown:
+            console.print("--from needs --plot DIR or --markdown")
             return 2
-        return _plot(json.loads(args.from_json.read_text(encoding="utf-8")), args.plot_dir, console)
+        doc = json.loads(args.from_json.read_text(encoding="utf-8"))
+        if args.markdown:
+            try:
+                _markdown(doc, console)
+            except InvalidArgumentError as exc:
+                console.print(str(exc), markup=False)
+                return 2
+        return 0 if args.plot_dir is None else _plot(doc, args.plot_dir, console)
     suites = args.suites or list(SUITES)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with contextlib.ExitStack() as stack:
@@ -118,15 +135,27 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
                     progress=_RichProgress(bar),
                     argv=sys.argv[1:],
                     requests=requests,
+                    keep_going=True,
                 )
             )
     print_report(results, console)
     if args.json_path:
         write_json(results, args.json_path)
         console.print(f"wrote {args.json_path}")
+    if args.markdown:
+        _markdown(results.to_json(), console)
     if args.plot_dir is not None:
-        return _plot(results.to_json(), args.plot_dir, console)
+        _plot(results.to_json(), args.plot_dir, console)
+    if results.failed:
+        console.print(f"failed: {', '.join(results.failed)} (see the notes)", markup=False)
+        return 1
     return 0
+
+
+def _markdown(doc: dict[str, Any], console: Console) -> None:
+    from .markdown import markdown
+
+    console.print(markdown(doc), markup=False, highlight=False, soft_wrap=True, end="")
 
 
 def _plot(doc: dict[str, Any], folder: Path, console: Console) -> int:

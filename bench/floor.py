@@ -8,20 +8,27 @@ group-commit journal (``RawSQLite.group_rows``: aiosqlite, WAL,
 store is PostgreSQL), one closed-loop writer per agent: nothing of durably in
 between, no codec, no runtime, no expected-seq check. ``durably / floor`` is
 then what the whole runtime costs over the storage it needs.
+
+The floor with encoding (``encoded=True``) replays the same steps' records,
+each step's redacted and encoded in the timed loop by the journal's own code
+(``durably.bench.step_encoder``) before its commit: what any durable step
+must pay with this codec and no runtime. ``durably / floor with encoding`` is
+then the runtime's own share, and ``floor with encoding / floor`` the codec's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durably._journal.records import RecordCodec
-from durably.schemas._records import Kind
+from durably.schemas._records import Kind, Record
 from durably.storage._spi import Store, StreamId
 
 from .context import Bench
 from .limit import RawSQLite, run_writers
+from .step_encoder import StepEncoder
 
 if TYPE_CHECKING:  # asyncpg is an extra: imported only for a PostgreSQL store
     from .limit_postgres import RawPostgres
@@ -52,41 +59,77 @@ def raw_limit(bench: Bench, label: str) -> tuple[RawSQLite | RawPostgres, str]:
     return RawSQLite(path), f"sqlite:///{path} (plain aiosqlite)"
 
 
-async def step_batches(store: Store, stream: StreamId) -> list[tuple[int, list[bytes]]]:
-    """The stored frames of ``stream`` grouped by step: ``(first seq, frames)`` each.
+async def _steps(store: Store, stream: StreamId) -> list[tuple[int, list[bytes], list[Record]]]:
+    """The stored records of ``stream`` grouped by step: ``(first seq, frames, records)`` each.
 
     A step starts at a ``model_responded`` record; the records before the first
     one (``started``) go with the first step.
     """
     codec = RecordCodec()
-    batches: list[tuple[int, list[bytes]]] = []
+    steps: list[tuple[int, list[bytes], list[Record]]] = []
     seen_response = False
     async for stored in store.read(stream):
-        response = codec.decode_record(stored, stream).kind == Kind.MODEL_RESPONDED
-        if not batches or (response and seen_response):
-            batches.append((stored.seq, []))
+        record = codec.decode_record(stored, stream)
+        response = record.kind == Kind.MODEL_RESPONDED
+        if not steps or (response and seen_response):
+            steps.append((stored.seq, [], []))
         seen_response = seen_response or response
-        batches[-1][1].append(stored.data)
-    return batches
+        steps[-1][1].append(stored.data)
+        steps[-1][2].append(record)
+    return steps
+
+
+async def step_batches(store: Store, stream: StreamId) -> list[tuple[int, list[bytes]]]:
+    """The stored frames of ``stream`` grouped by step: ``(first seq, frames)`` each (see ``_steps``)."""
+    return [(first, frames) for first, frames, _ in await _steps(store, stream)]
+
+
+async def step_entries(store: Store, stream: StreamId) -> list[tuple[int, list[tuple[str, dict[str, Any]]]]]:
+    """The records of ``stream`` grouped by step as the journal was given them:
+    ``(first seq, [(kind, data), ...])`` each (see ``_steps``)."""
+    return [(first, [(r.kind, r.data) for r in records]) for first, _, records in await _steps(store, stream)]
+
+
+def _agent_name(steps: list[tuple[int, list[tuple[str, dict[str, Any]]]]]) -> str:
+    """The definition name in the stream's ``started`` record (what redaction rules match on)."""
+    for kind, data in steps[0][1] if steps else []:
+        if kind == Kind.STARTED:
+            return str(data.get("definition", {}).get("name", ""))
+    return ""
 
 
 async def run_floor(
-    bench: Bench, store: Store, streams: list[StreamId], label: str, on_step: Callable[[], None] = lambda: None
+    bench: Bench,
+    store: Store,
+    streams: list[StreamId],
+    label: str,
+    on_step: Callable[[], None] = lambda: None,
+    *,
+    encoded: bool = False,
 ) -> tuple[FloorRun, str]:
-    """Replay ``streams``' frames per step through a fresh plain journal, one writer per stream.
+    """Replay ``streams``' frames per step through a fresh plain journal, one writer per stream;
+    with ``encoded``, their records instead, each step encoded as the journal does, in the timed loop.
 
     Returns the run and the limit's description (its URL, for the figures).
     """
-    items = [await step_batches(store, stream) for stream in streams]
+    items: list[list[tuple[int, list[Any]]]]
+    encoders: list[StepEncoder] = []
+    if encoded:
+        entries = [await step_entries(store, stream) for stream in streams]
+        encoders = [StepEncoder(stream, _agent_name(own)) for stream, own in zip(streams, entries, strict=True)]
+        items = list(entries)
+    else:
+        items = [await step_batches(store, stream) for stream in streams]
     limit, url = raw_limit(bench, label)
 
-    async with limit as raw:
+    async def sink(index: int, _: int, item: tuple[int, list[Any]]) -> None:
+        first, batch = item
+        frames = encoders[index].frames(batch, first) if encoders else batch  # timed: the step's encoding
+        await limit.group_rows(index, first, frames)
 
-        async def sink(index: int, _: int, item: tuple[int, list[bytes]]) -> None:
-            await raw.group_rows(index, item[0], item[1])
-
+    async with limit:
         wall, latencies = await run_writers(sink, items, on_done=on_step)
-        commits = raw.commits
+        commits = limit.commits
     if not bench.is_postgres:
         for file in bench.scratch.glob(f"{label}-{bench.run_id}.db*"):
             file.unlink()

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .limit_lines import COLUMNS, limit_lines
 from .results import Figure, Results
 
 #: Table titles that say what a suite measures where its name alone could mislead.
@@ -56,6 +57,14 @@ def print_report(results: Results, console: Console) -> None:
             table.add_column(column, justify="right" if column == "value" else "left")
         for r in results.ratios:
             table.add_row(r.suite, r.name, _params(r.params), f"{r.value:.4g}", r.better)
+        console.print(table)
+    lines = limit_lines(results)
+    if lines:
+        table = Table(title="limits: durably, the limit with encoding included, the raw limit", title_justify="left")
+        for column in COLUMNS:
+            table.add_column(column, justify="left" if column == "workload" else "right")
+        for line in lines:
+            table.add_row(*line.cells())
         console.print(table)
     if results.targets:
         table = Table(title="targets", title_justify="left")

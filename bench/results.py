@@ -152,6 +152,7 @@ class Results:
         self.targets: list[Target] = []
         self.notes: list[str] = []
         self.series: list[Series] = []
+        self.failed: list[str] = []  # suites that raised (a run that kept going past them)
         self.machine = machine()
 
     def add(
@@ -250,6 +251,7 @@ class Results:
             "ratios": [asdict(r) for r in self.ratios],
             "targets": [asdict(t) for t in self.targets],
             "notes": self.notes,
+            "failed": self.failed,
             "series": [asdict(s) for s in self.series],
         }
 

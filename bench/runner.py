@@ -44,13 +44,16 @@ async def run_bench(
     progress: Progress | None = None,
     argv: list[str] | None = None,
     requests: Callable[[], dict[str, int]] | None = None,
+    keep_going: bool = False,
 ) -> Results:
     """Run ``suites`` (names of ``SUITES``) on ``store`` (a URL; None: a temporary SQLite file).
 
     ``requests``: the store's server's request counts by method so far (the
     bench's own S3 server), for requests per step counted at the server.
     Returns the ``Results`` with figures, ratios and target checks. Raises
-    ``KeyError`` for an unknown suite name and whatever the store raises.
+    ``KeyError`` for an unknown suite name and whatever the store raises;
+    with ``keep_going``, a suite that raises is named in ``Results.failed`` and
+    in a note instead, and the next suite runs (a long run keeps what it made).
     Temporary files (the default store, the limit's and LangGraph's databases)
     are removed at the end.
     """
@@ -88,7 +91,13 @@ async def run_bench(
         elif urlsplit(bench.store).scheme == "s3":
             results.note("requests per step are counted only at the bench's own server: durably bench --local-s3")
         for name in names:
-            await SUITES[name](bench)
+            try:
+                await SUITES[name](bench)
+            except Exception as exc:
+                if not keep_going:
+                    raise
+                results.failed.append(name)
+                results.note(f"suite {name} failed: {type(exc).__name__}: {str(exc)[-500:]}")
         check_targets(results)
         return results
     finally:

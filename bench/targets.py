@@ -78,6 +78,41 @@ def _between(ratio: Ratio) -> str:
     return f"{_number(ratio.numerator['value'])} / {_number(ratio.denominator['value'])} {ratio.numerator['unit']}"
 
 
+def _floor_value(name: str, **params: Any) -> Value:
+    """The agent-steps ratio ``name`` (durably against its one-commit floor), its note
+    naming both sides and, when it ran, the floor with encoding included: durably
+    against it is the runtime's own gap, it against the floor the codec's."""
+    floor_name = name.replace("/floor", "/floor-encoded")
+
+    def measure(results: Results) -> tuple[float | None, str]:
+        ratio = _ratio(results, "agent-steps", name, **params)
+        if ratio is None:
+            return None, ""
+        note = _between(ratio)
+        encoded = _ratio(results, "agent-steps", floor_name, **ratio.params)
+        if encoded is not None:
+            note += (
+                f"; with encoding the floor is {_number(encoded.denominator['value'])} {encoded.denominator['unit']}"
+                f" (durably / it {encoded.value:.3g})"
+            )
+        return ratio.value, note
+
+    return measure
+
+
+def _cpu_note(figure: Figure, results: Results) -> str:
+    """The limits with encoding beside durably's CPU per step on memory://, when they ran."""
+    parts = [
+        f"{label} {found.value:.3g} ms"
+        for system, label in (
+            ("limit-encoded-memory", "limit with encoding (redaction, codec, GroupCommitter)"),
+            ("encode-no-redaction", "codec alone"),
+        )
+        if (found := results.find("overhead", "cpu_per_step", system)) is not None
+    ]
+    return "; ".join(parts)
+
+
 def _restore_note(figure: Figure, results: Results) -> str:
     warm = results.find("restore", "restore_warm_p50", records=100_000, history="full")
     snapshot = results.find("restore", "snapshot_bytes", records=100_000, history="full")
@@ -112,7 +147,7 @@ GOALS: tuple[Goal, ...] = (
         "agent-steps, 1,000-step conversation: durably's step mean / the floor's (same frames, one plain commit a step)",
         _only(
             SQLITE,
-            _ratio_value("agent-steps", "step_mean durably/floor", _between, agents=1, steps=1_000),
+            _floor_value("step_mean durably/floor", agents=1, steps=1_000),
             "measured on sqlite:// (the default store)",
         ),
     ),
@@ -132,7 +167,7 @@ GOALS: tuple[Goal, ...] = (
         "agent-steps, 16 agents: steps/s durably / the one-commit floor (plain aiosqlite group commit of the same frames)",
         _only(
             SQLITE,
-            _ratio_value("agent-steps", "steps_per_s durably/floor", _between, agents=16),
+            _floor_value("steps_per_s durably/floor", agents=16),
             "measured on sqlite:// (the default store)",
         ),
     ),
@@ -157,7 +192,7 @@ GOALS: tuple[Goal, ...] = (
         _ratio_value("many", "steps_per_s 1000 agents/16 agents", _between, agents=1_000),
     ),
     Goal(
-        "16",
+        "16, 33",
         "file bytes after 1,000 steps <= 1/3 of DBOS's",
         "<=",
         1 / 3,
@@ -173,7 +208,7 @@ GOALS: tuple[Goal, ...] = (
         _ratio_value("peers", "file_bytes durably/langgraph", _between, steps=1_000),
     ),
     Goal(
-        "16",
+        "16, 33",
         "restore, whole conversation, 100,000 records <= 250 ms",
         "<=",
         250,
@@ -237,16 +272,12 @@ GOALS: tuple[Goal, ...] = (
         _ratio_value("imports", "durably._runtime/dependencies", _between),
     ),
     Goal(
-        "15",
+        "15, 33",
         "16 agents through the full runtime on Postgres >= 60% of raw asyncpg group commit",
         ">=",
         0.6,
         "agent-steps on postgresql://, 16 agents: steps/s durably / the one-commit floor (plain asyncpg)",
-        _only(
-            POSTGRES,
-            _ratio_value("agent-steps", "steps_per_s durably/floor", _between, agents=16),
-            "measured with --store postgresql://",
-        ),
+        _only(POSTGRES, _floor_value("steps_per_s durably/floor", agents=16), "measured with --store postgresql://"),
     ),
     Goal(
         "5",
@@ -279,6 +310,36 @@ GOALS: tuple[Goal, ...] = (
         3,
         "peers, the same graph on both savers, 1,000 steps",
         _ratio_value("peers", "checkpoints_per_s DurablySaver/AsyncSqliteSaver", _between, steps=1_000),
+    ),
+    Goal(
+        "33",
+        "runtime CPU per step on memory:// <= 0.10 ms",
+        "<=",
+        0.10,
+        "overhead suite: process CPU time / steps, durably on memory://",
+        _figure_value("overhead", "cpu_per_step", "durably-memory", note=_cpu_note),
+    ),
+    Goal(
+        "33",
+        "16 agents on SQLite >= 0.5 of raw group commit",
+        ">=",
+        0.5,
+        "agent-steps, 16 agents: steps/s durably / the one-commit floor (plain aiosqlite group commit of the same frames)",
+        _only(
+            SQLITE, _floor_value("steps_per_s durably/floor", agents=16), "measured on sqlite:// (the default store)"
+        ),
+    ),
+    Goal(
+        "33",
+        "1 agent on SQLite <= 1.3x the one-commit floor (fast disk)",
+        "<=",
+        1.3,
+        "agent-steps, 1,000-step conversation: durably's step mean / the floor's; the floor's step is the disk's pace",
+        _only(
+            SQLITE,
+            _floor_value("step_mean durably/floor", agents=1, steps=1_000),
+            "measured on sqlite:// (the default store)",
+        ),
     ),
     Goal(
         "29",

@@ -15,6 +15,12 @@ agent: durably's step cost / the floor's (lower is better); 16 agents: steps/s
 durably / floor. The record rate is also compared with the append suite's
 one-row-per-append limit at the same concurrency, when that ran.
 
+Beside the floor, the floor with encoding included (``floor-encoded``): the
+same steps' records, redacted and encoded by the journal's own code in the
+timed loop, then committed the same way, still no runtime. durably /
+floor-encoded is the gap that is the runtime's own; floor-encoded / floor is
+what encoding costs at the storage's pace.
+
 With ``bench.requests`` (the bench's own S3 server, ``--local-s3``), the
 requests each run sent are counted at the server: requests per step.
 """
@@ -24,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from durably.storage._registry import open_store
+from durably.storage._spi import Store, StreamId
 
 from ..agent import run_agents
 from ..context import Bench
@@ -57,8 +64,13 @@ def step_figures(
     )
 
 
-def _floor_figures(bench: Bench, run_wall: float, floor: FloorRun, url: str, agents: int, steps: int) -> None:
-    """The floor's figures beside durably's, and the two headline ratios."""
+FLOOR, ENCODED = "floor-step-commit", "floor-encoded"
+
+
+def _floor_figures(
+    bench: Bench, run_wall: float, floors: dict[str, tuple[FloorRun, str]], agents: int, steps: int
+) -> None:
+    """The floors' figures (``floors``: system -> run, URL) beside durably's, and the headline ratios."""
     r = bench.results
     params: dict[str, Any] = {"agents": agents, "steps": steps}
     total = agents * steps
@@ -67,17 +79,43 @@ def _floor_figures(bench: Bench, run_wall: float, floor: FloorRun, url: str, age
         if agents > 1
         else r.find(SUITE, "steps_per_s", agents=1, steps=steps)
     )
-    theirs = r.add(
-        SUITE, "steps_per_s", floor.steps / floor.wall_s, "steps/s", system="floor-step-commit", store=url, **params
+    mean = r.add(SUITE, "step_mean", run_wall / steps * 1e3, "ms", **params) if agents == 1 else None
+    for system, (floor, url) in floors.items():
+        rate = r.add(SUITE, "steps_per_s", floor.steps / floor.wall_s, "steps/s", system=system, store=url, **params)
+        r.add(SUITE, "commits", floor.commits, "count", system=system, store=url, **params)
+        name = "floor" if system == FLOOR else system
+        if mean is not None:
+            floor_mean = r.add(
+                SUITE, "step_mean", floor.wall_s / floor.steps * 1e3, "ms", system=system, store=url, **params
+            )
+            r.ratio(SUITE, f"step_mean durably/{name}", mean, floor_mean, better="lower", **params)
+        r.ratio(SUITE, f"steps_per_s durably/{name}", mine, rate, **params)
+    r.ratio(
+        SUITE,
+        f"steps_per_s {ENCODED}/floor",
+        r.find(SUITE, "steps_per_s", ENCODED, **params),
+        r.find(SUITE, "steps_per_s", FLOOR, **params),
+        **params,
     )
-    r.add(SUITE, "commits", floor.commits, "count", system="floor-step-commit", store=url, **params)
-    if agents == 1:
-        mean = r.add(SUITE, "step_mean", run_wall / steps * 1e3, "ms", **params)
-        floor_mean = r.add(
-            SUITE, "step_mean", floor.wall_s / floor.steps * 1e3, "ms", system="floor-step-commit", store=url, **params
+
+
+async def _floors(
+    bench: Bench, store: Store, streams: list[StreamId], label: str, description: str, count: int
+) -> dict[str, tuple[FloorRun, str]]:
+    """The floor, then the floor with encoding, of ``streams`` (``count`` steps in all, for the progress bar)."""
+    floors = {}
+    for system, encoded in ((FLOOR, False), (ENCODED, True)):
+        what = "encoded then one commit each" if encoded else "one commit each"
+        task = bench.progress.start(f"{system}: {description}, {what}", count)
+        floors[system] = await run_floor(
+            bench,
+            store,
+            streams,
+            f"{label}-encoded" if encoded else label,
+            on_step=lambda: bench.progress.advance(task),
+            encoded=encoded,
         )
-        r.ratio(SUITE, "step_mean durably/floor", mean, floor_mean, better="lower", **params)
-    r.ratio(SUITE, "steps_per_s durably/floor", mine, theirs, **params)
+    return floors
 
 
 def _request_figures(bench: Bench, spent: dict[str, int], total_steps: int, **params: Any) -> None:
@@ -120,12 +158,9 @@ async def run(bench: Bench) -> None:
             agents=1,
             steps=steps,
         )
-        task = bench.progress.start(f"floor: {steps:,} steps, one commit each", steps + 1)
         async with open_store(bench.store) as store:
-            floor, url = await run_floor(
-                bench, store, conv.run.streams, "floor-1", on_step=lambda: bench.progress.advance(task)
-            )
-        _floor_figures(bench, conv.run.wall_s, floor, url, 1, steps)
+            floors = await _floors(bench, store, conv.run.streams, "floor-1", f"{steps:,} steps", steps + 1)
+        _floor_figures(bench, conv.run.wall_s, floors, 1, steps)
 
     agents, steps = bench.sizes.agents, bench.sizes.agent_steps
     task = bench.progress.start(f"{agents} agents x {steps} steps", agents * steps)
@@ -136,12 +171,11 @@ async def run(bench: Bench) -> None:
             store, bench.namespace(SUITE, "concurrent"), conversations, on_step=lambda: bench.progress.advance(task)
         )
         _request_figures(bench, bench.requests_since(before), agents * steps, agents=agents, steps=steps)
-        task = bench.progress.start(f"floor: {agents} writers x {steps} steps", agents * (steps + 1))
-        floor, url = await run_floor(
-            bench, store, run_.streams, f"floor-{agents}", on_step=lambda: bench.progress.advance(task)
+        floors = await _floors(
+            bench, store, run_.streams, f"floor-{agents}", f"{agents} writers x {steps} steps", agents * (steps + 1)
         )
     total_records = agents * (3 * steps + 3)  # + started, the final response and finished
-    _floor_figures(bench, run_.wall_s, floor, url, agents, steps)
+    _floor_figures(bench, run_.wall_s, floors, agents, steps)
     rate = r.add(SUITE, "records_per_s", total_records / run_.wall_s, "records/s", agents=agents, steps=steps)
     all_latencies = [lat for own in run_.latencies for lat in own]
     for q in (50, 99):

@@ -11,6 +11,14 @@ unlike wall time, it does not grow when other work shares the cores.
 Each variant first runs a short untimed warm-up, so what is paid once per
 process (importing pydantic for the tools' schemas, loading the zstd
 dictionary, compiling the redaction patterns) is not counted as per-step cost.
+
+Beside them, the limit with encoding included, no runtime: the same steps'
+records (``journal_entries``) redacted and encoded by the journal's own code
+(``durably.bench.step_encoder``), each step then committed through
+``GroupCommitter`` on ``memory://`` (``limit-encoded-memory``); the encoding
+alone (``encode-only``) and without redaction (``encode-no-redaction``), so
+redaction's share shows apart. durably on memory:// minus limit-encoded-memory
+is the CPU per step that is the runtime's own.
 """
 
 from __future__ import annotations
@@ -19,12 +27,15 @@ import time
 from typing import Any
 
 from durably._tools.tool import ToolContext
+from durably.storage._group_commit import GroupCommitter
 from durably.storage._registry import open_store
+from durably.storage._spi import StreamId
 
 from ..agent import ScriptedModel, bench_tools, run_agents
 from ..context import Bench
 from ..results import percentile
-from ..workload import Step
+from ..step_encoder import DEFAULT_REDACTION, StepEncoder
+from ..workload import Step, journal_entries
 
 SUITE = "overhead"
 WARM_UP_STEPS = 20
@@ -48,6 +59,40 @@ async def plain_loop(steps: list[Step]) -> ScriptedModel:
             ctx = ToolContext(idempotency_key=call["id"], agent_id="plain", call_id=call["id"], attempt=1)
             result = await tools[call["name"]].fn(**call["arguments"], ctx=ctx)
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+
+
+Entry = tuple[str, dict[str, Any]]
+#: The limits with encoding: system -> (redaction policy, committed to memory:// or not).
+LIMITS = {
+    "limit-encoded-memory": (DEFAULT_REDACTION, True),
+    "encode-only": (DEFAULT_REDACTION, False),
+    "encode-no-redaction": (None, False),
+}
+
+
+def step_groups(steps: list[Step], namespace: str, agent_id: str) -> list[tuple[int, list[Entry]]]:
+    """The records the journal appends for ``steps``, one group per step: ``(first seq, entries)``
+    (``started`` goes with the first step)."""
+    entries = journal_entries(steps, namespace, agent_id)
+    groups = [(2 + 3 * i, entries[1 + 3 * i : 4 + 3 * i]) for i in range(len(steps))]
+    return [(1, [entries[0], *groups[0][1]]), *groups[1:]] if groups else [(1, entries[:1])]
+
+
+async def encoded_limit(url: str, namespace: str, steps: list[Step], system: str) -> float:
+    """Process CPU seconds to encode (and, for the committed system, group-commit on a fresh
+    ``url`` store) every step of ``steps`` as the journal would, one step at a time."""
+    redaction, committed = LIMITS[system]
+    stream = StreamId(namespace, "agent-0")
+    groups = step_groups(steps, namespace, stream.agent_id)
+    encoder = StepEncoder(stream, "bench-agent-0", redaction=redaction)
+    async with open_store(url) as store:
+        committer = GroupCommitter(store, tracer=None)
+        cpu = time.process_time()
+        for first, group in groups:
+            frames = encoder.frames(group, first)
+            if committed:
+                await committer.append(stream, first - 1, frames)
+        return time.process_time() - cpu
 
 
 async def run(bench: Bench) -> None:
@@ -95,3 +140,28 @@ async def run(bench: Bench) -> None:
             store=durably.store,
             steps=len(steps),
         )
+    await _limit_figures(bench, steps, steps[:WARM_UP_STEPS])
+
+
+async def _limit_figures(bench: Bench, steps: list[Step], warm_up: list[Step]) -> None:
+    """CPU per step of every limit with encoding, and durably's on memory:// against the committed one."""
+    r = bench.results
+    memory = f"memory://bench-{bench.run_id}-overhead-limit"
+    for system in LIMITS:
+        await encoded_limit(memory, bench.namespace(SUITE, system, "warm-up"), warm_up, system)
+        cpu = await encoded_limit(memory, bench.namespace(SUITE, system), steps, system)
+        r.add(SUITE, "cpu_per_step", cpu / len(steps) * 1e3, "ms", system=system, store=memory, steps=len(steps))
+    own = r.find(SUITE, "cpu_per_step", "durably-memory")
+    limit = r.find(SUITE, "cpu_per_step", "limit-encoded-memory")
+    if own is not None and limit is not None:
+        # What no encoding change can take away: the runtime's own CPU per step.
+        r.add(
+            SUITE,
+            "runtime_own_cpu_per_step",
+            own.value - limit.value,
+            "ms",
+            system="durably-memory",
+            store=own.store,
+            steps=len(steps),
+        )
+        r.ratio(SUITE, "cpu_per_step durably-memory/limit-encoded-memory", own, limit, better="lower")
