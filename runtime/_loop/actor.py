@@ -23,6 +23,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from durably import _telemetry as tm
 from durably._journal.writer import AgentJournal
 from durably._loop.agent import AgentDefinition
+from durably._loop.call_ids import ConversationCallIds
 from durably._loop.child_calls import ChildAgents
 from durably._loop.commands import Command, to_record
 from durably._loop.limits import Admission, estimate_input_tokens
@@ -92,6 +93,7 @@ class AgentActor(ToolCalls):
         # stream, one writer, so appends of one agent never race each other's seq.
         self._append_lock = anyio.Lock()
         self._validated: dict[str, dict[str, Any]] = {}  # call key -> its coerced arguments, until it runs
+        self._call_ids = ConversationCallIds()
         self.children: ChildAgents | None = None  # how child agents start and end; the runtime sets it
         #: This process's subscribers (``Runtime.stream``); ``Runtime._spawn`` sets it.
         self.live: LiveEvents | None = None
@@ -477,15 +479,16 @@ class AgentActor(ToolCalls):
         never derived again on read.
         """
         state, turn = self.state, self.state.usage["steps"] + 1
-        seen = {c.get("id") for m in state.messages for c in m.get("tool_calls") or ()}
+        in_conversation = self._call_ids.of(state.messages)
+        given: set[str] = set()  # this answer's ids, kept apart: the answer may never be journaled
         calls = []
         for i, c in enumerate(tool_calls):
             call_id = c.id
-            if not call_id or call_id in seen:
+            if not call_id or call_id in in_conversation or call_id in given:
                 call_id, n = f"call-{turn}-{i}", 1
-                while call_id in seen:
+                while call_id in in_conversation or call_id in given:
                     call_id, n = f"call-{turn}-{i}-{n}", n + 1
-            seen.add(call_id)
+            given.add(call_id)
             key = idempotency_key(state.namespace, state.agent_id, state.run_id, f"{turn}:{i}:{call_id}")
             calls.append({"id": call_id, "name": c.name, "arguments": c.arguments, "key": key})
         return calls
