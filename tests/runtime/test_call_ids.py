@@ -51,3 +51,12 @@ def test_a_shorter_or_another_conversation_is_scanned_whole() -> None:
     assert ids.of(messages) == {"b"}
     restored = [assistant("x")]
     assert ids.of(restored) == {"x"}, "a restored state's list is not the cached one"
+
+
+def test_an_idempotency_key_is_the_one_existing_journals_hold() -> None:
+    """A function agent derives its calls' keys again on every activation to find them in its
+    ledger: the key of given coordinates never changes (these are SHA-256's, 32 hex chars)."""
+    from durably._tools.tool import idempotency_key
+
+    assert idempotency_key("default", "agent-1", "run-1", "position:1") == "f768c1d9ea87e015e594c757b10d6ad9"
+    assert idempotency_key("ns", "a", "r", "1:0:call-1-0") == "e87bad0ce4caea0280efcee1c7b021a2"
