@@ -93,7 +93,7 @@ class AgentActor(ToolCalls):
         # stream, one writer, so appends of one agent never race each other's seq.
         self._append_lock = anyio.Lock()
         self._validated: dict[str, dict[str, Any]] = {}  # call key -> its coerced arguments, until it runs
-        self._call_ids = ConversationCallIds()
+        self._conversation_ids = ConversationCallIds()
         self.children: ChildAgents | None = None  # how child agents start and end; the runtime sets it
         #: This process's subscribers (``Runtime.stream``); ``Runtime._spawn`` sets it.
         self.live: LiveEvents | None = None
@@ -479,7 +479,7 @@ class AgentActor(ToolCalls):
         never derived again on read.
         """
         state, turn = self.state, self.state.usage["steps"] + 1
-        in_conversation = self._call_ids.of(state.messages)
+        in_conversation = self._conversation_ids.of(state.messages)
         given: set[str] = set()  # this answer's ids, kept apart: the answer may never be journaled
         calls = []
         for i, c in enumerate(tool_calls):

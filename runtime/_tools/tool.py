@@ -108,7 +108,8 @@ def idempotency_key(namespace: str, agent_id: str, run_id: str, call_id: str) ->
     collides with keys an external system saw before.
     """
     material = "\x00".join((namespace, agent_id, run_id, call_id)).encode()
-    return _sha256()(material).hexdigest()[:32]
+    digest: str = _sha256()(material).hexdigest()
+    return digest[:32]
 
 
 @cache
