@@ -27,6 +27,7 @@ Three kinds of failure, told apart by asyncpg's exception (its SQLSTATE):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -128,6 +129,33 @@ def retrying(deadline: float) -> tenacity.AsyncRetrying:
     )
 
 
+async def retried(deadline: float, attempt: Callable[[], Awaitable[T]]) -> T:
+    """Run ``attempt`` until it succeeds; transient failures retried (``retrying``) until ``deadline`` s.
+
+    The first attempt runs bare: a call that succeeds, the common case, never builds tenacity's
+    controller (about 40 us of CPU a call). Raises the last failure untranslated.
+    """
+    started = time.monotonic()
+    try:
+        return await attempt()
+    except Exception as exc:
+        if not transient(exc):
+            raise
+        failed: Exception | None = exc
+
+    async def again() -> T:
+        nonlocal failed
+        if failed is not None:  # tenacity's attempt 1 is the one that just failed
+            error, failed = failed, None
+            raise error
+        return await attempt()
+
+    async for state in retrying(deadline - (time.monotonic() - started)):
+        with state:
+            return await again()
+    raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
+
+
 async def with_retries(deadline: float, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
     """Run ``attempt`` (idempotent) until it succeeds; transient failures retried until ``deadline``.
 
@@ -135,12 +163,9 @@ async def with_retries(deadline: float, what: str, attempt: Callable[[], Awaitab
     ``PostgresSetupError``) of the last failure.
     """
     try:
-        async for state in retrying(deadline):
-            with state:
-                return await attempt()
+        return await retried(deadline, attempt)
     except Exception as exc:
         translated = translate(exc, what)
         if translated is exc:
             raise
         raise translated from exc
-    raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover

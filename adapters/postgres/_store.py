@@ -64,7 +64,7 @@ from durably.storage._url_redaction import redact_url
 
 from . import _schema as layout
 from ._changes import PostgresChanges
-from ._faults import CLIENT_FAILURES, OutcomeUnknown, broken, connection_lost, retrying, translate, with_retries
+from ._faults import CLIENT_FAILURES, OutcomeUnknown, broken, connection_lost, retried, translate, with_retries
 from ._leases import PostgresLeases
 from ._options import PostgresOptions
 from ._status_index import PostgresStatusIndex, check_entries, entry_rows, index_sql
@@ -306,19 +306,21 @@ class PostgresStore(
         else:
             sql = self._sql["append"]
         unknown: OutcomeUnknown | None = None  # an attempt whose outcome must be read back before any re-send
+
+        async def attempt() -> list[int]:
+            nonlocal unknown
+            found = None if unknown is None else await self._resolve(args[0], unknown)
+            if found is not None:
+                return found
+            unknown = None  # never sent, or known not to have committed: (re)send
+            try:
+                return await self._append_once(sql, args, requests if indexed else None)
+            except OutcomeUnknown as exc:
+                unknown = exc
+                raise
+
         try:
-            async for state in retrying(self.options.deadline):
-                with state:
-                    found = None if unknown is None else await self._resolve(args[0], unknown)
-                    if found is not None:
-                        results = found
-                    else:
-                        unknown = None  # never sent, or known not to have committed: (re)send
-                        try:
-                            results = await self._append_once(sql, args, requests if indexed else None)
-                        except OutcomeUnknown as exc:
-                            unknown = exc
-                            raise
+            results = await retried(self.options.deadline, attempt)
         except Exception as exc:
             translated = translate(exc, "append")
             if translated is exc:

@@ -20,7 +20,7 @@ from durably.storage._errors import DurablyError
 
 from ._batch import HEADER_SIZE, BatchHeader
 from ._requests import S3Requests
-from ._retry import is_precondition_failed, is_transient, retrying, unavailable
+from ._retry import is_precondition_failed, is_transient, retried, unavailable
 
 
 class BatchTaken(Exception):
@@ -87,11 +87,8 @@ async def put_batch(s3: S3Requests, key: str, body: bytes, token: bytes, *, repl
         raise failure  # not applied: tenacity sends it again after a backoff
 
     try:
-        async for state in retrying(s3.options.retry):
-            with state:
-                return await attempt()
+        return await retried(s3.options.retry, attempt)
     except (BatchTaken, DurablyError):
         raise
     except Exception as exc:  # a transient failure that outlasted the retries, or a final S3 error
         raise unavailable(f"PutObject {key}", exc) from exc
-    raise AssertionError("unreachable: retrying either returns or raises")

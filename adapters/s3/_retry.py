@@ -18,8 +18,9 @@ run out becomes ``StoreUnavailableError``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import aiohttp
@@ -107,6 +108,36 @@ def retrying(policy: RetryPolicy, retry_on: Callable[[BaseException], bool] = is
     )
 
 
+async def retried(
+    policy: RetryPolicy, attempt: Callable[[], Awaitable[T]], retry_on: Callable[[BaseException], bool] = is_transient
+) -> T:
+    """Run ``attempt`` until it succeeds, retrying exceptions ``retry_on`` accepts under ``policy``.
+
+    The first attempt runs bare: a call that succeeds, the common case, never builds tenacity's
+    controller (about 40 us of CPU a call). Raises the last failure as it was raised.
+    """
+    started = time.monotonic()
+    try:
+        return await attempt()
+    except Exception as exc:
+        if not retry_on(exc):
+            raise
+        failed: Exception | None = exc
+
+    async def again() -> T:
+        nonlocal failed
+        if failed is not None:  # tenacity's attempt 1 is the one that just failed
+            error, failed = failed, None
+            raise error
+        return await attempt()
+
+    rest = replace(policy, deadline=policy.deadline - (time.monotonic() - started))
+    async for state in retrying(rest, retry_on):
+        with state:
+            return await again()
+    raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
+
+
 def unavailable(what: str, exc: BaseException) -> StoreUnavailableError:
     """A ``StoreUnavailableError`` for operation ``what`` that failed with ``exc`` (set as its cause)."""
     error = StoreUnavailableError(f"S3 {what} failed: {exc}")
@@ -126,13 +157,10 @@ async def call_with_retries(
     caller of the SPI cannot act on except by reporting the store unusable.
     """
     try:
-        async for retry_state in retrying(policy):
-            with retry_state:
-                return await attempt()
+        return await retried(policy, attempt)
     except ClientError as exc:
         if http_status(exc) in expect:
             raise
         raise unavailable(what, exc) from exc
     except (BotoCoreError, aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
         raise unavailable(what, exc) from exc
-    raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover

@@ -19,6 +19,10 @@ records (``journal_entries``) redacted and encoded by the journal's own code
 alone (``encode-only``) and without redaction (``encode-no-redaction``), so
 redaction's share shows apart. durably on memory:// minus limit-encoded-memory
 is the CPU per step that is the runtime's own.
+
+Hops per step: a last, untimed run of the first steps counts the event loop's
+callbacks (``loop_callbacks``): the task switches and thread hand-backs a step
+makes, a figure the machine's load does not change.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from durably.storage._spi import StreamId
 
 from ..agent import ScriptedModel, bench_tools, run_agents
 from ..context import Bench
+from ..loop_callbacks import counting_callbacks
 from ..results import percentile
 from ..step_encoder import DEFAULT_REDACTION, StepEncoder
 from ..workload import Step, journal_entries
 
 SUITE = "overhead"
 WARM_UP_STEPS = 20
+COUNTED_STEPS = 100
 
 
 async def plain_loop(steps: list[Step]) -> ScriptedModel:
@@ -126,6 +132,13 @@ async def run(bench: Bench) -> None:
         r.add(SUITE, "step_p50", percentile(latencies, 50) * 1e3, "ms", system=system, store=url, **params)
         # CPU time of the whole process (every thread) per step: what load on the machine does not inflate.
         r.add(SUITE, "cpu_per_step", cpus[system] / len(steps) * 1e3, "ms", system=system, store=url, **params)
+    counted = steps[:COUNTED_STEPS]
+    for system, url in stores.items():
+        async with open_store(url) as store:
+            with counting_callbacks() as count:
+                await run_agents(store, bench.namespace(SUITE, system, "counted"), [counted])
+        # Starting and finishing the agent are spread over its steps: a short run reads a little high.
+        r.add(SUITE, "loop_callbacks_per_step", count.total / len(counted), "callbacks", system=system, store=url)
     plain = r.find(SUITE, "step_mean", "plain-loop")
     for system in stores:
         durably = r.find(SUITE, "step_mean", system)

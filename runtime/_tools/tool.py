@@ -18,7 +18,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import partial
+from functools import cache, partial
 from typing import Any, overload
 
 import anyio.to_thread
@@ -107,10 +107,18 @@ def idempotency_key(namespace: str, agent_id: str, run_id: str, call_id: str) ->
     The run id is part of it so that an agent id reused after a purge never
     collides with keys an external system saw before.
     """
-    from hashlib import sha256  # here, not at import: hashlib loads OpenSSL's bindings (import time)
-
     material = "\x00".join((namespace, agent_id, run_id, call_id)).encode()
-    return sha256(material).hexdigest()[:32]
+    digest: str = _sha256()(material).hexdigest()
+    return digest[:32]
+
+
+@cache
+def _sha256() -> Callable[[bytes], Any]:
+    # Loaded on first use, not at import (hashlib loads OpenSSL's bindings), and once: an
+    # import statement run on every call costs about as much as the hash itself.
+    from hashlib import sha256
+
+    return sha256
 
 
 Reconciler = Callable[[ToolContext], Awaitable["Reconciled | None"]]

@@ -240,3 +240,39 @@ async def test_a_connection_left_mid_operation_is_dropped_and_the_call_retried(s
 
         assert await store._call("probe", work) == 1
         assert len(used) == 2 and used[0].is_closed()
+
+
+async def test_calls_that_succeed_build_no_retry_controller_and_a_failure_is_still_retried(
+    server: PostgresTestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tenacity
+
+    built: list[object] = []
+    real_init = tenacity.AsyncRetrying.__init__
+
+    def counting_init(self, *args, **kwargs) -> None:
+        built.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(tenacity.AsyncRetrying, "__init__", counting_init)
+    stream = StreamId("faults", "no-controller")
+    url = server.url(pool_min=1, pool_max=1)
+    async with PostgresStore(url) as store:
+        built.clear()  # opening the store may have retried a refused connection
+        for seq in range(20):
+            assert await store.append(stream, seq, [b"r%d" % seq]) == seq + 1
+        assert [r.seq async for r in store.read(stream)] == list(range(1, 21))
+        assert await store.last_seq(stream) == 20
+        assert built == [], "a call that succeeds first time pays no retry controller"
+
+        proxy = CuttingProxy(server.port)
+        async with anyio.create_task_group() as group:
+            await group.start(proxy.serve)
+            async with PostgresStore(url.replace(f":{server.port}/", f":{proxy.port}/")) as cut:
+                assert await cut.append(stream, 20, [b"warm-up"]) == 21  # prepares the statement
+                built.clear()
+                proxy.armed = True  # the next answer never arrives: the append's outcome is unknown
+                assert await cut.append(stream, 21, [b"after a cut"]) == 22
+                assert len(built) == 1, "the failed call was retried under one controller"
+            group.cancel_scope.cancel()
+        assert [r.data async for r in store.read(stream, after_seq=20)] == [b"warm-up", b"after a cut"]

@@ -358,6 +358,27 @@ async def test_transient_errors_on_append_are_retried(s3_server, store, kind) ->
     assert len(batch_objects(s3_server, store, STREAM)) == 2
 
 
+async def test_requests_that_succeed_build_no_retry_controller(s3_server, store, monkeypatch) -> None:
+    import tenacity
+
+    built: list[object] = []
+    real_init = tenacity.AsyncRetrying.__init__
+
+    def counting_init(self, *args, **kwargs) -> None:
+        built.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(tenacity.AsyncRetrying, "__init__", counting_init)
+    for seq in range(5):
+        assert await store.append(STREAM, seq, [b"r%d" % seq]) == seq + 1
+    assert await store.last_seq(STREAM) == 5
+    assert [seq for seq, _ in await read_pairs(store, STREAM)] == [1, 2, 3, 4, 5]
+    assert built == [], "a request that succeeds first time pays no retry controller"
+    s3_server.inject(Fault("PUT", "/r/", "slowdown", times=1))
+    assert await store.append(STREAM, 5, [b"after a slowdown"]) == 6
+    assert len(built) == 1, "the failed request was retried under one controller"
+
+
 async def test_dropped_connection_after_the_put_is_resolved_by_reading_back(s3_server, store) -> None:
     await store.append(STREAM, 0, [b"one"])
     keys = StreamKeys(store.options.prefix, STREAM)
