@@ -128,6 +128,18 @@ class Activations:
         except KeyError:
             raise DefinitionNotRegisteredError(f"agent definition {name!r} is not registered in this runtime") from None
 
+    def serves(self, entry: Any) -> bool:
+        """Whether this runtime has the definition of the agent whose status index entry is
+        ``entry`` (an ``IndexEntry``; None or ``status_index.UNSEEN``: not known, so True).
+
+        Checked before a lease is claimed: a worker serving other definitions
+        leaves the agent alone, instead of taking its lease, restoring it and
+        giving it back (a delay for the worker that can run it, and churn in
+        a fleet of workers serving different definitions).
+        """
+        name = getattr(entry, "definition", None)
+        return not name or name in self.definitions
+
     def require_open(self) -> None:
         """Raise ``RuntimeNotStartedError`` once the runtime is being left.
 
@@ -244,6 +256,8 @@ class Activations:
             return AgentHandle(actor)
         if self.draining:
             return None  # shutting down: another runtime resumes it
+        if not self.serves(seen):
+            self.definition(seen.definition)  # raises DefinitionNotRegisteredError, before any lease is taken
         stream = self.stream(agent_id)
         claim = await self._claim(stream, wait=self.leases.ttl * _FORCE_WAIT if force else 0.0)
         try:

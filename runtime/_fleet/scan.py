@@ -111,8 +111,8 @@ async def scan(activations: Activations, *, limit: int | None = None, shuffle: b
     # appends overlap, and the appends share group commits.
     chunk: list[IndexedStream] = []
     async for row in streams:
-        if row.stream.agent_id in activations.live:
-            continue
+        if row.stream.agent_id in activations.live or not activations.serves(row.entry):
+            continue  # live here, or another worker's definition (its lease is not touched)
         chunk.append(row)
         room = RESUME_CONCURRENCY if limit is None else min(RESUME_CONCURRENCY, limit - len(result.handles))
         if len(chunk) >= room:

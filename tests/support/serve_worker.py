@@ -25,8 +25,9 @@ from support_agents import StepModel, append_line, read_lines
 from durably import AgentDefinition, Reconciled, Runtime, tool
 
 
-def slow_file_agent(steps: int, effects: Path, step_seconds: float) -> AgentDefinition:
-    """Each step's tool logs ``start``, sleeps ``step_seconds``, logs ``done``; reconciles by key."""
+def slow_file_agent(steps: int, effects: Path, step_seconds: float, name: str = "slow-file") -> AgentDefinition:
+    """Each step's tool logs ``start``, sleeps ``step_seconds``, logs ``done``; reconciles by key.
+    ``name``: the definition's name (workers serving different definitions)."""
 
     async def happened(ctx) -> Reconciled | None:
         lines = await anyio.to_thread.run_sync(read_lines, effects)
@@ -41,7 +42,7 @@ def slow_file_agent(steps: int, effects: Path, step_seconds: float) -> AgentDefi
         await anyio.to_thread.run_sync(append_line, effects, {**line, "phase": "done", "t": time.time()})
         return n * 10
 
-    return AgentDefinition(name="slow-file", model=StepModel(steps), tools=[effect])
+    return AgentDefinition(name=name, model=StepModel(steps), tools=[effect])
 
 
 async def main(args: argparse.Namespace) -> None:

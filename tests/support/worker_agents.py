@@ -27,6 +27,25 @@ def agents() -> list[AgentDefinition]:
     ]
 
 
+def kind_a() -> list[AgentDefinition]:
+    """Only the ``kind-a`` agent (the slow-file agent under that name), configured from the environment."""
+    return [_named("kind-a")]
+
+
+def kind_b() -> list[AgentDefinition]:
+    """Only the ``kind-b`` agent, as ``kind_a``."""
+    return [_named("kind-b")]
+
+
+def _named(name: str) -> AgentDefinition:
+    return slow_file_agent(
+        int(os.environ.get("WORKER_STEPS", "3")),
+        Path(os.environ["WORKER_EFFECTS"]),
+        float(os.environ.get("WORKER_STEP_SECONDS", "0.05")),
+        name=name,
+    )
+
+
 def gated() -> list[AgentDefinition]:
     """The ``gated`` agent: one step whose tool needs an approval, then "done 1"."""
     from durably import tool
