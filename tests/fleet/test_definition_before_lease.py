@@ -4,10 +4,11 @@ Two ``durably worker`` processes on one store, one serving only ``kind-a``, the
 other only ``kind-b``; agents of both kinds are handed to the fleet (some before
 the workers start, found by their scans; some after, found by scans on SQLite
 and by change notifications on PostgreSQL). Every agent runs for the whole test,
-so each lease is granted once to the worker that runs it and held. The grants
-are counted in the store: on SQLite by the lease's fencing token (one more on
-every grant, per stream), on PostgreSQL (tokens from one sequence) by a trigger
-on the leases table logging every grant. A worker that claimed an agent it cannot run, restored it and let it go,
+so each lease is granted to the worker that runs it and held. The grants are
+counted in the store: on SQLite by the lease's fencing token (one more on every
+grant, per stream), on PostgreSQL (tokens from one sequence) by a trigger on the
+leases table logging every grant with its owner (where a grant to any worker
+but the holder counts). A worker that claimed an agent it cannot run, restored it and let it go,
 as one did before the index entry's definition was checked, leaves a token of 2
 or more, and delays the worker that can run it.
 """
@@ -74,20 +75,26 @@ async def _sql(dsn: str, sql: str) -> list:
 
 
 def grants_and_holders(url: str, ids: list[str], grant_log: tuple[str, str] | None) -> dict[str, tuple[int, str]]:
-    """agent id -> (lease grants so far, the holder's worker id); ``grant_log``: (dsn, schema)
-    of PostgreSQL's trigger log of grants, None to count by SQLite's per-stream tokens."""
+    """agent id -> (lease grants to another worker than the holder's, plus one; the holder's
+    worker id), read through the store's leases. ``grant_log``: (dsn, schema) of PostgreSQL's
+    trigger log of grants, each with its owner; None to count by SQLite's per-stream tokens
+    (every grant, whoever to)."""
 
     async def go() -> dict[str, tuple[int, str]]:
-        counted: dict[str, int] = {}
+        owners: dict[str, set[str]] = {}
         if grant_log is not None:
-            rows = await _sql(grant_log[0], f"SELECT agent_id, count(*) FROM {grant_log[1]}.grants GROUP BY agent_id")
-            counted = {row[0]: row[1] for row in rows}
+            rows = await _sql(grant_log[0], f"SELECT agent_id, owner FROM {grant_log[1]}.grants")
+            for agent_id, owner in rows:
+                owners.setdefault(agent_id, set()).add(owner.split("/")[0])
         async with open_store(url) as store:
             found = {}
             for agent_id in ids:
                 lease = await store.get_lease(StreamId("default", agent_id))
-                grants = counted.get(agent_id, 0) if grant_log is not None else (lease.token if lease else 0)
-                found[agent_id] = (grants, lease.owner.split("/")[0] if lease else "")
+                holder = lease.owner.split("/")[0] if lease else ""
+                if grant_log is not None:
+                    found[agent_id] = (len(owners.get(agent_id, set()) - {holder}) + 1, holder)
+                else:
+                    found[agent_id] = (lease.token if lease else 0, holder)
             return found
 
     return anyio.run(go)
