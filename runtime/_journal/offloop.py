@@ -7,11 +7,13 @@ encrypts and checksums those bytes. zstd, AES-GCM and CRC-32 release the GIL on
 large inputs, so for a large payload the second half runs in a worker thread: a
 second core compresses while the loop runs the other agents' steps.
 
-For small payloads the hop costs the loop more than the work it moves. Measured
-(CPU of the loop's thread per frame, 2 loaded cores): 4 KiB, 30 us on the loop
-against 106 us to hand it to a thread; 64 KiB, 147 against 132; 256 KiB, 3.4 ms
-against 0.31; 1 MiB, 13 ms against 0.33. A step's usual records (a few hundred
-bytes to a few KiB, 15 us of dictionary zstd each) stay on the loop.
+For small payloads the hop costs more than the work it moves, and the work costs more
+CPU in all off the loop (measured; the cause is not isolated). Measured on Python
+source text, per frame, on 2 loaded cores (loop-thread CPU, then the process's, on the
+loop against in a worker thread): 64 KiB, 0.37 / 0.38 ms against 0.29 / 0.90; 256 KiB,
+1.39 / 1.39 ms against 0.35 / 2.19; 1 MiB, 5.5 / 5.5 ms against 0.38 / 6.8. A step's
+usual records (a few hundred bytes to a few KiB, 15 us of dictionary zstd each) stay on
+the loop; from 256 KiB a frame gives the loop back a millisecond or more.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from durably.storage._spi import StreamId
 from .records import RecordCodec
 
 #: Payload bytes (CBOR, before compression) from which a commit's frames are finished
-#: in a worker thread: past the measured break-even of the hop, with a margin.
-OFFLOOP_BYTES = 64 * 1024
+#: in a worker thread: where the loop's saving (1 ms) first outweighs the CPU it adds (0.8 ms).
+OFFLOOP_BYTES = 256 * 1024
 
 
 async def finish_frames(
