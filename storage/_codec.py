@@ -434,6 +434,17 @@ class Codec:
         self._dictionaries = dictionaries.DictionaryFrames(self.dictionary, level)
         self._decoder: cbor2.CBORDecoder | None = None  # see _loads
 
+    def twin(self) -> Codec:
+        """A new codec with this one's settings and cipher, for another thread (a codec's
+        zstd contexts are not shareable): it writes the same frames and reads the same ones."""
+        return Codec(
+            level=self._level,
+            min_compress_size=self._min_compress,
+            limits=self.limits,
+            cipher=self.cipher,
+            dictionary=self.dictionary,
+        )
+
     def _compressor_for(self, size: int) -> zstandard.ZstdCompressor:
         """The compressor for ``size`` raw bytes: above zstd's window at this level (2 MiB
         at 3) one whose window spans the whole value, up to 128 MiB, which every zstd
@@ -476,6 +487,15 @@ class Codec:
         a plaintext frame with a place is then compressed with the codec's
         ``dictionary`` (format 3) when that makes it smaller.
         """
+        raw = self.payload(value, path=path, check=check, tagged=tagged)
+        return self.frame(schema_id, schema_version, raw, stream=stream, seq=seq, small=small)
+
+    def payload(self, value: Any, *, path: str = "value", check: bool = True, tagged: bool = True) -> bytes:
+        """The CBOR payload of ``value``: the part of ``encode`` that reads the value.
+
+        ``path``, ``check`` and ``tagged`` as in ``encode``. Raises ``UnencodableValueError``
+        as ``encode`` does. ``frame`` turns the result into the stored bytes.
+        """
         if check:
             tagged = check_encodable(value, path, self.limits.max_depth)
         try:
@@ -488,6 +508,24 @@ class Codec:
             raise UnencodableValueError(
                 where, f"encodes to {size} bytes, over the {self.limits.max_raw_size}-byte limit that decoding allows"
             )
+        return raw
+
+    def frame(
+        self,
+        schema_id: int,
+        schema_version: int,
+        raw: bytes,
+        *,
+        stream: StreamId | None = None,
+        seq: int | None = None,
+        small: bool = False,
+    ) -> bytes:
+        """The frame of the CBOR payload ``raw`` (from ``payload``): compressed, encrypted and
+        checksummed, the part of ``encode`` that spends its time in zstd, the cipher and
+        CRC-32, which release the GIL on large inputs. It touches no Python value, so it may
+        run in another thread, on that thread's own codec (``twin``). Arguments as ``encode``;
+        raises ``InvalidArgumentError`` when an encrypting codec is given no ``stream``/``seq``.
+        """
         flags = 0
         payload = raw
         if small and self.dictionary is not None and self.cipher is None and stream is not None and seq is not None:

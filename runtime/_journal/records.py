@@ -7,6 +7,7 @@ read, and refuses versions from the future, never guessing.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from durably.errors import MissingUpcasterError
@@ -42,6 +43,7 @@ class RecordCodec:
 
     def __init__(self, codec: Codec | None = None, *, cipher: FrameCipher | None = None) -> None:
         self.codec = codec or Codec(cipher=cipher)
+        self._twins = threading.local()  # see twin_for_this_thread
 
     def encode_record(self, record: Record, stream: StreamId | None = None) -> bytes:
         """Frame bytes of ``record``, to be stored in ``stream`` (required, and bound
@@ -49,6 +51,12 @@ class RecordCodec:
         naming the field."""
         # The envelope is checked too: a record that encodes must also decode, so a
         # bad kind or a non-dict data fails here, at save time, not at restore.
+        return self.record_frame(self.record_payload(record), record.seq, stream)
+
+    def record_payload(self, record: Record) -> bytes:
+        """The CBOR payload of ``record``, the first half of ``encode_record`` (the half
+        that reads the record's values, so the one that stays on the caller's thread).
+        Raises ``UnencodableValueError`` as ``encode_record``."""
         if record.kind not in KINDS:
             raise UnencodableValueError("record.kind", f"unknown record kind {record.kind!r}")
         if type(record.seq) is not int or record.seq < 1:
@@ -62,12 +70,30 @@ class RecordCodec:
         tagged = check_encodable(record.data, f"{record.kind}.data", self.codec.limits.max_depth - STATE_NESTING)
         label = f"{record.kind}.data"
         try:
-            return self._encode(RECORD_SCHEMA_ID, record.to_wire(), stream, record.seq, label, tagged, small=True)
+            return self.codec.payload(record.to_wire(), path=label, check=False, tagged=tagged)
         except UnencodableValueError as exc:
             # Found on the wire map, whose "d" is the record's data: name it as the caller knows it.
             if exc.path.startswith(f"{label}.d"):
                 raise UnencodableValueError(label + exc.path[len(label) + 2 :], exc.reason) from exc
             raise
+
+    def record_frame(self, raw: bytes, seq: int, stream: StreamId | None = None) -> bytes:
+        """The frame of a record's payload ``raw`` (``record_payload``) stored at ``seq`` in
+        ``stream``: the second half of ``encode_record`` (zstd, cipher, CRC-32), which reads
+        no Python value and so may run on another thread's ``RecordCodec`` (``twin``)."""
+        return self.codec.frame(
+            RECORD_SCHEMA_ID, CURRENT_VERSIONS[RECORD_SCHEMA_ID], raw, stream=stream, seq=seq, small=True
+        )
+
+    def twin_for_this_thread(self) -> RecordCodec:
+        """A twin of this codec (same settings and cipher, ``Codec.twin``) for the calling
+        thread, made once per thread and kept while the thread lives: a worker thread
+        encodes on it while this one goes on serving the loop (zstd contexts are not
+        shareable between threads)."""
+        twin: RecordCodec | None = getattr(self._twins, "codec", None)
+        if twin is None:
+            twin = self._twins.codec = RecordCodec(self.codec.twin())
+        return twin
 
     def _encode(
         self,

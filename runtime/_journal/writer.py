@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from durably import _telemetry as tm
+from durably._journal.offloop import finish_frames
 from durably._journal.records import RecordCodec
 from durably._journal.redaction_policy import RedactionPolicy
 from durably._journal.redactor import Redactor
@@ -94,20 +95,20 @@ class _Unknown:
 
 class _Staged:
     """Records folded into the state but not yet durable: the entries as given (to
-    prepare again after a rebase), their records and frames, and what their fold
+    prepare again after a rebase), their records and payloads, and what their fold
     changed, to undo it. Only ``tool_result`` records are staged: their fold touches
     the current turn's messages, the ledger entry, the pending calls and the inbox."""
 
-    __slots__ = ("entries", "records", "frames", "last_seq", "turn_start", "turn", "pending", "inbox", "ledger")
+    __slots__ = ("entries", "records", "payloads", "last_seq", "turn_start", "turn", "pending", "inbox", "ledger")
 
     def __init__(
         self,
         state: AgentState,
         entries: tuple[tuple[str, dict[str, Any]], ...],
         records: list[Record],
-        frames: list[bytes],
+        payloads: list[bytes],
     ) -> None:
-        self.entries, self.records, self.frames = entries, records, frames
+        self.entries, self.records, self.payloads = entries, records, payloads
         messages = state.messages
         start = len(messages)
         while start > 0 and messages[start - 1]["role"] == "tool":
@@ -228,8 +229,8 @@ class AgentJournal:
         kind, _ = entry
         if kind != Kind.TOOL_RESULT:
             raise InvalidArgumentError(f"only tool results are staged, not {kind}")
-        records, frames = self._prepare((entry,), self.state.last_seq + 1)
-        staged = _Staged(self.state, (entry,), records, frames)
+        records, payloads = self._prepare((entry,), self.state.last_seq + 1)
+        staged = _Staged(self.state, (entry,), records, payloads)
         self._fold(records)
         self._staged.append(staged)
 
@@ -384,7 +385,8 @@ class AgentJournal:
         return tuple(kept)
 
     def _prepare(self, entries: tuple[tuple[str, dict[str, Any]], ...], first: int) -> tuple[list[Record], list[bytes]]:
-        """The records of ``entries`` from seq ``first``, redacted, and their frames."""
+        """The records of ``entries`` from seq ``first``, redacted, and their payloads
+        (``finish_frames`` makes their frames when they are committed)."""
         svc, now = self.services, time.time()
         # Redacted before encoding: the codec, the store and the fold see only the redacted form.
         agent = self.state.definition.get("name")
@@ -392,7 +394,7 @@ class AgentJournal:
             Record(first + i, kind, self.redactor.redact(kind, data, agent, first + i), now)
             for i, (kind, data) in enumerate(entries)
         ]
-        return records, [svc.codec.encode_record(r, self.stream) for r in records]
+        return records, [svc.codec.record_payload(r) for r in records]
 
     def _fold(self, records: list[Record]) -> None:
         for record in records:
@@ -407,10 +409,13 @@ class AgentJournal:
         svc, staged = self.services, self._staged
         if not entries and not staged:
             return
-        records, frames = self._prepare(entries, self.state.last_seq + 1)
+        records, payloads = self._prepare(entries, self.state.last_seq + 1)
+        seqs = [r.seq for r in records]
         if staged:
-            frames = [frame for s in staged for frame in s.frames] + frames
+            payloads = [payload for s in staged for payload in s.payloads] + payloads
+            seqs = [r.seq for s in staged for r in s.records] + seqs
         first = self.durable_seq + 1
+        frames = await finish_frames(svc.codec, payloads, seqs, self.stream)
         # The state already holds the staged records: the entry after ``records`` is that
         # of the whole commit (staged tool results alone change no index field: None).
         index = entry_after(self.state, records) if svc.indexed else None  # committed with the records
