@@ -16,16 +16,18 @@ import json
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from durably.errors import InvalidArgumentError
 
 #: The ``KILL`` values every framework's agent knows, in the order a run passes them.
 BOUNDARIES = ("before_tool", "in_tool", "after_tool", "before_answer")
 PROMPT = "refund order 42"
 
 #: ``runner(db, work, charges, approval)`` -> (the run's output, seconds of the agent's runs).
-Runner = Callable[[Path, Path, int, bool], Awaitable[tuple[Any, float]]]
+Runner = Callable[[Path, Path, int, bool], Coroutine[Any, Any, tuple[Any, float]]]
 
 
 def lines(path: Path) -> list[str]:
@@ -55,10 +57,10 @@ def file_bytes(path: Path) -> int:
 def main(runners: Mapping[str, Runner], argv: Sequence[str]) -> None:
     """Run ``runners[ENGINE]`` for ``argv`` = ``ENGINE DB WORK CHARGES APPROVAL`` (APPROVAL ``1`` or ``0``)
     and write ``WORK/figures.json``: ``output``, ``wall_s`` (as the runner measured it), ``cpu_s`` (this
-    process from this call on). Raises ``ValueError`` for a short or malformed ``argv``, ``KeyError``
+    process from this call on). Raises ``InvalidArgumentError`` for a short ``argv``, ``KeyError``
     for an unknown engine, and whatever the runner raises (the process then exits non-zero)."""
     if len(argv) < 5:
-        raise ValueError(f"expected ENGINE DB WORK CHARGES APPROVAL, got {list(argv)}")
+        raise InvalidArgumentError(f"expected ENGINE DB WORK CHARGES APPROVAL, got {list(argv)}")
     engine, db, work, charges, approval = argv[:5]
     runner = runners[engine]
     cpu = time.process_time()

@@ -300,7 +300,7 @@ class Telemetry:
         Yields the span, or None when nothing records."""
         if self.tracer is None:
             return _NO_SPAN
-        attributes = {
+        attributes: dict[str, str | int] = {
             **self.attributes,
             OPERATION: "execute_tool",
             TOOL_NAME: tool,
