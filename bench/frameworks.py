@@ -34,6 +34,7 @@ from typing import Any
 import anyio
 
 from .context import Bench
+from .framework_child import BOUNDARIES, file_bytes, lines
 
 SUITE = "frameworks"
 STORE = "sqlite (a file per run)"
@@ -71,18 +72,17 @@ class FrameworkCase:
 
 _PYDANTIC_AI = "durably.bench.frameworks_pydantic_ai"
 _OPENAI_AGENTS = "durably.bench.frameworks_openai_agents"
-_BOUNDARIES = ("before_tool", "in_tool", "after_tool", "before_answer")
 _ANSWER = "done: charge 5 ok; refund 5 ok"
 
 CASES: list[FrameworkCase] = [
-    FrameworkCase("pydantic-ai", "durably", _PYDANTIC_AI, _BOUNDARIES, _ANSWER, _importable("pydantic_ai")),
-    FrameworkCase("pydantic-ai", "dbos", _PYDANTIC_AI, _BOUNDARIES, _ANSWER, _importable("pydantic_ai", "dbos")),
-    FrameworkCase("openai-agents", "durably", _OPENAI_AGENTS, _BOUNDARIES, _ANSWER, _importable("agents")),
+    FrameworkCase("pydantic-ai", "durably", _PYDANTIC_AI, BOUNDARIES, _ANSWER, _importable("pydantic_ai")),
+    FrameworkCase("pydantic-ai", "dbos", _PYDANTIC_AI, BOUNDARIES, _ANSWER, _importable("pydantic_ai", "dbos")),
+    FrameworkCase("openai-agents", "durably", _OPENAI_AGENTS, BOUNDARIES, _ANSWER, _importable("agents")),
     FrameworkCase(
         "openai-agents",
         "dbos",
         _OPENAI_AGENTS,
-        _BOUNDARIES,
+        BOUNDARIES,
         _ANSWER,
         _importable("agents", "dbos", "dbos_openai_agents"),
     ),
@@ -100,15 +100,6 @@ class ChildRun:
     stderr: str
 
 
-def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def file_bytes(path: Path) -> int:
-    """Bytes of a SQLite database and every file beside it (-wal, -shm, -journal)."""
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
-
-
 async def run_child(
     case: FrameworkCase, db: Path, work: Path, *, charges: int, approval: bool, kill: str = ""
 ) -> ChildRun:
@@ -123,8 +114,8 @@ async def run_child(
     return ChildRun(
         proc.returncode,
         figures,
-        Counter(line.split()[0] for line in _lines(work / "ledger")),
-        Counter(_lines(work / "requests")),
+        Counter(line.split()[0] for line in lines(work / "ledger")),
+        Counter(lines(work / "requests")),
         proc.stderr.decode(errors="replace")[-2000:],
     )
 

@@ -20,45 +20,24 @@ inside a ``@DBOS.workflow()``, the tools ``@DBOS.step()``s; its approval is a
 
 Each engine runs in child processes (DBOS is a process-wide singleton):
 ``python -m durably.bench.frameworks_openai_agents ENGINE DB WORK CHARGES APPROVAL``
-runs the agent to its end and writes its figures to ``WORK/figures.json``;
-``measure(work)`` runs both engines (throughput, bytes, and the crash test)
-and returns the case's figures. Needs ``openai-agents`` (and
+runs the agent to its end and writes its figures to ``WORK/figures.json``
+(``framework_child``); ``durably bench --suite frameworks`` drives both engines
+(throughput, bytes, and the crash test). Needs ``openai-agents`` (and
 ``dbos-openai-agents`` for the DBOS side).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import signal
-import subprocess
 import sys
 import time
-from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-BOUNDARIES = ("before_tool", "in_tool", "after_tool", "before_answer")
-PROMPT = "refund order 42"
+from .framework_child import PROMPT, Runner, append_line, kill_here, lines, main
+
 RUN_ID = "run-1"
-
-
-def lines(path: Path) -> list[str]:
-    """The lines of a ledger or request file (none if it does not exist)."""
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def _kill_here(boundary: str) -> None:
-    if os.environ.get("KILL") == boundary:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _append(path: Path, line: str) -> None:
-    with path.open("a") as out:
-        out.write(line + "\n")
-        out.flush()
-        os.fsync(out.fileno())
 
 
 def scripted_model(work: Path, charges: int, approval: bool) -> Any:
@@ -75,10 +54,10 @@ def scripted_model(work: Path, charges: int, approval: bool) -> Any:
             items = input if isinstance(input, list) else []
             done = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
             if len(done) == 1:
-                _kill_here("after_tool")  # charge's result is stored; this request is not paid yet
-            _append(requests, str(len(done)))
+                kill_here("after_tool")  # charge's result is stored; this request is not paid yet
+            append_line(requests, str(len(done)))
             if not done:
-                _kill_here("before_answer")  # the first request is paid; its answer is not stored
+                kill_here("before_answer")  # the first request is paid; its answer is not stored
             usage = Usage(requests=1, input_tokens=20, output_tokens=5, total_tokens=25)
             if len(done) < charges or (approval and len(done) == charges):
                 name = "charge" if len(done) < charges else "refund"
@@ -115,9 +94,9 @@ def build_agent(work: Path, key: Any, charges: int, approval: bool, step: Any = 
         Args:
             amount: In cents.
         """
-        _kill_here("before_tool")
-        _append(ledger, f"charge {amount} {key(ctx)}")
-        _kill_here("in_tool")
+        kill_here("before_tool")
+        append_line(ledger, f"charge {amount} {key(ctx)}")
+        kill_here("in_tool")
         return f"charge {amount} ok"
 
     async def refund(ctx: ToolContext[Any], amount: int) -> str:
@@ -126,7 +105,7 @@ def build_agent(work: Path, key: Any, charges: int, approval: bool, step: Any = 
         Args:
             amount: In cents.
         """
-        _append(ledger, f"refund {amount} {key(ctx)}")
+        append_line(ledger, f"refund {amount} {key(ctx)}")
         return f"refund {amount} ok"
 
     for tool in (charge, refund):  # real types: the SDK reads them (this module's annotations are strings)
@@ -134,11 +113,6 @@ def build_agent(work: Path, key: Any, charges: int, approval: bool, step: Any = 
     wrap = step or (lambda fn: fn)
     tools: list[Any] = [function_tool(wrap(charge)), function_tool(wrap(refund), needs_approval=True)]
     return Agent(name="refunds", instructions="Refund.", model=scripted_model(work, charges, approval), tools=tools)
-
-
-def file_bytes(path: Path) -> int:
-    """Bytes of a SQLite database and every file beside it (-wal, -shm, -journal)."""
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
 # -- durably -----------------------------------------------------------------------------------------------
@@ -207,110 +181,23 @@ async def _run_dbos(db: Path, work: Path, charges: int, approval: bool) -> Any:
         DBOS.destroy()
 
 
-RUNNERS = {"durably": _run_durably, "dbos": _run_dbos}
+def _whole(run: Callable[[Path, Path, int, bool], Awaitable[Any]]) -> Runner:
+    """``run`` timed as a whole: its wall time includes the engine's start and stop."""
 
+    async def timed(db: Path, work: Path, charges: int, approval: bool) -> tuple[Any, float]:
+        start = time.perf_counter()
+        output = await run(db, work, charges, approval)
+        return output, time.perf_counter() - start
 
-def _child(engine: str, db: Path, work: Path, charges: int, approval: bool) -> None:
-    os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
-    import agents  # noqa: F401  (imports are not the run's time)
-
-    if engine == "durably":
-        import durably.integrations.openai_agents  # noqa: F401
-    else:
-        import dbos_openai_agents  # noqa: F401
-    start, cpu = time.perf_counter(), time.process_time()
-    output = asyncio.run(RUNNERS[engine](db, work, charges, approval))
-    doc = {"output": output, "wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu}
-    (work / "figures.json").write_text(json.dumps(doc), encoding="utf-8")
-
-
-# -- the driver --------------------------------------------------------------------------------------------
-
-
-def _spawn(engine: str, db: Path, work: Path, charges: int, approval: bool, kill: str = "") -> int:
-    env = {**os.environ, "KILL": kill, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
-    command = [sys.executable, "-m", "durably.bench.frameworks_openai_agents", engine, str(db), str(work)]
-    command += [str(charges), "1" if approval else "0"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    return done.returncode
-
-
-def throughput(engine: str, root: Path, charges: int) -> dict[str, Any]:
-    """One run of ``charges`` charges (and the approval): steps/s (model requests + tool calls) and bytes."""
-    work = root / f"{engine}-throughput"
-    work.mkdir(parents=True, exist_ok=True)
-    db = work / "runs.db"
-    code = _spawn(engine, db, work, charges, True)
-    figures = json.loads((work / "figures.json").read_text()) if code == 0 else {}
-    steps = len(lines(work / "requests")) + len(lines(work / "ledger"))
-    return {
-        "exit": code,
-        "steps": steps,
-        "wall_s": figures.get("wall_s"),
-        "steps_per_s": steps / figures["wall_s"] if figures.get("wall_s") else None,
-        "bytes": file_bytes(db) if db.exists() else 0,
-        "output": figures.get("output"),
-    }
-
-
-def crash(engine: str, root: Path, boundary: str, trial: int) -> dict[str, Any]:
-    """Kill one run at ``boundary``, run it again to its end; count executions per logical call."""
-    work = root / f"{engine}-{boundary}-{trial}"
-    work.mkdir(parents=True, exist_ok=True)
-    db = work / "runs.db"
-    first = _spawn(engine, db, work, 1, True, kill=boundary)
-    second = _spawn(engine, db, work, 1, True)
-    figures = json.loads((work / "figures.json").read_text()) if (work / "figures.json").exists() else {}
-    effects = Counter(line.split()[0] for line in lines(work / "ledger"))
-    requests = Counter(lines(work / "requests"))
-    return {
-        "killed": first == -signal.SIGKILL,
-        "finished": second == 0,
-        "output": figures.get("output"),
-        "charge_runs": effects["charge"],
-        "refund_runs": effects["refund"],
-        "requests_per_call": dict(sorted(requests.items())),
-    }
-
-
-def measure(
-    root: Path, *, charges: int = 20, trials: int = 3, engines: tuple[str, ...] = ("durably", "dbos")
-) -> dict[str, Any]:
-    """The OpenAI Agents case of the frameworks suite, for each engine that is installed.
-
-    Args:
-        root: A fresh folder for the databases and ledgers.
-        charges: Charges in the throughput run.
-        trials: Kills per boundary.
-        engines: ``durably`` and/or ``dbos``.
-
-    Returns:
-        ``{engine: {"throughput": {...}, "crash": {boundary: [trial figures]}}}``, or
-        ``{engine: {"missing": "..."}}`` for an engine whose packages are not installed.
-    """
-    out: dict[str, Any] = {}
-    for engine in engines:
-        needed = ["agents"] + (["dbos", "dbos_openai_agents"] if engine == "dbos" else [])
-        missing = [m for m in needed if not _importable(m)]
-        if missing:
-            out[engine] = {"missing": ", ".join(missing)}
-            continue
-        out[engine] = {
-            "throughput": throughput(engine, root, charges),
-            "crash": {b: [crash(engine, root, b, t) for t in range(trials)] for b in BOUNDARIES},
-        }
-    return out
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
+    return timed
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "measure":
-        print(json.dumps(measure(Path(sys.argv[2]), trials=int(sys.argv[3]) if len(sys.argv) > 3 else 3), indent=1))
+    os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    import agents  # noqa: F401  (imports are not the run's time)
+
+    if sys.argv[1] == "durably":
+        import durably.integrations.openai_agents
     else:
-        engine_, db_, work_, charges_, approval_ = sys.argv[1:6]
-        _child(engine_, Path(db_), Path(work_), int(charges_), approval_ == "1")
+        import dbos_openai_agents  # noqa: F401
+    main({"durably": _whole(_run_durably), "dbos": _whole(_run_dbos)}, sys.argv[1:])

@@ -21,35 +21,13 @@ Needs ``pydantic-ai-slim`` (and ``dbos`` for the DBOS side).
 """
 
 # No ``from __future__ import annotations``: Pydantic AI reads the tools' annotations, imported inside build_agent.
-import asyncio
-import json
-import os
-import signal
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-BOUNDARIES = ("before_tool", "in_tool", "after_tool", "before_answer")
-PROMPT = "refund order 42"
-
-
-def lines(path: Path) -> list[str]:
-    """The lines of a ledger or request file (none if it does not exist)."""
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def _kill_here(boundary: str) -> None:
-    if os.environ.get("KILL") == boundary:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _append(path: Path, line: str) -> None:
-    with path.open("a") as out:
-        out.write(line + "\n")
-        out.flush()
-        os.fsync(out.fileno())
+from .framework_child import PROMPT, append_line, kill_here, lines, main
 
 
 def build_agent(
@@ -68,10 +46,10 @@ def build_agent(
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         done = [part for message in messages for part in message.parts if isinstance(part, ToolReturnPart)]
         if len(done) == 1:
-            _kill_here("after_tool")  # charge's result is stored; this request is not sent (not paid) yet
-        _append(requests, str(len(done)))
+            kill_here("after_tool")  # charge's result is stored; this request is not sent (not paid) yet
+        append_line(requests, str(len(done)))
         if not done:
-            _kill_here("before_answer")  # the first request is paid; its answer is not stored
+            kill_here("before_answer")  # the first request is paid; its answer is not stored
         if len(done) < charges:
             return ModelResponse(parts=[ToolCallPart("charge", {"amount": 5})])
         if approval and len(done) == charges:
@@ -81,14 +59,14 @@ def build_agent(
     agent: Agent[None, str] = Agent(FunctionModel(script), name=name)
 
     def write(kind: str, ctx: RunContext[None], amount: int) -> str:
-        _append(ledger, f"{kind} {amount} {key() if key is not None else ctx.tool_call_id}")
+        append_line(ledger, f"{kind} {amount} {key() if key is not None else ctx.tool_call_id}")
         return f"{kind} {amount} ok"
 
     @agent.tool
     def charge(ctx: RunContext[None], amount: int) -> str:
-        _kill_here("before_tool")
+        kill_here("before_tool")
         receipt = write("charge", ctx, amount)
-        _kill_here("in_tool")
+        kill_here("in_tool")
         return receipt
 
     @agent.tool(requires_approval=True)
@@ -96,11 +74,6 @@ def build_agent(
         return write("refund", ctx, amount)
 
     return agent
-
-
-def file_bytes(path: Path) -> int:
-    """Bytes of a SQLite database and every file beside it (-wal, -shm, -journal)."""
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
 # -- durably -----------------------------------------------------------------------------------------------
@@ -183,17 +156,5 @@ async def _run_dbos(db: Path, work: Path, charges: int, approval: bool) -> tuple
         DBOS.destroy()
 
 
-RUNNERS = {"durably": _run_durably, "dbos": _run_dbos}
-
-
-def _child(engine: str, db: Path, work: Path, charges: int, approval: bool) -> None:
-    cpu = time.process_time()
-    output, wall = asyncio.run(RUNNERS[engine](db, work, charges, approval))
-    # wall: the agent's runs only (not the engine's start); cpu: the whole process, imports included.
-    doc = {"output": output, "wall_s": wall, "cpu_s": time.process_time() - cpu}
-    (work / "figures.json").write_text(json.dumps(doc), encoding="utf-8")
-
-
 if __name__ == "__main__":
-    engine_, db_, work_, charges_, approval_ = sys.argv[1:6]
-    _child(engine_, Path(db_), Path(work_), int(charges_), approval_ == "1")
+    main({"durably": _run_durably, "dbos": _run_dbos}, sys.argv[1:])

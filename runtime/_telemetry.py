@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -291,6 +291,28 @@ class Telemetry:
             return _NO_SPAN
         return _recorded(self.tracer, name, client, self.attributes)
 
+    def tool_span(
+        self, tool: str, call_id: str, attempt: int, agent_id: str, agent_name: str
+    ) -> contextlib.AbstractContextManager[Any]:
+        """The ``execute_tool {tool}`` span around one run of a function tool, as ``span``
+        (current, INTERNAL, exceptions marked by type) with the call's attributes: operation,
+        tool name and type, call id, attempt, agent id and name, conversation id (the agent's).
+        Yields the span, or None when nothing records."""
+        if self.tracer is None:
+            return _NO_SPAN
+        attributes: dict[str, str | int] = {
+            **self.attributes,
+            OPERATION: "execute_tool",
+            TOOL_NAME: tool,
+            TOOL_TYPE: "function",
+            TOOL_CALL_ID: call_id,
+            TOOL_ATTEMPT: attempt,
+            AGENT_ID: agent_id,
+            AGENT_NAME: agent_name,
+            CONVERSATION_ID: agent_id,
+        }
+        return _recorded(self.tracer, f"execute_tool {tool}", False, attributes)
+
     def activation_span(
         self, agent_name: str, agent_id: str, run_id: str, provider: str, model: str, continues: dict[str, Any] | None
     ) -> trace.Span | None:
@@ -326,7 +348,9 @@ _NO_SPAN = contextlib.nullcontext()
 
 
 @contextlib.contextmanager
-def _recorded(tracer: trace.Tracer, name: str, client: bool, attributes: dict[str, str]) -> Iterator[trace.Span]:
+def _recorded(
+    tracer: trace.Tracer, name: str, client: bool, attributes: Mapping[str, str | int]
+) -> Iterator[trace.Span]:
     from opentelemetry.trace import SpanKind
 
     kind = SpanKind.CLIENT if client else SpanKind.INTERNAL

@@ -5,9 +5,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pg_server import PostgresTestServer
+from system_packages import ensure_debian_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,3 +61,18 @@ def shipped_tree(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert installed.returncode == 0, installed.stderr
     return target
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresTestServer]:
+    """One PostgreSQL 15 server on 127.0.0.1 for the whole session (installed with apt-get if missing).
+
+    Defined here, once, so every test folder shares it: a test isolates itself on it with a schema
+    (``url()`` makes a new one) or a database (``new_database()``) of its own."""
+    ensure_debian_packages("postgresql")
+    server = PostgresTestServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()

@@ -204,20 +204,9 @@ class FunctionActor(AgentActor):
         )
         failure: Exception | None = None
         value: Any = None
-        with self.telemetry.span(f"execute_tool {spec.name}") as span:
-            if span is not None:
-                span.set_attributes(
-                    {
-                        tm.OPERATION: "execute_tool",
-                        tm.TOOL_NAME: spec.name,
-                        tm.TOOL_TYPE: "function",
-                        tm.TOOL_CALL_ID: call["id"],
-                        tm.TOOL_ATTEMPT: attempt,
-                        tm.AGENT_ID: self.state.agent_id,
-                        tm.AGENT_NAME: self.definition.name,
-                        tm.CONVERSATION_ID: self.state.agent_id,
-                    }
-                )
+        with self.telemetry.tool_span(
+            spec.name, call["id"], attempt, self.state.agent_id, self.definition.name
+        ) as span:
             self.journal.check_lease()  # a worker past its lease runs no side effect
             try:
                 value = await spec.invoke(ctx)

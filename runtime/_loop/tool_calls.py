@@ -262,20 +262,9 @@ class ToolCalls(ChildCalls):
     async def _run(
         self, tool: Tool, call: dict[str, Any], arguments: dict[str, Any], attempt: int, lock: anyio.Lock | None = None
     ) -> None:
-        with self.telemetry.span(f"execute_tool {tool.name}") as span:
-            if span is not None:
-                span.set_attributes(
-                    {
-                        tm.OPERATION: "execute_tool",
-                        tm.TOOL_NAME: tool.name,
-                        tm.TOOL_TYPE: "function",
-                        tm.TOOL_CALL_ID: call["id"],
-                        tm.TOOL_ATTEMPT: attempt,
-                        tm.AGENT_ID: self.state.agent_id,
-                        tm.AGENT_NAME: self.definition.name,
-                        tm.CONVERSATION_ID: self.state.agent_id,
-                    }
-                )
+        with self.telemetry.tool_span(
+            tool.name, call["id"], attempt, self.state.agent_id, self.definition.name
+        ) as span:
             self.journal.check_lease()  # a worker past its lease runs no side effect
             timer: float | None = None
             try:

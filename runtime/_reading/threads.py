@@ -26,13 +26,13 @@ from durably._loop.state import FAILED, FINISHED, WAITING_APPROVAL, AgentState
 from durably.integrations._langgraph_threads import (
     ERROR,
     RECORD_SCHEMA,
-    SCHEMA_NAMES,
     SNAPSHOT_SCHEMA,
     VERSION,
     ThreadState,
+    decode_frame,
 )
 from durably.storage._codec import HEADER_SIZE, MAGIC, Codec, FrameCipher
-from durably.storage._errors import CodecError, CorruptRecordError, UnknownSchemaVersionError
+from durably.storage._errors import CodecError, CorruptRecordError
 from durably.storage._spi import Store, StoredRecord, StoredSnapshot, StreamId
 
 #: The frame header's byte that holds the schema id (after magic, format and flags).
@@ -65,23 +65,6 @@ async def is_thread(store: Store, stream: StreamId) -> bool:
             return is_thread_frame(stored.data)
     snapshot = await store.get_snapshot(stream)
     return snapshot is not None and is_thread_frame(snapshot.data)
-
-
-def decode_frame(codec: Codec, data: bytes, stream: StreamId, seq: int, schema: int) -> dict[str, Any]:
-    """The map a thread frame holds, checked: ``schema`` (``RECORD_SCHEMA`` or
-    ``SNAPSHOT_SCHEMA``), its version, a map. Raises ``CodecError`` subclasses:
-    ``CorruptRecordError`` (bad bytes, another schema, not a map),
-    ``UnknownSchemaVersionError``, the cipher's errors."""
-    frame = codec.decode(data, stream=stream, seq=seq)
-    if frame.schema_id != schema:
-        raise CorruptRecordError(
-            f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[schema]}", stream=stream, seq=seq
-        )
-    if frame.schema_version != VERSION:
-        raise UnknownSchemaVersionError(SCHEMA_NAMES[schema], frame.schema_version, VERSION, stream=stream, seq=seq)
-    if not isinstance(frame.value, dict):
-        raise CorruptRecordError(f"{SCHEMA_NAMES[schema]} frame is not a map", stream=stream, seq=seq)
-    return frame.value
 
 
 def fold_record(state: ThreadState, codec: Codec, stored: StoredRecord, stream: StreamId) -> dict[str, Any]:

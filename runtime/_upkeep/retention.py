@@ -27,7 +27,7 @@ from durably._journal.restore import restore
 from durably._reading import threads
 from durably._reading.watch import STATUSES
 from durably.errors import AgentLeasedError, ArgumentTypeError, InvalidArgumentError, PurgeIncompleteError
-from durably.integrations._langgraph_threads import RECORD_SCHEMA
+from durably.integrations._langgraph_threads import RECORD_SCHEMA, decode_frame
 from durably.storage._errors import CodecError
 from durably.storage._spi import Store, StreamId
 
@@ -150,7 +150,7 @@ async def last_activity(store: Store, codec: RecordCodec, stream: StreamId) -> f
         return None
     async for stored in store.read(stream, last - 1, page_size=1):
         if threads.is_thread_frame(stored.data):  # a LangGraph thread's record
-            return float(threads.decode_frame(codec.codec, stored.data, stream, stored.seq, RECORD_SCHEMA)["t"])
+            return float(decode_frame(codec.codec, stored.data, stream, stored.seq, RECORD_SCHEMA)["t"])
         return codec.decode_record(stored, stream).at
     if await threads.is_thread(store, stream):  # a thread compacted into its snapshot, which is dated
         return (await threads.read_summary(store, codec.codec, stream)).last_activity_at

@@ -33,7 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from durably.storage._errors import CorruptRecordError
+from durably.storage._codec import Codec
+from durably.storage._errors import CorruptRecordError, UnknownSchemaVersionError
+from durably.storage._spi import StreamId
 
 RECORD_SCHEMA = 16
 SNAPSHOT_SCHEMA = 17
@@ -48,6 +50,23 @@ INTERRUPT = "__interrupt__"
 ERROR = "__error__"
 
 BlobKey = tuple[str, str, Any]  # (checkpoint_ns, channel, version)
+
+
+def decode_frame(codec: Codec, data: bytes, stream: StreamId, seq: int, schema: int) -> dict[str, Any]:
+    """The map a thread frame holds, checked: ``schema`` (``RECORD_SCHEMA`` or
+    ``SNAPSHOT_SCHEMA``), its version, a map. Raises ``CodecError`` subclasses:
+    ``CorruptRecordError`` (bad bytes, another schema, not a map),
+    ``UnknownSchemaVersionError``, the cipher's errors."""
+    frame = codec.decode(data, stream=stream, seq=seq)
+    if frame.schema_id != schema:
+        raise CorruptRecordError(
+            f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[schema]}", stream=stream, seq=seq
+        )
+    if frame.schema_version != VERSION:
+        raise UnknownSchemaVersionError(SCHEMA_NAMES[schema], frame.schema_version, VERSION, stream=stream, seq=seq)
+    if not isinstance(frame.value, dict):
+        raise CorruptRecordError(f"{SCHEMA_NAMES[schema]} frame is not a map", stream=stream, seq=seq)
+    return frame.value
 
 
 @dataclass(slots=True)

@@ -5,12 +5,14 @@ the public conformance kit in full, leases included, then what is particular to 
 from __future__ import annotations
 
 import hashlib
+import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import asyncpg
 import pytest
+from pg_server import PostgresTestServer
 
 from durably.adapters.postgres import PostgresSetupError, PostgresStore
 from durably.adapters.postgres._options import PostgresOptions
@@ -18,11 +20,6 @@ from durably.adapters.postgres._schema import SCHEMA_VERSION
 from durably.storage import InvalidRequestError, InvalidStoreURLError, StreamId, UnknownSchemaVersionError, open_store
 from durably.storage._url_redaction import redact_url
 from durably.storage.conformance import StoreConformance
-
-try:
-    from .pg_server import PostgresTestServer, pg_server
-except ImportError:
-    from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "postgres"
 
@@ -179,14 +176,14 @@ async def test_migrated_schema_equals_a_new_one(pg_server: PostgresTestServer) -
 
 
 async def test_newer_schema_version_is_refused_and_left_untouched(pg_server: PostgresTestServer) -> None:
-    url = pg_server.url("newer")
+    newer = f"newer_{uuid.uuid4().hex[:8]}"
+    url = pg_server.url(newer)
     async with PostgresStore(url) as store:
         await store.append(StreamId("ns", "a"), 0, [b"kept"])
-    pg_server.psql(f"UPDATE newer.schema_version SET version = {SCHEMA_VERSION + 1}")
+    pg_server.psql(f"UPDATE {newer}.schema_version SET version = {SCHEMA_VERSION + 1}")
     with pytest.raises(UnknownSchemaVersionError):
         await PostgresStore(url).open()
-    assert pg_server.psql("SELECT count(*) FROM newer.records").strip() == "1"
-    pg_server.psql(f"UPDATE newer.schema_version SET version = {SCHEMA_VERSION}")
+    assert pg_server.psql(f"SELECT count(*) FROM {newer}.records").strip() == "1"
 
 
 async def test_processes_opening_a_new_schema_at_once_create_it_once(pg_server: PostgresTestServer) -> None:
@@ -210,14 +207,15 @@ async def test_open_inside_a_callers_transaction_on_the_schema_fails_clearly(pg_
     lock_timeout with the reason, instead of hanging."""
     import asyncpg
 
-    url = pg_server.url("held", lock_timeout=0.5)
+    held = f"held_{uuid.uuid4().hex[:8]}"
+    url = pg_server.url(held, lock_timeout=0.5)
     async with PostgresStore(url):
         pass
-    pg_server.psql("UPDATE held.schema_version SET version = 1")  # as if an older build made it
+    pg_server.psql(f"UPDATE {held}.schema_version SET version = 1")  # as if an older build made it
     conn = await asyncpg.connect(pg_server.dsn)
     try:
         async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('durably.schema.held', 0))")
+            await conn.execute(f"SELECT pg_advisory_xact_lock(hashtextextended('durably.schema.{held}', 0))")
             with pytest.raises(PostgresSetupError, match="lock"):
                 await PostgresStore(url).open()
     finally:

@@ -13,14 +13,10 @@ import time
 import anyio
 import asyncpg
 import pytest
+from pg_server import PostgresTestServer
 
 from durably.adapters.postgres import PostgresStore
 from durably.storage import ConflictError, StoreUnavailableError, StreamId, open_store
-
-try:
-    from .pg_server import PostgresTestServer
-except ImportError:
-    from pg_server import PostgresTestServer
 
 pytestmark = pytest.mark.anyio
 

@@ -10,15 +10,11 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
+from pg_server import PostgresTestServer
 
 from durably.adapters.postgres import PostgresStore
 from durably.storage._errors import FencedError
 from durably.storage._spi import AppendRequest, StreamId
-
-try:
-    from .pg_server import PostgresTestServer, pg_server
-except ImportError:
-    from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 

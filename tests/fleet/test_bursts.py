@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pg_server import PostgresTestServer
 from support_agents import StepModel
 
 from durably import AgentDefinition, Runtime, tool
@@ -23,11 +24,6 @@ from durably._fleet import wakeups
 from durably.adapters.postgres import PostgresStore
 from durably.errors import InvalidArgumentError
 from durably.storage import StreamId
-
-try:
-    from .pg_server import PostgresTestServer, pg_server
-except ImportError:
-    from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -78,7 +74,7 @@ class Gate:
 
 
 async def test_a_burst_of_approvals_is_resumed_several_agents_at_once(pg_server: PostgresTestServer) -> None:
-    url = pg_server.url(schema="bursts")
+    url = pg_server.url()
     definition = _gated()
     async with Runtime(url, agents=[definition]) as starter:
         for n in range(AGENTS):

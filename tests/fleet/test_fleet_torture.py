@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from pg_server import PostgresTestServer
 
 from durably._cli.main import main
 from durably._loop.state import AgentState
 from durably._torture.fleet import run_fleet_torture
 from durably._torture.fleet_agents import fleet_result
 from durably._torture.fleet_invariants import check_activations, check_approvals, check_effects_once, check_finished
-
-try:
-    from .pg_server import PostgresTestServer, pg_server
-except ImportError:
-    from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
 #: Agents per store in CI (the Done-when line asks for >= 2,000).
 AGENTS = 2000

@@ -33,10 +33,8 @@ from durably._fleet.workers import (
 from durably.storage import StreamId, open_store
 
 try:
-    from .pg_server import pg_server
     from .s3_server import s3_server
 except ImportError:
-    from pg_server import pg_server  # noqa: F401
     from s3_server import s3_server  # noqa: F401
 
 

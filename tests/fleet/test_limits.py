@@ -20,6 +20,7 @@ import anyio
 import limit_agents
 import pytest
 from fleet_processes import spawn_worker, stop
+from pg_server import PostgresTestServer
 
 from durably import (
     AgentDefinition,
@@ -34,11 +35,6 @@ from durably import (
 )
 from durably._fleet.limiter import LIMITS_NAMESPACE, Limiter
 from durably.storage import StreamId, open_store
-
-try:
-    from .pg_server import PostgresTestServer, pg_server
-except ImportError:
-    from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "limit_worker.py"
 

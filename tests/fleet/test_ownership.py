@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import pytest
 from lease_partition import lease_partitionable
-from pg_server import pg_server  # noqa: F401  (the session's PostgreSQL server, for the postgres cases)
 
 from durably import (
     AgentDefinition,

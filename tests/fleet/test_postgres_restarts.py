@@ -29,15 +29,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from pg_server import PostgresTestServer
 from support_agents import file_agent, read_lines
 
 from durably import Runtime
 from durably.storage import StoreUnavailableError
-
-try:
-    from .pg_server import PostgresTestServer
-except ImportError:
-    from pg_server import PostgresTestServer
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "outage_worker.py"
 AGENTS, STEPS = 8, 6

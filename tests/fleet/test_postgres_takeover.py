@@ -20,15 +20,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from pg_server import PostgresTestServer
 from support_agents import read_lines
 from test_s3_takeover import AGENTS, EXPECTED_RESULT, NAMESPACE, assert_each_effect_once, last_json
 
 from durably.storage import StreamId, open_store
-
-try:
-    from .pg_server import PostgresTestServer, pg_server
-except ImportError:
-    from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "pg_worker.py"
 STEPS = 6

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import anyio
 import pytest
+from pg_server import PostgresTestServer
 from support_agents import StepModel
 
 from durably import AgentDefinition, Runtime, tool
@@ -21,11 +22,6 @@ from durably._journal.records import RecordCodec
 from durably.adapters.postgres import PostgresStore
 from durably.schemas._records import Kind
 from durably.storage import StreamId
-
-try:
-    from .pg_server import PostgresTestServer, pg_server
-except ImportError:
-    from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 WORKER = Path(__file__).resolve().parents[1] / "support" / "pg_serve_worker.py"

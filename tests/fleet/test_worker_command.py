@@ -40,11 +40,6 @@ from durably._cli.worker import load_agents
 from durably.errors import ArgumentTypeError, InvalidArgumentError
 from durably.storage import StreamId, open_store
 
-try:
-    from .pg_server import pg_server
-except ImportError:
-    from pg_server import pg_server  # noqa: F401
-
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 2.0  # --heartbeat-timeout of every worker here
 TTL = 60.0  # --lease-ttl: a takeover before it is the heartbeat's doing

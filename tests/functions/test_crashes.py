@@ -19,12 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_server import PostgresTestServer
 from support_agents import read_lines
-
-try:
-    from .pg_server import PostgresTestServer, pg_server
-except ImportError:
-    from pg_server import PostgresTestServer, pg_server  # noqa: F401
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "function_worker.py"
 BOUNDARIES = ["before_intent", "before_effect", "after_effect", "after_result", "parked"]

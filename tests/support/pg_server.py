@@ -11,8 +11,9 @@ way a crash does (``pg_ctl -m immediate``: no shutdown checkpoint, WAL replay
 on the next start), on the same port and data, which is how the fault tests
 check that nothing acknowledged is lost.
 
-Use the session fixture ``pg_server`` (``from pg_server import pg_server``
-in a test module): one server for the whole test session.
+Tests use the session fixture ``pg_server`` (defined in ``tests/conftest.py``):
+one server for the whole test session. A test that stops, kills or restarts
+its server as the point of the test makes its own ``PostgresTestServer``.
 """
 
 from __future__ import annotations
@@ -25,13 +26,6 @@ import subprocess
 import tempfile
 import uuid
 from pathlib import Path
-
-import pytest
-
-try:
-    from .system_packages import ensure_debian_packages
-except ImportError:
-    from system_packages import ensure_debian_packages
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 USER = "durably"  # the cluster's superuser role
@@ -204,15 +198,3 @@ class PostgresTestServer:
         except (RuntimeError, subprocess.TimeoutExpired):
             pass
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def pg_server():
-    """A PostgreSQL 15 server on 127.0.0.1 for the session (installed with apt-get if missing)."""
-    ensure_debian_packages("postgresql")
-    server = PostgresTestServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.cleanup()

@@ -6,6 +6,7 @@ then answers; each model request is counted in a file. ``KILL`` names the
 boundary where the process SIGKILLs itself (see that module).
 """
 
-from durably.bench.frameworks_pydantic_ai import BOUNDARIES, build_agent, lines
+from durably.bench.framework_child import BOUNDARIES, lines
+from durably.bench.frameworks_pydantic_ai import build_agent
 
 __all__ = ["BOUNDARIES", "build_agent", "lines"]

@@ -29,7 +29,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pg_server import PostgresTestServer, pg_server  # noqa: F401
+from pg_server import PostgresTestServer
 from privacy_support import ScriptModel
 
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
@@ -77,7 +77,7 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture(scope="module")
-def store_url(pg_server: PostgresTestServer) -> str:  # noqa: F811
+def store_url(pg_server: PostgresTestServer) -> str:
     """A store URL whose user has the password: agents waiting, finished and cancelled in it."""
     role = f"app_{uuid.uuid4().hex[:8]}"
     pg_server.psql(f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{PASSWORD}'")

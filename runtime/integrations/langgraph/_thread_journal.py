@@ -29,9 +29,9 @@ from typing import Any
 import anyio
 
 from durably.errors import InvalidThreadIdError
-from durably.integrations._langgraph_threads import RECORD_SCHEMA, SCHEMA_NAMES, SNAPSHOT_SCHEMA, VERSION, ThreadState
+from durably.integrations._langgraph_threads import RECORD_SCHEMA, SNAPSHOT_SCHEMA, VERSION, ThreadState, decode_frame
 from durably.storage._codec import Codec, FrameCipher
-from durably.storage._errors import ConflictError, CorruptRecordError, UnknownSchemaVersionError
+from durably.storage._errors import ConflictError, CorruptRecordError
 from durably.storage._group_commit import GroupCommitter
 from durably.storage._spi import Store, StreamId
 
@@ -172,7 +172,7 @@ class ThreadJournal:
             thread.state, thread.snapshot_bytes = ThreadState(), 0
         else:
             with paused_gc():
-                frame = self._decode(stored.data, thread.stream, stored.seq, SNAPSHOT_SCHEMA)
+                frame = decode_frame(self.codec, stored.data, thread.stream, stored.seq, SNAPSHOT_SCHEMA)
                 thread.state = ThreadState.from_snapshot(stored.seq, frame)
             thread.snapshot_bytes = len(stored.data)
         await self.catch_up(thread, restoring=True)
@@ -186,7 +186,9 @@ class ThreadJournal:
             for stored in tail:
                 if stored.seq != expected:
                     break
-                thread.state.apply(self._decode(stored.data, thread.stream, stored.seq, RECORD_SCHEMA), stored.seq)
+                thread.state.apply(
+                    decode_frame(self.codec, stored.data, thread.stream, stored.seq, RECORD_SCHEMA), stored.seq
+                )
                 thread.bytes_since += len(stored.data)
                 expected += 1
         if tail and tail[-1].seq != thread.state.seq:  # a gap: records compacted away meanwhile
@@ -200,18 +202,6 @@ class ThreadJournal:
             last = await self.store.last_seq(thread.stream)
             if last != thread.state.seq:
                 await self._restore(thread)
-
-    def _decode(self, data: bytes, stream: StreamId, seq: int, schema: int) -> Any:
-        frame = self.codec.decode(data, stream=stream, seq=seq)
-        if frame.schema_id != schema:
-            raise CorruptRecordError(
-                f"frame holds schema {frame.schema_id}, expected {SCHEMA_NAMES[schema]}", stream=stream, seq=seq
-            )
-        if frame.schema_version != VERSION:
-            raise UnknownSchemaVersionError(SCHEMA_NAMES[schema], frame.schema_version, VERSION, stream=stream, seq=seq)
-        if not isinstance(frame.value, dict):
-            raise CorruptRecordError(f"{SCHEMA_NAMES[schema]} frame is not a map", stream=stream, seq=seq)
-        return frame.value
 
     async def append(
         self,

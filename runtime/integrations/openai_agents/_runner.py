@@ -214,8 +214,8 @@ class DurableRunner:
             UnencodableValueError: ``input`` or ``context`` is not plain data.
             RuntimeNotStartedError: No runtime, or one not started.
         """
-        task = _task(input, context, max_turns)
-        state = await self._runtime().run(self.definition(starting_agent), agent_id, task)
+        runtime, definition, task = self._command(starting_agent, input, context, max_turns)
+        state = await runtime.run(definition, agent_id, task)
         return self._result(starting_agent, state)
 
     async def submit(
@@ -245,8 +245,8 @@ class DurableRunner:
             UnencodableValueError: ``input`` or ``context`` is not plain data.
             AgentExistsError: ``agent_id`` already has a run.
         """
-        task = _task(input, context, max_turns)
-        return await self._runtime().submit(self.definition(starting_agent), agent_id, task)
+        runtime, definition, task = self._command(starting_agent, input, context, max_turns)
+        return await runtime.submit(definition, agent_id, task)
 
     async def wait(
         self, starting_agent: Agent[Any], agent_id: str, *, timeout: float | None = None
@@ -268,6 +268,16 @@ class DurableRunner:
         until = ("finished", "failed", "cancelled", "waiting_approval", "suspended")
         state = await self._runtime().wait(agent_id, until, timeout=timeout)
         return self._result(starting_agent, state)
+
+    def _command(
+        self, starting_agent: Agent[Any], input: str | list[Any], context: Any, max_turns: int
+    ) -> tuple[Any, FunctionAgent, str]:
+        """What ``run`` and ``submit`` hand the runtime: the runtime, the definition of
+        ``starting_agent`` and the task (JSON of ``input``, ``context``, ``max_turns``).
+        Raises as they do: ``UnencodableValueError``, ``InvalidArgumentError`` (``max_turns``),
+        ``RuntimeNotStartedError``, ``ArgumentTypeError`` (``starting_agent``)."""
+        task = _task(input, context, max_turns)
+        return self._runtime(), self.definition(starting_agent), task
 
     def _runtime(self) -> Any:
         if self.runtime is None:

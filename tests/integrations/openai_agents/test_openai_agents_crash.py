@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 from openai_agents_support import ThreadedChatServer, completion
 from openai_agents_worker import run_once
-from pg_server import pg_server  # noqa: F401
 
 import durably
 

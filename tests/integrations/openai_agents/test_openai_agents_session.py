@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from openai_agents_support import ChatServer, completion, said
-from pg_server import pg_server  # noqa: F401
 
 import durably
 from durably.errors import ArgumentTypeError, CorruptRecordError, InvalidArgumentError, UnencodableValueError

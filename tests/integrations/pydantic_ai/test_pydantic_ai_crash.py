@@ -24,7 +24,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from pg_server import pg_server  # noqa: F401  (the session fixture)
 from pydantic_ai_agent import BOUNDARIES, lines
 from pydantic_ai_worker import drive, run_once
 
@@ -71,7 +70,7 @@ def test_sigkill_at_every_boundary_sqlite(tmp_path: Path, policy: str) -> None:
 
 
 @pytest.mark.parametrize("policy", ["reconcile", "ask"])
-def test_sigkill_at_every_boundary_postgres(tmp_path: Path, policy: str, pg_server) -> None:  # noqa: F811
+def test_sigkill_at_every_boundary_postgres(tmp_path: Path, policy: str, pg_server) -> None:
     for kill in BOUNDARIES:
         _trial(pg_server.url(), tmp_path / kill, policy, kill)
 

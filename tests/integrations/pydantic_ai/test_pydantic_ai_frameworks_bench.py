@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from durably.bench.frameworks import CASES, file_bytes, run_child
+from durably.bench.framework_child import file_bytes
+from durably.bench.frameworks import CASES, run_child
 
 pytest.importorskip("dbos")
 
