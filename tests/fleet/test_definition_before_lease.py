@@ -27,11 +27,6 @@ from serve_worker import slow_file_agent
 from durably import Runtime
 from durably.storage import StreamId, open_store
 
-try:
-    from .pg_server import pg_server
-except ImportError:
-    from pg_server import pg_server  # noqa: F401
-
 AGENTS = 6  # of each kind, half before the workers start, half after
 STEPS = 1000  # long runs: no agent finishes (and no lease is given back) during the test
 STEP_SECONDS = 0.2
