@@ -22,8 +22,9 @@ import pytest
 from support_agents import StepModel
 
 from durably import AgentDefinition, Runtime, tool
+from durably._fleet import wakeups
 from durably.adapters.postgres import PostgresStore
-from durably.storage import AppendRequest
+from durably.storage import AppendRequest, StreamId
 
 try:
     from .pg_server import PostgresTestServer, pg_server
@@ -103,3 +104,34 @@ def _listening(pg_server: PostgresTestServer, store: PostgresStore) -> bool:
         f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{store._application_name}-listen'"
     )
     return count.strip() == "1"
+
+
+async def test_a_timer_coming_due_stops_the_listening_and_lets_the_resume_under_way_finish() -> None:
+    """``until`` (the earliest timer of ``serve()``) ends the wait long before the poll interval;
+    the resume the feed began meanwhile runs to its end all the same."""
+
+    class OneChange:
+        def __init__(self) -> None:
+            self.sent = False
+
+        async def wait(self) -> frozenset[StreamId] | None:
+            if not self.sent:
+                self.sent = True
+                return frozenset({StreamId("default", "woken-0")})
+            await anyio.sleep_forever()
+            return None
+
+    timer_due = anyio.Event()
+    finished: list[str] = []
+
+    async def resume(agent_id: str) -> None:
+        timer_due.set()  # the timer comes due while this resume is under way
+        await anyio.sleep(HELD * POLL)
+        finished.append(agent_id)
+
+    async def until() -> None:
+        await timer_due.wait()
+
+    with anyio.fail_after(30):  # far below the poll interval: the timer ended the listening
+        await wakeups.wait_and_resume(OneChange(), 600.0, resume, until=until)
+    assert finished == ["woken-0"]
