@@ -40,7 +40,7 @@ import anyio
 
 from durably._children import delivery as child_delivery
 from durably._figures import check_figure
-from durably._fleet import timers, wakeups
+from durably._fleet import wakeups
 from durably._fleet.fleet_metrics import ScanObserver
 from durably._fleet.scan import FairShare, scan
 from durably._fleet.sole_worker import ensure_sole_worker
@@ -157,9 +157,9 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
                     await child_delivery.recover(activations)  # child ends a dead process did not deliver
             outage.ended()
             await observer.scanned()
-            # Until the next poll, a change notification, or the earliest timer (_fleet/timers.py).
-            await timers.until_woken(
-                activations.wake, poll_interval, lambda: wakeups.wait_and_resume(changes, poll_interval, woken)
+            # Until the next poll or the earliest timer (_fleet/timers.py), woken agents are resumed.
+            await wakeups.wait_and_resume(
+                changes, poll_interval, woken, until=lambda: activations.wake.wait(poll_interval)
             )
 
 

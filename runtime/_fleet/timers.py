@@ -13,7 +13,7 @@ timer fires on time however long the poll interval is.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import anyio
 
@@ -69,17 +69,3 @@ async def due_only(rows: AsyncIterator[IndexedStream], clock: WakeClock) -> Asyn
             clock.note(entry.wake_at)
             continue
         yield row
-
-
-async def until_woken(clock: WakeClock, longest: float, waiting: Callable[[], Awaitable[None]]) -> None:
-    """Run ``waiting`` (the change feed's wait of ``serve()``) until it returns, ``longest``
-    seconds pass, or the earliest timer of ``clock`` comes: then the caller scans."""
-    async with anyio.create_task_group() as tg:
-
-        async def timer() -> None:
-            await clock.wait(longest)
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(timer)
-        await waiting()
-        tg.cancel_scope.cancel()

@@ -132,9 +132,14 @@ async def wait_and_resume(
     resume: Callable[[str], Awaitable[object]],
     *,
     concurrency: int = RESUMING,
+    until: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Until ``poll_interval`` seconds have passed, ``resume(agent_id)`` each stream the feed names,
-    up to ``concurrency`` of them at once; returns once the resumes begun have ended.
+    """Until ``poll_interval`` seconds have passed, or ``until()`` returns (the earliest timer
+    of ``serve()``), ``resume(agent_id)`` each stream the feed names, up to ``concurrency`` of
+    them at once; returns once the resumes begun have ended. The end of the wait stops the
+    listening only: a resume begun is finished, however long it takes (cut short after its
+    ``resumed`` record was durable, it would give its lease back, and the next scan would
+    take it again and journal a second ``resumed`` record).
 
     A burst of commands (an operator approving hundreds of agents) names many
     streams at once: their leases, restores and ``resumed`` appends overlap,
@@ -168,15 +173,27 @@ async def wait_and_resume(
 
     # The resumes run in this task group, outside the poll's deadline: a resume begun
     # is never cut short by the end of the wait (its restore and append would be lost work).
+    timer = anyio.CancelScope()  # the wait for ``until``, over once the listening is
+
+    async def stop_listening_when_due(until: Callable[[], Awaitable[None]]) -> None:
+        with timer:
+            await until()
+            listening.cancel()
+
     async with anyio.create_task_group() as tg:
-        with listening, anyio.move_on_after(poll_interval):
-            while True:
-                changed = await feed.wait()
-                if changed is None:
-                    return
-                followed += len(changed)
-                if followed > MAX_WAKEUPS:
-                    log.warning("more than %d wake-ups since the last scan: scanning instead", MAX_WAKEUPS)
-                    return
-                for stream in sorted(changed):
-                    tg.start_soon(one, stream)
+        try:
+            with listening, anyio.move_on_after(poll_interval):
+                if until is not None:
+                    tg.start_soon(stop_listening_when_due, until)
+                while True:
+                    changed = await feed.wait()
+                    if changed is None:
+                        return
+                    followed += len(changed)
+                    if followed > MAX_WAKEUPS:
+                        log.warning("more than %d wake-ups since the last scan: scanning instead", MAX_WAKEUPS)
+                        return
+                    for stream in sorted(changed):
+                        tg.start_soon(one, stream)
+        finally:
+            timer.cancel()

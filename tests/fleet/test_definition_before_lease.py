@@ -3,14 +3,16 @@
 Two ``durably worker`` processes on one store, one serving only ``kind-a``, the
 other only ``kind-b``; agents of both kinds are handed to the fleet (some before
 the workers start, found by their scans; some after, found by scans on SQLite
-and by change notifications on PostgreSQL). Every agent runs for the whole test,
-so each lease is granted to the worker that runs it and held. The grants are
-counted in the store: on SQLite by the lease's fencing token (one more on every
-grant, per stream), on PostgreSQL (tokens from one sequence) by a trigger on the
-leases table logging every grant with its owner (where a grant to any worker
-but the holder counts). A worker that claimed an agent it cannot run, restored it and let it go,
-as one did before the index entry's definition was checked, leaves a token of 2
-or more, and delays the worker that can run it.
+and by change notifications on PostgreSQL). Every agent runs for the whole test
+and never parks, so its lease is granted exactly once, to the worker that runs
+it, and held; and its journal has exactly one ``resumed`` record, by that
+worker. The grants are counted in the store: on SQLite by the lease's fencing
+token (one more on every grant, per stream), on PostgreSQL (tokens from one
+sequence) by a trigger on the leases table logging every grant with its owner.
+A worker that claimed an agent it cannot run, restored it and let it go, as
+one did before the index entry's definition was checked, leaves a second
+grant, and delays the worker that can run it; so does a woken resume given up
+halfway (its lease released, the agent resumed again by the next scan).
 """
 
 from __future__ import annotations
@@ -69,28 +71,44 @@ async def _sql(dsn: str, sql: str) -> list:
         await connection.close()
 
 
-def grants_and_holders(url: str, ids: list[str], grant_log: tuple[str, str] | None) -> dict[str, tuple[int, str]]:
-    """agent id -> (lease grants to another worker than the holder's, plus one; the holder's
-    worker id), read through the store's leases. ``grant_log``: (dsn, schema) of PostgreSQL's
-    trigger log of grants, each with its owner; None to count by SQLite's per-stream tokens
-    (every grant, whoever to)."""
+def grants_and_holders(url: str, ids: list[str], grant_log: tuple[str, str] | None) -> dict[str, tuple[list[str], str]]:
+    """agent id -> (the worker ids its lease was granted to, one per grant; the holder's worker
+    id), read through the store's leases. ``grant_log``: (dsn, schema) of PostgreSQL's trigger
+    log of grants, each with its owner; None to count by SQLite's per-stream tokens (every
+    grant, whoever to: the holder's worker id once per token)."""
 
-    async def go() -> dict[str, tuple[int, str]]:
-        owners: dict[str, set[str]] = {}
+    async def go() -> dict[str, tuple[list[str], str]]:
+        granted: dict[str, list[str]] = {}
         if grant_log is not None:
-            rows = await _sql(grant_log[0], f"SELECT agent_id, owner FROM {grant_log[1]}.grants")
+            rows = await _sql(grant_log[0], f"SELECT agent_id, owner FROM {grant_log[1]}.grants ORDER BY token")
             for agent_id, owner in rows:
-                owners.setdefault(agent_id, set()).add(owner.split("/")[0])
+                granted.setdefault(agent_id, []).append(owner.split("/")[0])
         async with open_store(url) as store:
             found = {}
             for agent_id in ids:
                 lease = await store.get_lease(StreamId("default", agent_id))
                 holder = lease.owner.split("/")[0] if lease else ""
-                if grant_log is not None:
-                    found[agent_id] = (len(owners.get(agent_id, set()) - {holder}) + 1, holder)
-                else:
-                    found[agent_id] = (lease.token if lease else 0, holder)
+                if grant_log is None:
+                    granted[agent_id] = [holder] * (lease.token if lease else 0)
+                found[agent_id] = (granted.get(agent_id, []), holder)
             return found
+
+    return anyio.run(go)
+
+
+def resumed_by(url: str, ids: list[str]) -> dict[str, list[str]]:
+    """agent id -> the worker id of each of its ``resumed`` records, in journal order."""
+
+    async def go() -> dict[str, list[str]]:
+        async with Runtime(url) as reader:
+            return {
+                agent_id: [
+                    entry.payload["worker"]
+                    async for entry in reader.history(agent_id, kinds=["resumed"], payload=True)
+                    if entry.payload is not None
+                ]
+                for agent_id in ids
+            }
 
     return anyio.run(go)
 
@@ -119,8 +137,11 @@ def test_each_agent_is_leased_only_by_the_worker_serving_its_definition(backend,
         time.sleep(1.0)  # five more polls of each worker: a claim of the other's agents would show now
         assert wa.poll() is None and wb.poll() is None, (tmp_path / "wa.err").read_text()
         found = grants_and_holders(url, ids, grant_log)
+        resumed = resumed_by(url, ids)
     finally:
         stop(wa, wb)
-    assert found == {a: (1, "wa" if a.startswith("a-") else "wb") for a in ids}
+    runner = {a: "wa" if a.startswith("a-") else "wb" for a in ids}
+    assert found == {a: ([runner[a]], runner[a]) for a in ids}
+    assert resumed == {a: [runner[a]] for a in ids}
     ran_by = {(e["agent"], e["pid"]) for e in effects(tmp_path)}
     assert ran_by == {(a, wa.pid if a.startswith("a-") else wb.pid) for a in ids}
