@@ -42,3 +42,19 @@ def test_a_hint_across_any_scan_boundary_is_still_found() -> None:
                 assert matcher.holds_any(text), (hint, at, pad)
                 assert hint in matcher.found(text)
         assert not matcher.holds_any("q" * 200_000 + hint[:-1])
+
+
+def test_the_hints_of_a_text_full_of_hints_are_collected_without_holding_every_hit() -> None:
+    matcher = HintMatcher(HINTS)
+    dense = "sk-" * 1_000_000 + " ghp_x bearer "  # a million hits, then two hints at the very end
+    assert matcher.found(dense) == {"sk-", "ghp_", "bearer"}
+    peak = peak_bytes_of(lambda: matcher.found(dense))
+    assert peak < len(dense) + 4 * 1024 * 1024, f"{peak} bytes held to name three hints"
+
+
+def test_dense_and_sparse_stretches_find_exactly_the_hints_a_search_per_hint_finds() -> None:
+    matcher = HintMatcher(HINTS)
+    for tail in ("", "github_pat_", "xoxb-", "-----begin private key-----", "\U0001f600eyj"):
+        for dense_len in (10, 70_000, 300_000):
+            text = "sk-" * dense_len + "q" * 65_531 + tail + "é" * 40_000 + "aiza"
+            assert matcher.found(text) == {h for h in HINTS if h in text}, (tail, dense_len)
