@@ -71,3 +71,34 @@ async def test_leaving_the_runtime_while_a_large_frame_is_sealed_waits_for_it_an
     again = effects[len(ran_before) :]
     assert not any(f"c{n}" in durable for n in again), "a durable result's effect ran again"
     assert [m["content"] for m in state.messages if m["role"] == "tool"] == [f"{n}:{BIG}" for n in (1, 2)]
+
+
+async def test_cancelling_an_agent_while_its_large_frame_is_sealed_starts_nothing_after_the_cancel(
+    tmp_path: Path,
+) -> None:
+    cipher, url = GatedCipher(), f"sqlite:///{tmp_path}/agents.db"
+    effects: list[int] = []
+
+    @tool(name="effect")
+    async def effect(n: int) -> str:
+        effects.append(n)
+        return f"{n}:{BIG}"
+
+    model = StepModel(3)
+    definition = AgentDefinition(name="big", model=model, tools=[effect])
+    async with Runtime(url, agents=[definition], encryption=cipher) as rt:
+        handle = await rt.start("big", "a1", "go")
+        await anyio.to_thread.run_sync(cipher.sealing.wait, 10)
+        calls_at_cancel = model.calls  # the model's answers so far (the current step's included)
+        threading.Timer(0.3, cipher.gate.set).start()  # the seal ends while the cancel is under way
+        await rt.cancel("a1", "stop now")
+        state = await handle.wait()
+        assert state.status == "cancelled"
+        history = await rt.status("a1")
+        kinds = [entry.kind async for entry in rt.history("a1")]
+    # The cancel stops the agent after its current step: no model call after it, and no
+    # tool but those the model had asked for before it, each run once.
+    assert model.calls == calls_at_cancel and effects == list(range(1, calls_at_cancel + 1))
+    assert cipher.large_seals_done >= 1
+    assert kinds[-1] == "cancelled" and kinds.count("tool_result") == len(effects)
+    assert [m["content"] for m in history.messages if m["role"] == "tool"] == [f"{n}:{BIG}" for n in effects]
