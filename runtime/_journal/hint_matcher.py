@@ -42,16 +42,27 @@ class HintMatcher:
 
     def holds_any(self, text: str) -> bool:
         """True when ``text`` contains at least one hint (``any(h in text for h in hints)``)."""
-        if self._automaton is None or self._always:
+        automaton = self._automaton
+        if automaton is None or self._always:
             return self._always
-        return any(hits for _, hits in self._windows(_utf8(text), overlapping=False))
+        data = _utf8(text)
+        if len(data) <= _WINDOW:  # the common case, with no window machinery
+            return bool(automaton.find_matches_as_indexes(data))
+        return any(hits for _, hits in self._windows(data, overlapping=False))
 
     def found(self, text: str) -> frozenset[str]:
         """The hints ``text`` contains (``{h for h in hints if h in text}``), overlapping ones included."""
         held = {""} if self._always else set()
-        if self._automaton is None:
+        automaton = self._automaton
+        if automaton is None:
             return frozenset(held)
-        hints, data, seen = self._hints, _utf8(text), set[int]()
+        hints, data = self._hints, _utf8(text)
+        if len(data) <= _WINDOW:  # the common case, with no window machinery
+            hits = automaton.find_matches_as_indexes(data, overlapping=True)
+            if len(hits) <= _DENSE:
+                held.update(hints[i] for i, _, _ in hits)
+                return frozenset(held)
+        seen = set[int]()
         for at, hits in self._windows(data, overlapping=True):
             seen.update(i for i, _, _ in hits)
             if len(seen) == len(hints):
