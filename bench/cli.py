@@ -107,13 +107,13 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
         if args.plot_dir is None and not args.markdown:
             console.print("--from needs --plot DIR or --markdown")
             return 2
-        doc = json.loads(args.from_json.read_text(encoding="utf-8"))
-        if args.markdown:
-            try:
+        try:
+            doc = _saved_run(args.from_json)
+            if args.markdown:
                 _markdown(doc, console)
-            except InvalidArgumentError as exc:
-                console.print(str(exc), markup=False)
-                return 2
+        except InvalidArgumentError as exc:
+            console.print(str(exc), markup=False)
+            return 2
         return 0 if args.plot_dir is None else _plot(doc, args.plot_dir, console)
     suites = args.suites or list(SUITES)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -150,6 +150,18 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
         console.print(f"failed: {', '.join(results.failed)} (see the notes)", markup=False)
         return 1
     return 0
+
+
+def _saved_run(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (a ``--json`` file); ``InvalidArgumentError`` naming the
+    file when it cannot be read or holds no JSON object."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidArgumentError(f"{path}: not a durably bench --json file ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise InvalidArgumentError(f"{path}: not a durably bench --json file (a JSON {type(doc).__name__})")
+    return doc
 
 
 def _markdown(doc: dict[str, Any], console: Console) -> None:

@@ -32,19 +32,24 @@ _OTHER_RUNS = (
 def results_from_json(doc: dict[str, Any]) -> Results:
     """The ``Results`` of a ``--json`` file's contents (figures, ratios, targets, notes, machine).
 
-    Raises ``InvalidArgumentError`` (a ``ValueError``) for a document that is not a ``durably-bench/1`` file, and
-    ``KeyError``/``TypeError`` for one whose entries lack the fields of that format.
+    Raises ``InvalidArgumentError`` (a ``ValueError``) for a document that is not a ``durably-bench/1`` file,
+    or one whose entries lack the fields of that format (the message names the first one missing).
     """
     if doc.get("format") != "durably-bench/1":
         raise InvalidArgumentError(f"not a durably bench --json file (format {doc.get('format')!r})")
-    results = Results(store=doc["store"], mode=doc["mode"], seed=doc["seed"], argv=doc.get("argv"))
-    results.started = doc["started_at"]
-    results.machine = doc["machine"]
-    results.figures = [Figure(**f) for f in doc["figures"]]
-    results.ratios = [Ratio(**r) for r in doc["ratios"]]
-    results.targets = [Target(**t) for t in doc.get("targets", [])]
-    results.notes = list(doc.get("notes", []))
-    results.failed = list(doc.get("failed", []))
+    try:
+        results = Results(store=doc["store"], mode=doc["mode"], seed=doc["seed"], argv=doc.get("argv"))
+        results.started = doc["started_at"]
+        results.machine = doc["machine"]
+        results.figures = [Figure(**f) for f in doc["figures"]]
+        results.ratios = [Ratio(**r) for r in doc["ratios"]]
+        results.targets = [Target(**t) for t in doc.get("targets", [])]
+        results.notes = list(doc.get("notes", []))
+        results.failed = list(doc.get("failed", []))
+    except KeyError as exc:
+        raise InvalidArgumentError(f"a durably bench --json file without its {exc.args[0]!r} field") from exc
+    except TypeError as exc:  # an entry of the wrong shape (a figure that is not an object of its fields)
+        raise InvalidArgumentError(f"a durably bench --json file with a malformed entry: {exc}") from exc
     return results
 
 

@@ -178,7 +178,7 @@ class Redactor:
                     out = out if out is not None else dict(value)
                     out[key] = new
             return value if out is None else out
-        if kind is list:
+        if kind is list or kind is tuple:
             out_list = None
             for index, child in enumerate(value):
                 sub = tuple((s[1:], r) for s, r in rules if s[0] in ("*", str(index))) if rules else ()
@@ -186,7 +186,20 @@ class Redactor:
                 if new is not child:
                     out_list = out_list if out_list is not None else list(value)
                     out_list[index] = new
-            return value if out_list is None else out_list
+            if out_list is None:
+                return value
+            return out_list if kind is list else tuple(out_list)
+        if kind is set or kind is frozenset:
+            # Members have no index: only "*" rules reach them. A member that became a
+            # marker (a dict) cannot be a member any more: the redacted set is then a list.
+            members = list(value)
+            redacted = self._tree(members, rules, names=names, whole=whole, depth=depth)
+            if redacted is members:
+                return value
+            try:
+                return kind(redacted)
+            except TypeError:
+                return redacted
         return value
 
     def _string(self, text: str, whole: bool) -> Any:
@@ -291,6 +304,9 @@ class Redactor:
 _RESULT = "$result"  # a tool message's content: the tool_result record's result or error
 #: The kinds whose result or error becomes a tool message (a child agent's end is its call's result).
 _RESULT_KINDS = frozenset({Kind.TOOL_RESULT, Kind.CHILD_ENDED})
+#: The containers a record's values may hold strings in (the codec stores tuples and sets as such).
+_SEQUENCES = frozenset({list, tuple, set, frozenset})
+_CONTAINERS = _SEQUENCES | {dict}
 
 
 def _source_field(kind: str, message: dict[str, Any]) -> str:
@@ -324,10 +340,10 @@ def _has_secret_name(values: list[Any], policy: RedactionPolicy) -> bool:
             for key, child in item.items():
                 if type(key) is str and policy.is_secret_name(key):
                     return True
-                if type(child) is dict or type(child) is list:
+                if type(child) in _CONTAINERS:
                     stack.append((child, depth + 1))
-        elif kind is list:
-            stack.extend((v, depth + 1) for v in item if type(v) is dict or type(v) is list)
+        elif kind in _CONTAINERS:
+            stack.extend((v, depth + 1) for v in item if type(v) in _CONTAINERS)
     return False
 
 
@@ -344,7 +360,7 @@ def _texts(data: dict[str, Any]) -> list[str] | None:
             kind = type(child)
             if kind is str:
                 out.append(child)
-            elif kind is dict or kind is list:
+            elif kind in _CONTAINERS:
                 stack.append((child, depth + 1))
     return out
 
@@ -357,5 +373,5 @@ def _strings(value: Any) -> Iterable[str]:
             yield item
         elif depth < _MAX_DEPTH and type(item) is dict and not is_marker(item):
             stack.extend((v, depth + 1) for v in item.values())
-        elif depth < _MAX_DEPTH and type(item) is list:
+        elif depth < _MAX_DEPTH and type(item) in _SEQUENCES:
             stack.extend((v, depth + 1) for v in item)
