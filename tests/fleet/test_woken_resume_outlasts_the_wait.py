@@ -14,6 +14,7 @@ show exactly one ``resumed`` record, by the worker.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -27,9 +28,9 @@ from durably.adapters.postgres import PostgresStore
 from durably.storage import AppendRequest, StreamId
 
 try:
-    from .pg_server import PostgresTestServer, pg_server
+    from .pg_server import PostgresTestServer
 except ImportError:
-    from pg_server import PostgresTestServer, pg_server  # noqa: F401
+    from pg_server import PostgresTestServer
 
 pytestmark = pytest.mark.anyio
 
@@ -70,7 +71,7 @@ def _slow_first_append(
 
 
 async def test_a_woken_resume_is_not_cut_short_by_the_end_of_the_wait(pg_server: PostgresTestServer) -> None:
-    url = pg_server.url(schema="woken_resume")
+    url = pg_server.url(schema=f"woken_resume_{uuid.uuid4().hex[:8]}")
     definition = _gated()
     ids = [f"woken-{n}" for n in range(AGENTS)]
     async with Runtime(url, agents=[definition]) as starter:

@@ -38,8 +38,8 @@ def server():
 
 
 async def test_a_first_attempt_against_a_killed_server_is_retried_or_typed(server: PostgresTestServer) -> None:
-    stream = StreamId("attack33", "first-attempt")
-    schema = "attack33_first"
+    stream = StreamId("first-attempt", "agent")
+    schema = "first_attempt"
     patient_url, hasty_url = server.url(schema, deadline=30), server.url(schema, deadline=1)
     async with PostgresStore(patient_url) as patient, PostgresStore(hasty_url) as hasty:
         assert await patient.append(stream, 0, [b"r1"]) == 1

@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import pytest
 from lease_partition import lease_partitionable
-from pg_server import pg_server  # noqa: F401  (the session's PostgreSQL server, for the postgres case)
 from support_agents import StepModel
 
 from durably import AgentDefinition, AgentLeaseLostError, Runtime, tool
