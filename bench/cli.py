@@ -154,13 +154,20 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
 
 def _saved_run(path: Path) -> dict[str, Any]:
     """The JSON object in ``path`` (a ``--json`` file); ``InvalidArgumentError`` naming the
-    file when it cannot be read or holds no JSON object."""
+    file when it cannot be read, holds no JSON object, or lacks the fields of a bench run
+    (``--plot`` and ``--markdown`` read the same ones)."""
+    from .markdown import results_from_json
+
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidArgumentError(f"{path}: not a durably bench --json file ({exc})") from exc
     if not isinstance(doc, dict):
         raise InvalidArgumentError(f"{path}: not a durably bench --json file (a JSON {type(doc).__name__})")
+    try:
+        results_from_json(doc)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{path}: {exc}") from exc
     return doc
 
 

@@ -1,4 +1,4 @@
-"""Attack on ``durably bench --from FILE --markdown``: a file that is not a bench run
+"""``durably bench --from FILE`` with ``--markdown`` or ``--plot``: a file that is not a bench run
 (empty, not UTF-8, JSON that is not an object, a directory, a missing file, a
 ``durably-bench/1`` document missing its fields) is refused with a one-line message
 and exit status 2, never a traceback."""
@@ -36,11 +36,13 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize("output", ["--markdown", "--plot"])
 @pytest.mark.parametrize("name", sorted(BAD))
-def test_a_file_that_is_not_a_bench_run_is_refused_with_exit_2(name: str, tmp_path: Path, capsys) -> None:
+def test_a_file_that_is_not_a_bench_run_is_refused_with_exit_2(name: str, output: str, tmp_path: Path, capsys) -> None:
     path = tmp_path / "run.json"
     path.write_bytes(BAD[name])
-    assert bench_main(["--from", str(path), "--markdown"]) == 2
+    given = [output] if output == "--markdown" else [output, str(tmp_path / "charts")]
+    assert bench_main(["--from", str(path), *given]) == 2
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err
     assert str(path) in out.out or "bench" in out.out
