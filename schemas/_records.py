@@ -20,7 +20,7 @@ SNAPSHOT_SCHEMA_ID = 2
 SCHEMA_NAMES = {RECORD_SCHEMA_ID: "durably.record", SNAPSHOT_SCHEMA_ID: "durably.snapshot"}
 
 #: The version this build writes for each schema id; it reads this and older ones.
-CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 5, SNAPSHOT_SCHEMA_ID: 5}
+CURRENT_VERSIONS = {RECORD_SCHEMA_ID: 5, SNAPSHOT_SCHEMA_ID: 6}
 
 
 class Kind(StrEnum):

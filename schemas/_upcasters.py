@@ -199,3 +199,11 @@ def snapshot_v4_to_v5(value: dict[str, Any]) -> dict[str, Any]:
     ``waiting_child``, and optional ``wake_at``, ``parent`` and ``children`` to
     the state: every version-4 snapshot is a version-5 snapshot as it is (a copy)."""
     return dict(value)
+
+
+@upcaster(SNAPSHOT_SCHEMA_ID, 5)
+def snapshot_v5_to_v6(value: dict[str, Any]) -> dict[str, Any]:
+    """Snapshot version 6 only adds an optional ``pages`` to the state (the older part of
+    the conversation stored as page blobs): every version-5 snapshot is a version-6
+    snapshot as it is, its whole conversation inline (a copy)."""
+    return dict(value)

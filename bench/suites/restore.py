@@ -1,8 +1,9 @@
 """restore: latency to restore an agent with 100 .. 100,000 records of history.
 
 The histories are written straight to the store, in batches, with the
-runtime's own codec, fold (``durably._loop.state.apply``) and snapshot
-policy (``SnapshotPolicy``, default settings): the same records and snapshots
+runtime's own codec, fold (``durably._loop.state.apply``), snapshot
+policy (``SnapshotPolicy``, default settings) and conversation pages
+(``durably._journal.pages``, on a store with blobs): the same records and snapshots
 a running agent leaves, without waiting for 100,000 fsyncs. Restore is
 ``Runtime.status``: the latest snapshot plus the tail after it. Cold is the
 first restore on a newly opened store handle (the OS page cache stays warm:
@@ -25,6 +26,7 @@ from typing import Any
 import cbor2
 import zstandard
 
+from durably._journal.pages import SECTIONS, Pager
 from durably._journal.records import RecordCodec
 from durably._journal.snapshots import SnapshotPolicy
 from durably._loop.agent import HistoryPolicy
@@ -33,7 +35,7 @@ from durably.schemas._records import Kind, Record
 from durably.storage._codec import FLAG_ZSTD, FORMAT_DICTIONARY, HEADER_SIZE, HEADER_SIZE_DICT, raw_size
 from durably.storage._dictionaries import DictionaryFrames
 from durably.storage._registry import open_store
-from durably.storage._spi import Store, StoredSnapshot, StreamId
+from durably.storage._spi import Store, StoredSnapshot, StreamId, supports_blobs
 
 from ..context import Bench
 from ..conversation import measure_restore
@@ -62,6 +64,7 @@ async def build_history(
     With ``history``, a ``history_compacted`` record is added wherever the actor
     would add one (before a model turn, with no call pending)."""
     codec = RecordCodec()
+    pager = Pager(store) if supports_blobs(store) else None  # the older conversation in pages, as SnapshotWriter
     state = AgentState()
     pending: list[bytes] = []
     written = 0
@@ -92,7 +95,8 @@ async def build_history(
         since_bytes += raw_size(frame)  # the policy weighs raw bytes, as AgentJournal does
         if policy.due(since_records, since_bytes, snapshot_bytes):
             await flush()
-            snapshot = codec.encode_snapshot(seq, state.to_wire())
+            wire = state.to_wire() if pager is None else await pager.page_out(codec, stream, seq, state.to_wire())
+            snapshot = codec.encode_snapshot(seq, wire, stream)
             await store.put_snapshot(stream, seq, snapshot)
             snapshot_bytes, since_records, since_bytes = raw_size(snapshot), 0, 0
         if len(pending) >= _BATCH:
@@ -126,6 +130,10 @@ async def run(bench: Bench) -> None:
             r.add(SUITE, "snapshot_decode", _decode_time(snapshot, stream) * 1e3, "ms", **params)
         async with open_store(bench.store) as store:
             tail = [stored.data async for stored in store.read(stream, snapshot.seq if snapshot else 0)]
+            pages = await _pages(store, snapshot, stream)
+        r.add(SUITE, "pages", len(pages), "pages", **params)
+        r.add(SUITE, "page_bytes", sum(map(len, pages)), "B", **params)
+        tail = pages + tail  # the floor reads the snapshot's pages too
         floor = r.add(SUITE, "floor_zstd_cbor2", _floor_time(snapshot, tail) * 1e3, "ms", **params)
         r.ratio(
             SUITE,
@@ -172,12 +180,21 @@ def _floor_time(snapshot: StoredSnapshot | None, tail: list[bytes]) -> float:
 
 
 def _decode_time(snapshot: StoredSnapshot, stream: StreamId) -> float:
-    """Seconds to decode and rebuild the state from ``snapshot`` alone (median of 3)."""
+    """Seconds to decode and rebuild the state from ``snapshot`` alone, not its pages (median of 3)."""
     codec = RecordCodec()
     times = []
     for _ in range(3):
         t = time.perf_counter()
         _, wire, _ = codec.decode_snapshot(snapshot, stream)
-        AgentState.from_wire(wire)
+        AgentState.from_wire({k: v for k, v in wire.items() if k not in ("pages", "ledger_pages")})
         times.append(time.perf_counter() - t)
     return sorted(times)[1]
+
+
+async def _pages(store: Store, snapshot: StoredSnapshot | None, stream: StreamId) -> list[bytes]:
+    """The stored bytes of the pages (conversation and ledger) ``snapshot`` names (none without a snapshot or pages)."""
+    if snapshot is None or not supports_blobs(store):
+        return []
+    _, wire, _ = RecordCodec().decode_snapshot(snapshot, stream)
+    refs = [ref for _, pages in SECTIONS for ref in wire.get(pages, [])]
+    return [await store.get_blob(stream, ref["digest"]) for ref in refs]

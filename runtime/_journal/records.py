@@ -32,6 +32,9 @@ from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 #: snapshots, so a record that was accepted never makes later snapshots fail.
 STATE_NESTING = 8
 
+#: The first snapshot version with conversation pages.
+_FIRST_PAGED = 6
+
 
 class RecordCodec:
     """Encodes ``Record`` objects and state snapshots as frames, and decodes them.
@@ -158,6 +161,35 @@ class RecordCodec:
         if seq != stored.seq:
             raise CorruptRecordError(f"snapshot frame says seq {seq}", stream=stream, seq=stored.seq)
         return seq, state, frame
+
+    def encode_page(self, seq: int, items: list[Any], stream: StreamId | None = None) -> bytes:
+        """Frame bytes of a page (messages, or ``(key, entry)`` ledger pairs, in order) bound
+        to ``seq`` (the snapshot that writes it) and ``stream`` (snapshot-v6.cddl, ``page``).
+
+        Raises ``UnencodableValueError`` naming the field (``page...``)."""
+        if type(seq) is not int or seq < 0:
+            raise UnencodableValueError("page.seq", f"seq must be an int >= 0, got {seq!r}")
+        tagged = check_encodable(items, "page", self.codec.limits.max_depth - 2)
+        return self._encode(SNAPSHOT_SCHEMA_ID, {"s": seq, "page": items}, stream, seq, "page", tagged)
+
+    def decode_page(self, data: bytes, seq: int, stream: StreamId | None = None) -> list[Any]:
+        """The items of a page frame written by ``encode_page`` at ``seq``.
+
+        Raises ``CorruptRecordError`` (bad bytes, another seq or stream, not a page) and
+        ``UnknownSchemaVersionError`` (a version newer than this build)."""
+        frame = self.codec.decode(data, stream=stream, seq=seq)
+        value = frame.value
+        if frame.schema_id != SNAPSHOT_SCHEMA_ID or frame.schema_version < _FIRST_PAGED:
+            raise CorruptRecordError("the page frame is not a conversation page", stream=stream, seq=seq)
+        if frame.schema_version > CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]:
+            name = SCHEMA_NAMES[SNAPSHOT_SCHEMA_ID]
+            raise UnknownSchemaVersionError(
+                name, frame.schema_version, CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID], stream=stream, seq=seq
+            )
+        if not isinstance(value, dict) or value.get("s") != seq or not isinstance(value.get("page"), list):
+            raise CorruptRecordError(f"the page frame is not the page written at seq {seq}", stream=stream, seq=seq)
+        items: list[Any] = value["page"]
+        return items
 
     @staticmethod
     def _upcast(frame: Frame, expected_schema: int, stream: StreamId | None, seq: int) -> Any:

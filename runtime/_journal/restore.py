@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from durably import _telemetry as tm
+from durably._journal.pages import page_in, paged
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
 from durably._telemetry import Telemetry
@@ -275,6 +276,8 @@ async def _restore_once(
         while snapshot is not None:
             try:
                 seq, wire, frame = codec.decode_snapshot(snapshot, stream)
+                if paged(wire):
+                    wire = await page_in(store, codec, stream, seq, wire)
                 candidate = AgentState.from_wire(wire)
                 if run is _UNREAD:
                     # The journal's seq 1 read with this snapshot (the same read transaction), or

@@ -28,12 +28,13 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._figures import check_bool, check_figure
+from durably._journal.pages import Pager
 from durably._journal.records import RecordCodec
 from durably._telemetry import Telemetry
 from durably.errors import InvalidArgumentError
 from durably.storage._codec import raw_size
 from durably.storage._errors import DurablyError
-from durably.storage._spi import Store, StoredSnapshot, StreamId
+from durably.storage._spi import Store, StoredSnapshot, StreamId, supports_blobs
 
 log = logging.getLogger("durably.snapshots")
 
@@ -138,6 +139,8 @@ class SnapshotWriter:
         self._idle.set()
         self.written = 0
         self._recent: dict[StreamId, list[int]] = {}  # seqs of the snapshots written per stream, newest last
+        # On a store with blobs the older conversation goes to pages, each written once.
+        self._pager = Pager(store) if supports_blobs(store) else None
 
     def submit(self, stream: StreamId, seq: int, state_wire: dict[str, Any], *, fence: int | None = None) -> None:
         """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``;
@@ -158,6 +161,8 @@ class SnapshotWriter:
         """
         self._waiting.pop(stream, None)
         self._recent.pop(stream, None)
+        if self._pager is not None:
+            self._pager.forget(stream)  # the purge deletes the stream's pages
         writing = self._writing
         if writing is not None and writing[0] == stream:
             await writing[1].wait()
@@ -208,6 +213,9 @@ class SnapshotWriter:
             if span is not None:
                 span.set_attributes({tm.AGENT_ID: stream.agent_id, tm.SEQ: seq})
             try:
+                if self._pager is not None:
+                    # Pages first: a snapshot is only stored once every page it names is.
+                    wire = await self._pager.page_out(codec, stream, seq, wire)
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
                 data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
                 with anyio.CancelScope(shield=True):

@@ -142,7 +142,14 @@ class AgentState:
 
         Returns:
             The state; unknown keys are ignored, missing ones take their default.
+
+        Raises:
+            ValueError: ``wire`` names pages (``durably._journal.pages.page_in`` puts
+                them inline first).
         """
+        if "pages" in wire or "ledger_pages" in wire:
+            # Only the snapshot's newest messages and ledger entries are inline: never a state without the rest.
+            raise ValueError("a paged snapshot's state: read its pages first")
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in wire.items() if k in names})
 

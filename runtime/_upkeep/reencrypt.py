@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from durably._journal.pages import encode_paged, page_in
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import apply
@@ -157,7 +158,9 @@ async def reencrypt_stream(
         latest = await store.get_snapshot(stream)
         assert latest is not None  # some snapshot is under an old key
         seq, wire, _frame = codec.decode_snapshot(latest, stream)
-        await store.put_snapshot(stream, seq, codec.encode_snapshot(seq, wire, stream), fence=fence)
+        # Its pages are read under their keys and written anew under the current one.
+        wire = await page_in(store, codec, stream, seq, wire)
+        await store.put_snapshot(stream, seq, await encode_paged(store, codec, stream, seq, wire), fence=fence)
         await store.delete_snapshots(stream, seq)
         after_records, after_snapshots = await key_census(store, stream)
         return ReencryptReport(stream, before, dict(after_records + after_snapshots), SNAPSHOT_REWRITTEN, seq)
@@ -184,7 +187,7 @@ async def reencrypt_stream(
             continue  # a command was appended meanwhile: restore again
         apply(state, marker)
         await store.put_snapshot(
-            stream, marker.seq, codec.encode_snapshot(marker.seq, state.to_wire(), stream), fence=fence
+            stream, marker.seq, await encode_paged(store, codec, stream, marker.seq, state.to_wire()), fence=fence
         )
         await store.delete_records(stream, last_seq)
         await store.delete_snapshots(stream, marker.seq)

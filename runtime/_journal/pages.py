@@ -1,0 +1,209 @@
+"""Conversation pages: the older part of a snapshot's conversation, stored as blobs.
+
+A long conversation dominates a snapshot: re-encoding it in every snapshot makes
+each one cost the whole run, and the snapshot policy (which weighs the snapshot)
+then takes them rarely, so a restore replays a long tail. Paged, a snapshot holds
+the state, the newest ``KEEP`` or more messages, and references to pages of
+``PAGE`` messages each; a page is a frame (encrypted with the snapshot's codec)
+stored with ``put_blob``, content-addressed, written once and never rewritten,
+and purged with its stream (snapshot-v6.cddl).
+
+A page that is missing or does not decode makes the snapshot that names it
+unreadable, like a damaged snapshot: restore falls back to an older snapshot or
+to the journal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import anyio
+
+from durably._journal.records import RecordCodec
+from durably.storage._errors import BlobNotFoundError, CorruptRecordError
+from durably.storage._spi import BlobStore, Store, StreamId, supports_blobs
+
+#: Messages per page.
+PAGE = 256
+
+#: Newest messages always kept in the snapshot itself: the current turn (which the
+#: fold may still reorder) and what a history window keeps never need a page read.
+KEEP = 64
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+#: Streams whose written pages a ``Pager`` remembers (the least recently paged are
+#: forgotten: their next snapshot writes its pages again, the same bytes unless encrypted).
+REMEMBERED = 64
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    # Folded messages and ledger entries are never changed in place (the fold builds
+    # new ones, and AgentState.to_wire relies on it too), so the same objects (under
+    # the same ledger keys) mean the same page.
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x is not y and not (type(x) is list and type(y) is list and x[0] == y[0] and x[1] is y[1]):
+            return False
+    return True
+
+
+#: What is paged: the conversation (``messages`` -> ``pages``, its messages) and the
+#: ledger (``ledger`` -> ``ledger_pages``, its ``[key, entry]`` pairs), oldest first.
+SECTIONS = (("messages", "pages"), ("ledger", "ledger_pages"))
+
+
+class Pager:
+    """Pages a snapshot's older messages and ledger entries out to blobs of ``store``, each page once.
+
+    Remembers, per stream and run, the pages it wrote (their items and reference),
+    so a snapshot only encodes and writes the pages that are new. Not thread-safe;
+    one per ``SnapshotWriter``.
+    """
+
+    def __init__(self, store: BlobStore) -> None:
+        self._store = store
+        self._written: dict[tuple[StreamId, str, str], list[tuple[list[Any], dict[str, Any]]]] = {}
+
+    def forget(self, stream: StreamId) -> None:
+        """Drop what is remembered for ``stream`` (before a purge deletes its blobs)."""
+        for key in [k for k in self._written if k[0] == stream]:
+            del self._written[key]
+
+    async def page_out(self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> dict[str, Any]:
+        """``wire`` (``AgentState.to_wire``) with its older messages and ledger entries
+        replaced by page references (``pages``, ``ledger_pages``).
+
+        Writes the pages not written before (encoded in a worker thread, bound to
+        ``seq``). A section shorter than ``PAGE + KEEP`` items stays inline.
+        Raises ``UnencodableValueError`` (an item that does not encode) and the
+        store's errors from ``put_blob``.
+        """
+        paged = dict(wire)
+        for field, pages in SECTIONS:
+            value = wire[field]
+            items: list[Any] = value if field == "messages" else [[k, v] for k, v in value.items()]
+            full = max(0, (len(items) - KEEP) // PAGE)
+            if full == 0:
+                continue
+            refs = await self._write(codec, stream, seq, (stream, str(wire.get("run_id", "")), field), items, full)
+            rest = items[full * PAGE :]
+            paged[field], paged[pages] = (rest if field == "messages" else {k: v for k, v in rest}), refs
+        return paged
+
+    async def _write(
+        self,
+        codec: RecordCodec,
+        stream: StreamId,
+        seq: int,
+        key: tuple[StreamId, str, str],
+        items: list[Any],
+        full: int,
+    ) -> list[dict[str, Any]]:
+        known = self._written.pop(key, [])
+        self._written[key] = known  # the most recently paged last
+        while len(self._written) > REMEMBERED:
+            del self._written[next(iter(self._written))]
+        refs = []
+        for index in range(full):
+            chunk = items[index * PAGE : (index + 1) * PAGE]
+            if index < len(known) and _same(known[index][0], chunk):
+                refs.append(known[index][1])
+                continue
+            data = await anyio.to_thread.run_sync(codec.encode_page, seq, chunk, stream)
+            ref = {"digest": await self._store.put_blob(stream, data), "s": seq, "count": len(chunk)}
+            del known[index:]
+            known.append((chunk, ref))
+            refs.append(ref)
+        return refs
+
+
+async def encode_paged(store: Store, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> bytes:
+    """Snapshot frame bytes of ``wire`` (a whole conversation inline) at ``seq``, its older
+    messages written as new pages by ``codec`` on a store with blobs (e.g. under a new key).
+
+    Raises what ``Pager.page_out`` and ``RecordCodec.encode_snapshot`` raise."""
+    if supports_blobs(store):
+        wire = await Pager(store).page_out(codec, stream, seq, wire)
+    return codec.encode_snapshot(seq, wire, stream)
+
+
+def paged(wire: dict[str, Any]) -> bool:
+    """Whether a decoded snapshot state names pages (of its conversation or its ledger)."""
+    return any(pages in wire for _, pages in SECTIONS)
+
+
+async def page_in(store: Store, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> dict[str, Any]:
+    """``wire`` (a decoded snapshot state at ``seq``) with its whole conversation and ledger inline.
+
+    Reads and decodes every page it names, checks each against its reference
+    (digest, seq, count), and returns the state without ``pages`` and
+    ``ledger_pages``: its ``messages`` the pages' messages in order followed by its
+    own, its ``ledger`` the pages' entries followed by its own. A state without
+    pages is returned as it is.
+
+    Raises ``CorruptRecordError`` (at ``seq``): a page missing, damaged, or not the
+    one referenced, malformed references or items, or pages on a store without
+    blobs; ``UnknownSchemaVersionError``: a page from a newer durably.
+    """
+    if not paged(wire):
+        return wire
+    whole = dict(wire)
+    for field, pages in SECTIONS:
+        refs = whole.pop(pages, None)
+        if refs is None:
+            continue
+        if not isinstance(refs, list) or not all(_is_ref(r) for r in refs):
+            raise CorruptRecordError(f"snapshot {pages} references are malformed", stream=stream, seq=seq)
+        inline = whole.get(field)
+        if not isinstance(inline, list if field == "messages" else dict):
+            raise CorruptRecordError(f"snapshot {field} is malformed", stream=stream, seq=seq)
+        items: list[Any] = []
+        for ref in refs:
+            items.extend(await _page(store, codec, stream, seq, ref, field))
+        if field == "messages":
+            whole[field] = items + inline
+        else:
+            ledger = {k: v for k, v in items}
+            if len(ledger) != len(items) or ledger.keys() & inline.keys():
+                raise CorruptRecordError("snapshot ledger pages repeat a key", stream=stream, seq=seq)
+            ledger.update(inline)
+            whole[field] = ledger
+    return whole
+
+
+async def _page(
+    store: Store, codec: RecordCodec, stream: StreamId, seq: int, ref: dict[str, Any], field: str
+) -> list[Any]:
+    """The items of the page ``ref`` names, checked; errors as ``page_in``."""
+    digest = ref["digest"]
+    if not supports_blobs(store):
+        raise CorruptRecordError("snapshot names pages, the store keeps no blobs", stream=stream, seq=seq)
+    try:
+        data = await store.get_blob(stream, digest)
+    except BlobNotFoundError as exc:
+        raise CorruptRecordError(f"{field} page {digest} is missing", stream=stream, seq=seq) from exc
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise CorruptRecordError(f"{field} page {digest} is damaged", stream=stream, seq=seq)
+    items = codec.decode_page(data, ref["s"], stream)
+    if field == "messages":
+        fits = all(type(m) is dict for m in items)
+    else:
+        fits = all(type(p) is list and len(p) == 2 and type(p[0]) is str and type(p[1]) is dict for p in items)
+    if len(items) != ref["count"] or not fits:
+        raise CorruptRecordError(f"{field} page {digest} is not the one named", stream=stream, seq=seq)
+    return items
+
+
+def _is_ref(ref: Any) -> bool:
+    return (
+        isinstance(ref, dict)
+        and isinstance(ref.get("digest"), str)
+        and _DIGEST.fullmatch(ref["digest"]) is not None
+        and type(ref.get("s")) is int
+        and type(ref.get("count")) is int
+        and ref["count"] > 0
+    )
