@@ -88,7 +88,8 @@ def test_every_golden_frame_decodes_to_what_was_written(golden: Path) -> None:
         else:
             assert frame.schema_id == SNAPSHOT_SCHEMA_ID
             seq, wire, _ = RecordCodec().decode_snapshot(StoredSnapshot(entry["seq"], data), stream)
-            state = AgentState.from_wire(wire)
+            # Pages (snapshot v6) are blobs in the set's database, read by the restore below.
+            state = AgentState.from_wire({k: v for k, v in wire.items() if k not in ("pages", "ledger_pages")})
             assert (seq, state.agent_id, state.last_seq) == (entry["seq"], "survey", entry["seq"])
     assert kinds <= {k.value for k in Kind}
     if golden == SETS[-1]:
