@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from durably._journal.pages import page_in
 from durably._journal.records import RecordCodec
 from durably._reading.threads import fold_record, is_thread_frame, snapshot_state
 from durably.integrations._langgraph_threads import ThreadState
@@ -130,7 +131,8 @@ async def _snapshots(store: Store, codec: RecordCodec, stream: StreamId, report:
                 if is_thread_frame(snapshot.data):
                     snapshot_state(codec.codec, snapshot, stream)
                 else:
-                    codec.decode_snapshot(snapshot, stream)
+                    seq, wire, _ = codec.decode_snapshot(snapshot, stream)
+                    await page_in(store, codec, stream, seq, wire)  # its pages read and checked too
             except CodecError as exc:
                 report.problems.append(_problem("snapshot", snapshot.seq, exc))
             else:

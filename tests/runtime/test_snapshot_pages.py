@@ -24,6 +24,7 @@ from durably import Runtime, SnapshotPolicy
 from durably._journal import pages
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
+from durably._reading.verify import verify_stream
 from durably.errors import BlobNotFoundError, CorruptRecordError
 from durably.storage import StreamId, open_store
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
@@ -278,3 +279,17 @@ def test_a_state_is_never_built_from_a_paged_snapshot_without_its_pages():
         AgentState.from_wire({**wire, "pages": [{"digest": "0" * 64, "s": 1, "count": 1}]})
     with pytest.raises(ValueError, match="pages"):
         AgentState.from_wire({**wire, "ledger_pages": []})
+
+
+async def test_verify_reports_a_snapshot_whose_page_is_missing(tmp_path):
+    url = f"sqlite:///{tmp_path}/a.db"
+    await run_long(url)
+    stream = StreamId("default", "a1")
+    async with open_store(url) as store:
+        _, wire = await latest_wire(store, stream)
+        assert not (await verify_stream(store, RecordCodec(), stream)).problems
+    with sqlite3.connect(tmp_path / "a.db") as db:
+        db.execute("DELETE FROM blobs WHERE digest = ?", (wire["ledger_pages"][-1]["digest"],))
+    async with open_store(url) as store:
+        report = await verify_stream(store, RecordCodec(), stream)
+    assert report.snapshots == 0 and any("missing" in str(p) for p in report.problems), report.problems
