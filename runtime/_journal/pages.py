@@ -16,6 +16,7 @@ to the journal.
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
 from typing import Any
 
@@ -39,16 +40,12 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 REMEMBERED = 64
 
 
-def _same(a: list[Any], b: list[Any]) -> bool:
+def _same(known: tuple[list[Any] | None, list[Any]], keys: list[Any] | None, values: list[Any]) -> bool:
     # Folded messages and ledger entries are never changed in place (the fold builds
     # new ones, and AgentState.to_wire relies on it too), so the same objects (under
-    # the same ledger keys) mean the same page.
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if x is not y and not (type(x) is list and type(y) is list and x[0] == y[0] and x[1] is y[1]):
-            return False
-    return True
+    # the same ledger keys) mean the same page. Compared in C: a snapshot of a long
+    # run compares every page it does not write.
+    return known[0] == keys and len(known[1]) == len(values) and all(map(operator.is_, known[1], values))
 
 
 #: What is paged: the conversation (``messages`` -> ``pages``, its messages) and the
@@ -66,7 +63,9 @@ class Pager:
 
     def __init__(self, store: BlobStore) -> None:
         self._store = store
-        self._written: dict[tuple[StreamId, str, str], list[tuple[list[Any], dict[str, Any]]]] = {}
+        self._written: dict[
+            tuple[StreamId, str, str], list[tuple[tuple[list[Any] | None, list[Any]], dict[str, Any]]]
+        ] = {}
 
     def forget(self, stream: StreamId) -> None:
         """Drop what is remembered for ``stream`` (before a purge deletes its blobs)."""
@@ -85,13 +84,16 @@ class Pager:
         paged = dict(wire)
         for field, pages in SECTIONS:
             value = wire[field]
-            items: list[Any] = value if field == "messages" else [[k, v] for k, v in value.items()]
-            full = max(0, (len(items) - KEEP) // PAGE)
+            keys, values = (None, value) if field == "messages" else (list(value), list(value.values()))
+            full = max(0, (len(values) - KEEP) // PAGE)
             if full == 0:
                 continue
-            refs = await self._write(codec, stream, seq, (stream, str(wire.get("run_id", "")), field), items, full)
-            rest = items[full * PAGE :]
-            paged[field], paged[pages] = (rest if field == "messages" else {k: v for k, v in rest}), refs
+            section = (stream, str(wire.get("run_id", "")), field)
+            paged[pages] = await self._write(codec, stream, seq, section, keys, values, full)
+            if keys is None:
+                paged[field] = values[full * PAGE :]
+            else:
+                paged[field] = dict(zip(keys[full * PAGE :], values[full * PAGE :], strict=True))
         return paged
 
     async def _write(
@@ -99,22 +101,27 @@ class Pager:
         codec: RecordCodec,
         stream: StreamId,
         seq: int,
-        key: tuple[StreamId, str, str],
-        items: list[Any],
+        section: tuple[StreamId, str, str],
+        keys: list[Any] | None,
+        values: list[Any],
         full: int,
     ) -> list[dict[str, Any]]:
-        known = self._written.pop(key, [])
-        self._written[key] = known  # the most recently paged last
+        """The references of the first ``full`` pages of ``values`` (under ``keys``, for
+        the ledger), writing those not remembered as written."""
+        known = self._written.pop(section, [])
+        self._written[section] = known  # the most recently paged last
         while len(self._written) > REMEMBERED:
             del self._written[next(iter(self._written))]
         refs = []
         for index in range(full):
-            chunk = items[index * PAGE : (index + 1) * PAGE]
-            if index < len(known) and _same(known[index][0], chunk):
+            cut = slice(index * PAGE, (index + 1) * PAGE)
+            chunk = (None if keys is None else keys[cut], values[cut])
+            if index < len(known) and _same(known[index][0], chunk[0], chunk[1]):
                 refs.append(known[index][1])
                 continue
-            data = await anyio.to_thread.run_sync(codec.encode_page, seq, chunk, stream)
-            ref = {"digest": await self._store.put_blob(stream, data), "s": seq, "count": len(chunk)}
+            items = chunk[1] if keys is None else [[k, v] for k, v in zip(chunk[0] or (), chunk[1], strict=True)]
+            data = await anyio.to_thread.run_sync(codec.encode_page, seq, items, stream)
+            ref = {"digest": await self._store.put_blob(stream, data), "s": seq, "count": len(items)}
             del known[index:]
             known.append((chunk, ref))
             refs.append(ref)

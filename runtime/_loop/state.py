@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from durably._tools.tool import idempotency_key
-from durably.errors import UnfoldableRecordError
+from durably.errors import InvalidArgumentError, UnfoldableRecordError
 from durably.schemas._records import Kind, Record
 
 # Statuses. Parked ones hold no memory in the runtime; terminal ones never run again.
@@ -144,12 +144,12 @@ class AgentState:
             The state; unknown keys are ignored, missing ones take their default.
 
         Raises:
-            ValueError: ``wire`` names pages (``durably._journal.pages.page_in`` puts
+            InvalidArgumentError: ``wire`` names pages (``durably._journal.pages.page_in`` puts
                 them inline first).
         """
         if "pages" in wire or "ledger_pages" in wire:
             # Only the snapshot's newest messages and ledger entries are inline: never a state without the rest.
-            raise ValueError("a paged snapshot's state: read its pages first")
+            raise InvalidArgumentError("a paged snapshot's state: read its pages first")
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in wire.items() if k in names})
 
