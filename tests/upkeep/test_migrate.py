@@ -32,9 +32,10 @@ from durably.storage._registry import open_store
 from durably.storage._spi import StreamId
 
 MODULES = ["colorsys", "bisect", "fnmatch"]
-NOW = schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID]  # what this build writes (both schemas)
+NOW = schemas.CURRENT_VERSIONS[RECORD_SCHEMA_ID]  # what this build writes (records)
 NEXT = NOW + 1
-assert schemas.CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID] == NOW
+SNAP_NOW = schemas.CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]  # ... and snapshots (versions of their own)
+SNAP_NEXT = SNAP_NOW + 1
 STREAM = StreamId("default", "survey")
 
 
@@ -80,9 +81,9 @@ def v2_build(monkeypatch: pytest.MonkeyPatch):
 
     def enable() -> None:
         monkeypatch.setitem(schemas.CURRENT_VERSIONS, RECORD_SCHEMA_ID, NEXT)
-        monkeypatch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, NEXT)
+        monkeypatch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, SNAP_NEXT)
         monkeypatch.setitem(schemas.UPCASTERS, (RECORD_SCHEMA_ID, NOW), record_plan_v1_to_v2)
-        monkeypatch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, NOW), snapshot_plan_v1_to_v2)
+        monkeypatch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, SNAP_NOW), snapshot_plan_v1_to_v2)
 
     return enable
 
@@ -120,7 +121,7 @@ async def test_a_v1_agent_resumes_correctly_under_a_v2_state_schema(tmp_path: Pa
     url = f"sqlite:///{tmp_path / 'agents.db'}"
     v1_state = await write_v1_survey(url, tmp_path / "work")
     v1_records, v1_snapshots = await frame_versions(url)
-    assert set(v1_records.values()) == {NOW} and set(v1_snapshots.values()) == {NOW}
+    assert set(v1_records.values()) == {NOW} and set(v1_snapshots.values()) == {SNAP_NOW}
     v1_rows = await anyio.to_thread.run_sync(rows, tmp_path / "agents.db")
 
     v2_build()
@@ -143,7 +144,7 @@ async def test_a_v1_agent_resumes_correctly_under_a_v2_state_schema(tmp_path: Pa
     assert all(records[seq] == NOW for seq in v1_records) and all(
         v == NEXT for s, v in records.items() if s not in v1_records
     )
-    assert max(snapshots) > max(v1_snapshots) and snapshots[max(snapshots)] == NEXT
+    assert max(snapshots) > max(v1_snapshots) and snapshots[max(snapshots)] == SNAP_NEXT
     after = await anyio.to_thread.run_sync(rows, tmp_path / "agents.db")
     assert after["records"][: len(v1_rows["records"])] == v1_rows["records"]
 
@@ -160,7 +161,7 @@ async def test_migrate_dry_run_reports_and_migrate_rewrites_only_snapshots(tmp_p
     assert await anyio.to_thread.run_sync(rows, tmp_path / "agents.db") == before  # a dry run writes nothing
     assert report.changes and report.record_versions == {NOW: len(v1_records)} and not report.problems
     line = report.describe(dry_run=True)
-    assert f"snapshot seq {max(v1_snapshots)} v{NOW} would be rewritten as v{NEXT}" in line
+    assert f"snapshot seq {max(v1_snapshots)} v{SNAP_NOW} would be rewritten as v{SNAP_NEXT}" in line
     assert f"{len(v1_records)} records at v{NOW} stay as written (upcast to v{NEXT} on read)" in line
 
     async with open_store(url) as store:
@@ -172,7 +173,7 @@ async def test_migrate_dry_run_reports_and_migrate_rewrites_only_snapshots(tmp_p
     after = await anyio.to_thread.run_sync(rows, tmp_path / "agents.db")
     assert after["records"] == before["records"] and after["streams"] == before["streams"]
     records, snapshots = await frame_versions(url)
-    assert records == v1_records and set(snapshots) == set(v1_snapshots) and set(snapshots.values()) == {NEXT}
+    assert records == v1_records and set(snapshots) == set(v1_snapshots) and set(snapshots.values()) == {SNAP_NEXT}
 
 
 async def cli(argv: list[str]) -> int:
@@ -227,13 +228,13 @@ async def test_the_migrate_command_reports_per_stream(tmp_path: Path, v2_build, 
     assert await cli(["migrate", "--dry-run", "--store", url, "--namespace", "default"]) == 0
     out = capsys.readouterr().out
     assert (
-        f"would be rewritten as v{NEXT}" in out
+        f"would be rewritten as v{SNAP_NEXT}" in out
         and f"records at v{NOW} stay as written" in out
         and "1 would change" in out
     )
     assert await cli(["migrate", "--store", url, "--namespace", "default"]) == 0
     out = capsys.readouterr().out
-    assert f"rewritten as v{NEXT}" in out and "would be" not in out and "1 changed" in out
+    assert f"rewritten as v{SNAP_NEXT}" in out and "would be" not in out and "1 changed" in out
     assert await cli(["migrate", "--store", url, "--namespace", "elsewhere"]) == 0
     assert "0 streams in namespace 'elsewhere'" in capsys.readouterr().out
 
@@ -241,9 +242,9 @@ async def test_the_migrate_command_reports_per_stream(tmp_path: Path, v2_build, 
 async def test_a_snapshot_from_a_newer_durably_over_compacted_records_is_named(tmp_path: Path) -> None:
     url, path = f"sqlite:///{tmp_path / 'agents.db'}", tmp_path / "agents.db"
     state = await write_v1_survey(url, tmp_path / "work")
-    with pytest.MonkeyPatch.context() as patch:  # a newer durably snapshots at NEXT and compacts
-        patch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, NEXT)
-        patch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, NOW), lambda value: value)
+    with pytest.MonkeyPatch.context() as patch:  # a newer durably snapshots at SNAP_NEXT and compacts
+        patch.setitem(schemas.CURRENT_VERSIONS, SNAPSHOT_SCHEMA_ID, SNAP_NEXT)
+        patch.setitem(schemas.UPCASTERS, (SNAPSHOT_SCHEMA_ID, SNAP_NOW), lambda value: value)
         async with Runtime(
             url, snapshot_policy=SnapshotPolicy(every_records=1, tail_ratio=0.0, keep=1, compact=True)
         ) as newer:
@@ -255,6 +256,6 @@ async def test_a_snapshot_from_a_newer_durably_over_compacted_records_is_named(t
         with pytest.raises(UnknownSchemaVersionError) as caught:
             await rt.resume("survey")
     error = caught.value
-    assert (error.stream, error.version, error.supported) == (STREAM, NEXT, NOW)
-    assert error.seq == before["snapshots"][-1][1] and f"durably.snapshot version {NEXT}" in str(error)
+    assert (error.stream, error.version, error.supported) == (STREAM, SNAP_NEXT, SNAP_NOW)
+    assert error.seq == before["snapshots"][-1][1] and f"durably.snapshot version {SNAP_NEXT}" in str(error)
     assert await anyio.to_thread.run_sync(rows, path) == before
