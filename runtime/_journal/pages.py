@@ -15,7 +15,6 @@ to the journal.
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import re
 from typing import Any
@@ -198,6 +197,8 @@ async def _read_all(store: Store, stream: StreamId, seq: int, digests: list[str]
     its digest's, and the store's own errors (the first, unwrapped)."""
     if digests and not supports_blobs(store):
         raise CorruptRecordError("snapshot names pages, the store keeps no blobs", stream=stream, seq=seq)
+    import hashlib  # here: importing the runtime stays free of it until a page is read
+
     found: dict[str, bytes] = {}
     failures: list[Exception] = []
     limit = anyio.CapacityLimiter(READS)
