@@ -44,7 +44,7 @@ import struct
 import tempfile
 import uuid
 from bisect import bisect_right
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 from typing import TypeVar, TypeVarTuple
 from urllib.request import url2pathname
@@ -64,13 +64,14 @@ from durably.storage._errors import (
 )
 from durably.storage._spi import (
     AppendRequest,
-    BlobStore,
+    BlobDeleteStore,
     IndexStore,
     StoredRecord,
     StoredSnapshot,
     StreamId,
     check_append,
     check_blob,
+    check_blob_digests,
 )
 from durably.storage._urls import CREATE, check_parent, flag, parse_store_url
 
@@ -148,7 +149,7 @@ def _read_batch(path: Path) -> list[bytes]:
 
 
 class FileSystemStore(
-    FileSystemStatusIndex, StoreBase, BlobStore, IndexStore
+    FileSystemStatusIndex, StoreBase, BlobDeleteStore, IndexStore
 ):  # the index: adapters/_filesystem_index.py
     """A ``Store`` in a local directory: ``file:///abs/path``.
 
@@ -641,3 +642,27 @@ class FileSystemStore(
         if found is None:
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         return found
+
+    async def delete_blobs(self, stream: StreamId, digests: Collection[str]) -> None:
+        """Delete the named blobs of ``stream`` (``CAP_BLOB_DELETE``); a missing one is skipped.
+
+        One unlink per blob, in a worker thread; only well-formed digests become paths.
+
+        Args:
+            stream: The stream whose blobs to delete.
+            digests: The digests ``put_blob`` returned.
+
+        Raises:
+            InvalidRequestError: Malformed arguments (``check_blob_digests``).
+            StoreUnavailableError: A filesystem error.
+        """
+        self._check_open()
+        names = check_blob_digests(stream, digests)
+        directory = self._stream_dir(stream) / "blobs"
+
+        def delete() -> None:
+            for digest in names:
+                (directory / digest).unlink(missing_ok=True)
+
+        if names:
+            await _io(delete)

@@ -24,7 +24,7 @@ from durably.storage._errors import (
 from durably.storage._spi import (
     CAP_SINGLE_PROCESS,
     AppendRequest,
-    BlobStore,
+    BlobDeleteStore,
     IndexedStream,
     IndexEntry,
     IndexStore,
@@ -35,6 +35,7 @@ from durably.storage._spi import (
     StreamId,
     check_append,
     check_blob,
+    check_blob_digests,
     check_fence,
     check_lease,
 )
@@ -58,7 +59,7 @@ _shared: dict[str, dict[StreamId, _Stream]] = {}
 _shared_leases: dict[str, dict[StreamId, Lease]] = {}
 
 
-class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
+class MemoryStore(StoreBase, BlobDeleteStore, LeaseStore, IndexStore):
     """A ``Store`` held in a dict, for tests and examples: nothing survives the process.
 
     Stores opened on the same ``memory://name`` in one process share their data,
@@ -354,6 +355,24 @@ class MemoryStore(StoreBase, BlobStore, LeaseStore, IndexStore):
         if found is None or digest not in found.blobs:
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         return found.blobs[digest]
+
+    async def delete_blobs(self, stream: StreamId, digests: Collection[str]) -> None:
+        """Delete the named blobs of ``stream`` (``CAP_BLOB_DELETE``); a missing one is skipped.
+
+        Args:
+            stream: The stream whose blobs to delete.
+            digests: The digests ``put_blob`` returned.
+
+        Raises:
+            InvalidRequestError: Malformed arguments (``check_blob_digests``).
+            StoreClosedError: The store is not open.
+        """
+        self._check_open()
+        names = check_blob_digests(stream, digests)
+        found = self._streams.get(stream)
+        if found is not None:
+            for digest in names:
+                found.blobs.pop(digest, None)
 
     # -- status index (CAP_STATUS_INDEX) -----------------------------------------
     # Entries sit on the stream's own entry, changed with its records in one step

@@ -34,6 +34,7 @@ from ._errors import (
 )
 from ._registry import known_schemes, open_store, register_store
 from ._spi import (
+    CAP_BLOB_DELETE,
     CAP_BLOBS,
     CAP_CHANGES,
     CAP_LEASES,
@@ -41,6 +42,7 @@ from ._spi import (
     CAP_STATUS_INDEX,
     OPTIONAL_PROTOCOLS,
     AppendRequest,
+    BlobDeleteStore,
     BlobStore,
     ChangeStore,
     ChangeSubscription,
@@ -55,8 +57,10 @@ from ._spi import (
     StreamId,
     check_append,
     check_blob,
+    check_blob_digests,
     check_lease,
     declared_capabilities,
+    supports_blob_delete,
     supports_blobs,
     supports_changes,
     supports_leases,
@@ -118,4 +122,8 @@ __all__ = [
     "IndexStore",
     "IndexedStream",
     "supports_status_index",
+    "CAP_BLOB_DELETE",
+    "BlobDeleteStore",
+    "check_blob_digests",
+    "supports_blob_delete",
 ]

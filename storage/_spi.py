@@ -25,18 +25,20 @@ from __future__ import annotations
 
 from ._spi_capabilities import (
     OPTIONAL_PROTOCOLS,
+    BlobDeleteStore,
     BlobStore,
     ChangeStore,
     ChangeSubscription,
     IndexStore,
     LeaseStore,
     declared_capabilities,
+    supports_blob_delete,
     supports_blobs,
     supports_changes,
     supports_leases,
     supports_status_index,
 )
-from ._spi_store import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX, Store
+from ._spi_store import CAP_BLOB_DELETE, CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX, Store
 from ._spi_values import (
     MAX_SEQ,
     AppendRequest,
@@ -48,12 +50,14 @@ from ._spi_values import (
     StreamId,
     check_append,
     check_blob,
+    check_blob_digests,
     check_fence,
     check_lease,
 )
 
 __all__ = [
     "CAP_BLOBS",
+    "CAP_BLOB_DELETE",
     "CAP_CHANGES",
     "CAP_LEASES",
     "CAP_SINGLE_PROCESS",
@@ -61,6 +65,7 @@ __all__ = [
     "MAX_SEQ",
     "OPTIONAL_PROTOCOLS",
     "AppendRequest",
+    "BlobDeleteStore",
     "BlobStore",
     "ChangeStore",
     "ChangeSubscription",
@@ -75,9 +80,11 @@ __all__ = [
     "StreamId",
     "check_append",
     "check_blob",
+    "check_blob_digests",
     "check_fence",
     "check_lease",
     "declared_capabilities",
+    "supports_blob_delete",
     "supports_blobs",
     "supports_changes",
     "supports_leases",

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Collection
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeGuard, runtime_checkable
 
-from ._spi_store import CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_STATUS_INDEX, Store
+from ._spi_store import CAP_BLOB_DELETE, CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_STATUS_INDEX, Store
 from ._spi_values import IndexedStream, IndexEntry, Lease, StreamId
 
 
@@ -51,6 +51,39 @@ class BlobStore(Store, Protocol):
             BlobNotFoundError: When the stream has no blob with that digest, also
                 for a digest that is not 64 lowercase hex characters (it names
                 no blob; it never reaches a path or key).
+        """
+
+
+@runtime_checkable
+class BlobDeleteStore(BlobStore, Protocol):
+    """A ``BlobStore`` that also declares ``CAP_BLOB_DELETE``: blobs can be deleted one by one.
+
+    A capability of its own, not a default: a store written before it keeps its
+    blobs until the stream is purged, which loses nothing (the runtime then leaves
+    pages no snapshot names in place), while a default that did nothing would let
+    the runtime believe bytes were gone that are still stored (e.g. pages sealed
+    under a retired key after ``reencrypt``).
+    """
+
+    async def delete_blobs(self, stream: StreamId, digests: Collection[str]) -> None:
+        """Delete the blobs of ``stream`` named by ``digests`` (``CAP_BLOB_DELETE``).
+
+        Idempotent: a digest the stream holds no blob under (never stored, deleted
+        already, held only by another stream, or malformed: it names no blob and
+        never reaches a path or key) is skipped, not an error. Other streams' blobs
+        are untouched, even with the same digest. When it returns, every named blob
+        is gone (``get_blob`` raises ``BlobNotFoundError``); when it raises, any of
+        them may be gone or still there, so the caller deletes a blob only once
+        nothing it must keep names it.
+
+        Args:
+            stream: The stream whose blobs to delete.
+            digests: The SHA-256 hex digests ``put_blob`` returned; empty is a no-op.
+
+        Raises:
+            InvalidRequestError: When ``stream`` is not a ``StreamId`` or ``digests``
+                is a ``str`` or not a collection of ``str`` (``check_blob_digests``), before any I/O.
+            StoreUnavailableError: When the store cannot be reached (after the adapter's retries).
         """
 
 
@@ -234,6 +267,7 @@ class IndexStore(Store, Protocol):
 #: implements (``type``, not ``type[Store]``: a type checker takes only concrete classes there).
 OPTIONAL_PROTOCOLS: dict[str, type] = {
     CAP_BLOBS: BlobStore,
+    CAP_BLOB_DELETE: BlobDeleteStore,
     CAP_LEASES: LeaseStore,
     CAP_CHANGES: ChangeStore,
     CAP_STATUS_INDEX: IndexStore,
@@ -262,6 +296,18 @@ def supports_blobs(store: Store) -> TypeGuard[BlobStore]:
         True when ``CAP_BLOBS`` is in ``store.capabilities`` (a ``TypeGuard``).
     """
     return CAP_BLOBS in store.capabilities
+
+
+def supports_blob_delete(store: Store) -> TypeGuard[BlobDeleteStore]:
+    """Whether ``store`` declares ``CAP_BLOB_DELETE`` (and ``CAP_BLOBS``); if so a type checker sees a ``BlobDeleteStore``.
+
+    Args:
+        store: Any store.
+
+    Returns:
+        True when both ``CAP_BLOBS`` and ``CAP_BLOB_DELETE`` are in ``store.capabilities`` (a ``TypeGuard``).
+    """
+    return CAP_BLOBS in store.capabilities and CAP_BLOB_DELETE in store.capabilities
 
 
 def supports_leases(store: Store) -> TypeGuard[LeaseStore]:

@@ -17,6 +17,8 @@ from ._spi_values import AppendRequest, StoredRecord, StoredSnapshot, StreamId
 # they subclass (``class MyStore(StoreBase, LeaseStore)``); other adapters list the names.
 #: Optional capability ``BlobStore``: ``put_blob`` / ``get_blob`` (content-addressed artifacts).
 CAP_BLOBS = "blobs"
+#: Optional capability ``BlobDeleteStore``: ``delete_blobs`` (drop blobs nothing names any more).
+CAP_BLOB_DELETE = "blob-delete"
 #: Optional capability ``LeaseStore``: ``acquire_lease`` / ``release_lease`` (which worker runs a stream now).
 CAP_LEASES = "leases"
 #: A declared limitation: one OS process at a time may use a location (``memory://``, an

@@ -8,12 +8,16 @@ plain frozen dataclasses, so an adapter can build and compare them freely, and
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from durably.errors import InvalidArgumentError
 
 from ._errors import InvalidRequestError
+
+#: A blob's name: the SHA-256 hex digest of its bytes.
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -248,6 +252,34 @@ def check_blob(stream: object, data: object) -> None:
         raise InvalidRequestError(f"a blob's stream must be a StreamId, got {type(stream).__name__}")
     if not isinstance(data, bytes):
         raise InvalidRequestError(f"blob data must be bytes, got {type(data).__name__}")
+
+
+def check_blob_digests(stream: object, digests: object) -> list[str]:
+    """Reject a malformed ``delete_blobs`` before any I/O; return the digests that can name a blob.
+
+    Adapters call this, as ``check_append``.
+
+    Args:
+        stream: The ``stream`` argument of ``delete_blobs``; must be a ``StreamId``.
+        digests: The ``digests`` argument; a collection of ``str`` (a lone ``str``
+            is refused: it would be read as its characters).
+
+    Returns:
+        The distinct digests that are 64 lowercase hex characters, in first-seen
+            order; the others name no blob, so deleting them is a no-op.
+
+    Raises:
+        InvalidRequestError: Unless ``stream`` is a ``StreamId`` and ``digests`` a
+            collection (not a ``str`` or ``bytes``) of ``str``.
+    """
+    if not isinstance(stream, StreamId):
+        raise InvalidRequestError(f"a blob's stream must be a StreamId, got {type(stream).__name__}")
+    if isinstance(digests, (str, bytes)) or not isinstance(digests, Collection):
+        raise InvalidRequestError(f"digests must be a collection of str, got {type(digests).__name__}")
+    names = list(digests)
+    if not all(isinstance(d, str) for d in names):
+        raise InvalidRequestError("digests must be a collection of str")
+    return [d for d in dict.fromkeys(names) if _DIGEST.fullmatch(d)]
 
 
 def check_lease(owner: object, ttl: object) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
@@ -49,7 +49,7 @@ from durably.storage._errors import (
 )
 from durably.storage._spi import (
     AppendRequest,
-    BlobStore,
+    BlobDeleteStore,
     ChangeStore,
     IndexStore,
     LeaseStore,
@@ -58,6 +58,7 @@ from durably.storage._spi import (
     StreamId,
     check_append,
     check_blob,
+    check_blob_digests,
     check_fence,
 )
 from durably.storage._url_redaction import redact_url
@@ -80,7 +81,14 @@ _MAX_SEQ = (1 << 63) - 1
 
 
 class PostgresStore(
-    PostgresStatusIndex, PostgresLeases, PostgresChanges, StoreBase, BlobStore, LeaseStore, ChangeStore, IndexStore
+    PostgresStatusIndex,
+    PostgresLeases,
+    PostgresChanges,
+    StoreBase,
+    BlobDeleteStore,
+    LeaseStore,
+    ChangeStore,
+    IndexStore,
 ):
     """A ``Store`` in a PostgreSQL schema, shared by any number of processes on any hosts.
 
@@ -151,6 +159,8 @@ class PostgresStore(
             f"FROM {s}.streams WHERE namespace = $1 AND agent_id = $2 ON CONFLICT (stream_id, digest) DO NOTHING",
             "get_blob": f"SELECT b.data FROM {s}.blobs AS b JOIN {s}.streams AS st ON st.id = b.stream_id "
             "WHERE st.namespace = $1 AND st.agent_id = $2 AND b.digest = $3",
+            "delete_blobs": f"DELETE FROM {s}.blobs WHERE stream_id = (SELECT id FROM {s}.streams "
+            "WHERE namespace = $1 AND agent_id = $2) AND digest = ANY($3::text[])",
         }
         self._sql.update(self._lease_sql(s))
         self._sql.update(index_sql(s))
@@ -622,6 +632,24 @@ class PostgresStore(
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         data: bytes = rows[0][0]
         return data
+
+    async def delete_blobs(self, stream: StreamId, digests: Collection[str]) -> None:
+        """Delete the named blobs of ``stream`` in one statement; a missing one is skipped.
+
+        Idempotent, so a transient failure is retried like a read.
+
+        Args:
+            stream: The stream whose blobs to delete.
+            digests: The digests ``put_blob`` returned.
+
+        Raises:
+            InvalidRequestError: Malformed arguments (``check_blob_digests``).
+            StoreUnavailableError: When the database stays unreachable.
+        """
+        self._check_open()
+        names = check_blob_digests(stream, digests)
+        if names:
+            await self._execute("delete_blobs", self._sql["delete_blobs"], stream.namespace, stream.agent_id, names)
 
 
 def _outcomes(requests: Sequence[AppendRequest], results: Sequence[int]) -> list[int | Exception]:

@@ -133,7 +133,7 @@ batch objects, retries, multipart uploads and URL options are in ``s3_keys``,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -142,7 +142,7 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError
 
 from durably.storage._base import StoreBase
-from durably.storage._spi import BlobStore, Lease, LeaseStore, StreamId, check_blob
+from durably.storage._spi import BlobDeleteStore, Lease, LeaseStore, StreamId, check_blob, check_blob_digests
 from durably.storage._url_redaction import redact_url
 
 from . import _blobs as s3_blobs
@@ -159,7 +159,7 @@ from ._snapshotting import S3Snapshotting
 
 
 # appends and reads: adapters/s3/_journal.py; snapshots and compaction: adapters/s3/_snapshotting.py
-class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
+class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobDeleteStore, LeaseStore):
     """A ``Store`` in an S3 bucket; see the module docstring for layout, batching and faults.
 
     No I/O until ``open()``, which makes the aiobotocore client, checks the bucket (and
@@ -327,6 +327,23 @@ class S3Store(S3Journal, S3Snapshotting, StoreBase, BlobStore, LeaseStore):
         """
         self._check_open()
         return await s3_blobs.get_blob(self._s3, stream, self._keys(stream), digest)
+
+    async def delete_blobs(self, stream: StreamId, digests: Collection[str]) -> None:
+        """Delete the named blobs of ``stream``: DeleteObjects, 1,000 keys per request; a missing one is skipped.
+
+        Args:
+            stream: The stream whose blobs to delete.
+            digests: The digests ``put_blob`` returned.
+
+        Raises:
+            InvalidRequestError: Malformed arguments (``check_blob_digests``).
+            StoreUnavailableError: When S3 stays unreachable or keeps refusing a key.
+        """
+        self._check_open()
+        names = check_blob_digests(stream, digests)
+        keys = self._keys(stream)
+        if names:
+            await self._s3.delete_keys([keys.blob(digest) for digest in names])
 
     # ---------------------------------------------------------------- leases (s3_leases)
 

@@ -37,7 +37,7 @@ and the slow path then gives that request its ``FencedError``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 
 import aiosqlite
 import anyio
@@ -52,13 +52,14 @@ from durably.storage._errors import (
 from durably.storage._index_rows import named_stream
 from durably.storage._one_read import OneReadRestore, RestoreRead
 from durably.storage._spi import (
-    BlobStore,
+    BlobDeleteStore,
     IndexStore,
     LeaseStore,
     StoredRecord,
     StoredSnapshot,
     StreamId,
     check_blob,
+    check_blob_digests,
     check_fence,
 )
 
@@ -80,7 +81,7 @@ class SQLiteStore(
     SQLiteStatusIndex,
     SQLiteLeases,
     StoreBase,
-    BlobStore,
+    BlobDeleteStore,
     LeaseStore,
     IndexStore,
     OneReadRestore,
@@ -438,6 +439,26 @@ class SQLiteStore(
             raise BlobNotFoundError(f"no blob {digest} in {stream}")
         data: bytes = rows[0][0]
         return data
+
+    async def delete_blobs(self, stream: StreamId, digests: Collection[str]) -> None:
+        """Delete the named blobs of ``stream`` in one ``BEGIN IMMEDIATE`` transaction; a missing one is skipped.
+
+        Args:
+            stream: The stream whose blobs to delete.
+            digests: The digests ``put_blob`` returned.
+
+        Raises:
+            InvalidRequestError: Malformed arguments (``check_blob_digests``).
+        """
+        self._check_open()
+        names = check_blob_digests(stream, digests)
+        if not names:
+            return
+        async with self._transaction() as db:
+            await db.executemany(
+                f"DELETE FROM blobs WHERE stream_id = {layout.STREAM_ID} AND digest = ?",
+                [(stream.namespace, stream.agent_id, digest) for digest in names],
+            )
 
 
 _PUT_SNAPSHOT = (

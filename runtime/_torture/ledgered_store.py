@@ -36,6 +36,7 @@ from durably.storage._spi import (
     StoredRecord,
     StoredSnapshot,
     StreamId,
+    supports_blob_delete,
     supports_blobs,
     supports_changes,
     supports_leases,
@@ -152,6 +153,11 @@ class LedgeredStore:
 
     async def get_blob(self, stream: StreamId, digest: str) -> bytes:
         return await self._blobs().get_blob(stream, digest)
+
+    async def delete_blobs(self, stream: StreamId, digests: Collection[str]) -> None:
+        if not supports_blob_delete(self.inner):
+            raise ArgumentTypeError(f"{type(self.inner).__name__} does not declare blob-delete")
+        await self.inner.delete_blobs(stream, digests)
 
     async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Lease | None:
         lease = await self._leases().acquire_lease(stream, owner, ttl)

@@ -60,7 +60,7 @@ pytest.register_assert_rewrite(
 )
 
 from ._appends import AppendChecks  # noqa: E402
-from ._blobs import BlobChecks  # noqa: E402
+from ._blobs import BlobChecks, BlobDeleteChecks  # noqa: E402
 from ._compaction import CompactionChecks  # noqa: E402
 from ._concurrency import ConcurrencyChecks  # noqa: E402
 from ._crash import CrashChecks  # noqa: E402
@@ -85,6 +85,7 @@ class StoreConformance(
     SnapshotChecks,
     CompactionChecks,
     BlobChecks,
+    BlobDeleteChecks,
     FencingChecks,
     LeaseChecks,
     ProcessChecks,

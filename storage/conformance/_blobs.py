@@ -1,4 +1,4 @@
-"""Checks of the optional blob capability (``CAP_BLOBS``): content-addressed bytes per stream."""
+"""Checks of the optional blob capabilities: content-addressed bytes per stream (``CAP_BLOBS``), deleted by name (``CAP_BLOB_DELETE``)."""
 
 from __future__ import annotations
 
@@ -84,3 +84,62 @@ class BlobChecks(StoreHarness):
                 BlobNotFoundError, lambda: store.get_blob(stream, digest), "get_blob after delete_stream"
             )
             assert await store.get_blob(bystander, kept) == b"kept", "other streams' blobs are untouched"
+
+
+class BlobDeleteChecks(StoreHarness):
+    """Promises of ``delete_blobs``; skipped unless the store declares ``CAP_BLOB_DELETE``."""
+
+    @pytest.mark.anyio
+    async def test_deleted_blobs_are_gone_and_others_stay(self, tmp_path: Path) -> None:
+        stream, other = sid("blob-delete"), sid("blob-delete-other")
+        async with self.opened(tmp_path) as opened:
+            store = self.blob_delete_of(opened)
+            await store.append(stream, 0, [b"r"])
+            gone = [await store.put_blob(stream, b"page %d" % n) for n in range(3)]
+            kept = await store.put_blob(stream, b"kept")
+            shared = await store.put_blob(other, b"page 0")  # the same digest in another stream
+            await store.delete_blobs(stream, gone)
+            for digest in gone:
+                await expect_raises(BlobNotFoundError, lambda: store.get_blob(stream, digest), "a deleted blob")
+            assert await store.get_blob(stream, kept) == b"kept", "a blob not named stays"
+            assert await store.get_blob(other, shared) == b"page 0", "another stream's blob of the same digest stays"
+            assert [r.data for r in [r async for r in store.read(stream)]] == [b"r"], "records are untouched"
+        async with self.opened(tmp_path) as opened:
+            store = self.blob_delete_of(opened)
+            await expect_raises(BlobNotFoundError, lambda: store.get_blob(stream, gone[0]), "deleted, after reopen")
+            assert await store.get_blob(stream, kept) == b"kept", "a blob not named stays, after reopen"
+            assert await store.put_blob(stream, b"page 0") == gone[0], "a deleted digest can be stored again"
+            assert await store.get_blob(stream, gone[0]) == b"page 0"
+
+    @pytest.mark.anyio
+    async def test_deleting_what_is_not_there_is_no_error(self, tmp_path: Path) -> None:
+        stream = sid("blob-delete-idem")
+        async with self.opened(tmp_path) as opened:
+            store = self.blob_delete_of(opened)
+            digest = await store.put_blob(stream, b"once")
+            await store.delete_blobs(stream, [digest])
+            await store.delete_blobs(stream, [digest, digest])  # deleted already, and named twice
+            await store.delete_blobs(stream, [])
+            await store.delete_blobs(sid("never-written"), [digest])
+            await store.delete_blobs(stream, ["../" * 8 + "etc", "A" * 64, ""])  # malformed: names no blob
+            await expect_raises(BlobNotFoundError, lambda: store.get_blob(stream, digest), "deleted")
+
+    @pytest.mark.anyio
+    async def test_malformed_delete_raises_invalid_request(self, tmp_path: Path) -> None:
+        stream = sid("blob-delete-bad")
+        async with self.opened(tmp_path) as opened:
+            store = self.blob_delete_of(opened)
+            digest = await store.put_blob(stream, b"stays")
+            # Malformed on purpose, whatever the signature says.
+            for what, digests in {"a str": digest, "None": None, "a list with an int": [digest, 7]}.items():
+                await expect_raises(
+                    InvalidRequestError,
+                    lambda: store.delete_blobs(stream, digests),  # type: ignore[arg-type]
+                    f"delete_blobs of {what}",
+                )
+            await expect_raises(
+                InvalidRequestError,
+                lambda: store.delete_blobs(("ns", "a"), [digest]),  # type: ignore[arg-type]
+                "delete_blobs of a stream that is not a StreamId",
+            )
+            assert await store.get_blob(stream, digest) == b"stays", "a refused delete deletes nothing"

@@ -17,6 +17,7 @@ an adapter cannot pass the kit by giving it no way to look.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from durably.storage._errors import StoreUnavailableError
-from durably.storage._spi import Store
+from durably.storage._spi import Store, supports_blob_delete
 
 from ._breakers import cut_sockets, full_disk, full_disk_reason, holds_files, socket_fds
 from ._harness import StoreHarness, list_all, read_pairs, sid
@@ -66,6 +67,10 @@ class FaultChecks(StoreHarness):
             "list_streams": (lambda: list_all(store), lambda streams: isinstance(streams, list) and stream in streams),
             "put_snapshot": (lambda: store.put_snapshot(stream, 1, b"state@1"), lambda _: True),
         }
+        if supports_blob_delete(store):
+            digest = hashlib.sha256(b"a blob").hexdigest()
+            # Done or not, both are right; an untyped error is not.
+            calls["delete_blobs"] = (lambda: store.delete_blobs(stream, [digest]), lambda _: True)
         for name, (call, right) in calls.items():
             try:
                 answer = await call()

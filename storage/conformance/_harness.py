@@ -19,15 +19,18 @@ import pytest
 
 from durably.storage._registry import open_store
 from durably.storage._spi import (
+    CAP_BLOB_DELETE,
     CAP_BLOBS,
     CAP_LEASES,
     CAP_SINGLE_PROCESS,
+    BlobDeleteStore,
     BlobStore,
     LeaseStore,
     Store,
     StoredRecord,
     StoredSnapshot,
     StreamId,
+    supports_blob_delete,
     supports_blobs,
     supports_leases,
 )
@@ -287,6 +290,19 @@ class StoreHarness:
         if supports_blobs(store):
             return store
         self._skip_undeclared(store, CAP_BLOBS)
+
+    def blob_delete_of(self, store: Store) -> BlobDeleteStore:
+        """``store`` as a ``BlobDeleteStore``; skips the current check unless it declares ``CAP_BLOB_DELETE``.
+
+        Args:
+            store: The store under test.
+
+        Returns:
+            The same store, typed as a ``BlobDeleteStore``.
+        """
+        if supports_blob_delete(store):
+            return store
+        self._skip_undeclared(store, CAP_BLOB_DELETE)
 
     def leases_of(self, store: Store) -> LeaseStore:
         """``store`` as a ``LeaseStore``; skips the current check unless it declares ``CAP_LEASES``.

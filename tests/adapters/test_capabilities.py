@@ -17,12 +17,14 @@ from durably.adapters.filesystem import FileSystemStore
 from durably.adapters.memory import MemoryStore
 from durably.storage._base import StoreBase
 from durably.storage._spi import (
+    CAP_BLOB_DELETE,
     CAP_BLOBS,
     CAP_CHANGES,
     CAP_LEASES,
     CAP_SINGLE_PROCESS,
     CAP_STATUS_INDEX,
     OPTIONAL_PROTOCOLS,
+    BlobDeleteStore,
     BlobStore,
     ChangeStore,
     IndexStore,
@@ -30,6 +32,7 @@ from durably.storage._spi import (
     LeaseStore,
     StreamId,
     declared_capabilities,
+    supports_blob_delete,
     supports_blobs,
     supports_changes,
     supports_leases,
@@ -70,6 +73,7 @@ def test_storebase_derives_capabilities_from_the_protocols_it_subclasses() -> No
 def test_each_cap_name_has_its_protocol() -> None:
     assert OPTIONAL_PROTOCOLS == {
         CAP_BLOBS: BlobStore,
+        CAP_BLOB_DELETE: BlobDeleteStore,
         CAP_LEASES: LeaseStore,
         CAP_CHANGES: ChangeStore,
         CAP_STATUS_INDEX: IndexStore,
@@ -83,6 +87,14 @@ def test_supports_answers_from_the_declaration_not_the_shape(tmp_path: Path) -> 
     wrapped = LedgeredStore(FileSystemStore(f"file://{tmp_path}"), Ledger(tmp_path / "acks.jsonl"), "w", lambda _: None)
     assert callable(wrapped.acquire_lease)
     assert supports_blobs(wrapped) and not supports_leases(wrapped), "the filesystem store has blobs, no leases"
+    assert supports_blob_delete(wrapped), "the filesystem store deletes blobs, and the wrapper says so"
+
+
+def test_a_store_with_blobs_but_no_blob_delete_is_not_taken_for_one() -> None:
+    """A store written before ``delete_blobs`` (blobs only) is not seen as deleting them."""
+    assert _LeasedAndBlobs.capabilities == {CAP_LEASES, CAP_BLOBS, CAP_SINGLE_PROCESS}
+    assert not supports_blob_delete(_LeasedAndBlobs())
+    assert CAP_BLOB_DELETE in MemoryStore.capabilities and supports_blob_delete(MemoryStore())
 
 
 @pytest.mark.parametrize(
