@@ -71,6 +71,16 @@ class Pager:
         for key in [k for k in self._written if k[0] == stream]:
             del self._written[key]
 
+    def discard(self, stream: StreamId, digests: set[str]) -> None:
+        """Forget the pages of ``stream`` named by ``digests`` (deleted) and those after them in
+        their section, so no later snapshot names a deleted page without writing it again."""
+        for key, known in self._written.items():
+            if key[0] == stream:
+                for index, (_chunk, ref) in enumerate(known):
+                    if ref["digest"] in digests:
+                        del known[index:]
+                        break
+
     async def page_out(self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> dict[str, Any]:
         """``wire`` (``AgentState.to_wire``) with its older messages and ledger entries
         replaced by page references (``pages``, ``ledger_pages``).

@@ -28,13 +28,14 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._figures import check_bool, check_figure
+from durably._journal.page_collection import PageCollector
 from durably._journal.pages import Pager
 from durably._journal.records import RecordCodec
 from durably._telemetry import Telemetry
 from durably.errors import InvalidArgumentError
 from durably.storage._codec import raw_size
 from durably.storage._errors import DurablyError
-from durably.storage._spi import Store, StoredSnapshot, StreamId, supports_blobs
+from durably.storage._spi import Store, StoredSnapshot, StreamId, supports_blob_delete, supports_blobs
 
 log = logging.getLogger("durably.snapshots")
 
@@ -141,6 +142,8 @@ class SnapshotWriter:
         self._recent: dict[StreamId, list[int]] = {}  # seqs of the snapshots written per stream, newest last
         # On a store with blobs the older conversation goes to pages, each written once.
         self._pager = Pager(store) if supports_blobs(store) else None
+        # ... and the pages no kept snapshot names any more are deleted, where the store can.
+        self._collector = PageCollector(store, self._pager) if self._pager and supports_blob_delete(store) else None
 
     def submit(self, stream: StreamId, seq: int, state_wire: dict[str, Any], *, fence: int | None = None) -> None:
         """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``;
@@ -163,6 +166,8 @@ class SnapshotWriter:
         self._recent.pop(stream, None)
         if self._pager is not None:
             self._pager.forget(stream)  # the purge deletes the stream's pages
+        if self._collector is not None:
+            self._collector.forget(stream)
         writing = self._writing
         if writing is not None and writing[0] == stream:
             await writing[1].wait()
@@ -197,7 +202,11 @@ class SnapshotWriter:
         if len(recent) < keep:
             return
         oldest_kept = recent[0]
+        collector = self._collector
+        dropped = await collector.dropping(codec, stream, oldest_kept) if collector is not None else set()
         await self._store.delete_snapshots(stream, oldest_kept)
+        if collector is not None:
+            await collector.pruned(stream, oldest_kept, dropped)
         if self._policy.compact:
             # Never compact behind a snapshot that does not decode: that would lose the agent.
             await anyio.to_thread.run_sync(codec.decode_snapshot, StoredSnapshot(seq, data), stream)
@@ -223,6 +232,8 @@ class SnapshotWriter:
                         await self._store.put_snapshot(stream, seq, data)
                     else:
                         await self._store.put_snapshot(stream, seq, data, fence=fence)
+                    if self._collector is not None:
+                        self._collector.wrote(stream, seq, wire)
                     await self._prune(codec, stream, seq, data)
             except DurablyError as exc:
                 tm.record_exception(span, exc)

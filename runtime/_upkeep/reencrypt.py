@@ -43,6 +43,7 @@ what this command reaches, and the reports say that too (``None``).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import Counter
@@ -53,6 +54,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from durably._journal.page_collection import delete_pages, named_by_stored
 from durably._journal.pages import encode_paged, page_in
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
@@ -62,10 +64,12 @@ from durably.errors import AgentLeasedError, InvalidArgumentError
 from durably.schemas._records import Kind, Record
 from durably.storage._crypto import key_id_of
 from durably.storage._errors import ConflictError, FencedError
-from durably.storage._spi import Lease, Store, StreamId
+from durably.storage._spi import CAP_BLOB_DELETE, Lease, Store, StreamId
 
 if TYPE_CHECKING:
     from durably._telemetry import Telemetry
+
+log = logging.getLogger("durably.reencrypt")
 
 _RETRIES = 8  # expected-seq retries against a writer without a lease (an operator's command)
 _HELD_PAUSE = 0.2  # seconds between two looks at the streams live workers held
@@ -159,9 +163,11 @@ async def reencrypt_stream(
         assert latest is not None  # some snapshot is under an old key
         seq, wire, _frame = codec.decode_snapshot(latest, stream)
         # Its pages are read under their keys and written anew under the current one.
+        retired = await named_by_stored(store, codec, stream, None)
         wire = await page_in(store, codec, stream, seq, wire)
         await store.put_snapshot(stream, seq, await encode_paged(store, codec, stream, seq, wire), fence=fence)
         await store.delete_snapshots(stream, seq)
+        await _delete_retired_pages(store, codec, stream, retired)
         after_records, after_snapshots = await key_census(store, stream)
         return ReencryptReport(stream, before, dict(after_records + after_snapshots), SNAPSHOT_REWRITTEN, seq)
     for _ in range(_RETRIES):
@@ -186,14 +192,33 @@ async def reencrypt_stream(
         except ConflictError:
             continue  # a command was appended meanwhile: restore again
         apply(state, marker)
+        retired = await named_by_stored(store, codec, stream, None)
         await store.put_snapshot(
             stream, marker.seq, await encode_paged(store, codec, stream, marker.seq, state.to_wire()), fence=fence
         )
         await store.delete_records(stream, last_seq)
         await store.delete_snapshots(stream, marker.seq)
+        await _delete_retired_pages(store, codec, stream, retired)
         after_records, after_snapshots = await key_census(store, stream)
         return ReencryptReport(stream, before, dict(after_records + after_snapshots), COMPACTED, marker.seq)
     raise ConflictError(stream, last_seq, None)
+
+
+async def _delete_retired_pages(store: Store, codec: RecordCodec, stream: StreamId, retired: set[str]) -> None:
+    """Delete the pages ``retired`` (named by the snapshots before the rewrite) that the
+    snapshots left now do not name: the ones sealed under a retired key.
+
+    Called once the re-sealed pages, the snapshot naming them and the deletion of the
+    old snapshots are durable, so a crash before it leaves old pages unnamed, never a
+    named page missing. A store without ``CAP_BLOB_DELETE`` keeps them (logged)."""
+    stale = retired - await named_by_stored(store, codec, stream, None)
+    if not await delete_pages(store, stream, stale):
+        log.warning(
+            "%d pages of %s sealed under retired keys stay in the store: it cannot delete blobs (no %r)",
+            len(stale),
+            stream,
+            CAP_BLOB_DELETE,
+        )
 
 
 async def _reencrypt_thread(
