@@ -116,7 +116,12 @@ class PageCollector:
             kept |= pages
         stale = self._retired.pop(stream, set()) - kept
         self._retired[stream] = dropped - kept
-        if stale and await delete_pages(self._store, stream, stale):
+        try:
+            deleted = await delete_pages(self._store, stream, stale)
+        except BaseException:
+            self._retired[stream] |= stale  # tried again at the next prune
+            raise
+        if stale and deleted:
             self._pager.discard(stream, stale)
 
     async def dropping(self, codec: RecordCodec, stream: StreamId, oldest_kept: int) -> set[str]:

@@ -6,7 +6,8 @@ then takes them rarely, so a restore replays a long tail. Paged, a snapshot hold
 the state, the newest ``KEEP`` or more messages, and references to pages of
 ``PAGE`` messages each; a page is a frame (encrypted with the snapshot's codec)
 stored with ``put_blob``, content-addressed, written once and never rewritten,
-and purged with its stream (snapshot-v6.cddl).
+purged with its stream (snapshot-v6.cddl), and deleted once no kept snapshot
+names it (``durably._journal.page_collection``).
 
 A page that is missing or does not decode makes the snapshot that names it
 unreadable, like a damaged snapshot: restore falls back to an older snapshot or
