@@ -24,7 +24,7 @@ from durably._loop.state import AgentState
 from durably.errors import BlobNotFoundError, CorruptRecordError, StoreUnavailableError
 from durably.storage import StreamId, open_store
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
-from durably.storage._spi import Store
+from durably.storage._spi import CAP_BLOB_DELETE, Store, supports_blob_delete, supports_blobs
 
 try:
     from .s3_server import s3_server
@@ -225,3 +225,26 @@ async def test_a_purge_deletes_every_page(url, written):
         assert await stored(rt.store, STREAM, written)
         await rt.purge("a1")
         assert await stored(rt.store, STREAM, written) == set()
+
+
+async def test_a_store_with_blobs_but_no_blob_delete_still_pages_and_reencrypts(url, written, caplog):
+    """A third-party store that declares blobs only: pages are written and read, never deleted."""
+    policy = SnapshotPolicy(every_records=2, tail_ratio=0.0)
+    agents = [list_agent(STEPS, [])]
+    async with open_store(url) as store:
+        store.capabilities = store.capabilities - {CAP_BLOB_DELETE}  # type: ignore[misc]
+        assert supports_blobs(store) and not supports_blob_delete(store)
+        async with Runtime(store, agents=agents, snapshot_policy=policy, encryption=cipher("k1")) as rt:
+            await rt.run("list-agent", "a1", "count", budget=Budget(steps=STEPS // 2))
+            await rt._activations.services.snapshots.flush()
+        async with Runtime(store, agents=agents, snapshot_policy=policy, encryption=cipher("k1")) as rt:
+            await rt.extend_budget("a1", steps=STEPS)
+            live = await rt.run("list-agent", "a1", "count")
+            await rt._activations.services.snapshots.flush()
+        before = await stored(store, STREAM, written)
+        async with Runtime(store, encryption=cipher("k1", "k2", current="k2")) as rt:
+            await rt.reencrypt()
+            restored = await rt.status("a1")
+        assert restored.messages == live.messages and restored.ledger == live.ledger
+        assert await stored(store, STREAM, before) == before, "nothing deleted"
+    assert "cannot delete blobs" in caplog.text
