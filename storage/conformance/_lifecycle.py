@@ -14,6 +14,7 @@ from durably.storage._spi import (
     Store,
     StreamId,
     declared_capabilities,
+    supports_blob_delete,
     supports_blobs,
 )
 
@@ -67,6 +68,9 @@ class LifecycleChecks(StoreHarness):
             blobs = store
             calls["put_blob"] = lambda: blobs.put_blob(stream, b"blob")
             calls["get_blob"] = lambda: blobs.get_blob(stream, "0" * 64)
+        if supports_blob_delete(store):
+            deletes = store
+            calls["delete_blobs"] = lambda: deletes.delete_blobs(stream, ["0" * 64])
         return calls
 
     @pytest.mark.anyio
