@@ -1,0 +1,136 @@
+"""An activation gives back only the lease it acquired, even when its own runtime claims the agent again.
+
+Activation A of an agent is stopped by a conflict (a record another writer appended to
+its journal while its tool ran). While A is still stopping, its runtime resumes the agent
+again: activation B, whose claim (same owner, same stream) may find A's lease still live in
+the store. A's clean-up then releases a lease with the owner and stream of B's. It must
+not end B's: B keeps running under a lease held in the store, so another runtime is
+refused the agent and B's appends are not fenced. Tried on one SQLite file and on one
+PostgreSQL schema on a local server, the race driven by hooks in the store (a subclass of
+the real adapter), never by sleeps.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from durably import AgentDefinition, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
+from durably._fleet.handle import AgentHandle
+from durably._journal.records import RecordCodec
+from durably.schemas._records import Kind, Record
+from durably.storage import StreamId, open_store
+
+AGENT = "exact-release"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_server").url())
+    return f"sqlite:///{tmp_path}/agents.db"
+
+
+def hooked(url: str, on_release: Any) -> Any:
+    """The real store for ``url`` (not opened), subclassed: ``on_release(lease)`` is awaited
+    before each lease release."""
+    base = type(open_store(url))
+
+    class Hooked(base):  # type: ignore[valid-type, misc]
+        async def release_lease(self, lease: Any) -> None:
+            await on_release(lease)
+            return await super().release_lease(lease)
+
+    return Hooked(url)
+
+
+def definition(gate: anyio.Event, inside: anyio.Event, check: Any) -> AgentDefinition:
+    """One tool call, then an answer. The first attempt of ``work`` waits for ``gate``; a later
+    attempt (the next activation retrying the call whose result was lost) runs ``check()``."""
+    attempts: list[int] = []
+
+    @tool(name="work", on_unknown_outcome="retry")
+    async def work(*, ctx: Any) -> str:
+        attempts.append(ctx.attempt)
+        if len(attempts) == 1:
+            inside.set()
+            await gate.wait()
+        else:
+            await check()
+        return "done"
+
+    class Model:
+        name = "scripted"
+
+        async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
+            if any(m["role"] == "tool" for m in messages):
+                return ModelResponse("finished")
+            return ModelResponse("", (ToolCall("w1", "work", {}),))
+
+    return AgentDefinition(name="exact", model=Model(), tools=[work])
+
+
+async def test_a_conflicted_activation_never_releases_the_lease_its_runtime_claimed_again(url: str) -> None:
+    stream = StreamId("default", AGENT)
+    gate, inside, b_started = anyio.Event(), anyio.Event(), anyio.Event()
+    first: list[AgentHandle] = []
+    second: list[AgentHandle] = []
+    seen: dict[str, Any] = {}
+    releases: list[Any] = []
+
+    async def claim_again() -> None:
+        # Resume the agent in the same runtime again and again: A's handle while A is live,
+        # then, as soon as A is no longer live (maybe before its clean-up ran), B.
+        while True:
+            handle = await rt.resume(AGENT)
+            if handle is not None and handle._actor is not first[0]._actor:
+                second.append(handle)
+                b_started.set()
+                return
+            await anyio.sleep(0)
+
+    async def on_release(lease: Any) -> None:
+        releases.append(lease)
+        for _ in range(20):
+            await anyio.sleep(0)  # let B's claim run before (or beside) A's release
+
+    async def check() -> None:
+        # Inside B's tool call: B's lease is held in the store, by this runtime, with B's token.
+        actor = second[0]._actor if second else rt._activations.live[AGENT]
+        assert actor.journal.claim is not None and actor.journal.claim.lease is not None
+        mine = actor.journal.claim.lease
+        held = await other_store.get_lease(stream)
+        assert held is not None, "B runs without a lease in the store: A's release ended it"
+        assert (held.owner, held.token) == (mine.owner, mine.token)
+        with pytest.raises(AgentLeasedError):
+            await other.resume(AGENT)  # another runtime is refused while B runs
+        seen["checked"] = True
+
+    agent = definition(gate, inside, check)
+    async with (
+        hooked(url, on_release) as store,
+        open_store(url) as other_store,
+        Runtime(store, agents=[agent], lease_ttl=30.0) as rt,
+        Runtime(other_store, agents=[agent], lease_ttl=30.0) as other,
+        anyio.create_task_group() as tg,
+    ):
+        first.append(await rt.start(agent, AGENT, "Work."))
+        with anyio.fail_after(30):
+            await inside.wait()
+        # Another writer's record (not a command A could fold in): A's next append conflicts and A stops.
+        codec = RecordCodec()
+        last = await other_store.last_seq(stream)
+        foreign = Record(last + 1, Kind.RESUMED, {"worker": "elsewhere", "pid": 0}, time.time())
+        await other_store.append(stream, last, [codec.encode_record(foreign, stream)])
+        tg.start_soon(claim_again)
+        gate.set()
+        with anyio.fail_after(60):
+            await b_started.wait()
+            state = await second[0].wait()  # raises AgentLeaseLostError if B lost its lease
+    assert first[0]._actor.error is not None  # A was stopped by the conflict
+    assert seen.get("checked"), "B never retried the call, so its lease was never checked"
+    assert state.status == "finished"
+    assert releases, "A's activation released nothing"
