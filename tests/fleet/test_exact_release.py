@@ -5,7 +5,9 @@ its journal while its tool ran). While A is still stopping, its runtime resumes 
 again: activation B, whose claim (same owner, same stream) may find A's lease still live in
 the store. A's clean-up then releases a lease with the owner and stream of B's. It must
 not end B's: B keeps running under a lease held in the store, so another runtime is
-refused the agent and B's appends are not fenced. Tried on one SQLite file and on one
+refused the agent and B's appends are not fenced. The same holds for the renewal loop: a
+lease that lapsed and came back to this owner under a new token is given back, but never
+once a new claim of this runtime holds that very token. Tried on one SQLite file and on one
 PostgreSQL schema on a local server, the race driven by hooks in the store (a subclass of
 the real adapter), never by sleeps.
 """
@@ -20,6 +22,7 @@ import pytest
 
 from durably import AgentDefinition, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
 from durably._fleet.handle import AgentHandle
+from durably._fleet.leases import LeaseKeeper
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind, Record
 from durably.storage import StreamId, open_store
@@ -134,3 +137,63 @@ async def test_a_conflicted_activation_never_releases_the_lease_its_runtime_clai
     assert seen.get("checked"), "B never retried the call, so its lease was never checked"
     assert state.status == "finished"
     assert releases, "A's activation released nothing"
+
+
+async def test_a_renewal_finding_a_lease_lapsed_never_releases_it_under_a_claim_made_meanwhile(url: str) -> None:
+    # A's lease lapsed in the store (its process paused) while A's claim is still held here;
+    # the renewal round takes the stream anew for this owner (the next token) and, as nobody
+    # here uses that token, gives it back. Meanwhile a new activation B of this runtime
+    # claims the stream: same owner, lease live, so the store renews it in place, and B gets
+    # that very token. Both acquires share one lease transaction and return in order; the
+    # renewal's coroutine runs first. Its release must not end B's lease.
+    stream = StreamId("default", AGENT)
+    b_acquired = anyio.Event()
+    renewal_acquired = anyio.Event()
+    calls: list[str] = []
+    claims: dict[str, Any] = {}
+
+    def acquired(name: str) -> Any:
+        async def hook(lease: Any) -> None:
+            calls.append(name)
+            if name == "renewal":
+                renewal_acquired.set()
+                tg.start_soon(claim_b)
+                await b_acquired.wait()  # B's acquire is in the store too, and returned first
+            elif name == "b":
+                b_acquired.set()
+                for _ in range(20):
+                    await anyio.sleep(0)  # the renewal's coroutine runs on before B's does
+
+        return hook
+
+    order = iter(["a", "renewal", "b"])
+    base = type(open_store(url))
+
+    class Hooked(base):  # type: ignore[valid-type, misc]
+        async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Any:
+            lease = await super().acquire_lease(stream, owner, ttl)
+            name = next(order, "later")
+            if name in ("renewal", "b"):
+                await acquired(name)(lease)
+            return lease
+
+    async def claim_b() -> None:
+        claims["b"], _ = await keeper.claim_or_holder(stream)
+
+    lost: list[Any] = []
+    async with Hooked(url) as store, anyio.create_task_group() as tg:
+        keeper = LeaseKeeper(store, "worker", ttl=30.0)
+        claims["a"], _ = await keeper.claim_or_holder(stream)
+        assert claims["a"] is not None
+        await store.release_lease(claims["a"].lease)  # as if it lapsed: A's process was paused
+        tg.start_soon(keeper.renew_forever, lambda claim, holder: lost.append(claim))
+        with anyio.fail_after(30):
+            await renewal_acquired.wait()
+            while "b" not in claims or not lost:
+                await anyio.sleep(0.01)
+        b = claims["b"]
+        assert b is not None and b.lease is not None
+        held = await store.get_lease(stream)
+        assert held is not None, "the renewal released the lease B had just claimed"
+        assert (held.owner, held.token) == (b.lease.owner, b.lease.token)
+        tg.cancel_scope.cancel()
