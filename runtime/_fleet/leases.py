@@ -179,7 +179,8 @@ class LeaseKeeper:
         A no-op when the claim is no longer this stream's current one here (a
         newer activation claimed it since, or the renewal loop found it lost), or
         without leases; in the store too, a lease that changed hands meanwhile is
-        left as it is (``release_lease`` is exact).
+        left as it is (``release_lease`` is exact), and so is one that a new claim of
+        this runtime holds by then (see ``_give_back``).
         Never raises: a failed release is logged at WARNING (the lease expires anyway).
         """
         if self._held.get(claim.stream) is not claim:
@@ -188,10 +189,7 @@ class LeaseKeeper:
         if claim.lease is None or self._leases is None:
             return
         with anyio.CancelScope(shield=True):
-            try:
-                await self._leases.release_lease(claim.lease)
-            except Exception as exc:  # a cleanup: whatever the store raises, the runtime goes on
-                log.warning("lease of %s not released (it will expire): %s", claim.stream, exc)
+            await self._give_back(self._leases, claim.lease)
 
     async def release_all(self) -> None:
         """Give up every lease held (a drain); never raises (failures are logged)."""
@@ -254,12 +252,14 @@ class LeaseKeeper:
         on_lost(claim, holder)
 
     async def _give_back(self, leases: LeaseStore, lease: Lease) -> None:
-        """Release ``lease``, granted to this owner by a renewal after it had lapsed, unless a
-        new claim here holds the stream by now. Such a claim, made by this owner while the
-        lease was live, was renewed in place by the store: it holds this very owner and
-        token, so releasing it would end the new activation's lease. Under the stream's
-        claiming lock, so a claim whose acquire is in flight is registered first (or has
-        not reached the store yet, and then gets the next token). Never raises (logged)."""
+        """Release ``lease``, this owner's and no longer in ``_held`` (a claim released, or a
+        lapsed lease a renewal was granted again), unless a new claim here holds the stream
+        by now. Such a claim, made by this owner while the lease was live, was renewed in
+        place by the store: it holds this very owner and token, so releasing it would end
+        the new activation's lease (and if it holds another token, this one is not live).
+        Under the stream's claiming lock, so a claim whose acquire is in flight is
+        registered first (or has not reached the store yet, and then gets the next token).
+        Never raises (logged)."""
         async with self._claiming.hold(lease.stream):
             if lease.stream in self._held:
                 return

@@ -197,3 +197,39 @@ async def test_a_renewal_finding_a_lease_lapsed_never_releases_it_under_a_claim_
         assert held is not None, "the renewal released the lease B had just claimed"
         assert (held.owner, held.token) == (b.lease.owner, b.lease.token)
         tg.cancel_scope.cancel()
+
+
+async def test_a_release_in_flight_never_ends_the_lease_a_new_claim_of_the_same_runtime_took(url: str) -> None:
+    # A's release has left the keeper but not yet reached the store when a new claim of the
+    # same keeper (same owner) asks for the stream. Had that acquire reached the store first,
+    # it would renew A's live lease in place (same owner and token), and A's release would
+    # end it. The new claim must end up holding a lease that is in the store.
+    stream = StreamId("default", AGENT)
+    releasing = anyio.Event()
+    claims: dict[str, Any] = {}
+    base = type(open_store(url))
+
+    class Hooked(base):  # type: ignore[valid-type, misc]
+        async def release_lease(self, lease: Any) -> None:
+            releasing.set()
+            for _ in range(20):
+                await anyio.sleep(0)  # the new claim runs as far as it can meanwhile
+            return await super().release_lease(lease)
+
+    async def claim_b() -> None:
+        await releasing.wait()
+        claims["b"], _ = await keeper.claim_or_holder(stream)
+
+    async with Hooked(url) as store:
+        keeper = LeaseKeeper(store, "worker", ttl=30.0)
+        a, _ = await keeper.claim_or_holder(stream)
+        assert a is not None
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(claim_b)
+                await keeper.release(a)
+        b = claims["b"]
+        assert b is not None and b.lease is not None
+        held = await store.get_lease(stream)
+        assert held is not None, "A's release ended the lease B had just claimed"
+        assert (held.owner, held.token) == (b.lease.owner, b.lease.token)
