@@ -65,7 +65,11 @@ class Burst:
 
     ``approved``: the last approval acknowledged; ``resumed``/``finished``: the
     last agent's ``resumed``/``finished`` record; ``lag``: each agent's time from
-    its decision to its ``resumed`` record; ``by_worker``: resumes per worker id.
+    its decision to its ``resumed`` record; ``by_worker``: resumes per worker id;
+    ``cpu``: CPU seconds the worker processes used from the first approval to the
+    last finish, and ``cpu_wait``: seconds their threads were runnable but waiting
+    for a CPU meanwhile (both summed over workers; None where ``/proc`` does not
+    tell): what bounds a burst on a loaded machine.
     """
 
     agents: int
@@ -75,6 +79,8 @@ class Burst:
     finished: float
     lag: list[float]
     by_worker: dict[str, int] = field(default_factory=dict)
+    cpu: float | None = None
+    cpu_wait: float | None = None
 
     @property
     def lag_p50(self) -> float:
@@ -202,6 +208,23 @@ async def stop(proc: Process) -> None:
     await proc.aclose()
 
 
+def cpu_use(procs: Sequence[Process]) -> tuple[float, float] | None:
+    """CPU seconds the live ``procs`` used so far (user + system, every thread) and seconds
+    their threads spent runnable but waiting for a CPU (Linux ``/proc/<pid>/stat`` and
+    ``schedstat``); None where ``/proc`` does not tell (another OS, a process gone)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used = waited = 0.0
+    try:
+        for proc in procs:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            used += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+            for task in Path(f"/proc/{proc.pid}/task").iterdir():
+                waited += int((task / "schedstat").read_text().split()[1]) / 1e9  # run-queue ns
+    except (OSError, IndexError, ValueError):
+        return None
+    return used, waited
+
+
 async def park(url: str, namespace: str, definition: AgentDefinition, agents: int) -> dict[str, str]:
     """Start ``agents`` agents of ``definition`` and let each park at its approval; agent id -> approval id."""
     approvals: dict[str, str] = {}
@@ -275,10 +298,12 @@ async def burst(url: str, namespace: str, agents: int, count: int, logs: Path, *
         open_store(url) as store,
         Runtime(store, namespace=namespace) as operator,
     ):
+        before = cpu_use(procs)
         start = time.time()
         await approve_all(operator, approvals)
         approved = time.time() - start
         await wait_for(store, namespace, agents, "finished", procs)
+        after = cpu_use(procs)
         lag, last_resumed, last_finished, by_worker = [], 0.0, 0.0, dict[str, int]()
         for agent_id in approvals:
             decided = resumed = finished = None
@@ -294,7 +319,10 @@ async def burst(url: str, namespace: str, agents: int, count: int, logs: Path, *
                 raise RuntimeError(f"agent {agent_id} has no decision, resume or finish in its journal")
             lag.append(resumed - decided)
             last_resumed, last_finished = max(last_resumed, resumed - start), max(last_finished, finished - start)
-    return Burst(agents, count, approved, last_resumed, last_finished, lag, by_worker)
+    cpu = cpu_wait = None
+    if before is not None and after is not None:
+        cpu, cpu_wait = after[0] - before[0], after[1] - before[1]
+    return Burst(agents, count, approved, last_resumed, last_finished, lag, by_worker, cpu, cpu_wait)
 
 
 async def takeover(

@@ -12,7 +12,13 @@ LISTEN/NOTIFY) an operator approves every agent at once (see
   (the target: one worker, 1,000 agents, SQLite, <= 2 s);
 * ``burst_finished``: the last agent's ``finished`` record;
 * ``burst_lag_p50`` / ``burst_lag_p95``: each agent's decision to its resume;
-* ``burst_resumes_per_s``: agents over ``burst_resumed``.
+* ``burst_resumes_per_s``: agents over ``burst_resumed``;
+* ``burst_worker_cpu_per_agent``: CPU the worker processes used from the
+  first approval to the last finish, per agent (resume and the agent's own
+  steps), ms: a figure the machine's load does not change much;
+* ``burst_worker_cpu_wait``: seconds the workers' threads were runnable but
+  waiting for a CPU meanwhile (summed over threads): when it is several times
+  the CPU used, the burst is bound by the CPU the machine gives the workers.
 
 Then ``takeover``: ``sizes.takeover_agents`` agents held by a worker inside a
 tool, a second worker beside it, the first SIGKILLed: ``takeover_p50`` /
@@ -68,6 +74,9 @@ async def run(bench: Bench) -> None:
         r.add(SUITE, "burst_lag_p95", found.lag_p95, "s", **params)
         r.add(SUITE, "burst_resumes_per_s", found.agents / found.resumed, "agents/s", **params)
         r.add(SUITE, "burst_busiest_worker", max(found.by_worker.values()), "agents", **params)
+        if found.cpu is not None and found.cpu_wait is not None:  # Linux /proc only
+            r.add(SUITE, "burst_worker_cpu_per_agent", found.cpu * 1000 / found.agents, "ms", **params)
+            r.add(SUITE, "burst_worker_cpu_wait", found.cpu_wait, "s", **params)
         bench.progress.advance(task)
     if sizes.takeover_agents:
         taken = await burst.takeover(

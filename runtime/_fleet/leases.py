@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from durably._fleet.owner import LeaseHolder, Liveness, holder_liveness, new_identity
+from durably._fleet.single_flight import KeyedLock
 from durably._journal.claim import LeaseClaim
 from durably.storage._errors import StoreError
 from durably.storage._spi import Lease, LeaseStore, Store, StreamId, supports_leases
@@ -52,6 +53,9 @@ class LeaseKeeper:
         self.ttl = ttl
         self._leases: LeaseStore | None = store if supports_leases(store) else None
         self._held: dict[StreamId, LeaseClaim] = {}  # the current claim of each stream leased here
+        # Held from a claim's acquire until the claim is in ``_held``: the lease this owner was
+        # granted is then either known here or not granted yet (see ``_give_back``).
+        self._claiming = KeyedLock()
         # The fleet's heartbeats (set by the runtime): a holder whose heartbeat stopped is dead on any host.
         self.heartbeats: Heartbeats | None = None
         #: Called with the stream and the dead holder's lease when a claim took it over (telemetry).
@@ -90,11 +94,8 @@ class LeaseKeeper:
         races = 0
         dead_holder: Lease | None = None  # a dead holder's lease this claim released, to be taken over
         while True:
-            asked = time.monotonic()
-            lease = await self._acquire(leases, stream)
-            if lease is not None:
-                claim = LeaseClaim(stream, lease, self.ttl, asked, self.on_lost)
-                self._held[stream] = claim
+            claim = await self._claim_once(leases, stream)
+            if claim is not None:
                 if dead_holder is not None:
                     self.on_takeover(stream, dead_holder)
                 return claim, None
@@ -116,6 +117,18 @@ class LeaseKeeper:
             if left <= 0:
                 return None, holder
             await anyio.sleep(min(left, self.ttl / 10, max(holder.expires_at - time.time(), 0.0) + 0.01))
+
+    async def _claim_once(self, leases: LeaseStore, stream: StreamId) -> LeaseClaim | None:
+        """One acquire for a new claim of ``stream``: the claim, already in ``_held`` when the
+        stream's claiming lock is let go (see ``_give_back``), or None when refused."""
+        asked = time.monotonic()
+        async with self._claiming.hold(stream):
+            lease = await self._acquire(leases, stream)
+            if lease is None:
+                return None
+            claim = LeaseClaim(stream, lease, self.ttl, asked, self.on_lost)
+            self._held[stream] = claim
+            return claim
 
     async def is_dead(self, holder: Lease) -> bool:
         """Whether ``holder``'s owner is dead: a gone process of this host, or a worker anywhere
@@ -166,7 +179,8 @@ class LeaseKeeper:
         A no-op when the claim is no longer this stream's current one here (a
         newer activation claimed it since, or the renewal loop found it lost), or
         without leases; in the store too, a lease that changed hands meanwhile is
-        left as it is (``release_lease`` is exact).
+        left as it is (``release_lease`` is exact), and so is one that a new claim of
+        this runtime holds by then (see ``_give_back``).
         Never raises: a failed release is logged at WARNING (the lease expires anyway).
         """
         if self._held.get(claim.stream) is not claim:
@@ -175,10 +189,7 @@ class LeaseKeeper:
         if claim.lease is None or self._leases is None:
             return
         with anyio.CancelScope(shield=True):
-            try:
-                await self._leases.release_lease(claim.lease)
-            except Exception as exc:  # a cleanup: whatever the store raises, the runtime goes on
-                log.warning("lease of %s not released (it will expire): %s", claim.stream, exc)
+            await self._give_back(self._leases, claim.lease)
 
     async def release_all(self) -> None:
         """Give up every lease held (a drain); never raises (failures are logged)."""
@@ -237,8 +248,22 @@ class LeaseKeeper:
             del self._held[claim.stream]
         claim.lose(holder)
         if lease is not None:
+            await self._give_back(leases, lease)
+        on_lost(claim, holder)
+
+    async def _give_back(self, leases: LeaseStore, lease: Lease) -> None:
+        """Release ``lease``, this owner's and no longer in ``_held`` (a claim released, or a
+        lapsed lease a renewal was granted again), unless a new claim here holds the stream
+        by now. Such a claim, made by this owner while the lease was live, was renewed in
+        place by the store: it holds this very owner and token, so releasing it would end
+        the new activation's lease (and if it holds another token, this one is not live).
+        Under the stream's claiming lock, so a claim whose acquire is in flight is
+        registered first (or has not reached the store yet, and then gets the next token).
+        Never raises (logged)."""
+        async with self._claiming.hold(lease.stream):
+            if lease.stream in self._held:
+                return
             try:
                 await leases.release_lease(lease)
             except Exception as exc:
-                log.warning("lease of %s not released (it will expire): %s", claim.stream, exc)
-        on_lost(claim, holder)
+                log.warning("lease of %s not released (it will expire): %s", lease.stream, exc)

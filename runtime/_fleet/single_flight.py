@@ -12,7 +12,7 @@ Across runtimes the lease decides, and the expected seq fences whatever slips by
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -26,10 +26,10 @@ class KeyedLock:
     """
 
     def __init__(self) -> None:
-        self._locks: dict[str, tuple[anyio.Lock, int]] = {}
+        self._locks: dict[Hashable, tuple[anyio.Lock, int]] = {}
 
     @asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
+    async def hold(self, key: Hashable) -> AsyncIterator[None]:
         """Hold ``key``'s lock for the body; cancellation while waiting is safe."""
         lock, users = self._locks.get(key, (None, 0))
         if lock is None:
@@ -45,6 +45,6 @@ class KeyedLock:
             else:
                 self._locks[key] = (lock, users - 1)
 
-    def held(self, key: str) -> bool:
+    def held(self, key: Hashable) -> bool:
         """True while someone holds or waits for ``key``."""
         return key in self._locks

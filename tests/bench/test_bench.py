@@ -224,9 +224,20 @@ def test_burst_reports_resumes_by_one_and_two_workers_and_a_takeover(tiny_run):
         assert found["burst_resumed_after_approved"] == pytest.approx(found["burst_resumed"] - found["burst_approved"])
         assert 0 <= found["burst_lag_p50"] <= found["burst_lag_p95"] <= found["burst_resumed"]
         assert 0 < found["burst_busiest_worker"] <= TINY.burst_agents  # every agent resumed once, by some worker
+        assert found["burst_worker_cpu_per_agent"] > 0 and found["burst_worker_cpu_wait"] >= 0
     taken = {f["name"]: f for f in figures(tiny_run, "burst") if f["name"].startswith("takeover")}
     assert taken["takeover_p50"]["params"]["agents"] == TINY.takeover_agents
     assert 0 < taken["takeover_p50"]["value"] <= taken["takeover_p95"]["value"]
+
+
+def test_a_burst_says_what_cpu_its_worker_used_and_how_long_it_waited_for_one(tmp_path):
+    import anyio
+
+    from durably.bench import burst
+
+    found = anyio.run(lambda: burst.burst(f"sqlite:///{tmp_path / 'b.db'}", "b", 3, 1, tmp_path, poll_interval=0.1))
+    assert found.cpu is not None and found.cpu_wait is not None
+    assert found.cpu > 0 and found.cpu_wait >= 0  # the worker resumed and ran three agents
 
 
 def test_overhead_reports_cpu_per_step_and_imports_their_ratio(tiny_run):
