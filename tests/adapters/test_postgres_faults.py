@@ -14,6 +14,7 @@ import anyio
 import asyncpg
 import pytest
 from pg_server import PostgresTestServer
+from retry_controllers import count_controllers
 
 from durably.adapters.postgres import PostgresStore
 from durably.storage import ConflictError, StoreUnavailableError, StreamId, open_store
@@ -238,37 +239,29 @@ async def test_a_connection_left_mid_operation_is_dropped_and_the_call_retried(s
         assert len(used) == 2 and used[0].is_closed()
 
 
-async def test_calls_that_succeed_build_no_retry_controller_and_a_failure_is_still_retried(
+async def test_calls_go_through_the_shared_retry_helper(
     server: PostgresTestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tenacity
-
-    built: list[object] = []
-    real_init = tenacity.AsyncRetrying.__init__
-
-    def counting_init(self, *args, **kwargs) -> None:
-        built.append(self)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(tenacity.AsyncRetrying, "__init__", counting_init)
+    """The helper itself is tested in tests/storage/test_retried.py; here, only that the adapter uses it."""
+    built = count_controllers(monkeypatch)
     stream = StreamId("faults", "no-controller")
     url = server.url(pool_min=1, pool_max=1)
     async with PostgresStore(url) as store:
         built.clear()  # opening the store may have retried a refused connection
-        for seq in range(20):
+        for seq in range(3):
             assert await store.append(stream, seq, [b"r%d" % seq]) == seq + 1
-        assert [r.seq async for r in store.read(stream)] == list(range(1, 21))
-        assert await store.last_seq(stream) == 20
+        assert [r.seq async for r in store.read(stream)] == [1, 2, 3]
+        assert await store.last_seq(stream) == 3
         assert built == [], "a call that succeeds first time pays no retry controller"
 
         proxy = CuttingProxy(server.port)
         async with anyio.create_task_group() as group:
             await group.start(proxy.serve)
             async with PostgresStore(url.replace(f":{server.port}/", f":{proxy.port}/")) as cut:
-                assert await cut.append(stream, 20, [b"warm-up"]) == 21  # prepares the statement
+                assert await cut.append(stream, 3, [b"warm-up"]) == 4  # prepares the statement
                 built.clear()
                 proxy.armed = True  # the next answer never arrives: the append's outcome is unknown
-                assert await cut.append(stream, 21, [b"after a cut"]) == 22
+                assert await cut.append(stream, 4, [b"after a cut"]) == 5
                 assert len(built) == 1, "the failed call was retried under one controller"
             group.cancel_scope.cancel()
-        assert [r.data async for r in store.read(stream, after_seq=20)] == [b"warm-up", b"after a cut"]
+        assert [r.data async for r in store.read(stream, after_seq=3)] == [b"warm-up", b"after a cut"]
