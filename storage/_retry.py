@@ -29,21 +29,27 @@ async def retried(
 ) -> T:
     """Run ``attempt`` until it succeeds, retrying the failures ``retry_on`` accepts.
 
-    In: ``attempt``, the call (run again on each retry, so it must be safe to
-    repeat); ``retry_on``, whether an exception is worth another attempt;
-    ``controller(seconds_left)``, the tenacity controller (stop, wait, sleep
-    and retry policy) for what is left of ``deadline`` seconds once the first
-    attempt failed: it should retry only what ``retry_on`` accepts and stop by
-    then; ``deadline``, seconds for the whole call, counted from this call.
+    The first attempt runs without a controller; only a failure ``retry_on``
+    accepts builds one, and that failed attempt counts as the controller's
+    attempt 1, so its attempt limits cover the whole call.
 
-    Out: ``attempt``'s result. The first attempt runs without a controller;
-    the failed first attempt counts as the controller's attempt 1, so its
-    attempt limits cover the whole call.
+    Args:
+        attempt: The call; run again on each retry, so it must be safe to repeat.
+        retry_on: Whether an exception is worth another attempt.
+        controller: ``controller(seconds_left)``, the tenacity controller (stop,
+            wait, sleep and retry policy) for what is left of ``deadline`` once
+            the first attempt failed; it should retry what ``retry_on`` accepts
+            and stop by then.
+        deadline: Seconds for the whole call, counted from this call.
 
-    Raises: the first attempt's exception as it was raised when ``retry_on``
-    rejects it; else what the controller raises once it gives up (with
-    ``reraise=True``, the last attempt's exception). Cancellation is never
-    caught.
+    Returns:
+        What ``attempt`` returned.
+
+    Raises:
+        Exception: The first attempt's exception, as it was raised, when
+            ``retry_on`` rejects it; else what the controller raises once it
+            gives up (with ``reraise=True``, the last attempt's exception).
+            Cancellation is never caught.
     """
     started = time.monotonic()
     try:
