@@ -13,7 +13,10 @@ import time
 import anyio
 import asyncpg
 import pytest
-from pg_server import PostgresTestServer
+from pg_server import (
+    PostgresTestServer,
+    own_server,  # noqa: F401 - the fixture: the module's own server, as ``server``
+)
 from retry_controllers import count_controllers
 
 from durably.adapters.postgres import PostgresStore
@@ -25,18 +28,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def server():
-    from system_packages import ensure_debian_packages
-
-    ensure_debian_packages("postgresql")
-    server = PostgresTestServer()
-    try:
-        yield server.start()
-    finally:
-        server.cleanup()
 
 
 class CuttingProxy:
