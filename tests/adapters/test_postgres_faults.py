@@ -32,11 +32,13 @@ def anyio_backend() -> str:
 
 class CuttingProxy:
     """A TCP proxy to the server that, when armed, lets the next request through and then
-    closes the client's connection instead of passing the server's answer back."""
+    closes the client's connection instead of passing the server's answer back. With
+    ``arm_on`` set, it arms itself once, at the first request holding those bytes."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.armed = False
+        self.arm_on: bytes | None = None
         self.cut_answers: list[bytes] = []
 
     async def serve(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
@@ -51,6 +53,8 @@ class CuttingProxy:
 
                 async def up() -> None:
                     async for chunk in client:
+                        if self.arm_on is not None and self.arm_on in chunk:
+                            self.arm_on, self.armed = None, True
                         await upstream.send(chunk)
 
                 async def down() -> None:
@@ -70,6 +74,19 @@ def _answered_after_commit(answer: bytes) -> bool:
     """Whether a cut answer of the server ends in ReadyForQuery (idle): the statement had
     finished and its implicit transaction committed before the cut."""
     return answer.endswith(b"Z\x00\x00\x00\x05I")
+
+
+async def test_an_open_cut_while_preparing_the_schema_is_retried(server: PostgresTestServer) -> None:
+    async with anyio.create_task_group() as group:
+        proxy = CuttingProxy(server.port)
+        await group.start(proxy.serve)
+        proxy.arm_on = b"to_regclass"  # the schema's preparation asks whether its tables exist
+        url = server.url(pool_min=1, pool_max=1).replace(f":{server.port}/", f":{proxy.port}/")
+        stream = StreamId("faults", "cut-while-opening")
+        async with PostgresStore(url) as store:
+            assert await store.append(stream, 0, [b"r1"]) == 1
+        assert proxy.cut_answers, "the preparation's answer was cut"
+        group.cancel_scope.cancel()
 
 
 async def test_append_committed_then_cut_is_resolved_by_read_back(server: PostgresTestServer) -> None:
