@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from retry_controllers import count_controllers
+from s3_server import BUCKET, Fault, S3TestServer
 
 from durably.adapters.s3 import S3Store
 from durably.adapters.s3._batch import HEADER_SIZE, Batch, BatchHeader
@@ -40,11 +41,6 @@ from durably.storage import (
 )
 from durably.storage.conformance import StoreConformance
 
-try:
-    from .s3_server import BUCKET, Fault, S3TestServer, s3_server
-except ImportError:
-    from s3_server import BUCKET, Fault, S3TestServer, s3_server  # noqa: F401
-
 FAST = RetryPolicy(max_attempts=5, base_delay=0.005, max_delay=0.05, deadline=15)
 STREAM = StreamId("ns", "agent")
 
@@ -56,12 +52,6 @@ def fresh_prefix() -> str:
 def make(server: S3TestServer, prefix: str | None = None, **overrides) -> S3Store:
     overrides.setdefault("retry", FAST)
     return S3Store(server.url(prefix or fresh_prefix()), **overrides)
-
-
-@pytest.fixture(autouse=True)
-def _faults_end_with_the_test(s3_server):
-    yield
-    s3_server.clear_faults()
 
 
 @pytest.fixture
