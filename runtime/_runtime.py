@@ -31,10 +31,11 @@ import anyio
 
 from durably._figures import check_bool, check_figure
 from durably._fleet.activations import Activations
-from durably._fleet.attach import OnRunning, check_on_running, resume_or_attach
+from durably._fleet.attach import OnRunning
 from durably._fleet.leases import LeaseKeeper
 from durably._fleet.limiter import Limiter
 from durably._fleet.owner import hostname
+from durably._fleet.run_to_stop import RunToStop
 from durably._fleet.workers import DEFAULT_TIMEOUT as DEFAULT_HEARTBEAT_TIMEOUT
 from durably._fleet.workers import Heartbeats, check_timeout
 from durably._journal import status_index
@@ -45,14 +46,13 @@ from durably._journal.writer import JournalServices
 from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
 from durably._loop.limits import Limit, check_limits
-from durably._loop.state import RUNNING, SLEEPING, WAITING_CHILD, AgentState
+from durably._loop.state import SLEEPING, AgentState
 from durably._loop.timers import wake_time
 from durably._operate.operator import Operator
 from durably._reading.reader import Reader
 from durably._telemetry import Telemetry, worker_attributes
 from durably._upkeep.upkeep import Upkeep
 from durably.errors import (
-    AgentExistsError,
     AgentNotFoundError,
     ArgumentTypeError,
     InvalidStoreError,
@@ -85,7 +85,7 @@ if TYPE_CHECKING:
 # import their modules when first called: a runtime that only runs agents never loads them (import time).
 
 #: What ``__aenter__`` sets up; a method reaching one of them before that is told to enter the runtime.
-_STARTED_ATTRIBUTES = frozenset({"store", "codec", "_activations", "_operator", "_reader", "_upkeep", "_tg"})
+_STARTED_ATTRIBUTES = frozenset({"store", "codec", "_activations", "_operator", "_reader", "_upkeep", "_runs", "_tg"})
 
 
 class Runtime:
@@ -289,6 +289,7 @@ class Runtime:
                 self.store, self.worker_id, self.limits, slot_ttl=self.lease_ttl
             ).admission
             self._operator = Operator(self._activations)
+            self._runs = RunToStop(self, self._activations)
             self._reader = Reader(self.store, self.codec, self.telemetry, self.namespace)
             self._upkeep = Upkeep(self.store, self.codec, self.telemetry, self.namespace, self._activations)
             self._tg.start_soon(snapshots.run, self._activations.snapshot_written)
@@ -533,59 +534,7 @@ class Runtime:
             ArgumentTypeError: ``task`` is not a ``str`` or ``budget`` not a ``Budget``.
             DurablyError: What ``resume`` and ``AgentHandle.wait`` raise.
         """
-        check_on_running(on_running)
-        handle: AgentHandle | None
-        try:
-            handle = await self.start(agent, agent_id, task, budget=budget)
-        except AgentExistsError:
-            name = agent.name if isinstance(agent, AgentDefinition) else agent
-            existing = await self.status(agent_id)
-            if (recorded := existing.definition.get("name")) != name:
-                raise AgentExistsError(
-                    f"agent {agent_id!r} exists in namespace {self.namespace!r} under definition "
-                    f"{recorded!r}, not {name!r}"
-                ) from None
-            if existing.task != task:
-                raise AgentExistsError(
-                    f"agent {agent_id!r} exists in namespace {self.namespace!r} with another task "
-                    f"({existing.task[:60]!r}, not {task[:60]!r})"
-                ) from None
-            if on_running == "wait":
-                attached = await resume_or_attach(
-                    agent_id,
-                    self.resume,
-                    lambda agent_id, until, timeout: self.wait(agent_id, until, timeout=timeout),
-                    self.status,
-                )
-                return await self._through_children(attached)
-            handle = await self.resume(agent_id)
-            if handle is None:
-                return await self._through_children(await self.status(agent_id))
-        return await self._through_children(await handle.wait())
-
-    async def _through_children(self, state: AgentState) -> AgentState:
-        """``state``, or, while it waits for its child agents, the state it next stops or parks with:
-        woken by its children, it runs here unless another runtime took it first."""
-        agent_id = state.agent_id
-        while state.status == WAITING_CHILD:
-            from durably._reading.watch import STATUSES  # only a parent of child agents needs it (import time)
-
-            if (children := self._activations.children) is not None:
-                for child in state.children.values():
-                    if child["status"] == RUNNING:
-                        children.run(child["agent_id"])  # a child a dead process ran goes on here, if it can
-            state = await self.wait(agent_id, until=STATUSES - {WAITING_CHILD})
-            if state.status != RUNNING:
-                continue
-            # Its lease may be held by a runtime that runs it or by one that only looks at it (a
-            # scan of a worker without its definition): follow the holder and ask again, as attach does.
-            state = await resume_or_attach(
-                agent_id,
-                self.resume,
-                lambda agent_id, until, timeout: self.wait(agent_id, until | {WAITING_CHILD}, timeout=timeout),
-                self.status,
-            )
-        return state
+        return await self._runs.run(agent, agent_id, task, budget, on_running)
 
     async def status(self, agent_id: str) -> AgentState:
         """The agent's current state.

@@ -1,7 +1,8 @@
 """durably.storage: what an adapter author needs: the storage SPI, its errors, the URL registry.
 
 ``StoreBase`` (lifecycle and the closed-store guard), ``check_append``,
-``check_blob`` and ``check_lease`` (the SPI's argument checks) are here too; the conformance kit
+``check_blob`` and ``check_lease`` (the SPI's argument checks) and ``retried`` (a store call
+retried with tenacity, the first attempt bare) are here too; the conformance kit
 is ``durably.storage.conformance``. The frame codec and group commit are
 internal to durably.
 """
@@ -33,6 +34,7 @@ from ._errors import (
     UnsafeCompactionError,
 )
 from ._registry import known_schemes, open_store, register_store
+from ._retry import retried
 from ._spi import (
     CAP_BLOB_DELETE,
     CAP_BLOBS,
@@ -112,6 +114,7 @@ __all__ = [
     "known_schemes",
     "open_store",
     "register_store",
+    "retried",
     "OPTIONAL_PROTOCOLS",
     "declared_capabilities",
     "supports_blobs",

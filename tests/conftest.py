@@ -7,10 +7,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pg_server import PostgresTestServer
 from system_packages import ensure_debian_packages
+
+if TYPE_CHECKING:
+    from s3_server import S3TestServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,3 +80,23 @@ def pg_server() -> Iterator[PostgresTestServer]:
         yield server
     finally:
         server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def s3_session_server() -> Iterator[S3TestServer]:
+    """One local S3 server (moto's, see ``tests/support/s3_server.py``) for the whole session;
+    tests take it as ``s3_server``. Imported here only when a test needs it (moto loads slowly)."""
+    from s3_server import running_server
+
+    with running_server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_server(s3_session_server: S3TestServer) -> Iterator[S3TestServer]:
+    """The session's S3 server, left as the next test expects it: the faults this test armed
+    are cleared, and the server is revived if the test killed it."""
+    yield s3_session_server
+    s3_session_server.clear_faults()
+    if s3_session_server.killed:
+        s3_session_server.revive()

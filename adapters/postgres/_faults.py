@@ -27,7 +27,6 @@ Three kinds of failure, told apart by asyncpg's exception (its SQLSTATE):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -37,6 +36,7 @@ import tenacity
 
 from durably.errors import PostgresSetupError
 from durably.storage._errors import InvalidRequestError, StoreError, StoreUnavailableError
+from durably.storage._retry import retried as retry_call
 
 T = TypeVar("T")
 
@@ -132,28 +132,9 @@ def retrying(deadline: float) -> tenacity.AsyncRetrying:
 async def retried(deadline: float, attempt: Callable[[], Awaitable[T]]) -> T:
     """Run ``attempt`` until it succeeds; transient failures retried (``retrying``) until ``deadline`` s.
 
-    The first attempt runs bare: a call that succeeds, the common case, never builds tenacity's
-    controller (about 40 us of CPU a call). Raises the last failure untranslated.
+    The first attempt runs bare (``durably.storage.retried``). Raises the last failure untranslated.
     """
-    started = time.monotonic()
-    try:
-        return await attempt()
-    except Exception as exc:
-        if not transient(exc):
-            raise
-        failed: Exception | None = exc
-
-    async def again() -> T:
-        nonlocal failed
-        if failed is not None:  # tenacity's attempt 1 is the one that just failed
-            error, failed = failed, None
-            raise error
-        return await attempt()
-
-    async for state in retrying(deadline - (time.monotonic() - started)):
-        with state:
-            return await again()
-    raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
+    return await retry_call(attempt, retry_on=transient, controller=retrying, deadline=deadline)
 
 
 async def with_retries(deadline: float, what: str, attempt: Callable[[], Awaitable[T]]) -> T:

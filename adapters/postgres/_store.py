@@ -192,18 +192,20 @@ class PostgresStore(
                 reset=_end_transaction,
             )
 
-        pool = await with_retries(min(opts.deadline, 10.0), f"connecting to {self._url}", connect)
-        try:
-            async with pool.acquire() as conn:
-                await layout.prepare(conn, opts.schema, opts.lock_timeout)
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                pool.terminate()
-            translated = translate(exc, f"opening {self._url}")
-            if translated is exc:
+        async def connect_and_prepare() -> asyncpg.Pool:
+            pool = await connect()
+            try:
+                async with pool.acquire() as conn:
+                    await layout.prepare(conn, opts.schema, opts.lock_timeout)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    pool.terminate()
                 raise
-            raise translated from exc
-        self._pool = pool
+            return pool
+
+        # The schema's preparation is retried with the connection: a server restarting while a
+        # store opens may drop the connection mid-prepare (the prepare is idempotent).
+        self._pool = await with_retries(min(opts.deadline, 10.0), f"opening {self._url}", connect_and_prepare)
 
     async def _close(self) -> None:
         pool, self._pool = self._pool, None

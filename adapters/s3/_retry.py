@@ -18,7 +18,6 @@ run out becomes ``StoreUnavailableError``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -30,6 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from durably.storage._errors import StoreUnavailableError
+from durably.storage._retry import retried as retry_call
 
 T = TypeVar("T")
 
@@ -113,29 +113,14 @@ async def retried(
 ) -> T:
     """Run ``attempt`` until it succeeds, retrying exceptions ``retry_on`` accepts under ``policy``.
 
-    The first attempt runs bare: a call that succeeds, the common case, never builds tenacity's
-    controller (about 40 us of CPU a call). Raises the last failure as it was raised.
+    The first attempt runs bare (``durably.storage.retried``). Raises the last failure as it was raised.
     """
-    started = time.monotonic()
-    try:
-        return await attempt()
-    except Exception as exc:
-        if not retry_on(exc):
-            raise
-        failed: Exception | None = exc
-
-    async def again() -> T:
-        nonlocal failed
-        if failed is not None:  # tenacity's attempt 1 is the one that just failed
-            error, failed = failed, None
-            raise error
-        return await attempt()
-
-    rest = replace(policy, deadline=policy.deadline - (time.monotonic() - started))
-    async for state in retrying(rest, retry_on):
-        with state:
-            return await again()
-    raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
+    return await retry_call(
+        attempt,
+        retry_on=retry_on,
+        controller=lambda left: retrying(replace(policy, deadline=left), retry_on),
+        deadline=policy.deadline,
+    )
 
 
 def unavailable(what: str, exc: BaseException) -> StoreUnavailableError:

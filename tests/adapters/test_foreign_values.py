@@ -13,17 +13,13 @@ import uuid
 
 import anyio
 import pytest
+from s3_server import BUCKET
 from support_agents import list_agent
 
 from durably import Runtime, SnapshotPolicy
 from durably.adapters.s3._keys import StreamKeys
 from durably.storage import StreamId
 from durably.storage._errors import CorruptRecordError
-
-try:
-    from .s3_server import BUCKET, s3_server
-except ImportError:
-    from s3_server import BUCKET, s3_server  # noqa: F401
 
 
 async def two_runnable_agents(url: str, effects: list, *, snapshot: bool = False) -> None:

@@ -13,7 +13,11 @@ import time
 import anyio
 import asyncpg
 import pytest
-from pg_server import PostgresTestServer
+from pg_server import (
+    PostgresTestServer,
+    own_server,  # noqa: F401 - the fixture: the module's own server, as ``server``
+)
+from retry_controllers import count_controllers
 
 from durably.adapters.postgres import PostgresStore
 from durably.storage import ConflictError, StoreUnavailableError, StreamId, open_store
@@ -26,25 +30,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-def server():
-    from system_packages import ensure_debian_packages
-
-    ensure_debian_packages("postgresql")
-    server = PostgresTestServer()
-    try:
-        yield server.start()
-    finally:
-        server.cleanup()
-
-
 class CuttingProxy:
     """A TCP proxy to the server that, when armed, lets the next request through and then
-    closes the client's connection instead of passing the server's answer back."""
+    closes the client's connection instead of passing the server's answer back. With
+    ``arm_on`` set, it arms itself once, at the first request holding those bytes."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.armed = False
+        self.arm_on: bytes | None = None
         self.cut_answers: list[bytes] = []
 
     async def serve(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
@@ -59,6 +53,8 @@ class CuttingProxy:
 
                 async def up() -> None:
                     async for chunk in client:
+                        if self.arm_on is not None and self.arm_on in chunk:
+                            self.arm_on, self.armed = None, True
                         await upstream.send(chunk)
 
                 async def down() -> None:
@@ -78,6 +74,19 @@ def _answered_after_commit(answer: bytes) -> bool:
     """Whether a cut answer of the server ends in ReadyForQuery (idle): the statement had
     finished and its implicit transaction committed before the cut."""
     return answer.endswith(b"Z\x00\x00\x00\x05I")
+
+
+async def test_an_open_cut_while_preparing_the_schema_is_retried(server: PostgresTestServer) -> None:
+    async with anyio.create_task_group() as group:
+        proxy = CuttingProxy(server.port)
+        await group.start(proxy.serve)
+        proxy.arm_on = b"to_regclass"  # the schema's preparation asks whether its tables exist
+        url = server.url(pool_min=1, pool_max=1).replace(f":{server.port}/", f":{proxy.port}/")
+        stream = StreamId("faults", "cut-while-opening")
+        async with PostgresStore(url) as store:
+            assert await store.append(stream, 0, [b"r1"]) == 1
+        assert proxy.cut_answers, "the preparation's answer was cut"
+        group.cancel_scope.cancel()
 
 
 async def test_append_committed_then_cut_is_resolved_by_read_back(server: PostgresTestServer) -> None:
@@ -238,37 +247,29 @@ async def test_a_connection_left_mid_operation_is_dropped_and_the_call_retried(s
         assert len(used) == 2 and used[0].is_closed()
 
 
-async def test_calls_that_succeed_build_no_retry_controller_and_a_failure_is_still_retried(
+async def test_calls_go_through_the_shared_retry_helper(
     server: PostgresTestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tenacity
-
-    built: list[object] = []
-    real_init = tenacity.AsyncRetrying.__init__
-
-    def counting_init(self, *args, **kwargs) -> None:
-        built.append(self)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(tenacity.AsyncRetrying, "__init__", counting_init)
+    """The helper itself is tested in tests/storage/test_retried.py; here, only that the adapter uses it."""
+    built = count_controllers(monkeypatch)
     stream = StreamId("faults", "no-controller")
     url = server.url(pool_min=1, pool_max=1)
     async with PostgresStore(url) as store:
         built.clear()  # opening the store may have retried a refused connection
-        for seq in range(20):
+        for seq in range(3):
             assert await store.append(stream, seq, [b"r%d" % seq]) == seq + 1
-        assert [r.seq async for r in store.read(stream)] == list(range(1, 21))
-        assert await store.last_seq(stream) == 20
+        assert [r.seq async for r in store.read(stream)] == [1, 2, 3]
+        assert await store.last_seq(stream) == 3
         assert built == [], "a call that succeeds first time pays no retry controller"
 
         proxy = CuttingProxy(server.port)
         async with anyio.create_task_group() as group:
             await group.start(proxy.serve)
             async with PostgresStore(url.replace(f":{server.port}/", f":{proxy.port}/")) as cut:
-                assert await cut.append(stream, 20, [b"warm-up"]) == 21  # prepares the statement
+                assert await cut.append(stream, 3, [b"warm-up"]) == 4  # prepares the statement
                 built.clear()
                 proxy.armed = True  # the next answer never arrives: the append's outcome is unknown
-                assert await cut.append(stream, 21, [b"after a cut"]) == 22
+                assert await cut.append(stream, 4, [b"after a cut"]) == 5
                 assert len(built) == 1, "the failed call was retried under one controller"
             group.cancel_scope.cancel()
-        assert [r.data async for r in store.read(stream, after_seq=20)] == [b"warm-up", b"after a cut"]
+        assert [r.data async for r in store.read(stream, after_seq=3)] == [b"warm-up", b"after a cut"]

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from pg_server import (
+    PostgresTestServer,
+    own_server,  # noqa: F401 - the fixture: the module's own server, as ``server``
+)
 
 from durably.adapters.postgres import PostgresStore
 from durably.storage import StoreUnavailableError, StreamId
-
-try:
-    from .pg_server import PostgresTestServer
-except ImportError:
-    from pg_server import PostgresTestServer
 
 pytestmark = pytest.mark.anyio
 
@@ -23,18 +22,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def server():
-    from system_packages import ensure_debian_packages
-
-    ensure_debian_packages("postgresql")
-    server = PostgresTestServer()
-    try:
-        yield server.start()
-    finally:
-        server.cleanup()
 
 
 async def test_a_first_attempt_against_a_killed_server_is_retried_or_typed(server: PostgresTestServer) -> None:

@@ -15,18 +15,13 @@ import secrets
 import uuid
 
 import pytest
+from s3_server import BUCKET, Fault, S3TestServer
 
 from durably.adapters.s3 import S3Store
 from durably.adapters.s3._batch import HEADER_SIZE, Batch, BatchHeader
 from durably.adapters.s3._keys import StreamKeys
 from durably.adapters.s3._retry import RetryPolicy
 from durably.storage import AppendRequest, ConflictError, FencedError, StreamId
-
-try:
-    from .s3_server import BUCKET, Fault, S3TestServer, s3_server
-except ImportError:
-    from s3_server import BUCKET, Fault, S3TestServer, s3_server  # noqa: F401
-
 
 FAST = RetryPolicy(max_attempts=5, base_delay=0.005, max_delay=0.05, deadline=15)
 STREAM = StreamId("ns", "agent")
@@ -49,12 +44,6 @@ def make(server: S3TestServer, prefix: str, clock: Clock) -> S3Store:
     store = S3Store(server.url(prefix), retry=FAST)
     store._leases.clock = clock  # fixed time instead of time.time: exact expiry, no sleeping
     return store
-
-
-@pytest.fixture(autouse=True)
-def _faults_end_with_the_test(s3_server):
-    yield
-    s3_server.clear_faults()
 
 
 @pytest.fixture

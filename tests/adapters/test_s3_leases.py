@@ -15,6 +15,7 @@ import uuid
 
 import anyio
 import pytest
+from s3_server import BUCKET, Fault, S3TestServer
 
 from durably.adapters.s3 import S3Store
 from durably.adapters.s3._keys import StreamKeys
@@ -30,11 +31,6 @@ from durably.storage import (
     StoreUnavailableError,
     StreamId,
 )
-
-try:
-    from .s3_server import BUCKET, Fault, S3TestServer, s3_server
-except ImportError:
-    from s3_server import BUCKET, Fault, S3TestServer, s3_server  # noqa: F401
 
 FAST = RetryPolicy(max_attempts=5, base_delay=0.005, max_delay=0.05, deadline=15)
 STREAM = StreamId("ns", "agent")
@@ -57,12 +53,6 @@ def make(server: S3TestServer, prefix: str, clock: Clock | None = None, **overri
     if clock is not None:
         store._leases.clock = clock  # fixed time instead of time.time: exact expiry, no sleeping
     return store
-
-
-@pytest.fixture(autouse=True)
-def _faults_end_with_the_test(s3_server):
-    yield
-    s3_server.clear_faults()
 
 
 @pytest.fixture

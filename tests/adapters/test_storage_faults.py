@@ -20,16 +20,12 @@ import os
 import subprocess
 
 import pytest
+from s3_server import Fault
 from support_agents import StepModel
 
 from durably import AgentDefinition, Reconciled, Runtime, SnapshotPolicy, tool
 from durably.storage._errors import StoreUnavailableError
 from durably.storage._spi import StreamId
-
-try:
-    from .s3_server import Fault, s3_server
-except ImportError:
-    from s3_server import Fault, s3_server  # noqa: F401
 
 STEPS = 12
 #: Bytes of each tool result: incompressible, so a dozen of them overflow 1 MiB.

@@ -17,9 +17,9 @@ from typing import Any
 import anyio
 import pytest
 from pg_server import PostgresTestServer
-from support_agents import StepModel
+from support_agents import gated_agent
 
-from durably import AgentDefinition, Runtime, tool
+from durably import Runtime
 from durably._fleet import wakeups
 from durably.adapters.postgres import PostgresStore
 from durably.errors import InvalidArgumentError
@@ -36,14 +36,6 @@ GATE_WAIT = 3.0
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _gated() -> AgentDefinition:
-    @tool(name="effect", requires_approval=True)
-    async def effect(n: int, *, ctx: Any) -> int:
-        return n * 10
-
-    return AgentDefinition(name="gated", model=StepModel(1), tools=[effect])
 
 
 class Gate:
@@ -75,7 +67,7 @@ class Gate:
 
 async def test_a_burst_of_approvals_is_resumed_several_agents_at_once(pg_server: PostgresTestServer) -> None:
     url = pg_server.url()
-    definition = _gated()
+    definition = gated_agent([])
     async with Runtime(url, agents=[definition]) as starter:
         for n in range(AGENTS):
             assert (await starter.run(definition, f"burst-{n}", "task")).status == "waiting_approval"
@@ -125,7 +117,7 @@ async def test_a_resume_measures_its_approval_latencies_without_reading_the_jour
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    definition = _gated()
+    definition = gated_agent([])
     async with Runtime(url, agents=[definition]) as starter:
         assert (await starter.run(definition, "burst-0", "task")).status == "waiting_approval"
     async with Runtime(url) as operator:
@@ -151,7 +143,7 @@ async def test_a_resume_whose_restore_began_at_a_snapshot_reads_the_window_to_me
     from durably import SnapshotPolicy
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    definition = _gated()
+    definition = gated_agent([])
     every = SnapshotPolicy(every_records=1, every_bytes=1, tail_ratio=0.0)
     async with Runtime(url, agents=[definition], snapshot_policy=every) as starter:
         assert (await starter.run(definition, "burst-0", "task")).status == "waiting_approval"
@@ -204,7 +196,7 @@ async def test_commands_given_at_once_share_one_listing_of_the_workers_heartbeat
     from durably._fleet.workers import WORKERS_NAMESPACE
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    definition = _gated()
+    definition = gated_agent([])
     async with Runtime(url, agents=[definition]) as starter:
         for n in range(AGENTS):
             assert (await starter.run(definition, f"burst-{n}", "task")).status == "waiting_approval"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 from typing import Any
 
 import anyio
 import pytest
 from lease_partition import lease_partitionable
+from store_urls import leased_store_url  # noqa: F401 - the fixture: the store URL, as ``url``
 from support_agents import StepModel
 
 from durably import AgentDefinition, AgentLeaseLostError, Runtime, tool
@@ -24,15 +24,6 @@ from durably.storage import StreamId, open_store
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 
 BIG = os.urandom(OFFLOOP_BYTES).hex()
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def url(request, tmp_path) -> str:
-    if request.param == "memory":
-        return f"memory://{uuid.uuid4().hex}"
-    if request.param == "postgres":
-        return str(request.getfixturevalue("pg_server").url())
-    return f"sqlite:///{tmp_path}/agents.db"
 
 
 class GatedCipher(AESGCMCipher):

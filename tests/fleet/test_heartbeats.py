@@ -32,11 +32,6 @@ from durably._fleet.workers import (
 )
 from durably.storage import StreamId, open_store
 
-try:
-    from .s3_server import s3_server
-except ImportError:
-    from s3_server import s3_server  # noqa: F401
-
 
 @pytest.fixture(params=["sqlite", "postgres", "s3"])
 def url(request, tmp_path) -> str:

@@ -8,12 +8,12 @@ file, or one PostgreSQL schema on a local server); the races are driven by hooks
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
 import anyio
 import pytest
 from lease_partition import lease_partitionable
+from store_urls import leased_store_url  # noqa: F401 - the fixture: the store URL, as ``url``
 
 from durably import (
     AgentDefinition,
@@ -28,15 +28,6 @@ from durably._fleet.leases import LeaseKeeper
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def url(request, tmp_path) -> str:
-    if request.param == "memory":
-        return f"memory://{uuid.uuid4().hex}"
-    if request.param == "postgres":
-        return str(request.getfixturevalue("pg_server").url())
-    return f"sqlite:///{tmp_path}/agents.db"
 
 
 def hooked(url: str, **hooks: Any) -> Any:

@@ -29,7 +29,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from pg_server import PostgresTestServer
+from pg_server import (
+    PostgresTestServer,
+    own_server,  # noqa: F401 - the fixture: the module's own server, as ``server``
+)
 from support_agents import file_agent, read_lines
 
 from durably import Runtime
@@ -37,18 +40,6 @@ from durably.storage import StoreUnavailableError
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "outage_worker.py"
 AGENTS, STEPS = 8, 6
-
-
-@pytest.fixture(scope="module")
-def server():
-    from system_packages import ensure_debian_packages
-
-    ensure_debian_packages("postgresql")
-    server = PostgresTestServer()
-    try:
-        yield server.start()
-    finally:
-        server.cleanup()
 
 
 class Lines:

@@ -23,16 +23,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from s3_server import BUCKET, S3TestServer
 from support_agents import read_lines
 
 from durably.adapters.s3._batch import HEADER_SIZE, BatchHeader
 from durably.adapters.s3._keys import StreamKeys
 from durably.storage import StreamId, open_store
-
-try:
-    from .s3_server import BUCKET, S3TestServer, s3_server
-except ImportError:
-    from s3_server import BUCKET, S3TestServer, s3_server  # noqa: F401
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "s3_worker.py"
 AGENTS, STEPS = 4, 6

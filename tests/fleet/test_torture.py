@@ -27,11 +27,6 @@ from durably._torture.worker import wait_while_held
 from durably.adapters.memory import MemoryStore
 from durably.errors import AgentLeasedError, TortureError
 
-try:
-    from .s3_server import s3_server
-except ImportError:
-    from s3_server import s3_server  # noqa: F401
-
 
 class TestSQLiteUnderTorture(TortureConformance):
     torture_kills = 200

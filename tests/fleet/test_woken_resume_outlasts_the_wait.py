@@ -20,9 +20,9 @@ from typing import Any
 
 import anyio
 import pytest
-from support_agents import StepModel
+from support_agents import gated_agent
 
-from durably import AgentDefinition, Runtime, tool
+from durably import Runtime
 from durably._fleet import wakeups
 from durably.adapters.postgres import PostgresStore
 from durably.storage import AppendRequest, StreamId
@@ -45,14 +45,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _gated() -> AgentDefinition:
-    @tool(name="effect", requires_approval=True)
-    async def effect(n: int, *, ctx: Any) -> int:
-        return n * 10
-
-    return AgentDefinition(name="gated", model=StepModel(1), tools=[effect])
-
-
 def _slow_first_append(
     append_batch: Callable[[Sequence[AppendRequest]], Awaitable[list[Any]]], held: list[str]
 ) -> Callable[[Sequence[AppendRequest]], Awaitable[list[Any]]]:
@@ -72,7 +64,7 @@ def _slow_first_append(
 
 async def test_a_woken_resume_is_not_cut_short_by_the_end_of_the_wait(pg_server: PostgresTestServer) -> None:
     url = pg_server.url(schema=f"woken_resume_{uuid.uuid4().hex[:8]}")
-    definition = _gated()
+    definition = gated_agent([])
     ids = [f"woken-{n}" for n in range(AGENTS)]
     async with Runtime(url, agents=[definition]) as starter:
         for agent_id in ids:

@@ -132,7 +132,10 @@ async def test_a_worker_past_its_lease_runs_no_call_after_the_takeover(tmp_path:
 
     definition = FunctionAgent("payer", body)
     a_store = lease_partitionable(url)
-    async with a_store, Runtime(a_store, agents=[definition], worker_id="a", lease_ttl=0.6) as a:
+    # A's lease must outlive A's start: on a loaded machine the lease's acquire and the start's
+    # commit can take over half a second, and A, rightly, starts nothing past its lease. Once A
+    # is cut off, B waits for this lease to lapse.
+    async with a_store, Runtime(a_store, agents=[definition], worker_id="a", lease_ttl=4.0) as a:
         handle = await a.start(definition, "p-1", "")
         await started.wait()
         a_store.cut = True  # A renews no more

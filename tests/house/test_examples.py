@@ -10,10 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-try:
-    from .s3_server import S3TestServer, s3_server
-except ImportError:
-    from s3_server import S3TestServer, s3_server  # noqa: F401
+from s3_server import S3TestServer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: What an example may import from durably: the facade, the adapter authors' SPI, the model adapters.

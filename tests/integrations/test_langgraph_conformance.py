@@ -14,7 +14,6 @@ import uuid
 from contextlib import redirect_stdout
 
 import pytest
-from s3_server import s3_server  # noqa: F401 - the fixture
 
 from durably.integrations.langgraph import DurablySaver
 
@@ -57,5 +56,5 @@ async def test_conformance_memory(request) -> None:
     await _validate("DurablySaver(memory://)", lambda: f"memory://lg-conformance-{uuid.uuid4().hex}", request)
 
 
-async def test_conformance_s3(s3_server, request) -> None:  # noqa: F811 - the fixture
+async def test_conformance_s3(s3_server, request) -> None:
     await _validate("DurablySaver(s3://)", lambda: s3_server.url(f"lg-{uuid.uuid4().hex}"), request)

@@ -29,11 +29,6 @@ from durably._journal.redaction_policy import RedactionPolicy
 from durably._upkeep.retention import RetentionPolicy
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 
-try:
-    from .s3_server import s3_server
-except ImportError:
-    from s3_server import s3_server  # noqa: F401
-
 
 def asker() -> AgentDefinition:
     """Parks on an approval, then finishes once approved."""

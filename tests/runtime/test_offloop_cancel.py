@@ -39,10 +39,9 @@ class GatedCipher(AESGCMCipher):
         return super().seal(payload, aad)
 
 
-async def test_leaving_the_runtime_while_a_large_frame_is_sealed_waits_for_it_and_loses_nothing(
-    tmp_path: Path,
-) -> None:
-    cipher, url = GatedCipher(), f"sqlite:///{tmp_path}/agents.db"
+def big_agent(model: StepModel) -> tuple[AgentDefinition, list[int]]:
+    """``big``, answered by ``model``: each step calls ``effect(n)``, whose result holds ``BIG``
+    (a frame large enough to be sealed off the loop); and the list of the ``n`` it ran."""
     effects: list[int] = []
 
     @tool(name="effect")
@@ -50,7 +49,14 @@ async def test_leaving_the_runtime_while_a_large_frame_is_sealed_waits_for_it_an
         effects.append(n)
         return f"{n}:{BIG}"
 
-    definition = AgentDefinition(name="big", model=StepModel(2, think_s=0.01), tools=[effect])
+    return AgentDefinition(name="big", model=model, tools=[effect]), effects
+
+
+async def test_leaving_the_runtime_while_a_large_frame_is_sealed_waits_for_it_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    cipher, url = GatedCipher(), f"sqlite:///{tmp_path}/agents.db"
+    definition, effects = big_agent(StepModel(2, think_s=0.01))
     async with Runtime(url, agents=[definition], encryption=cipher) as rt:
         await rt.start("big", "a1", "go")
         await anyio.to_thread.run_sync(cipher.sealing.wait, 10)
@@ -77,15 +83,8 @@ async def test_cancelling_an_agent_while_its_large_frame_is_sealed_starts_nothin
     tmp_path: Path,
 ) -> None:
     cipher, url = GatedCipher(), f"sqlite:///{tmp_path}/agents.db"
-    effects: list[int] = []
-
-    @tool(name="effect")
-    async def effect(n: int) -> str:
-        effects.append(n)
-        return f"{n}:{BIG}"
-
     model = StepModel(3)
-    definition = AgentDefinition(name="big", model=model, tools=[effect])
+    definition, effects = big_agent(model)
     async with Runtime(url, agents=[definition], encryption=cipher) as rt:
         handle = await rt.start("big", "a1", "go")
         await anyio.to_thread.run_sync(cipher.sealing.wait, 10)

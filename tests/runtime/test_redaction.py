@@ -50,11 +50,6 @@ def greppable_frames(monkeypatch):
     monkeypatch.setattr(dictionaries, "DEFAULT", None)
 
 
-try:
-    from .s3_server import BUCKET, s3_server
-except ImportError:
-    from s3_server import BUCKET, s3_server  # noqa: F401
-
 EVERY_SNAPSHOT = SnapshotPolicy(every_records=1, tail_ratio=0.0)  # snapshots hold the state too: check them
 
 

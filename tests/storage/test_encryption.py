@@ -11,6 +11,7 @@ import zlib
 
 import pytest
 from privacy_support import ScriptModel, files_bytes, s3_bytes, spi_frames
+from s3_server import BUCKET
 
 from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
 from durably._cli.main import main as cli_main
@@ -30,11 +31,6 @@ from durably.storage._crypto import (
 )
 from durably.storage._errors import CorruptRecordError, DecryptionError, EncryptionRequiredError, UnknownKeyError
 from durably.storage._spi import StoredRecord, StoredSnapshot
-
-try:
-    from .s3_server import BUCKET, s3_server
-except ImportError:
-    from s3_server import BUCKET, s3_server  # noqa: F401
 
 K1, K2 = generate_key(), generate_key()
 PLAIN = "the-quarterly-numbers-of-acme-corp"  # stands for any personal data in a task

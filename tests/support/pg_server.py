@@ -12,8 +12,9 @@ on the next start), on the same port and data, which is how the fault tests
 check that nothing acknowledged is lost.
 
 Tests use the session fixture ``pg_server`` (defined in ``tests/conftest.py``):
-one server for the whole test session. A test that stops, kills or restarts
-its server as the point of the test makes its own ``PostgresTestServer``.
+one server for the whole test session. A module whose tests stop, kill or
+restart their server as the point of the test imports the fixture ``own_server``
+instead: a server of the module's own, which its tests take as ``server``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 USER = "durably"  # the cluster's superuser role
@@ -198,3 +202,17 @@ class PostgresTestServer:
         except (RuntimeError, subprocess.TimeoutExpired):
             pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", name="server")
+def own_server() -> Iterator[PostgresTestServer]:
+    """A started ``PostgresTestServer`` of the importing module's own (installed with apt-get if
+    missing), for tests that stop, kill or restart it; removed after the module's last test."""
+    from system_packages import ensure_debian_packages
+
+    ensure_debian_packages("postgresql")
+    server = PostgresTestServer()
+    try:
+        yield server.start()
+    finally:
+        server.cleanup()

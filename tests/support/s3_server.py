@@ -20,13 +20,16 @@ Two changes to moto's server, both as a WSGI wrapper around its app:
   error parsing, the adapter's retries) is exercised, not a mock of it.
 
 ``server.requests`` logs every request (method, path, query) for cost checks.
-The ``s3_server`` fixture (module scope) starts the server on a free port
-with dummy credentials in the environment, creates ``BUCKET`` and stops the
-server afterwards; import it into a test module to use it.
+The ``s3_server`` fixture (``tests/conftest.py``) is one server for the whole
+test session, started by ``running_server`` on a free port with dummy
+credentials in the environment and ``BUCKET`` created; after each test, the
+faults it armed are cleared and a server it killed is revived. Tests share the
+bucket, each under a key prefix of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -278,9 +281,10 @@ _DUMMY_ENV = {
 }
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3TestServer]:
-    """A started ``S3TestServer`` with ``BUCKET`` created and dummy credentials set; stopped at the end."""
+@contextlib.contextmanager
+def running_server() -> Iterator[S3TestServer]:
+    """A started ``S3TestServer`` with ``BUCKET`` created and dummy credentials set; stopped (and the
+    environment restored) at the end."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in _DUMMY_ENV.items():
             patch.setenv(name, value)

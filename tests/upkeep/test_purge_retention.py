@@ -13,6 +13,7 @@ import anyio
 import pytest
 from privacy_support import BACKENDS, ScriptModel, files_bytes, s3_keys, spi_frames
 from privacy_support import backend as store_backend
+from s3_server import BUCKET
 from support_agents import list_agent
 
 from durably import (
@@ -43,11 +44,6 @@ def greppable_frames(monkeypatch):
     the grep; with the dictionary on, these greps would pass without meaning anything."""
     monkeypatch.setattr(dictionaries, "DEFAULT", None)
 
-
-try:
-    from .s3_server import BUCKET, s3_server
-except ImportError:
-    from s3_server import BUCKET, s3_server  # noqa: F401
 
 PLANTED = "PLANTED-VALUE-9f3a1c7e"
 BLOB = b"artifact: " + PLANTED.encode()
