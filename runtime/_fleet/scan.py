@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from durably._fleet.recheck import still_runnable
 from durably._fleet.timers import due_only
-from durably._journal.status_index import runnable_rows
+from durably._journal.status_index import index_store, runnable_rows
 from durably.errors import (
     AgentFencedError,
     AgentLeasedError,
@@ -87,6 +88,9 @@ async def scan(activations: Activations, *, limit: int | None = None, shuffle: b
         random.shuffle(listed)
         streams = _aiter(listed)
     outage: list[BaseException] = []
+    # The listing goes stale over a long scan (other workers finish what it
+    # listed): each row's entry is read again just before its claim.
+    index = index_store(activations.store) if rows is not None else None
 
     async def attempt(row: IndexedStream, gate: _Gather) -> None:
         arrived = False
@@ -97,6 +101,11 @@ async def scan(activations: Activations, *, limit: int | None = None, shuffle: b
             await gate.arrive()
 
         try:
+            if index is not None:
+                fresh = await still_runnable(index, row, activations.wake)
+                if fresh is None or not activations.serves(fresh.entry):
+                    return  # finished, parked or taken elsewhere since the listing
+                row = fresh
             handle = await _resume_one(activations, row, result, gather)
         except (StoreUnavailableError, StoreClosedError, RuntimeNotStartedError) as exc:
             outage.append(exc)  # an outage is the whole store's, not this stream's (serve() backs off)
