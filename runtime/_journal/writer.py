@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from durably import _telemetry as tm
+from durably._journal.journal_reader import JournalReader
 from durably._journal.offloop import finish_frames
 from durably._journal.records import RecordCodec
 from durably._journal.redaction_policy import RedactionPolicy
@@ -350,9 +351,7 @@ class AgentJournal:
         """Fold the records appended after ours if all are commands and return their
         kinds; None if any is not (another writer took the stream over)."""
         svc, stream = self.services, self.stream
-        newer = [
-            svc.codec.decode_record(stored, stream) async for stored in svc.store.read(stream, self.state.last_seq)
-        ]
+        newer = [record async for record in JournalReader(svc.store, svc.codec, stream).records(self.state.last_seq)]
         if not newer or any(record.kind not in COMMAND_KINDS for record in newer):
             if newer:  # another activation's records follow ours: two activations overlapped
                 svc.telemetry.count("overlaps")

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import apply
@@ -167,9 +168,8 @@ async def reencrypt_stream(
             return ReencryptReport(stream, before, before, CURRENT)
         state = restored.state
         last_seq = state.last_seq
-        last_at = None
-        async for stored in store.read(stream, last_seq - 1, page_size=1):
-            last_at = codec.decode_record(stored, stream).at
+        last = await JournalReader(store, codec, stream).first_after(last_seq - 1)
+        last_at = last.at if last is not None else None
         marker = Record(
             last_seq + 1,
             Kind.RESUMED,
