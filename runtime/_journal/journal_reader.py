@@ -16,6 +16,8 @@ from contextlib import aclosing
 
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Record
+from durably.storage._errors import CorruptRecordError
+from durably.storage._group_frames import is_group, is_member, read_member
 from durably.storage._spi import Store, StoredRecord, StreamId
 
 
@@ -34,17 +36,63 @@ class JournalReader:
         self.store = store
         self.codec = codec
         self.stream = stream
+        self._group: tuple[int, list[Record]] | None = None  # (first seq, records) of the group decoded last
 
     def decode_loaded(self, stored: StoredRecord) -> Record:
         """The record in ``stored``, decoded from its own bytes and what this reader
         decoded before (no store read): for rows read in seq order from a commit's first
-        row, as restore's one read returns them. Raises as the class says."""
+        row, as restore's one read returns them. Raises as the class says, and
+        ``CorruptRecordError`` for a member row whose group frame this reader has not read."""
+        data = stored.data
+        if is_member(data):
+            first, count = self._group_of(stored)
+            group = self._group
+            if group is None or group[0] != first:
+                raise CorruptRecordError(
+                    f"the group frame at seq {first} this row belongs to was not read",
+                    stream=self.stream,
+                    seq=stored.seq,
+                )
+            if len(group[1]) != count:
+                raise CorruptRecordError(
+                    f"the row names a group of {count} records, the frame at seq {first} holds {len(group[1])}",
+                    stream=self.stream,
+                    seq=stored.seq,
+                )
+            return group[1][stored.seq - first]
+        if is_group(data):
+            records = self.codec.decode_group(stored, self.stream)
+            self._group = (stored.seq, records)
+            return records[0]
         return self.codec.decode_record(stored, self.stream)
 
     async def decode(self, stored: StoredRecord) -> Record:
-        """The record in ``stored``, reading the rows it depends on when this reader
-        has not decoded them yet. Raises as the class says, and the store's errors."""
+        """The record in ``stored``, reading the group frame it belongs to when this reader
+        has not decoded it yet. Raises as the class says (``CorruptRecordError`` naming the
+        group's seq when that frame is gone or is not the group the row names), and the
+        store's errors."""
+        if is_member(stored.data):
+            first, _count = self._group_of(stored)
+            group = self._group
+            if group is None or group[0] != first:
+                head = None
+                async with aclosing(self.store.read(self.stream, first - 1, page_size=1)) as rows:
+                    async for row in rows:
+                        head = row
+                        break
+                if head is None or head.seq != first or not is_group(head.data):
+                    raise CorruptRecordError(
+                        f"the group frame this row belongs to is missing at seq {first}",
+                        stream=self.stream,
+                        seq=stored.seq,
+                    )
+                self.decode_loaded(head)
         return self.decode_loaded(stored)
+
+    def _group_of(self, stored: StoredRecord) -> tuple[int, int]:
+        """``(first seq, records)`` of the group the member row ``stored`` names."""
+        index, count = read_member(stored.data, self.stream, stored.seq)
+        return stored.seq - index, count
 
     async def rows(
         self, after_seq: int = 0, *, upto: int | None = None, page_size: int = 512

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -394,6 +394,15 @@ class AgentJournal:
             for i, (kind, data) in enumerate(entries)
         ]
         return records, [svc.codec.record_payload(r) for r in records]
+
+    def encode(self, entries: Sequence[tuple[str, dict[str, Any]]], first: int) -> list[bytes]:
+        """The stored rows a commit appending ``entries`` (``(kind, data)``) from seq ``first``
+        would write, redacted and encoded as ``append`` does on the loop (one group frame
+        for two or more records), without committing or folding anything.
+
+        Raises ``UnencodableValueError`` naming the field, as ``append`` does."""
+        _records, payloads = self._prepare(tuple(entries), first)
+        return self.services.codec.commit_frames(payloads, first, self.stream)
 
     def _fold(self, records: list[Record]) -> None:
         for record in records:

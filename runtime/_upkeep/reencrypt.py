@@ -62,6 +62,7 @@ from durably.errors import AgentLeasedError, InvalidArgumentError
 from durably.schemas._records import Kind, Record
 from durably.storage._crypto import key_id_of
 from durably.storage._errors import ConflictError, FencedError
+from durably.storage._group_frames import is_member
 from durably.storage._spi import Lease, Store, StreamId
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ async def key_census(store: Store, stream: StreamId) -> tuple[Counter[str | None
     """
     records: Counter[str | None] = Counter()
     async for stored in store.read(stream):
-        records[key_id_of(stored.data)] += 1
+        if not is_member(stored.data):  # a group's member rows hold no ciphertext: their group frame does
+            records[key_id_of(stored.data)] += 1
     snapshots: Counter[str | None] = Counter()
     snapshot = await store.get_snapshot(stream)
     while snapshot is not None:

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import AgentState
@@ -33,7 +34,7 @@ class HeldStore:
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         await anyio.lowlevel.checkpoint()
         kinds = [
-            self.codec.decode_record(StoredRecord(r.expected_seq + i, data), r.stream).kind
+            JournalReader(self.inner, self.codec, r.stream).decode_loaded(StoredRecord(r.expected_seq + i, data)).kind
             for r in requests
             for i, data in enumerate(r.records, start=1)
         ]
