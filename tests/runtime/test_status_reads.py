@@ -33,11 +33,13 @@ class HeldStore:
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         await anyio.lowlevel.checkpoint()
-        kinds = [
-            JournalReader(self.inner, self.codec, r.stream).decode_loaded(StoredRecord(r.expected_seq + i, data)).kind
-            for r in requests
-            for i, data in enumerate(r.records, start=1)
-        ]
+        kinds = []
+        for r in requests:
+            reader = JournalReader(self.inner, self.codec, r.stream)  # a commit's rows, from its group frame on
+            kinds += [
+                reader.decode_loaded(StoredRecord(r.expected_seq + i, data)).kind
+                for i, data in enumerate(r.records, start=1)
+            ]
         if Kind.TOOL_RESULT in kinds:
             self.held.set()
             await self.release.wait()
