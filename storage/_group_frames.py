@@ -72,16 +72,17 @@ GROUP_HEADER_SIZE = _GROUP_HEADER.size + _CRC.size
 MEMBER_SIZE = _MEMBER.size + _CRC.size
 _GROUP_AAD = struct.Struct(">HI")  # n, dictionary id: bound besides format 1's fields
 MAX_GROUP = 0xFFFF
+_GROUP_BYTE, _MEMBER_BYTE = bytes((FORMAT_GROUP,)), bytes((FORMAT_MEMBER,))
 
 
 def is_group(data: bytes | bytearray | memoryview) -> bool:
     """Whether ``data`` is a group frame (format 4): the first row of a commit of n >= 2 records."""
-    return len(data) >= 3 and data[:2] == MAGIC and data[2] == FORMAT_GROUP
+    return isinstance(data, (bytes, bytearray, memoryview)) and data[:2] == MAGIC and data[2:3] == _GROUP_BYTE
 
 
 def is_member(data: bytes | bytearray | memoryview) -> bool:
     """Whether ``data`` is a member row (format 5) of a group: it holds no record itself."""
-    return len(data) >= 3 and data[:2] == MAGIC and data[2] == FORMAT_MEMBER
+    return isinstance(data, (bytes, bytearray, memoryview)) and data[:2] == MAGIC and data[2:3] == _MEMBER_BYTE
 
 
 def _array_head(n: int) -> bytes:

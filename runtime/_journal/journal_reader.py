@@ -82,7 +82,7 @@ class JournalReader:
                         break
                 if head is None or head.seq != first or not is_group(head.data):
                     raise CorruptRecordError(
-                        f"the group frame this row belongs to is missing at seq {first}",
+                        f"gap in the journal: the group frame this row belongs to is missing at seq {first}",
                         stream=self.stream,
                         seq=stored.seq,
                     )

@@ -107,6 +107,19 @@ def payload(frame: bytes) -> bytes:
     return body
 
 
+MEMBER_ROW = struct.Struct(">2sBBHHI")  # format 5: magic, format, flags, index, count, crc
+
+
+def validate_member_row(row: bytes) -> dict[str, Any]:
+    """Validate a group's member row (format 5) against ``member-row`` in ``frame.cddl``; return its map."""
+    assert len(row) == MEMBER_ROW.size, len(row)
+    magic, fmt, flags, index, count, crc = MEMBER_ROW.unpack(row)
+    fields = {"magic": magic, "format": fmt, "flags": flags, "index": index, "count": count, "crc32": crc}
+    assert magic == b"dy", magic
+    pycddl.Schema("root = member-row\n" + cddl_text("frame.cddl")).validate_cbor(cbor2.dumps(fields))
+    return fields
+
+
 def validate_frame(frame: bytes) -> dict[str, Any]:
     """Validate header and payload of ``frame`` against the CDDL; return the header map.
 
