@@ -38,6 +38,7 @@ import anyio
 from anyio.abc import Process
 
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.status_index import index_store
 from durably.schemas._records import Kind
@@ -280,12 +281,7 @@ async def wait_for(store: Store, namespace: str, agents: int, status: str, procs
 
 async def records_of(store: Store, stream: StreamId) -> list[tuple[str, float, dict[str, Any]]]:
     """``(kind, at, data)`` of every record of ``stream``."""
-    codec = RecordCodec()
-    out = []
-    async for stored in store.read(stream, 0):
-        record = codec.decode_record(stored, stream)
-        out.append((record.kind, record.at, record.data))
-    return out
+    return [(r.kind, r.at, r.data) async for r in JournalReader(store, RecordCodec(), stream).records()]
 
 
 async def burst(url: str, namespace: str, agents: int, count: int, logs: Path, *, poll_interval: float) -> Burst:

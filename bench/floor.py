@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind, Record
 from durably.storage._spi import Store, StreamId
@@ -65,11 +66,9 @@ async def _steps(store: Store, stream: StreamId) -> list[tuple[int, list[bytes],
     A step starts at a ``model_responded`` record; the records before the first
     one (``started``) go with the first step.
     """
-    codec = RecordCodec()
     steps: list[tuple[int, list[bytes], list[Record]]] = []
     seen_response = False
-    async for stored in store.read(stream):
-        record = codec.decode_record(stored, stream)
+    async for stored, record in JournalReader(store, RecordCodec(), stream).rows():
         response = record.kind == Kind.MODEL_RESPONDED
         if not steps or (response and seen_response):
             steps.append((stored.seq, [], []))

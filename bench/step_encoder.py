@@ -51,14 +51,10 @@ class StepEncoder:
         )
         state = AgentState(namespace=stream.namespace, agent_id=stream.agent_id, definition={"name": agent})
         self._journal = AgentJournal(services, stream, state)
-        self._codec, self._stream = services.codec, stream
 
     def frames(self, entries: Sequence[tuple[str, dict[str, Any]]], first: int) -> list[bytes]:
         """The frames of the commit appending ``entries`` (``(kind, data)``) from seq ``first``.
 
         Raises ``UnencodableValueError`` naming the field, as the journal does.
         """
-        records, payloads = self._journal._prepare(tuple(entries), first)
-        # The journal finishes a commit's frames on the loop unless a payload is large
-        # (``finish_frames``); a bench step's records are small, so this is its path.
-        return [self._codec.record_frame(p, r.seq, self._stream) for p, r in zip(payloads, records, strict=True)]
+        return self._journal.encode(entries, first)

@@ -97,6 +97,7 @@ MAGIC = b"dy"
 FORMAT_VERSION = 2  # written when the frame's place is known (see place_seed)
 UNBOUND_FORMAT = 1  # CRC of header and payload only: written without a place, always read
 FORMAT_DICTIONARY = 3  # format 2 plus the id of the zstd dictionary the payload was compressed with
+_FORMAT_MEMBER = 5  # a member row of a group frame (durably.storage._group_frames): no payload
 FLAG_ZSTD = 0x01
 FLAG_ENCRYPTED = 0x02
 _HEADER = struct.Struct(">2sBBBHII")  # magic, format, flags, schema id, schema version, raw, stored
@@ -395,7 +396,10 @@ def _stream_crc(namespace: str, agent_id: str) -> int:
 
 
 def raw_size(frame: bytes) -> int:
-    """Bytes of a frame's CBOR payload before compression, read from its header."""
+    """Bytes of a frame's CBOR payload before compression, read from its header (0 for
+    a member row of a group, ``durably.storage._group_frames``: its group frame counts them)."""
+    if len(frame) > 2 and frame[2] == _FORMAT_MEMBER:
+        return 0
     size: int = _HEADER.unpack_from(frame)[5]
     return size
 

@@ -40,6 +40,7 @@ from durably.errors import ArgumentTypeError, KeyConfigError
 
 from ._codec import _HEADER, FLAG_ENCRYPTED, HEADER_SIZE, MAGIC
 from ._errors import CorruptRecordError, DecryptionError, UnknownKeyError
+from ._group_frames import FORMAT_GROUP, GROUP_HEADER_SIZE
 from ._spi import StreamId
 
 KEY_SIZE = 32  # bytes: AES-256
@@ -359,4 +360,5 @@ def key_id_of(frame: bytes) -> str | None:
     flags = _HEADER.unpack_from(frame)[2]
     if not flags & FLAG_ENCRYPTED:
         return None
-    return _split(bytes(frame[HEADER_SIZE:]))[0]
+    start = GROUP_HEADER_SIZE if frame[2] == FORMAT_GROUP else HEADER_SIZE
+    return _split(bytes(frame[start:]))[0]

@@ -9,6 +9,7 @@ and the cumulative total at every tenth of the run.
 
 from __future__ import annotations
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage._registry import open_store
@@ -27,10 +28,10 @@ async def _step_ends(bench: Bench, namespace: str, agent_id: str) -> list[int]:
     last = 0
     async with open_store(bench.store) as store:
         stream = StreamId(namespace, agent_id)
-        async for stored in store.read(stream):
-            if codec.decode_record(stored, stream).kind == Kind.MODEL_RESPONDED:
-                starts.append(stored.seq)
-            last = stored.seq
+        async for record in JournalReader(store, codec, stream).records():
+            if record.kind == Kind.MODEL_RESPONDED:
+                starts.append(record.seq)
+            last = record.seq
     return [s - 1 for s in starts[1:]] + [last]
 
 

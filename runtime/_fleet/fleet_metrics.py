@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from durably import _telemetry as tm
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import RECENT
 from durably._journal.status_index import index_store
@@ -54,11 +55,8 @@ async def observe_approvals(
     if metrics is None:
         return
     try:
-        records = [
-            codec.decode_record(stored, stream)
-            async for stored in store.read(stream, max(resumed_seq - WINDOW, 0))
-            if stored.seq <= resumed_seq
-        ]
+        reader = JournalReader(store, codec, stream)
+        records = [record async for record in reader.records(max(resumed_seq - WINDOW, 0), upto=resumed_seq)]
     except Exception as exc:  # a measurement, never a reason to fail the agent
         log.debug("approval latency of %s not measured: %s", stream, exc)
         return

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import anyio.to_thread
 
+from durably.storage._errors import InvalidRequestError
 from durably.storage._spi import StreamId
 
 from .records import RecordCodec
@@ -39,19 +40,23 @@ async def finish_frames(
     *,
     threshold: int = OFFLOOP_BYTES,
 ) -> list[bytes]:
-    """The frames of ``payloads`` (``RecordCodec.record_payload``), stored at ``seqs`` in ``stream``.
+    """The stored rows of one commit's ``payloads`` (``RecordCodec.record_payload``), stored at
+    ``seqs`` (consecutive) in ``stream``: ``RecordCodec.commit_frames``.
 
-    On the loop when every payload is smaller than ``threshold`` bytes, else all of
-    them in one worker thread (one hop per commit) on that thread's twin of
-    ``codec``, with the same settings and cipher. The bytes are the same either
-    way. Raises what ``RecordCodec.record_frame`` raises, here, in the caller; a
-    cancelled caller waits for the thread (nothing is written before the frames exist).
+    On the loop when the payloads hold fewer than ``threshold`` bytes in all, else in
+    one worker thread (one hop per commit) on that thread's twin of ``codec``, with
+    the same settings and cipher. The bytes are the same either way. Raises
+    ``InvalidRequestError`` for seqs that do not follow each other and what
+    ``RecordCodec.commit_frames`` raises, here, in the caller; a cancelled caller
+    waits for the thread (nothing is written before the frames exist).
     """
-    if all(len(payload) < threshold for payload in payloads):
-        return [codec.record_frame(payload, seq, stream) for payload, seq in zip(payloads, seqs, strict=True)]
-    return await anyio.to_thread.run_sync(_finish_here, codec, payloads, seqs, stream)
+    first = seqs[0]
+    if list(seqs) != list(range(first, first + len(payloads))):
+        raise InvalidRequestError(f"a commit's records take consecutive seqs, not {list(seqs)}")
+    if sum(map(len, payloads)) < threshold:
+        return codec.commit_frames(payloads, first, stream)
+    return await anyio.to_thread.run_sync(_finish_here, codec, payloads, first, stream)
 
 
-def _finish_here(codec: RecordCodec, payloads: Sequence[bytes], seqs: Sequence[int], stream: StreamId) -> list[bytes]:
-    here = codec.twin_for_this_thread()
-    return [here.record_frame(payload, seq, stream) for payload, seq in zip(payloads, seqs, strict=True)]
+def _finish_here(codec: RecordCodec, payloads: Sequence[bytes], first: int, stream: StreamId) -> list[bytes]:
+    return codec.twin_for_this_thread().commit_frames(payloads, first, stream)

@@ -8,6 +8,7 @@ read, and refuses versions from the future, never guessing.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from durably.errors import MissingUpcasterError
@@ -24,7 +25,13 @@ from durably.schemas._records import (
 )
 from durably.schemas._upcasters import NoUpcastPathError, upcast
 from durably.storage._codec import Codec, Frame, FrameCipher, check_encodable
-from durably.storage._errors import CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
+from durably.storage._errors import (
+    CorruptRecordError,
+    InvalidRequestError,
+    UnencodableValueError,
+    UnknownSchemaVersionError,
+)
+from durably.storage._group_frames import decode_group, encode_group
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 #: Levels a record's data may end up below the top of a snapshot (e.g.
@@ -88,6 +95,18 @@ class RecordCodec:
             RECORD_SCHEMA_ID, CURRENT_VERSIONS[RECORD_SCHEMA_ID], raw, stream=stream, seq=seq, small=True
         )
 
+    def commit_frames(self, payloads: Sequence[bytes], first: int, stream: StreamId) -> list[bytes]:
+        """The stored rows of one commit's record payloads (``record_payload``), stored from
+        seq ``first`` in ``stream``: one record's frame as ``record_frame``, or for two or
+        more one group frame and its member rows (``durably.storage._group_frames``): one
+        compression, one checksum and one seal for the commit. Like ``record_frame`` it reads
+        no Python value. Raises ``InvalidRequestError`` for no payload."""
+        if len(payloads) == 1:
+            return [self.record_frame(payloads[0], first, stream)]
+        if not payloads:
+            raise InvalidRequestError("a commit holds at least one record")
+        return encode_group(self.codec, RECORD_SCHEMA_ID, CURRENT_VERSIONS[RECORD_SCHEMA_ID], payloads, stream, first)
+
     def twin_for_this_thread(self) -> RecordCodec:
         """A twin of this codec (same settings and cipher, ``Codec.twin``) for the calling
         thread, made once per thread and kept while the thread lives: a worker thread
@@ -135,6 +154,26 @@ class RecordCodec:
         if record.seq != stored.seq:
             raise CorruptRecordError(f"frame says seq {record.seq}: record was moved", stream=stream, seq=stored.seq)
         return record
+
+    def decode_group(self, stored: StoredRecord, stream: StreamId | None = None) -> list[Record]:
+        """The records of the group frame ``stored`` (``commit_frames``), from its seq on.
+        Raises as ``decode_record`` (for every record of the group: each names its own seq),
+        and ``InvalidRequestError`` without ``stream`` (a group frame is bound to its place)."""
+        if stream is None:
+            raise InvalidRequestError("a group frame is bound to its place: decoding it needs its stream")
+        schema_id, version, values, raw = decode_group(self.codec, stored.data, stream, stored.seq)
+        records = []
+        for index, value in enumerate(values):
+            seq = stored.seq + index
+            upcast_value = self._upcast(Frame(schema_id, version, value, raw, 0), RECORD_SCHEMA_ID, stream, seq)
+            try:
+                record = Record.from_wire(upcast_value)
+            except WireShapeError as exc:
+                raise CorruptRecordError(str(exc), stream=stream, seq=seq) from exc
+            if record.seq != seq:
+                raise CorruptRecordError(f"frame says seq {record.seq}: record was moved", stream=stream, seq=seq)
+            records.append(record)
+        return records
 
     def encode_snapshot(self, seq: int, state: dict[str, Any], stream: StreamId | None = None) -> bytes:
         """Frame bytes of a snapshot of ``state`` (plain dict) at ``seq``, to be stored

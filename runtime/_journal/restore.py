@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from durably import _telemetry as tm
+from durably._journal.journal_reader import JournalReader
 from durably._journal.pages import page_in, paged
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
@@ -54,13 +55,10 @@ async def _run_of_journal(store: Store, codec: RecordCodec, stream: StreamId) ->
     and that snapshot must never become the new run's state.
     The window is the young new run's (one write), when seq 1 is still there.
     """
-    async with aclosing(store.read(stream, 0, page_size=1)) as records:
-        async for stored in records:
-            if stored.seq != 1:
-                return None
-            first = codec.decode_record(stored, stream)
-            return first.data.get("run_id") if first.kind == Kind.STARTED else None
-    return None
+    first = await JournalReader(store, codec, stream).first_after(0)
+    if first is None or first.seq != 1:
+        return None
+    return first.data.get("run_id") if first.kind == Kind.STARTED else None
 
 
 @dataclass
@@ -195,11 +193,11 @@ async def _read_restore(store: Store, stream: StreamId, upto: int | None) -> Res
         return None
 
 
-def _run_in(codec: RecordCodec, stream: StreamId, first: StoredRecord | None) -> str | None:
+def _run_in(reader: JournalReader, first: StoredRecord | None) -> str | None:
     """The run id of the journal whose record at seq 1 is ``first`` (None: compacted away), as ``_run_of_journal``."""
     if first is None or first.seq != 1:
         return None
-    record = codec.decode_record(first, stream)
+    record = reader.decode_loaded(first)
     return record.data.get("run_id") if record.kind == Kind.STARTED else None
 
 
@@ -283,7 +281,11 @@ async def _restore_once(
                     # The journal's seq 1 read with this snapshot (the same read transaction), or
                     # after the snapshot read, never before it.
                     read_with = one_read is not None and tail_read is not None
-                    run = _run_in(codec, stream, first) if read_with else await _run_of_journal(store, codec, stream)
+                    run = (
+                        _run_in(JournalReader(store, codec, stream), first)
+                        if read_with
+                        else await _run_of_journal(store, codec, stream)
+                    )
                 if run is not None and candidate.run_id != run:
                     # Written by a worker of a purged run whose write landed after the purge.
                     raise CorruptRecordError(
@@ -319,11 +321,12 @@ async def _restore_once(
                     "the stream was purged and written anew during every read of it", stream=stream, seq=1
                 )
 
+        reader = JournalReader(store, codec, stream)
         async with aclosing(_tail(store, stream, state.last_seq, tail_read, last)) as records:
             async for stored in records:
                 if upto is not None and stored.seq > upto:
                     break
-                record = codec.decode_record(stored, stream)
+                record = await reader.decode(stored)
                 if record.seq != state.last_seq + 1:
                     await unchanged()
                     if retry and await _newer_snapshot_covers(store, stream, upto, snap_seq, record.seq - 1):

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import NEEDS_MIGRATION, RUNNING, SLEEPING, AgentState, apply
@@ -222,6 +223,5 @@ async def rebuild(
 
 
 async def _last_record_time(store: Store, codec: RecordCodec, stream: StreamId, last_seq: int) -> float:
-    async for stored in store.read(stream, last_seq - 1, page_size=1):
-        return codec.decode_record(stored, stream).at  # one page of one record: nothing left open
-    return time.time()  # compacted away under a snapshot: the rebuild's time
+    record = await JournalReader(store, codec, stream).first_after(last_seq - 1)
+    return record.at if record is not None else time.time()  # none: compacted away, the rebuild's time

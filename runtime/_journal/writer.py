@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
 from durably import _telemetry as tm
+from durably._journal.journal_reader import JournalReader
 from durably._journal.offloop import finish_frames
 from durably._journal.records import RecordCodec
 from durably._journal.redaction_policy import RedactionPolicy
@@ -350,9 +351,7 @@ class AgentJournal:
         """Fold the records appended after ours if all are commands and return their
         kinds; None if any is not (another writer took the stream over)."""
         svc, stream = self.services, self.stream
-        newer = [
-            svc.codec.decode_record(stored, stream) async for stored in svc.store.read(stream, self.state.last_seq)
-        ]
+        newer = [record async for record in JournalReader(svc.store, svc.codec, stream).records(self.state.last_seq)]
         if not newer or any(record.kind not in COMMAND_KINDS for record in newer):
             if newer:  # another activation's records follow ours: two activations overlapped
                 svc.telemetry.count("overlaps")
@@ -395,6 +394,15 @@ class AgentJournal:
             for i, (kind, data) in enumerate(entries)
         ]
         return records, [svc.codec.record_payload(r) for r in records]
+
+    def encode(self, entries: Sequence[tuple[str, dict[str, Any]]], first: int) -> list[bytes]:
+        """The stored rows a commit appending ``entries`` (``(kind, data)``) from seq ``first``
+        would write, redacted and encoded as ``append`` does on the loop (one group frame
+        for two or more records), without committing or folding anything.
+
+        Raises ``UnencodableValueError`` naming the field, as ``append`` does."""
+        _records, payloads = self._prepare(tuple(entries), first)
+        return self.services.codec.commit_frames(payloads, first, self.stream)
 
     def _fold(self, records: list[Record]) -> None:
         for record in records:

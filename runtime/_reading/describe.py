@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from durably._fleet.limiter import waiting_for
 from durably._fleet.owner import Liveness, holder_liveness
 from durably._journal import status_index
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import CANCELLED, FINISHED, NEEDS_MIGRATION, RUNNING, TERMINAL, AgentState
@@ -304,10 +305,11 @@ async def _intent_arguments(
 ) -> dict[str, dict[str, Any]]:
     """The ``arguments`` of the newest intents of ``wanted`` keys among the last records."""
     found: dict[str, dict[str, Any]] = {}
+    reader = JournalReader(store, codec, stream)
     async with aclosing(store.read(stream, max(last_seq - _INTENT_LOOKBACK, 0))) as records:
         async for stored in records:
             try:
-                record = codec.decode_record(stored, stream)
+                record = await reader.decode(stored)
             except CodecError:
                 continue
             if record.kind == Kind.TOOL_INTENT and record.data.get("key") in wanted and "arguments" in record.data:
@@ -333,10 +335,7 @@ def _pending(state: AgentState, call: dict[str, Any]) -> dict[str, Any]:
 async def _record_at(store: Store, codec: RecordCodec, stream: StreamId, after: int) -> Record | None:
     """The first record after seq ``after`` that is still stored, decoded (None: none);
     an unreadable one counts as none (the caller reports times only)."""
-    async with aclosing(store.read(stream, after, page_size=1)) as records:
-        async for stored in records:
-            try:
-                return codec.decode_record(stored, stream)
-            except CodecError:
-                return None
-    return None
+    try:
+        return await JournalReader(store, codec, stream).first_after(after)
+    except CodecError:
+        return None

@@ -20,6 +20,7 @@ import time
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.live import AgentEvent, LiveEvents, Subscription, events_of
@@ -177,11 +178,9 @@ class AgentEvents:
         self._next_read = time.monotonic() + self._poll
         if await self._store.last_seq(self._stream) <= tail.last_seq:
             return
-        async with aclosing(self._store.read(self._stream, tail.last_seq)) as records:
-            async for stored in records:
-                if upto is not None and stored.seq > upto:
-                    break
-                record = self._codec.decode_record(stored, self._stream)
+        reader = JournalReader(self._store, self._codec, self._stream)
+        async with aclosing(reader.records(tail.last_seq, upto=upto)) as records:
+            async for record in records:
                 apply(tail, record)
                 if record.seq > self._last:
                     self._ready.extend(events_of(tail.agent_id, record, tail))

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._loop.state import utc_iso
 from durably._reading import threads
@@ -95,13 +96,14 @@ async def history(
     wanted = check_kinds(kinds)
     if await store.last_seq(stream) == 0:
         raise AgentNotFoundError(f"no agent {stream.agent_id!r} in namespace {stream.namespace!r}")
+    reader = JournalReader(store, codec, stream)
     async for stored in store.read(stream, after_seq):
         if threads.is_thread_frame(stored.data):  # a LangGraph thread: its own records
             kind, at, summary, data = threads.thread_entry(codec.codec, stored, stream)
             if wanted is None or kind in wanted:
                 yield HistoryEntry(stored.seq, kind, at, summary, data if payload else None)
             continue
-        record = codec.decode_record(stored, stream)
+        record = await reader.decode(stored)
         if wanted is not None and record.kind not in wanted:
             continue
         yield HistoryEntry(record.seq, record.kind, record.at, summarize(record), record.data if payload else None)

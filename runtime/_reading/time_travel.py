@@ -22,6 +22,7 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING
 
 from durably._journal import status_index
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import AgentState
@@ -84,11 +85,8 @@ async def fork(
     run_id = uuid.uuid4().hex
     batch: list[bytes] = []
     written = 0
-    async with aclosing(store.read(source, 0)) as records:
-        async for stored in records:
-            if stored.seq > at_seq:
-                break
-            record = codec.decode_record(stored, source)
+    async with aclosing(JournalReader(store, codec, source).records(0, upto=at_seq)) as records:
+        async for record in records:
             data = record.data
             if record.kind == Kind.STARTED:
                 data = {**data, "namespace": target.namespace, "agent_id": target.agent_id, "run_id": run_id}

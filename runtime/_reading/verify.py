@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.pages import page_in
 from durably._journal.records import RecordCodec
 from durably._reading.threads import fold_record, is_thread_frame, snapshot_state
@@ -76,6 +77,7 @@ async def verify_stream(store: Store, codec: RecordCodec, stream: StreamId) -> S
     report = StreamReport(stream, last_seq=await store.last_seq(stream))
     snapshot_seqs = await _snapshots(store, codec, stream, report)
     expected = 0
+    reader = JournalReader(store, codec, stream)
     try:
         async for stored in store.read(stream):
             if expected == 0:
@@ -100,7 +102,7 @@ async def verify_stream(store: Store, codec: RecordCodec, stream: StreamId) -> S
                 if is_thread_frame(stored.data):  # a LangGraph thread's record: its own schema
                     fold_record(ThreadState(), codec.codec, stored, stream)
                 else:
-                    codec.decode_record(stored, stream)
+                    await reader.decode(stored)
             except CodecError as exc:
                 report.problems.append(_problem("record", stored.seq, exc))
             else:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.live import STATUS_EVENTS
@@ -45,7 +46,6 @@ from durably.errors import (
     InvalidCommandError,
     WaitTimeoutError,
 )
-from durably.schemas._records import Record
 from durably.storage._errors import CodecError
 from durably.storage._spi import Store, StreamId
 
@@ -125,9 +125,8 @@ class _Tail:
 
     async def advance(self, store: Store, codec: RecordCodec) -> list[StatusChange]:
         changes = []
-        async with aclosing(store.read(self.stream, self.state.last_seq)) as records:
-            async for stored in records:
-                record: Record = codec.decode_record(stored, self.stream)
+        async with aclosing(JournalReader(store, codec, self.stream).records(self.state.last_seq)) as records:
+            async for record in records:
                 apply(self.state, record)
                 event = _EVENTS.get(record.kind)
                 if event is not None:
@@ -248,9 +247,9 @@ async def wait(
             await anyio.sleep(poll_interval)
             if await store.last_seq(stream) > tail.state.last_seq:
                 # Fold record by record: a status passed through on the way counts too.
-                async with aclosing(store.read(stream, tail.state.last_seq)) as records:
-                    async for stored in records:
-                        apply(tail.state, codec.decode_record(stored, stream))
+                async with aclosing(JournalReader(store, codec, stream).records(tail.state.last_seq)) as records:
+                    async for record in records:
+                        apply(tail.state, record)
                         if tail.state.status in wanted:
                             break
         return tail.state

@@ -32,6 +32,7 @@ from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_
 from durably.schemas._upcasters import upcast
 from durably.storage._codec import check_encodable
 from durably.storage._errors import CodecError, UnencodableValueError, UnknownSchemaVersionError
+from durably.storage._group_frames import decode_group, is_group, is_member
 from durably.storage._spi import Store, StreamId
 
 log = logging.getLogger("durably.migrate")
@@ -231,22 +232,29 @@ async def _check_records(store: Store, codec: RecordCodec, stream: StreamId, rep
     versions: Counter[int] = Counter()
     name, current = SCHEMA_NAMES[RECORD_SCHEMA_ID], CURRENT_VERSIONS[RECORD_SCHEMA_ID]
     async for stored in store.read(stream):
+        if is_member(stored.data):
+            continue  # holds no record: its group frame, read at its first seq, holds it
         try:
-            frame = codec.codec.decode(stored.data, stream=stream, seq=stored.seq)
+            if is_group(stored.data):
+                _schema, version, values, _raw = decode_group(codec.codec, stored.data, stream, stored.seq)
+                found = [(stored.seq + index, version, value) for index, value in enumerate(values)]
+            else:
+                frame = codec.codec.decode(stored.data, stream=stream, seq=stored.seq)
+                found = [(stored.seq, frame.schema_version, frame.value)]
         except CodecError as exc:
             report.problems.append(f"record seq {stored.seq}: {exc}")
             continue
-        versions[frame.schema_version] += 1
-        if frame.schema_version > current:
-            report.problems.append(
-                f"record seq {stored.seq} is {name} v{frame.schema_version}, newer than this "
-                f"build (v{current}); left untouched"
-            )
-        elif frame.schema_version < current:
-            try:
-                upcast(RECORD_SCHEMA_ID, frame.schema_version, frame.value, current)
-            except Exception as exc:  # a missing or failing upcaster: restore would refuse it too
-                report.problems.append(f"record seq {stored.seq} v{frame.schema_version}: {exc}")
+        for seq, version, value in found:
+            versions[version] += 1
+            if version > current:
+                report.problems.append(
+                    f"record seq {seq} is {name} v{version}, newer than this build (v{current}); left untouched"
+                )
+            elif version < current:
+                try:
+                    upcast(RECORD_SCHEMA_ID, version, value, current)
+                except Exception as exc:  # a missing or failing upcaster: restore would refuse it too
+                    report.problems.append(f"record seq {seq} v{version}: {exc}")
     report.record_versions = dict(versions)
 
 

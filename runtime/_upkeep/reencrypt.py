@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.page_collection import delete_pages, named_by_stored
 from durably._journal.pages import encode_paged, page_in
 from durably._journal.records import RecordCodec
@@ -64,6 +65,7 @@ from durably.errors import AgentLeasedError, InvalidArgumentError
 from durably.schemas._records import Kind, Record
 from durably.storage._crypto import key_id_of
 from durably.storage._errors import ConflictError, FencedError
+from durably.storage._group_frames import is_member
 from durably.storage._spi import CAP_BLOB_DELETE, Lease, Store, StreamId
 
 if TYPE_CHECKING:
@@ -123,7 +125,8 @@ async def key_census(store: Store, stream: StreamId) -> tuple[Counter[str | None
     """
     records: Counter[str | None] = Counter()
     async for stored in store.read(stream):
-        records[key_id_of(stored.data)] += 1
+        if not is_member(stored.data):  # a group's member rows hold no ciphertext: their group frame does
+            records[key_id_of(stored.data)] += 1
     snapshots: Counter[str | None] = Counter()
     snapshot = await store.get_snapshot(stream)
     while snapshot is not None:
@@ -176,9 +179,8 @@ async def reencrypt_stream(
             return ReencryptReport(stream, before, before, CURRENT)
         state = restored.state
         last_seq = state.last_seq
-        last_at = None
-        async for stored in store.read(stream, last_seq - 1, page_size=1):
-            last_at = codec.decode_record(stored, stream).at
+        last = await JournalReader(store, codec, stream).first_after(last_seq - 1)
+        last_at = last.at if last is not None else None
         marker = Record(
             last_seq + 1,
             Kind.RESUMED,

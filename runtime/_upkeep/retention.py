@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._reading import threads
@@ -151,7 +152,7 @@ async def last_activity(store: Store, codec: RecordCodec, stream: StreamId) -> f
     async for stored in store.read(stream, last - 1, page_size=1):
         if threads.is_thread_frame(stored.data):  # a LangGraph thread's record
             return float(decode_frame(codec.codec, stored.data, stream, stored.seq, RECORD_SCHEMA)["t"])
-        return codec.decode_record(stored, stream).at
+        return (await JournalReader(store, codec, stream).decode(stored)).at
     if await threads.is_thread(store, stream):  # a thread compacted into its snapshot, which is dated
         return (await threads.read_summary(store, codec.codec, stream)).last_activity_at
     return None

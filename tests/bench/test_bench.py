@@ -17,6 +17,8 @@ import aiosqlite
 import pytest
 
 from durably._cli.main import build_parser
+from durably._journal.journal_reader import JournalReader
+from durably.adapters.memory import MemoryStore
 from durably.bench import dbos_peer, peers
 from durably.bench.cli import main as bench_main
 from durably.bench.context import Sizes
@@ -476,7 +478,8 @@ def test_step_encoder_makes_the_frames_the_journal_would_redaction_included():
     codec = RecordCodec()
     for redaction, kept in ((DEFAULT_REDACTION, False), (None, True)):
         frames = StepEncoder(stream, "bench-agent-0", redaction=redaction).frames(group, first)
-        records = [codec.decode_record(StoredRecord(first + i, f), stream) for i, f in enumerate(frames)]
+        reader = JournalReader(MemoryStore(), codec, stream)
+        records = [reader.decode_loaded(StoredRecord(first + i, f)) for i, f in enumerate(frames)]
         assert [(r.seq, r.kind) for r in records] == [(first + i, kind) for i, (kind, _) in enumerate(group)]
         assert records[0].data == group[0][1] and records[1].data == group[1][1]
         assert (secret in str(records[2].data["result"])) is kept  # the default policy masks the key

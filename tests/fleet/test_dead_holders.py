@@ -22,6 +22,7 @@ from serve_worker import slow_file_agent
 from support_agents import read_lines
 
 from durably import AgentLeasedError, Runtime
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
@@ -64,7 +65,7 @@ async def kinds(url: str, agent_id: str) -> list[str]:
     codec = RecordCodec()
     async with open_store(url) as store:
         stream = StreamId("default", agent_id)
-        return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
+        return [record.kind async for record in JournalReader(store, codec, stream).records()]
 
 
 async def test_a_restart_with_the_same_stable_worker_id_is_not_locked_out_by_its_ghost(tmp_path):

@@ -17,6 +17,7 @@ from store_urls import leased_store_url  # noqa: F401 - the fixture: the store U
 from support_agents import StepModel
 
 from durably import AgentDefinition, AgentLeaseLostError, Runtime, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.offloop import OFFLOOP_BYTES
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
@@ -74,7 +75,7 @@ async def test_a_large_frame_sealed_past_the_lease_is_refused_by_its_fence(url: 
             await stale.wait()
     codec = RecordCodec(cipher=fresh_cipher)
     async with open_store(url) as store:
-        records: list[Any] = [codec.decode_record(r, stream) async for r in store.read(stream)]
+        records: list[Any] = [record async for record in JournalReader(store, codec, stream).records()]
     assert [r.seq for r in records] == before  # nothing of A after the takeover
     results = [r.data["call_id"] for r in records if r.kind == Kind.TOOL_RESULT]
     assert results == ["c1", "c2"]

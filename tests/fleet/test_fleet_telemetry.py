@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from durably import AgentDefinition, AgentFencedError, AgentLeaseLostError, ModelResponse, Runtime, ToolCall, tool
 from durably._fleet.owner import OwnerIdentity, _boot_id, _pid_namespace, hostname, process_start_time
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._telemetry_sdk import worker_providers, worker_resource
 from durably.schemas._records import Kind
@@ -84,7 +85,7 @@ async def test_approval_latencies_come_from_the_records_and_name_the_worker(tmp_
         assert (await handle.wait()).status == "finished"
     codec, stream = RecordCodec(), StreamId("default", "w1")
     async with Runtime(url) as reader:
-        records = [codec.decode_record(r, stream) async for r in reader.store.read(stream)]
+        records = [record async for record in JournalReader(reader.store, codec, stream).records()]
     at = {r.kind: r.at for r in records}
     (wait,) = rec.points("durably.approval.wait.duration")
     (resume,) = rec.points("durably.approval.resume.duration")

@@ -25,6 +25,7 @@ from durably import (
     tool,
 )
 from durably._fleet.leases import LeaseKeeper
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
@@ -88,7 +89,7 @@ async def journal(url: str, agent_id: str) -> list[Any]:
     codec = RecordCodec()
     async with open_store(url) as store:
         stream = StreamId("default", agent_id)
-        return [codec.decode_record(r, stream) async for r in store.read(stream)]
+        return [record async for record in JournalReader(store, codec, stream).records()]
 
 
 async def test_the_three_runtime_race_runs_a_side_effect_once(url):

@@ -18,6 +18,7 @@ from pg_server import PostgresTestServer
 from support_agents import StepModel
 
 from durably import AgentDefinition, Runtime, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.adapters.postgres import PostgresStore
 from durably.schemas._records import Kind
@@ -168,7 +169,7 @@ async def _last_seq(url: str) -> int:
 async def _kinds_after(url: str, seq: int) -> list[str]:
     codec, stream = RecordCodec(), StreamId("default", "a1")
     async with PostgresStore(url) as store:
-        return [codec.decode_record(stored, stream).kind async for stored in store.read(stream, seq)]
+        return [record.kind async for record in JournalReader(store, codec, stream).records(seq)]
 
 
 async def _watch_seqs(url: str, parked_seq: int, watch: dict[str, float]) -> None:

@@ -8,6 +8,7 @@ import pytest
 from support_agents import gated_agent
 
 from durably import AgentDefinition, AgentExistsError, AgentLeasedError, ModelResponse, Runtime, ToolCall, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.adapters.memory import MemoryStore
 from durably.schemas._records import Kind
@@ -38,7 +39,7 @@ async def journal_kinds(url: str, agent_id: str) -> list[str]:
     codec = RecordCodec()
     async with open_store(url) as store:
         stream = StreamId("default", agent_id)
-        return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
+        return [record.kind async for record in JournalReader(store, codec, stream).records()]
 
 
 async def test_two_serving_runtimes_never_take_live_agents_from_each_other(tmp_path):

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
@@ -40,7 +41,7 @@ async def kinds(url: str, agent_id: str) -> list[str]:
     codec = RecordCodec()
     async with open_store(url) as store:
         stream = StreamId("default", agent_id)
-        return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
+        return [record.kind async for record in JournalReader(store, codec, stream).records()]
 
 
 @pytest.mark.parametrize("scheme", ["sqlite", "memory"])

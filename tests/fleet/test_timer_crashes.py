@@ -18,6 +18,7 @@ import anyio
 import pytest
 from support_agents import read_lines
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage import StreamId, open_store
@@ -41,7 +42,7 @@ async def kinds(db: Path, agent_id: str = "nap-0") -> list[str]:
     codec = RecordCodec()
     stream = StreamId("default", agent_id)
     async with open_store(f"sqlite:///{db}") as store:
-        return [codec.decode_record(stored, stream).kind async for stored in store.read(stream)]
+        return [record.kind async for record in JournalReader(store, codec, stream).records()]
 
 
 def stop(*workers: subprocess.Popen[str]) -> None:

@@ -17,6 +17,7 @@ import anyio.lowlevel
 import pytest
 
 from durably import FunctionAgent, Run, Runtime
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.adapters.sqlite import SQLiteStore
 from durably.schemas._records import Kind
@@ -53,8 +54,9 @@ class MarksTheResultWrite(SQLiteStore):
         return results
 
     def _writes_target(self, request: AppendRequest) -> bool:
+        reader = JournalReader(self, self._codec, request.stream)
         for offset, data in enumerate(request.records, start=1):
-            record = self._codec.decode_record(StoredRecord(request.expected_seq + offset, data), request.stream)
+            record = reader.decode_loaded(StoredRecord(request.expected_seq + offset, data))
             if record.kind == Kind.TOOL_RESULT and record.data.get("tool") == self.target:
                 return True
         return False

@@ -25,6 +25,7 @@ from durably import (
     TransientModelError,
     tool,
 )
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 from durably.storage._errors import UnencodableValueError
@@ -35,7 +36,7 @@ WORKER = Path(__file__).resolve().parents[1] / "support" / "lossless_worker.py"
 
 async def kinds_of(rt: Runtime, agent_id: str) -> list[tuple[str, dict]]:
     codec, stream = RecordCodec(), rt.stream(agent_id)
-    return [(r.kind, r.data) for r in [codec.decode_record(s, stream) async for s in rt.store.read(stream)]]
+    return [(r.kind, r.data) for r in [record async for record in JournalReader(rt.store, codec, stream).records()]]
 
 
 class Switchable:

@@ -16,6 +16,7 @@ from support_agents import list_agent
 
 from durably import Runtime, SnapshotPolicy
 from durably._cli.demo.survey import survey_agent, survey_task
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
 from durably.errors import (
@@ -110,8 +111,8 @@ async def test_state_at_is_the_fold_of_the_records_up_to_that_seq(tmp_path: Path
     async with Runtime(url) as rt:
         assert (await rt.store.get_snapshot(rt.stream("survey"))) is not None  # restore starts from one
         folded = AgentState()
-        async for stored in rt.store.read(rt.stream("survey")):
-            apply(folded, rt.codec.decode_record(stored, rt.stream("survey")))
+        async for stored, record in JournalReader(rt.store, rt.codec, rt.stream("survey")).rows():
+            apply(folded, record)
             at = await rt.state_at("survey", stored.seq)
             assert at.to_wire() == folded.to_wire(), stored.seq
         assert (await rt.state_at("survey", state.last_seq)).to_wire() == state.to_wire()

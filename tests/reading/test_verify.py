@@ -49,8 +49,13 @@ async def test_verify_reports_damage_under_a_snapshot_and_changes_nothing(tmp_pa
     async with open_store(url) as store:
         reports = {r.stream.agent_id: r async for r in verify_namespace(store, RecordCodec(), "default")}
     assert reports["sound"].ok and reports["sound"].records == reports["sound"].last_seq
-    (problem,) = reports["damaged"].problems
+    problem, *group = reports["damaged"].problems
     assert (problem.where, problem.seq, problem.error) == ("record", 2, "CorruptRecordError")
+    # Seq 2 holds its commit's group frame: the later records of that commit are lost with it.
+    assert [(p.where, p.seq, p.error) for p in group] == [
+        ("record", 3 + i, "CorruptRecordError") for i in range(len(group))
+    ]
+    assert all("seq 2" in p.detail for p in group)
     assert rows(path) == before
     # The command: exit 1 and a JSON report naming the damaged record.
     durably = Path(sys.executable).parent / "durably"

@@ -13,6 +13,7 @@ import pytest
 from model_servers import ScriptedServer, openai_completion, reply
 
 from durably import AgentDefinition, Budget, ModelResponse, RetryPolicy, Runtime, ToolCall, Usage, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.models import Price
 from durably.models.openai import OpenAIChatModel
@@ -37,7 +38,7 @@ def malformed(prompt: int, completion: int) -> object:
 
 async def journal(rt: Runtime, agent_id: str) -> list[tuple[str, dict]]:
     codec, stream = RecordCodec(), rt.stream(agent_id)
-    return [(r.kind, r.data) for r in [codec.decode_record(s, stream) async for s in rt.store.read(stream)]]
+    return [(r.kind, r.data) for r in [record async for record in JournalReader(rt.store, codec, stream).records()]]
 
 
 def agent(url: str, **kw) -> AgentDefinition:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.agent import OnDefinitionChange
@@ -70,7 +71,7 @@ async def stored_bytes(store, agent_id: str = "w1") -> tuple:
 
 async def kinds(store, agent_id: str = "w1") -> list[str]:
     codec, stream = RecordCodec(), StreamId("default", agent_id)
-    return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
+    return [record.kind async for record in JournalReader(store, codec, stream).records()]
 
 
 async def test_the_same_definition_resumes_without_a_definition_record(store) -> None:
@@ -152,7 +153,9 @@ async def test_migrate_rewrites_the_state_once_and_replays_it(store) -> None:
     # The record holds only the rewritten fields, and a fresh restore replays them.
     codec, stream = RecordCodec(), StreamId("default", "w1")
     (record,) = [
-        r for r in [codec.decode_record(s, stream) async for s in store.read(stream)] if r.kind == "definition_changed"
+        r
+        for r in [record async for record in JournalReader(store, codec, stream).records()]
+        if r.kind == "definition_changed"
     ]
     assert record.data["policy"] == "migrate" and set(record.data["state"]) == {"messages", "plan"}
     assert record.data["previous"]["version"] == "1" and record.data["definition"] == new.info()

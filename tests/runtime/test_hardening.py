@@ -20,6 +20,7 @@ from durably import (
     ToolCall,
     tool,
 )
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._loop.agent import HistoryPolicy
 from durably.schemas._records import Kind
@@ -36,7 +37,7 @@ async def kinds(url: str, agent_id: str) -> list[str]:
     codec = RecordCodec()
     async with open_store(url) as store:
         stream = StreamId("default", agent_id)
-        return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
+        return [record.kind async for record in JournalReader(store, codec, stream).records()]
 
 
 class LastResult:

@@ -20,6 +20,7 @@ from model_servers import (
 )
 
 from durably import AgentDefinition, RetryPolicy, Runtime, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.models import Price, from_spec
 from durably.models.anthropic import AnthropicModel
@@ -44,7 +45,7 @@ async def charge(amount: int, currency: str = "EUR") -> dict:
 
 async def journal(rt: Runtime, agent_id: str) -> list[tuple[str, dict]]:
     codec, stream = RecordCodec(), rt.stream(agent_id)
-    return [(r.kind, r.data) for r in [codec.decode_record(s, stream) async for s in rt.store.read(stream)]]
+    return [(r.kind, r.data) for r in [record async for record in JournalReader(rt.store, codec, stream).records()]]
 
 
 def failures(records) -> list[str]:

@@ -13,8 +13,10 @@ import pytest
 from support_agents import StepModel
 
 from durably import AgentDefinition, Runtime, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.offloop import OFFLOOP_BYTES, finish_frames
 from durably._journal.records import RecordCodec
+from durably.adapters.memory import MemoryStore
 from durably.schemas._records import Kind, Record
 from durably.storage._crypto import AESGCMCipher, KeyConfigError, StaticKeyProvider, generate_key
 from durably.storage._registry import open_store
@@ -81,14 +83,13 @@ async def test_frames_made_in_a_thread_decode_as_those_made_on_the_loop(encrypte
     in_thread = await finish_frames(codec, payloads, seqs, STREAM, threshold=0)
     if not encrypted:  # zstd is deterministic: the very same bytes
         assert in_thread == on_loop
-    reader = RecordCodec(cipher=cipher)
     for frames in (on_loop, in_thread):
-        decoded = [
-            reader.decode_record(StoredRecord(seq, data), STREAM) for seq, data in zip(seqs, frames, strict=True)
-        ]
+        reader = JournalReader(MemoryStore(), RecordCodec(cipher=cipher), STREAM)
+        decoded = [reader.decode_loaded(StoredRecord(seq, data)) for seq, data in zip(seqs, frames, strict=True)]
         assert [(r.seq, r.kind, r.data) for r in decoded] == [(r.seq, r.kind, r.data) for r in records]
     if cipher is not None:
-        threads = {thread for thread, _ in cipher.seals[len(records) :]}
+        assert len(cipher.seals) == 2  # one seal per commit: its records' group frame
+        threads = {thread for thread, _ in cipher.seals[1:]}
         assert threading.get_ident() not in threads
 
 

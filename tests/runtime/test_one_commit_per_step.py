@@ -14,6 +14,7 @@ import pytest
 from support_agents import StepModel
 
 from durably import AgentDefinition, Runtime, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.adapters.memory import MemoryStore
 from durably.schemas._records import Kind
@@ -35,8 +36,9 @@ class RecordingStore:
         await anyio.lowlevel.checkpoint()  # a store's I/O lets other tasks run
         kinds = []
         for request in requests:
+            reader = JournalReader(self.inner, self.codec, request.stream)
             for offset, data in enumerate(request.records, start=1):
-                record = self.codec.decode_record(StoredRecord(request.expected_seq + offset, data), request.stream)
+                record = reader.decode_loaded(StoredRecord(request.expected_seq + offset, data))
                 kinds.append(record.kind)
         self.calls.append(kinds)
         if len(self.calls) == self.fail_on:
@@ -44,7 +46,7 @@ class RecordingStore:
         return await self.inner.append_batch(requests)
 
     async def stored_kinds(self, stream: StreamId) -> list[str]:
-        return [self.codec.decode_record(s, stream).kind async for s in self.inner.read(stream)]
+        return [record.kind async for record in JournalReader(self.inner, self.codec, stream).records()]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -11,6 +11,7 @@ from aiohttp import web
 from model_servers import ScriptedServer, Step, openai_completion, reply
 
 from durably import AgentDefinition, RetryPolicy, Runtime, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.models.openai import OpenAIChatModel
 from durably.schemas._records import Kind
@@ -61,7 +62,7 @@ async def test_repeated_call_ids_are_made_unique_in_the_whole_conversation() -> 
         async with Runtime("memory://", agents=[definition]) as rt:
             state = await rt.run("notes", "n1", "Take notes")
             codec, stream = RecordCodec(), rt.stream("n1")
-            records = [codec.decode_record(s, stream) async for s in rt.store.read(stream)]
+            records = [record async for record in JournalReader(rt.store, codec, stream).records()]
     assert state.status == "finished" and state.result == "all noted", state.reason
     assert sorted(ran) == ["a", "b", "c", "d", "e"]
     ids = [c["id"] for r in records if r.kind == Kind.MODEL_RESPONDED for c in r.data.get("tool_calls") or ()]

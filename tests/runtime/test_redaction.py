@@ -24,6 +24,7 @@ from privacy_support import (
 from privacy_support import backend as store_backend
 
 from durably import AgentDefinition, ModelResponse, Runtime, SnapshotPolicy, ToolCall, Usage, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.redaction_policy import (
     MARKER,
@@ -393,7 +394,7 @@ async def test_restored_state_shows_the_markers_and_the_journal_has_them(tmp_pat
     assert inbox["content"] == marker("ephemeral")
     async with open_store(url) as store:
         codec = RecordCodec()
-        kinds = [codec.decode_record(r, StreamId("default", "a1")) async for r in store.read(StreamId("default", "a1"))]
+        kinds = [record async for record in JournalReader(store, codec, StreamId("default", "a1")).records()]
     responded = [r for r in kinds if r.kind == Kind.MODEL_RESPONDED][0]
     assert responded.data["tool_calls"][1]["arguments"] == {"user": "bob", "password": marker("secret-name")}
 

@@ -10,6 +10,7 @@ import pytest
 from support_agents import StepModel
 
 from durably import AgentDefinition, Runtime, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.redaction_policy import RedactionPolicy, TokenPattern
 from durably._journal.redactor import Redactor
@@ -60,7 +61,7 @@ async def test_a_tool_returning_a_tuple_with_a_token_stores_no_token() -> None:
         state = await rt.run("t", "a1", "go")
         codec, stream = RecordCodec(), rt.stream("a1")
         raw = [stored.data async for stored in rt.store.read(stream)]
-        records = [codec.decode_record(stored, stream) async for stored in rt.store.read(stream)]
+        records = [record async for record in JournalReader(rt.store, codec, stream).records()]
     assert state.status == "finished"
     results = [r.data["result"] for r in records if r.kind == Kind.TOOL_RESULT]
     assert results and not any(leaks(r) for r in results), results

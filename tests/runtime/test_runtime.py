@@ -20,6 +20,7 @@ from durably import (
     SnapshotPolicy,
     tool,
 )
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably.storage import CorruptRecordError, StreamId, open_store
@@ -36,7 +37,7 @@ async def kinds(url: str, agent_id: str, namespace: str = "default") -> list[str
     codec = RecordCodec()
     async with open_store(url) as store:
         stream = StreamId(namespace, agent_id)
-        return [codec.decode_record(r, stream).kind async for r in store.read(stream)]
+        return [record.kind async for record in JournalReader(store, codec, stream).records()]
 
 
 async def wait_status(rt: Runtime, agent_id: str, *statuses: str) -> None:

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import AgentState
@@ -32,11 +33,13 @@ class HeldStore:
 
     async def append_batch(self, requests: Sequence[AppendRequest]) -> list[int | Exception]:
         await anyio.lowlevel.checkpoint()
-        kinds = [
-            self.codec.decode_record(StoredRecord(r.expected_seq + i, data), r.stream).kind
-            for r in requests
-            for i, data in enumerate(r.records, start=1)
-        ]
+        kinds = []
+        for r in requests:
+            reader = JournalReader(self.inner, self.codec, r.stream)  # a commit's rows, from its group frame on
+            kinds += [
+                reader.decode_loaded(StoredRecord(r.expected_seq + i, data)).kind
+                for i, data in enumerate(r.records, start=1)
+            ]
         if Kind.TOOL_RESULT in kinds:
             self.held.set()
             await self.release.wait()

@@ -41,6 +41,7 @@ from durably import (
     tool,
 )
 from durably._console.timeline import ContentPolicy, timeline
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._reading.history import summarize
 from durably.schemas._records import Kind, Record
@@ -389,7 +390,7 @@ def _worker(tmp_path: Path, mode: str, **extra: str) -> list[str]:
 async def _kinds(db: Path) -> list[tuple[str, dict[str, Any]]]:
     stream, codec = StreamId("default", "a1"), RecordCodec()
     async with open_store(f"sqlite:///{db}") as store:
-        return [(r.kind, r.data) for r in [codec.decode_record(s, stream) async for s in store.read(stream)]]
+        return [(r.kind, r.data) for r in [record async for record in JournalReader(store, codec, stream).records()]]
 
 
 def _cli(*argv: str) -> str:

@@ -30,6 +30,7 @@ from durably import (
     Usage,
     tool,
 )
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.schemas._records import Kind
 
@@ -254,9 +255,8 @@ async def test_an_invalid_call_counts_against_the_budget(tmp_path) -> None:
 
 
 async def _records(rt: Runtime, agent_id: str):
-    codec = RecordCodec()
-    async for stored in rt.store.read(rt.stream(agent_id)):
-        yield codec.decode_record(stored, rt.stream(agent_id))
+    async for record in JournalReader(rt.store, RecordCodec(), rt.stream(agent_id)).records():
+        yield record
 
 
 async def test_bare_decorator_sync_and_no_ctx_tools_run(tmp_path) -> None:

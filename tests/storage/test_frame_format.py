@@ -24,7 +24,9 @@ import pytest
 import zstandard
 from schema_wire import validate_frame
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
+from durably.adapters.memory import MemoryStore
 from durably.schemas._records import Record
 from durably.storage import _dictionaries as dictionaries
 from durably.storage._codec import FORMAT_DICTIONARY, FORMAT_VERSION, UNBOUND_FORMAT, Codec, CodecLimits, place_seed
@@ -181,3 +183,28 @@ def test_every_shipped_dictionary_carries_the_id_it_is_filed_under():
     for dictionary_id in dictionaries.known():
         assert zstandard.ZstdCompressionDict(dictionaries.dictionary_bytes(dictionary_id)).dict_id() == dictionary_id
         assert 32_768 <= dictionary_id < 2**31, "zstd's private range (RFC 8878 section 5)"
+
+
+FORMAT4 = Path(__file__).resolve().parents[1] / "golden" / "format4"
+ROWS4 = json.loads((FORMAT4 / "rows.json").read_text(encoding="utf-8"))
+
+
+def test_golden_format4_group_reads_record_by_record_at_its_place_only():
+    place = StreamId(ROWS4["namespace"], ROWS4["agent_id"])
+    rows = []
+    for entry in ROWS4["rows"]:
+        data = (FORMAT4 / entry["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"], "a golden row was modified"
+        rows.append(StoredRecord(entry["seq"], data))
+    header = validate_frame(rows[0].data)  # the CDDL, each record of the array, independent decompression
+    assert header["format"] == 4 and header["count"] == len(rows)
+    reader = JournalReader(MemoryStore(), RecordCodec(), place)
+    decoded = [reader.decode_loaded(row) for row in rows]
+    assert [(r.seq, r.kind, r.data, r.at) for r in decoded] == [
+        (e["seq"], e["kind"], e["data"], e["at"]) for e in ROWS4["rows"]
+    ]
+    elsewhere = JournalReader(MemoryStore(), RecordCodec(), StreamId(place.namespace, place.agent_id + "x"))
+    with pytest.raises(CorruptRecordError, match="copied from another stream or seq"):
+        elsewhere.decode_loaded(rows[0])
+    with pytest.raises(CorruptRecordError, match="copied from another stream or seq"):
+        elsewhere.decode_loaded(rows[1])

@@ -14,6 +14,7 @@ import cbor2
 from durably import ModelResponse, Usage
 from durably._journal.records import RecordCodec
 from durably.storage import StreamId
+from durably.storage._group_frames import decode_group, is_group, is_member
 
 PASSWORD = "correct-horse-battery-staple-42"
 GH_TOKEN = "ghp_" + "Zx9" * 12  # the GitHub token format: ghp_ + 36 alphanumerics
@@ -45,7 +46,8 @@ async def spi_frames(store, namespace: str) -> list[tuple[StreamId, str, int, by
     frames = []
     async for stream in store.list_streams(namespace):
         async for stored in store.read(stream):
-            frames.append((stream, "record", stored.seq, stored.data))
+            if not is_member(stored.data):  # a group's member row holds no data: its group frame does
+                frames.append((stream, "record", stored.seq, stored.data))
         snapshot = await store.get_snapshot(stream)
         while snapshot is not None:
             frames.append((stream, "snapshot", snapshot.seq, snapshot.data))
@@ -58,9 +60,12 @@ def decoded_text(frames, codec: RecordCodec | None = None) -> str:
     codec = codec or RecordCodec()
     parts = []
     for stream, _kind, seq, data in frames:
-        frame = codec.codec.decode(data, stream=stream, seq=seq)
-        parts.append(repr(frame.value))
-        parts.append(cbor2.dumps(frame.value).decode("latin-1"))
+        if is_group(data):
+            value = decode_group(codec.codec, data, stream, seq)[2]
+        else:
+            value = codec.codec.decode(data, stream=stream, seq=seq).value
+        parts.append(repr(value))
+        parts.append(cbor2.dumps(value).decode("latin-1"))
     return "\n".join(parts)
 
 

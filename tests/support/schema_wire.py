@@ -20,6 +20,7 @@ from durably.schemas._records import RECORD_SCHEMA_ID, SNAPSHOT_SCHEMA_ID
 
 HEADER = struct.Struct(">2sBBBHIII")  # magic, format, flags, schema id, version, raw, stored, crc
 HEADER_V3 = struct.Struct(">2sBBBHIIII")  # format 3: ... stored, dictionary id, crc
+HEADER_V4 = struct.Struct(">2sBBBHIIIHI")  # format 4 (a group): ... dictionary id (0: none), count, crc
 FILE_PREFIX = {RECORD_SCHEMA_ID: "record", SNAPSHOT_SCHEMA_ID: "snapshot"}
 
 
@@ -41,6 +42,20 @@ def schema(name: str) -> pycddl.Schema:
 
 def header_fields(frame: bytes) -> dict[str, Any]:
     """The frame header as the map ``frame.cddl`` describes."""
+    if frame[2] == 4:
+        magic, fmt, flags, schema_id, version, raw, stored, dictionary, count, crc = HEADER_V4.unpack_from(frame)
+        return {
+            "magic": magic,
+            "format": fmt,
+            "flags": flags,
+            "schema-id": schema_id,
+            "schema-version": version,
+            "raw-size": raw,
+            "stored-size": stored,
+            "dictionary-id": dictionary,
+            "count": count,
+            "crc32": crc,
+        }
     if frame[2] == 3:
         magic, fmt, flags, schema_id, version, raw, stored, dictionary, crc = HEADER_V3.unpack_from(frame)
         return {
@@ -78,10 +93,11 @@ def shipped_dictionaries() -> dict[int, bytes]:
 def payload(frame: bytes) -> bytes:
     """The frame's CBOR payload, decompressed when flag bit 0 says so."""
     header = header_fields(frame)
-    body = frame[HEADER_V3.size if header["format"] == 3 else HEADER.size :]
+    sizes = {3: HEADER_V3.size, 4: HEADER_V4.size}
+    body = frame[sizes.get(header["format"], HEADER.size) :]
     assert len(body) == header["stored-size"]
     assert not header["flags"] & 2, "an encrypted payload cannot be checked without its key"
-    if header["format"] == 3:
+    if header["format"] == 3 or header.get("dictionary-id"):
         dictionary = zstandard.ZstdCompressionDict(shipped_dictionaries()[header["dictionary-id"]])
         inflate = zstandard.ZstdDecompressor(dict_data=dictionary, format=zstandard.FORMAT_ZSTD1_MAGICLESS)
         body = inflate.decompress(body, max_output_size=header["raw-size"])
@@ -89,6 +105,19 @@ def payload(frame: bytes) -> bytes:
         body = zstandard.ZstdDecompressor().decompress(body, max_output_size=header["raw-size"])
     assert len(body) == header["raw-size"]
     return body
+
+
+MEMBER_ROW = struct.Struct(">2sBBHHI")  # format 5: magic, format, flags, index, count, crc
+
+
+def validate_member_row(row: bytes) -> dict[str, Any]:
+    """Validate a group's member row (format 5) against ``member-row`` in ``frame.cddl``; return its map."""
+    assert len(row) == MEMBER_ROW.size, len(row)
+    magic, fmt, flags, index, count, crc = MEMBER_ROW.unpack(row)
+    fields = {"magic": magic, "format": fmt, "flags": flags, "index": index, "count": count, "crc32": crc}
+    assert magic == b"dy", magic
+    pycddl.Schema("root = member-row\n" + cddl_text("frame.cddl")).validate_cbor(cbor2.dumps(fields))
+    return fields
 
 
 def validate_frame(frame: bytes) -> dict[str, Any]:
@@ -100,5 +129,12 @@ def validate_frame(frame: bytes) -> dict[str, Any]:
     header = header_fields(frame)
     assert header["magic"] == b"dy", header["magic"]
     schema("frame.cddl").validate_cbor(cbor2.dumps(header))
-    schema(cddl_name(header["schema-id"], header["schema-version"])).validate_cbor(payload(frame))
+    item_schema = schema(cddl_name(header["schema-id"], header["schema-version"]))
+    if header["format"] == 4:  # a group: an array of count records, each as its schema says
+        items = cbor2.loads(payload(frame))
+        assert isinstance(items, list) and len(items) == header["count"], header
+        for item in items:
+            item_schema.validate_cbor(cbor2.dumps(item))
+    else:
+        item_schema.validate_cbor(payload(frame))
     return header

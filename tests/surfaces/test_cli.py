@@ -17,6 +17,7 @@ import pytest
 from durably import AgentDefinition, ModelResponse, Runtime, ToolCall, Usage, tool
 from durably._cli.demo.survey import survey_agent
 from durably._cli.main import cli, main
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
 from durably.storage._registry import open_store
@@ -84,10 +85,8 @@ def test_history_json_is_one_document_json_tool_reads(demo_store) -> None:
 async def folded_at(url: str, agent_id: str, seq: int) -> AgentState:
     state, stream = AgentState(), StreamId("demo", agent_id)
     async with open_store(url) as store:
-        async for stored in store.read(stream):
-            if stored.seq > seq:
-                break
-            apply(state, RecordCodec().decode_record(stored, stream))
+        async for record in JournalReader(store, RecordCodec(), stream).records(upto=seq):
+            apply(state, record)
     return state
 
 

@@ -109,7 +109,10 @@ def rows(path: Path) -> dict[str, list[tuple]]:
 async def frame_versions(url: str) -> tuple[dict[int, int], dict[int, int]]:
     """seq -> schema version of every record and snapshot of the survey stream."""
     async with open_store(url) as store:
-        records = {r.seq: header_fields(r.data)["schema-version"] async for r in store.read(STREAM)}
+        records: dict[int, int] = {}
+        async for r in store.read(STREAM):
+            # A group's member row (format 5) holds no record: its version is its group frame's.
+            records[r.seq] = records[r.seq - 1] if r.data[2] == 5 else header_fields(r.data)["schema-version"]
         snapshots, snap = {}, await store.get_snapshot(STREAM)
         while snap is not None:
             snapshots[snap.seq] = header_fields(snap.data)["schema-version"]
