@@ -26,11 +26,6 @@ from durably.storage import StreamId, open_store
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 from durably.storage._spi import CAP_BLOB_DELETE, Store, supports_blob_delete, supports_blobs
 
-try:
-    from .s3_server import s3_server
-except ImportError:
-    from s3_server import s3_server  # noqa: F401
-
 KEYS = {"k1": generate_key(), "k2": generate_key()}
 STEPS = 30
 STREAM = StreamId("default", "a1")
