@@ -22,6 +22,7 @@ from support_agents import list_agent
 
 from durably import Runtime, SnapshotPolicy
 from durably._journal import pages
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
 from durably._reading.verify import verify_stream
@@ -54,10 +55,8 @@ async def folded(store: Store, stream: StreamId, codec: RecordCodec | None = Non
     """The state as the fold of the journal alone (no snapshot), as a wire dict."""
     codec = codec or RecordCodec()
     state = AgentState()
-    async for stored in store.read(stream):
-        if upto is not None and stored.seq > upto:
-            break
-        apply(state, codec.decode_record(stored, stream))
+    async for record in JournalReader(store, codec, stream).records(upto=upto):
+        apply(state, record)
     return state.to_wire()
 
 
