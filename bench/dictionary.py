@@ -25,6 +25,7 @@ import anyio
 import cbor2
 import zstandard
 
+from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably.storage import _dictionaries as dictionaries
 from durably.storage import _values as values
@@ -50,8 +51,7 @@ async def samples() -> list[bytes]:
     async with open_store("memory://dictionary-training") as store:
         run = await run_agents(store, "training", conversations)
         for stream in run.streams:
-            async for stored in store.read(stream):
-                record = codec.decode_record(stored, stream)
+            async for record in JournalReader(store, codec, stream).records():
                 out.append(cbor2.dumps(values.to_cbor(record.to_wire())))
     return out
 
