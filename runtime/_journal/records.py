@@ -31,7 +31,7 @@ from durably.storage._errors import (
     UnencodableValueError,
     UnknownSchemaVersionError,
 )
-from durably.storage._group_frames import decode_group, encode_group
+from durably.storage._group_frames import MAX_GROUP, decode_group, encode_group
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
 #: Levels a record's data may end up below the top of a snapshot (e.g.
@@ -99,12 +99,19 @@ class RecordCodec:
         """The stored rows of one commit's record payloads (``record_payload``), stored from
         seq ``first`` in ``stream``: one record's frame as ``record_frame``, or for two or
         more one group frame and its member rows (``durably.storage._group_frames``): one
-        compression, one checksum and one seal for the commit. Like ``record_frame`` it reads
+        compression, one checksum and one seal for the commit (one frame per record when
+        the group would be over the codec's decode limit or ``MAX_GROUP``). Like ``record_frame`` it reads
         no Python value. Raises ``InvalidRequestError`` for no payload."""
-        if len(payloads) == 1:
-            return [self.record_frame(payloads[0], first, stream)]
         if not payloads:
             raise InvalidRequestError("a commit holds at least one record")
+        # A group decodes as one frame: one the decode limit would refuse (or too many
+        # records for its count) is stored as one frame per record instead.
+        if (
+            len(payloads) == 1
+            or len(payloads) > MAX_GROUP
+            or sum(map(len, payloads)) + 3 > self.codec.limits.max_raw_size
+        ):
+            return [self.record_frame(payload, first + i, stream) for i, payload in enumerate(payloads)]
         return encode_group(self.codec, RECORD_SCHEMA_ID, CURRENT_VERSIONS[RECORD_SCHEMA_ID], payloads, stream, first)
 
     def twin_for_this_thread(self) -> RecordCodec:
