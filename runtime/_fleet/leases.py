@@ -231,7 +231,11 @@ class LeaseKeeper:
             log.warning("lease of %s not renewed this time: %s", claim.stream, exc)
             return
         if self._held.get(claim.stream) is not claim:
-            return  # released (or claimed anew) while we renewed
+            # Released (or claimed anew) while we renewed: an acquire that reached the store
+            # after the release took the lease again, and no claim here would renew or release it.
+            if lease is not None:
+                await self._give_back(leases, lease)
+            return
         holder = None
         if lease is None:
             try:
