@@ -31,8 +31,8 @@ from durably.errors import DefinitionMigrationError
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
 from durably.schemas._upcasters import upcast
 from durably.storage._codec import check_encodable
-from durably.storage._errors import CodecError, UnencodableValueError, UnknownSchemaVersionError
-from durably.storage._group_frames import decode_group, is_group, is_member
+from durably.storage._errors import CodecError, CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
+from durably.storage._group_frames import decode_group, is_group, is_member, read_member
 from durably.storage._spi import Store, StreamId
 
 log = logging.getLogger("durably.migrate")
@@ -231,12 +231,22 @@ async def migrate_store(
 async def _check_records(store: Store, codec: RecordCodec, stream: StreamId, report: StreamReport) -> None:
     versions: Counter[int] = Counter()
     name, current = SCHEMA_NAMES[RECORD_SCHEMA_ID], CURRENT_VERSIONS[RECORD_SCHEMA_ID]
+    group: tuple[int, int] | None = None  # (first seq, records) of the group frame read last
     async for stored in store.read(stream):
-        if is_member(stored.data):
-            continue  # holds no record: its group frame, read at its first seq, holds it
         try:
+            if is_member(stored.data):
+                # Holds no record (its group frame does), but must be that frame's row at this place.
+                index, count = read_member(stored.data, stream, stored.seq)
+                if group != (stored.seq - index, count):
+                    raise CorruptRecordError(
+                        f"the group frame at seq {stored.seq - index} this row belongs to is not there",
+                        stream=stream,
+                        seq=stored.seq,
+                    )
+                continue
             if is_group(stored.data):
                 _schema, version, values, _raw = decode_group(codec.codec, stored.data, stream, stored.seq)
+                group = (stored.seq, len(values))
                 found = [(stored.seq + index, version, value) for index, value in enumerate(values)]
             else:
                 frame = codec.codec.decode(stored.data, stream=stream, seq=stored.seq)
