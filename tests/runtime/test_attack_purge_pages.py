@@ -34,6 +34,11 @@ def step_agent(steps: int) -> AgentDefinition:
     return AgentDefinition(name="counter", model=StepModel(steps), tools=[effect])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect: a snapshot's pages are written before its fenced put_snapshot, so pages of a write that "
+    "outlives its lease are not fenced and outlive a purge made elsewhere meanwhile",
+)
 async def test_a_purge_elsewhere_leaves_no_page_of_a_snapshot_still_being_written(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     gate, paging = anyio.Event(), anyio.Event()
