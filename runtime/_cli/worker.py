@@ -35,7 +35,7 @@ from durably._cli.options import (
     store_option,
 )
 from durably._cli.output import Output, when
-from durably._fleet.workers import DEFAULT_TIMEOUT, describe, list_workers
+from durably._fleet.workers import DEFAULT_TIMEOUT, describe, forgotten, list_workers
 from durably._loop.agent import AgentDefinition
 from durably.errors import DurablyError
 
@@ -237,13 +237,15 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
     """The workers serving the namespace: live, draining, and recently dead or stopped.
 
     A worker is dead when its last heartbeat is older than --heartbeat-timeout;
-    dead and stopped workers are listed until they are forgotten (10 minutes).
+    dead and stopped workers hold no agents (any worker may take them over) and
+    are listed for 10 minutes after their last heartbeat.
     """
     from durably.storage._registry import open_store
 
     async def go() -> tuple[list[dict[str, Any]], str]:
         async with open_store(store) as opened:
-            return [describe(b, heartbeat_timeout, now) for b in await list_workers(opened, namespace)], repr(opened)
+            rows = [describe(b, heartbeat_timeout, now) for b in await list_workers(opened, namespace)]
+            return [r for r in rows if not forgotten(r)], repr(opened)
 
     now = time.time()
     rows, where = run_async(go)

@@ -405,7 +405,9 @@ def describe(beat: WorkerBeat, timeout: float, now: float | None = None) -> dict
     """``beat`` as a JSON-ready dict for operators, with its ``age_s`` and ``status``.
 
     ``status``: ``live`` or ``draining`` while it beats, ``stopped`` after it left,
-    ``dead`` when silent for more than ``timeout`` seconds.
+    ``dead`` when silent for more than ``timeout`` seconds. A stopped or dead
+    worker holds nothing (any worker may take its leases at once), so its
+    ``agents`` is 0 and its ``agent_ids`` empty, whatever its last beat said.
     """
     age = beat.age(now)
     if beat.state == STOPPED:
@@ -414,4 +416,15 @@ def describe(beat: WorkerBeat, timeout: float, now: float | None = None) -> dict
         status = "dead"
     else:
         status = "live" if beat.state == SERVING else beat.state
-    return {**asdict(beat), "age_s": round(age, 3), "status": status}
+    row = {**asdict(beat), "age_s": round(age, 3), "status": status}
+    if status in (STOPPED, "dead"):
+        row.update(agents=0, agent_ids=[])
+    return row
+
+
+def forgotten(row: Mapping[str, Any]) -> bool:
+    """True when a ``describe`` row is of a stopped or dead worker silent for over ``FORGET_AFTER`` seconds.
+
+    Operators are not shown such a worker, also when no live worker was left to delete its stream.
+    """
+    return row["status"] in (STOPPED, "dead") and row["age_s"] > FORGET_AFTER

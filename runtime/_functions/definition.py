@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from durably._loop.agent import AgentDefinition, Budget, MigrateHook, OnDefinitionChange
@@ -139,12 +141,74 @@ class FunctionAgent(AgentDefinition):
     def digest(self) -> str:
         """Fingerprint the definition: its version and the body's qualified name.
 
+        The body's module is named as an import names it, also when its file
+        runs as a script (``__main__``), so a submitting script and a worker
+        that imports the file agree.
+
         Returns:
             The first 16 hex characters of the SHA-256 of ``"function"``, the
                 name, the version and the body's module and qualified name.
         """
+        return self._digest(self._where())
+
+    def same_digests(self) -> frozenset[str]:
+        """The digests a journal may hold for this definition.
+
+        Returns:
+            ``digest()``, and the digest under the module name ``__main__``
+                (how a body run from a script was fingerprinted before its
+                module was resolved), so such journals resume as the same definition.
+        """
+        qualname = self._where().partition(":")[2]
+        return frozenset({self.digest(), self._digest(f"__main__:{qualname}")})
+
+    def digest_covers(self) -> str:
+        """Say in words what a changed digest means: the body's module or name.
+
+        Returns:
+            A sentence naming the body as the digest now knows it.
+        """
+        return f"the function's module or name changed (now {self._where().replace(':', '.', 1)!r})"
+
+    def _where(self) -> str:
+        body = self.run
+        qualname = getattr(body, "__qualname__", type(body).__qualname__)
+        return f"{importable_module(getattr(body, '__module__', '') or '')}:{qualname}"
+
+    def _digest(self, where: str) -> str:
         from hashlib import sha256  # here, not at import: hashlib loads OpenSSL's bindings (import time)
 
-        body = self.run
-        where = f"{getattr(body, '__module__', '')}.{getattr(body, '__qualname__', type(body).__qualname__)}"
-        return sha256("\x00".join(("function", self.name, self.version, where)).encode()).hexdigest()[:16]
+        module, _, qualname = where.partition(":")
+        parts = ("function", self.name, self.version, f"{module}.{qualname}")
+        return sha256("\x00".join(parts).encode()).hexdigest()[:16]
+
+
+def importable_module(module: str) -> str:
+    """Name a module as an import names it, also the script that runs as ``__main__``.
+
+    Args:
+        module: A module's ``__name__`` (a function's ``__module__``).
+
+    Returns:
+        ``module`` unchanged unless it is ``"__main__"``; then the name given
+            with ``python -m`` (``__main__.__spec__.name``), else the script
+            file's stem, prefixed with the packages it sits in (each directory
+            up that holds an ``__init__.py``); ``"__main__"`` when there is no file
+            (an interactive session).
+    """
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None):
+        return str(spec.name)
+    file = getattr(main, "__file__", None)
+    if not file:
+        return module
+    path = Path(file).resolve()
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():  # a script inside a package is imported as pkg.sub.stem
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)

@@ -260,3 +260,21 @@ class AgentDefinition:
 
         parts = [self.version, self.instructions, *sorted(t.signature() for t in self.tools)]
         return sha256("\x00".join(parts).encode()).hexdigest()[:16]
+
+    def same_digests(self) -> frozenset[str]:
+        """The digests a journal may hold for this very definition.
+
+        Returns:
+            ``{digest()}``; a subclass whose digest was once computed another
+                way adds the older form, so journals written then resume as
+                the same definition.
+        """
+        return frozenset({self.digest()})
+
+    def digest_covers(self) -> str:
+        """Say in words what a changed digest means, for a message to the user.
+
+        Returns:
+            What the digest covers (here: the instructions or a tool's signature).
+        """
+        return "its instructions or a tool's signature (name, parameters, approval, unknown-outcome policy) changed"

@@ -44,13 +44,16 @@ _STATE_FIELDS = frozenset(f.name for f in fields(AgentState))
 
 def definition_changed(recorded: Mapping[str, Any], definition: AgentDefinition) -> bool:
     """True when ``definition``'s version or digest differs from ``recorded`` (journal info)."""
-    return recorded.get("version") != definition.version or recorded.get("digest") != definition.digest()
+    return recorded.get("version") != definition.version or recorded.get("digest") not in definition.same_digests()
 
 
 def _describe(recorded: Mapping[str, Any], definition: AgentDefinition) -> str:
+    digests = f"digest {recorded.get('digest')} -> {definition.digest()}"
+    if recorded.get("version") == definition.version:
+        return f"definition {definition.name!r} changed since it was recorded: {definition.digest_covers()} ({digests})"
     return (
         f"definition {definition.name!r} changed since it was recorded (version {recorded.get('version')!r} -> "
-        f"{definition.version!r}, digest {recorded.get('digest')} -> {definition.digest()})"
+        f"{definition.version!r}, {digests})"
     )
 
 

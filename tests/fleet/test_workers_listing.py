@@ -1,0 +1,58 @@
+"""``durably workers``: a stopped or dead worker holds no agents, whatever its
+last heartbeat said, and is no longer listed 10 minutes after its last beat,
+also when no live worker is left to delete its heartbeat stream.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+from fleet_processes import workers_json
+
+from durably._fleet.workers import FORGET_AFTER, WORKERS_NAMESPACE, WorkerBeat
+from durably.storage._registry import open_store
+from durably.storage._spi import StreamId
+
+
+def _beat(worker_id: str, state: str, age: float, agent_ids: tuple[str, ...]) -> WorkerBeat:
+    now = time.time()
+    return WorkerBeat(
+        owner=f"{worker_id}/owner",
+        worker_id=worker_id,
+        host="h",
+        pid=1,
+        namespace="default",
+        definitions=("support",),
+        started_at=now - age - 60,
+        beat_at=now - age,
+        agents=len(agent_ids),
+        agent_ids=agent_ids,
+        state=state,
+    )
+
+
+def test_dead_and_stopped_workers_hold_nothing_and_are_forgotten(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    beats = [
+        _beat("live", "serving", 0.0, ("job-1",)),
+        _beat("killed", "serving", 30.0, ("job-2",)),
+        _beat("left", "stopped", 10.0, ()),
+        _beat("killed-long-ago", "serving", FORGET_AFTER + 60, ("job-3",)),
+        _beat("left-long-ago", "stopped", FORGET_AFTER + 60, ()),
+    ]
+
+    async def write() -> None:
+        async with open_store(url) as store:
+            for beat in beats:
+                await store.append(StreamId(WORKERS_NAMESPACE, beat.worker_id), 0, [beat.to_bytes()])
+
+    anyio.run(write)
+    rows = {r["worker_id"]: r for r in workers_json(url, 5.0)["workers"]}
+    assert sorted(rows) == ["killed", "left", "live"]
+    assert {w: (r["status"], r["agents"], r["agent_ids"]) for w, r in rows.items()} == {
+        "live": ("live", 1, ["job-1"]),
+        "killed": ("dead", 0, []),
+        "left": ("stopped", 0, []),
+    }
