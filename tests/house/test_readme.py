@@ -149,3 +149,19 @@ def test_the_operator_commands_work_on_the_embedding_examples_store(tmp_path):
         )
         assert proc.returncode == 0, (line, proc.stdout, proc.stderr)
         assert proc.stdout.strip(), line
+
+
+def test_getting_started_runs_after_the_readmes_example(tmp_path):
+    """A newcomer runs the README's example, then the getting-started one, in one folder: both run."""
+    guide = (ROOT / "docs" / "getting-started.md").read_text()
+    first = re.search(r"```python\n(.*?)```", guide[guide.index("## A first agent") :], re.S).group(1)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "DURABLY_STORE", "DURABLY_NAMESPACE")}
+    for code in (embedding_example(), first):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "finished Good news: order 4711 left the warehouse yesterday."
+    history = re.search(r"`durably history ([^`]*)`", guide).group(1).split()
+    durably = str(Path(sys.executable).with_name("durably"))
+    shown = subprocess.run([durably, "history", *history], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "tool_result" in shown.stdout and "finished" in shown.stdout
