@@ -96,7 +96,7 @@ class Placement:
             # Said on the success path of an operator's command: what happens next, not a fault.
             why = "it waits for a worker: the next serve() or resume() with its definition runs it"
             if not registered:
-                why += " (this process only recorded the command)"
+                why += "; this process only recorded the command"
             return cls(Where.UNASSIGNED, why)
         if holder.liveness is Liveness.ALIVE:
             return cls(Where.ELSEWHERE, f"run by {holder.worker_id} (pid {holder.pid})", holder)
