@@ -7,7 +7,8 @@ default ``sqlite:///durably.db``, as for every ``durably`` command)::
     python examples/fleet.py submit 3                 # hands it ticket-1..3 (Runtime.submit)
     durably workers                                   # who serves the store, what each holds
 
-``python examples/fleet.py [DIRECTORY]`` does all of that in a fresh store and
+``python examples/fleet.py [DIRECTORY]`` does all of that in a fresh store (in DIRECTORY,
+which must exist; exit 2 otherwise; default: a new temporary one) and
 exits 0 once the worker has answered every ticket, drained on SIGTERM and
 exited 0.
 """
@@ -115,6 +116,9 @@ def main() -> int:
         anyio.run(submit, os.environ.get("DURABLY_STORE", "sqlite:///durably.db"), int(sys.argv[2]))
         return 0
     folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="durably-fleet-"))
+    if not folder.is_dir():  # the store and the worker's working directory go there
+        print(f"fleet.py: {str(folder)!r} is not a directory: give an existing one (or none)", file=sys.stderr)
+        return 2
     return tour(folder)
 
 

@@ -77,6 +77,15 @@ def approvals_text(info: AgentDescription) -> str:
     )
 
 
+def steps_line(info: AgentDescription) -> tuple[str, str]:
+    """``show``'s line of what the agent did: its model responses, or for an agent
+    whose body calls tools itself with no model response (a function agent), its calls."""
+    calls = info.state.ledger.values()
+    if info.steps == 0 and calls:
+        return ("calls", f"{len(calls)} ({sum(bool(c.get('done')) for c in calls)} done)")
+    return ("steps", str(info.steps))
+
+
 def limit_wait_text(info: AgentDescription) -> str:
     """The fleet limit a model call of the agent waits for, for people ("" when none)."""
     wait = info.waiting_for
@@ -257,7 +266,7 @@ def show(store: str, namespace: str, agent_id: str, json_mode: bool, out: Output
         ("run", info.run_id),
         ("task", clip(info.task, 200)),
         ("seq", str(info.seq)),
-        ("steps", str(info.steps)),
+        steps_line(info),
         (
             "usage",
             f"{info.usage['input_tokens']} input + {info.usage['output_tokens']} output tokens, "

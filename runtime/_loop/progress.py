@@ -70,7 +70,14 @@ class StepLog:
                 "agent %s seq %d: tool %s %s (%d ms)", self.stream, record.seq, _shown(data["tool"]), outcome, took
             )
         elif kind == Kind.APPROVAL_REQUESTED:
-            log.info("agent %s seq %d: parked for approval of %s", self.stream, record.seq, _shown(data.get("tool")))
+            approval, tool = _shown(data.get("approval_id")), _shown(data.get("tool"))
+            # A function agent's own approval (Run.approval) is no tool call: its "tool" is the word "approval".
+            what = (
+                "" if tool == "approval" and data.get("approval_id") == data.get("call_id") else f" (a call of {tool})"
+            )
+            log.info(
+                "agent %s seq %d: parked until a human decides approval %s%s", self.stream, record.seq, approval, what
+            )
         elif kind in (Kind.BUDGET_EXCEEDED, Kind.FINISHED, Kind.CANCELLED):
             log.info("agent %s seq %d: %s", self.stream, record.seq, state.status)
         elif kind == Kind.FAILED:

@@ -93,9 +93,10 @@ class Placement:
                 ``elsewhere`` when it is alive, ``after_lease`` when it is remote.
         """
         if holder is None:
-            why = "nobody runs it yet: the next serve() with its definition resumes it"
+            # Said on the success path of an operator's command: what happens next, not a fault.
+            why = "it waits for a worker: the next serve() or resume() with its definition runs it"
             if not registered:
-                why += "; its definition is not registered in this runtime"
+                why += "; this process only recorded the command"
             return cls(Where.UNASSIGNED, why)
         if holder.liveness is Liveness.ALIVE:
             return cls(Where.ELSEWHERE, f"run by {holder.worker_id} (pid {holder.pid})", holder)

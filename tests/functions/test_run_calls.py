@@ -465,3 +465,17 @@ async def test_two_concurrent_calls_with_one_call_id_fail_the_run_with_the_typed
         state = await rt.run(definition, "twins-1", "")
     assert state.status == "failed"
     assert "InvalidArgumentError: " in state.reason and "call_id 'x' is already used" in state.reason, state.reason
+
+
+async def test_the_step_log_says_a_function_agent_waits_for_its_own_approval(tmp_path: Path, caplog) -> None:
+    import logging
+
+    async def body(run: Run, task: str) -> bool:
+        return (await run.approval("start the slow job?"))["approved"]
+
+    caplog.set_level(logging.INFO, logger="durably.steps")
+    definition = FunctionAgent("asks", body)
+    async with Runtime(url(tmp_path), agents=[definition]) as rt:
+        assert (await rt.run(definition, "a-1", "")).status == "waiting_approval"
+    parked = [r.getMessage() for r in caplog.records if r.name == "durably.steps" and "parked" in r.getMessage()]
+    assert parked == ["agent default/a-1 seq 2: parked until a human decides approval approval-1"], parked

@@ -97,6 +97,16 @@ def test_a_worker_runs_submitted_tickets_and_drains(tmp_path: Path) -> None:
     assert out.count("queued: a live worker will run it") == 3 and "tickets answered: 3; worker exited 0" in out
 
 
+def test_fleet_refuses_a_directory_that_does_not_exist(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "fleet.py"), str(missing)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "is not a directory" in done.stderr and "Traceback" not in done.stderr
+    assert not missing.exists()
+
+
 def test_child_agents_report_once_across_a_sigkill(tmp_path: Path) -> None:
     out = run_example("child_agents.py", str(tmp_path))
     assert "first process: signal 9" in out and "lookups: 2 for 2 topics" in out

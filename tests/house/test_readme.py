@@ -104,3 +104,64 @@ def test_ci_runs_the_readme_test_command():
     demo, tests = commands
     assert "durably demo" in demo and "pytest" in tests
     assert tests in (ROOT / ".ci" / "run").read_text()
+
+
+def readme_table() -> list[str]:
+    start = README.index("| you want to | read |")
+    return README[start : README.index("\n\n", start)].splitlines()
+
+
+def test_the_docs_index_has_every_row_of_the_readmes_table():
+    index = (ROOT / "docs" / "index.md").read_text()
+    rows = [row.replace("](docs/", "](").replace(" (`examples/`)", "") for row in readme_table()]
+    missing = [row for row in rows if row not in index.splitlines()]
+    assert not missing, missing
+
+
+def test_the_readme_table_names_every_page_of_the_guide():
+    """Every page of the site's guide (beside the index and the reference) is one the README points to."""
+    table = "\n".join(readme_table())
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert not [page for page in sorted(pages) if f"(docs/{page})" not in table]
+
+
+def operator_block() -> str:
+    section = README[README.index("Operators use the same verbs") :]
+    return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_operator_commands_work_on_the_embedding_examples_store(tmp_path):
+    """Pasted after the embedding example, each operator command naming its agent succeeds."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "DURABLY_STORE", "DURABLY_NAMESPACE")}
+    ran = subprocess.run([sys.executable, "-c", embedding_example()], cwd=tmp_path, capture_output=True, env=env)
+    assert ran.returncode == 0, ran.stderr
+    lines = [line.split("#", 1)[0].strip() for line in operator_block().splitlines()]
+    for line in lines:
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            env[name] = value
+    durably = str(Path(sys.executable).with_name("durably"))
+    naming_agents = [line for line in lines if "ticket-4711" in line or line == "durably agents"]
+    assert len(naming_agents) >= 3, lines
+    for line in naming_agents:
+        proc = subprocess.run(
+            [durably, *line.split()[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+        )
+        assert proc.returncode == 0, (line, proc.stdout, proc.stderr)
+        assert proc.stdout.strip(), line
+
+
+def test_getting_started_runs_after_the_readmes_example(tmp_path):
+    """A newcomer runs the README's example, then the getting-started one, in one folder: both run."""
+    guide = (ROOT / "docs" / "getting-started.md").read_text()
+    first = re.search(r"```python\n(.*?)```", guide[guide.index("## A first agent") :], re.S).group(1)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "DURABLY_STORE", "DURABLY_NAMESPACE")}
+    for code in (embedding_example(), first):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "finished Good news: order 4711 left the warehouse yesterday."
+    history = re.search(r"`durably history ([^`]*)`", guide).group(1).split()
+    durably = str(Path(sys.executable).with_name("durably"))
+    shown = subprocess.run([durably, "history", *history], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "tool_result" in shown.stdout and "finished" in shown.stdout

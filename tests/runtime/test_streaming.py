@@ -278,7 +278,7 @@ async def test_approval_parks_in_one_line(caplog: pytest.LogCaptureFixture) -> N
         async with Runtime("memory://", agents=[definition]) as rt:
             seen = await follow(rt, "parked", until="waiting_approval")
     lines = [r.getMessage() for r in caplog.records if r.name == "durably.steps"]
-    assert lines[-1].endswith(": parked for approval of refund")
+    assert lines[-1].endswith(": parked until a human decides approval call_1 (a call of refund)"), lines[-1]
     assert seen[-1].event == "approval_requested"
 
 

@@ -374,7 +374,11 @@ def test_the_commands_that_act_on_an_agent_print_json(tmp_path) -> None:
         "command": "approve",
         "status": "running",
     }
-    assert document["placement"]["where"] == "unassigned" and "not registered" in document["placement"]["reason"]
+    assert document["placement"]["where"] == "unassigned"
+    # no worker is live: what happens next, in words that do not read as a failure
+    reason = document["placement"]["reason"]
+    assert "the next serve() or resume() with its definition runs it" in reason, reason
+    assert "nobody" not in reason and "not registered" not in reason, reason
     assert document["seq"] > 0
     again = run("approve", "only", "c1", "--by", "ana")
     assert again.returncode == 1
@@ -436,3 +440,27 @@ def test_approve_records_the_login_name_without_user_and_refuses_no_name(tmp_pat
     history = json.loads(durably("history", "only", "--store", url, "--json", "--payload").stdout)["records"]
     decided = next(r["payload"] for r in history if r["kind"] == "approval_decided")
     assert decided["by"].startswith("ana-from-logname (pid ")
+
+
+async def _eight_calls(url: str) -> None:
+    from durably import FunctionAgent, Run
+
+    def double(i: int) -> int:
+        return 2 * i
+
+    async def body(run: Run, task: str) -> list[int]:
+        return [await run.call(double, i, name="double") for i in range(8)]
+
+    definition = FunctionAgent("doubler", body)
+    async with Runtime(url, agents=[definition]) as rt:
+        assert (await rt.run(definition, "fn-1", "go")).status == "finished"
+
+
+def test_show_of_a_function_agent_counts_its_calls_not_model_steps(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    anyio.run(_eight_calls, url)
+    shown = durably("show", "fn-1", "--store", url)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert any(line.split() == ["calls:", "8", "(8", "done)"] for line in lines), shown.stdout
+    assert not any(line.startswith("steps:") for line in lines), shown.stdout
