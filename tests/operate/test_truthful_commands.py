@@ -62,7 +62,7 @@ async def test_an_approval_while_a_remote_worker_holds_the_lease_names_it_and_it
         assert result.placement.where is Where.AFTER_LEASE
         await bare.store.release_lease(lease)
         result = await bare.send("a1", "hello again")
-        assert result.placement.where is Where.UNASSIGNED and "not registered" in result.placement.reason
+        assert result.placement.where is Where.UNASSIGNED and "only recorded the command" in result.placement.reason
 
 
 async def test_a_command_on_a_parked_agent_says_it_does_not_run(tmp_path):
