@@ -28,6 +28,7 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._figures import check_bool, check_figure
+from durably._journal.claim import LeaseClaim
 from durably._journal.page_collection import PageCollector
 from durably._journal.pages import Pager
 from durably._journal.records import RecordCodec
@@ -116,7 +117,13 @@ class SnapshotWriter:
     ``submit`` never blocks the step loop: it replaces any snapshot of the
     same stream still waiting (only the newest matters). ``run`` is the
     worker; start it in the runtime's task group. A failed snapshot is logged
-    and skipped: the journal alone is enough for restore. ``codec_factory``
+    and skipped: the journal alone is enough for restore.
+
+    A snapshot is written under its activation's lease claim: the store fences
+    the snapshot itself, but its pages are blobs without a fence, so the claim
+    is checked before each page, and an activation gives its lease back only
+    after ``release`` (nothing of its snapshots is written after that, so a
+    purge made elsewhere once the lease is free is never undone). ``codec_factory``
     builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts);
     ``telemetry`` gets a ``durably.snapshot.save`` span and the snapshot metrics.
     """
@@ -133,8 +140,8 @@ class SnapshotWriter:
         self._policy = policy
         self._telemetry = telemetry or Telemetry.disabled()
         self._codec_factory = codec_factory
-        self._writing: tuple[StreamId, anyio.Event] | None = None
-        self._waiting: dict[StreamId, tuple[int, dict[str, Any], int | None]] = {}
+        self._writing: tuple[StreamId, LeaseClaim | None, anyio.Event] | None = None
+        self._waiting: dict[StreamId, tuple[int, dict[str, Any], LeaseClaim | None]] = {}
         self._wake = anyio.Event()
         self._idle = anyio.Event()
         self._idle.set()
@@ -145,10 +152,16 @@ class SnapshotWriter:
         # ... and the pages no kept snapshot names any more are deleted, where the store can.
         self._collector = PageCollector(store, self._pager) if self._pager and supports_blob_delete(store) else None
 
-    def submit(self, stream: StreamId, seq: int, state_wire: dict[str, Any], *, fence: int | None = None) -> None:
-        """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``;
-        ``fence``: the writer's lease token, checked by the store (a refused one is logged and skipped)."""
-        self._waiting[stream] = (seq, state_wire, fence)
+    def submit(
+        self, stream: StreamId, seq: int, state_wire: dict[str, Any], *, claim: LeaseClaim | None = None
+    ) -> None:
+        """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``.
+
+        ``claim``: the lease claim of the activation that made the state (None: a
+        writer without a lease). Its fencing token goes with the snapshot, checked
+        by the store; a snapshot whose claim is lost or lapsed by the time a page or
+        the snapshot is written is logged and skipped (``LeaseClaim.check``)."""
+        self._waiting[stream] = (seq, state_wire, claim)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._wake.set()
 
@@ -170,7 +183,25 @@ class SnapshotWriter:
             self._collector.forget(stream)
         writing = self._writing
         if writing is not None and writing[0] == stream:
-            await writing[1].wait()
+            await writing[2].wait()
+
+    async def release(self, claim: LeaseClaim) -> None:
+        """Before ``claim``'s lease is given back: drop its stream's snapshot still waiting
+        under it, and wait for the one being written under it (at most one write).
+
+        Once this returns, this writer writes nothing more under ``claim`` (its
+        activation has ended and submits no more): another runtime may take the
+        lease and purge. The waiting snapshot is dropped rather than written: the
+        journal alone restores the agent, the next activation's first commit
+        finds a snapshot due again (its tail is counted from the restore), and the
+        release waits only for a write the worker had already begun. Never raises.
+        """
+        waiting = self._waiting.get(claim.stream)
+        if waiting is not None and waiting[2] is claim:
+            del self._waiting[claim.stream]
+        writing = self._writing
+        if writing is not None and writing[1] is claim:
+            await writing[2].wait()
 
     async def run(self, on_written: Callable[[StreamId, int, int], None]) -> None:
         """Worker loop; ``on_written(stream, seq, raw_bytes)`` is called after each write
@@ -180,12 +211,12 @@ class SnapshotWriter:
             await self._wake.wait()
             self._wake = anyio.Event()
             while self._waiting:
-                stream, (seq, wire, fence) = self._waiting.popitem()
-                self._writing = (stream, anyio.Event())
+                stream, (seq, wire, claim) = self._waiting.popitem()
+                self._writing = (stream, claim, anyio.Event())
                 try:
-                    size = await self._write(codec, stream, seq, wire, fence)
+                    size = await self._write(codec, stream, seq, wire, claim)
                 finally:
-                    self._writing[1].set()
+                    self._writing[2].set()
                     self._writing = None
                 if size is not None:
                     on_written(stream, seq, size)
@@ -213,7 +244,7 @@ class SnapshotWriter:
             await self._store.delete_records(stream, oldest_kept)
 
     async def _write(
-        self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any], fence: int | None
+        self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any], claim: LeaseClaim | None
     ) -> int | None:
         telemetry = self._telemetry
         meters = telemetry.metrics
@@ -224,9 +255,12 @@ class SnapshotWriter:
             try:
                 if self._pager is not None:
                     # Pages first: a snapshot is only stored once every page it names is.
-                    wire = await self._pager.page_out(codec, stream, seq, wire)
+                    # Each page only while the lease is ours: a page has no fence.
+                    check = claim.check if claim is not None else _unchecked
+                    wire = await self._pager.page_out(codec, stream, seq, wire, check)
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
                 data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
+                fence = None if claim is None else claim.fence
                 with anyio.CancelScope(shield=True):
                     if fence is None:  # a writer without a lease: the SPI's call as stores without leases know it
                         await self._store.put_snapshot(stream, seq, data)
@@ -246,3 +280,7 @@ class SnapshotWriter:
             meters.snapshot_size.record(len(data), telemetry.attributes)  # stored bytes (the metric says so)
         self.written += 1
         return raw_size(data)  # what the snapshot policy weighs
+
+
+def _unchecked() -> None:
+    """The page check of a writer without a lease (a single-writer store): nothing to lose."""
