@@ -145,6 +145,11 @@ class SnapshotWriter:
         self._wake = anyio.Event()
         self._idle = anyio.Event()
         self._idle.set()
+        # Streams whose activation waits to give its lease back until its snapshot is
+        # written: taken before the others, first come first served (an ordered set).
+        self._releasing: dict[StreamId, None] = {}
+        self._running = False  # whether ``run`` is there to write what is waiting
+        self._progress = anyio.Event()  # set (and replaced) after each write and when ``run`` stops
         self.written = 0
         self._recent: dict[StreamId, list[int]] = {}  # seqs of the snapshots written per stream, newest last
         # On a store with blobs the older conversation goes to pages, each written once.
@@ -186,41 +191,68 @@ class SnapshotWriter:
             await writing[2].wait()
 
     async def release(self, claim: LeaseClaim) -> None:
-        """Before ``claim``'s lease is given back: drop its stream's snapshot still waiting
-        under it, and wait for the one being written under it (at most one write).
+        """Before ``claim``'s lease is given back: end every snapshot write under it.
 
-        Once this returns, this writer writes nothing more under ``claim`` (its
-        activation has ended and submits no more): another runtime may take the
-        lease and purge. The waiting snapshot is dropped rather than written: the
-        journal alone restores the agent, the next activation's first commit
-        finds a snapshot due again (its tail is counted from the restore), and the
-        release waits only for a write the worker had already begun. Never raises.
+        The snapshot still waiting under it is written next, ahead of other
+        streams' (the agent's last state: its restores then read that snapshot,
+        not the tail), and the one being written under it is waited for: at most
+        two writes after the one in flight, whichever stream that is. Once this
+        returns, this writer writes nothing more under ``claim`` (its activation
+        has ended and submits no more), so another runtime may take the lease and
+        purge. A snapshot waiting while the worker is not running (the runtime is
+        closing) is dropped: the journal alone restores the agent. Never raises.
         """
-        waiting = self._waiting.get(claim.stream)
-        if waiting is not None and waiting[2] is claim:
-            del self._waiting[claim.stream]
-        writing = self._writing
-        if writing is not None and writing[1] is claim:
-            await writing[2].wait()
+        stream = claim.stream
+        while True:
+            waiting = self._waiting.get(stream)
+            queued = waiting is not None and waiting[2] is claim
+            writing = self._writing is not None and self._writing[1] is claim
+            if not queued and not writing:
+                return
+            if queued and not self._running:
+                del self._waiting[stream]
+                return
+            if queued:
+                self._releasing[stream] = None
+            await self._progress.wait()
 
     async def run(self, on_written: Callable[[StreamId, int, int], None]) -> None:
         """Worker loop; ``on_written(stream, seq, raw_bytes)`` is called after each write
         (``raw_bytes``: the snapshot's CBOR size, what the policy compares)."""
         codec = self._codec_factory()  # a thread's own codec: zstd contexts are not shareable
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            while self._waiting:
-                stream, (seq, wire, claim) = self._waiting.popitem()
-                self._writing = (stream, claim, anyio.Event())
-                try:
-                    size = await self._write(codec, stream, seq, wire, claim)
-                finally:
-                    self._writing[2].set()
-                    self._writing = None
-                if size is not None:
-                    on_written(stream, seq, size)
-            self._idle.set()
+        self._running = True
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                while self._waiting:
+                    stream, (seq, wire, claim) = self._next()
+                    self._writing = (stream, claim, anyio.Event())
+                    try:
+                        size = await self._write(codec, stream, seq, wire, claim)
+                    finally:
+                        self._writing[2].set()
+                        self._writing = None
+                        self._progressed()
+                    if size is not None:
+                        on_written(stream, seq, size)
+                self._idle.set()
+        finally:
+            self._running = False
+            self._progressed()  # a release waiting for a write that will not come drops it
+
+    def _next(self) -> tuple[StreamId, tuple[int, dict[str, Any], LeaseClaim | None]]:
+        """The next snapshot to write: a releasing stream's first, else the newest submitted."""
+        while self._releasing:
+            stream = next(iter(self._releasing))
+            del self._releasing[stream]
+            if stream in self._waiting:
+                return stream, self._waiting.pop(stream)
+        return self._waiting.popitem()
+
+    def _progressed(self) -> None:
+        self._progress.set()
+        self._progress = anyio.Event()
 
     async def _prune(self, codec: RecordCodec, stream: StreamId, seq: int, data: bytes) -> None:
         """Keep the newest ``policy.keep`` snapshots; with ``compact``, drop the
