@@ -137,7 +137,7 @@ async def test_a_writer_paused_between_pages_past_its_lease_writes_no_page_after
 
     # The first snapshot comes late: it has several pages to write.
     policy = SnapshotPolicy(every_records=40, tail_ratio=0.0)
-    ttl = 1.0
+    ttl = 2.0  # renewals every ttl / 3: a loaded machine does not lapse it before the pause
     async with (
         Hooked(url) as store,
         Runtime(store, agents=[step_agent(30)], snapshot_policy=policy, lease_ttl=ttl) as here,
