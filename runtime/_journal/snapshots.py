@@ -163,9 +163,9 @@ class SnapshotWriter:
         """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``.
 
         ``claim``: the lease claim of the activation that made the state (None: a
-        writer without a lease). Its fencing token goes with the snapshot, checked
-        by the store; a snapshot whose claim is lost or lapsed by the time a page or
-        the snapshot is written is logged and skipped (``LeaseClaim.check``)."""
+        writer without a lease). No page is written once the claim is lost or has
+        lapsed (``LeaseClaim.check``), and its fencing token goes with the snapshot,
+        checked by the store; either way a refused snapshot is logged and skipped."""
         self._waiting[stream] = (seq, state_wire, claim)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._wake.set()
@@ -195,8 +195,9 @@ class SnapshotWriter:
 
         The snapshot still waiting under it is written next, ahead of other
         streams' (the agent's last state: its restores then read that snapshot,
-        not the tail), and the one being written under it is waited for: at most
-        two writes after the one in flight, whichever stream that is. Once this
+        not the tail), and the one being written under it is waited for: the
+        write in flight (whichever stream), those of streams released earlier,
+        then its own; never the other streams' waiting snapshots. Once this
         returns, this writer writes nothing more under ``claim`` (its activation
         has ended and submits no more), so another runtime may take the lease and
         purge. A snapshot waiting while the worker is not running (the runtime is
