@@ -33,7 +33,7 @@ from durably._journal.page_collection import PageCollector
 from durably._journal.pages import Pager
 from durably._journal.records import RecordCodec
 from durably._telemetry import Telemetry
-from durably.errors import InvalidArgumentError
+from durably.errors import AgentLeaseLostError, InvalidArgumentError
 from durably.storage._codec import raw_size
 from durably.storage._errors import DurablyError
 from durably.storage._spi import Store, StoredSnapshot, StreamId, supports_blob_delete, supports_blobs
@@ -255,9 +255,15 @@ class SnapshotWriter:
         self._progress.set()
         self._progress = anyio.Event()
 
-    async def _prune(self, codec: RecordCodec, stream: StreamId, seq: int, data: bytes) -> None:
+    async def _prune(
+        self, codec: RecordCodec, stream: StreamId, seq: int, data: bytes, check: Callable[[], None]
+    ) -> None:
         """Keep the newest ``policy.keep`` snapshots; with ``compact``, drop the
-        records the oldest kept one covers, once the new one reads back."""
+        records the oldest kept one covers, once the new one reads back.
+
+        ``check`` is called before each delete and raises once the lease is gone:
+        deletes carry no fencing token, and a stream purged meanwhile may hold a
+        new run whose records and snapshots sit below this writer's seqs."""
         recent = self._recent.setdefault(stream, [])
         recent.append(seq)
         keep = self._policy.keep
@@ -268,12 +274,15 @@ class SnapshotWriter:
         oldest_kept = recent[0]
         collector = self._collector
         dropped = await collector.dropping(codec, stream, oldest_kept) if collector is not None else set()
+        check()
         await self._store.delete_snapshots(stream, oldest_kept)
         if collector is not None:
+            check()
             await collector.pruned(stream, oldest_kept, dropped)
         if self._policy.compact:
             # Never compact behind a snapshot that does not decode: that would lose the agent.
             await anyio.to_thread.run_sync(codec.decode_snapshot, StoredSnapshot(seq, data), stream)
+            check()
             await self._store.delete_records(stream, oldest_kept)
 
     async def _write(
@@ -285,11 +294,11 @@ class SnapshotWriter:
         with telemetry.span("durably.snapshot.save") as span:
             if span is not None:
                 span.set_attributes({tm.AGENT_ID: stream.agent_id, tm.SEQ: seq})
+            # Pages and deletes only while the lease is ours: they carry no fence.
+            check = claim.check if claim is not None else _unchecked
             try:
                 if self._pager is not None:
                     # Pages first: a snapshot is only stored once every page it names is.
-                    # Each page only while the lease is ours: a page has no fence.
-                    check = claim.check if claim is not None else _unchecked
                     wire = await self._pager.page_out(codec, stream, seq, wire, check)
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
                 data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
@@ -301,7 +310,10 @@ class SnapshotWriter:
                         await self._store.put_snapshot(stream, seq, data, fence=fence)
                     if self._collector is not None:
                         self._collector.wrote(stream, seq, wire)
-                    await self._prune(codec, stream, seq, data)
+                    try:
+                        await self._prune(codec, stream, seq, data, check)
+                    except AgentLeaseLostError as exc:
+                        log.warning("snapshots of %s before seq %d not pruned: %s", stream, seq, exc)
             except DurablyError as exc:
                 tm.record_exception(span, exc)
                 log.warning("snapshot of %s at seq %d skipped: %s", stream, seq, exc)
@@ -316,4 +328,4 @@ class SnapshotWriter:
 
 
 def _unchecked() -> None:
-    """The page check of a writer without a lease (a single-writer store): nothing to lose."""
+    """The lease check of a writer without a lease (a single-writer store): nothing to lose."""

@@ -163,3 +163,60 @@ async def test_a_writer_paused_between_pages_past_its_lease_writes_no_page_after
             left = await left_of(elsewhere)
     assert len(blobs) == 1, "the paused writer wrote pages after its lease lapsed"
     assert left == [], "pages of the purged agent's conversation were written after its purge"
+
+
+async def test_a_writer_paused_before_its_prune_past_its_lease_deletes_nothing_of_the_next_run(url: str) -> None:
+    """The writer pauses right after storing a snapshot, before pruning and compacting behind
+    it (deletes carry no fencing token either), past its lease; another runtime purges the
+    agent and runs the id anew. When the writer goes on, the new run's records and snapshots stay."""
+    paused, resume = anyio.Event(), anyio.Event()
+    stored: list[int] = []
+    base = type(open_store(url))
+
+    class Hooked(base):  # type: ignore[valid-type, misc]
+        async def put_snapshot(self, stream: StreamId, seq: int, data: bytes, *, fence: int | None = None) -> None:
+            await super().put_snapshot(stream, seq, data, fence=fence)
+            stored.append(seq)
+            if len(stored) == 2:  # two kept: this write prunes and compacts behind the first
+                paused.set()
+                await resume.wait()
+
+        async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Any:
+            if paused.is_set():
+                await resume.wait()  # the whole process is paused: no renewal either
+            return await super().acquire_lease(stream, owner, ttl)
+
+    policy = SnapshotPolicy(every_records=4, tail_ratio=0.0, compact=True)
+    ttl = 2.0  # renewals every ttl / 3: a loaded machine does not lapse it before the pause
+    async with (
+        Hooked(url) as store,
+        Runtime(store, agents=[step_agent(30)], snapshot_policy=policy, lease_ttl=ttl) as here,
+    ):
+        handle = await here.start("counter", "a1", "count")
+        with anyio.fail_after(30):
+            await paused.wait()
+        # The next run keeps its whole journal (no compaction), with snapshots past the stale ones.
+        kept = SnapshotPolicy(every_records=4, tail_ratio=0.0)
+        async with Runtime(url, agents=[step_agent(30)], snapshot_policy=kept, lease_ttl=ttl) as elsewhere:
+            with anyio.fail_after(30):
+                while True:  # refused until the paused writer's lease has lapsed in the store
+                    try:
+                        await elsewhere.purge("a1")
+                        break
+                    except AgentLeasedError:
+                        await anyio.sleep(ttl / 10)
+                state = await elsewhere.run("counter", "a1", "count again")
+                await elsewhere._activations.services.snapshots.flush()
+            assert state.status == "finished"
+            resume.set()
+            with anyio.fail_after(30):
+                try:
+                    await handle.wait()
+                except AgentLeasedError:
+                    pass  # stopped once its lease lapsed, or done before: either way its writer went on
+                await here._activations.services.snapshots.flush()
+            seqs = [record.seq async for record in elsewhere.store.read(A, 0)]
+            assert seqs == list(range(1, state.last_seq + 1)), "the stale writer compacted the next run's journal"
+            again = await elsewhere.status("a1")
+    assert again.run_id == state.run_id
+    assert again.to_wire() == state.to_wire()
