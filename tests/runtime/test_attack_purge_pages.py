@@ -4,7 +4,9 @@ by the store, but its conversation pages are blobs, written first and without a 
 they must not outlive the purge (the purged agent listed again, its conversation still
 stored). Two ways to get there: the agent finished and its activation gave its lease back
 while the write was in flight; or the writer paused between two page writes past its
-lease, which another runtime took to purge. Tried on one SQLite file and on one
+lease, which another runtime took to purge. The same holds for the writer's deletes
+(pruning older snapshots, compaction), unfenced too: paused past its lease before them,
+it must delete nothing of the next run of a purged id. Tried on one SQLite file and on one
 PostgreSQL schema on a local server, the races driven by hooks in the store (a subclass of
 the real adapter), never by sleeps."""
 
