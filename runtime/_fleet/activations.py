@@ -96,6 +96,8 @@ class Activations:
         self.codec = codec
         self.services = services
         self.leases = leases
+        # A lease is given back only once no snapshot write under it is in flight.
+        leases.before_release = services.snapshots.release
         self.telemetry = telemetry
         self.namespace = namespace
         self.worker_id = worker_id

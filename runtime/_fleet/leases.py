@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -62,6 +62,9 @@ class LeaseKeeper:
         self.on_takeover: Callable[[StreamId, Lease], None] = lambda stream, holder: None
         #: Called with the stream when one of this keeper's claims is first found lost (telemetry).
         self.on_lost: Callable[[StreamId], None] = lambda stream: None
+        #: Awaited with a claim about to be given back, while its lease is still held and renewed:
+        #: the snapshot writer ends what it writes under it (its pages have no fence).
+        self.before_release: Callable[[LeaseClaim], Awaitable[None]] = _nothing_in_flight
 
     @property
     def enabled(self) -> bool:
@@ -181,10 +184,15 @@ class LeaseKeeper:
         without leases; in the store too, a lease that changed hands meanwhile is
         left as it is (``release_lease`` is exact), and so is one that a new claim of
         this runtime holds by then (see ``_give_back``).
+        Waits first for ``before_release`` (shielded), the lease renewed meanwhile.
         Never raises: a failed release is logged at WARNING (the lease expires anyway).
         """
         if self._held.get(claim.stream) is not claim:
             return
+        with anyio.CancelScope(shield=True):
+            await self.before_release(claim)
+        if self._held.get(claim.stream) is not claim:
+            return  # lost while the writer finished, or released by a concurrent call
         del self._held[claim.stream]
         if claim.lease is None or self._leases is None:
             return
@@ -271,3 +279,7 @@ class LeaseKeeper:
                 await leases.release_lease(lease)
             except Exception as exc:
                 log.warning("lease of %s not released (it will expire): %s", lease.stream, exc)
+
+
+async def _nothing_in_flight(claim: LeaseClaim) -> None:
+    """``LeaseKeeper.before_release`` of a keeper with no snapshot writer: nothing to wait for."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -82,14 +83,23 @@ class Pager:
                         del known[index:]
                         break
 
-    async def page_out(self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> dict[str, Any]:
+    async def page_out(
+        self,
+        codec: RecordCodec,
+        stream: StreamId,
+        seq: int,
+        wire: dict[str, Any],
+        check: Callable[[], None] = lambda: None,
+    ) -> dict[str, Any]:
         """``wire`` (``AgentState.to_wire``) with its older messages and ledger entries
         replaced by page references (``pages``, ``ledger_pages``).
 
         Writes the pages not written before (encoded in a worker thread, bound to
-        ``seq``). A section shorter than ``PAGE + KEEP`` items stays inline.
-        Raises ``UnencodableValueError`` (an item that does not encode) and the
-        store's errors from ``put_blob``.
+        ``seq``), calling ``check`` just before each write: blobs carry no fencing
+        token, so a writer whose lease is gone must stop before its next page, not
+        only at its fenced snapshot. A section shorter than ``PAGE + KEEP`` items
+        stays inline. Raises ``UnencodableValueError`` (an item that does not
+        encode), what ``check`` raises, and the store's errors from ``put_blob``.
         """
         paged = dict(wire)
         for field, pages in SECTIONS:
@@ -99,7 +109,7 @@ class Pager:
             if full == 0:
                 continue
             section = (stream, str(wire.get("run_id", "")), field)
-            paged[pages] = await self._write(codec, stream, seq, section, keys, values, full)
+            paged[pages] = await self._write(codec, stream, seq, section, keys, values, full, check)
             if keys is None:
                 paged[field] = values[full * PAGE :]
             else:
@@ -115,9 +125,10 @@ class Pager:
         keys: list[Any] | None,
         values: list[Any],
         full: int,
+        check: Callable[[], None],
     ) -> list[dict[str, Any]]:
         """The references of the first ``full`` pages of ``values`` (under ``keys``, for
-        the ledger), writing those not remembered as written."""
+        the ledger), writing those not remembered as written (each after ``check``)."""
         known = self._written.pop(section, [])
         self._written[section] = known  # the most recently paged last
         while len(self._written) > REMEMBERED:
@@ -131,6 +142,7 @@ class Pager:
                 continue
             items = chunk[1] if keys is None else [[k, v] for k, v in zip(chunk[0] or (), chunk[1], strict=True)]
             data = await anyio.to_thread.run_sync(codec.encode_page, seq, items, stream)
+            check()
             ref = {"digest": await self._store.put_blob(stream, data), "s": seq, "count": len(items)}
             del known[index:]
             known.append((chunk, ref))

@@ -28,11 +28,12 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._figures import check_bool, check_figure
+from durably._journal.claim import LeaseClaim
 from durably._journal.page_collection import PageCollector
 from durably._journal.pages import Pager
 from durably._journal.records import RecordCodec
 from durably._telemetry import Telemetry
-from durably.errors import InvalidArgumentError
+from durably.errors import AgentLeaseLostError, InvalidArgumentError
 from durably.storage._codec import raw_size
 from durably.storage._errors import DurablyError
 from durably.storage._spi import Store, StoredSnapshot, StreamId, supports_blob_delete, supports_blobs
@@ -116,7 +117,13 @@ class SnapshotWriter:
     ``submit`` never blocks the step loop: it replaces any snapshot of the
     same stream still waiting (only the newest matters). ``run`` is the
     worker; start it in the runtime's task group. A failed snapshot is logged
-    and skipped: the journal alone is enough for restore. ``codec_factory``
+    and skipped: the journal alone is enough for restore.
+
+    A snapshot is written under its activation's lease claim: the store fences
+    the snapshot itself, but its pages are blobs without a fence, so the claim
+    is checked before each page, and an activation gives its lease back only
+    after ``release`` (nothing of its snapshots is written after that, so a
+    purge made elsewhere once the lease is free is never undone). ``codec_factory``
     builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts);
     ``telemetry`` gets a ``durably.snapshot.save`` span and the snapshot metrics.
     """
@@ -133,11 +140,16 @@ class SnapshotWriter:
         self._policy = policy
         self._telemetry = telemetry or Telemetry.disabled()
         self._codec_factory = codec_factory
-        self._writing: tuple[StreamId, anyio.Event] | None = None
-        self._waiting: dict[StreamId, tuple[int, dict[str, Any], int | None]] = {}
+        self._writing: tuple[StreamId, LeaseClaim | None, anyio.Event] | None = None
+        self._waiting: dict[StreamId, tuple[int, dict[str, Any], LeaseClaim | None]] = {}
         self._wake = anyio.Event()
         self._idle = anyio.Event()
         self._idle.set()
+        # Streams whose activation waits to give its lease back until its snapshot is
+        # written: taken before the others, first come first served (an ordered set).
+        self._releasing: dict[StreamId, None] = {}
+        self._running = False  # whether ``run`` is there to write what is waiting
+        self._progress = anyio.Event()  # set (and replaced) after each write and when ``run`` stops
         self.written = 0
         self._recent: dict[StreamId, list[int]] = {}  # seqs of the snapshots written per stream, newest last
         # On a store with blobs the older conversation goes to pages, each written once.
@@ -145,10 +157,16 @@ class SnapshotWriter:
         # ... and the pages no kept snapshot names any more are deleted, where the store can.
         self._collector = PageCollector(store, self._pager) if self._pager and supports_blob_delete(store) else None
 
-    def submit(self, stream: StreamId, seq: int, state_wire: dict[str, Any], *, fence: int | None = None) -> None:
-        """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``;
-        ``fence``: the writer's lease token, checked by the store (a refused one is logged and skipped)."""
-        self._waiting[stream] = (seq, state_wire, fence)
+    def submit(
+        self, stream: StreamId, seq: int, state_wire: dict[str, Any], *, claim: LeaseClaim | None = None
+    ) -> None:
+        """Queue a snapshot of ``state_wire`` (from ``AgentState.to_wire``) at ``seq``.
+
+        ``claim``: the lease claim of the activation that made the state (None: a
+        writer without a lease). No page is written once the claim is lost or has
+        lapsed (``LeaseClaim.check``), and its fencing token goes with the snapshot,
+        checked by the store; either way a refused snapshot is logged and skipped."""
+        self._waiting[stream] = (seq, state_wire, claim)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._wake.set()
 
@@ -170,30 +188,82 @@ class SnapshotWriter:
             self._collector.forget(stream)
         writing = self._writing
         if writing is not None and writing[0] == stream:
-            await writing[1].wait()
+            await writing[2].wait()
+
+    async def release(self, claim: LeaseClaim) -> None:
+        """Before ``claim``'s lease is given back: end every snapshot write under it.
+
+        The snapshot still waiting under it is written next, ahead of other
+        streams' (the agent's last state: its restores then read that snapshot,
+        not the tail), and the one being written under it is waited for: the
+        write in flight (whichever stream), those of streams released earlier,
+        then its own; never the other streams' waiting snapshots. Once this
+        returns, this writer writes nothing more under ``claim`` (its activation
+        has ended and submits no more), so another runtime may take the lease and
+        purge. A snapshot waiting while the worker is not running (the runtime is
+        closing) is dropped: the journal alone restores the agent. Never raises.
+        """
+        stream = claim.stream
+        while True:
+            waiting = self._waiting.get(stream)
+            queued = waiting is not None and waiting[2] is claim
+            writing = self._writing is not None and self._writing[1] is claim
+            if not queued and not writing:
+                return
+            if queued and not self._running:
+                del self._waiting[stream]
+                return
+            if queued:
+                self._releasing[stream] = None
+            await self._progress.wait()
 
     async def run(self, on_written: Callable[[StreamId, int, int], None]) -> None:
         """Worker loop; ``on_written(stream, seq, raw_bytes)`` is called after each write
         (``raw_bytes``: the snapshot's CBOR size, what the policy compares)."""
         codec = self._codec_factory()  # a thread's own codec: zstd contexts are not shareable
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            while self._waiting:
-                stream, (seq, wire, fence) = self._waiting.popitem()
-                self._writing = (stream, anyio.Event())
-                try:
-                    size = await self._write(codec, stream, seq, wire, fence)
-                finally:
-                    self._writing[1].set()
-                    self._writing = None
-                if size is not None:
-                    on_written(stream, seq, size)
-            self._idle.set()
+        self._running = True
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                while self._waiting:
+                    stream, (seq, wire, claim) = self._next()
+                    self._writing = (stream, claim, anyio.Event())
+                    try:
+                        size = await self._write(codec, stream, seq, wire, claim)
+                    finally:
+                        self._writing[2].set()
+                        self._writing = None
+                        self._progressed()
+                    if size is not None:
+                        on_written(stream, seq, size)
+                self._idle.set()
+        finally:
+            self._running = False
+            self._progressed()  # a release waiting for a write that will not come drops it
 
-    async def _prune(self, codec: RecordCodec, stream: StreamId, seq: int, data: bytes) -> None:
+    def _next(self) -> tuple[StreamId, tuple[int, dict[str, Any], LeaseClaim | None]]:
+        """The next snapshot to write: a releasing stream's first, else the newest submitted."""
+        while self._releasing:
+            stream = next(iter(self._releasing))
+            del self._releasing[stream]
+            if stream in self._waiting:
+                return stream, self._waiting.pop(stream)
+        return self._waiting.popitem()
+
+    def _progressed(self) -> None:
+        self._progress.set()
+        self._progress = anyio.Event()
+
+    async def _prune(
+        self, codec: RecordCodec, stream: StreamId, seq: int, data: bytes, check: Callable[[], None]
+    ) -> None:
         """Keep the newest ``policy.keep`` snapshots; with ``compact``, drop the
-        records the oldest kept one covers, once the new one reads back."""
+        records the oldest kept one covers, once the new one reads back.
+
+        ``check`` is called before each delete and raises once the lease is gone:
+        deletes carry no fencing token, and a stream purged meanwhile may hold a
+        new run whose records and snapshots sit below this writer's seqs."""
         recent = self._recent.setdefault(stream, [])
         recent.append(seq)
         keep = self._policy.keep
@@ -204,16 +274,19 @@ class SnapshotWriter:
         oldest_kept = recent[0]
         collector = self._collector
         dropped = await collector.dropping(codec, stream, oldest_kept) if collector is not None else set()
+        check()
         await self._store.delete_snapshots(stream, oldest_kept)
         if collector is not None:
+            check()
             await collector.pruned(stream, oldest_kept, dropped)
         if self._policy.compact:
             # Never compact behind a snapshot that does not decode: that would lose the agent.
             await anyio.to_thread.run_sync(codec.decode_snapshot, StoredSnapshot(seq, data), stream)
+            check()
             await self._store.delete_records(stream, oldest_kept)
 
     async def _write(
-        self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any], fence: int | None
+        self, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any], claim: LeaseClaim | None
     ) -> int | None:
         telemetry = self._telemetry
         meters = telemetry.metrics
@@ -221,12 +294,15 @@ class SnapshotWriter:
         with telemetry.span("durably.snapshot.save") as span:
             if span is not None:
                 span.set_attributes({tm.AGENT_ID: stream.agent_id, tm.SEQ: seq})
+            # Pages and deletes only while the lease is ours: they carry no fence.
+            check = claim.check if claim is not None else _unchecked
             try:
                 if self._pager is not None:
                     # Pages first: a snapshot is only stored once every page it names is.
-                    wire = await self._pager.page_out(codec, stream, seq, wire)
+                    wire = await self._pager.page_out(codec, stream, seq, wire, check)
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
                 data = await anyio.to_thread.run_sync(codec.encode_snapshot, seq, wire, stream)
+                fence = None if claim is None else claim.fence
                 with anyio.CancelScope(shield=True):
                     if fence is None:  # a writer without a lease: the SPI's call as stores without leases know it
                         await self._store.put_snapshot(stream, seq, data)
@@ -234,7 +310,10 @@ class SnapshotWriter:
                         await self._store.put_snapshot(stream, seq, data, fence=fence)
                     if self._collector is not None:
                         self._collector.wrote(stream, seq, wire)
-                    await self._prune(codec, stream, seq, data)
+                    try:
+                        await self._prune(codec, stream, seq, data, check)
+                    except AgentLeaseLostError as exc:
+                        log.warning("snapshots of %s before seq %d not pruned: %s", stream, seq, exc)
             except DurablyError as exc:
                 tm.record_exception(span, exc)
                 log.warning("snapshot of %s at seq %d skipped: %s", stream, seq, exc)
@@ -246,3 +325,7 @@ class SnapshotWriter:
             meters.snapshot_size.record(len(data), telemetry.attributes)  # stored bytes (the metric says so)
         self.written += 1
         return raw_size(data)  # what the snapshot policy weighs
+
+
+def _unchecked() -> None:
+    """The lease check of a writer without a lease (a single-writer store): nothing to lose."""

@@ -512,8 +512,7 @@ class AgentJournal:
     def snapshot_submitted(self) -> None:
         """Hand the current state to the background snapshot writer (never with staged records)."""
         assert not self._staged, "a snapshot covers durable records only"
-        fence = None if self.claim is None else self.claim.fence
-        self.services.snapshots.submit(self.stream, self.state.last_seq, self.state.to_wire(), fence=fence)
+        self.services.snapshots.submit(self.stream, self.state.last_seq, self.state.to_wire(), claim=self.claim)
         self.snapshot_seq = self.state.last_seq
         # Until the writer reports the real size, the state grew by about the tail.
         self.snapshot_bytes += self.bytes_since

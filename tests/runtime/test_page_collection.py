@@ -135,10 +135,10 @@ async def test_a_restore_of_the_previous_snapshot_finds_its_pages(url, written):
         writer = rt._activations.services.snapshots
         prune = writer._prune
 
-        async def watch(codec_: RecordCodec, stream: StreamId, seq: int, data: bytes) -> None:
+        async def watch(codec_: RecordCodec, stream: StreamId, seq: int, data: bytes, check: Any) -> None:
             # What a reader that read the previous snapshot just before this prune holds.
             before = await store.get_snapshot(stream, seq - 1)
-            await prune(codec_, stream, seq, data)
+            await prune(codec_, stream, seq, data, check)
             if before is not None:
                 at, wire = codec.decode_snapshot(before, stream)[:2]
                 try:

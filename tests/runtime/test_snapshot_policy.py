@@ -89,7 +89,7 @@ async def test_a_late_size_of_an_older_snapshot_leaves_the_newer_estimate(tmp_pa
     would then come one tool result later, far below ``tail_ratio`` of snapshot 6 (under load,
     about 3 times in 20 for this test's 2.0 case). The writer is held by events, not by time: the
     first write reports only once a newer snapshot is submitted, and the second writes only
-    after the run, so no reported size is the newest one's while the agent runs.
+    once the agent is done, so no reported size is the newest one's while the agent runs.
     """
     ratio = 2.0
     newer_submitted, run_done = anyio.Event(), anyio.Event()
@@ -98,29 +98,31 @@ async def test_a_late_size_of_an_older_snapshot_leaves_the_newer_estimate(tmp_pa
     codec = RecordCodec()
     write, submit = SnapshotWriter._write, SnapshotWriter.submit
 
-    async def held_write(self, codec_, stream, seq, wire, fence):
+    async def held_write(self, codec_, stream, seq, wire, claim):
         nonlocal writes
         writes += 1
         if writes == 2:
             await run_done.wait()
-        size = await write(self, codec_, stream, seq, wire, fence)
+        size = await write(self, codec_, stream, seq, wire, claim)
         if writes == 1:
             await newer_submitted.wait()
         return size
 
-    def spied_submit(self, stream, seq, wire, *, fence=None):
+    def spied_submit(self, stream, seq, wire, *, claim=None):
         submitted.append((seq, raw_size(codec.encode_snapshot(seq, wire, stream))))
         if len(submitted) > 1:
             newer_submitted.set()
-        submit(self, stream, seq, wire, fence=fence)
+        submit(self, stream, seq, wire, claim=claim)
 
     monkeypatch.setattr(SnapshotWriter, "_write", held_write)
     monkeypatch.setattr(SnapshotWriter, "submit", spied_submit)
     url = f"sqlite:///{tmp_path / 'p.db'}"
     policy = SnapshotPolicy(every_records=1, tail_ratio=ratio, keep=1_000)
     async with Runtime(url, agents=[chatty_agent(12)], snapshot_policy=policy) as rt:
-        await rt.run("chatty", "a1", "task")
+        handle = await rt.start("chatty", "a1", "task")
+        await handle._actor.done.wait()  # its lease is given back once the writes under it end
         run_done.set()
+        await handle.wait()
     raw, _ = await stream_sizes(url)
     assert len(submitted) >= 3
     for (before, size), (after, _) in zip(submitted, submitted[1:], strict=False):
