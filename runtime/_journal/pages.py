@@ -197,21 +197,26 @@ class Older:
             items.extend(_decoded(self._codec, self._stream, self._seq, ref, self._blobs[ref["digest"]], self.field))
         return items
 
-    def whole(self, inline: Any) -> Any:
+    def whole(self, inline: Any, patches: dict[str, dict[str, Any]]) -> Any:
         """The whole section: these pages' items followed by ``inline`` (the snapshot's own
         part, as the state holds it now). A conversation is ``inline`` itself, the pages'
-        messages put in front; a ledger is a new dict, the pages' entries first.
+        messages put in front; a ledger is a new dict, the pages' entries first. ``patches``
+        (ledger key -> changes): entries of ``inline`` folded in without knowing whether the
+        pages hold the key; where they do, the entry is the pages' one with the changes over it.
 
         Raises what ``items`` raises, and ``CorruptRecordError`` for a ledger whose pages
-        repeat a key (among themselves or with ``inline``)."""
+        repeat a key (among themselves or with the snapshot's own entries)."""
         items = self.items()
         if self.field == "messages":
             inline[:0] = items  # in place: whoever holds the newest messages now holds them all
             return inline
         ledger = {k: v for k, v in items}
-        if len(ledger) != len(items) or ledger.keys() & inline.keys():
+        both = ledger.keys() & inline.keys()
+        if len(ledger) != len(items) or both - patches.keys():
             raise CorruptRecordError("snapshot ledger pages repeat a key", stream=self._stream, seq=self._seq)
-        ledger.update(inline)
+        for key in both:
+            inline[key] = {**ledger[key], **patches[key]}
+        ledger.update(inline)  # a key the pages hold keeps its place in the ledger's order
         return ledger
 
 
@@ -260,7 +265,7 @@ async def page_in(store: Store, codec: RecordCodec, stream: StreamId, seq: int, 
     """
     rest, older = await page_refs(store, codec, stream, seq, wire)
     for field, part in older.items():
-        rest[field] = part.whole(list(rest[field]) if field == "messages" else rest[field])
+        rest[field] = part.whole(list(rest[field]) if field == "messages" else rest[field], {})
     return rest
 
 

@@ -48,8 +48,9 @@ class OlderPart(Protocol):
     #: Items in those pages.
     count: int
 
-    def whole(self, inline: Any) -> Any:
-        """The whole section: the pages' items, then ``inline``; raises ``CorruptRecordError``."""
+    def whole(self, inline: Any, patches: dict[str, dict[str, Any]]) -> Any:
+        """The whole section: the pages' items, then ``inline`` (with ``patches`` over the pages'
+        entries of those keys, for a ledger); raises ``CorruptRecordError``."""
         ...
 
 
@@ -223,7 +224,10 @@ class AgentState:
         if lazy is None:
             raise AttributeError(name)
         part = lazy[0]
-        whole = part.whole(lazy[1])
+        patches = self.__dict__.get("_patches", {}) if name == "ledger" else {}
+        whole = part.whole(lazy[1], patches)
+        if name == "ledger":
+            self.__dict__.pop("_patches", None)
         del self.__dict__["_older"][name]
         self.__dict__[name] = whole
         # The pages' own objects, so later snapshots still name these pages while they are unchanged.
@@ -238,6 +242,8 @@ class AgentState:
         """Page references and the rest of section ``name``, when the snapshot it was restored
         from names pages of it and its oldest items are still those pages' (the same objects:
         a fold never changes an item in place); None otherwise."""
+        if name == "ledger" and self.__dict__.get("_patches"):
+            self._materialise(name)  # entries folded in over keys the pages may hold: resolved first
         lazy = self._lazy(name)
         if lazy is not None:
             return list(lazy[0].refs), lazy[1].copy()
@@ -333,7 +339,7 @@ class AgentState:
         """``ledger.get(key)``: the newest entries first; a key not among them decodes the
         ledger's pages (an exact answer: a call is never taken as new when it is not)."""
         lazy = self._lazy("ledger")
-        if lazy is not None:
+        if lazy is not None and key not in self.__dict__.get("_patches", ()):
             entry = lazy[1].get(key)
             if entry is not None:
                 return cast(dict[str, Any], entry)
@@ -342,10 +348,28 @@ class AgentState:
     def set_ledger_entry(self, key: str, entry: dict[str, Any]) -> None:
         """``ledger[key] = entry``; without decoding pages when ``key`` is among the newest entries."""
         lazy = self._lazy("ledger")
-        if lazy is not None and key in lazy[1]:
+        if lazy is not None and key in lazy[1] and key not in self.__dict__.get("_patches", ()):
             lazy[1][key] = entry
         else:
             self.ledger[key] = entry
+
+    def merge_ledger_entry(self, key: str, default: dict[str, Any], changes: dict[str, Any]) -> None:
+        """``ledger[key] = {**ledger.get(key, default), **changes}``, the fold's own write, without
+        decoding pages: a key not among the newest entries is written over ``default`` and its
+        ``changes`` are kept, to be put over the pages' entry of that key, if any, once decoded."""
+        lazy = self._lazy("ledger")
+        if lazy is None:
+            ledger = self.ledger
+            ledger[key] = {**ledger.get(key, default), **changes}
+            return
+        inline, patches = lazy[1], self.__dict__.setdefault("_patches", {})
+        if key in inline:
+            inline[key] = {**inline[key], **changes}
+            if key in patches:
+                patches[key] = {**patches[key], **changes}
+        else:
+            inline[key] = {**default, **changes}
+            patches[key] = dict(changes)
 
     def call_ids(self) -> set[str]:
         """The ids of every tool call in ``messages``.
@@ -437,15 +461,14 @@ def _model_responded(s: AgentState, d: dict[str, Any]) -> None:
 
 
 def _tool_intent(s: AgentState, d: dict[str, Any]) -> None:
-    entry = s.ledger_entry(d["key"]) or {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0, "done": False}
-    s.set_ledger_entry(d["key"], {**entry, "attempts": d["attempt"]})
+    default = {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0, "done": False}
+    s.merge_ledger_entry(d["key"], default, {"attempts": d["attempt"]})
 
 
 def _tool_result(s: AgentState, d: dict[str, Any]) -> None:
     key = d["key"]
-    entry = s.ledger_entry(key) or {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0}
     outcome = {"result": d.get("result"), "error": d.get("error"), "reconciled": d.get("reconciled", False)}
-    s.set_ledger_entry(key, {**entry, "done": True, **outcome})
+    s.merge_ledger_entry(key, {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0}, {"done": True, **outcome})
     content = d["error"] if d.get("error") is not None else d.get("result")
     _place_result(s, d["call_id"], {"role": "tool", "tool_call_id": d["call_id"], "content": content})
     if (used := d.get("usage")) is not None:  # a model request journaled as a call: it counts as a step
