@@ -9,9 +9,12 @@ stored with ``put_blob``, content-addressed, written once and never rewritten,
 purged with its stream (snapshot-v6.cddl), and deleted once no kept snapshot
 names it (``durably._journal.page_collection``).
 
-A page that is missing or does not decode makes the snapshot that names it
-unreadable, like a damaged snapshot: restore falls back to an older snapshot or
-to the journal.
+A page that is missing or damaged (its bytes not its digest's, or no page frame
+this build reads) makes the snapshot that names it unreadable, like a damaged
+snapshot: restore falls back to an older snapshot or to the journal. Restore reads
+and checks the pages but does not decode them (``page_refs``, ``Older``): the
+restored state decodes them when it first needs more than its newest part, and a
+page that fails then raises ``CorruptRecordError`` there.
 """
 
 from __future__ import annotations

@@ -199,8 +199,8 @@ class AgentState:
 
         Returns:
             The state. Reading ``messages`` or ``ledger`` decodes that section's pages
-            once (``CorruptRecordError`` there for a page that does not decode); the fold
-            and the accessors below use the newest part alone where it is enough.
+                once (``CorruptRecordError`` there for a page that does not decode); the
+                fold and the accessors below use the newest part alone where it is enough.
         """
         state = cls.from_wire(wire)
         lazy = {}
@@ -268,9 +268,14 @@ class AgentState:
         return list(part.refs), rest
 
     def snapshot_wire(self) -> dict[str, Any]:
-        """``to_wire`` for the snapshot writer: a section restored from pages whose items are
-        unchanged is given as those pages' references (``pages``, ``ledger_pages``) and the
-        rest, so the snapshot names the same pages without decoding or writing them again."""
+        """``to_wire`` for the snapshot writer, naming the pages the state was restored from.
+
+        Returns:
+            ``to_wire``'s dict, except that a section restored from pages whose items are
+                unchanged is given as those pages' references (``pages``, ``ledger_pages``)
+                and the rest, so the snapshot names the same pages without decoding or
+                writing them again.
+        """
         if not self.__dict__.get("_older") and not self.__dict__.get("_decoded"):
             return self.to_wire()
         held = {name: paged for name in PAGED if (paged := self._from_pages(name)) is not None}
@@ -289,10 +294,12 @@ class AgentState:
         return wire
 
     def newest_messages(self) -> tuple[int, list[dict[str, Any]]]:
-        """Where the newest messages are: ``(offset, messages)``, ``messages`` being the
-        conversation from index ``offset`` on (the whole of it, offset 0, once decoded).
+        """Where the newest messages are, without decoding pages.
 
-        The list is the state's own: appending to it appends to the conversation.
+        Returns:
+            ``(offset, messages)``: ``messages`` is the conversation from index ``offset``
+                on (the whole of it, offset 0, once decoded), the state's own list:
+                appending to it appends to the conversation.
         """
         lazy = self._lazy("messages")
         if lazy is None:
@@ -300,17 +307,33 @@ class AgentState:
         return lazy[0].count, cast(list[dict[str, Any]], lazy[1])
 
     def message_count(self) -> int:
-        """``len(messages)``, without decoding pages."""
+        """The conversation's length, without decoding pages.
+
+        Returns:
+            ``len(messages)``.
+        """
         offset, newest = self.newest_messages()
         return offset + len(newest)
 
     def messages_from(self, start: int) -> list[dict[str, Any]]:
-        """A copy of ``messages[start:]``; decodes pages only when ``start`` is in them."""
+        """The conversation's messages from one index on; decodes pages only when it is in them.
+
+        Args:
+            start: An index into ``messages``.
+
+        Returns:
+            A copy of ``messages[start:]``.
+        """
         offset, newest = self.newest_messages()
         return newest[start - offset :] if start >= offset else self.messages[start:]
 
     def replace_messages_from(self, start: int, messages: list[dict[str, Any]]) -> None:
-        """``messages[start:] = messages``; decodes pages only when ``start`` is in them."""
+        """Replace the conversation from one index on; decodes pages only when it is in them.
+
+        Args:
+            start: An index into ``messages``.
+            messages: What ``messages[start:]`` becomes.
+        """
         offset, newest = self.newest_messages()
         if start >= offset:
             newest[start - offset :] = messages
@@ -318,8 +341,13 @@ class AgentState:
             self.messages[start:] = messages
 
     def turn_start(self) -> int:
-        """The index of the first of the conversation's trailing tool messages (its length
-        when it ends otherwise); decodes pages only when the run of them reaches into pages."""
+        """Where the conversation's trailing tool messages begin.
+
+        Decodes pages only when the run of them reaches into pages.
+
+        Returns:
+            The index of the first of them; the conversation's length when it ends otherwise.
+        """
         offset, newest = self.newest_messages()
         start = len(newest)
         while start > 0 and newest[start - 1]["role"] == "tool":
@@ -336,8 +364,17 @@ class AgentState:
         return start
 
     def ledger_entry(self, key: str) -> dict[str, Any] | None:
-        """``ledger.get(key)``: the newest entries first; a key not among them decodes the
-        ledger's pages (an exact answer: a call is never taken as new when it is not)."""
+        """One ledger entry, looked up in the newest entries first.
+
+        A key not among them decodes the ledger's pages: the answer is exact, a call
+        is never taken as new when it is not.
+
+        Args:
+            key: An idempotency key.
+
+        Returns:
+            ``ledger.get(key)``.
+        """
         lazy = self._lazy("ledger")
         if lazy is not None and key not in self.__dict__.get("_patches", ()):
             entry = lazy[1].get(key)
@@ -346,7 +383,12 @@ class AgentState:
         return self.ledger.get(key)
 
     def set_ledger_entry(self, key: str, entry: dict[str, Any]) -> None:
-        """``ledger[key] = entry``; without decoding pages when ``key`` is among the newest entries."""
+        """Set one ledger entry; without decoding pages when the key is among the newest entries.
+
+        Args:
+            key: An idempotency key.
+            entry: What ``ledger[key]`` becomes.
+        """
         lazy = self._lazy("ledger")
         if lazy is not None and key in lazy[1] and key not in self.__dict__.get("_patches", ()):
             lazy[1][key] = entry
@@ -354,9 +396,17 @@ class AgentState:
             self.ledger[key] = entry
 
     def merge_ledger_entry(self, key: str, default: dict[str, Any], changes: dict[str, Any]) -> None:
-        """``ledger[key] = {**ledger.get(key, default), **changes}``, the fold's own write, without
-        decoding pages: a key not among the newest entries is written over ``default`` and its
-        ``changes`` are kept, to be put over the pages' entry of that key, if any, once decoded."""
+        """``ledger[key] = {**ledger.get(key, default), **changes}`` (the fold's write), without decoding pages.
+
+        A key not among the newest entries is written over ``default`` and its
+        ``changes`` are kept, to be put over the pages' entry of that key, if any,
+        once the ledger is decoded.
+
+        Args:
+            key: An idempotency key.
+            default: The entry when the ledger holds none under ``key``.
+            changes: The fields written over it.
+        """
         lazy = self._lazy("ledger")
         if lazy is None:
             ledger = self.ledger
