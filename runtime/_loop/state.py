@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from itertools import islice
@@ -189,7 +189,7 @@ class AgentState:
         return cls(**{k: v for k, v in wire.items() if k in names})
 
     @classmethod
-    def from_paged(cls, wire: dict[str, Any], older: dict[str, OlderPart]) -> AgentState:
+    def from_paged(cls, wire: dict[str, Any], older: Mapping[str, OlderPart]) -> AgentState:
         """Rebuild a state from a paged snapshot's ``wire`` without decoding its pages.
 
         Args:
