@@ -216,6 +216,8 @@ class AgentState:
             return None
         if name in self.__dict__:  # assigned anew since (a fold replaced it): the pages are no part of it
             del older[name]
+            if name == "ledger":
+                self.__dict__.pop("_patches", None)
             return None
         return cast(tuple[OlderPart, Any], older[name])
 
@@ -242,9 +244,10 @@ class AgentState:
         """Page references and the rest of section ``name``, when the snapshot it was restored
         from names pages of it and its oldest items are still those pages' (the same objects:
         a fold never changes an item in place); None otherwise."""
-        if name == "ledger" and self.__dict__.get("_patches"):
-            self._materialise(name)  # entries folded in over keys the pages may hold: resolved first
         lazy = self._lazy(name)
+        if lazy is not None and name == "ledger" and self.__dict__.get("_patches"):
+            self._materialise(name)  # entries folded in over keys the pages may hold: resolved first
+            lazy = None
         if lazy is not None:
             return list(lazy[0].refs), lazy[1].copy()
         decoded = self.__dict__.get("_decoded")
