@@ -274,3 +274,20 @@ async def test_a_page_no_decode_would_accept_still_skips_its_snapshot_at_restore
         restored = await restore(store, codec, STREAM)
         assert restored is not None and restored.snapshot_seq < seq  # skipped at restore, not failing later
         assert restored.state.to_wire() == live.to_wire()
+
+
+async def test_a_ledger_lookup_reads_the_pages_only_for_a_key_the_newest_entries_lack(tmp_path, decodes):
+    url = f"sqlite:///{tmp_path}/a.db"
+    await run_long(url)
+    codec = RecordCodec()
+    async with open_store(url) as store:
+        restored = await restore(store, codec, STREAM)
+        assert restored is not None
+        whole = await eager(store, codec)
+    state, keys = restored.state, list(whole.ledger)
+    decodes.clear()
+    assert state.ledger_entry(keys[-1]) == whole.ledger[keys[-1]]  # the current turn's call
+    assert state.message_count() == len(whole.messages) and state.turn_start() <= len(whole.messages)
+    assert decodes == []
+    assert state.ledger_entry(keys[0]) == whole.ledger[keys[0]]  # in the first page: exact, so decoded
+    assert decodes and state.ledger == whole.ledger
