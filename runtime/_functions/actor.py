@@ -167,7 +167,7 @@ class FunctionActor(AgentActor):
         async with self._append_lock:
             if not await self._may_go_on():
                 return _HALT
-            entry = self.state.ledger.get(call["key"])
+            entry = self.state.ledger_entry(call["key"])
             if entry is not None and entry["tool"] != spec.name:
                 error = NonDeterminismError(call["id"], entry["tool"], spec.name)
                 self.failure = tm.error_type(error)

@@ -9,22 +9,28 @@ stored with ``put_blob``, content-addressed, written once and never rewritten,
 purged with its stream (snapshot-v6.cddl), and deleted once no kept snapshot
 names it (``durably._journal.page_collection``).
 
-A page that is missing or does not decode makes the snapshot that names it
-unreadable, like a damaged snapshot: restore falls back to an older snapshot or
-to the journal.
+A page that is missing or damaged (its bytes not its digest's, or no page frame
+this build reads) makes the snapshot that names it unreadable, like a damaged
+snapshot: restore falls back to an older snapshot or to the journal. Restore reads
+and checks the pages but does not decode them (``page_refs``, ``Older``): the
+restored state decodes them when it first needs more than its newest part, and a
+page that fails then raises ``CorruptRecordError`` there.
 """
 
 from __future__ import annotations
 
 import operator
 import re
+import struct
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 
 from durably._journal.records import RecordCodec
-from durably.storage._errors import BlobNotFoundError, CorruptRecordError
+from durably.schemas._records import CURRENT_VERSIONS, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID
+from durably.storage._codec import MAGIC
+from durably.storage._errors import BlobNotFoundError, CorruptRecordError, UnknownSchemaVersionError
 from durably.storage._spi import BlobStore, Store, StreamId, supports_blobs
 
 #: Messages per page.
@@ -33,6 +39,9 @@ PAGE = 256
 #: Newest messages always kept in the snapshot itself: the current turn (which the
 #: fold may still reorder) and what a history window keeps never need a page read.
 KEEP = 64
+
+#: The first snapshot version with pages (snapshot-v6.cddl).
+FIRST_PAGED = 6
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
@@ -65,7 +74,7 @@ class Pager:
     def __init__(self, store: BlobStore) -> None:
         self._store = store
         self._written: dict[
-            tuple[StreamId, str, str], list[tuple[tuple[list[Any] | None, list[Any]], dict[str, Any]]]
+            tuple[StreamId, str, str, int], list[tuple[tuple[list[Any] | None, list[Any]], dict[str, Any]]]
         ] = {}
 
     def forget(self, stream: StreamId) -> None:
@@ -91,8 +100,8 @@ class Pager:
         wire: dict[str, Any],
         check: Callable[[], None] = lambda: None,
     ) -> dict[str, Any]:
-        """``wire`` (``AgentState.to_wire``) with its older messages and ledger entries
-        replaced by page references (``pages``, ``ledger_pages``).
+        """``wire`` (``AgentState.snapshot_wire``) with its older messages and ledger entries
+        replaced by page references (``pages``, ``ledger_pages``, after those ``wire`` names).
 
         Writes the pages not written before (encoded in a worker thread, bound to
         ``seq``), calling ``check`` just before each write: blobs carry no fencing
@@ -108,8 +117,11 @@ class Pager:
             full = max(0, (len(values) - KEEP) // PAGE)
             if full == 0:
                 continue
-            section = (stream, str(wire.get("run_id", "")), field)
-            paged[pages] = await self._write(codec, stream, seq, section, keys, values, full, check)
+            # A state restored lazily names its older pages already (AgentState.snapshot_wire):
+            # they are kept as they are, and only its own part is paged after them.
+            prior = list(wire.get(pages, ()))
+            section = (stream, str(wire.get("run_id", "")), field, len(prior))
+            paged[pages] = prior + await self._write(codec, stream, seq, section, keys, values, full, check)
             if keys is None:
                 paged[field] = values[full * PAGE :]
             else:
@@ -121,7 +133,7 @@ class Pager:
         codec: RecordCodec,
         stream: StreamId,
         seq: int,
-        section: tuple[StreamId, str, str],
+        section: tuple[StreamId, str, str, int],
         keys: list[Any] | None,
         values: list[Any],
         full: int,
@@ -165,6 +177,94 @@ def paged(wire: dict[str, Any]) -> bool:
     return any(pages in wire for _, pages in SECTIONS)
 
 
+class Older:
+    """The undecoded older part of one paged section of a restored state: its page
+    references, their stored bytes (each checked against its digest), and what
+    decoding them needs (codec, stream, the snapshot's seq).
+
+    ``items`` decodes the pages the first time the state needs the whole section
+    (``AgentState`` materialises it then); a restore reads but never decodes them.
+    """
+
+    __slots__ = ("field", "refs", "count", "_codec", "_stream", "_seq", "_blobs")
+
+    def __init__(
+        self,
+        field: str,
+        refs: list[dict[str, Any]],
+        blobs: dict[str, bytes],
+        codec: RecordCodec,
+        stream: StreamId,
+        seq: int,
+    ) -> None:
+        self.field, self.refs, self._blobs = field, refs, blobs
+        self._codec, self._stream, self._seq = codec, stream, seq
+        self.count: int = sum(ref["count"] for ref in refs)
+
+    def items(self) -> list[Any]:
+        """The pages' items in order: messages, or ``[key, entry]`` pairs of the ledger.
+
+        Raises ``CorruptRecordError`` (naming the stream and the snapshot's seq): a page
+        that does not decode or is not the one referenced; ``UnknownSchemaVersionError``:
+        a page from a newer durably."""
+        items: list[Any] = []
+        for ref in self.refs:
+            items.extend(_decoded(self._codec, self._stream, self._seq, ref, self._blobs[ref["digest"]], self.field))
+        return items
+
+    def whole(self, inline: Any, patches: dict[str, dict[str, Any]]) -> Any:
+        """The whole section: these pages' items followed by ``inline`` (the snapshot's own
+        part, as the state holds it now). A conversation is ``inline`` itself, the pages'
+        messages put in front; a ledger is a new dict, the pages' entries first. ``patches``
+        (ledger key -> changes): entries of ``inline`` folded in without knowing whether the
+        pages hold the key; where they do, the entry is the pages' one with the changes over it.
+
+        Raises what ``items`` raises, and ``CorruptRecordError`` for a ledger whose pages
+        repeat a key (among themselves or with the snapshot's own entries)."""
+        items = self.items()
+        if self.field == "messages":
+            inline[:0] = items  # in place: whoever holds the newest messages now holds them all
+            return inline
+        ledger = {k: v for k, v in items}
+        both = ledger.keys() & inline.keys()
+        if len(ledger) != len(items) or both - patches.keys():
+            raise CorruptRecordError("snapshot ledger pages repeat a key", stream=self._stream, seq=self._seq)
+        for key in both:
+            inline[key] = {**ledger[key], **patches[key]}
+        ledger.update(inline)  # a key the pages hold keeps its place in the ledger's order
+        return ledger
+
+
+async def page_refs(
+    store: Store, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Older]]:
+    """``wire`` (a decoded snapshot state at ``seq``) without ``pages`` and ``ledger_pages``,
+    and the ``Older`` part of each section that has pages, their bytes read and checked but
+    not decoded. A state without pages is returned as it is, with no ``Older`` part.
+
+    Raises ``CorruptRecordError`` (at ``seq``): a page missing, damaged (its bytes are not its
+    digest's), or not a page frame, malformed references, or pages on a store without blobs;
+    ``UnknownSchemaVersionError``: a page from a newer durably; the store's own errors.
+    """
+    if not paged(wire):
+        return wire, {}
+    rest = dict(wire)
+    wanted: list[tuple[str, list[dict[str, Any]]]] = []
+    for field, pages in SECTIONS:
+        refs = rest.pop(pages, None)
+        if refs is None:
+            continue
+        if not isinstance(refs, list) or not all(_is_ref(r) for r in refs):
+            raise CorruptRecordError(f"snapshot {pages} references are malformed", stream=stream, seq=seq)
+        if not isinstance(rest.get(field), list if field == "messages" else dict):
+            raise CorruptRecordError(f"snapshot {field} is malformed", stream=stream, seq=seq)
+        wanted.append((field, refs))
+    found = await _read_all(store, stream, seq, [ref["digest"] for _, refs in wanted for ref in refs])
+    for data in found.values():
+        _check_header(data, stream, seq)
+    return rest, {field: Older(field, refs, found, codec, stream, seq) for field, refs in wanted}
+
+
 async def page_in(store: Store, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> dict[str, Any]:
     """``wire`` (a decoded snapshot state at ``seq``) with its whole conversation and ledger inline.
 
@@ -178,34 +278,26 @@ async def page_in(store: Store, codec: RecordCodec, stream: StreamId, seq: int, 
     one referenced, malformed references or items, or pages on a store without
     blobs; ``UnknownSchemaVersionError``: a page from a newer durably.
     """
-    if not paged(wire):
-        return wire
-    whole = dict(wire)
-    wanted: list[tuple[str, list[dict[str, Any]]]] = []
-    for field, pages in SECTIONS:
-        refs = whole.pop(pages, None)
-        if refs is None:
-            continue
-        if not isinstance(refs, list) or not all(_is_ref(r) for r in refs):
-            raise CorruptRecordError(f"snapshot {pages} references are malformed", stream=stream, seq=seq)
-        if not isinstance(whole.get(field), list if field == "messages" else dict):
-            raise CorruptRecordError(f"snapshot {field} is malformed", stream=stream, seq=seq)
-        wanted.append((field, refs))
-    found = await _read_all(store, stream, seq, [ref["digest"] for _, refs in wanted for ref in refs])
-    for field, refs in wanted:
-        items: list[Any] = []
-        for ref in refs:
-            items.extend(_decoded(codec, stream, seq, ref, found[ref["digest"]], field))
-        inline = whole[field]
-        if field == "messages":
-            whole[field] = items + inline
-        else:
-            ledger = {k: v for k, v in items}
-            if len(ledger) != len(items) or ledger.keys() & inline.keys():
-                raise CorruptRecordError("snapshot ledger pages repeat a key", stream=stream, seq=seq)
-            ledger.update(inline)
-            whole[field] = ledger
-    return whole
+    rest, older = await page_refs(store, codec, stream, seq, wire)
+    for field, part in older.items():
+        rest[field] = part.whole(list(rest[field]) if field == "messages" else rest[field], {})
+    return rest
+
+
+_PAGE_HEADER = struct.Struct(">2sBBBH")  # magic, format, flags, schema id, schema version (frame.cddl)
+
+
+def _check_header(data: bytes, stream: StreamId, seq: int) -> None:
+    """Refuse, at restore, a page whose frame header no decode would accept: not a frame, not a
+    snapshot-schema page, or a version newer than this build (so the restore falls back as before)."""
+    if len(data) < _PAGE_HEADER.size:
+        raise CorruptRecordError("a page is shorter than a frame header", stream=stream, seq=seq)
+    magic, _format, _flags, schema_id, version = _PAGE_HEADER.unpack_from(data)
+    if magic != MAGIC or schema_id != SNAPSHOT_SCHEMA_ID or version < FIRST_PAGED:
+        raise CorruptRecordError("the page frame is not a conversation page", stream=stream, seq=seq)
+    if version > CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]:
+        name = SCHEMA_NAMES[SNAPSHOT_SCHEMA_ID]
+        raise UnknownSchemaVersionError(name, version, CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID], stream=stream, seq=seq)
 
 
 #: Page reads in flight at once: on a remote store a restore waits for about

@@ -263,7 +263,7 @@ class Redactor:
         if record.kind == Kind.HISTORY_COMPACTED:  # the summary lands inside the conversation
             fresh = list(state.messages)
         else:
-            fresh = state.messages[before[0] :] + state.inbox[before[1] :]
+            fresh = state.messages_from(before[0]) + state.inbox[before[1] :]
         for message in fresh:
             if id(message) not in self._origins:
                 self._origins[id(message)] = (message, record.seq, _source_field(record.kind, message))

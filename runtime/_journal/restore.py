@@ -20,7 +20,7 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._journal.journal_reader import JournalReader
-from durably._journal.pages import page_in, paged
+from durably._journal.pages import page_refs
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
 from durably._telemetry import Telemetry
@@ -274,9 +274,10 @@ async def _restore_once(
         while snapshot is not None:
             try:
                 seq, wire, frame = codec.decode_snapshot(snapshot, stream)
-                if paged(wire):
-                    wire = await page_in(store, codec, stream, seq, wire)
-                candidate = AgentState.from_wire(wire)
+                # Pages are read and checked here (a missing or damaged one skips this snapshot),
+                # and decoded only when the state needs more than the snapshot's newest part.
+                wire, older = await page_refs(store, codec, stream, seq, wire)
+                candidate = AgentState.from_paged(wire, older) if older else AgentState.from_wire(wire)
                 if run is _UNREAD:
                     # The journal's seq 1 read with this snapshot (the same read transaction), or
                     # after the snapshot read, never before it.

@@ -110,17 +110,14 @@ class _Staged:
         payloads: list[bytes],
     ) -> None:
         self.entries, self.records, self.payloads = entries, records, payloads
-        messages = state.messages
-        start = len(messages)
-        while start > 0 and messages[start - 1]["role"] == "tool":
-            start -= 1  # a result lands among the trailing tool messages, the inbox after them
-        self.last_seq, self.turn_start, self.turn = state.last_seq, start, messages[start:]
+        start = state.turn_start()  # a result lands among the trailing tool messages, the inbox after them
+        self.last_seq, self.turn_start, self.turn = state.last_seq, start, state.messages_from(start)
         self.pending, self.inbox = state.pending_calls, state.inbox
-        self.ledger = {r.data["key"]: state.ledger.get(r.data["key"], _MISSING) for r in records}
+        held = {r.data["key"]: state.ledger_entry(r.data["key"]) for r in records}
+        self.ledger = {key: _MISSING if entry is None else entry for key, entry in held.items()}
 
     def undo(self, state: AgentState) -> None:
-        del state.messages[self.turn_start :]
-        state.messages.extend(self.turn)
+        state.replace_messages_from(self.turn_start, self.turn)
         state.pending_calls, state.inbox, state.last_seq = self.pending, self.inbox, self.last_seq
         for key, entry in self.ledger.items():
             if entry is _MISSING:
@@ -407,7 +404,7 @@ class AgentJournal:
     def _fold(self, records: list[Record]) -> None:
         for record in records:
             self.folded_at = record.at
-            before = (len(self.state.messages), len(self.state.inbox))
+            before = (self.state.message_count(), len(self.state.inbox))
             apply(self.state, record)
             self.redactor.placed(record, self.state, before)
             if self.on_fold is not None:
@@ -512,7 +509,7 @@ class AgentJournal:
     def snapshot_submitted(self) -> None:
         """Hand the current state to the background snapshot writer (never with staged records)."""
         assert not self._staged, "a snapshot covers durable records only"
-        self.services.snapshots.submit(self.stream, self.state.last_seq, self.state.to_wire(), claim=self.claim)
+        self.services.snapshots.submit(self.stream, self.state.last_seq, self.state.snapshot_wire(), claim=self.claim)
         self.snapshot_seq = self.state.last_seq
         # Until the writer reports the real size, the state grew by about the tail.
         self.snapshot_bytes += self.bytes_since

@@ -70,7 +70,7 @@ class ChildCalls:
         begun: list[str] = []
         for pending in self.state.pending_calls:
             tool = self.definition.tool(pending["name"])
-            if not isinstance(tool, AgentTool) or pending["key"] in self.state.ledger:
+            if not isinstance(tool, AgentTool) or self.state.ledger_entry(pending["key"]) is not None:
                 continue
             if pending["key"] in self.state.children:
                 continue

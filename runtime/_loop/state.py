@@ -12,10 +12,12 @@ snapshot being encoded in another thread shares only elements that never change.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, cast
+from itertools import islice
+from typing import Any, Protocol, cast
 
 from durably._tools.tool import idempotency_key
 from durably.errors import InvalidArgumentError, UnfoldableRecordError
@@ -35,6 +37,39 @@ TERMINAL = frozenset({FINISHED, FAILED, CANCELLED})
 # Reported, never journaled: a runnable agent the runtime will not resume because its
 # registered definition changed and the definition's policy is "stop" (runtime.migrate).
 NEEDS_MIGRATION = "needs_migration"
+
+
+class OlderPart(Protocol):
+    """The older part of a paged section of a restored state, not decoded yet
+    (``durably._journal.pages.Older``)."""
+
+    #: The snapshot's page references of this part, oldest first.
+    refs: list[dict[str, Any]]
+    #: Items in those pages.
+    count: int
+
+    def whole(self, inline: Any, patches: dict[str, dict[str, Any]]) -> Any:
+        """The whole section: the pages' items, then ``inline`` (with ``patches`` over the pages'
+        entries of those keys, for a ledger); raises ``CorruptRecordError``."""
+        ...
+
+
+#: The sections a restored state may hold undecoded, and the snapshot field naming their pages.
+PAGED = {"messages": "pages", "ledger": "ledger_pages"}
+
+
+class _Whole:
+    """``AgentState.messages`` / ``ledger`` of a state restored with its older part undecoded:
+    the first read decodes it and puts the whole section in the instance, whose attribute
+    then shadows this (a non-data descriptor), so later reads cost nothing more."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, state: AgentState | None, owner: type[AgentState]) -> Any:
+        if state is None:
+            return self
+        return state._materialise(self.name)
 
 
 @dataclass
@@ -153,6 +188,242 @@ class AgentState:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in wire.items() if k in names})
 
+    @classmethod
+    def from_paged(cls, wire: dict[str, Any], older: Mapping[str, OlderPart]) -> AgentState:
+        """Rebuild a state from a paged snapshot's ``wire`` without decoding its pages.
+
+        Args:
+            wire: The snapshot's state without ``pages`` and ``ledger_pages``: its
+                ``messages`` and ``ledger`` are the newest part only.
+            older: ``messages`` / ``ledger`` -> that section's older part, undecoded.
+
+        Returns:
+            The state. Reading ``messages`` or ``ledger`` decodes that section's pages
+                once (``CorruptRecordError`` there for a page that does not decode); the
+                fold and the accessors below use the newest part alone where it is enough.
+        """
+        state = cls.from_wire(wire)
+        lazy = {}
+        for name, part in older.items():
+            lazy[name] = (part, state.__dict__.pop(name))
+        state.__dict__["_older"] = lazy
+        return state
+
+    def _lazy(self, name: str) -> tuple[OlderPart, Any] | None:
+        """``name``'s undecoded older part and the newest part held with it; None once whole."""
+        older = self.__dict__.get("_older")
+        if not older or name not in older:
+            return None
+        if name in self.__dict__:  # assigned anew since (a fold replaced it): the pages are no part of it
+            del older[name]
+            if name == "ledger":
+                self.__dict__.pop("_patches", None)
+            return None
+        return cast(tuple[OlderPart, Any], older[name])
+
+    def _materialise(self, name: str) -> Any:
+        lazy = self._lazy(name)
+        if lazy is None:
+            raise AttributeError(name)
+        part = lazy[0]
+        patches = self.__dict__.get("_patches", {}) if name == "ledger" else {}
+        whole = part.whole(lazy[1], patches)
+        if name == "ledger":
+            self.__dict__.pop("_patches", None)
+        del self.__dict__["_older"][name]
+        self.__dict__[name] = whole
+        # The pages' own objects, so later snapshots still name these pages while they are unchanged.
+        if name == "messages":
+            origin: tuple[list[Any], ...] = (whole[: part.count],)
+        else:
+            origin = (list(islice(whole, part.count)), list(islice(whole.values(), part.count)))
+        self.__dict__.setdefault("_decoded", {})[name] = (part, origin)
+        return whole
+
+    def _from_pages(self, name: str) -> tuple[list[dict[str, Any]], Any] | None:
+        """Page references and the rest of section ``name``, when the snapshot it was restored
+        from names pages of it and its oldest items are still those pages' (the same objects:
+        a fold never changes an item in place); None otherwise."""
+        lazy = self._lazy(name)
+        if lazy is not None and name == "ledger" and self.__dict__.get("_patches"):
+            self._materialise(name)  # entries folded in over keys the pages may hold: resolved first
+            lazy = None
+        if lazy is not None:
+            return list(lazy[0].refs), lazy[1].copy()
+        decoded = self.__dict__.get("_decoded")
+        if not decoded or name not in decoded:
+            return None
+        part, origin = decoded[name]
+        whole = getattr(self, name)
+        count = part.count
+        if name == "messages":
+            same = len(whole) >= count and all(map(operator.is_, whole, origin[0]))
+        else:
+            same = (
+                len(whole) >= count
+                and all(map(operator.is_, whole, origin[0]))
+                and all(map(operator.is_, whole.values(), origin[1]))
+            )
+        if not same:
+            del decoded[name]  # rewritten (a compaction, a fork): paged anew from now on
+            return None
+        rest = whole[count:] if name == "messages" else dict(islice(whole.items(), count, None))
+        return list(part.refs), rest
+
+    def snapshot_wire(self) -> dict[str, Any]:
+        """``to_wire`` for the snapshot writer, naming the pages the state was restored from.
+
+        Returns:
+            ``to_wire``'s dict, except that a section restored from pages whose items are
+                unchanged is given as those pages' references (``pages``, ``ledger_pages``)
+                and the rest, so the snapshot names the same pages without decoding or
+                writing them again.
+        """
+        if not self.__dict__.get("_older") and not self.__dict__.get("_decoded"):
+            return self.to_wire()
+        held = {name: paged for name in PAGED if (paged := self._from_pages(name)) is not None}
+        wire = {}
+        for f in fields(self):
+            if f.name in held:
+                refs, rest = held[f.name]
+                wire[f.name] = rest
+                wire[PAGED[f.name]] = refs
+            else:
+                value = getattr(self, f.name)
+                wire[f.name] = value.copy() if isinstance(value, (list, dict)) else value
+        for optional in ("trace", "wake_at", "parent", "children"):
+            if wire[optional] is None or wire[optional] == {}:
+                del wire[optional]
+        return wire
+
+    def newest_messages(self) -> tuple[int, list[dict[str, Any]]]:
+        """Where the newest messages are, without decoding pages.
+
+        Returns:
+            ``(offset, messages)``: ``messages`` is the conversation from index ``offset``
+                on (the whole of it, offset 0, once decoded), the state's own list:
+                appending to it appends to the conversation.
+        """
+        lazy = self._lazy("messages")
+        if lazy is None:
+            return 0, self.messages
+        return lazy[0].count, cast(list[dict[str, Any]], lazy[1])
+
+    def message_count(self) -> int:
+        """The conversation's length, without decoding pages.
+
+        Returns:
+            ``len(messages)``.
+        """
+        offset, newest = self.newest_messages()
+        return offset + len(newest)
+
+    def messages_from(self, start: int) -> list[dict[str, Any]]:
+        """The conversation's messages from one index on; decodes pages only when it is in them.
+
+        Args:
+            start: An index into ``messages``.
+
+        Returns:
+            A copy of ``messages[start:]``.
+        """
+        offset, newest = self.newest_messages()
+        return newest[start - offset :] if start >= offset else self.messages[start:]
+
+    def replace_messages_from(self, start: int, messages: list[dict[str, Any]]) -> None:
+        """Replace the conversation from one index on; decodes pages only when it is in them.
+
+        Args:
+            start: An index into ``messages``.
+            messages: What ``messages[start:]`` becomes.
+        """
+        offset, newest = self.newest_messages()
+        if start >= offset:
+            newest[start - offset :] = messages
+        else:
+            self.messages[start:] = messages
+
+    def turn_start(self) -> int:
+        """Where the conversation's trailing tool messages begin.
+
+        Decodes pages only when the run of them reaches into pages.
+
+        Returns:
+            The index of the first of them; the conversation's length when it ends otherwise.
+        """
+        offset, newest = self.newest_messages()
+        start = len(newest)
+        while start > 0 and newest[start - 1]["role"] == "tool":
+            start -= 1
+        if start == 0 and offset:
+            return self._turn_start_whole()
+        return offset + start
+
+    def _turn_start_whole(self) -> int:
+        messages = self.messages
+        start = len(messages)
+        while start > 0 and messages[start - 1]["role"] == "tool":
+            start -= 1
+        return start
+
+    def ledger_entry(self, key: str) -> dict[str, Any] | None:
+        """One ledger entry, looked up in the newest entries first.
+
+        A key not among them decodes the ledger's pages: the answer is exact, a call
+        is never taken as new when it is not.
+
+        Args:
+            key: An idempotency key.
+
+        Returns:
+            ``ledger.get(key)``.
+        """
+        lazy = self._lazy("ledger")
+        if lazy is not None and key not in self.__dict__.get("_patches", ()):
+            entry = lazy[1].get(key)
+            if entry is not None:
+                return cast(dict[str, Any], entry)
+        return self.ledger.get(key)
+
+    def set_ledger_entry(self, key: str, entry: dict[str, Any]) -> None:
+        """Set one ledger entry; without decoding pages when the key is among the newest entries.
+
+        Args:
+            key: An idempotency key.
+            entry: What ``ledger[key]`` becomes.
+        """
+        lazy = self._lazy("ledger")
+        if lazy is not None and key in lazy[1] and key not in self.__dict__.get("_patches", ()):
+            lazy[1][key] = entry
+        else:
+            self.ledger[key] = entry
+
+    def merge_ledger_entry(self, key: str, default: dict[str, Any], changes: dict[str, Any]) -> None:
+        """``ledger[key] = {**ledger.get(key, default), **changes}`` (the fold's write), without decoding pages.
+
+        A key not among the newest entries is written over ``default`` and its
+        ``changes`` are kept, to be put over the pages' entry of that key, if any,
+        once the ledger is decoded.
+
+        Args:
+            key: An idempotency key.
+            default: The entry when the ledger holds none under ``key``.
+            changes: The fields written over it.
+        """
+        lazy = self._lazy("ledger")
+        if lazy is None:
+            ledger = self.ledger
+            ledger[key] = {**ledger.get(key, default), **changes}
+            return
+        inline, patches = lazy[1], self.__dict__.setdefault("_patches", {})
+        if key in inline:
+            inline[key] = {**inline[key], **changes}
+            if key in patches:
+                patches[key] = {**patches[key], **changes}
+        else:
+            inline[key] = {**default, **changes}
+            patches[key] = dict(changes)
+
     def call_ids(self) -> set[str]:
         """The ids of every tool call in ``messages``.
 
@@ -181,6 +452,12 @@ class AgentState:
             The requests (dicts from ``approvals``) whose ``decision`` is None.
         """
         return [a for a in self.approvals.values() if a.get("decision") is None]
+
+
+for _name in PAGED:
+    # default_factory fields have no class attribute: the descriptor is only ever reached
+    # when the instance holds no whole section, i.e. while its pages are undecoded.
+    setattr(AgentState, _name, _Whole(_name))
 
 
 def apply(state: AgentState, record: Record) -> AgentState:
@@ -216,13 +493,13 @@ def _started(s: AgentState, d: dict[str, Any]) -> None:
 
 def _message_received(s: AgentState, d: dict[str, Any]) -> None:
     message = {"role": d.get("role", "user"), "content": d["content"]}
-    (s.inbox if s.pending_calls else s.messages).append(message)
+    (s.inbox if s.pending_calls else s.newest_messages()[1]).append(message)
 
 
 def _model_responded(s: AgentState, d: dict[str, Any]) -> None:
     calls = d["tool_calls"]
-    s.messages.append({"role": "assistant", "content": d["text"], "tool_calls": calls})
-    if (cache := s.__dict__.get("_call_ids")) is not None and cache[0] is s.messages:
+    s.newest_messages()[1].append({"role": "assistant", "content": d["text"], "tool_calls": calls})
+    if (cache := s.__dict__.get("_call_ids")) is not None and cache[0] is s.__dict__.get("messages"):
         cache[1].update(c.get("id") for c in calls)
     s.pending_calls = [c if "key" in c else dict(c, key=_legacy_key(s, c)) for c in calls]
     usage = d["usage"]
@@ -237,15 +514,14 @@ def _model_responded(s: AgentState, d: dict[str, Any]) -> None:
 
 
 def _tool_intent(s: AgentState, d: dict[str, Any]) -> None:
-    entry = s.ledger.get(d["key"], {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0, "done": False})
-    s.ledger[d["key"]] = {**entry, "attempts": d["attempt"]}
+    default = {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0, "done": False}
+    s.merge_ledger_entry(d["key"], default, {"attempts": d["attempt"]})
 
 
 def _tool_result(s: AgentState, d: dict[str, Any]) -> None:
     key = d["key"]
-    entry = s.ledger.get(key, {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0})
     outcome = {"result": d.get("result"), "error": d.get("error"), "reconciled": d.get("reconciled", False)}
-    s.ledger[key] = {**entry, "done": True, **outcome}
+    s.merge_ledger_entry(key, {"call_id": d["call_id"], "tool": d["tool"], "attempts": 0}, {"done": True, **outcome})
     content = d["error"] if d.get("error") is not None else d.get("result")
     _place_result(s, d["call_id"], {"role": "tool", "tool_call_id": d["call_id"], "content": content})
     if (used := d.get("usage")) is not None:  # a model request journaled as a call: it counts as a step
@@ -257,7 +533,7 @@ def _tool_result(s: AgentState, d: dict[str, Any]) -> None:
         }
     s.pending_calls = [c for c in s.pending_calls if c["key"] != key]
     if not s.pending_calls and s.inbox:
-        s.messages.extend(s.inbox)
+        s.newest_messages()[1].extend(s.inbox)
         s.inbox = []
 
 
@@ -265,14 +541,15 @@ def _place_result(s: AgentState, call_id: str, message: dict[str, Any]) -> None:
     """Append a tool message so the results of one turn keep the model's call
     order, whatever order its calls (run concurrently) finished in. Only that
     turn's results follow its assistant message, so the search is short."""
+    offset, messages = s.newest_messages()
     if not s.pending_calls:
         # No model turn waits for results (a function agent's journaled call): nothing to
         # order, and the run of tool messages behind it may be long.
-        s.messages.append(message)
+        messages.append(message)
         return
-    messages, first = s.messages, len(s.messages)
-    while first > 0 and messages[first - 1]["role"] == "tool":
-        first -= 1
+    start = s.turn_start()  # decodes the pages when the turn's results reach back into them ...
+    offset, messages = s.newest_messages()  # ... and the list is the whole conversation then
+    first = start - offset
     calls = messages[first - 1].get("tool_calls") or () if first > 0 else ()
     order = {c["id"]: i for i, c in enumerate(calls)}
     mine = order.get(call_id)
@@ -286,13 +563,17 @@ def _place_result(s: AgentState, call_id: str, message: dict[str, Any]) -> None:
 def _tool_failed(s: AgentState, d: dict[str, Any]) -> None:
     # The attempt's outcome is known (it failed): a resume waits out the pause and
     # runs the next attempt, with no unknown-outcome question.
-    entry = s.ledger[d["key"]]
-    s.ledger[d["key"]] = {**entry, "failed": d["attempt"], "retry_at": d["retry_at"], "last_error": d["error"]}
+    entry = s.ledger_entry(d["key"])
+    if entry is None:
+        raise KeyError(d["key"])
+    s.set_ledger_entry(d["key"], {**entry, "failed": d["attempt"], "retry_at": d["retry_at"], "last_error": d["error"]})
 
 
 def _tool_heartbeat(s: AgentState, d: dict[str, Any]) -> None:
-    entry = s.ledger[d["key"]]
-    s.ledger[d["key"]] = {**entry, "heartbeat": d["details"]}
+    entry = s.ledger_entry(d["key"])
+    if entry is None:
+        raise KeyError(d["key"])
+    s.set_ledger_entry(d["key"], {**entry, "heartbeat": d["details"]})
 
 
 def _plan_updated(s: AgentState, d: dict[str, Any]) -> None:

@@ -130,7 +130,7 @@ async def run_call(
     """
     key = call["key"]
     coordinates = {"key": key, "call_id": call["id"], "tool": tool.name}
-    entry = host.state.ledger.get(key) or {}
+    entry = host.state.ledger_entry(key) or {}
     current = attempt
 
     async def write_heartbeat(details: Any) -> None:

@@ -62,7 +62,12 @@ class ToolCalls(ChildCalls):
         ready = []
         for call in calls:
             tool = self.definition.tool(call["name"])
-            if tool is None or tool.requires_approval or tool.sequential or call["key"] in self.state.ledger:
+            if (
+                tool is None
+                or tool.requires_approval
+                or tool.sequential
+                or self.state.ledger_entry(call["key"]) is not None
+            ):
                 continue
             ready.append(call)
         return ready
@@ -87,7 +92,7 @@ class ToolCalls(ChildCalls):
         if isinstance(tool, AgentTool):
             await self._child_call(call)  # a child agent, not a function: see child_calls
             return
-        entry = self.state.ledger.get(call["key"])
+        entry = self.state.ledger_entry(call["key"])
         if entry is None:
             if tool.requires_approval:
                 decision = await self._decision(call, self._approval_id(call), "tool requires approval")
@@ -143,7 +148,10 @@ class ToolCalls(ChildCalls):
                 approval was requested (the agent parks), or the agent failed
                 (policy ``fail``).
         """
-        attempt: int = self.state.ledger[call["key"]]["attempts"] + 1
+        started = self.state.ledger_entry(call["key"])
+        if started is None:  # only a call whose intent is in the ledger has an unknown outcome
+            raise KeyError(call["key"])
+        attempt: int = started["attempts"] + 1
         approval_id = self._approval_id(call, f"#attempt{attempt}")
         if policy is OnUnknownOutcome.ASK or approval_id in self.state.approvals:
             # (a "fail" call becomes a question once an operator retried the agent)

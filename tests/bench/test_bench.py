@@ -132,6 +132,7 @@ def test_restore_reads_a_snapshot_and_a_tail_that_cover_the_history(tiny_run):
         found = {f["name"]: f["value"] for f in figures(tiny_run, "restore") if f["params"]["records"] == records}
         assert found["snapshot_seq"] + found["tail_records"] == records
         assert found["restore_cold"] > 0 and found["restore_warm_p50"] <= found["restore_warm_p99"]
+        assert found["restore_step_p50"] > 0  # restore and what the next step reads
     assert figures(tiny_run, "restore", "snapshot_decode")  # 250 records pass the default policy's 200
 
 
