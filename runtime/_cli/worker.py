@@ -36,8 +36,9 @@ from durably._cli.options import (
 )
 from durably._cli.output import Output, when
 from durably._fleet.workers import DEFAULT_TIMEOUT, describe, forgotten, list_workers
+from durably._journal.write_formats import ENV, write_formats
 from durably._loop.agent import AgentDefinition
-from durably.errors import DurablyError
+from durably.errors import DurablyError, InvalidArgumentError
 
 log = logging.getLogger("durably.worker")
 
@@ -84,6 +85,15 @@ def load_agents(spec: str) -> list[AgentDefinition]:
     return found
 
 
+def _check_write_compat(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``value`` if it names a release ``write_formats`` knows (None: unset); a usage error if not."""
+    try:
+        write_formats(value, source="--write-compat")
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
 @click.command()
 @click.option(
     "--agents",
@@ -124,6 +134,14 @@ def load_agents(spec: str) -> list[AgentDefinition]:
     metavar="PORT",
     help="serve HTTP /livez and /readyz on 127.0.0.1:PORT (0: any free port, printed at start)",
 )
+@click.option(
+    "--write-compat",
+    envvar=ENV,
+    metavar="RELEASE",
+    callback=_check_write_compat,
+    help="while a fleet is upgraded: write only the formats this older release reads (e.g. 0.1); "
+    "unset once every worker runs this release",
+)
 def worker(
     agent_specs: tuple[str, ...],
     store: str,
@@ -135,6 +153,7 @@ def worker(
     poll_interval: float,
     drain_timeout: float,
     health_port: int | None,
+    write_compat: str | None,
 ) -> int:
     """Run agents from a store until SIGTERM or SIGINT, then drain and exit 0.
 
@@ -160,6 +179,7 @@ def worker(
             drain_timeout,
             max_agents,
             health_port,
+            write_compat,
         )
     except (DurablyError, ValueError) as exc:
         out.error(exc)
@@ -179,6 +199,7 @@ async def _serve(
     drain_timeout: float,
     max_agents: int | None,
     health_port: int | None,
+    write_compat: str | None,
 ) -> None:
     from durably._runtime import Runtime
 
@@ -190,6 +211,7 @@ async def _serve(
         lease_ttl=lease_ttl,
         heartbeat_timeout=heartbeat_timeout,
         encryption=encryption_from_env(),
+        write_compat=write_compat or "",
     ) as rt:
         heartbeats = rt._activations.leases.heartbeats
         serving = False
@@ -208,6 +230,8 @@ async def _serve(
                 f"worker {rt.worker_id} serving namespace {namespace!r} on {rt.store!r} ({names}); "
                 f"heartbeat timeout {heartbeat_timeout:g}s; SIGTERM or SIGINT drains"
             )
+            if rt.write_formats.release is not None:
+                out.line(f"writing only the formats release {rt.write_formats.release} reads (--write-compat)")
             serving = True
             await rt.serve(
                 poll_interval,

@@ -117,7 +117,8 @@ class SnapshotWriter:
     same stream still waiting (only the newest matters). ``run`` is the
     worker; start it in the runtime's task group. A failed snapshot is logged
     and skipped: the journal alone is enough for restore. ``codec_factory``
-    builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts);
+    builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts; its
+    ``formats`` say whether snapshots are paged);
     ``telemetry`` gets a ``durably.snapshot.save`` span and the snapshot metrics.
     """
 
@@ -222,7 +223,7 @@ class SnapshotWriter:
             if span is not None:
                 span.set_attributes({tm.AGENT_ID: stream.agent_id, tm.SEQ: seq})
             try:
-                if self._pager is not None:
+                if self._pager is not None and codec.formats.paged:
                     # Pages first: a snapshot is only stored once every page it names is.
                     wire = await self._pager.page_out(codec, stream, seq, wire)
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.
