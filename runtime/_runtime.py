@@ -276,7 +276,9 @@ class Runtime:
                 indexed=status_index.indexed(self.store),
             )
             leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
-            leases.heartbeats = Heartbeats(self.store, leases.identity, self.heartbeat_timeout)
+            leases.heartbeats = Heartbeats(
+                self.store, leases.identity, self.heartbeat_timeout, writes=self.write_formats
+            )
             leases.on_takeover = lambda stream, holder: self.telemetry.count("takeovers")
             leases.on_lost = lambda stream: self.telemetry.count("lost_leases")
             self._tg = await stack.enter_async_context(anyio.create_task_group())

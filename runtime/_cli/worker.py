@@ -36,7 +36,7 @@ from durably._cli.options import (
 )
 from durably._cli.output import Output, when
 from durably._fleet.workers import DEFAULT_TIMEOUT, describe, forgotten, list_workers
-from durably._journal.write_formats import ENV, write_formats
+from durably._journal.write_formats import ENV, readable, release_name, write_formats
 from durably._loop.agent import AgentDefinition
 from durably.errors import DurablyError, InvalidArgumentError
 
@@ -232,6 +232,7 @@ async def _serve(
             )
             if rt.write_formats.release is not None:
                 out.line(f"writing only the formats release {rt.write_formats.release} reads (--write-compat)")
+            await _warn_of_older_readers(rt, namespace, heartbeat_timeout, out)
             serving = True
             await rt.serve(
                 poll_interval,
@@ -242,6 +243,20 @@ async def _serve(
             serving = False
             tg.cancel_scope.cancel()
     out.line(f"worker {rt.worker_id} drained: steps finished, leases released")
+
+
+async def _warn_of_older_readers(rt: Any, namespace: str, timeout: float, out: Output) -> None:
+    """Say which live workers cannot read what this one writes: each would refuse an agent it takes over."""
+    writes = rt.write_formats.levels
+    now = time.time()
+    for beat in await list_workers(rt.store, namespace):
+        if beat.alive(timeout, now) and not readable(writes, beat.reads):
+            older = release_name(beat.reads)
+            out.line(
+                f"warning: worker {beat.worker_id} ({beat.host}, pid {beat.pid}) reads only the formats of release "
+                f"{older}: it cannot take over the agents this worker writes; until it is upgraded, "
+                f"run every worker with --write-compat {older}"
+            )
 
 
 def _configure_logging() -> None:
@@ -262,7 +277,8 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
 
     A worker is dead when its last heartbeat is older than --heartbeat-timeout;
     dead and stopped workers hold no agents (any worker may take them over) and
-    are listed for 10 minutes after their last heartbeat.
+    are listed for 10 minutes after their last heartbeat. "reads" and "writes"
+    name the release whose formats each reads and writes (--write-compat).
     """
     from durably.storage._registry import open_store
 
@@ -280,7 +296,7 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
         out.line(f"no workers have served namespace {namespace!r} on {where} in the last 10 minutes")
         return
     out.table(
-        ["worker", "status", "host", "pid", "agents", "last heartbeat", "started", "definitions"],
+        ["worker", "status", "host", "pid", "agents", "last heartbeat", "started", "definitions", "reads", "writes"],
         [
             [
                 r["worker_id"],
@@ -291,6 +307,8 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
                 f"{r['age_s']:.1f}s ago",
                 when(r["started_at"]),
                 ", ".join(r["definitions"]),
+                release_name(tuple(r["reads"])),
+                release_name(tuple(r["writes"])),
             ]
             for r in rows
         ],

@@ -54,6 +54,11 @@ class WriteFormats:
         """Whether snapshots page their older messages and ledger entries out to blobs."""
         return self.snapshot_version >= FIRST_PAGED
 
+    @property
+    def levels(self) -> tuple[int, int]:
+        """``(frame format, snapshot version)``: the highest of each written, what a reader must read."""
+        return (5 if self.group_frames else 3, self.snapshot_version)
+
 
 #: This build's formats: group frames and paged snapshots.
 NEWEST = WriteFormats(None, group_frames=True, snapshot_version=CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID])
@@ -61,6 +66,25 @@ NEWEST = WriteFormats(None, group_frames=True, snapshot_version=CURRENT_VERSIONS
 #: Releases a fleet may still run during an upgrade, with what they read: the 0.1
 #: release reads frame formats 1 to 3 and snapshots up to version 5.
 RELEASES: Mapping[str, WriteFormats] = {"0.1": WriteFormats("0.1", group_frames=False, snapshot_version=5)}
+
+
+#: What a worker reads whose heartbeat does not say: the 0.1 release's workers never did.
+UNSTATED = RELEASES["0.1"].levels
+
+
+def readable(written: tuple[int, int], reads: tuple[int, int]) -> bool:
+    """Whether a worker that reads up to ``reads`` reads what ``written`` levels describe (``WriteFormats.levels``)."""
+    return written[0] <= reads[0] and written[1] <= reads[1]
+
+
+def release_name(levels: tuple[int, int]) -> str:
+    """An operator's name for format ``levels``: a release of ``RELEASES``, ``"this release"``, or the levels."""
+    if levels == NEWEST.levels:
+        return "this release"
+    for name, formats in RELEASES.items():
+        if formats.levels == levels:
+            return name
+    return f"frames {levels[0]}, snapshots {levels[1]}"
 
 
 def write_formats(write_compat: str | None, *, source: str = "write_compat") -> WriteFormats:

@@ -17,8 +17,10 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 from click.testing import CliRunner
 from schema_wire import validate_frame
@@ -26,6 +28,9 @@ from schema_wire import validate_frame
 from durably import Runtime, SnapshotPolicy
 from durably._cli.demo.survey import survey_agent, survey_task
 from durably._cli.main import cli
+from durably._cli.output import Output
+from durably._cli.worker import _warn_of_older_readers
+from durably._fleet.workers import WORKERS_NAMESPACE, list_workers
 from durably._journal import pages
 from durably._journal.records import RecordCodec
 from durably._journal.write_formats import NEWEST, RELEASES, write_formats
@@ -242,3 +247,61 @@ def test_an_unpaged_snapshot_never_names_pages() -> None:
     records = RecordCodec(formats=RELEASES["0.1"]).commit_frames([b"\xa0", b"\xa0", b"\xa0"], 4, stream)
     assert len(records) == 3 and {row[2] for row in records} <= {2, 3}  # small payloads go uncompressed (format 2)
     assert [row[2] for row in RecordCodec().commit_frames([b"\xa0", b"\xa0", b"\xa0"], 4, stream)] == [4, 5, 5]
+
+
+def old_beat(worker_id: str) -> bytes:
+    """A live heartbeat as the 0.1 release writes it: the same JSON, without ``reads`` or ``writes``."""
+    now = time.time()
+    fields = {
+        "owner": f"{worker_id}/owner",
+        "worker_id": worker_id,
+        "host": "old-host",
+        "pid": 7,
+        "namespace": "default",
+        "definitions": ["stdlib-survey"],
+        "started_at": now - 60,
+        "beat_at": now,
+        "agents": 0,
+        "agent_ids": [],
+        "state": "serving",
+    }
+    return json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
+
+
+async def test_a_worker_of_the_previous_release_is_named_and_warned_about(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    async with Runtime(url) as rt:
+        await rt.store.append(StreamId(WORKERS_NAMESPACE, "old-1"), 0, [old_beat("old-1")])
+        out = Output()
+        lines: list[str] = []
+        out.line = lines.append  # type: ignore[method-assign]
+        await _warn_of_older_readers(rt, "default", 5.0, out)
+        assert len(lines) == 1 and "old-1 (old-host, pid 7)" in lines[0] and "--write-compat 0.1" in lines[0]
+    async with Runtime(url, write_compat="0.1") as rt:
+        lines.clear()
+        await _warn_of_older_readers(rt, "default", 5.0, out)
+        assert lines == []  # what it writes, the old worker reads
+
+    result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(cli, ["workers", "--store", url, "--json"]))
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)["workers"]
+    assert (row["worker_id"], row["reads"], row["writes"]) == ("old-1", [3, 5], [3, 5])
+
+
+async def test_the_previous_release_lists_a_worker_of_this_one(tmp_path: Path, previous_release: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    async with Runtime(url, worker_id="new-1", write_compat="0.1") as rt, anyio.create_task_group() as tg:
+        tg.start_soon(rt.serve, 0.05)
+        heartbeats = rt._activations.leases.heartbeats
+        assert heartbeats is not None
+        with anyio.fail_after(30):
+            while heartbeats.last_written is None:
+                await anyio.sleep(0.05)
+        listed = await anyio.to_thread.run_sync(
+            lambda: old(previous_release, "-m", "durably", "workers", "--store", url, "--json", cwd=tmp_path)
+        )
+        ours = await list_workers(rt.store, "default")
+        tg.cancel_scope.cancel()
+    assert listed.returncode == 0, listed.stderr
+    assert [(w["worker_id"], w["status"]) for w in json.loads(listed.stdout)["workers"]] == [("new-1", "live")]
+    assert [(b.reads, b.writes) for b in ours] == [(NEWEST.levels, RELEASES["0.1"].levels)]
