@@ -41,13 +41,18 @@ class WriteFormats:
         group_frames: Whether a commit of several records is one group frame (format 4)
             with member rows (format 5); False: one frame per record (format 3, or 1
             when encrypted).
-        snapshot_version: The ``durably.snapshot`` version stamped on snapshots;
-            below ``FIRST_PAGED`` a snapshot holds its whole conversation inline.
+        snapshot: The ``durably.snapshot`` version stamped on snapshots, or None:
+            the current one (``CURRENT_VERSIONS``, read when a snapshot is written).
     """
 
     release: str | None
     group_frames: bool
-    snapshot_version: int
+    snapshot: int | None
+
+    @property
+    def snapshot_version(self) -> int:
+        """The snapshot version written; below ``FIRST_PAGED`` a snapshot holds its whole conversation inline."""
+        return CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID] if self.snapshot is None else self.snapshot
 
     @property
     def paged(self) -> bool:
@@ -61,11 +66,11 @@ class WriteFormats:
 
 
 #: This build's formats: group frames and paged snapshots.
-NEWEST = WriteFormats(None, group_frames=True, snapshot_version=CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID])
+NEWEST = WriteFormats(None, group_frames=True, snapshot=None)
 
 #: Releases a fleet may still run during an upgrade, with what they read: the 0.1
 #: release reads frame formats 1 to 3 and snapshots up to version 5.
-RELEASES: Mapping[str, WriteFormats] = {"0.1": WriteFormats("0.1", group_frames=False, snapshot_version=5)}
+RELEASES: Mapping[str, WriteFormats] = {"0.1": WriteFormats("0.1", group_frames=False, snapshot=5)}
 
 
 #: What a worker reads whose heartbeat does not say: the 0.1 release's workers never did.
