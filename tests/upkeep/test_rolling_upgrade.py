@@ -35,6 +35,7 @@ from durably._journal import pages
 from durably._journal.records import RecordCodec
 from durably._journal.write_formats import NEWEST, RELEASES, write_formats
 from durably.errors import ArgumentTypeError, InvalidArgumentError, UnencodableValueError
+from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 from durably.storage._spi import StreamId
 
 #: The 0.1 release's commit: the newest code that reads only frame formats 1-3 and snapshots up to v5.
@@ -205,6 +206,48 @@ async def test_without_write_compat_the_previous_release_refuses_the_agent_and_l
     assert stored(db) == before  # nothing rewritten, nothing lost
     async with Runtime(url) as rt:
         assert (await rt.status(AGENT)).status == "waiting_approval"
+
+
+@pytest.mark.usefixtures("small_pages")
+async def test_switched_on_late_a_v5_snapshot_over_the_group_frames_lets_the_previous_release_restore(
+    tmp_path: Path, previous_release: Path
+) -> None:
+    db = tmp_path / "late.db"
+    await write_survey(db, tmp_path, None)  # group frames and a paged snapshot
+    url = f"sqlite:///{db}"
+    agent = survey_agent(tmp_path, latency=0)
+    policy = SnapshotPolicy(every_records=2, tail_ratio=0)
+    async with Runtime(url, agents=[agent], snapshot_policy=policy, write_compat="0.1") as rt:
+        (approval,) = (await rt.status(AGENT)).open_approvals()
+        await rt.approve(AGENT, approval["approval_id"], by="ops")
+        handle = await rt.resume(AGENT)
+        if handle is not None:
+            await handle.wait()
+        final = await rt.wait(AGENT, "finished", timeout=60)
+    records, snapshots, blobs = stored(db)
+    assert 4 in {row[2] for row in records}  # records are never rewritten ...
+    assert [frame[5:7] for frame in snapshots] == [(5).to_bytes(2, "big")] and blobs == 0  # ... the pages went
+
+    ran = old(
+        previous_release, "-c", OLD_WORKER, str(previous_release), url, str(tmp_path), "restore-only", cwd=tmp_path
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout.splitlines()[-1]) == {"status": final.status}
+
+
+@pytest.mark.usefixtures("small_pages")
+async def test_a_key_rotation_under_write_compat_writes_unpaged_v5_snapshots(tmp_path: Path) -> None:
+    db = tmp_path / "keys.db"
+    last = await write_survey(db, tmp_path, "0.1")
+    keys = AESGCMCipher(StaticKeyProvider({"k1": generate_key()}), allow_plaintext=True)
+    async with Runtime(f"sqlite:///{db}", encryption=keys, write_compat="0.1") as rt:
+        (report,) = await rt.reencrypt()
+        assert set(report.after) == {"k1"}
+        state = await rt.status(AGENT)
+    records, snapshots, blobs = stored(db)
+    assert {row[2] for row in records} <= {1, 2, 3} and blobs == 0
+    assert snapshots and all(frame[5:7] == (5).to_bytes(2, "big") for frame in snapshots)
+    assert (state.status, state.last_seq) == ("waiting_approval", last + 1)  # and the rotation's marker
 
 
 def test_the_setting_names_a_release(monkeypatch: pytest.MonkeyPatch) -> None:
