@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
@@ -39,6 +39,10 @@ from durably._fleet.workers import DEFAULT_TIMEOUT, describe, forgotten, list_wo
 from durably._journal.write_formats import ENV, readable, release_name, write_formats
 from durably._loop.agent import AgentDefinition
 from durably.errors import DurablyError, InvalidArgumentError
+from durably.storage._errors import StoreError
+
+if TYPE_CHECKING:
+    from durably._runtime import Runtime
 
 log = logging.getLogger("durably.worker")
 
@@ -245,11 +249,16 @@ async def _serve(
     out.line(f"worker {rt.worker_id} drained: steps finished, leases released")
 
 
-async def _warn_of_older_readers(rt: Any, namespace: str, timeout: float, out: Output) -> None:
+async def _warn_of_older_readers(rt: Runtime, namespace: str, timeout: float, out: Output) -> None:
     """Say which live workers cannot read what this one writes: each would refuse an agent it takes over."""
     writes = rt.write_formats.levels
     now = time.time()
-    for beat in await list_workers(rt.store, namespace):
+    try:
+        beats = await list_workers(rt.store, namespace)
+    except StoreError as exc:  # an outage at start is serve()'s to ride out, not a reason to stop here
+        log.warning("could not list the workers to compare formats: %s", exc)
+        return
+    for beat in beats:
         if beat.alive(timeout, now) and not readable(writes, beat.reads):
             older = release_name(beat.reads)
             out.line(

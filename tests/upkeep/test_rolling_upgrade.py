@@ -325,6 +325,10 @@ async def test_a_worker_of_the_previous_release_is_named_and_warned_about(tmp_pa
         await _warn_of_older_readers(rt, "default", 5.0, out)
         assert lines == []  # what it writes, the old worker reads
 
+    lines.clear()
+    await _warn_of_older_readers(rt, "default", 5.0, out)  # its store is closed now: no listing, no warning
+    assert lines == []
+
     result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(cli, ["workers", "--store", url, "--json"]))
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.output)["workers"]
