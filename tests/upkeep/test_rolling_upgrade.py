@@ -91,7 +91,8 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         check=False,
     )
-    assert found.returncode == 0, f"the previous release is not in this clone's history: {found.stderr.decode()}"
+    if found.returncode != 0:  # a shallow clone or an exported tree: nothing to run the old code from
+        pytest.skip(f"the previous release {PREVIOUS_RELEASE[:7]} is not in this clone's history")
     source, tree = tmp_path_factory.mktemp("release-0.1-src"), tmp_path_factory.mktemp("release-0.1")
     with tarfile.open(fileobj=io.BytesIO(found.stdout)) as archive:
         archive.extractall(source, filter="data")
