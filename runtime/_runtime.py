@@ -42,6 +42,7 @@ from durably._journal import status_index
 from durably._journal.records import RecordCodec
 from durably._journal.redaction_policy import RedactionPolicy
 from durably._journal.snapshots import SnapshotPolicy, SnapshotWriter
+from durably._journal.write_formats import write_formats, write_formats_from_env
 from durably._journal.writer import JournalServices
 from durably._loop import commands as cmd
 from durably._loop.agent import AgentDefinition, Budget
@@ -129,15 +130,21 @@ class Runtime:
             store; each covers the calls its key names (``"model:gpt-4o"``,
             ``"agent:support"``). A call waits before each attempt until every
             limit covering it has room (docs: Limits).
+        write_compat: The oldest durably release still running on this store
+            (``"0.1"``) while a fleet is upgraded: records and snapshots are
+            written in the formats it reads (one frame per record, unpaged
+            snapshots); reading is unchanged. None: ``$DURABLY_WRITE_COMPAT``,
+            and unset or empty, this release's formats (docs: Upgrading a fleet).
 
     Raises:
         InvalidArgumentError: A ``ValueError``: ``lease_ttl`` is not a finite number
             of at least 0, ``mailbox_size`` not an int of at least 0, or
             ``heartbeat_timeout`` not a finite number > 0, two ``limits`` with one key,
-            a limit key not starting with ``model:`` or ``agent:``; at ``async with``,
+            a limit key not starting with ``model:`` or ``agent:``, a ``write_compat``
+            (or ``$DURABLY_WRITE_COMPAT``) naming no known release; at ``async with``,
             a concurrency limit on a store without leases that processes share.
         ArgumentTypeError: A ``TypeError``: ``namespace`` or ``worker_id`` is not a
-            ``str``, ``snapshot_policy``, ``redaction`` or ``encryption`` not of its
+            ``str`` (nor ``write_compat``), ``snapshot_policy``, ``redaction`` or ``encryption`` not of its
             type, ``agents`` not a collection of ``AgentDefinition``.
         InvalidStoreError: ``store`` is neither a URL nor a ``Store`` (also a ``TypeError``).
         RuntimeNotStartedError: from every method but ``register`` and ``stream``,
@@ -160,6 +167,7 @@ class Runtime:
         meter_provider: metrics.MeterProvider | None = None,
         heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
         limits: Iterable[Limit] = (),
+        write_compat: str | None = None,
     ) -> None:
         if not isinstance(store, (str, Store)):
             raise InvalidStoreError(
@@ -186,6 +194,11 @@ class Runtime:
         if isinstance(agents, (str, bytes)) or not isinstance(agents, Iterable):
             raise ArgumentTypeError(f"Runtime: agents must be a list of AgentDefinition, got {type(agents).__name__}")
         self.lease_ttl = lease_ttl
+        self.write_formats = (
+            write_formats_from_env()
+            if write_compat is None
+            else write_formats(write_compat, source="Runtime: write_compat")
+        )
         self.limits = check_limits("Runtime", limits, runtime_wide=True)
         self.heartbeat_timeout = check_timeout("Runtime", heartbeat_timeout)
         self.namespace = namespace
@@ -244,13 +257,13 @@ class Runtime:
                 self.store = await stack.enter_async_context(open_store(self._store_arg))
             else:
                 self.store = self._store_arg
-            self.codec = RecordCodec(cipher=self.encryption)
+            self.codec = RecordCodec(cipher=self.encryption, formats=self.write_formats)
             committer = GroupCommitter(self.store, tracer=self.telemetry.tracer, attributes=self.telemetry.attributes)
             snapshots = SnapshotWriter(
                 self.store,
                 policy=self.policy,
                 telemetry=self.telemetry,
-                codec_factory=partial(RecordCodec, cipher=self.encryption),
+                codec_factory=partial(RecordCodec, cipher=self.encryption, formats=self.write_formats),
             )
             services = JournalServices(
                 self.store,
@@ -263,7 +276,9 @@ class Runtime:
                 indexed=status_index.indexed(self.store),
             )
             leases = LeaseKeeper(self.store, self.worker_id, self.lease_ttl)
-            leases.heartbeats = Heartbeats(self.store, leases.identity, self.heartbeat_timeout)
+            leases.heartbeats = Heartbeats(
+                self.store, leases.identity, self.heartbeat_timeout, writes=self.write_formats
+            )
             leases.on_takeover = lambda stream, holder: self.telemetry.count("takeovers")
             leases.on_lost = lambda stream: self.telemetry.count("lost_leases")
             self._tg = await stack.enter_async_context(anyio.create_task_group())

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
@@ -36,8 +36,13 @@ from durably._cli.options import (
 )
 from durably._cli.output import Output, when
 from durably._fleet.workers import DEFAULT_TIMEOUT, describe, forgotten, list_workers
+from durably._journal.write_formats import ENV, readable, release_name, write_formats
 from durably._loop.agent import AgentDefinition
-from durably.errors import DurablyError
+from durably.errors import DurablyError, InvalidArgumentError
+from durably.storage._errors import StoreError
+
+if TYPE_CHECKING:
+    from durably._runtime import Runtime
 
 log = logging.getLogger("durably.worker")
 
@@ -84,6 +89,15 @@ def load_agents(spec: str) -> list[AgentDefinition]:
     return found
 
 
+def _check_write_compat(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``value`` if it names a release ``write_formats`` knows (None: unset); a usage error if not."""
+    try:
+        write_formats(value, source="--write-compat")
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
 @click.command()
 @click.option(
     "--agents",
@@ -124,6 +138,14 @@ def load_agents(spec: str) -> list[AgentDefinition]:
     metavar="PORT",
     help="serve HTTP /livez and /readyz on 127.0.0.1:PORT (0: any free port, printed at start)",
 )
+@click.option(
+    "--write-compat",
+    envvar=ENV,
+    metavar="RELEASE",
+    callback=_check_write_compat,
+    help="while a fleet is upgraded: write only the formats this older release reads (e.g. 0.1); "
+    "unset once every worker runs this release",
+)
 def worker(
     agent_specs: tuple[str, ...],
     store: str,
@@ -135,6 +157,7 @@ def worker(
     poll_interval: float,
     drain_timeout: float,
     health_port: int | None,
+    write_compat: str | None,
 ) -> int:
     """Run agents from a store until SIGTERM or SIGINT, then drain and exit 0.
 
@@ -160,6 +183,7 @@ def worker(
             drain_timeout,
             max_agents,
             health_port,
+            write_compat,
         )
     except (DurablyError, ValueError) as exc:
         out.error(exc)
@@ -179,6 +203,7 @@ async def _serve(
     drain_timeout: float,
     max_agents: int | None,
     health_port: int | None,
+    write_compat: str | None,
 ) -> None:
     from durably._runtime import Runtime
 
@@ -190,6 +215,7 @@ async def _serve(
         lease_ttl=lease_ttl,
         heartbeat_timeout=heartbeat_timeout,
         encryption=encryption_from_env(),
+        write_compat=write_compat or "",
     ) as rt:
         heartbeats = rt._activations.leases.heartbeats
         serving = False
@@ -208,6 +234,9 @@ async def _serve(
                 f"worker {rt.worker_id} serving namespace {namespace!r} on {rt.store!r} ({names}); "
                 f"heartbeat timeout {heartbeat_timeout:g}s; SIGTERM or SIGINT drains"
             )
+            if rt.write_formats.release is not None:
+                out.line(f"writing only the formats release {rt.write_formats.release} reads (--write-compat)")
+            await _warn_of_older_readers(rt, namespace, heartbeat_timeout, out)
             serving = True
             await rt.serve(
                 poll_interval,
@@ -218,6 +247,25 @@ async def _serve(
             serving = False
             tg.cancel_scope.cancel()
     out.line(f"worker {rt.worker_id} drained: steps finished, leases released")
+
+
+async def _warn_of_older_readers(rt: Runtime, namespace: str, timeout: float, out: Output) -> None:
+    """Say which live workers cannot read what this one writes: each would refuse an agent it takes over."""
+    writes = rt.write_formats.levels
+    now = time.time()
+    try:
+        beats = await list_workers(rt.store, namespace)
+    except StoreError as exc:  # an outage at start is serve()'s to ride out, not a reason to stop here
+        log.warning("could not list the workers to compare formats: %s", exc)
+        return
+    for beat in beats:
+        if beat.alive(timeout, now) and not readable(writes, beat.reads):
+            older = release_name(beat.reads)
+            out.line(
+                f"warning: worker {beat.worker_id} ({beat.host}, pid {beat.pid}) reads only the formats of release "
+                f"{older}: it cannot take over the agents this worker writes; until it is upgraded, "
+                f"run every worker with --write-compat {older}"
+            )
 
 
 def _configure_logging() -> None:
@@ -238,7 +286,8 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
 
     A worker is dead when its last heartbeat is older than --heartbeat-timeout;
     dead and stopped workers hold no agents (any worker may take them over) and
-    are listed for 10 minutes after their last heartbeat.
+    are listed for 10 minutes after their last heartbeat. "reads" and "writes"
+    name the release whose formats each reads and writes (--write-compat).
     """
     from durably.storage._registry import open_store
 
@@ -256,7 +305,7 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
         out.line(f"no workers have served namespace {namespace!r} on {where} in the last 10 minutes")
         return
     out.table(
-        ["worker", "status", "host", "pid", "agents", "last heartbeat", "started", "definitions"],
+        ["worker", "status", "host", "pid", "agents", "last heartbeat", "started", "definitions", "reads", "writes"],
         [
             [
                 r["worker_id"],
@@ -267,6 +316,8 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
                 f"{r['age_s']:.1f}s ago",
                 when(r["started_at"]),
                 ", ".join(r["definitions"]),
+                release_name(tuple(r["reads"])),
+                release_name(tuple(r["writes"])),
             ]
             for r in rows
         ],

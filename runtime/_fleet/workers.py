@@ -40,6 +40,7 @@ import anyio
 
 from durably._figures import check_figure
 from durably._fleet.owner import OwnerIdentity
+from durably._journal.write_formats import NEWEST, UNSTATED, WriteFormats
 from durably.errors import InvalidArgumentError
 from durably.storage._errors import ConflictError, StoreError
 from durably.storage._spi import Store, StreamId
@@ -84,6 +85,9 @@ class WorkerBeat:
         agent_ids: Up to ``LISTED_AGENTS`` of their ids, sorted.
         state: ``serving``, ``draining`` (finishing its steps, taking nothing more) or
             ``stopped`` (left: whatever it held is free).
+        reads: ``(frame format, snapshot version)``, the newest it reads; a beat that
+            does not say is from a release that reads ``write_formats.UNSTATED``.
+        writes: The same for what it writes (``Runtime(write_compat=)``).
     """
 
     owner: str
@@ -97,6 +101,8 @@ class WorkerBeat:
     agents: int
     agent_ids: tuple[str, ...]
     state: str
+    reads: tuple[int, int] = UNSTATED
+    writes: tuple[int, int] = UNSTATED
 
     def to_bytes(self) -> bytes:
         """The beat as the compact JSON stored in its stream."""
@@ -119,6 +125,8 @@ class WorkerBeat:
                 agents=int(raw["agents"]),
                 agent_ids=tuple(map(str, raw["agent_ids"])),
                 state=str(raw["state"]),
+                reads=_levels(raw.get("reads", UNSTATED)),
+                writes=_levels(raw.get("writes", UNSTATED)),
             )
         except (ValueError, TypeError, KeyError):
             return None
@@ -130,6 +138,11 @@ class WorkerBeat:
     def alive(self, timeout: float, now: float | None = None) -> bool:
         """Whether the worker counts as alive: it beat within ``timeout`` seconds and has not stopped."""
         return self.state != STOPPED and self.age(now) <= timeout
+
+
+def _levels(value: Any) -> tuple[int, int]:
+    frame, snapshot = value  # a ValueError or TypeError for anything but a pair
+    return (int(frame), int(snapshot))
 
 
 class Served(Protocol):
@@ -224,13 +237,17 @@ class Heartbeats:
         store: The runtime's store.
         identity: The runtime's lease owner identity (names its heartbeat stream).
         timeout: Seconds of silence after which a worker is dead (``heartbeat_timeout``).
+        writes: The formats the runtime writes, told in its beats (``WorkerBeat.writes``).
 
     Raises:
         InvalidArgumentError: ``timeout`` is not a finite number > 0.
     """
 
-    def __init__(self, store: Store, identity: OwnerIdentity, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, store: Store, identity: OwnerIdentity, timeout: float = DEFAULT_TIMEOUT, *, writes: WriteFormats = NEWEST
+    ) -> None:
         self.store = store
+        self.writes = writes
         self.identity = identity
         self.timeout = check_timeout("Heartbeats", timeout)
         self.interval = min(1.0, self.timeout / 3)
@@ -270,6 +287,8 @@ class Heartbeats:
             agents=len(live),
             agent_ids=tuple(live[:LISTED_AGENTS]),
             state=state or (DRAINING if activations.draining else SERVING),
+            reads=NEWEST.levels,
+            writes=self.writes.levels,
         )
 
     async def run(self, activations: Served) -> None:

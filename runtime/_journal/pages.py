@@ -164,10 +164,11 @@ class Pager:
 
 async def encode_paged(store: Store, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> bytes:
     """Snapshot frame bytes of ``wire`` (a whole conversation inline) at ``seq``, its older
-    messages written as new pages by ``codec`` on a store with blobs (e.g. under a new key).
+    messages written as new pages by ``codec`` on a store with blobs (e.g. under a new key),
+    unless the codec's ``formats`` write unpaged snapshots.
 
     Raises what ``Pager.page_out`` and ``RecordCodec.encode_snapshot`` raise."""
-    if supports_blobs(store):
+    if supports_blobs(store) and codec.formats.paged:
         wire = await Pager(store).page_out(codec, stream, seq, wire)
     return codec.encode_snapshot(seq, wire, stream)
 

@@ -34,13 +34,12 @@ from durably.storage._errors import (
 from durably.storage._group_frames import MAX_GROUP, decode_group, encode_group
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
+from .write_formats import FIRST_PAGED, NEWEST, WriteFormats
+
 #: Levels a record's data may end up below the top of a snapshot (e.g.
 #: ``state.messages[i].content``): records get that much less depth than
 #: snapshots, so a record that was accepted never makes later snapshots fail.
 STATE_NESTING = 8
-
-#: The first snapshot version with conversation pages.
-_FIRST_PAGED = 6
 
 
 class RecordCodec:
@@ -48,11 +47,16 @@ class RecordCodec:
 
     In: ``codec`` (a ``Codec``; a new one by default), ``cipher`` (a
     ``FrameCipher`` for the default codec: encryption at rest, see
-    ``durably.storage._crypto``). Not thread-safe.
+    ``durably.storage._crypto``), ``formats`` (what is written: group frames or
+    not, the snapshot version; ``durably._journal.write_formats``). Reading
+    decodes every format whatever ``formats`` says. Not thread-safe.
     """
 
-    def __init__(self, codec: Codec | None = None, *, cipher: FrameCipher | None = None) -> None:
+    def __init__(
+        self, codec: Codec | None = None, *, cipher: FrameCipher | None = None, formats: WriteFormats = NEWEST
+    ) -> None:
         self.codec = codec or Codec(cipher=cipher)
+        self.formats = formats
         self._twins = threading.local()  # see twin_for_this_thread
 
     def encode_record(self, record: Record, stream: StreamId | None = None) -> bytes:
@@ -98,7 +102,7 @@ class RecordCodec:
     def commit_frames(self, payloads: Sequence[bytes], first: int, stream: StreamId) -> list[bytes]:
         """The stored rows of one commit's record payloads (``record_payload``), stored from
         seq ``first`` in ``stream``: one record's frame as ``record_frame``, or for two or
-        more one group frame and its member rows (``durably.storage._group_frames``): one
+        more (unless ``formats`` writes no group frames) one group frame and its member rows (``durably.storage._group_frames``): one
         compression, one checksum and one seal for the commit (one frame per record when
         the group would be over the codec's decode limit or ``MAX_GROUP``). Like ``record_frame`` it reads
         no Python value. Raises ``InvalidRequestError`` for no payload."""
@@ -107,7 +111,8 @@ class RecordCodec:
         # A group decodes as one frame: one the decode limit would refuse (or too many
         # records for its count) is stored as one frame per record instead.
         if (
-            len(payloads) == 1
+            not self.formats.group_frames
+            or len(payloads) == 1
             or len(payloads) > MAX_GROUP
             or sum(map(len, payloads)) + 3 > self.codec.limits.max_raw_size
         ):
@@ -121,7 +126,7 @@ class RecordCodec:
         shareable between threads)."""
         twin: RecordCodec | None = getattr(self._twins, "codec", None)
         if twin is None:
-            twin = self._twins.codec = RecordCodec(self.codec.twin())
+            twin = self._twins.codec = RecordCodec(self.codec.twin(), formats=self.formats)
         return twin
 
     def _encode(
@@ -132,20 +137,18 @@ class RecordCodec:
         seq: int,
         path: str,
         tagged: bool,
-        small: bool = False,
+        version: int,
     ) -> bytes:
         # The caller checked the user part with a meaningful path; the envelope is ours.
-        # Records are small and many: they use the codec's zstd dictionary; snapshots do not.
         return self.codec.encode(
             schema_id,
-            CURRENT_VERSIONS[schema_id],
+            version,
             value,
             path=path,
             check=False,
             tagged=tagged,
             stream=stream,
             seq=seq,
-            small=small,
         )
 
     def decode_record(self, stored: StoredRecord, stream: StreamId | None = None) -> Record:
@@ -184,15 +187,20 @@ class RecordCodec:
 
     def encode_snapshot(self, seq: int, state: dict[str, Any], stream: StreamId | None = None) -> bytes:
         """Frame bytes of a snapshot of ``state`` (plain dict) at ``seq``, to be stored
-        in ``stream`` (as in ``encode_record``).
+        in ``stream`` (as in ``encode_record``), stamped with ``formats.snapshot_version``.
 
-        Raises ``UnencodableValueError`` naming the field (``state...``)."""
+        Raises ``UnencodableValueError`` naming the field (``state...``), also for a
+        state that names pages when ``formats`` writes unpaged snapshots."""
         if type(seq) is not int or seq < 0:
             raise UnencodableValueError("snapshot.seq", f"seq must be an int >= 0, got {seq!r}")
         if type(state) is not dict:
             raise UnencodableValueError("state", f"{type(state).__name__} is not supported (use a dict)")
+        version = self.formats.snapshot_version
+        if version < FIRST_PAGED and ("pages" in state or "ledger_pages" in state):
+            # The release this version is written for would read the newest messages as the whole conversation.
+            raise UnencodableValueError("state.pages", f"a snapshot of version {version} holds its conversation inline")
         tagged = check_encodable(state, "state", self.codec.limits.max_depth - 1)
-        return self._encode(SNAPSHOT_SCHEMA_ID, snapshot_to_wire(seq, state), stream, seq, "state", tagged)
+        return self._encode(SNAPSHOT_SCHEMA_ID, snapshot_to_wire(seq, state), stream, seq, "state", tagged, version)
 
     def decode_snapshot(
         self, stored: StoredSnapshot, stream: StreamId | None = None
@@ -216,7 +224,8 @@ class RecordCodec:
         if type(seq) is not int or seq < 0:
             raise UnencodableValueError("page.seq", f"seq must be an int >= 0, got {seq!r}")
         tagged = check_encodable(items, "page", self.codec.limits.max_depth - 2)
-        return self._encode(SNAPSHOT_SCHEMA_ID, {"s": seq, "page": items}, stream, seq, "page", tagged)
+        version = CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]  # pages exist only from FIRST_PAGED on
+        return self._encode(SNAPSHOT_SCHEMA_ID, {"s": seq, "page": items}, stream, seq, "page", tagged, version)
 
     def decode_page(self, data: bytes, seq: int, stream: StreamId | None = None) -> list[Any]:
         """The items of a page frame written by ``encode_page`` at ``seq``.
@@ -225,7 +234,7 @@ class RecordCodec:
         ``UnknownSchemaVersionError`` (a version newer than this build)."""
         frame = self.codec.decode(data, stream=stream, seq=seq)
         value = frame.value
-        if frame.schema_id != SNAPSHOT_SCHEMA_ID or frame.schema_version < _FIRST_PAGED:
+        if frame.schema_id != SNAPSHOT_SCHEMA_ID or frame.schema_version < FIRST_PAGED:
             raise CorruptRecordError("the page frame is not a conversation page", stream=stream, seq=seq)
         if frame.schema_version > CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]:
             name = SCHEMA_NAMES[SNAPSHOT_SCHEMA_ID]

@@ -124,7 +124,8 @@ class SnapshotWriter:
     is checked before each page, and an activation gives its lease back only
     after ``release`` (nothing of its snapshots is written after that, so a
     purge made elsewhere once the lease is free is never undone). ``codec_factory``
-    builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts);
+    builds the worker thread's own ``RecordCodec`` (e.g. one that encrypts; its
+    ``formats`` say whether snapshots are paged);
     ``telemetry`` gets a ``durably.snapshot.save`` span and the snapshot metrics.
     """
 
@@ -297,7 +298,7 @@ class SnapshotWriter:
             # Pages and deletes only while the lease is ours: they carry no fence.
             check = claim.check if claim is not None else _unchecked
             try:
-                if self._pager is not None:
+                if self._pager is not None and codec.formats.paged:
                     # Pages first: a snapshot is only stored once every page it names is.
                     wire = await self._pager.page_out(codec, stream, seq, wire, check)
                 # zstd releases the GIL, so encoding in a worker thread keeps the loop responsive.

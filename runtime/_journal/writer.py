@@ -509,7 +509,11 @@ class AgentJournal:
     def snapshot_submitted(self) -> None:
         """Hand the current state to the background snapshot writer (never with staged records)."""
         assert not self._staged, "a snapshot covers durable records only"
-        self.services.snapshots.submit(self.stream, self.state.last_seq, self.state.snapshot_wire(), claim=self.claim)
+        # Naming the restored pages again is for paged snapshots only: a snapshot in an older
+        # release's format holds the whole state inline.
+        paged = self.services.codec.formats.paged
+        wire = self.state.snapshot_wire() if paged else self.state.to_wire()
+        self.services.snapshots.submit(self.stream, self.state.last_seq, wire, claim=self.claim)
         self.snapshot_seq = self.state.last_seq
         # Until the writer reports the real size, the state grew by about the tail.
         self.snapshot_bytes += self.bytes_since
