@@ -291,3 +291,29 @@ async def test_a_ledger_lookup_reads_the_pages_only_for_a_key_the_newest_entries
     assert decodes == []
     assert state.ledger_entry(keys[0]) == whole.ledger[keys[0]]  # in the first page: exact, so decoded
     assert decodes and state.ledger == whole.ledger
+
+
+async def test_a_lazily_restored_run_under_write_compat_snapshots_its_whole_state_inline(tmp_path, decodes):
+    """A run paged by this release, resumed with ``write_compat`` on (switched on late in an
+    upgrade): its next snapshots are the older release's, whole and unpaged, never the
+    restored pages' references in a version that cannot name them."""
+    url = f"sqlite:///{tmp_path}/agents.db"
+    kw: dict[str, Any] = {"snapshot_policy": EVERY_SEVEN}
+    async with Runtime(url, agents=[list_agent(STEPS, [])], **kw) as rt:
+        await rt.run("list-agent", "a1", "count", budget=Budget(steps=STEPS // 2))
+        await rt._activations.services.snapshots.flush()
+    codec = RecordCodec()
+    async with open_store(url) as store:
+        first = await store.get_snapshot(STREAM)
+        assert first is not None and pages.paged(codec.decode_snapshot(first, STREAM)[1])
+    async with Runtime(url, agents=[list_agent(STEPS, [])], write_compat="0.1", **kw) as rt:
+        await rt.extend_budget("a1", steps=STEPS)
+        live = await rt.run("list-agent", "a1", "count")
+        await rt._activations.services.snapshots.flush()
+        assert live.status == "finished"
+    async with open_store(url) as store:
+        latest = await store.get_snapshot(STREAM)
+        assert latest is not None and latest.seq > first.seq
+        _, wire, frame = codec.decode_snapshot(latest, STREAM)
+        assert not pages.paged(wire) and frame.schema_version < pages.FIRST_PAGED
+        assert AgentState.from_wire(wire).to_wire() == (await journal_fold(store, codec, latest.seq)).to_wire()
