@@ -7,22 +7,27 @@ parts left out come from the libpq environment variables (``PGHOST``,
 ``PGUSER``, ``PGPASSWORD``, ``PGDATABASE``...) and ``~/.pgpass``, as with
 ``psql``. durably's own query parameters are taken out first:
 
-=======================  =======  ======================================================
-name                     default  meaning
-=======================  =======  ======================================================
-``schema``               durably  the schema holding durably's tables (created on open)
-``pool_min``             1        connections the pool keeps open
-``pool_max``             10       connections the pool opens at most
-``statement_timeout``    30       seconds a statement may run on the server (then it is
-                                  cancelled there: ``statement_timeout``)
-``connect_timeout``      10       seconds to establish a connection
-``deadline``             30       seconds after which no retry of a failed call starts
-``lock_timeout``         10       seconds ``open()`` waits for the schema's lock
-``listen_dsn``           the URL  a libpq URL (percent-encoded) for the LISTEN connection
-                                  of change notifications: a direct one where the
-                                  pool goes through PgBouncer's transaction mode,
-                                  which cannot LISTEN
-=======================  =======  ======================================================
+===============================  =======  ======================================================
+name                             default  meaning
+===============================  =======  ======================================================
+``schema``                       durably  the schema holding durably's tables (created on open)
+``pool_min``                     1        connections the pool keeps open
+``pool_max``                     10       connections the pool opens at most
+``statement_timeout``            30       seconds a statement may run on the server (then it is
+                                          cancelled there: ``statement_timeout``)
+``idle_in_transaction_timeout``  10       seconds a session may sit idle inside a transaction
+                                          before the server ends it, and with it its row locks
+                                          (``idle_in_transaction_session_timeout``): a worker
+                                          paused mid-transaction (SIGSTOP, a frozen VM) cannot
+                                          keep another from taking its leases over
+``connect_timeout``              10       seconds to establish a connection
+``deadline``                     30       seconds after which no retry of a failed call starts
+``lock_timeout``                 10       seconds ``open()`` waits for the schema's lock
+``listen_dsn``                   the URL  a libpq URL (percent-encoded) for the LISTEN connection
+                                          of change notifications: a direct one where the
+                                          pool goes through PgBouncer's transaction mode,
+                                          which cannot LISTEN
+===============================  =======  ======================================================
 
 A password in the URL is never logged: ``redact_url(url)`` replaces it, and the
 store's ``repr`` uses that.
@@ -42,6 +47,9 @@ from durably.storage._url_redaction import redact_url
 from durably.storage._urls import parse_store_url, seconds
 
 SCHEMES = ("postgresql", "postgres")
+#: The largest ``statement_timeout`` / ``idle_in_transaction_session_timeout`` PostgreSQL
+#: accepts (2**31 - 1 milliseconds), in whole seconds.
+_MAX_SETTING_SECONDS = (2**31 - 1) // 1000
 #: A schema name durably accepts: an unquoted PostgreSQL identifier (lower case, so
 #: it means the same quoted or not), at most 63 bytes.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -87,6 +95,7 @@ class PostgresOptions:
     pool_min: int = 1
     pool_max: int = 10
     statement_timeout: float = 30.0
+    idle_in_transaction_timeout: float = 10.0
     connect_timeout: float = 10.0
     deadline: float = 30.0
     lock_timeout: float = 10.0
@@ -107,6 +116,7 @@ class PostgresOptions:
             "pool_min": int,
             "pool_max": int,
             "statement_timeout": seconds,
+            "idle_in_transaction_timeout": seconds,
             "connect_timeout": seconds,
             "deadline": seconds,
             "lock_timeout": seconds,
@@ -120,7 +130,7 @@ class PostgresOptions:
         if unknown:
             raise InvalidStoreURLError(
                 f"unknown option(s) {', '.join(unknown)} in {redact_url(url)}: durably's are schema, pool_min, pool_max, "
-                "statement_timeout, connect_timeout, deadline, lock_timeout and listen_dsn; libpq's: "
+                "statement_timeout, idle_in_transaction_timeout, connect_timeout, deadline, lock_timeout and listen_dsn; libpq's: "
                 + ", ".join(sorted(LIBPQ_OPTIONS))
                 + " (server settings go in options=-c%20name%3Dvalue)",
                 url=redact_url(url),
@@ -141,6 +151,9 @@ class PostgresOptions:
             raise InvalidStoreURLError(
                 f"need 0 <= pool_min <= pool_max and pool_max >= 1 (got {self.pool_min}, {self.pool_max})"
             )
-        for name in ("statement_timeout", "connect_timeout", "deadline", "lock_timeout"):
+        for name in ("statement_timeout", "idle_in_transaction_timeout", "connect_timeout", "deadline", "lock_timeout"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise InvalidStoreURLError(f"{name} must be a finite number of seconds > 0")
+        for name in ("statement_timeout", "idle_in_transaction_timeout"):  # server settings in int32 milliseconds
+            if getattr(self, name) > _MAX_SETTING_SECONDS:
+                raise InvalidStoreURLError(f"{name} must be at most {_MAX_SETTING_SECONDS} seconds")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
@@ -188,6 +189,7 @@ class PostgresStore(
                 server_settings={
                     "application_name": self._application_name,
                     "statement_timeout": str(int(opts.statement_timeout * 1000)),
+                    "idle_in_transaction_session_timeout": str(math.ceil(opts.idle_in_transaction_timeout * 1000)),
                 },
                 reset=_end_transaction,
             )

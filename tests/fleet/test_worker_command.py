@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import signal
+import sqlite3
 import subprocess
 import sys
 import urllib.error
@@ -154,8 +155,31 @@ def test_a_paused_worker_agents_are_taken_over_by_heartbeat_not_lease_expiry(tmp
     """A SIGSTOPped worker on this host: its process is alive, only its heartbeat says otherwise."""
     url = f"sqlite:///{tmp_path}/agents.db"
     submit(url, tmp_path, ["warm-up"], steps=1)
-    delays = run_then_lose(url, tmp_path, lambda a: a.send_signal(signal.SIGSTOP), agents=4, timeout=TIMEOUT, ttl=TTL)
+    delays = run_then_lose(
+        url, tmp_path, pause_outside_a_write(tmp_path / "agents.db"), agents=4, timeout=TIMEOUT, ttl=TTL
+    )
     assert max(delays.values()) < TTL / 2, delays
+
+
+def pause_outside_a_write(path: Path):
+    """SIGSTOP a worker at a moment it holds no write transaction on the SQLite file ``path``.
+
+    A process paused inside a write keeps SQLite's one write lock until it continues or
+    dies, so no other worker could write (take over) at all: SQLite's nature, not the
+    heartbeat's. Holding the write lock here while the signal lands means the worker is
+    not inside a write then; it waits for the lock at most, holding nothing.
+    """
+
+    def pause(worker: subprocess.Popen[str]) -> None:
+        con = sqlite3.connect(path, timeout=30, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")  # waits for the worker's write transaction to end
+            worker.send_signal(signal.SIGSTOP)
+            con.execute("ROLLBACK")
+        finally:
+            con.close()
+
+    return pause
 
 
 @pytest.mark.skipif(not can_change_hostname(), reason="needs root and unshare --uts (a UTS namespace)")
