@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -60,6 +61,17 @@ CHILD = textwrap.dedent(
 KILLS = 12
 
 
+def journaled(db: Path) -> int:
+    """How many records the agent's journal holds now (read beside the writing process)."""
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=5) as conn:
+            return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+    except sqlite3.OperationalError:  # no table yet
+        return 0
+
+
 async def fold(url: str) -> AgentState:
     state = AgentState()
     async with open_store(url) as store:
@@ -83,7 +95,11 @@ async def test_random_sigkills_of_a_paged_run_restore_the_journal_fold_and_run_n
             text=True,
         )
         if kills < KILLS:
-            await anyio.sleep(rng.uniform(0.6, 2.0))  # imports take most of a second on a loaded machine
+            # Killed once it has written a random number more records: at random points of the run.
+            target = journaled(tmp_path / "a.db") + rng.randint(3, 40)
+            with anyio.move_on_after(60):
+                while child.poll() is None and journaled(tmp_path / "a.db") < target:
+                    await anyio.sleep(0.005)
         if child.poll() is None and kills < KILLS:
             os.kill(child.pid, signal.SIGKILL)
             kills += 1
