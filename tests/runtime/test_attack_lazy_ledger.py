@@ -196,3 +196,27 @@ async def test_random_journals_snapshots_restores_and_reads_keep_the_journal_fol
             assert final is not None and final.state.to_wire() == whole.to_wire(), run
             assert list(final.state.ledger) == list(whole.ledger)
     assert checked > RUNS  # restores did happen, of paged snapshots
+
+
+async def test_reads_of_an_agent_whose_tail_patches_its_pages_are_the_journal_fold(tmp_path):
+    """Status, time travel, describe and a fork of an agent restored from a paged snapshot
+    whose tail writes over an entry of the ledger's first page."""
+    url = f"sqlite:///{tmp_path}/a.db"
+    await run_long(url)
+    codec = RecordCodec()
+    async with open_store(url) as store:
+        whole = await journal_fold(store, codec)
+        oldest = next(iter(whole.ledger))
+        records = retried_call(whole, oldest, whole.ledger[oldest])
+        await store.append(STREAM, whole.last_seq, [codec.encode_record(r) for r in records])
+        for record in records:
+            apply(whole, record)
+    async with Runtime(url, agents=[list_agent(STEPS, [])]) as rt:
+        assert (await rt.status("a1")).to_wire() == whole.to_wire()
+        assert (await rt.state_at("a1", whole.last_seq)).to_wire() == whole.to_wire()
+        assert (await rt.describe("a1")).status == whole.status
+        forked = await rt.fork("a1", whole.last_seq, "a2")
+        assert forked.ledger[oldest]["attempts"] == 9 and forked.ledger[oldest]["result"] == 99
+        assert list(forked.ledger) == list(whole.ledger)
+        again = await rt.status("a2")
+        assert again.ledger == forked.ledger and again.messages == forked.messages
