@@ -10,13 +10,17 @@ skipping it as unreadable).
 
 from __future__ import annotations
 
+import io
 import json
+import shutil
+import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support_agents import StepModel, list_agent
-from test_rolling_upgrade import old, previous_release  # noqa: F401  (a fixture)
+from test_rolling_upgrade import LAYOUT, PREVIOUS_RELEASE, REPO, old
 
 from durably import (
     AgentDefinition,
@@ -53,6 +57,24 @@ async def main(url, keys, ids):
 
 anyio.run(main, sys.argv[1], sys.argv[2], sys.argv[3:])
 """
+
+
+@pytest.fixture(scope="module")
+def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder that imports as the previous release's ``durably`` (as in test_rolling_upgrade)."""
+    found = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE, *LAYOUT],
+        capture_output=True,
+        check=False,
+    )
+    if found.returncode != 0:  # a shallow clone or an exported tree: nothing to run the old code from
+        pytest.skip(f"the previous release {PREVIOUS_RELEASE[:7]} is not in this clone's history")
+    source, tree = tmp_path_factory.mktemp("release-0.1-src"), tmp_path_factory.mktemp("release-0.1")
+    with tarfile.open(fileobj=io.BytesIO(found.stdout)) as archive:
+        archive.extractall(source, filter="data")
+    for folder, target in LAYOUT.items():
+        shutil.move(source / folder, tree / target)
+    return tree
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +128,7 @@ def comparable(wire: dict[str, Any]) -> Any:
 async def test_the_previous_release_reads_every_kind_of_agent_written_under_write_compat(
     tmp_path: Path,
     previous_release: Path,
-    encrypted: bool,  # noqa: F811
+    encrypted: bool,
 ) -> None:
     url = f"sqlite:///{tmp_path}/fleet.db"
     first = AESGCMCipher(StaticKeyProvider({"k1": K1})) if encrypted else None
