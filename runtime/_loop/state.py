@@ -232,6 +232,8 @@ class AgentState:
             self.__dict__.pop("_patches", None)
         del self.__dict__["_older"][name]
         self.__dict__[name] = whole
+        if patches and not patches.keys().isdisjoint(islice(whole, part.count)):
+            return whole  # a patch changed a page's entry: the pages are stale, paged anew from now on
         # The pages' own objects, so later snapshots still name these pages while they are unchanged.
         if name == "messages":
             origin: tuple[list[Any], ...] = (whole[: part.count],)
