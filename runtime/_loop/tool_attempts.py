@@ -23,7 +23,7 @@ from durably import _telemetry as tm
 from durably._loop.state import RUNNING
 from durably._tools.attempts import Heartbeats, ToolRetry, run_attempts
 from durably._tools.tool import Tool, ToolContext
-from durably.errors import ToolTimeoutError, UnencodableValueError
+from durably.errors import AgentLeaseLostError, ToolTimeoutError, UnencodableValueError
 from durably.schemas._records import Kind
 
 if TYPE_CHECKING:
@@ -60,8 +60,9 @@ class CallStopped(Exception):
 
 
 class JournalFailed(Exception):
-    """Journaling an attempt (intent, failure, heartbeat) raised ``error``: the agent
-    stops with it, as on any failed append; never the tool's error, never retried."""
+    """Journaling an attempt (intent, failure, heartbeat), or the lease check just
+    before it runs, raised ``error``: the agent stops with it, as on any failed
+    append; never the tool's error, never retried."""
 
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
@@ -138,10 +139,15 @@ async def run_call(
 
     heartbeats = Heartbeats(tool.heartbeat_every, write_heartbeat, entry.get("heartbeat"))
 
+    def guard() -> None:
+        try:
+            host.journal.check_lease()  # a worker past its lease runs no side effect
+        except AgentLeaseLostError as exc:
+            raise JournalFailed(exc) from exc  # the agent stops: never recorded as the tool's error
+
     async def invoke(number: int) -> Any:
         nonlocal current
         current = number
-        host.journal.check_lease()  # a worker past its lease runs no side effect
         ctx = ToolContext(
             idempotency_key=key,
             agent_id=host.state.agent_id,
@@ -185,6 +191,7 @@ async def run_call(
         timeout=tool.timeout,
         heartbeat_timeout=tool.heartbeat_timeout,
         sleep=lambda seconds: pause(host, seconds),
+        guard=guard,
     )
 
 

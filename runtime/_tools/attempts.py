@@ -260,6 +260,7 @@ async def run_attempts(
     timeout: float | None = None,
     heartbeat_timeout: float | None = None,
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    guard: Callable[[], None] = lambda: None,
 ) -> T:
     """Run attempts ``first``, ``first + 1``, ... of a call until one returns or ``policy`` stops.
 
@@ -281,6 +282,8 @@ async def run_attempts(
         heartbeat_timeout: Seconds an attempt may go without a heartbeat (None: no limit).
         sleep: Waits out a pause (``anyio.sleep`` by default); what it raises ends
             the call with that error, the failure already journaled.
+        guard: Called just before each attempt's ``invoke`` (e.g. the lease check);
+            what it raises stops the call, unretried and never the attempt's failure.
 
     Returns:
         What the successful attempt returned.
@@ -288,7 +291,7 @@ async def run_attempts(
     Raises:
         Exception: The last attempt's error (a ``ToolTimeoutError`` for a
             cancelled one) once no attempt follows; or what ``begin``,
-            ``on_failure`` or a heartbeat write raised (the store), never retried.
+            ``on_failure``, ``guard`` or a heartbeat write raised, never retried.
     """
     remaining = max(1, policy.attempts - first + 1)
 
@@ -298,6 +301,10 @@ async def run_attempts(
                 await begin(number)
             except Exception as exc:
                 raise _Stop(exc) from exc
+        try:
+            guard()
+        except Exception as exc:
+            raise _Stop(exc) from exc
         try:
             value = await _attempt(lambda: invoke(number), heartbeats, timeout, heartbeat_timeout, name, number)
         except Exception:
