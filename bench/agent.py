@@ -29,8 +29,10 @@ from durably import (
     Usage,
     tool,
 )
+from durably._journal.pages import SECTIONS
+from durably._journal.records import RecordCodec
 from durably._loop.state import FINISHED
-from durably.storage._spi import Store, StreamId
+from durably.storage._spi import Store, StreamId, supports_blobs
 
 from .workload import MODEL_NAME, TOOL_NAMES, Step
 
@@ -154,24 +156,41 @@ class StreamBytes:
     snapshot_bytes: int = 0
     record_sizes: list[tuple[int, int]] = field(default_factory=list)  # (seq, bytes)
     snapshot_sizes: list[tuple[int, int]] = field(default_factory=list)
+    page_sizes: list[tuple[int, int]] = field(default_factory=list)  # (seq of the snapshot that wrote it, bytes)
+
+    @property
+    def pages(self) -> int:
+        return len(self.page_sizes)
+
+    @property
+    def page_bytes(self) -> int:
+        return sum(size for _, size in self.page_sizes)
 
     @property
     def total(self) -> int:
-        return self.record_bytes + self.snapshot_bytes
+        return self.record_bytes + self.snapshot_bytes + self.page_bytes
 
 
 async def stream_bytes(store: Store, stream: StreamId) -> StreamBytes:
-    """Sum the frames of ``stream``: every record, and every snapshot (walked back
-    with ``get_snapshot(at_or_before)``)."""
+    """Sum the frames of ``stream``: every record, every snapshot (walked back
+    with ``get_snapshot(at_or_before)``), and every conversation page those
+    snapshots name (blobs, each counted once). Raises the store's errors, and
+    ``CorruptRecordError`` for a snapshot the bench's own codec cannot decode."""
     out = StreamBytes()
     async for stored in store.read(stream):
         out.records += 1
         out.record_bytes += len(stored.data)
         out.record_sizes.append((stored.seq, len(stored.data)))
+    codec, named = RecordCodec(), dict[str, int]()
     snapshot = await store.get_snapshot(stream)
     while snapshot is not None:
         out.snapshots += 1
         out.snapshot_bytes += len(snapshot.data)
         out.snapshot_sizes.append((snapshot.seq, len(snapshot.data)))
+        _seq, state, _frame = codec.decode_snapshot(snapshot, stream)
+        named.update((ref["digest"], ref["s"]) for _, key in SECTIONS for ref in state.get(key, ()))
         snapshot = await store.get_snapshot(stream, snapshot.seq - 1) if snapshot.seq > 1 else None
+    if named and supports_blobs(store):
+        for digest, seq in named.items():
+            out.page_sizes.append((seq, len(await store.get_blob(stream, digest))))
     return out

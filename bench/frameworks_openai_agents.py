@@ -76,7 +76,8 @@ def scripted_model(work: Path, charges: int, approval: bool) -> Any:
             return ModelResponse(output=[message], usage=usage, response_id=None)
 
         def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError
+            # The trials run Runner.run only; a streamed run would measure another path.
+            raise TypeError("the bench's scripted model answers Runner.run, not streamed runs")
 
     return Scripted()
 

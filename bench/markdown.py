@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from durably.errors import InvalidArgumentError
 
@@ -64,6 +65,13 @@ def _n(value: float, unit: str = "") -> str:
     return f"{text} {unit}" if unit else text
 
 
+def _plain_commit(store: str) -> str:
+    """What the floor commits with on ``store`` (``durably.bench.floor``): plain asyncpg on
+    PostgreSQL, plain aiosqlite everywhere else."""
+    scheme = urlsplit(store).scheme
+    return "plain asyncpg group commit" if scheme in ("postgresql", "postgres") else "plain aiosqlite group commit"
+
+
 def _headline(r: Results) -> list[Row]:
     """The README's headline rows whose figures this run made."""
     rows: list[Row] = []
@@ -78,7 +86,7 @@ def _headline(r: Results) -> list[Row]:
         "agent-steps",
         "steps/s, one agent, 1,000-step conversation",
         r.find("agent-steps", "steps_per_s", agents=1, steps=1_000),
-        (f"its one-commit floor (plain aiosqlite group commit): {_n(floor.value)}" if floor else "")
+        (f"its one-commit floor ({_plain_commit(r.store)}): {_n(floor.value)}" if floor else "")
         + (f"; with encoding included: {_n(encoded.value)}" if encoded else ""),
     )
     peers = {

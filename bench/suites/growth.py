@@ -51,6 +51,8 @@ async def run(bench: Bench) -> None:
     r.add(SUITE, "journal_bytes_per_step_last10", sum(per_step[-tenth:]) / tenth, "B/step", steps=steps)
     r.add(SUITE, "journal_bytes_per_step", stored.record_bytes / steps, "B/step", steps=steps)
     r.add(SUITE, "snapshot_bytes_per_step", stored.snapshot_bytes / steps, "B/step", steps=steps)
+    r.add(SUITE, "page_bytes_per_step", stored.page_bytes / steps, "B/step", steps=steps)
+    r.add(SUITE, "pages", stored.pages, "count", steps=steps)
     r.add(SUITE, "stored_bytes_per_step", stored.total / steps, "B/step", steps=steps)
     r.add(SUITE, "snapshots", stored.snapshots, "count", steps=steps)
     r.add(SUITE, "largest_snapshot", max((b for _, b in stored.snapshot_sizes), default=0), "B", steps=steps)
@@ -58,11 +60,9 @@ async def run(bench: Bench) -> None:
     # What the store would hold if superseded snapshots were deleted (restore reads only the latest):
     # measured sizes, not a model, to show how much of the total old snapshots are.
     latest = max(stored.snapshot_sizes, default=(0, 0))[1]
-    r.add(SUITE, "journal_plus_latest_snapshot", stored.record_bytes + latest, "B", steps=steps)
+    r.add(SUITE, "journal_plus_latest_snapshot", stored.record_bytes + latest + stored.page_bytes, "B", steps=steps)
     for decile in range(1, 11):
         # The last tenth also holds the final response and the finished record.
         upto = ends[-1] if decile == 10 else ends[steps * decile // 10 - 1]
-        total = sum(b for s, b in stored.record_sizes if s <= upto) + sum(
-            b for s, b in stored.snapshot_sizes if s <= upto
-        )
+        total = sum(b for s, b in stored.record_sizes + stored.snapshot_sizes + stored.page_sizes if s <= upto)
         r.add(SUITE, "stored_bytes_at", total, "B", steps=steps, at_step=steps * decile // 10)
