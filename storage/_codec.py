@@ -714,8 +714,8 @@ class Codec:
                 # 1.7x faster than a decompressobj growing its output).
                 decompressor = self._decompressor
                 if prefix:
-                    dictionary = zstandard.ZstdCompressionDict(prefix, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-                    decompressor = zstandard.ZstdDecompressor(dict_data=dictionary)
+                    continued = zstandard.ZstdCompressionDict(prefix, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+                    decompressor = zstandard.ZstdDecompressor(dict_data=continued)
                 try:
                     raw = decompressor.decompress(payload, max_output_size=raw_size, allow_extra_data=False)
                 except zstandard.ZstdError as exc:

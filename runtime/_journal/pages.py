@@ -98,8 +98,8 @@ class Pager:
         """Drop what is remembered for ``stream`` (before a purge deletes its blobs)."""
         for key in [k for k in self._written if k[0] == stream]:
             del self._written[key]
-        for key in [k for k in self._payloads if k[0] == stream]:
-            self._payload_bytes -= len(self._payloads.pop(key))
+        for held in [k for k in self._payloads if k[0] == stream]:
+            self._payload_bytes -= len(self._payloads.pop(held))
 
     def _keep(self, stream: StreamId, digest: str, payload: bytes) -> None:
         """Remember ``payload`` as the page ``digest``'s, within ``PAYLOADS`` bytes in all."""
