@@ -9,6 +9,12 @@ stored with ``put_blob``, content-addressed, written once and never rewritten,
 purged with its stream (snapshot-v6.cddl), and deleted once no kept snapshot
 names it (``durably._journal.page_collection``).
 
+A page is compressed as the continuation of pages named before it in the same
+snapshot (its reference's ``base``): an agent reads the same files again, and a
+ledger entry repeats the result its tool message holds, which a page compressed
+alone could not refer to. Decoding a page needs its base decompressed first, so
+``Chain`` opens the pages in order.
+
 A page that is missing or damaged (its bytes not its digest's, or no page frame
 this build reads) makes the snapshot that names it unreadable, like a damaged
 snapshot: restore falls back to an older snapshot or to the journal. Restore reads
@@ -148,6 +154,9 @@ class Pager:
     def discard(self, stream: StreamId, digests: set[str]) -> None:
         """Forget the pages of ``stream`` named by ``digests`` (deleted) and those after them in
         their section, so no later snapshot names a deleted page without writing it again."""
+        for digest in digests:
+            if (payload := self._payloads.pop((stream, digest), None)) is not None:
+                self._payload_bytes -= len(payload)
         for key, known in self._written.items():
             if key[0] == stream:
                 for index, (_chunk, ref) in enumerate(known):
@@ -216,10 +225,10 @@ class Pager:
             del self._written[next(iter(self._written))]
         field = section[2]
         refs = []
+        before = {ref["digest"] for _, ref, _ in named}
         for index in range(full):
             cut = slice(index * PAGE, (index + 1) * PAGE)
             chunk = (None if keys is None else keys[cut], values[cut])
-            before = {ref["digest"] for _, ref, _ in named}
             if (
                 index < len(known)
                 and _same(known[index][0], chunk[0], chunk[1])
@@ -240,6 +249,7 @@ class Pager:
                 known.append((chunk, ref))
             refs.append(ref)
             named.append((field, ref, chunk[1]))
+            before.add(ref["digest"])
         return refs
 
 
