@@ -129,6 +129,7 @@ class Frame:
     value: Any
     raw_size: int
     stored_size: int
+    raw: bytes | None = None  # the CBOR payload itself, when decoded with ``load=False``
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +405,18 @@ def raw_size(frame: bytes) -> int:
     return size
 
 
+def _prefixed_compressor(size: int, prefix: bytes, level: int) -> zstandard.ZstdCompressor:
+    """A compressor at ``level`` for ``size`` raw bytes continuing ``prefix`` (zstd's raw-content
+    dictionary, which the decoder must be given too), its window spanning both (up to 128 MiB,
+    what every zstd decoder accepts) so the payload can refer to any byte of the prefix."""
+    window_log = min(_MAX_WINDOW_LOG, max(zstandard.WINDOWLOG_MIN, (len(prefix) + size - 1).bit_length()))
+    params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window_log)
+    if not prefix:
+        return zstandard.ZstdCompressor(compression_params=params)
+    dictionary = zstandard.ZstdCompressionDict(prefix, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    return zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params)
+
+
 class Codec:
     """Encodes values to frames and back. Not thread-safe: one instance per thread.
 
@@ -523,12 +536,19 @@ class Codec:
         stream: StreamId | None = None,
         seq: int | None = None,
         small: bool = False,
+        prefix: bytes = b"",
+        level: int | None = None,
     ) -> bytes:
         """The frame of the CBOR payload ``raw`` (from ``payload``): compressed, encrypted and
         checksummed, the part of ``encode`` that spends its time in zstd, the cipher and
         CRC-32, which release the GIL on large inputs. It touches no Python value, so it may
         run in another thread, on that thread's own codec (``twin``). Arguments as ``encode``;
         raises ``InvalidArgumentError`` when an encrypting codec is given no ``stream``/``seq``.
+
+        ``prefix``: bytes the decoder will have (a conversation page's earlier pages): the
+        payload is compressed as their continuation (zstd's raw-content dictionary), so what
+        it repeats from them costs a few bytes, and only ``decode`` with the same ``prefix``
+        reads it. ``level``: the zstd level for this frame (default: the codec's).
         """
         flags = 0
         payload = raw
@@ -548,7 +568,11 @@ class Codec:
                 crc = zlib.crc32(compressed, zlib.crc32(header, place_seed(stream, seq)))
                 return b"".join((header, _CRC.pack(crc), compressed))
         if len(raw) >= self._min_compress:
-            compressed = self._compressor_for(len(raw)).compress(raw)
+            if prefix or level is not None:
+                compressor = _prefixed_compressor(len(raw), prefix, self._level if level is None else level)
+            else:
+                compressor = self._compressor_for(len(raw))
+            compressed = compressor.compress(raw)
             if len(compressed) < len(raw):
                 payload, flags = compressed, FLAG_ZSTD
         if self.cipher is not None:
@@ -568,9 +592,20 @@ class Codec:
         )
         return b"".join((header, _CRC.pack(crc), payload))
 
-    def decode(self, data: bytes, *, stream: StreamId | None = None, seq: int | None = None) -> Frame:
+    def decode(
+        self,
+        data: bytes,
+        *,
+        stream: StreamId | None = None,
+        seq: int | None = None,
+        prefix: bytes = b"",
+        load: bool = True,
+    ) -> Frame:
         """Decode a frame. ``stream``/``seq`` label errors and, for an encrypted
-        frame, are the place its associated data must name.
+        frame, are the place its associated data must name. ``prefix``: the bytes its
+        payload was compressed as the continuation of (``frame``). ``load=False``: the
+        frame's CBOR payload is checked as bytes (sizes, checksum, tag) but not decoded:
+        the ``Frame`` holds it as ``raw``, its ``value`` None.
 
         Raises ``TruncatedRecordError`` for a frame shorter than its header says,
         ``CorruptRecordError`` for a value that is not bytes, bad magic, an unknown
@@ -640,6 +675,8 @@ class Codec:
                 raise EncryptionRequiredError("plaintext frame where encryption is required", stream=stream, seq=seq)
             try:
                 raw: bytes | memoryview = self._dictionaries.decompress(payload, dictionary, raw_size)
+                if not load:
+                    return Frame(schema_id, schema_version, None, raw_size, len(payload), bytes(raw))
                 value = self._loads(raw, stream, seq)
             except UnknownDictionaryError as exc:
                 raise UnknownDictionaryError(dictionary, exc.known, stream=stream, seq=seq) from None
@@ -675,8 +712,12 @@ class Codec:
                 # One frame, and nothing after it (allow_extra_data=False refuses a second frame or
                 # junk); one call into an output sized from the content size (for a large snapshot,
                 # 1.7x faster than a decompressobj growing its output).
+                decompressor = self._decompressor
+                if prefix:
+                    continued = zstandard.ZstdCompressionDict(prefix, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+                    decompressor = zstandard.ZstdDecompressor(dict_data=continued)
                 try:
-                    raw = self._decompressor.decompress(payload, max_output_size=raw_size, allow_extra_data=False)
+                    raw = decompressor.decompress(payload, max_output_size=raw_size, allow_extra_data=False)
                 except zstandard.ZstdError as exc:
                     raise CorruptRecordError(
                         f"zstd payload is not exactly one frame: {exc}", stream=stream, seq=seq
@@ -685,6 +726,8 @@ class Codec:
                 raw = payload
             if len(raw) != raw_size:
                 raise CorruptRecordError(f"payload is {len(raw)} bytes, header says {raw_size}", stream=stream, seq=seq)
+            if not load:
+                return Frame(schema_id, schema_version, None, raw_size, len(payload), bytes(raw))
             value = self._loads(raw, stream, seq)
         except zstandard.ZstdError as exc:
             raise CorruptRecordError(f"zstd: {exc}", stream=stream, seq=seq) from exc

@@ -218,22 +218,39 @@ class RecordCodec:
 
     def encode_page(self, seq: int, items: list[Any], stream: StreamId | None = None) -> bytes:
         """Frame bytes of a page (messages, or ``(key, entry)`` ledger pairs, in order) bound
-        to ``seq`` (the snapshot that writes it) and ``stream`` (snapshot-v6.cddl, ``page``).
+        to ``seq`` (the snapshot that writes it) and ``stream`` (snapshot-v6.cddl, ``page``),
+        compressed alone. Raises ``UnencodableValueError`` naming the field (``page...``)."""
+        return self.page_frame(seq, self.page_payload(seq, items), stream)
 
-        Raises ``UnencodableValueError`` naming the field (``page...``)."""
+    def page_payload(self, seq: int, items: list[Any]) -> bytes:
+        """The CBOR payload of the page of ``items`` written at ``seq`` (``page_frame`` frames it;
+        a later page may be compressed as its continuation). Raises as ``encode_page``."""
         if type(seq) is not int or seq < 0:
             raise UnencodableValueError("page.seq", f"seq must be an int >= 0, got {seq!r}")
         tagged = check_encodable(items, "page", self.codec.limits.max_depth - 2)
+        return self.codec.payload({"s": seq, "page": items}, path="page", check=False, tagged=tagged)
+
+    def page_frame(
+        self, seq: int, raw: bytes, stream: StreamId | None = None, prefix: bytes = b"", level: int | None = None
+    ) -> bytes:
+        """Frame bytes of the page payload ``raw`` (``page_payload`` at ``seq``), compressed at
+        ``level`` (default: the codec's) as the continuation of ``prefix``: the payloads of the
+        pages its reference names as its base, in order (snapshot-v6.cddl, ``page-ref``)."""
         version = CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]  # pages exist only from FIRST_PAGED on
-        return self._encode(SNAPSHOT_SCHEMA_ID, {"s": seq, "page": items}, stream, seq, "page", tagged, version)
+        return self.codec.frame(SNAPSHOT_SCHEMA_ID, version, raw, stream=stream, seq=seq, prefix=prefix, level=level)
 
-    def decode_page(self, data: bytes, seq: int, stream: StreamId | None = None) -> list[Any]:
-        """The items of a page frame written by ``encode_page`` at ``seq``.
+    def decode_page(self, data: bytes, seq: int, stream: StreamId | None = None, prefix: bytes = b"") -> list[Any]:
+        """The items of a page frame written by ``encode_page`` (or ``page_frame``, continuing
+        ``prefix``) at ``seq``. Raises as ``open_page`` and ``page_items``."""
+        return self.page_items(self.open_page(data, seq, stream, prefix), seq, stream)
 
-        Raises ``CorruptRecordError`` (bad bytes, another seq or stream, not a page) and
-        ``UnknownSchemaVersionError`` (a version newer than this build)."""
-        frame = self.codec.decode(data, stream=stream, seq=seq)
-        value = frame.value
+    def open_page(self, data: bytes, seq: int, stream: StreamId | None = None, prefix: bytes = b"") -> bytes:
+        """The CBOR payload of a page frame written at ``seq`` continuing ``prefix``, checked
+        (checksum, place, decryption, sizes) but not decoded.
+
+        Raises ``CorruptRecordError`` (bad bytes, another seq or stream, another prefix, not a
+        page) and ``UnknownSchemaVersionError`` (a version newer than this build)."""
+        frame = self.codec.decode(data, stream=stream, seq=seq, prefix=prefix, load=False)
         if frame.schema_id != SNAPSHOT_SCHEMA_ID or frame.schema_version < FIRST_PAGED:
             raise CorruptRecordError("the page frame is not a conversation page", stream=stream, seq=seq)
         if frame.schema_version > CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]:
@@ -241,6 +258,18 @@ class RecordCodec:
             raise UnknownSchemaVersionError(
                 name, frame.schema_version, CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID], stream=stream, seq=seq
             )
+        assert frame.raw is not None  # decoded with load=False
+        return frame.raw
+
+    def page_items(self, raw: bytes, seq: int, stream: StreamId | None = None) -> list[Any]:
+        """The items of the page payload ``raw`` (``open_page``) written at ``seq``.
+
+        Raises ``CorruptRecordError`` (not CBOR, or not the page written at ``seq``) and
+        ``FrameLimitError`` (nesting past the codec's depth limit)."""
+        try:
+            value = self.codec.loads(raw)
+        except CorruptRecordError as exc:  # labelled with the page's place (FrameLimitError stays one)
+            raise type(exc)(str(exc), stream=stream, seq=seq) from exc
         if not isinstance(value, dict) or value.get("s") != seq or not isinstance(value.get("page"), list):
             raise CorruptRecordError(f"the page frame is not the page written at seq {seq}", stream=stream, seq=seq)
         items: list[Any] = value["page"]

@@ -284,6 +284,13 @@ class AgentState:
         if not self.__dict__.get("_older") and not self.__dict__.get("_decoded"):
             return self.to_wire()
         held = {name: paged for name in PAGED if (paged := self._from_pages(name)) is not None}
+        if "ledger" in held:
+            # Ledger pages may continue conversation pages (snapshot-v6.cddl, page-ref "base"): when
+            # the conversation no longer names those (compacted, rewritten), the ledger is paged anew.
+            named = {ref["digest"] for name in PAGED if name in held for ref in held[name][0]}
+            if any(not named.issuperset(ref.get("base", ())) for ref in held["ledger"][0]):
+                del held["ledger"]
+                self.__dict__.get("_decoded", {}).pop("ledger", None)
         wire = {}
         for f in fields(self):
             if f.name in held:

@@ -45,15 +45,18 @@ def small_pages(monkeypatch):
 
 @pytest.fixture
 def decodes(monkeypatch) -> list[int]:
-    """The seq of every page decoded during the test (the real decode runs)."""
+    """The seq of every page opened (decompressed, to decode it or a page continuing it) during
+    the test (the real decode runs)."""
     seen: list[int] = []
-    decode = RecordCodec.decode_page
+    opened = RecordCodec.open_page
 
-    def counting(self: RecordCodec, data: bytes, seq: int, stream: StreamId | None = None) -> list[Any]:
+    def counting(
+        self: RecordCodec, data: bytes, seq: int, stream: StreamId | None = None, prefix: bytes = b""
+    ) -> bytes:
         seen.append(seq)
-        return decode(self, data, seq, stream)
+        return opened(self, data, seq, stream, prefix)
 
-    monkeypatch.setattr(RecordCodec, "decode_page", counting)
+    monkeypatch.setattr(RecordCodec, "open_page", counting)
     return seen
 
 
