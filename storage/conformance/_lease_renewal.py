@@ -125,7 +125,7 @@ class LeaseRenewChecks(LeaseChecks):
             for what, owner, ttl, leases in bad:
                 await expect_raises(
                     InvalidRequestError,
-                    lambda owner=owner, ttl=ttl, leases=leases: store.renew_leases(owner, ttl, leases),  # type: ignore[misc, arg-type]  # the misuse checked
+                    lambda owner=owner, ttl=ttl, leases=leases: store.renew_leases(owner, ttl, leases),  # type: ignore[misc]  # the misuse checked
                     what,
                 )
             assert _same(await store.get_lease(stream), lease), "a refused call changes no lease"
