@@ -29,7 +29,7 @@ from durably.storage._spi import (
     IndexEntry,
     IndexStore,
     Lease,
-    LeaseStore,
+    LeaseRenewStore,
     StoredRecord,
     StoredSnapshot,
     StreamId,
@@ -38,6 +38,7 @@ from durably.storage._spi import (
     check_blob_digests,
     check_fence,
     check_lease,
+    check_lease_renewal,
 )
 from durably.storage._urls import parse_store_url
 
@@ -59,7 +60,7 @@ _shared: dict[str, dict[StreamId, _Stream]] = {}
 _shared_leases: dict[str, dict[StreamId, Lease]] = {}
 
 
-class MemoryStore(StoreBase, BlobDeleteStore, LeaseStore, IndexStore):
+class MemoryStore(StoreBase, BlobDeleteStore, LeaseRenewStore, IndexStore):
     """A ``Store`` held in a dict, for tests and examples: nothing survives the process.
 
     Stores opened on the same ``memory://name`` in one process share their data,
@@ -497,6 +498,35 @@ class MemoryStore(StoreBase, BlobDeleteStore, LeaseStore, IndexStore):
         lease = Lease(stream, owner, token, now + ttl)
         self._leases[stream] = lease
         return lease
+
+    async def renew_leases(self, owner: str, ttl: float, leases: Collection[Lease]) -> list[Lease]:
+        """Renew each of ``leases`` still ``owner``'s under its token and unexpired (``LeaseRenewStore.renew_leases``).
+
+        No await between the checks and the writes: atomic on the event loop.
+
+        Args:
+            owner: The worker's name, a non-empty str; every lease's owner.
+            ttl: How long each renewed lease lasts, in seconds (finite, > 0).
+            leases: The leases to renew, one per stream.
+
+        Returns:
+            The leases renewed (same token, ``expires_at`` now + ``ttl``).
+
+        Raises:
+            InvalidRequestError: A malformed call (``check_lease_renewal``).
+            StoreClosedError: The store is not open.
+        """
+        self._check_open()
+        wanted = check_lease_renewal(owner, ttl, leases)
+        now = time.time()
+        renewed: list[Lease] = []
+        for lease in wanted:
+            held = self._leases.get(lease.stream)
+            if held is not None and held.owner == owner and held.token == lease.token and held.expires_at > now:
+                fresh = Lease(held.stream, owner, held.token, now + ttl)
+                self._leases[lease.stream] = fresh
+                renewed.append(fresh)
+        return renewed
 
     async def release_lease(self, lease: Lease) -> None:
         """End ``lease`` if its owner still holds it with its token; otherwise no-op.

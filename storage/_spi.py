@@ -30,15 +30,26 @@ from ._spi_capabilities import (
     ChangeStore,
     ChangeSubscription,
     IndexStore,
+    LeaseRenewStore,
     LeaseStore,
     declared_capabilities,
     supports_blob_delete,
     supports_blobs,
     supports_changes,
+    supports_lease_renew,
     supports_leases,
     supports_status_index,
 )
-from ._spi_store import CAP_BLOB_DELETE, CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_SINGLE_PROCESS, CAP_STATUS_INDEX, Store
+from ._spi_store import (
+    CAP_BLOB_DELETE,
+    CAP_BLOBS,
+    CAP_CHANGES,
+    CAP_LEASE_RENEW,
+    CAP_LEASES,
+    CAP_SINGLE_PROCESS,
+    CAP_STATUS_INDEX,
+    Store,
+)
 from ._spi_values import (
     MAX_SEQ,
     AppendRequest,
@@ -53,6 +64,7 @@ from ._spi_values import (
     check_blob_digests,
     check_fence,
     check_lease,
+    check_lease_renewal,
 )
 
 __all__ = [
@@ -60,6 +72,7 @@ __all__ = [
     "CAP_BLOB_DELETE",
     "CAP_CHANGES",
     "CAP_LEASES",
+    "CAP_LEASE_RENEW",
     "CAP_SINGLE_PROCESS",
     "CAP_STATUS_INDEX",
     "MAX_SEQ",
@@ -73,6 +86,7 @@ __all__ = [
     "IndexStore",
     "IndexedStream",
     "Lease",
+    "LeaseRenewStore",
     "LeaseStore",
     "Store",
     "StoredRecord",
@@ -83,10 +97,12 @@ __all__ = [
     "check_blob_digests",
     "check_fence",
     "check_lease",
+    "check_lease_renewal",
     "declared_capabilities",
     "supports_blob_delete",
     "supports_blobs",
     "supports_changes",
+    "supports_lease_renew",
     "supports_leases",
     "supports_status_index",
 ]

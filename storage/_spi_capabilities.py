@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Collection
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeGuard, runtime_checkable
 
-from ._spi_store import CAP_BLOB_DELETE, CAP_BLOBS, CAP_CHANGES, CAP_LEASES, CAP_STATUS_INDEX, Store
+from ._spi_store import CAP_BLOB_DELETE, CAP_BLOBS, CAP_CHANGES, CAP_LEASE_RENEW, CAP_LEASES, CAP_STATUS_INDEX, Store
 from ._spi_values import IndexedStream, IndexEntry, Lease, StreamId
 
 
@@ -145,6 +145,45 @@ class LeaseStore(Store, Protocol):
         """
 
 
+@runtime_checkable
+class LeaseRenewStore(LeaseStore, Protocol):
+    """A ``LeaseStore`` that also declares ``CAP_LEASE_RENEW``: one owner's leases renewed in one call.
+
+    A runtime holding a thousand leases renews them every ``ttl / 3``; one
+    ``acquire_lease`` each is a thousand round trips (or transactions) a round,
+    queued behind the agents' own writes, and leases lapsed under load. Without
+    this capability the runtime renews lease by lease, as before; with it, the
+    leases a batch does not renew still go through ``acquire_lease`` one by one,
+    which tells a lease another owner holds from one that lapsed.
+    """
+
+    async def renew_leases(self, owner: str, ttl: float, leases: Collection[Lease]) -> list[Lease]:
+        """Renew, in one atomic step, each of ``leases`` still held by ``owner`` under its token and unexpired.
+
+        Only a renewal, never a grant: a lease released, expired (by the store's
+        clock), purged, taken by another owner or granted again under another
+        token is left exactly as it is and not returned, so a batch never
+        revives a lease anyone may have acted on the loss of. A renewed lease
+        keeps its token and its ``expires_at`` moves to now + ``ttl``, as a
+        renewal by ``acquire_lease`` would. Safe to retry: renewing twice renews.
+
+        Args:
+            owner: Who renews: every lease must be this owner's.
+            ttl: How long each renewed lease lasts from now, in seconds (finite, > 0).
+            leases: The leases as ``acquire_lease`` (or an earlier renewal) returned
+                them, one per stream; empty is a no-op.
+
+        Returns:
+            The leases renewed, with their new ``expires_at``, in no particular
+                order; a lease left out was not renewed.
+
+        Raises:
+            InvalidRequestError: For a bad ``owner`` or ``ttl``, a lease of another
+                owner or a stream named twice (``check_lease_renewal``), before any I/O.
+            StoreUnavailableError: When the store cannot be reached (after the adapter's retries).
+        """
+
+
 class ChangeSubscription(Protocol):
     """What ``ChangeStore.subscribe_changes`` yields: the streams of one namespace said to have changed."""
 
@@ -269,6 +308,7 @@ OPTIONAL_PROTOCOLS: dict[str, type] = {
     CAP_BLOBS: BlobStore,
     CAP_BLOB_DELETE: BlobDeleteStore,
     CAP_LEASES: LeaseStore,
+    CAP_LEASE_RENEW: LeaseRenewStore,
     CAP_CHANGES: ChangeStore,
     CAP_STATUS_INDEX: IndexStore,
 }
@@ -320,6 +360,18 @@ def supports_leases(store: Store) -> TypeGuard[LeaseStore]:
         True when ``CAP_LEASES`` is in ``store.capabilities`` (a ``TypeGuard``).
     """
     return CAP_LEASES in store.capabilities
+
+
+def supports_lease_renew(store: Store) -> TypeGuard[LeaseRenewStore]:
+    """Whether ``store`` declares ``CAP_LEASE_RENEW`` (and ``CAP_LEASES``); if so a type checker sees a ``LeaseRenewStore``.
+
+    Args:
+        store: Any store.
+
+    Returns:
+        True when both ``CAP_LEASES`` and ``CAP_LEASE_RENEW`` are in ``store.capabilities`` (a ``TypeGuard``).
+    """
+    return CAP_LEASES in store.capabilities and CAP_LEASE_RENEW in store.capabilities
 
 
 def supports_changes(store: Store) -> TypeGuard[ChangeStore]:

@@ -1,7 +1,8 @@
 """The adapter guide's contract table, generated from the SPI's docstrings (the contract is stated once).
 
 ``contract_table()`` renders every method of ``Store``, ``BlobStore``, ``BlobDeleteStore``,
-``LeaseStore`` and ``IndexStore``, the helpers ``check_append``, ``check_blob``, ``check_blob_digests`` and ``check_lease`` and the
+``LeaseStore``, ``LeaseRenewStore`` and ``IndexStore``, the helpers ``check_append``, ``check_blob``,
+``check_blob_digests``, ``check_lease`` and ``check_lease_renewal`` and the
 common rules of the ``Store`` docstring as one Markdown table.
 docs/writing-an-adapter.md holds it between ``BEGIN``/``END`` markers; the
 test suite fails when the two differ, and ``python -m durably.storage._spi_docs
@@ -59,13 +60,20 @@ def contract_rows() -> list[tuple[str, str]]:
     """``(what, must)`` per row: the protocols' methods in declaration order, then the helpers."""
     rows: list[tuple[str, str]] = [("any method", _markdown((spi.Store.__doc__ or "").split("\n\n", 1)[1]))]
     seen: set[str] = set()
-    for protocol in (spi.Store, spi.BlobStore, spi.BlobDeleteStore, spi.LeaseStore, spi.IndexStore):
+    for protocol in (
+        spi.Store,
+        spi.BlobStore,
+        spi.BlobDeleteStore,
+        spi.LeaseStore,
+        spi.LeaseRenewStore,
+        spi.IndexStore,
+    ):
         for name, member in vars(protocol).items():
             if name.startswith("_") or name in seen or not callable(member) or not member.__doc__:
                 continue
             seen.add(name)
             rows.append((f"`{_signature(member)}`", _markdown(member.__doc__)))
-    for helper in (spi.check_append, spi.check_blob, spi.check_blob_digests, spi.check_lease):
+    for helper in (spi.check_append, spi.check_blob, spi.check_blob_digests, spi.check_lease, spi.check_lease_renewal):
         rows.append((f"`{_signature(helper)}`", _markdown(helper.__doc__ or "")))
     rows.append(("`ConflictError(stream, expected_seq, actual_seq)`", _markdown(ConflictError.__doc__ or "")))
     return rows

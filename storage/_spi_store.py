@@ -21,6 +21,8 @@ CAP_BLOBS = "blobs"
 CAP_BLOB_DELETE = "blob-delete"
 #: Optional capability ``LeaseStore``: ``acquire_lease`` / ``release_lease`` (which worker runs a stream now).
 CAP_LEASES = "leases"
+#: Optional capability ``LeaseRenewStore``: ``renew_leases`` (renew many of one owner's leases in one call).
+CAP_LEASE_RENEW = "lease-renew"
 #: A declared limitation: one OS process at a time may use a location (``memory://``, an
 #: embedded database another process cannot open while this one writes). Operator
 #: commands from another process, several workers and ``durably torture`` need a

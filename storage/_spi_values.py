@@ -301,3 +301,41 @@ def check_lease(owner: object, ttl: object) -> None:
         raise InvalidRequestError(f"a lease owner must be a non-empty str, got {owner!r}")
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
         raise InvalidRequestError(f"a lease ttl must be a finite number of seconds > 0, got {ttl!r}")
+
+
+def check_lease_renewal(owner: object, ttl: object, leases: object) -> list[Lease]:
+    """Reject a malformed ``renew_leases`` before any I/O; return its leases as a list.
+
+    Adapters call this, as ``check_append``.
+
+    Args:
+        owner: The ``owner`` argument of ``renew_leases``; as ``check_lease``'s.
+        ttl: The ``ttl`` argument, in seconds; as ``check_lease``'s.
+        leases: A collection of ``Lease`` (not a lone ``Lease``), each held by
+            ``owner`` (its ``owner`` equal to it), with an ``int`` token, no
+            stream named twice (one stream has one current lease).
+
+    Returns:
+        The leases, in the order given.
+
+    Raises:
+        InvalidRequestError: For a bad ``owner`` or ``ttl`` (``check_lease``), a
+            ``leases`` that is not a collection of ``Lease``, a lease of another
+            owner, a token that is not an ``int``, or a stream named twice.
+    """
+    check_lease(owner, ttl)
+    if isinstance(leases, (str, bytes, Lease)) or not isinstance(leases, Collection):
+        raise InvalidRequestError(f"leases must be a collection of Lease, got {type(leases).__name__}")
+    found = list(leases)
+    streams: set[StreamId] = set()
+    for lease in found:
+        if not isinstance(lease, Lease) or not isinstance(lease.stream, StreamId):
+            raise InvalidRequestError(f"leases must be a collection of Lease, got a {type(lease).__name__}")
+        if lease.owner != owner:
+            raise InvalidRequestError(f"a lease of {lease.owner!r} cannot be renewed by {owner!r}")
+        if isinstance(lease.token, bool) or not isinstance(lease.token, int):
+            raise InvalidRequestError(f"a lease token must be an int, got {lease.token!r}")
+        if lease.stream in streams:
+            raise InvalidRequestError(f"the lease of {lease.stream} is named twice")
+        streams.add(lease.stream)
+    return found

@@ -15,13 +15,16 @@ agent id, not by the ``streams`` row, so a lease never makes a stream exist.
 * **The clock is the database's** (``clock_timestamp()``, unix seconds), one
   clock for every worker, so lease expiry does not depend on the workers'
   clocks agreeing; ``expires_at`` is in that clock.
+* **Renewing many** (``CAP_LEASE_RENEW``) is one ``UPDATE ... FROM unnest(...)``: only rows
+  still held by the owner under the same token and unexpired move their expiry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from durably.storage._spi import Lease, StreamId, check_lease
+from durably.storage._spi import Lease, StreamId, check_lease, check_lease_renewal
 
 if TYPE_CHECKING:
     import asyncpg
@@ -59,6 +62,13 @@ class PostgresLeases:
                 "owner = excluded.owner, expires_at = excluded.expires_at "
                 f"WHERE l.owner = excluded.owner OR l.expires_at <= {_NOW} "
                 "RETURNING token, expires_at"
+            ),
+            "renew_leases": (
+                f"UPDATE {s}.leases AS l SET expires_at = {_NOW} + $2 "
+                "FROM unnest($3::text[], $4::text[], $5::bigint[]) AS r (namespace, agent_id, token) "
+                "WHERE l.namespace = r.namespace AND l.agent_id = r.agent_id AND l.token = r.token "
+                f"AND l.owner = $1 AND l.expires_at > {_NOW} "
+                "RETURNING l.namespace, l.agent_id, l.token, l.expires_at"
             ),
             "release_lease": f"UPDATE {s}.leases SET expires_at = 0 WHERE namespace = $1 AND agent_id = $2 "
             "AND owner = $3 AND token = $4",
@@ -98,6 +108,41 @@ class PostgresLeases:
             return None
         token, expires_at = rows[0]
         return Lease(stream, owner, token, expires_at)
+
+    async def renew_leases(self, owner: str, ttl: float, leases: Collection[Lease]) -> list[Lease]:
+        """Renew each of ``leases`` still ``owner``'s under its token and unexpired; see ``LeaseRenewStore.renew_leases``.
+
+        One ``UPDATE ... FROM unnest(...)`` for them all, by the database's clock. A retried
+        call is safe: a lease the first attempt renewed is renewed again.
+
+        Args:
+            owner: The worker's name, a non-empty string; every lease's owner.
+            ttl: How long each renewed lease lasts, in seconds, finite and > 0.
+            leases: The leases to renew, one per stream.
+
+        Returns:
+            The leases renewed (same token, new ``expires_at``), in no particular order.
+
+        Raises:
+            InvalidRequestError: For a malformed call (``check_lease_renewal``), before any I/O.
+        """
+        self._check_open()
+        wanted = check_lease_renewal(owner, ttl, leases)
+        if not wanted:
+            return []
+        rows = await self._fetch(
+            "renew_leases",
+            self._sql["renew_leases"],
+            owner,
+            float(ttl),
+            [lease.stream.namespace for lease in wanted],
+            [lease.stream.agent_id for lease in wanted],
+            [lease.token for lease in wanted],
+        )
+        return [
+            Lease(StreamId(namespace, agent_id), owner, token, expires_at)
+            for namespace, agent_id, token, expires_at in rows
+        ]
 
     async def release_lease(self, lease: Lease) -> None:
         """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) a no-op.

@@ -53,7 +53,7 @@ from durably.storage._spi import (
     BlobDeleteStore,
     ChangeStore,
     IndexStore,
-    LeaseStore,
+    LeaseRenewStore,
     StoredRecord,
     StoredSnapshot,
     StreamId,
@@ -87,7 +87,7 @@ class PostgresStore(
     PostgresChanges,
     StoreBase,
     BlobDeleteStore,
-    LeaseStore,
+    LeaseRenewStore,
     ChangeStore,
     IndexStore,
 ):

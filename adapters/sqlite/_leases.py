@@ -46,15 +46,16 @@ taken at start, given back at the end).
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from durably.storage._spi import Lease, StreamId, check_lease
+from durably.storage._spi import Lease, StreamId, check_lease, check_lease_renewal
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -82,6 +83,18 @@ ON CONFLICT (namespace, agent_id) DO UPDATE SET
     expires_at = excluded.expires_at
 WHERE owner = excluded.owner OR expires_at <= :now
 RETURNING token, expires_at"""
+
+# Renew many leases of one owner in one statement: each row still held by the owner under the
+# same token and unexpired gets the new expiry; any other row (released, expired, purged, taken
+# by another owner or granted again under a new token) is left as it is and not returned. The
+# leases come as one JSON array of [namespace, agent_id, token] (one parameter whatever their
+# number, so no limit on bound variables); the row-value IN looks each one up by primary key.
+_RENEW = """UPDATE leases SET expires_at = :expires_at
+WHERE owner = :owner AND expires_at > :now AND (namespace, agent_id, token) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
+    FROM json_each(:leases)
+)
+RETURNING namespace, agent_id, token, expires_at"""
 
 # Releasing ends the lease now but keeps the row: its token is the floor of the next one.
 _RELEASE = "UPDATE leases SET expires_at = 0 WHERE namespace = ? AND agent_id = ? AND owner = ? AND token = ?"
@@ -240,6 +253,42 @@ class SQLiteLeases:
             return None
         ((token, expires_at),) = rows
         return Lease(stream, owner, token, expires_at)
+
+    async def renew_leases(self, owner: str, ttl: float, leases: Collection[Lease]) -> list[Lease]:
+        """Renew each of ``leases`` still ``owner``'s under its token and unexpired; see ``LeaseRenewStore.renew_leases``.
+
+        One ``UPDATE`` for them all, in the lease transaction shared with the lease statements
+        queued meanwhile (as ``acquire_lease``), so a runtime's renewal round is one statement
+        instead of one per lease. The clock is this process's ``time.time()``, as
+        ``acquire_lease``'s; no write at all on a file without the ``leases`` table.
+
+        Args:
+            owner: The worker's name, a non-empty string; every lease's owner.
+            ttl: How long each renewed lease lasts, in seconds, finite and > 0.
+            leases: The leases to renew, one per stream.
+
+        Returns:
+            The leases renewed (same token, new ``expires_at``), in no particular order.
+
+        Raises:
+            InvalidRequestError: For a malformed call (``check_lease_renewal``), before any I/O.
+        """
+        self._check_open()
+        wanted = check_lease_renewal(owner, ttl, leases)
+        if not wanted or not await self._leases_table_exists():
+            return []
+        now = time.time()
+        params = {
+            "owner": owner,
+            "now": now,
+            "expires_at": now + ttl,
+            "leases": json.dumps([[lease.stream.namespace, lease.stream.agent_id, lease.token] for lease in wanted]),
+        }
+        rows = await self._lease_statement(_RENEW, params)
+        return [
+            Lease(StreamId(namespace, agent_id), owner, token, expires_at)
+            for namespace, agent_id, token, expires_at in rows
+        ]
 
     async def release_lease(self, lease: Lease) -> None:
         """End ``lease`` if its owner still holds it with its token; otherwise (stale, foreign, unknown) a no-op.

@@ -54,7 +54,7 @@ from durably.storage._one_read import OneReadRestore, RestoreRead
 from durably.storage._spi import (
     BlobDeleteStore,
     IndexStore,
-    LeaseStore,
+    LeaseRenewStore,
     StoredRecord,
     StoredSnapshot,
     StreamId,
@@ -82,7 +82,7 @@ class SQLiteStore(
     SQLiteLeases,
     StoreBase,
     BlobDeleteStore,
-    LeaseStore,
+    LeaseRenewStore,
     IndexStore,
     OneReadRestore,
 ):

@@ -25,7 +25,15 @@ from durably._fleet.owner import LeaseHolder, Liveness, holder_liveness, new_ide
 from durably._fleet.single_flight import KeyedLock
 from durably._journal.claim import LeaseClaim
 from durably.storage._errors import StoreError
-from durably.storage._spi import Lease, LeaseStore, Store, StreamId, supports_leases
+from durably.storage._spi import (
+    Lease,
+    LeaseRenewStore,
+    LeaseStore,
+    Store,
+    StreamId,
+    supports_lease_renew,
+    supports_leases,
+)
 
 if TYPE_CHECKING:
     from durably._fleet.workers import Heartbeats
@@ -210,12 +218,17 @@ class LeaseKeeper:
         took it, or it came back under a new token (it lapsed meanwhile). Run it in the
         runtime's task group; it never raises for a store error (logged, tried next round).
 
-        The leases of a round are renewed concurrently (up to ``_RENEWALS`` at once), and
-        rounds start every ``ttl / 3`` whatever a round took: with many agents on a slow
-        store, one after the other they could take longer than the ttl itself."""
+        On a store with ``CAP_LEASE_RENEW`` a round is one ``renew_leases`` call for every
+        held lease: with a thousand agents sharing the loop and the store connection, a
+        thousand separate renewals queued behind the agents' writes took longer than the
+        ttl, and the leases lapsed. The leases that call did not renew (lost, or lapsed),
+        and every lease on other stores, are renewed one by one through ``acquire_lease``,
+        which tells another holder from a new token, up to ``_RENEWALS`` at once. Rounds
+        start every ``ttl / 3`` whatever a round took."""
         leases = self._leases
         if leases is None:
             return
+        together = leases if supports_lease_renew(leases) else None
         limiter = anyio.CapacityLimiter(_RENEWALS)
 
         async def renew(claim: LeaseClaim) -> None:
@@ -224,10 +237,37 @@ class LeaseKeeper:
 
         while True:
             started = time.monotonic()
+            claims = list(self._held.values())
+            if together is not None and claims:
+                claims = await self._renew_together(together, claims)
             async with anyio.create_task_group() as tg:
-                for claim in list(self._held.values()):
+                for claim in claims:
                     tg.start_soon(renew, claim)
             await anyio.sleep(max(0.0, started + self.ttl / 3 - time.monotonic()))
+
+    async def _renew_together(self, leases: LeaseRenewStore, claims: list[LeaseClaim]) -> list[LeaseClaim]:
+        """Renew the leases of ``claims`` in one ``renew_leases`` call; the claims still held
+        here whose lease it did not renew, for ``_renew`` to settle one by one (all of them
+        when the call failed: logged, and the per-lease path tries each). A batch only
+        renews a lease still ours under the same token and unexpired, never grants one, so
+        a claim released meanwhile has nothing to give back."""
+        asked = time.monotonic()
+        try:
+            renewed = await leases.renew_leases(
+                self.owner, self.ttl, [claim.lease for claim in claims if claim.lease is not None]
+            )
+        except Exception as exc:
+            log.warning("%d leases not renewed together this round, renewing one by one: %s", len(claims), exc)
+            return claims
+        by_stream = {lease.stream: lease for lease in renewed}
+        left: list[LeaseClaim] = []
+        for claim in claims:
+            lease = by_stream.get(claim.stream)
+            if lease is None or claim.lease is None or lease.token != claim.lease.token:
+                left.append(claim)
+            elif self._held.get(claim.stream) is claim:
+                claim.renewed(lease, asked)
+        return [claim for claim in left if self._held.get(claim.stream) is claim]
 
     async def _renew(
         self, leases: LeaseStore, claim: LeaseClaim, on_lost: Callable[[LeaseClaim, Lease | None], None]

@@ -39,6 +39,7 @@ from durably.storage._spi import (
     supports_blob_delete,
     supports_blobs,
     supports_changes,
+    supports_lease_renew,
     supports_leases,
     supports_status_index,
 )
@@ -170,6 +171,12 @@ class LedgeredStore:
         await self._leases().release_lease(lease)
         if self.grants is not None:
             await self._log_grant("release", lease.stream, lease.owner, lease.token)
+
+    async def renew_leases(self, owner: str, ttl: float, leases: Collection[Lease]) -> list[Lease]:
+        # A renewal keeps each lease's token: no grant to log.
+        if not supports_lease_renew(self.inner):
+            raise ArgumentTypeError(f"{type(self.inner).__name__} does not declare lease-renew")
+        return await self.inner.renew_leases(owner, ttl, leases)
 
     async def _log_grant(self, kind: str, stream: StreamId, owner: str, token: int) -> None:
         entry = {

@@ -47,6 +47,7 @@ pytest.register_assert_rewrite(
             "faults",
             "fencing",
             "harness",
+            "lease_renewal",
             "leases",
             "lifecycle",
             "processes",
@@ -67,6 +68,7 @@ from ._crash import CrashChecks  # noqa: E402
 from ._faults import FaultChecks  # noqa: E402
 from ._fencing import FencingChecks  # noqa: E402
 from ._harness import StoreHarness, files_bytes  # noqa: E402
+from ._lease_renewal import LeaseRenewChecks  # noqa: E402
 from ._leases import LeaseChecks  # noqa: E402
 from ._lifecycle import LifecycleChecks  # noqa: E402
 from ._processes import ProcessChecks  # noqa: E402
@@ -87,6 +89,7 @@ class StoreConformance(
     BlobChecks,
     BlobDeleteChecks,
     FencingChecks,
+    LeaseRenewChecks,
     LeaseChecks,
     ProcessChecks,
     CrashChecks,

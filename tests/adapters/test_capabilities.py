@@ -20,6 +20,7 @@ from durably.storage._spi import (
     CAP_BLOB_DELETE,
     CAP_BLOBS,
     CAP_CHANGES,
+    CAP_LEASE_RENEW,
     CAP_LEASES,
     CAP_SINGLE_PROCESS,
     CAP_STATUS_INDEX,
@@ -29,6 +30,7 @@ from durably.storage._spi import (
     ChangeStore,
     IndexStore,
     Lease,
+    LeaseRenewStore,
     LeaseStore,
     StreamId,
     declared_capabilities,
@@ -75,6 +77,7 @@ def test_each_cap_name_has_its_protocol() -> None:
         CAP_BLOBS: BlobStore,
         CAP_BLOB_DELETE: BlobDeleteStore,
         CAP_LEASES: LeaseStore,
+        CAP_LEASE_RENEW: LeaseRenewStore,
         CAP_CHANGES: ChangeStore,
         CAP_STATUS_INDEX: IndexStore,
     }

@@ -1,7 +1,7 @@
 """A store whose lease traffic can be cut: one worker partitioned from the store's leases.
 
 ``lease_partitionable(url)`` builds the adapter ``url`` names, subclassed so
-that, once ``cut`` is set, its ``acquire_lease`` raises ``StoreUnavailableError``:
+that, once ``cut`` is set, its ``acquire_lease`` and ``renew_leases`` raise ``StoreUnavailableError``:
 the worker using it cannot renew, as a worker behind a network partition or
 paused past its lease, while its appends still reach the store (where the
 fencing token decides). Everything else is the real adapter.
@@ -25,5 +25,10 @@ def lease_partitionable(url: str) -> Any:
             if self.cut:
                 raise StoreUnavailableError("lease traffic cut by the test (a partitioned worker)")
             return await super().acquire_lease(stream, owner, ttl)
+
+        async def renew_leases(self, owner, ttl, leases):
+            if self.cut:
+                raise StoreUnavailableError("lease traffic cut by the test (a partitioned worker)")
+            return await super().renew_leases(owner, ttl, leases)
 
     return LeasePartitioned(url)
