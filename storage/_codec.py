@@ -414,9 +414,7 @@ def _prefixed_compressor(size: int, prefix: bytes, level: int) -> zstandard.Zstd
     the same length and shape (base pages named in another order, or another page's), its
     matches copy the wrong text into valid CBOR, which nothing else would catch."""
     window_log = min(_MAX_WINDOW_LOG, max(zstandard.WINDOWLOG_MIN, (len(prefix) + size - 1).bit_length()))
-    params = zstandard.ZstdCompressionParameters.from_level(
-        level, window_log=window_log, write_checksum=bool(prefix)
-    )
+    params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window_log, write_checksum=bool(prefix))
     if not prefix:
         return zstandard.ZstdCompressor(compression_params=params)
     dictionary = zstandard.ZstdCompressionDict(prefix, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
