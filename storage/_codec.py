@@ -408,9 +408,13 @@ def raw_size(frame: bytes) -> int:
 def _prefixed_compressor(size: int, prefix: bytes, level: int) -> zstandard.ZstdCompressor:
     """A compressor at ``level`` for ``size`` raw bytes continuing ``prefix`` (zstd's raw-content
     dictionary, which the decoder must be given too), its window spanning both (up to 128 MiB,
-    what every zstd decoder accepts) so the payload can refer to any byte of the prefix."""
+    what every zstd decoder accepts) so the payload can refer to any byte of the prefix.
+
+    A frame continuing a prefix carries zstd's content checksum: decoded with other bytes of
+    the same length and shape (base pages named in another order, or another page's), its
+    matches copy the wrong text into valid CBOR, which nothing else would catch."""
     window_log = min(_MAX_WINDOW_LOG, max(zstandard.WINDOWLOG_MIN, (len(prefix) + size - 1).bit_length()))
-    params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window_log)
+    params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window_log, write_checksum=bool(prefix))
     if not prefix:
         return zstandard.ZstdCompressor(compression_params=params)
     dictionary = zstandard.ZstdCompressionDict(prefix, dict_type=zstandard.DICT_TYPE_RAWCONTENT)

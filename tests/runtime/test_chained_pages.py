@@ -155,3 +155,28 @@ async def test_ledger_pages_continuing_a_compacted_conversation_are_written_anew
         repaged = await pager.page_out(codec, STREAM, 300, again)
         whole = await pages.page_in(store, codec, STREAM, 300, repaged)
     assert whole["ledger"] == wire["ledger"] and whole["messages"] == state.messages
+
+
+def shaped_alike_run() -> dict[str, Any]:
+    """A conversation whose first two pages hold files of the same length and shape (so
+    either page's bytes fit where the other's are expected) and whose third repeats the first."""
+    rng = random.Random(3)
+    first, second = (["".join(rng.choices("abcdefghij", k=2048)) for _ in range(16)] for _ in range(2))
+    texts = first + second + first
+    messages = [{"role": "tool", "content": text} for text in texts] + [{"role": "user", "content": "go"}] * 4
+    return {"run_id": "r1", "messages": messages, "ledger": {}}
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+async def test_a_page_opened_with_its_bases_in_another_order_is_refused_not_misread(encrypted):
+    codec = RecordCodec(cipher=CIPHER if encrypted else None)
+    wire = shaped_alike_run()
+    async with open_store("memory://") as store:
+        paged = await pages.Pager(store).page_out(codec, STREAM, 200, wire)
+        third = paged["pages"][2]
+        assert len(third["base"]) == 2, "the third page continues the first two"
+        swapped = {**paged, "pages": [*paged["pages"][:2], {**third, "base": third["base"][::-1]}]}
+        # main: the third page's matches copy the second page's files: valid CBOR, the wrong conversation
+        with pytest.raises(CorruptRecordError):
+            await pages.page_in(store, codec, STREAM, 200, swapped)
+        assert await pages.page_in(store, codec, STREAM, 200, paged) == wire
