@@ -212,22 +212,31 @@ class LeaseKeeper:
 
         The leases of a round are renewed concurrently (up to ``_RENEWALS`` at once), and
         rounds start every ``ttl / 3`` whatever a round took: with many agents on a slow
-        store, one after the other they could take longer than the ttl itself."""
+        store, one after the other they could take longer than the ttl itself. A round
+        does not wait for the renewals of the one before: a claim whose renewal is still
+        in flight is skipped, the others are renewed on time (one request stuck in the
+        store's retries must not let every other lease of this runtime lapse)."""
         leases = self._leases
         if leases is None:
             return
         limiter = anyio.CapacityLimiter(_RENEWALS)
+        in_flight: set[LeaseClaim] = set()
 
         async def renew(claim: LeaseClaim) -> None:
-            async with limiter:
-                await self._renew(leases, claim, on_lost)
+            try:
+                async with limiter:
+                    await self._renew(leases, claim, on_lost)
+            finally:
+                in_flight.discard(claim)
 
-        while True:
-            started = time.monotonic()
-            async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg:
+            while True:
+                started = time.monotonic()
                 for claim in list(self._held.values()):
-                    tg.start_soon(renew, claim)
-            await anyio.sleep(max(0.0, started + self.ttl / 3 - time.monotonic()))
+                    if claim not in in_flight:
+                        in_flight.add(claim)
+                        tg.start_soon(renew, claim)
+                await anyio.sleep(max(0.0, started + self.ttl / 3 - time.monotonic()))
 
     async def _renew(
         self, leases: LeaseStore, claim: LeaseClaim, on_lost: Callable[[LeaseClaim, Lease | None], None]
