@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.abc
 
 from durably._fleet.owner import LeaseHolder, Liveness, holder_liveness, new_identity
 from durably._fleet.single_flight import KeyedLock
@@ -223,27 +224,40 @@ class LeaseKeeper:
         thousand separate renewals queued behind the agents' writes took longer than the
         ttl, and the leases lapsed. The leases that call did not renew (lost, or lapsed),
         and every lease on other stores, are renewed one by one through ``acquire_lease``,
-        which tells another holder from a new token, up to ``_RENEWALS`` at once. Rounds
-        start every ``ttl / 3`` whatever a round took."""
+        which tells another holder from a new token, up to ``_RENEWALS`` at once.
+
+        Rounds start every ``ttl / 3`` whatever a round took, and a round does not wait for
+        the renewals of the one before: a claim whose renewal is still in flight is skipped,
+        the others are renewed on time (one request stuck in the store's retries must not
+        let every other lease of this runtime lapse)."""
         leases = self._leases
         if leases is None:
             return
         together = leases if supports_lease_renew(leases) else None
         limiter = anyio.CapacityLimiter(_RENEWALS)
+        in_flight: set[LeaseClaim] = set()
 
         async def renew(claim: LeaseClaim) -> None:
-            async with limiter:
-                await self._renew(leases, claim, on_lost)
+            try:
+                async with limiter:
+                    await self._renew(leases, claim, on_lost)
+            finally:
+                in_flight.discard(claim)
 
-        while True:
-            started = time.monotonic()
-            claims = list(self._held.values())
-            if together is not None and claims:
-                claims = await self._renew_together(together, claims)
-            async with anyio.create_task_group() as tg:
-                for claim in claims:
-                    tg.start_soon(renew, claim)
-            await anyio.sleep(max(0.0, started + self.ttl / 3 - time.monotonic()))
+        async def round_(claims: list[LeaseClaim], tg: anyio.abc.TaskGroup) -> None:
+            left = claims if together is None else await self._renew_together(together, claims)
+            in_flight.difference_update(set(claims).difference(left))  # renewed, or released meanwhile
+            for claim in left:
+                tg.start_soon(renew, claim)
+
+        async with anyio.create_task_group() as tg:
+            while True:
+                started = time.monotonic()
+                claims = [claim for claim in self._held.values() if claim not in in_flight]
+                if claims:
+                    in_flight.update(claims)
+                    tg.start_soon(round_, claims, tg)
+                await anyio.sleep(max(0.0, started + self.ttl / 3 - time.monotonic()))
 
     async def _renew_together(self, leases: LeaseRenewStore, claims: list[LeaseClaim]) -> list[LeaseClaim]:
         """Renew the leases of ``claims`` in one ``renew_leases`` call; the claims still held

@@ -34,9 +34,9 @@ def spawn(db: Path, effects: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
-async def running_elsewhere(db: Path, effects: Path) -> subprocess.Popen[str]:
-    """A worker running agent-0, seen in the middle of its first step."""
-    worker = spawn(db, effects, "--start", "1", "--steps", str(STEPS), "--step-seconds", "0.4")
+async def running_elsewhere(db: Path, effects: Path, step_seconds: float = 0.4) -> subprocess.Popen[str]:
+    """A worker running agent-0 (each step's tool taking ``step_seconds``), seen in the middle of its first step."""
+    worker = spawn(db, effects, "--start", "1", "--steps", str(STEPS), "--step-seconds", str(step_seconds))
     with anyio.fail_after(60):
         while not [e for e in read_lines(effects) if e["pid"] == worker.pid] and worker.poll() is None:
             await anyio.sleep(0.02)
@@ -73,19 +73,35 @@ async def test_run_on_an_agent_running_elsewhere_returns_its_result(tmp_path):
     assert {e["pid"] for e in read_lines(effects)} == {worker.pid}  # all of it ran there
 
 
-async def test_an_attached_run_takes_over_when_the_runner_dies(tmp_path):
+async def test_an_attached_run_takes_over_when_the_runner_dies(tmp_path, monkeypatch):
+    """The runner is killed while ``run()`` here follows it, in the middle of the agent's first step.
+
+    Both are events, not times: the kill waits until ``run()`` follows the runner (it called
+    ``wait``), and the runner's tool sleeps far longer than any stall of this process, so the
+    runner cannot finish the agent before it is killed, however loaded the machine is. This
+    process runs the same definition with short steps (its digest does not cover the sleep)."""
     db, effects = tmp_path / "agents.db", tmp_path / "effects.jsonl"
     definition = slow_file_agent(STEPS, effects, 0.4)
-    worker = await running_elsewhere(db, effects)
+    worker = await running_elsewhere(db, effects, step_seconds=600)
     try:
         async with Runtime(f"sqlite:///{db}", agents=[definition]) as rt, anyio.create_task_group() as tg:
             result = {}
+            following = anyio.Event()
+            wait = rt.wait
+
+            async def followed(*args, **kwargs):
+                following.set()
+                return await wait(*args, **kwargs)
+
+            monkeypatch.setattr(rt, "wait", followed)
 
             async def attached() -> None:
                 result["state"] = await rt.run(definition, "agent-0", "count")
 
             tg.start_soon(attached)
-            await anyio.sleep(0.5)
+            with anyio.fail_after(60):
+                await following.wait()
+            assert worker.poll() is None and done_steps(effects) == []  # it follows a runner mid-step
             worker.send_signal(signal.SIGKILL)
             await anyio.to_thread.run_sync(worker.wait)
     finally:

@@ -35,9 +35,19 @@ AGENTS, STEPS = 4, 6
 NAMESPACE = "default"
 EXPECTED_RESULT = f"done {[n * 10 for n in range(1, STEPS + 1)]}"
 MUTATING = {"PUT", "POST", "DELETE"}
+# Lease TTLs, seconds. A worker renews every third of its TTL and counts its lease lost once
+# 0.9 TTL passed since the last renewal it sent; on this machine under load (2 cores, load 10
+# or more, the moto server sharing this process's CPU time) one renewal round trip takes up to
+# about a second, so a 2 s TTL lets a live worker lose its lease with nobody else there.
+# RUNNING: a worker that must keep its leases (B, and A until it dies: a SIGKILLed worker of
+# this host is taken over at once, its process being gone, never by waiting out the TTL).
+RUNNING_TTL = 30.0
+# FROZEN: the worker the stale test freezes; B must wait its lease out (up to 1.1 x this), and
+# it must keep it, renewing, until it reaches the hold point.
+FROZEN_TTL = 6.0
 
 
-def worker_cmd(url: str, tmp_path: Path, *extra: str) -> list[str]:
+def worker_cmd(url: str, tmp_path: Path, *extra: str, ttl: float = RUNNING_TTL) -> list[str]:
     return [
         sys.executable,
         str(WORKER),
@@ -49,6 +59,8 @@ def worker_cmd(url: str, tmp_path: Path, *extra: str) -> list[str]:
         str(tmp_path / "acks.jsonl"),
         "--steps",
         str(STEPS),
+        "--lease-ttl",
+        str(ttl),
         *extra,
     ]
 
@@ -162,7 +174,7 @@ def test_stale_worker_wakes_up_fenced_and_stops_cleanly(s3_server, url, tmp_path
     store_url, prefix = url
     agent = "agent-0"
     stale = subprocess.Popen(
-        worker_cmd(store_url, tmp_path, "--agents", "1", "--hold", hold, "--hold-at", "3"),
+        worker_cmd(store_url, tmp_path, "--agents", "1", "--hold", hold, "--hold-at", "3", ttl=FROZEN_TTL),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
