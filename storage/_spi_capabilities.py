@@ -179,7 +179,8 @@ class LeaseRenewStore(LeaseStore, Protocol):
 
         Raises:
             InvalidRequestError: For a bad ``owner`` or ``ttl``, a lease of another
-                owner or a stream named twice (``check_lease_renewal``), before any I/O.
+                owner, a token out of 1..2**63-1 or a stream named twice
+                (``check_lease_renewal``), before any I/O.
             StoreUnavailableError: When the store cannot be reached (after the adapter's retries).
         """
 

@@ -312,8 +312,8 @@ def check_lease_renewal(owner: object, ttl: object, leases: object) -> list[Leas
         owner: The ``owner`` argument of ``renew_leases``; as ``check_lease``'s.
         ttl: The ``ttl`` argument, in seconds; as ``check_lease``'s.
         leases: A collection of ``Lease`` (not a lone ``Lease``), each held by
-            ``owner`` (its ``owner`` equal to it), with an ``int`` token, no
-            stream named twice (one stream has one current lease).
+            ``owner`` (its ``owner`` equal to it), with an ``int`` token in
+            1..2**63-1 (as a fence), no stream named twice (one stream has one current lease).
 
     Returns:
         The leases, in the order given.
@@ -321,7 +321,7 @@ def check_lease_renewal(owner: object, ttl: object, leases: object) -> list[Leas
     Raises:
         InvalidRequestError: For a bad ``owner`` or ``ttl`` (``check_lease``), a
             ``leases`` that is not a collection of ``Lease``, a lease of another
-            owner, a token that is not an ``int``, or a stream named twice.
+            owner, a token that is not an ``int`` in 1..2**63-1, or a stream named twice.
     """
     check_lease(owner, ttl)
     if isinstance(leases, (str, bytes, Lease)) or not isinstance(leases, Collection):
@@ -333,8 +333,10 @@ def check_lease_renewal(owner: object, ttl: object, leases: object) -> list[Leas
             raise InvalidRequestError(f"leases must be a collection of Lease, got a {type(lease).__name__}")
         if lease.owner != owner:
             raise InvalidRequestError(f"a lease of {lease.owner!r} cannot be renewed by {owner!r}")
-        if isinstance(lease.token, bool) or not isinstance(lease.token, int):
-            raise InvalidRequestError(f"a lease token must be an int, got {lease.token!r}")
+        # The range of ``check_fence``: every adapter refuses a token no store can have the same way,
+        # where PostgreSQL's bigint would otherwise fail the whole batch and SQLite match nothing.
+        if isinstance(lease.token, bool) or not isinstance(lease.token, int) or not 1 <= lease.token <= MAX_SEQ:
+            raise InvalidRequestError(f"a lease token must be an int in 1..2**63-1, got {lease.token!r}")
         if lease.stream in streams:
             raise InvalidRequestError(f"the lease of {lease.stream} is named twice")
         streams.add(lease.stream)

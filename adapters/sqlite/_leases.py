@@ -18,8 +18,10 @@ its ``SCHEMA_VERSION``, so older files (the golden v1 database) are neither
 changed nor refused, and no version bump is needed. Reads and releases on a
 file without the table answer "no lease".
 
-Clock: ``time.time()`` of the calling process. Processes sharing the file are
-on one machine, so they share that clock.
+Clock: ``time.time()`` of the calling process, read when the statement runs in
+its lease transaction (write lock held), not when the call was made: a call may
+wait in the lease queue and for the lock, and a lease that expired meanwhile must
+be seen expired. Processes sharing the file are on one machine, so they share that clock.
 
 Atomicity: acquire is one upsert (check and write in the same statement) inside
 a ``BEGIN IMMEDIATE`` transaction, so the write lock is held from the check to
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -108,10 +110,11 @@ _HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lease
 @dataclass(slots=True)
 class _Queued:
     """One lease statement waiting for the next lease transaction, then its rows or error;
-    ``done`` is set when the transaction that took it has ended (or gave it back unrun)."""
+    ``done`` is set when the transaction that took it has ended (or gave it back unrun).
+    ``params`` may be a function, called when the statement runs (for a clock read then)."""
 
     sql: str
-    params: Any
+    params: Callable[[], dict[str, Any]] | Any
     rows: list[Any] | None = None
     error: BaseException | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -173,7 +176,8 @@ class SQLiteLeases:
                 if self._leases_checked_on is not db:
                     await db.execute(_CREATE_TABLE)
                 for queued in batch:
-                    queued.rows = list(await db.execute_fetchall(queued.sql, queued.params))
+                    params = queued.params() if callable(queued.params) else queued.params
+                    queued.rows = list(await db.execute_fetchall(queued.sql, params))
             self._leases_checked_on = db
         except Exception as exc:
             for queued in batch:
@@ -240,14 +244,20 @@ class SQLiteLeases:
         """
         self._check_open()
         check_lease(owner, ttl)
-        now = time.time()
-        params = {
-            "namespace": stream.namespace,
-            "agent_id": stream.agent_id,
-            "owner": owner,
-            "now": now,
-            "expires_at": now + ttl,
-        }
+
+        def params() -> dict[str, Any]:
+            # Read the clock once the write lock is held, not before the wait for it: a lease of
+            # this owner that expired meanwhile is then taken anew under the next token, never
+            # renewed in place under the old one.
+            now = time.time()
+            return {
+                "namespace": stream.namespace,
+                "agent_id": stream.agent_id,
+                "owner": owner,
+                "now": now,
+                "expires_at": now + ttl,
+            }
+
         rows = await self._lease_statement(_ACQUIRE, params)
         if not rows:
             return None
@@ -277,13 +287,15 @@ class SQLiteLeases:
         wanted = check_lease_renewal(owner, ttl, leases)
         if not wanted or not await self._leases_table_exists():
             return []
-        now = time.time()
-        params = {
-            "owner": owner,
-            "now": now,
-            "expires_at": now + ttl,
-            "leases": json.dumps([[lease.stream.namespace, lease.stream.agent_id, lease.token] for lease in wanted]),
-        }
+        listed = json.dumps([[lease.stream.namespace, lease.stream.agent_id, lease.token] for lease in wanted])
+
+        def params() -> dict[str, Any]:
+            # The clock is read inside the lease transaction, write lock held: read before the
+            # wait in the lease queue and for the lock, it could renew a lease that expired
+            # during that wait, which the batch promises never to revive.
+            now = time.time()
+            return {"owner": owner, "now": now, "expires_at": now + ttl, "leases": listed}
+
         rows = await self._lease_statement(_RENEW, params)
         return [
             Lease(StreamId(namespace, agent_id), owner, token, expires_at)

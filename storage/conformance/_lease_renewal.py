@@ -121,6 +121,8 @@ class LeaseRenewChecks(LeaseChecks):
                 ("another owner's lease", "a", LONG_TTL, [Lease(stream, "b", lease.token, lease.expires_at)]),
                 ("a str token", "a", LONG_TTL, [Lease(stream, "a", str(lease.token), lease.expires_at)]),  # type: ignore[arg-type]  # the misuse checked
                 ("a stream named twice", "a", LONG_TTL, [lease, lease]),
+                ("token 0", "a", LONG_TTL, [Lease(stream, "a", 0, lease.expires_at)]),
+                ("a token past 2**63-1", "a", LONG_TTL, [Lease(stream, "a", 2**63, lease.expires_at)]),
             ]
             for what, owner, ttl, leases in bad:
                 await expect_raises(

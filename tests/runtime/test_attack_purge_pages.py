@@ -137,6 +137,11 @@ async def test_a_writer_paused_between_pages_past_its_lease_writes_no_page_after
                 await resume.wait()  # the whole process is paused: no renewal either
             return await super().acquire_lease(stream, owner, ttl)
 
+        async def renew_leases(self, owner: str, ttl: float, leases: Any) -> Any:
+            if paused.is_set():
+                await resume.wait()  # nor a round's renewal of every lease in one call
+            return await super().renew_leases(owner, ttl, leases)
+
     # The first snapshot comes late: it has several pages to write.
     policy = SnapshotPolicy(every_records=40, tail_ratio=0.0)
     ttl = 2.0  # renewals every ttl / 3: a loaded machine does not lapse it before the pause
@@ -187,6 +192,11 @@ async def test_a_writer_paused_before_its_prune_past_its_lease_deletes_nothing_o
             if paused.is_set():
                 await resume.wait()  # the whole process is paused: no renewal either
             return await super().acquire_lease(stream, owner, ttl)
+
+        async def renew_leases(self, owner: str, ttl: float, leases: Any) -> Any:
+            if paused.is_set():
+                await resume.wait()  # nor a round's renewal of every lease in one call
+            return await super().renew_leases(owner, ttl, leases)
 
     policy = SnapshotPolicy(every_records=4, tail_ratio=0.0, compact=True)
     ttl = 2.0  # renewals every ttl / 3: a loaded machine does not lapse it before the pause
