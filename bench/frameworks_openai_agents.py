@@ -77,7 +77,7 @@ def scripted_model(work: Path, charges: int, approval: bool) -> Any:
 
         def stream_response(self, *args: Any, **kwargs: Any) -> Any:
             # The trials run Runner.run only; a streamed run would measure another path.
-            raise TypeError("the bench's scripted model answers Runner.run, not streamed runs")
+            raise RuntimeError("the bench's scripted model answers Runner.run, not streamed runs")
 
     return Scripted()
 

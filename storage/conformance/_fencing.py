@@ -268,17 +268,21 @@ class FencingChecks(LeaseChecks):
     async def _race_takeover(self, stale: list[Peer], taker: Peer, stream: StreamId, token: int) -> dict[str, int]:
         agent = stream.agent_id
         outcome: dict[str, int] = {}
-        started = anyio.Event()
+        started, granted = anyio.Event(), anyio.Event()
         progress = [0]
 
         async def stale_holder(index: int) -> None:
-            expected = 1
-            for _ in range(STALE_APPENDS):
+            expected, after_grant = 1, 0
+            # Counted from the grant, not from the start: how long the taker's acquire takes
+            # (a loaded machine, a slow server) is not what this checks.
+            while after_grant < STALE_APPENDS:
+                was_granted = granted.is_set()
                 answer = await stale[index].call(
                     "append", agent=agent, expected=expected, records=[f"old {index}".encode().hex()], fence=token
                 )
                 if "fenced" in answer:
                     return
+                after_grant += was_granted
                 if "ok" in answer:
                     expected = answer["ok"]
                     progress[0] += 1
@@ -288,19 +292,20 @@ class FencingChecks(LeaseChecks):
                     assert "conflict" in answer, f"a stale holder's append failed: {answer}"
                     expected = answer["conflict"] if answer["conflict"] is not None else expected + 1
             pytest.fail(
-                f"a stale holder made {STALE_APPENDS} appends without ever being fenced, though another owner "
-                f"took the lease over: {outcome}"
+                f"a stale holder made {STALE_APPENDS} appends after another owner took the lease over without ever "
+                f"being fenced: {outcome}"
             )
 
         async def take_over() -> None:
             with anyio.move_on_after(30):
                 await started.wait()
-            granted = await taker.call("acquire_lease", agent=agent, owner="new", ttl=LONG_TTL)
-            assert granted.get("ok") is not None and granted["ok"][1] > token, f"the taker gets the lease: {granted}"
+            grant = await taker.call("acquire_lease", agent=agent, owner="new", ttl=LONG_TTL)
+            assert grant.get("ok") is not None and grant["ok"][1] > token, f"the taker gets the lease: {grant}"
+            granted.set()
             seen = await taker.call("last_seq", agent=agent)
             outcome["grant_seen"] = seen["ok"]
             appended = await taker.call(
-                "append", agent=agent, expected=seen["ok"], records=[b"new holder".hex()], fence=granted["ok"][1]
+                "append", agent=agent, expected=seen["ok"], records=[b"new holder".hex()], fence=grant["ok"][1]
             )
             assert "ok" in appended, (
                 f"the new holder's append after its grant (at the last seq it read then) must win: {appended}: "
