@@ -33,6 +33,11 @@ def url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
 
 def counting(url: str, calls: dict[str, int]) -> Any:
     """The real store for ``url`` (not opened), subclassed to count its lease calls in ``calls``."""
+    return counting_class(url, calls)(url)
+
+
+def counting_class(url: str, calls: dict[str, int]) -> Any:
+    """The class of ``counting``'s store, to subclass further."""
     base = type(open_store(url))
 
     class Counting(base):  # type: ignore[valid-type, misc]
@@ -45,7 +50,7 @@ def counting(url: str, calls: dict[str, int]) -> Any:
             calls["renewed_asked"] = calls.get("renewed_asked", 0) + len(leases)
             return await super().renew_leases(owner, ttl, leases)
 
-    return Counting(url)
+    return Counting
 
 
 async def test_a_round_renews_every_held_lease_in_one_call_and_reports_the_lost_ones(url: str) -> None:
@@ -89,20 +94,16 @@ async def test_a_round_renews_every_held_lease_in_one_call_and_reports_the_lost_
 
 async def test_a_failed_batch_falls_back_to_renewing_one_by_one(tmp_path: Any) -> None:
     calls: dict[str, int] = {}
-    base = type(open_store(f"sqlite:///{tmp_path}/agents.db"))
+    url = f"sqlite:///{tmp_path}/agents.db"
 
-    class Failing(base):  # type: ignore[valid-type, misc]
-        async def acquire_lease(self, stream: StreamId, owner: str, ttl: float) -> Any:
-            calls["acquire_lease"] = calls.get("acquire_lease", 0) + 1
-            return await super().acquire_lease(stream, owner, ttl)
-
+    class Failing(counting_class(url, calls)):  # type: ignore[misc]
         async def renew_leases(self, owner: str, ttl: float, leases: Any) -> Any:
             from durably.storage import StoreUnavailableError
 
             calls["renew_leases"] = calls.get("renew_leases", 0) + 1
             raise StoreUnavailableError("the batch failed (injected)")
 
-    async with Failing(f"sqlite:///{tmp_path}/agents.db") as store, anyio.create_task_group() as tg:
+    async with Failing(url) as store, anyio.create_task_group() as tg:
         keeper = LeaseKeeper(store, "worker", ttl=TTL)
         claims = []
         for i in range(5):
