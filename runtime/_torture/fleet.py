@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 
+from durably._journal.status_index import index_store
 from durably._loop.state import FINISHED, TERMINAL, WAITING_APPROVAL, AgentState
 from durably._runtime import Runtime
 from durably._torture.fleet_agents import FLEET_NAMESPACE, fleet_definition, fleet_result
@@ -215,26 +216,52 @@ class _Fleet:
             self.stopped.discard(worker.slot)
 
     async def operator(self, rt: Runtime, agents: list[str], approvals: Ledger, deadline: float) -> None:
-        """Approve every open gate; set ``done`` once every agent is terminal (or at ``deadline``)."""
+        """Approve every open gate; set ``done`` once every agent is terminal (or at ``deadline``).
+
+        Each round reads the status index, not every agent's journal: restoring
+        thousands of agents twice a round would starve the workers of the CPU
+        they share with this process. Agents with no index entry are restored.
+        """
         wanted = set(agents)
         while time.monotonic() < deadline:
             try:
-                parked = await rt.agents(statuses=[WAITING_APPROVAL])
-                requests = [
-                    (state.agent_id, request["approval_id"])
-                    for state in parked
-                    if state.agent_id in wanted
-                    for request in state.open_approvals()
-                ]
+                requests, ended = await self.survey(rt, wanted)
                 await _each(requests, lambda pair: self.approve(rt, pair[0], pair[1], approvals))
-                ended = await rt.agents(statuses=TERMINAL)
             except StoreUnavailableError:
                 await anyio.sleep(0.2)
                 continue
-            if wanted <= {state.agent_id for state in ended}:
+            if wanted <= ended:
                 break
             await anyio.sleep(0.2)
         self.done.set()
+
+    async def survey(self, rt: Runtime, wanted: set[str]) -> tuple[list[tuple[str, str]], set[str]]:
+        """The open gates (agent, approval id) and the terminal agents among ``wanted``."""
+        index = index_store(rt.store)
+        if index is None:
+            parked = await rt.agents(statuses=[WAITING_APPROVAL])
+            requests = [
+                (state.agent_id, request["approval_id"])
+                for state in parked
+                if state.agent_id in wanted
+                for request in state.open_approvals()
+            ]
+            return requests, {state.agent_id for state in await rt.agents(statuses=TERMINAL)}
+        requests, ended = [], set()
+        async for row in index.list_index(FLEET_NAMESPACE, None):
+            agent = row.stream.agent_id
+            if agent not in wanted:
+                continue
+            if row.entry is None:  # no entry yet: only the journal can tell
+                state = await rt.status(agent)
+                status, gates = state.status, [request["approval_id"] for request in state.open_approvals()]
+            else:
+                status, gates = row.entry.status, list(row.entry.open_approvals)
+            if status in TERMINAL:
+                ended.add(agent)
+            elif status == WAITING_APPROVAL:
+                requests += [(agent, gate) for gate in gates]
+        return requests, ended
 
     async def approve(self, rt: Runtime, agent_id: str, approval_id: str, approvals: Ledger) -> None:
         try:

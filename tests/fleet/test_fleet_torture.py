@@ -105,7 +105,7 @@ def _assert_clean(report) -> None:
     assert report.approvals >= report.agents, detail
 
 
-@pytest.mark.timeout(900)  # about 3.5 minutes on a loaded 2-core machine; the run's own timeout is 600 s
+@pytest.mark.timeout(900)  # under a minute on a loaded 2-core machine; the run's own timeout is 600 s
 def test_a_fleet_on_sqlite_keeps_every_invariant(tmp_path) -> None:
     report = anyio.run(
         lambda: run_fleet_torture(
