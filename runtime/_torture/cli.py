@@ -3,10 +3,12 @@
     durably torture --store sqlite:///tortured.db --kills 200 --workers 2
     durably torture --store "s3://bucket/prefix?endpoint_url=http://127.0.0.1:9000" --kills 50
     durably torture --fleet --store sqlite:///fleet.db --workers 4 --agents 2000
+    durably torture --fleet --store sqlite:///fleet.db --agents 20000 --steps 2 --chaos-interval 3 --timeout 3600
 
 ``--fleet`` runs the fleet mode instead (``durably._torture.fleet``): serving
 workers under SIGKILL, SIGSTOP past the lease and SIGTERM, an operator
-approving as agents park; ``--kills`` does not apply to it. Database restarts
+approving as agents park; ``--kills`` does not apply to it, and ``--chaos-interval``
+and ``--timeout`` apply to it alone. Database restarts
 are in the Python API only (``run_fleet_torture(restart_database=...)``): the
 command cannot know how your database is run.
 
@@ -42,6 +44,18 @@ from durably.storage._errors import DurablyError
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True, help="tool calls per agent")
 @click.option("--seed", type=int, help="seed of the crash plans (default: random)")
 @click.option("--ledger", type=click.Path(path_type=Path), help="keep the effect and acknowledgement ledgers here")
+@click.option(
+    "--chaos-interval",
+    type=click.FloatRange(0.1),
+    metavar="SECONDS",
+    help="--fleet: a fault about every SECONDS  [default: 1.0]",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(1.0),
+    metavar="SECONDS",
+    help="--fleet: time for every agent to finish; past it the rest are reported stuck  [default: 600]",
+)
 def torture(
     store: str,
     kills: int,
@@ -51,16 +65,27 @@ def torture(
     steps: int,
     seed: int | None,
     ledger: Path | None,
+    chaos_interval: float | None,
+    timeout: float | None,
 ) -> int:
     """SIGKILL real agents at every journal boundary and at random moments; check the invariants."""
     out = Output(store_urls=[store])
+    if not fleet and (chaos_interval is not None or timeout is not None):
+        raise click.UsageError("--chaos-interval and --timeout apply to --fleet only")
     report: TortureReport | FleetReport
     try:
         with out.secrets.guarding_logs():
             if fleet:
                 report = anyio.run(
                     lambda: run_fleet_torture(
-                        store, workers=workers or 4, agents=agents or 200, steps=steps, seed=seed, ledger=ledger
+                        store,
+                        workers=workers or 4,
+                        agents=agents or 200,
+                        steps=steps,
+                        seed=seed,
+                        ledger=ledger,
+                        chaos_interval=chaos_interval or 1.0,
+                        timeout=timeout or 600.0,
                     )
                 )
             else:

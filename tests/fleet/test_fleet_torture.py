@@ -149,6 +149,17 @@ def test_a_fleet_on_postgres_keeps_every_invariant_through_database_restarts(
 
 def test_the_cli_runs_the_fleet_mode_and_exits_0_on_a_clean_run(tmp_path, capsys) -> None:
     argv = ["torture", "--fleet", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--workers", "2"]
-    assert main([*argv, "--agents", "20", "--steps", "1", "--seed", "1"]) == 0
+    assert (
+        main([*argv, "--agents", "20", "--steps", "1", "--seed", "1", "--chaos-interval", "0.5", "--timeout", "300"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "fleet torture of" in out and "0 violations" in out, out
+
+
+def test_the_cli_refuses_fleet_only_options_without_fleet(tmp_path, capsys) -> None:
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    for option in (["--timeout", "30"], ["--chaos-interval", "2"]):
+        assert main(["torture", "--store", store, *option]) == 2
+        assert "apply to --fleet only" in capsys.readouterr().err
+    assert not (tmp_path / "cli.db").exists()  # refused before anything ran
