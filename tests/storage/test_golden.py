@@ -5,7 +5,9 @@ build of that schema version (``tests/golden/make_golden.py``, run by hand,
 never by CI). Every run decodes each frame, validates it against the CDDL of
 its own version, restores the agent from a copy of the database and runs it to
 completion. A format change that breaks any of it fails here. Sets are never
-regenerated; a new version adds a new set beside the old ones.
+regenerated; a new version adds a new set beside the old ones (as does a format
+added within a version: ``record-v5-snapshot-v6-chained`` holds pages that
+continue earlier ones, which its own tests below open and restore).
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from schema_wire import validate_frame
 
 from durably import AgentState, Runtime
 from durably._cli.demo.survey import survey_agent
+from durably._journal import pages
 from durably._journal.records import RecordCodec
+from durably.errors import CorruptRecordError
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
+from durably.storage import open_store
 from durably.storage._codec import Codec
 from durably.storage._spi import StoredRecord, StoredSnapshot, StreamId
 
@@ -149,3 +154,95 @@ async def test_the_golden_agent_finishes_after_its_approval(golden: Path, databa
     assert all(f"| {module} |" in report for module in info["modules"])
     effects = [json.loads(line) for line in (work / "effects.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [e["tool"] for e in effects] == ["publish_report"]  # nothing recorded as done ran again
+
+
+# Chained pages: a page compressed as the continuation of earlier pages of its snapshot
+# (snapshot-v6.cddl, page-ref "base"). The set below was written once, after chains came:
+# its snapshot names conversation pages that continue the ones before them and a ledger
+# page that continues the conversation pages holding its calls' results.
+
+CHAINED = GOLDEN / "record-v5-snapshot-v6-chained"
+
+
+@pytest.fixture
+def chained_database(tmp_path: Path):
+    """A copy of the chained set's database (the checked-in file is never opened)."""
+    info = manifest(CHAINED)["database"]
+    source = CHAINED / info["file"]
+    assert sha256(source) == info["sha256"], "the checked-in golden database was modified"
+    copy = tmp_path / source.name
+    shutil.copyfile(source, copy)
+    return copy
+
+
+async def stored_chain(database: Path) -> tuple[dict[str, Any], pages.Chain]:
+    """The golden snapshot's state as stored (page references included) and the ``Chain`` of
+    its pages (conversation, then ledger) with their stored bytes, each checked against its digest."""
+    info = manifest(CHAINED)["database"]
+    stream, codec = StreamId(info["namespace"], info["agent_id"]), RecordCodec()
+    async with open_store(f"sqlite:///{database}") as store:
+        snapshot = await store.get_snapshot(stream)
+        assert snapshot is not None and snapshot.seq == info["facts"]["snapshot_seq"]
+        _, wire, _ = codec.decode_snapshot(snapshot, stream)
+        refs = wire["pages"] + wire["ledger_pages"]
+        blobs = {ref["digest"]: await store.get_blob(stream, ref["digest"]) for ref in refs}
+    assert all(hashlib.sha256(data).hexdigest() == digest for digest, data in blobs.items())
+    return wire, pages.Chain(refs, blobs, codec, stream, snapshot.seq)
+
+
+async def test_the_chained_set_pages_are_stored_as_recorded_and_open_after_their_bases(chained_database: Path) -> None:
+    paged = manifest(CHAINED)["database"]["paged"]
+    wire, chain = await stored_chain(chained_database)
+    conversation, ledger = wire["pages"], wire["ledger_pages"]
+    assert (conversation, ledger) == (paged["pages"], paged["ledger_pages"])  # digests and bases, as written
+    # What makes the set chained: each later conversation page continues the ones before it,
+    # and a ledger page continues conversation pages.
+    digests = [ref["digest"] for ref in conversation]
+    assert "base" not in conversation[0]
+    assert all(ref["base"] == digests[:i] for i, ref in enumerate(conversation[1:], start=1))
+    assert any(ref.get("base") and set(ref["base"]) <= set(digests) for ref in ledger)
+    found = chain.payloads(chain.refs)
+    items = {section: [] for section in ("pages", "ledger_pages")}
+    for section, refs in (("pages", conversation), ("ledger_pages", ledger)):
+        for ref in refs:
+            page = chain.codec.page_items(found[ref["digest"]], ref["s"], chain.stream)
+            assert len(page) == ref["count"]
+            items[section].extend(page)
+    middle = paged["middle_message"]
+    assert middle["index"] < len(items["pages"]), "the middle message is in a page"
+    assert items["pages"][middle["index"]] == middle["message"]
+    assert items["ledger_pages"] == paged["ledger"][: len(items["ledger_pages"])]
+
+
+async def test_the_chained_set_restores_its_conversation_and_ledger(chained_database: Path) -> None:
+    info = manifest(CHAINED)["database"]
+    paged = info["paged"]
+    async with Runtime(f"sqlite:///{chained_database}", namespace=info["namespace"]) as rt:
+        assert (await rt.store.get_snapshot(rt.stream(info["agent_id"]))).seq == info["facts"]["snapshot_seq"]
+        state = await rt.status(info["agent_id"])
+    assert len(state.messages) == info["facts"]["messages"]
+    assert state.messages[paged["middle_message"]["index"]] == paged["middle_message"]["message"]
+    assert state.messages[-1] == paged["last_message"]
+    assert [[key, entry] for key, entry in state.ledger.items()] == paged["ledger"]
+
+
+@pytest.mark.parametrize("wrong", ["no base", "bases reordered", "a base left out"])
+async def test_a_chained_golden_page_opened_with_the_wrong_base_bytes_is_refused(
+    chained_database: Path, wrong: str
+) -> None:
+    wire, chain = await stored_chain(chained_database)
+    found = chain.payloads(chain.refs)  # every page, each opened after its own bases
+    for ref in (wire["pages"][-1], *[r for r in wire["ledger_pages"] if r.get("base")]):
+        bases = [found[digest] for digest in ref["base"]]
+        assert len(bases) >= 2, "each page tried continues two pages or more"
+        prefix = {"no base": b"", "bases reordered": b"".join(bases[::-1]), "a base left out": b"".join(bases[1:])}[
+            wrong
+        ]
+        with pytest.raises(CorruptRecordError):  # zstd's content checksum: refused, not misread
+            chain.codec.open_page(chain.blobs[ref["digest"]], ref["s"], chain.stream, prefix)
+        # The same through the chain, with the reference naming its bases wrongly.
+        if wrong != "no base":
+            named = ref["base"][::-1] if wrong == "bases reordered" else ref["base"][1:]
+            refs = [{**r, "base": named} if r is ref else r for r in chain.refs]
+            with pytest.raises(CorruptRecordError):
+                pages.Chain(refs, chain.blobs, chain.codec, chain.stream, chain.seq).payloads([ref])
