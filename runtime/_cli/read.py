@@ -77,13 +77,32 @@ def approvals_text(info: AgentDescription) -> str:
     )
 
 
+def calls_made(info: AgentDescription) -> tuple[int, int]:
+    """``(calls, done)``: the journaled calls the agent started and how many of them completed."""
+    calls = info.state.ledger.values() if info.state is not None else ()
+    return len(calls), sum(bool(c.get("done")) for c in calls)
+
+
+def counts_calls(info: AgentDescription) -> bool:
+    """Whether what the agent did is counted in calls, not model steps: its body calls tools
+    itself with no model response (a function agent), so its steps stay 0."""
+    return info.steps == 0 and calls_made(info)[0] > 0
+
+
 def steps_line(info: AgentDescription) -> tuple[str, str]:
-    """``show``'s line of what the agent did: its model responses, or for an agent
-    whose body calls tools itself with no model response (a function agent), its calls."""
-    calls = info.state.ledger.values()
-    if info.steps == 0 and calls:
-        return ("calls", f"{len(calls)} ({sum(bool(c.get('done')) for c in calls)} done)")
+    """``show``'s line of what the agent did: its model responses, or for a function agent its calls."""
+    if counts_calls(info):
+        calls, done = calls_made(info)
+        return ("calls", f"{calls} ({done} done)")
     return ("steps", str(info.steps))
+
+
+def steps_cell(info: AgentDescription) -> str:
+    """``agents``' steps column: what ``steps_line`` says, in one cell (a function agent's calls)."""
+    if counts_calls(info):
+        calls, done = calls_made(info)
+        return f"{calls} calls ({done} done)"
+    return str(info.steps)
 
 
 def limit_wait_text(info: AgentDescription) -> str:
@@ -107,6 +126,7 @@ def agent_row_json(info: AgentDescription) -> dict[str, Any]:
         "reason": info.reason,
         "seq": info.seq,
         "steps": info.steps,
+        "calls": dict(zip(("started", "done"), calls_made(info), strict=True)),
         "created_at": info.created_at,
         "last_activity_at": info.last_activity_at,
         "lease": lease,
@@ -178,7 +198,7 @@ def agents(
             d.definition.get("name", ""),
             d.status,
             str(d.seq),
-            str(d.steps),
+            steps_cell(d),
             when(d.last_activity_at),
             lease_text(d, now),
             "; ".join(filter(None, [d.reason, approvals_text(d), limit_wait_text(d)])),
