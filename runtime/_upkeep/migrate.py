@@ -159,7 +159,8 @@ def _migrated_fields(
 @dataclass
 class SnapshotReport:
     """One stored snapshot: its ``seq``, the schema ``version`` it was written at,
-    and ``action``: ``"rewrite"`` (older than current), ``"current"``, or
+    and ``action``: ``"rewrite"`` (older than the version written), ``"current"`` (at it),
+    ``"newer"`` (newer than the release ``write_compat`` names reads; left as written), or
     ``"unreadable"`` (corrupt or newer than this build; left untouched, ``detail`` says why)."""
 
     seq: int
@@ -175,10 +176,12 @@ class StreamReport:
     ``record_versions``: record schema version -> count of records stored at it.
     ``snapshots``: newest first. ``problems``: records that this build cannot
     read (a newer version, no upcaster, corruption); such a stream cannot be
-    resumed by this build and nothing of it was written.
+    resumed by this build and nothing of it was written. ``target``: the snapshot
+    version rewritten snapshots get (this build's newest, or an older release's).
     """
 
     stream: StreamId
+    target: int = field(default_factory=lambda: CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID])
     record_versions: dict[int, int] = field(default_factory=dict)
     snapshots: list[SnapshotReport] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -191,12 +194,16 @@ class StreamReport:
 
     def describe(self, *, dry_run: bool) -> str:
         """One line for an operator: what would change (``dry_run``) or what changed, and how."""
-        current = CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]
         parts = []
         for snap in self.snapshots:
             if snap.action == "rewrite":
                 verb = "would be rewritten" if dry_run else "rewritten"
-                parts.append(f"snapshot seq {snap.seq} v{snap.version} {verb} as v{current}")
+                parts.append(f"snapshot seq {snap.seq} v{snap.version} {verb} as v{self.target}")
+            elif snap.action == "newer":
+                parts.append(
+                    f"snapshot seq {snap.seq} v{snap.version} left as written (newer than v{self.target}, "
+                    "the newest the release --write-compat names reads)"
+                )
             elif snap.action == "unreadable":
                 parts.append(f"snapshot seq {snap.seq} left untouched: {snap.detail}")
         record_current = CURRENT_VERSIONS[RECORD_SCHEMA_ID]
@@ -212,19 +219,23 @@ async def migrate_store(
 ) -> list[StreamReport]:
     """Check every stream of ``namespace`` and rewrite its old-version snapshots.
 
-    In: an open ``store``, a ``namespace``, ``dry_run`` (True: only report).
+    In: an open ``store``, a ``namespace``, ``dry_run`` (True: only report), and
+    ``codec``, whose ``formats`` say which snapshot version is written: this
+    build's newest, or during a rolling upgrade (``write_compat``) the newest one
+    the oldest release still running reads.
     Out: one ``StreamReport`` per stream, sorted by agent id. Records are only
     read: they stay as written and are upcast on read. Each snapshot older than
-    the current snapshot version is decoded (upcast), rebuilt as the runtime's
+    the version written is decoded (upcast), rebuilt as the runtime's
     state and, unless ``dry_run``, stored again at the same seq with
-    ``put_snapshot`` (which replaces it), so the next restore reads the current
-    version directly. A snapshot that cannot be read is reported and left
-    untouched. Raises ``StoreUnavailableError`` from the store.
+    ``put_snapshot`` (which replaces it), so the next restore reads it with
+    less upcasting. A snapshot newer than that version (written by a newer
+    worker) is left as written, and so is one that cannot be read (both
+    reported). Raises ``StoreUnavailableError`` from the store.
     """
     codec = codec or RecordCodec()
     reports = []
     async for stream in store.list_streams(namespace):
-        report = StreamReport(stream)
+        report = StreamReport(stream, target=codec.formats.snapshot_version)
         await _check_records(store, codec, stream, report)
         await _migrate_snapshots(store, codec, stream, report, dry_run)
         reports.append(report)
@@ -274,7 +285,7 @@ async def _check_records(store: Store, codec: RecordCodec, stream: StreamId, rep
 async def _migrate_snapshots(
     store: Store, codec: RecordCodec, stream: StreamId, report: StreamReport, dry_run: bool
 ) -> None:
-    current = CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]
+    target = codec.formats.snapshot_version
     stored = await store.get_snapshot(stream)
     while stored is not None:
         try:
@@ -283,8 +294,12 @@ async def _migrate_snapshots(
             version = exc.version if isinstance(exc, UnknownSchemaVersionError) else None
             report.snapshots.append(SnapshotReport(stored.seq, version, "unreadable", str(exc)))
         else:
-            if frame.schema_version == current:
+            if frame.schema_version == target:
                 report.snapshots.append(SnapshotReport(seq, frame.schema_version, "current"))
+            elif frame.schema_version > target:
+                # Not rewritten down: a newer snapshot may page its conversation out to blobs,
+                # which the older version cannot hold; migrate only ever lifts snapshots.
+                report.snapshots.append(SnapshotReport(seq, frame.schema_version, "newer"))
             else:
                 # Rebuilt exactly as restore would, so the rewrite is what this build would have written.
                 state = AgentState.from_wire(wire)
@@ -295,7 +310,7 @@ async def _migrate_snapshots(
                     await store.put_snapshot(stream, seq, data)
                     report.rewritten += 1
                     log.info(
-                        "rewrote snapshot of %s at seq %d from v%d to v%d", stream, seq, frame.schema_version, current
+                        "rewrote snapshot of %s at seq %d from v%d to v%d", stream, seq, frame.schema_version, target
                     )
         if stored.seq <= 1:
             break
