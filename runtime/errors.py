@@ -541,8 +541,8 @@ class AgentLeaseLostError(AgentLeasedError):
         elif cause in ("expired", "renewal_failed"):
             why = f"renewing it failed ({renewal_error}), and " if cause == "renewal_failed" else ""
             text = (
-                f"{lost}: {why}it may have lapsed by this process's clock (more than its TTL since the last "
-                "renewal), so another runtime may run it now"
+                f"{lost}: {why}it may have lapsed by this process's clock (its TTL, less a safety margin, "
+                "passed since the last renewal was sent), so another runtime may run it now"
             )
         else:
             until = f" (lease until {_iso_utc(expires_at)})" if owner and expires_at is not None else ""
