@@ -36,6 +36,7 @@ from durably._cli.options import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
+    encryption_from_env,
     run_async,
     store_command,
     write_compat_option,
@@ -209,13 +210,18 @@ def bench(options: tuple[str, ...]) -> int:
 )
 @store_command
 def migrate(store: str, namespace: str, dry_run: bool, write_compat: str | None, out: Output) -> int:
-    """Rewrite snapshots written at an older schema version (records are upcast on read)."""
+    """Rewrite snapshots written at an older schema version (records are upcast on read).
+
+    An encrypted store needs its keys in $DURABLY_KEYS (rewritten snapshots use $DURABLY_KEY_ID's);
+    without them it is refused and nothing is written.
+    """
     from durably._journal.records import RecordCodec
     from durably._journal.write_formats import write_formats
     from durably._upkeep.migrate import StreamReport, migrate_store
     from durably.storage._registry import open_store
 
-    codec = RecordCodec(formats=write_formats(write_compat, source="--write-compat"))
+    # The keys as every store command takes them: an encrypted snapshot is read and rewritten under the current key.
+    codec = RecordCodec(cipher=encryption_from_env(), formats=write_formats(write_compat, source="--write-compat"))
 
     async def go() -> list[StreamReport]:
         async with open_store(store) as opened:
