@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from durably._cli.activity import calls_made, steps_cell, steps_line
 from durably._cli.options import EXIT_OK, EXIT_REFUSED, encryption_from_env, json_option, run_async, store_command
 from durably._cli.output import Output, error_json, neutralise, to_json, when
 from durably._loop.state import AgentState
@@ -75,34 +76,6 @@ def approvals_text(info: AgentDescription) -> str:
         f"{a['approval_id']}: {a['tool']}({json.dumps(a['arguments'], sort_keys=True, default=str)})"
         for a in info.open_approvals
     )
-
-
-def calls_made(info: AgentDescription) -> tuple[int, int]:
-    """``(calls, done)``: the journaled calls the agent started and how many of them completed."""
-    calls = info.state.ledger.values() if info.state is not None else ()
-    return len(calls), sum(bool(c.get("done")) for c in calls)
-
-
-def counts_calls(info: AgentDescription) -> bool:
-    """Whether what the agent did is counted in calls, not model steps: its body calls tools
-    itself with no model response (a function agent), so its steps stay 0."""
-    return info.steps == 0 and calls_made(info)[0] > 0
-
-
-def steps_line(info: AgentDescription) -> tuple[str, str]:
-    """``show``'s line of what the agent did: its model responses, or for a function agent its calls."""
-    if counts_calls(info):
-        calls, done = calls_made(info)
-        return ("calls", f"{calls} ({done} done)")
-    return ("steps", str(info.steps))
-
-
-def steps_cell(info: AgentDescription) -> str:
-    """``agents``' steps column: what ``steps_line`` says, in one cell (a function agent's calls)."""
-    if counts_calls(info):
-        calls, done = calls_made(info)
-        return f"{calls} calls ({done} done)"
-    return str(info.steps)
 
 
 def limit_wait_text(info: AgentDescription) -> str:
