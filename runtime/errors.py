@@ -62,7 +62,7 @@ the names their audience needs.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -486,6 +486,10 @@ class LangGraphThreadError(InvalidCommandError):
         )
 
 
+#: Why an activation's lease was lost (``AgentLeaseLostError.cause``).
+LeaseLoss = Literal["taken", "lapsed", "expired", "renewal_failed"]
+
+
 class AgentLeasedError(DurablyError):
     """Another runtime holds the agent's lease: it runs the agent now.
 
@@ -510,12 +514,40 @@ class AgentLeaseLostError(AgentLeasedError):
     token (a takeover, or a purge and restart of the id). The agent is not run
     here any more, and anything this activation would still append is refused
     by the store. Raised by ``AgentHandle.wait`` and so ``Runtime.run``.
-    Attributes as ``AgentLeasedError`` (``owner`` None when the new holder is unknown).
+    Attributes as ``AgentLeasedError`` (``owner`` None when the new holder is unknown),
+    and ``cause``, what this runtime knew when it stopped: ``"taken"`` (another
+    owner holds the lease, ``owner`` when known), ``"lapsed"`` (the store said nobody
+    holds it), ``"expired"`` (it may have lapsed by this process's clock) or
+    ``"renewal_failed"`` (the same, after its last renewal failed with
+    ``renewal_error``, the store's error as text; None otherwise). The message says which.
     """
 
-    def __init__(self, agent_id: str, owner: str | None, expires_at: float | None) -> None:
+    def __init__(
+        self,
+        agent_id: str,
+        owner: str | None,
+        expires_at: float | None,
+        *,
+        cause: LeaseLoss = "taken",
+        renewal_error: str | None = None,
+    ) -> None:
         super().__init__(agent_id, owner, expires_at)
-        self.args = (f"agent {agent_id!r} lost its lease here; it is run by {owner or 'another runtime'} now",)
+        if owner is not None:
+            cause = "taken"  # a named holder is the whole story, whatever else was seen
+        self.cause, self.renewal_error = cause, renewal_error
+        lost = f"agent {agent_id!r} lost its lease here"
+        if cause == "lapsed":
+            text = f"{lost}: it lapsed, and no runtime holds it now"
+        elif cause in ("expired", "renewal_failed"):
+            why = f"renewing it failed ({renewal_error}), and " if cause == "renewal_failed" else ""
+            text = (
+                f"{lost}: {why}it may have lapsed by this process's clock (its TTL, less a safety margin, "
+                "passed since the last renewal was sent), so another runtime may run it now"
+            )
+        else:
+            until = f" (lease until {_iso_utc(expires_at)})" if owner and expires_at is not None else ""
+            text = f"{lost}; it is run by {owner or 'another runtime'}{until} now"
+        self.args = (text,)
 
 
 class WorkerExistsError(DurablyError):

@@ -31,7 +31,16 @@ from typing import Any
 
 import click
 
-from durably._cli.options import DEFAULT_STORE, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, run_async, store_command
+from durably._cli.options import (
+    DEFAULT_STORE,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    encryption_from_env,
+    run_async,
+    store_command,
+    write_compat_option,
+)
 from durably._cli.output import Output
 from durably.errors import ArgumentTypeError
 
@@ -195,15 +204,28 @@ def bench(options: tuple[str, ...]) -> int:
 
 @cli.command()
 @click.option("--dry-run", is_flag=True, help="only report which streams would change and how")
+@write_compat_option(
+    "while a fleet is upgraded: rewrite snapshots only up to the version this older release reads "
+    "(e.g. 0.1), as the workers do; unset once every worker runs this release"
+)
 @store_command
-def migrate(store: str, namespace: str, dry_run: bool, out: Output) -> int:
-    """Rewrite snapshots written at an older schema version (records are upcast on read)."""
+def migrate(store: str, namespace: str, dry_run: bool, write_compat: str | None, out: Output) -> int:
+    """Rewrite snapshots written at an older schema version (records are upcast on read).
+
+    An encrypted store needs its keys in $DURABLY_KEYS (rewritten snapshots use $DURABLY_KEY_ID's);
+    without them it is refused and nothing is written.
+    """
+    from durably._journal.records import RecordCodec
+    from durably._journal.write_formats import write_formats
     from durably._upkeep.migrate import StreamReport, migrate_store
     from durably.storage._registry import open_store
 
+    # The keys as every store command takes them: an encrypted snapshot is read and rewritten under the current key.
+    codec = RecordCodec(cipher=encryption_from_env(), formats=write_formats(write_compat, source="--write-compat"))
+
     async def go() -> list[StreamReport]:
         async with open_store(store) as opened:
-            return await migrate_store(opened, namespace, dry_run=dry_run)
+            return await migrate_store(opened, namespace, dry_run=dry_run, codec=codec)
 
     reports = run_async(go)
     for report in reports:

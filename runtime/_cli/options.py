@@ -19,6 +19,8 @@ import anyio
 import click
 
 from durably._cli.output import Output
+from durably._journal.write_formats import ENV, write_formats
+from durably.errors import InvalidArgumentError
 from durably.storage._errors import DurablyError, InvalidStoreURLError
 from durably.storage._url_redaction import redact_url
 
@@ -46,6 +48,22 @@ namespace_option = click.option(
     help="namespace (tenant) of the agents; the demo's is 'demo'",
 )
 json_option = click.option("--json", "json_mode", is_flag=True, help="print one JSON document (shapes: docs/cli.md)")
+
+
+def _check_write_compat(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``value`` if it names a release ``write_formats`` knows (None: unset); a usage error if not."""
+    try:
+        write_formats(value, source="--write-compat")
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+def write_compat_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--write-compat RELEASE`` (``$DURABLY_WRITE_COMPAT``, as ``Runtime(write_compat=)`` reads it),
+    checked when parsed (an unknown release is a usage error); ``help_text`` says what the
+    command writes under it. The command gets ``write_compat``: the release, or None."""
+    return click.option("--write-compat", envvar=ENV, metavar="RELEASE", callback=_check_write_compat, help=help_text)
 
 
 def store_command(fn: Callable[..., Any]) -> Callable[..., Any]:

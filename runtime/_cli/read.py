@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from durably._cli.activity import calls_made, steps_cell, steps_line
 from durably._cli.options import EXIT_OK, EXIT_REFUSED, encryption_from_env, json_option, run_async, store_command
 from durably._cli.output import Output, error_json, neutralise, to_json, when
 from durably._loop.state import AgentState
@@ -77,15 +78,6 @@ def approvals_text(info: AgentDescription) -> str:
     )
 
 
-def steps_line(info: AgentDescription) -> tuple[str, str]:
-    """``show``'s line of what the agent did: its model responses, or for an agent
-    whose body calls tools itself with no model response (a function agent), its calls."""
-    calls = info.state.ledger.values()
-    if info.steps == 0 and calls:
-        return ("calls", f"{len(calls)} ({sum(bool(c.get('done')) for c in calls)} done)")
-    return ("steps", str(info.steps))
-
-
 def limit_wait_text(info: AgentDescription) -> str:
     """The fleet limit a model call of the agent waits for, for people ("" when none)."""
     wait = info.waiting_for
@@ -107,6 +99,7 @@ def agent_row_json(info: AgentDescription) -> dict[str, Any]:
         "reason": info.reason,
         "seq": info.seq,
         "steps": info.steps,
+        "calls": dict(zip(("started", "done"), calls_made(info), strict=True)),
         "created_at": info.created_at,
         "last_activity_at": info.last_activity_at,
         "lease": lease,
@@ -178,7 +171,7 @@ def agents(
             d.definition.get("name", ""),
             d.status,
             str(d.seq),
-            str(d.steps),
+            steps_cell(d),
             when(d.last_activity_at),
             lease_text(d, now),
             "; ".join(filter(None, [d.reason, approvals_text(d), limit_wait_text(d)])),

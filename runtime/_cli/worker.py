@@ -33,12 +33,13 @@ from durably._cli.options import (
     run_async,
     store_command,
     store_option,
+    write_compat_option,
 )
 from durably._cli.output import Output, when
 from durably._fleet.workers import DEFAULT_TIMEOUT, describe, forgotten, list_workers
-from durably._journal.write_formats import ENV, readable, release_name, write_formats
+from durably._journal.write_formats import readable, release_name
 from durably._loop.agent import AgentDefinition
-from durably.errors import DurablyError, InvalidArgumentError
+from durably.errors import DurablyError
 from durably.storage._errors import StoreError
 
 if TYPE_CHECKING:
@@ -89,15 +90,6 @@ def load_agents(spec: str) -> list[AgentDefinition]:
     return found
 
 
-def _check_write_compat(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """``value`` if it names a release ``write_formats`` knows (None: unset); a usage error if not."""
-    try:
-        write_formats(value, source="--write-compat")
-    except InvalidArgumentError as exc:
-        raise click.BadParameter(str(exc)) from None
-    return value
-
-
 @click.command()
 @click.option(
     "--agents",
@@ -138,13 +130,9 @@ def _check_write_compat(ctx: click.Context, param: click.Parameter, value: str |
     metavar="PORT",
     help="serve HTTP /livez and /readyz on 127.0.0.1:PORT (0: any free port, printed at start)",
 )
-@click.option(
-    "--write-compat",
-    envvar=ENV,
-    metavar="RELEASE",
-    callback=_check_write_compat,
-    help="while a fleet is upgraded: write only the formats this older release reads (e.g. 0.1); "
-    "unset once every worker runs this release",
+@write_compat_option(
+    "while a fleet is upgraded: write only the formats this older release reads (e.g. 0.1); "
+    "unset once every worker runs this release"
 )
 def worker(
     agent_specs: tuple[str, ...],

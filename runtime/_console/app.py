@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from durably._cli.activity import steps_cell, steps_line
 from durably._cli.output import neutralise, when
 from durably._console.operators import Operators
 from durably._console.security import (
@@ -91,6 +92,8 @@ def _templates() -> Environment:
         finalize=lambda value: neutralise(value, newlines=True) if isinstance(value, str) else value,
     )
     env.filters["when"] = when
+    env.filters["steps_cell"] = steps_cell  # a function agent's calls where it took no model steps, as the CLI says
+    env.filters["steps_line"] = steps_line
     env.filters["url"] = lambda value: quote(str(value), safe="")
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True, default=str)
     return env

@@ -349,9 +349,10 @@ class Activations:
         unknown): the activation that holds that claim stops with ``AgentLeaseLostError``."""
         actor = self.live.get(claim.stream.agent_id)
         if actor is not None and claim.stream.namespace == self.namespace and actor.journal.claim is claim:
-            log.warning("lease of %s lost to another runtime; stopping the agent here", claim.stream)
+            # The renewal loop marked the claim lost already: its error says how (taken, lapsed).
             # Its handle says so: the agent runs on elsewhere, not here (see AgentHandle.wait).
             actor.error = claim.lose(holder)
+            log.warning("lease of %s lost (%s); stopping the agent here", claim.stream, actor.error)
             actor.cancel_scope.cancel()
 
     async def restore_journal(self, agent_id: str, claim: LeaseClaim | None = None) -> AgentJournal:

@@ -25,6 +25,7 @@ import anyio.abc
 from durably._fleet.owner import LeaseHolder, Liveness, holder_liveness, new_identity
 from durably._fleet.single_flight import KeyedLock
 from durably._journal.claim import LeaseClaim
+from durably.errors import LeaseLoss
 from durably.storage._errors import StoreError
 from durably.storage._spi import (
     Lease,
@@ -291,6 +292,7 @@ class LeaseKeeper:
             lease = await leases.acquire_lease(claim.stream, self.owner, self.ttl)
         except Exception as exc:
             log.warning("lease of %s not renewed this time: %s", claim.stream, exc)
+            claim.renewal_failed(exc)
             return
         if self._held.get(claim.stream) is not claim:
             # Released (or claimed anew) while we renewed: an acquire that reached the store
@@ -300,19 +302,22 @@ class LeaseKeeper:
             return
         holder = None
         if lease is None:
+            # Refused: another owner held it then. Who holds it now (None: released meanwhile,
+            # so it lapsed and is free; the read failing leaves the holder unnamed).
             try:
                 holder = await leases.get_lease(claim.stream)
+                cause: LeaseLoss = "taken" if holder is not None else "lapsed"
             except Exception:
-                holder = None
+                holder, cause = None, "taken"
+            claim.lose(holder, cause=cause)
         else:
-            claim.renewed(lease, asked)
+            claim.renewed(lease, asked)  # a new token: lost as lapsed
             if claim.lost is None:
                 return
         # Lost: another owner holds it, or it lapsed and came back to us under a new
         # token, which nobody here uses: it is given back.
         if self._held.get(claim.stream) is claim:
             del self._held[claim.stream]
-        claim.lose(holder)
         if lease is not None:
             await self._give_back(leases, lease)
         on_lost(claim, holder)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from durably.errors import AgentLeaseLostError
+from durably.errors import AgentLeaseLostError, LeaseLoss
 from durably.storage._spi import Lease, StreamId
 
 #: Part of the ttl a claim counts as lapsed early: a renewal runs every ttl / 3,
@@ -38,7 +38,7 @@ class LeaseClaim:
     stream when the claim is first found lost, whichever way (telemetry counts it).
     """
 
-    __slots__ = ("stream", "lease", "ttl", "_live_until", "lost", "on_lost")
+    __slots__ = ("stream", "lease", "ttl", "_live_until", "lost", "on_lost", "renewal_error")
 
     def __init__(
         self,
@@ -54,6 +54,9 @@ class LeaseClaim:
         self._live_until = asked_at + ttl * (1 - SAFETY_MARGIN)
         self.lost: AgentLeaseLostError | None = None
         self.on_lost = on_lost
+        #: The store's error of the last renewal, while no renewal succeeded since (the
+        #: lease lost by the clock then says why it was not renewed).
+        self.renewal_error: str | None = None
 
     @property
     def fence(self) -> int | None:
@@ -64,15 +67,33 @@ class LeaseClaim:
         """Record a renewal sent at monotonic ``asked_at``; a new token means the lease
         lapsed and was taken again: the activation's lease is lost all the same."""
         if self.lease is None or lease.token != self.lease.token:
-            self.lose(None)
+            self.lose(None, cause="lapsed")
             return
+        self.renewal_error = None
         self._live_until = asked_at + self.ttl * (1 - SAFETY_MARGIN)
 
-    def lose(self, holder: Lease | None) -> AgentLeaseLostError:
-        """Mark the lease lost (``holder``: who holds it now, None if unknown); the error to stop with."""
+    def renewal_failed(self, error: BaseException) -> None:
+        """Record that a renewal failed with the store's ``error``: should the lease then
+        lapse by the clock, the error says the renewal failed and how."""
+        self.renewal_error = f"{type(error).__name__}: {error}"
+
+    def lose(self, holder: Lease | None, *, cause: LeaseLoss = "taken") -> AgentLeaseLostError:
+        """Mark the lease lost and return the error to stop with (the first one, if lost before).
+
+        ``holder``: who holds it now (None if unknown or nobody); ``cause``: what was
+        seen (``AgentLeaseLostError.cause``): ``"taken"`` by another owner (the default),
+        ``"lapsed"`` (the store says nobody holds it) or ``"expired"`` by this process's
+        clock, which becomes ``"renewal_failed"`` when the last renewal failed.
+        """
         if self.lost is None:
+            if cause == "expired" and self.renewal_error is not None:
+                cause = "renewal_failed"
             self.lost = AgentLeaseLostError(
-                self.stream.agent_id, holder.owner if holder else None, holder.expires_at if holder else None
+                self.stream.agent_id,
+                holder.owner if holder else None,
+                holder.expires_at if holder else None,
+                cause=cause,
+                renewal_error=self.renewal_error if cause == "renewal_failed" else None,
             )
             if self.on_lost is not None:
                 self.on_lost(self.stream)
@@ -90,4 +111,4 @@ class LeaseClaim:
         if self.lost is not None:
             raise self.lost
         if self.lease is not None and time.monotonic() > self._live_until:
-            raise self.lose(None)
+            raise self.lose(None, cause="expired")

@@ -42,12 +42,12 @@ from durably._journal.status_index import entry_after
 from durably._loop.commands import COMMAND_KINDS, rebase
 from durably._loop.state import RUNNING, AgentState, apply
 from durably._telemetry import Telemetry
-from durably.errors import AgentFencedError, InvalidArgumentError
+from durably.errors import AgentFencedError, AgentLeaseLostError, InvalidArgumentError
 from durably.schemas._records import Kind, Record
 from durably.storage._codec import raw_size
 from durably.storage._errors import ConflictError, FencedError, StoreError
 from durably.storage._group_commit import GroupCommitter
-from durably.storage._spi import Lease, Store, StreamId, supports_leases
+from durably.storage._spi import Store, StreamId, supports_leases
 
 if TYPE_CHECKING:
     from durably._journal.claim import LeaseClaim
@@ -334,15 +334,18 @@ class AgentJournal:
         self._staged = []
         return entries
 
-    async def _holder_now(self) -> Lease | None:
-        """Who holds the stream's lease now, to name in the error of a refused fence; None if unknown."""
+    async def _lost_to(self) -> AgentLeaseLostError:
+        """The error of a refused fence, naming who holds the stream's lease now, or saying
+        nobody does (it lapsed); the claim's error if it was lost before."""
+        assert self.claim is not None  # only a fenced append is refused by its fence
         store = self.services.store
         if not supports_leases(store):
-            return None
+            return self.claim.lose(None)
         try:
-            return await store.get_lease(self.stream)
+            holder = await store.get_lease(self.stream)
         except StoreError:
-            return None  # the error still says the lease was lost; only its new holder goes unnamed
+            return self.claim.lose(None)  # the error still says the lease was lost; only its holder goes unnamed
+        return self.claim.lose(holder, cause="taken" if holder is not None else "lapsed")
 
     async def _fold_in_commands(self) -> set[str] | None:
         """Fold the records appended after ours if all are commands and return their
@@ -454,8 +457,7 @@ class AgentJournal:
                 if meters is not None:
                     meters.conflicts.add(1, telemetry.attributes)
                     meters.fencings.add(1, telemetry.attributes)
-                assert self.claim is not None  # only a fenced append is refused by its fence
-                raise self.claim.lose(await self._holder_now()) from exc
+                raise await self._lost_to() from exc
             except ConflictError as exc:
                 self._unknown = None  # refused: nothing written
                 raise AgentFencedError(exc.stream, exc.expected_seq, exc.actual_seq) from exc

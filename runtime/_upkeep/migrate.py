@@ -21,6 +21,7 @@ import copy
 import logging
 from collections import Counter
 from collections.abc import Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -31,7 +32,13 @@ from durably.errors import DefinitionMigrationError
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
 from durably.schemas._upcasters import upcast
 from durably.storage._codec import check_encodable
-from durably.storage._errors import CodecError, CorruptRecordError, UnencodableValueError, UnknownSchemaVersionError
+from durably.storage._errors import (
+    CodecError,
+    CorruptRecordError,
+    DecryptionError,
+    UnencodableValueError,
+    UnknownSchemaVersionError,
+)
 from durably.storage._group_frames import decode_group, is_group, is_member, read_member
 from durably.storage._spi import Store, StreamId
 
@@ -159,7 +166,8 @@ def _migrated_fields(
 @dataclass
 class SnapshotReport:
     """One stored snapshot: its ``seq``, the schema ``version`` it was written at,
-    and ``action``: ``"rewrite"`` (older than current), ``"current"``, or
+    and ``action``: ``"rewrite"`` (older than the version written), ``"current"`` (at it),
+    ``"newer"`` (newer than the release ``write_compat`` names reads; left as written), or
     ``"unreadable"`` (corrupt or newer than this build; left untouched, ``detail`` says why)."""
 
     seq: int
@@ -175,10 +183,12 @@ class StreamReport:
     ``record_versions``: record schema version -> count of records stored at it.
     ``snapshots``: newest first. ``problems``: records that this build cannot
     read (a newer version, no upcaster, corruption); such a stream cannot be
-    resumed by this build and nothing of it was written.
+    resumed by this build and nothing of it was written. ``target``: the snapshot
+    version rewritten snapshots get (this build's newest, or an older release's).
     """
 
     stream: StreamId
+    target: int = field(default_factory=lambda: CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID])
     record_versions: dict[int, int] = field(default_factory=dict)
     snapshots: list[SnapshotReport] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -191,12 +201,16 @@ class StreamReport:
 
     def describe(self, *, dry_run: bool) -> str:
         """One line for an operator: what would change (``dry_run``) or what changed, and how."""
-        current = CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]
         parts = []
         for snap in self.snapshots:
             if snap.action == "rewrite":
                 verb = "would be rewritten" if dry_run else "rewritten"
-                parts.append(f"snapshot seq {snap.seq} v{snap.version} {verb} as v{current}")
+                parts.append(f"snapshot seq {snap.seq} v{snap.version} {verb} as v{self.target}")
+            elif snap.action == "newer":
+                parts.append(
+                    f"snapshot seq {snap.seq} v{snap.version} left as written (newer than v{self.target}, "
+                    "the newest the release --write-compat names reads)"
+                )
             elif snap.action == "unreadable":
                 parts.append(f"snapshot seq {snap.seq} left untouched: {snap.detail}")
         record_current = CURRENT_VERSIONS[RECORD_SCHEMA_ID]
@@ -212,79 +226,111 @@ async def migrate_store(
 ) -> list[StreamReport]:
     """Check every stream of ``namespace`` and rewrite its old-version snapshots.
 
-    In: an open ``store``, a ``namespace``, ``dry_run`` (True: only report).
+    In: an open ``store``, a ``namespace``, ``dry_run`` (True: only report), and
+    ``codec``, whose ``formats`` say which snapshot version is written: this
+    build's newest, or during a rolling upgrade (``write_compat``) the newest one
+    the oldest release still running reads.
     Out: one ``StreamReport`` per stream, sorted by agent id. Records are only
     read: they stay as written and are upcast on read. Each snapshot older than
-    the current snapshot version is decoded (upcast), rebuilt as the runtime's
+    the version written is decoded (upcast), rebuilt as the runtime's
     state and, unless ``dry_run``, stored again at the same seq with
-    ``put_snapshot`` (which replaces it), so the next restore reads the current
-    version directly. A snapshot that cannot be read is reported and left
-    untouched. Raises ``StoreUnavailableError`` from the store.
+    ``put_snapshot`` (which replaces it), so the next restore reads it with
+    less upcasting. A snapshot newer than that version (written by a newer
+    worker) is left as written, and so is one that cannot be read (both
+    reported). Every stream's records are checked before any snapshot is
+    written, so a store that needs a key the codec lacks is refused whole.
+
+    Raises ``DecryptionError`` when a frame is encrypted and ``codec`` has no
+    cipher (build it with the store's ``AESGCMCipher``; ``durably migrate``
+    reads ``$DURABLY_KEYS``): nothing is written, as such a frame cannot be
+    read back to rewrite it. ``StoreUnavailableError`` from the store.
     """
     codec = codec or RecordCodec()
     reports = []
     async for stream in store.list_streams(namespace):
-        report = StreamReport(stream)
+        report = StreamReport(stream, target=codec.formats.snapshot_version)
         await _check_records(store, codec, stream, report)
-        await _migrate_snapshots(store, codec, stream, report, dry_run)
         reports.append(report)
+    for report in reports:
+        await _migrate_snapshots(store, codec, report.stream, report, dry_run)
     return reports
+
+
+def _refuse_without_key(codec: RecordCodec, exc: CodecError, stream: StreamId, seq: int, written: str) -> None:
+    """Raise a ``DecryptionError`` saying the key is missing, ending with ``written`` (what the refusal
+    left unwritten), when ``exc`` is an encrypted frame met by ``codec`` without a cipher (the only
+    ``DecryptionError`` such a codec raises); else return."""
+    if codec.codec.cipher is None and isinstance(exc, DecryptionError):
+        raise DecryptionError(
+            f"{stream} is encrypted and no key was given: migrate needs the keys it was written with "
+            f"($DURABLY_KEYS for durably migrate); {written}",
+            stream=stream,
+            seq=seq,
+        ) from exc
 
 
 async def _check_records(store: Store, codec: RecordCodec, stream: StreamId, report: StreamReport) -> None:
     versions: Counter[int] = Counter()
     name, current = SCHEMA_NAMES[RECORD_SCHEMA_ID], CURRENT_VERSIONS[RECORD_SCHEMA_ID]
     group: tuple[int, int] | None = None  # (first seq, records) of the group frame read last
-    async for stored in store.read(stream):
-        try:
-            if is_member(stored.data):
-                # Holds no record (its group frame does), but must be that frame's row at this place.
-                index, count = read_member(stored.data, stream, stored.seq)
-                if group != (stored.seq - index, count):
-                    raise CorruptRecordError(
-                        f"the group frame at seq {stored.seq - index} this row belongs to is not there",
-                        stream=stream,
-                        seq=stored.seq,
-                    )
+    # Closed even when a refusal leaves the loop early, so the store's read cursor does not linger.
+    async with aclosing(store.read(stream)) as rows:
+        async for stored in rows:
+            try:
+                if is_member(stored.data):
+                    # Holds no record (its group frame does), but must be that frame's row at this place.
+                    index, count = read_member(stored.data, stream, stored.seq)
+                    if group != (stored.seq - index, count):
+                        raise CorruptRecordError(
+                            f"the group frame at seq {stored.seq - index} this row belongs to is not there",
+                            stream=stream,
+                            seq=stored.seq,
+                        )
+                    continue
+                if is_group(stored.data):
+                    _schema, version, values, _raw = decode_group(codec.codec, stored.data, stream, stored.seq)
+                    group = (stored.seq, len(values))
+                    found = [(stored.seq + index, version, value) for index, value in enumerate(values)]
+                else:
+                    frame = codec.codec.decode(stored.data, stream=stream, seq=stored.seq)
+                    found = [(stored.seq, frame.schema_version, frame.value)]
+            except CodecError as exc:
+                _refuse_without_key(codec, exc, stream, stored.seq, "nothing was written")
+                report.problems.append(f"record seq {stored.seq}: {exc}")
                 continue
-            if is_group(stored.data):
-                _schema, version, values, _raw = decode_group(codec.codec, stored.data, stream, stored.seq)
-                group = (stored.seq, len(values))
-                found = [(stored.seq + index, version, value) for index, value in enumerate(values)]
-            else:
-                frame = codec.codec.decode(stored.data, stream=stream, seq=stored.seq)
-                found = [(stored.seq, frame.schema_version, frame.value)]
-        except CodecError as exc:
-            report.problems.append(f"record seq {stored.seq}: {exc}")
-            continue
-        for seq, version, value in found:
-            versions[version] += 1
-            if version > current:
-                report.problems.append(
-                    f"record seq {seq} is {name} v{version}, newer than this build (v{current}); left untouched"
-                )
-            elif version < current:
-                try:
-                    upcast(RECORD_SCHEMA_ID, version, value, current)
-                except Exception as exc:  # a missing or failing upcaster: restore would refuse it too
-                    report.problems.append(f"record seq {seq} v{version}: {exc}")
+            for seq, version, value in found:
+                versions[version] += 1
+                if version > current:
+                    report.problems.append(
+                        f"record seq {seq} is {name} v{version}, newer than this build (v{current}); left untouched"
+                    )
+                elif version < current:
+                    try:
+                        upcast(RECORD_SCHEMA_ID, version, value, current)
+                    except Exception as exc:  # a missing or failing upcaster: restore would refuse it too
+                        report.problems.append(f"record seq {seq} v{version}: {exc}")
     report.record_versions = dict(versions)
 
 
 async def _migrate_snapshots(
     store: Store, codec: RecordCodec, stream: StreamId, report: StreamReport, dry_run: bool
 ) -> None:
-    current = CURRENT_VERSIONS[SNAPSHOT_SCHEMA_ID]
+    target = codec.formats.snapshot_version
     stored = await store.get_snapshot(stream)
     while stored is not None:
         try:
             seq, wire, frame = codec.decode_snapshot(stored, stream)
         except CodecError as exc:
+            _refuse_without_key(codec, exc, stream, stored.seq, "its snapshots were left as written")
             version = exc.version if isinstance(exc, UnknownSchemaVersionError) else None
             report.snapshots.append(SnapshotReport(stored.seq, version, "unreadable", str(exc)))
         else:
-            if frame.schema_version == current:
+            if frame.schema_version == target:
                 report.snapshots.append(SnapshotReport(seq, frame.schema_version, "current"))
+            elif frame.schema_version > target:
+                # Not rewritten down: a newer snapshot may page its conversation out to blobs,
+                # which the older version cannot hold; migrate only ever lifts snapshots.
+                report.snapshots.append(SnapshotReport(seq, frame.schema_version, "newer"))
             else:
                 # Rebuilt exactly as restore would, so the rewrite is what this build would have written.
                 state = AgentState.from_wire(wire)
@@ -295,7 +341,7 @@ async def _migrate_snapshots(
                     await store.put_snapshot(stream, seq, data)
                     report.rewritten += 1
                     log.info(
-                        "rewrote snapshot of %s at seq %d from v%d to v%d", stream, seq, frame.schema_version, current
+                        "rewrote snapshot of %s at seq %d from v%d to v%d", stream, seq, frame.schema_version, target
                     )
         if stored.seq <= 1:
             break

@@ -464,3 +464,14 @@ def test_show_of_a_function_agent_counts_its_calls_not_model_steps(tmp_path) -> 
     lines = shown.stdout.splitlines()
     assert any(line.split() == ["calls:", "8", "(8", "done)"] for line in lines), shown.stdout
     assert not any(line.startswith("steps:") for line in lines), shown.stdout
+
+
+def test_agents_counts_a_function_agents_calls_as_show_does(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    anyio.run(_eight_calls, url)
+    listed = durably("agents", "--store", url)
+    assert listed.returncode == 0, listed.stderr
+    [row] = [line for line in listed.stdout.splitlines() if "fn-1" in line]
+    assert "8 calls (8 done)" in row, listed.stdout
+    [agent] = json.loads(durably("agents", "--store", url, "--json").stdout)["agents"]
+    assert agent["steps"] == 0 and agent["calls"] == {"started": 8, "done": 8}, agent

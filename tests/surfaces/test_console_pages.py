@@ -15,7 +15,7 @@ import re
 
 import httpx
 from privacy_support import ScriptModel
-from test_cli import HOSTILE, _one_agent, durably
+from test_cli import HOSTILE, _eight_calls, _one_agent, durably
 
 from durably import AgentDefinition, ModelResponse, RetryPolicy, Runtime, ToolCall, TransientModelError, Usage, tool
 from durably._console import ContentPolicy, create_app
@@ -195,3 +195,18 @@ async def test_a_retry_reads_as_a_retry_and_the_result_is_shown(tmp_path) -> Non
     assert text.returncode == 0 and re.search(rf"^result:\s+{RESULT}$", text.stdout, re.M), text.stdout
     described = json.loads(durably("show", "flaky", "--store", url, "--json").stdout)
     assert described["result"] == RESULT
+
+
+async def test_a_function_agent_shows_its_calls_where_a_model_agent_shows_steps(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    await _eight_calls(url)  # a function agent: eight journaled calls, no model step
+    await _parked_payment(url, "payer-1")  # a model agent: one model step
+    index, fn, payer = await _get(url, "/", "/agent?id=fn-1", "/agent?id=payer-1")
+    cells = {
+        agent_id: re.findall(r'<td class="num">([^<]*)</td>', row)
+        for agent_id, row in re.findall(r'class="agent-link"[^>]*>([^<]*)</a>(.*?)</tr>', index.text, re.S)
+    }
+    assert cells["fn-1"][1] == "8 calls (8 done)" and cells["payer-1"][1] == "1", cells  # as durably agents says
+    assert re.search(r"<dt>seq / calls</dt><dd>\d+ / 8 \(8 done\)</dd>", fn.text), fn.text  # as durably show says
+    assert "<dt>seq / steps</dt>" not in fn.text
+    assert re.search(r"<dt>seq / steps</dt><dd>\d+ / 1</dd>", payer.text), payer.text

@@ -10,17 +10,13 @@ skipping it as unreadable).
 
 from __future__ import annotations
 
-import io
 import json
-import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from previous_release import old, previous_release_tree  # noqa: F401 - the fixture
 from support_agents import StepModel, list_agent
-from test_rolling_upgrade import LAYOUT, PREVIOUS_RELEASE, REPO, old
 
 from durably import (
     AgentDefinition,
@@ -57,24 +53,6 @@ async def main(url, keys, ids):
 
 anyio.run(main, sys.argv[1], sys.argv[2], sys.argv[3:])
 """
-
-
-@pytest.fixture(scope="module")
-def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder that imports as the previous release's ``durably`` (as in test_rolling_upgrade)."""
-    found = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE, *LAYOUT],
-        capture_output=True,
-        check=False,
-    )
-    if found.returncode != 0:  # a shallow clone or an exported tree: nothing to run the old code from
-        pytest.skip(f"the previous release {PREVIOUS_RELEASE[:7]} is not in this clone's history")
-    source, tree = tmp_path_factory.mktemp("release-0.1-src"), tmp_path_factory.mktemp("release-0.1")
-    with tarfile.open(fileobj=io.BytesIO(found.stdout)) as archive:
-        archive.extractall(source, filter="data")
-    for folder, target in LAYOUT.items():
-        shutil.move(source / folder, tree / target)
-    return tree
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """A fleet upgraded one worker at a time: what this build writes must be read by the previous release.
 
-The previous release (0.1, ``PREVIOUS_RELEASE`` in this repository's history)
+The previous release (0.1, ``previous_release.PREVIOUS_RELEASE`` in this repository's history)
 reads frame formats 1 to 3 and snapshots up to version 5. Its code is taken
 from git and run in its own process on the very SQLite file this build wrote,
 as an old worker taking over an agent would: restore, ``durably verify``,
@@ -10,19 +10,15 @@ without it the old release refuses the agent and leaves its bytes as they are.
 
 from __future__ import annotations
 
-import io
 import json
-import shutil
 import sqlite3
-import subprocess
-import sys
-import tarfile
 import time
 from pathlib import Path
 
 import anyio
 import pytest
 from click.testing import CliRunner
+from previous_release import old, previous_release_tree  # noqa: F401 - the fixture
 from schema_wire import validate_frame
 
 from durably import Runtime, SnapshotPolicy
@@ -38,18 +34,6 @@ from durably.errors import ArgumentTypeError, InvalidArgumentError, UnencodableV
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 from durably.storage._spi import StreamId
 
-#: The 0.1 release's commit: the newest code that reads only frame formats 1-3 and snapshots up to v5.
-PREVIOUS_RELEASE = "87352458f0de0b46c9e060c7771a03f2de007712"
-REPO = Path(__file__).resolve().parents[2]
-#: Where each source folder goes in an importable ``durably`` tree (pyproject's package-dir).
-LAYOUT = {
-    "runtime": "durably",
-    "storage": "durably/storage",
-    "adapters": "durably/adapters",
-    "schemas": "durably/schemas",
-    "models": "durably/models",
-    "bench": "durably/bench",
-}
 MODULES = ["colorsys", "bisect", "fnmatch"]
 AGENT = "survey"
 
@@ -81,32 +65,6 @@ async def main(url, workdir):
 
 anyio.run(main, sys.argv[2], sys.argv[3])
 """
-
-
-@pytest.fixture(scope="module")
-def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder that imports as the previous release's ``durably`` (put it first on ``PYTHONPATH``)."""
-    found = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE, *LAYOUT],
-        capture_output=True,
-        check=False,
-    )
-    if found.returncode != 0:  # a shallow clone or an exported tree: nothing to run the old code from
-        pytest.skip(f"the previous release {PREVIOUS_RELEASE[:7]} is not in this clone's history")
-    source, tree = tmp_path_factory.mktemp("release-0.1-src"), tmp_path_factory.mktemp("release-0.1")
-    with tarfile.open(fileobj=io.BytesIO(found.stdout)) as archive:
-        archive.extractall(source, filter="data")
-    for folder, target in LAYOUT.items():  # parents first: runtime becomes durably/
-        shutil.move(source / folder, tree / target)
-    return tree
-
-
-def old(tree: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run the previous release's python ``args`` in a process of its own."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "HOME": str(cwd)}
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=240, check=False
-    )
 
 
 async def write_survey(db: Path, workdir: Path, write_compat: str | None) -> int:
