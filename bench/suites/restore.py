@@ -3,7 +3,7 @@
 The histories are written straight to the store, in batches, with the
 runtime's own codec, fold (``durably._loop.state.apply``), snapshot
 policy (``SnapshotPolicy``, default settings) and conversation pages
-(``durably._journal.pages``, on a store with blobs): the same records and snapshots
+(``durably._journal.page_writer``, on a store with blobs): the same records and snapshots
 a running agent leaves, without waiting for 100,000 fsyncs. Restore is
 ``Runtime.status``: the latest snapshot plus the tail after it. Cold is the
 first restore on a newly opened store handle (the OS page cache stays warm:
@@ -29,7 +29,7 @@ import cbor2
 import zstandard
 
 from durably import Runtime
-from durably._journal.pages import SECTIONS, Pager
+from durably._journal.page_writer import SECTIONS, Pager
 from durably._journal.records import RecordCodec
 from durably._journal.snapshots import SnapshotPolicy
 from durably._loop.agent import HistoryPolicy

@@ -30,7 +30,7 @@ from durably import _telemetry as tm
 from durably._figures import check_bool, check_figure
 from durably._journal.claim import LeaseClaim
 from durably._journal.page_collection import PageCollector
-from durably._journal.pages import Pager
+from durably._journal.page_writer import Pager
 from durably._journal.records import RecordCodec
 from durably._telemetry import Telemetry
 from durably.errors import AgentLeaseLostError, InvalidArgumentError

@@ -37,7 +37,7 @@ import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
 from durably import Runtime, SnapshotPolicy
-from durably._journal import pages
+from durably._journal import page_writer
 from durably._cli.demo.survey import survey_agent, survey_task
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind, Record
 from durably.storage._codec import Codec
@@ -152,7 +152,7 @@ def copy_database(source: Path, target: Path) -> None:
 
 async def main(force: bool) -> Path:
     # Small pages, so the survey's snapshots hold conversation and ledger pages (snapshot v6).
-    pages.PAGE, pages.KEEP = 4, 2
+    page_writer.PAGE, page_writer.KEEP = 4, 2
     target = HERE / set_name()
     if target.exists():
         if not force:

@@ -33,7 +33,7 @@ from durably import (
     ToolCall,
     agent_tool,
 )
-from durably._journal import pages
+from durably._journal import page_writer
 from durably._loop.agent import HistoryPolicy
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 
@@ -79,8 +79,8 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pages, "PAGE", 4)
-    monkeypatch.setattr(pages, "KEEP", 2)
+    monkeypatch.setattr(page_writer, "PAGE", 4)
+    monkeypatch.setattr(page_writer, "KEEP", 2)
 
 
 def helper() -> AgentDefinition:
