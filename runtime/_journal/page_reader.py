@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections import OrderedDict
 from typing import Any
 
 import anyio
@@ -132,6 +133,26 @@ async def page_refs(
     """
     if not paged(wire):
         return wire, {}
+    rest, wanted = _sections(wire, stream, seq)
+    chain = await _chain(store, codec, stream, seq, wanted)
+    return rest, {field: Older(field, refs, chain) for field, refs in wanted}
+
+
+async def _chain(
+    store: Store, codec: RecordCodec, stream: StreamId, seq: int, wanted: list[tuple[str, list[Any]]]
+) -> Chain:
+    """The ``Chain`` of the pages of ``wanted`` (``_sections``): each read, checked against its
+    digest, and its frame header checked. Raises as ``page_refs``."""
+    found = await _read_all(store, stream, seq, [ref["digest"] for _, refs in wanted for ref in refs])
+    for data in found.values():
+        _check_header(data, stream, seq)
+    return Chain([ref for _, refs in wanted for ref in refs], found, codec, stream, seq)
+
+
+def _sections(wire: dict[str, Any], stream: StreamId, seq: int) -> tuple[dict[str, Any], list[tuple[str, list[Any]]]]:
+    """``wire`` (a paged snapshot state at ``seq``) without ``pages`` and ``ledger_pages``, and
+    each paged section's field with its references, checked. Raises ``CorruptRecordError``:
+    malformed references or sections, or a page continuing a page not named before it."""
     rest = dict(wire)
     wanted: list[tuple[str, list[dict[str, Any]]]] = []
     earlier: set[str] = set()
@@ -151,11 +172,7 @@ async def page_refs(
                 )
             earlier.add(ref["digest"])
         wanted.append((field, refs))
-    found = await _read_all(store, stream, seq, [ref["digest"] for _, refs in wanted for ref in refs])
-    for data in found.values():
-        _check_header(data, stream, seq)
-    chain = Chain([ref for _, refs in wanted for ref in refs], found, codec, stream, seq)
-    return rest, {field: Older(field, refs, chain) for field, refs in wanted}
+    return rest, wanted
 
 
 async def page_in(store: Store, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +192,73 @@ async def page_in(store: Store, codec: RecordCodec, stream: StreamId, seq: int, 
     for field, part in older.items():
         rest[field] = part.whole(list(rest[field]) if field == "messages" else rest[field], {})
     return rest
+
+
+#: Streams whose opened pages a ``PageCheck`` remembers (the least recently checked are
+#: forgotten: their next check decodes every page again, once).
+CHECKED = 64
+
+
+class PageCheck:
+    """Checks that every page a snapshot names opens, before compaction deletes the records behind it.
+
+    Restore reads a snapshot's pages and checks their digests but decodes them only when
+    the state first needs them, so a page that matches its digest yet does not open (a
+    writer's bug, a base list tampered with) shows only once the journal behind the
+    snapshot may be gone. The check reads every page the snapshot names, checks its
+    digest, frame header and base order, opens it after the pages it continues, and
+    decodes it to the items its reference counts.
+
+    Remembers, per stream, the pages (references) the last check found to open: a later
+    check still reads every page (one that went missing or was damaged is found), but
+    decodes only the pages it has not seen, and opens an older one again only where a new
+    page continues it. Not thread-safe; one per ``SnapshotWriter``.
+    """
+
+    def __init__(self) -> None:
+        self._opened: OrderedDict[StreamId, set[tuple[Any, ...]]] = OrderedDict()
+
+    def forget(self, stream: StreamId) -> None:
+        """Drop what is remembered of ``stream``'s pages (before a purge deletes them)."""
+        self._opened.pop(stream, None)
+
+    async def check(self, store: Store, codec: RecordCodec, stream: StreamId, seq: int, wire: dict[str, Any]) -> None:
+        """Return only if every page ``wire`` (a decoded snapshot state at ``seq``) names opens.
+
+        Raises ``CorruptRecordError`` (at ``seq``): a page missing, damaged, not the one
+        referenced, not opening after its base or not decoding, malformed references, or
+        pages on a store without blobs; ``UnknownSchemaVersionError``: a page from a newer
+        durably; the store's own errors."""
+        if not paged(wire):
+            return
+        _rest, wanted = _sections(wire, stream, seq)
+        chain = await _chain(store, codec, stream, seq, wanted)
+        named = [(field, ref) for field, refs in wanted for ref in refs]
+        opened = self._opened.pop(stream, set())
+        new = [(field, ref) for field, ref in named if _key(field, ref) not in opened]
+        if new:
+            # zstd and CBOR are the check's CPU: in a worker thread, like a snapshot's encoding.
+            await anyio.to_thread.run_sync(_open_all, chain, new)
+        # What this snapshot names, and no more: a page a later snapshot no longer names is forgotten.
+        self._opened[stream] = {_key(field, ref) for field, ref in named}
+        while len(self._opened) > CHECKED:
+            del self._opened[next(iter(self._opened))]
+
+
+def _key(field: str, ref: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes a page open the same again: its bytes (digest), place and count, and its base.
+
+    A base page that opens at all holds the same payload whatever it continues (a page
+    continuing a prefix carries zstd's content checksum), so its own base is not part of this."""
+    return (field, ref["digest"], ref["s"], ref["count"], tuple(ref.get("base", ())))
+
+
+def _open_all(chain: Chain, new: list[tuple[str, dict[str, Any]]]) -> None:
+    """Open the pages of ``new`` (field, reference) and those they continue, each once, and
+    decode each of ``new``. Raises as ``Older.items``."""
+    found = chain.payloads([ref for _, ref in new])
+    for field, ref in new:
+        _decoded(chain, ref, found[ref["digest"]], field)
 
 
 _PAGE_HEADER = struct.Struct(">2sBBBH")  # magic, format, flags, schema id, schema version (frame.cddl)

@@ -180,3 +180,34 @@ async def test_a_page_opened_with_its_bases_in_another_order_is_refused_not_misr
         with pytest.raises(CorruptRecordError):
             await page_reader.page_in(store, codec, STREAM, 200, swapped)
         assert await page_reader.page_in(store, codec, STREAM, 200, paged) == wire
+
+
+async def test_the_compaction_check_decodes_each_page_once_and_still_reads_them_all(monkeypatch):
+    codec = RecordCodec()
+    decoded: list[int] = []
+    page_items = codec.page_items
+
+    def counting(raw: bytes, seq: int, stream: StreamId | None = None) -> list[Any]:
+        decoded.append(seq)
+        return page_items(raw, seq, stream)
+
+    monkeypatch.setattr(codec, "page_items", counting)
+    longer = rereading_run(96)
+    # The same messages and entries, fewer of them: the longer run's first pages are these.
+    shorter = {**longer, "messages": longer["messages"][:160], "ledger": dict(list(longer["ledger"].items())[:80])}
+    async with open_store("memory://") as store:
+        pager, check = page_writer.Pager(store), page_reader.PageCheck()
+        first = await pager.page_out(codec, STREAM, 200, shorter)
+        await check.check(store, codec, STREAM, 200, first)
+        refs = first["pages"] + first["ledger_pages"]
+        assert len(decoded) == len(refs)
+        decoded.clear()
+        await check.check(store, codec, STREAM, 200, first)
+        assert decoded == [], "pages already found to open are not decoded again"
+        second = await pager.page_out(codec, STREAM, 300, longer)
+        await check.check(store, codec, STREAM, 300, second)
+        new = [ref for ref in second["pages"] + second["ledger_pages"] if ref not in refs]
+        assert new and decoded == [300] * len(new), "only the new pages are decoded"
+        await store.delete_blobs(STREAM, [refs[0]["digest"]])
+        with pytest.raises(CorruptRecordError, match="missing"):
+            await check.check(store, codec, STREAM, 300, second)

@@ -150,6 +150,35 @@ async def test_a_lost_page_behind_compaction_is_a_typed_error_and_nothing_is_del
         assert [r.data async for r in store.read(stream)] == records
 
 
+@pytest.mark.parametrize("bug", ["no base named", "not CBOR"])
+async def test_compaction_keeps_the_records_behind_a_snapshot_whose_page_does_not_open(tmp_path, monkeypatch, bug):
+    """A writer's bug makes pages whose bytes match their digest but that do not open: a
+    chained page whose reference names no base, or a page whose payload is not CBOR."""
+    encode = page_writer._encode
+
+    def buggy_encode(codec, seq, items, stream, base):
+        payload, data = encode(codec, seq, items, stream, base)
+        if bug == "no base named":
+            base.clear()  # the frame continues its base, the reference will name none
+        else:
+            data = codec.page_frame(seq, b"\xff", stream)
+        return payload, data
+
+    monkeypatch.setattr(page_writer, "_encode", buggy_encode)
+    url = f"sqlite:///{tmp_path}/a.db"
+    policy = SnapshotPolicy(every_records=30, tail_ratio=0.0, compact=True)  # every snapshot names pages
+    async with Runtime(url, agents=[list_agent(STEPS, [])], snapshot_policy=policy) as rt:
+        live = await rt.run("list-agent", "a1", "count")
+        await rt._activations.services.snapshots.flush()
+    stream = StreamId("default", "a1")
+    async with open_store(url) as store:
+        _, wire = await latest_wire(store, stream)
+        assert wire.get("pages"), "the snapshots name pages"
+        seqs = [r.seq async for r in store.read(stream)]
+        assert seqs == list(range(1, live.last_seq + 1)), "compacted behind a snapshot that cannot be restored"
+        assert await folded(store, stream) == live.to_wire()  # the journal alone still restores the agent
+
+
 CRASHING_CHILD = textwrap.dedent(
     """
     import os, signal, sys
