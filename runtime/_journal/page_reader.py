@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from durably._journal.page_writer import BASES, SECTIONS
+from durably._journal.page_writer import BASES, PREFIX, SECTIONS
 from durably._journal.records import RecordCodec
 from durably.schemas._records import CURRENT_VERSIONS, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID
 from durably.storage._codec import MAGIC
@@ -29,6 +29,13 @@ from durably.storage._spi import Store, StreamId, supports_blobs
 FIRST_PAGED = 6
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+
+#: Most bytes of earlier pages' payloads a page may continue (its base's, joined). A writer
+#: joins at most ``PREFIX`` (``Pager`` keeps no larger payload and stops adding bases there);
+#: twice that leaves room for a build that raises it somewhat, and refuses, before joining
+#: them, the gigabytes that ``BASES`` payloads each at the frame limit could add up to.
+#: A writer's ``PREFIX`` above this is a format change: readers of this build refuse its pages.
+MAX_PREFIX = 2 * PREFIX
 
 
 def paged(wire: dict[str, Any]) -> bool:
@@ -52,7 +59,8 @@ class Chain:
         """The CBOR payload of each page of ``wanted`` and of every page it continues, by digest.
 
         Raises ``CorruptRecordError`` (naming the stream and the snapshot's seq): a page that
-        does not open (damaged, moved, or continuing other bytes than its base's);
+        does not open (damaged, moved, or continuing other bytes than its base's, or more
+        than ``MAX_PREFIX`` of them);
         ``UnknownSchemaVersionError``: a page from a newer durably."""
         needed = {ref["digest"] for ref in wanted}
         for ref in reversed(self.refs):  # a base is always named earlier (page_refs checks)
@@ -62,7 +70,15 @@ class Chain:
         for ref in self.refs:
             digest = ref["digest"]
             if digest in needed and digest not in found:
-                prefix = b"".join(found[b] for b in ref.get("base", ()))
+                bases = [found[b] for b in ref.get("base", ())]
+                size = sum(map(len, bases))
+                if size > MAX_PREFIX:  # refused before the join allocates it
+                    raise CorruptRecordError(
+                        f"page {digest} continues a prefix of {size} bytes, over {MAX_PREFIX}",
+                        stream=self.stream,
+                        seq=self.seq,
+                    )
+                prefix = b"".join(bases)
                 found[digest] = self.codec.open_page(self.blobs[digest], ref["s"], self.stream, prefix)
         return found
 

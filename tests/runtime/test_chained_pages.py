@@ -211,3 +211,22 @@ async def test_the_compaction_check_decodes_each_page_once_and_still_reads_them_
         await store.delete_blobs(STREAM, [refs[0]["digest"]])
         with pytest.raises(CorruptRecordError, match="missing"):
             await check.check(store, codec, STREAM, 300, second)
+
+
+async def test_a_page_continuing_more_bytes_than_a_writer_joins_is_refused():
+    codec = RecordCodec()
+    # A crafted snapshot: its first page alone holds more than a prefix may, and the second continues it.
+    big = codec.page_payload(200, [{"role": "tool", "content": "x" * page_reader.MAX_PREFIX}])
+    small = codec.page_payload(200, [{"role": "tool", "content": "x" * 1024}])
+    async with open_store("memory://") as store:
+        first = await store.put_blob(STREAM, codec.page_frame(200, big, STREAM))
+        second = await store.put_blob(STREAM, codec.page_frame(200, small, STREAM, big))
+        wire = {
+            **AgentState().to_wire(),
+            "pages": [
+                {"digest": first, "s": 200, "count": 1},
+                {"digest": second, "s": 200, "count": 1, "base": [first]},
+            ],
+        }
+        with pytest.raises(CorruptRecordError, match="prefix"):
+            await page_reader.page_in(store, codec, STREAM, 200, wire)
