@@ -244,7 +244,8 @@ class PageCheck:
         Raises ``CorruptRecordError`` (at ``seq``): a page missing, damaged, not the one
         referenced, not opening after its base or not decoding, malformed references, or
         pages on a store without blobs; ``UnknownSchemaVersionError``: a page from a newer
-        durably; the store's own errors."""
+        durably; the store's own errors. A check that raises forgets the stream's pages: the
+        next one decodes them all again."""
         if not paged(wire):
             return
         _rest, wanted = _sections(wire, stream, seq)
