@@ -226,9 +226,11 @@ class PageCheck:
     decodes it to the items its reference counts.
 
     Remembers, per stream, the pages (references) the last check found to open: a later
-    check still reads every page (one that went missing or was damaged is found), but
-    decodes only the pages it has not seen, and opens an older one again only where a new
-    page continues it. Not thread-safe; one per ``SnapshotWriter``.
+    check reads and decodes only the pages it has not seen, and the older ones a new page
+    continues. An older page is not read again: the records it could have saved were
+    deleted by the compaction that checked it, so a page lost since then fails restore
+    whatever this check says, and reading every page at every compaction would cost a
+    long conversation's whole history each time. Not thread-safe; one per ``SnapshotWriter``.
     """
 
     def __init__(self) -> None:
@@ -249,11 +251,16 @@ class PageCheck:
         if not paged(wire):
             return
         _rest, wanted = _sections(wire, stream, seq)
-        chain = await _chain(store, codec, stream, seq, wanted)
         named = [(field, ref) for field, refs in wanted for ref in refs]
         opened = self._opened.pop(stream, set())
         new = [(field, ref) for field, ref in named if _key(field, ref) not in opened]
         if new:
+            needed = {ref["digest"] for _, ref in new}
+            for _, ref in reversed(named):  # a base is always named earlier (_sections checks)
+                if ref["digest"] in needed:
+                    needed.update(ref.get("base", ()))
+            reading = [(field, [ref for ref in refs if ref["digest"] in needed]) for field, refs in wanted]
+            chain = await _chain(store, codec, stream, seq, reading)
             # zstd and CBOR are the check's CPU: in a worker thread, like a snapshot's encoding.
             await anyio.to_thread.run_sync(_open_all, chain, new)
         # What this snapshot names, and no more: a page a later snapshot no longer names is forgotten.

@@ -290,8 +290,8 @@ class SnapshotWriter:
             _, state, _ = await anyio.to_thread.run_sync(codec.decode_snapshot, StoredSnapshot(seq, data), stream)
             # Nor behind one naming a page that does not open: restore checks a page's digest
             # but decodes it only when the state first needs it, after the records are gone.
-            # Paid here because deleting records cannot be undone; it reads the pages as a
-            # restore does, and decodes each page once (PageCheck remembers those it opened).
+            # Paid here because deleting records cannot be undone; it reads and decodes each
+            # page once per process (PageCheck remembers those it opened).
             await self._page_check.check(self._store, codec, stream, seq, state)
             check()
             await self._store.delete_records(stream, oldest_kept)

@@ -182,7 +182,7 @@ async def test_a_page_opened_with_its_bases_in_another_order_is_refused_not_misr
         assert await page_reader.page_in(store, codec, STREAM, 200, paged) == wire
 
 
-async def test_the_compaction_check_decodes_each_page_once_and_still_reads_them_all(monkeypatch):
+async def test_the_compaction_check_reads_and_decodes_each_page_once(monkeypatch):
     codec = RecordCodec()
     decoded: list[int] = []
     page_items = codec.page_items
@@ -196,21 +196,36 @@ async def test_the_compaction_check_decodes_each_page_once_and_still_reads_them_
     # The same messages and entries, fewer of them: the longer run's first pages are these.
     shorter = {**longer, "messages": longer["messages"][:160], "ledger": dict(list(longer["ledger"].items())[:80])}
     async with open_store("memory://") as store:
+        read: list[str] = []
+        get_blob = store.get_blob
+
+        async def reading(stream: StreamId, digest: str) -> bytes:
+            read.append(digest)
+            return await get_blob(stream, digest)
+
+        monkeypatch.setattr(store, "get_blob", reading)
         pager, check = page_writer.Pager(store), page_reader.PageCheck()
         first = await pager.page_out(codec, STREAM, 200, shorter)
         await check.check(store, codec, STREAM, 200, first)
         refs = first["pages"] + first["ledger_pages"]
-        assert len(decoded) == len(refs)
-        decoded.clear()
+        assert len(decoded) == len(refs) and sorted(read) == sorted(r["digest"] for r in refs)
+        decoded.clear(), read.clear()
         await check.check(store, codec, STREAM, 200, first)
-        assert decoded == [], "pages already found to open are not decoded again"
+        assert decoded == [] and read == [], "pages already found to open are neither read nor decoded again"
         second = await pager.page_out(codec, STREAM, 300, longer)
-        await check.check(store, codec, STREAM, 300, second)
         new = [ref for ref in second["pages"] + second["ledger_pages"] if ref not in refs]
+        continued = {ref["digest"] for ref in new}  # with every page they continue, and those continue, ...
+        for ref in reversed(second["pages"] + second["ledger_pages"]):
+            if ref["digest"] in continued:
+                continued.update(ref.get("base", ()))
+        await check.check(store, codec, STREAM, 300, second)
         assert new and decoded == [300] * len(new), "only the new pages are decoded"
+        assert set(read) == continued, "only the new pages and those they continue are read"
+        assert len(continued) < len(second["pages"] + second["ledger_pages"])
+        # A check in a process that has not seen the pages reads them all, and finds one missing.
         await store.delete_blobs(STREAM, [refs[0]["digest"]])
         with pytest.raises(CorruptRecordError, match="missing"):
-            await check.check(store, codec, STREAM, 300, second)
+            await page_reader.PageCheck().check(store, codec, STREAM, 300, second)
 
 
 async def test_a_page_continuing_more_bytes_than_a_writer_joins_is_refused():
