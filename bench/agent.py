@@ -29,7 +29,7 @@ from durably import (
     Usage,
     tool,
 )
-from durably._journal.pages import SECTIONS
+from durably._journal.page_writer import SECTIONS
 from durably._journal.records import RecordCodec
 from durably._loop.state import FINISHED
 from durably.storage._spi import Store, StreamId, supports_blobs

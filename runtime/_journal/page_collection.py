@@ -1,6 +1,6 @@
 """Collecting pages: deleting the blobs of conversation pages that no kept snapshot names.
 
-Pages are written once and named by digest (``durably._journal.pages``); once the
+Pages are written once and named by digest (``durably._journal.page_writer``); once the
 snapshots that name a page are deleted, the page is garbage. It is deleted only on
 a store that declares ``CAP_BLOB_DELETE``; elsewhere it stays until the stream is
 purged, which loses nothing.
@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from durably._journal.pages import SECTIONS, Pager
+from durably._journal.page_writer import SECTIONS, Pager
 from durably._journal.records import RecordCodec
 from durably.storage._errors import DurablyError
 from durably.storage._spi import Store, StoredSnapshot, StreamId, supports_blob_delete

@@ -20,7 +20,7 @@ import anyio
 
 from durably import _telemetry as tm
 from durably._journal.journal_reader import JournalReader
-from durably._journal.pages import page_refs
+from durably._journal.page_reader import page_refs
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
 from durably._telemetry import Telemetry

@@ -30,7 +30,8 @@ from durably import _telemetry as tm
 from durably._figures import check_bool, check_figure
 from durably._journal.claim import LeaseClaim
 from durably._journal.page_collection import PageCollector
-from durably._journal.pages import Pager
+from durably._journal.page_reader import PageCheck
+from durably._journal.page_writer import Pager
 from durably._journal.records import RecordCodec
 from durably._telemetry import Telemetry
 from durably.errors import AgentLeaseLostError, InvalidArgumentError
@@ -157,6 +158,8 @@ class SnapshotWriter:
         self._pager = Pager(store) if supports_blobs(store) else None
         # ... and the pages no kept snapshot names any more are deleted, where the store can.
         self._collector = PageCollector(store, self._pager) if self._pager and supports_blob_delete(store) else None
+        # Compaction's check that every page of the snapshot it compacts behind opens.
+        self._page_check = PageCheck()
 
     def submit(
         self, stream: StreamId, seq: int, state_wire: dict[str, Any], *, claim: LeaseClaim | None = None
@@ -187,6 +190,7 @@ class SnapshotWriter:
             self._pager.forget(stream)  # the purge deletes the stream's pages
         if self._collector is not None:
             self._collector.forget(stream)
+        self._page_check.forget(stream)
         writing = self._writing
         if writing is not None and writing[0] == stream:
             await writing[2].wait()
@@ -260,7 +264,8 @@ class SnapshotWriter:
         self, codec: RecordCodec, stream: StreamId, seq: int, data: bytes, check: Callable[[], None]
     ) -> None:
         """Keep the newest ``policy.keep`` snapshots; with ``compact``, drop the
-        records the oldest kept one covers, once the new one reads back.
+        records the oldest kept one covers, once the new one and every page it names
+        read back (else the ``CorruptRecordError`` skips the write as a failed one).
 
         ``check`` is called before each delete and raises once the lease is gone:
         deletes carry no fencing token, and a stream purged meanwhile may hold a
@@ -282,7 +287,12 @@ class SnapshotWriter:
             await collector.pruned(stream, oldest_kept, dropped)
         if self._policy.compact:
             # Never compact behind a snapshot that does not decode: that would lose the agent.
-            await anyio.to_thread.run_sync(codec.decode_snapshot, StoredSnapshot(seq, data), stream)
+            _, state, _ = await anyio.to_thread.run_sync(codec.decode_snapshot, StoredSnapshot(seq, data), stream)
+            # Nor behind one naming a page that does not open: restore checks a page's digest
+            # but decodes it only when the state first needs it, after the records are gone.
+            # Paid here because deleting records cannot be undone; it reads and decodes each
+            # page once per process (PageCheck remembers those it opened).
+            await self._page_check.check(self._store, codec, stream, seq, state)
             check()
             await self._store.delete_records(stream, oldest_kept)
 

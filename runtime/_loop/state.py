@@ -41,7 +41,7 @@ NEEDS_MIGRATION = "needs_migration"
 
 class OlderPart(Protocol):
     """The older part of a paged section of a restored state, not decoded yet
-    (``durably._journal.pages.Older``)."""
+    (``durably._journal.page_reader.Older``)."""
 
     #: The snapshot's page references of this part, oldest first.
     refs: list[dict[str, Any]]
@@ -179,7 +179,7 @@ class AgentState:
             The state; unknown keys are ignored, missing ones take their default.
 
         Raises:
-            InvalidArgumentError: ``wire`` names pages (``durably._journal.pages.page_in`` puts
+            InvalidArgumentError: ``wire`` names pages (``durably._journal.page_reader.page_in`` puts
                 them inline first).
         """
         if "pages" in wire or "ledger_pages" in wire:

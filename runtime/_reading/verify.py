@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from durably._journal.journal_reader import JournalReader
-from durably._journal.pages import page_in
+from durably._journal.page_reader import page_in
 from durably._journal.records import RecordCodec
 from durably._reading.threads import fold_record, is_thread_frame, snapshot_state
 from durably.integrations._langgraph_threads import ThreadState

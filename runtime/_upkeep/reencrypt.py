@@ -56,7 +56,8 @@ import anyio
 
 from durably._journal.journal_reader import JournalReader
 from durably._journal.page_collection import delete_pages, named_by_stored
-from durably._journal.pages import encode_paged, page_in
+from durably._journal.page_reader import page_in
+from durably._journal.page_writer import encode_paged
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
 from durably._loop.state import apply

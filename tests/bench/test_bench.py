@@ -7,6 +7,7 @@ add up). The numbers themselves are the bench's business, not the tests'.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import struct
@@ -134,6 +135,18 @@ def test_restore_reads_a_snapshot_and_a_tail_that_cover_the_history(tiny_run):
         assert found["restore_cold"] > 0 and found["restore_warm_p50"] <= found["restore_warm_p99"]
         assert found["restore_step_p50"] > 0  # restore and what the next step reads
     assert figures(tiny_run, "restore", "snapshot_decode")  # 250 records pass the default policy's 200
+
+
+def test_restore_of_a_history_in_chained_pages_measures_its_floor(tmp_path):
+    import anyio
+
+    sizes = dataclasses.replace(TINY, restore_records=(1500,), restore_repeats=1)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    results = anyio.run(lambda: run_bench(url, ["restore"], sizes, mode="tiny", seed=3))
+    assert not any("failed" in note for note in results.notes), results.notes
+    found = {f.name: f.value for f in results.figures if f.suite == "restore" and f.params["history"] == "full"}
+    assert found["pages"] >= 3  # pages continuing earlier pages: the floor opens each after its bases
+    assert found["floor_zstd_cbor2"] > 0 and found["restore_cold"] > 0
 
 
 def test_codec_and_overhead(tiny_run):

@@ -4,7 +4,7 @@ conversation pages those snapshots name."""
 from __future__ import annotations
 
 from durably import SnapshotPolicy
-from durably._journal.pages import KEEP, PAGE
+from durably._journal.page_writer import KEEP, PAGE
 from durably._journal.records import RecordCodec
 from durably.bench.agent import run_agents, stream_bytes
 from durably.bench.workload import Workload

@@ -53,7 +53,7 @@ import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
 from durably import Runtime, SnapshotPolicy
-from durably._journal import pages
+from durably._journal import page_writer
 from durably._cli.demo.survey import survey_agent, survey_task
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind, Record
 from durably.storage._codec import Codec
@@ -195,7 +195,7 @@ def copy_database(source: Path, target: Path) -> None:
 async def main(force: bool, out: Path | None = None) -> Path:
     """Write the set into ``out`` (default: ``tests/golden/`` and the versions' name); return its path."""
     # Small pages, so the survey's snapshots hold conversation and ledger pages (snapshot v6).
-    pages.PAGE, pages.KEEP = 4, 2
+    page_writer.PAGE, page_writer.KEEP = 4, 2
     target = HERE / set_name() if out is None else out.resolve()
     if target.exists():
         if not force:
@@ -210,7 +210,7 @@ async def main(force: bool, out: Path | None = None) -> Path:
         copy_database(work / "survey.sqlite3", target / "survey.sqlite3")
     facts["snapshot_seq"] = snapshot.seq
     _, state, _ = RecordCodec().decode_snapshot(snapshot, StreamId(NAMESPACE, AGENT_ID))
-    for _, section in pages.SECTIONS:  # the references as stored, a page's base in order
+    for _, section in page_writer.SECTIONS:  # the references as stored, a page's base in order
         paged[section] = state.get(section, [])
     manifest = {
         "schema_versions": {SCHEMA_NAMES[k]: v for k, v in sorted(CURRENT_VERSIONS.items())},

@@ -37,10 +37,10 @@ CHILD = textwrap.dedent(
     sys.path[:0] = sys.argv[3].split(":")
     import anyio
     from durably import Runtime, SnapshotPolicy
-    from durably._journal import pages
+    from durably._journal import page_writer
     from support_agents import file_agent
 
-    pages.PAGE, pages.KEEP = 8, 4
+    page_writer.PAGE, page_writer.KEEP = 8, 4
 
     async def main():
         agent = file_agent(int(sys.argv[4]), Path(sys.argv[2]), per_turn=6, think_s=0.02)

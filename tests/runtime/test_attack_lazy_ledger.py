@@ -16,7 +16,7 @@ import pytest
 from support_agents import list_agent
 
 from durably import Runtime, SnapshotPolicy
-from durably._journal import pages
+from durably._journal import page_writer
 from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
@@ -32,8 +32,8 @@ STEPS = 30
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch):
     """Pages of 8 items, 4 kept inline: a short run spans several pages of each kind."""
-    monkeypatch.setattr(pages, "PAGE", 8)
-    monkeypatch.setattr(pages, "KEEP", 4)
+    monkeypatch.setattr(page_writer, "PAGE", 8)
+    monkeypatch.setattr(page_writer, "KEEP", 4)
 
 
 async def run_long(url: str) -> AgentState:
@@ -53,7 +53,7 @@ async def journal_fold(store: Store, codec: RecordCodec) -> AgentState:
 
 async def snapshot(store: Store, codec: RecordCodec, state: AgentState) -> None:
     """A snapshot of ``state`` as the snapshot writer takes one."""
-    wire = await pages.Pager(store).page_out(codec, STREAM, state.last_seq, state.snapshot_wire())
+    wire = await page_writer.Pager(store).page_out(codec, STREAM, state.last_seq, state.snapshot_wire())
     await store.put_snapshot(STREAM, state.last_seq, codec.encode_snapshot(state.last_seq, wire, STREAM))
 
 

@@ -19,7 +19,7 @@ import pytest
 from support_agents import StepModel
 
 from durably import AgentDefinition, AgentLeasedError, Runtime, SnapshotPolicy, tool
-from durably._journal import pages
+from durably._journal import page_writer
 from durably._journal.claim import LeaseClaim
 from durably.storage import StreamId, open_store
 
@@ -29,8 +29,8 @@ A = StreamId("default", "a1")
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pages of 8 items, 4 kept inline: a short run already spans several pages."""
-    monkeypatch.setattr(pages, "PAGE", 8)
-    monkeypatch.setattr(pages, "KEEP", 4)
+    monkeypatch.setattr(page_writer, "PAGE", 8)
+    monkeypatch.setattr(page_writer, "KEEP", 4)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -14,15 +14,15 @@ import pytest
 from support_agents import StepModel
 
 from durably import AgentDefinition, Runtime, SnapshotPolicy, tool
-from durably._journal import pages
+from durably._journal import page_writer
 from durably.errors import StoreUnavailableError
 from durably.storage import StreamId, open_store
 
 
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pages, "PAGE", 8)
-    monkeypatch.setattr(pages, "KEEP", 4)
+    monkeypatch.setattr(page_writer, "PAGE", 8)
+    monkeypatch.setattr(page_writer, "KEEP", 4)
 
 
 def step_agent(steps: int) -> AgentDefinition:

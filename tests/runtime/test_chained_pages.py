@@ -19,7 +19,7 @@ import pytest
 from support_agents import list_agent
 
 from durably import Runtime, SnapshotPolicy
-from durably._journal import pages
+from durably._journal import page_reader, page_writer
 from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
@@ -34,8 +34,8 @@ CIPHER = AESGCMCipher(StaticKeyProvider({"k1": generate_key()}, "k1"))
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch):
     """Pages of 16 items, 4 kept inline."""
-    monkeypatch.setattr(pages, "PAGE", 16)
-    monkeypatch.setattr(pages, "KEEP", 4)
+    monkeypatch.setattr(page_writer, "PAGE", 16)
+    monkeypatch.setattr(page_writer, "KEEP", 4)
 
 
 def rereading_run(calls: int) -> dict[str, Any]:
@@ -58,7 +58,7 @@ async def page_sizes(store: Any, wire: dict[str, Any]) -> dict[str, list[int]]:
     """Stored bytes of each page ``wire`` names, by section."""
     return {
         key: [len(await store.get_blob(STREAM, ref["digest"])) for ref in wire.get(key, [])]
-        for _, key in pages.SECTIONS
+        for _, key in page_writer.SECTIONS
     }
 
 
@@ -67,7 +67,7 @@ async def test_pages_that_repeat_earlier_pages_cost_a_fraction_of_them_and_read_
     codec = RecordCodec(cipher=CIPHER if encrypted else None)
     wire = rereading_run(80)  # 160 messages (9 pages), 80 entries (4 pages)
     async with open_store("memory://") as store:
-        paged = await pages.Pager(store).page_out(codec, STREAM, 200, wire)
+        paged = await page_writer.Pager(store).page_out(codec, STREAM, 200, wire)
         sizes = await page_sizes(store, paged)
         first, second, *later = sizes["pages"]
         assert min(first, second) > 8 * 1024, "the first two pages hold the 16 files, which do not compress"
@@ -75,14 +75,14 @@ async def test_pages_that_repeat_earlier_pages_cost_a_fraction_of_them_and_read_
         assert sum(later) < first / 4, sizes
         assert sum(sizes["ledger_pages"]) < first / 2, "ledger entries repeat the conversation's results"
         assert all("base" in ref for ref in paged["pages"][1:] + paged["ledger_pages"])
-        whole = await pages.page_in(store, codec, STREAM, 200, paged)
+        whole = await page_reader.page_in(store, codec, STREAM, 200, paged)
     assert whole == wire
 
 
 async def test_a_chained_page_opens_only_after_the_pages_it_continues():
     codec = RecordCodec()
     async with open_store("memory://") as store:
-        paged = await pages.Pager(store).page_out(codec, STREAM, 200, rereading_run(80))
+        paged = await page_writer.Pager(store).page_out(codec, STREAM, 200, rereading_run(80))
         first, second = paged["pages"][:2]
         assert second["base"] == [first["digest"]]
         data = await store.get_blob(STREAM, second["digest"])
@@ -96,7 +96,7 @@ async def test_a_chained_page_opens_only_after_the_pages_it_continues():
 async def test_a_snapshot_whose_page_continues_a_page_not_named_before_it_is_refused(section):
     codec = RecordCodec()
     async with open_store("memory://") as store:
-        paged = await pages.Pager(store).page_out(codec, STREAM, 200, rereading_run(80))
+        paged = await page_writer.Pager(store).page_out(codec, STREAM, 200, rereading_run(80))
         broken = dict(paged)
         if section == "pages":
             broken["pages"] = paged["pages"][1:]  # the second page's base is gone
@@ -104,7 +104,7 @@ async def test_a_snapshot_whose_page_continues_a_page_not_named_before_it_is_ref
             first, second = paged["ledger_pages"][:2]
             broken["ledger_pages"] = [{**first, "base": [second["digest"]]}, second]
         with pytest.raises(CorruptRecordError, match="continues a page not named before it"):
-            await pages.page_refs(store, codec, STREAM, 200, broken)
+            await page_reader.page_refs(store, codec, STREAM, 200, broken)
 
 
 async def fold(store: Any, codec: RecordCodec) -> dict[str, Any]:
@@ -142,10 +142,10 @@ async def test_ledger_pages_continuing_a_compacted_conversation_are_written_anew
     wire = rereading_run(80)
     full = {**wire, "last_seq": 200}
     async with open_store("memory://") as store:
-        pager = pages.Pager(store)
+        pager = page_writer.Pager(store)
         paged = await pager.page_out(codec, STREAM, 200, full)
         assert any("base" in ref for ref in paged["ledger_pages"])
-        rest, older = await pages.page_refs(store, codec, STREAM, 200, {**AgentState().to_wire(), **paged})
+        rest, older = await page_reader.page_refs(store, codec, STREAM, 200, {**AgentState().to_wire(), **paged})
         state = AgentState.from_paged(rest, older)
         state.messages = [{"role": "user", "content": "a summary of what came before"}]  # a compaction
         again = state.snapshot_wire()
@@ -153,7 +153,7 @@ async def test_ledger_pages_continuing_a_compacted_conversation_are_written_anew
         assert "ledger_pages" not in again and "pages" not in again
         assert again["ledger"] == wire["ledger"]
         repaged = await pager.page_out(codec, STREAM, 300, again)
-        whole = await pages.page_in(store, codec, STREAM, 300, repaged)
+        whole = await page_reader.page_in(store, codec, STREAM, 300, repaged)
     assert whole["ledger"] == wire["ledger"] and whole["messages"] == state.messages
 
 
@@ -172,11 +172,76 @@ async def test_a_page_opened_with_its_bases_in_another_order_is_refused_not_misr
     codec = RecordCodec(cipher=CIPHER if encrypted else None)
     wire = shaped_alike_run()
     async with open_store("memory://") as store:
-        paged = await pages.Pager(store).page_out(codec, STREAM, 200, wire)
+        paged = await page_writer.Pager(store).page_out(codec, STREAM, 200, wire)
         third = paged["pages"][2]
         assert len(third["base"]) == 2, "the third page continues the first two"
         swapped = {**paged, "pages": [*paged["pages"][:2], {**third, "base": third["base"][::-1]}]}
         # main: the third page's matches copy the second page's files: valid CBOR, the wrong conversation
         with pytest.raises(CorruptRecordError):
-            await pages.page_in(store, codec, STREAM, 200, swapped)
-        assert await pages.page_in(store, codec, STREAM, 200, paged) == wire
+            await page_reader.page_in(store, codec, STREAM, 200, swapped)
+        assert await page_reader.page_in(store, codec, STREAM, 200, paged) == wire
+
+
+async def test_the_compaction_check_reads_and_decodes_each_page_once(monkeypatch):
+    codec = RecordCodec()
+    decoded: list[int] = []
+    page_items = codec.page_items
+
+    def counting(raw: bytes, seq: int, stream: StreamId | None = None) -> list[Any]:
+        decoded.append(seq)
+        return page_items(raw, seq, stream)
+
+    monkeypatch.setattr(codec, "page_items", counting)
+    longer = rereading_run(96)
+    # The same messages and entries, fewer of them: the longer run's first pages are these.
+    shorter = {**longer, "messages": longer["messages"][:160], "ledger": dict(list(longer["ledger"].items())[:80])}
+    async with open_store("memory://") as store:
+        read: list[str] = []
+        get_blob = store.get_blob
+
+        async def reading(stream: StreamId, digest: str) -> bytes:
+            read.append(digest)
+            return await get_blob(stream, digest)
+
+        monkeypatch.setattr(store, "get_blob", reading)
+        pager, check = page_writer.Pager(store), page_reader.PageCheck()
+        first = await pager.page_out(codec, STREAM, 200, shorter)
+        await check.check(store, codec, STREAM, 200, first)
+        refs = first["pages"] + first["ledger_pages"]
+        assert len(decoded) == len(refs) and sorted(read) == sorted(r["digest"] for r in refs)
+        decoded.clear(), read.clear()
+        await check.check(store, codec, STREAM, 200, first)
+        assert decoded == [] and read == [], "pages already found to open are neither read nor decoded again"
+        second = await pager.page_out(codec, STREAM, 300, longer)
+        new = [ref for ref in second["pages"] + second["ledger_pages"] if ref not in refs]
+        continued = {ref["digest"] for ref in new}  # with every page they continue, and those continue, ...
+        for ref in reversed(second["pages"] + second["ledger_pages"]):
+            if ref["digest"] in continued:
+                continued.update(ref.get("base", ()))
+        await check.check(store, codec, STREAM, 300, second)
+        assert new and decoded == [300] * len(new), "only the new pages are decoded"
+        assert set(read) == continued, "only the new pages and those they continue are read"
+        assert len(continued) < len(second["pages"] + second["ledger_pages"])
+        # A check in a process that has not seen the pages reads them all, and finds one missing.
+        await store.delete_blobs(STREAM, [refs[0]["digest"]])
+        with pytest.raises(CorruptRecordError, match="missing"):
+            await page_reader.PageCheck().check(store, codec, STREAM, 300, second)
+
+
+async def test_a_page_continuing_more_bytes_than_a_writer_joins_is_refused():
+    codec = RecordCodec()
+    # A crafted snapshot: its first page alone holds more than a prefix may, and the second continues it.
+    big = codec.page_payload(200, [{"role": "tool", "content": "x" * page_reader.MAX_PREFIX}])
+    small = codec.page_payload(200, [{"role": "tool", "content": "x" * 1024}])
+    async with open_store("memory://") as store:
+        first = await store.put_blob(STREAM, codec.page_frame(200, big, STREAM))
+        second = await store.put_blob(STREAM, codec.page_frame(200, small, STREAM, big))
+        wire = {
+            **AgentState().to_wire(),
+            "pages": [
+                {"digest": first, "s": 200, "count": 1},
+                {"digest": second, "s": 200, "count": 1, "base": [first]},
+            ],
+        }
+        with pytest.raises(CorruptRecordError, match="prefix"):
+            await page_reader.page_in(store, codec, STREAM, 200, wire)

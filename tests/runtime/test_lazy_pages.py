@@ -16,7 +16,7 @@ import pytest
 from support_agents import list_agent
 
 from durably import Budget, Runtime, SnapshotPolicy
-from durably._journal import pages
+from durably._journal import page_reader, page_writer
 from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._journal.restore import restore
@@ -39,8 +39,8 @@ def cipher() -> AESGCMCipher:
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch):
     """Pages of 8 items, 4 kept inline: a short run already spans several pages of each kind."""
-    monkeypatch.setattr(pages, "PAGE", 8)
-    monkeypatch.setattr(pages, "KEEP", 4)
+    monkeypatch.setattr(page_writer, "PAGE", 8)
+    monkeypatch.setattr(page_writer, "KEEP", 4)
 
 
 @pytest.fixture
@@ -90,8 +90,8 @@ async def eager(store: Store, codec: RecordCodec) -> AgentState:
     snapshot = await store.get_snapshot(STREAM)
     assert snapshot is not None
     seq, wire, _ = codec.decode_snapshot(snapshot, STREAM)
-    assert pages.paged(wire), "the latest snapshot names pages"
-    state = AgentState.from_wire(await pages.page_in(store, codec, STREAM, seq, wire))
+    assert page_reader.paged(wire), "the latest snapshot names pages"
+    state = AgentState.from_wire(await page_reader.page_in(store, codec, STREAM, seq, wire))
     state.last_seq = seq
     async for record in JournalReader(store, codec, STREAM).records(seq):
         apply(state, record)
@@ -179,7 +179,7 @@ async def test_a_snapshot_after_a_lazy_restore_names_the_same_pages(url, decodes
 
         store.put_blob = spy  # type: ignore[method-assign]
         for step in ("undecoded", "decoded"):
-            wire = await pages.Pager(store).page_out(codec, STREAM, state.last_seq, state.snapshot_wire())
+            wire = await page_writer.Pager(store).page_out(codec, STREAM, state.last_seq, state.snapshot_wire())
             for section in ("pages", "ledger_pages"):
                 assert wire[section][: len(old_wire[section])] == old_wire[section], (step, section)
             assert not set(written) & {r["digest"] for r in old_wire["pages"] + old_wire["ledger_pages"]}
@@ -308,7 +308,7 @@ async def test_a_lazily_restored_run_under_write_compat_snapshots_its_whole_stat
     codec = RecordCodec()
     async with open_store(url) as store:
         first = await store.get_snapshot(STREAM)
-        assert first is not None and pages.paged(codec.decode_snapshot(first, STREAM)[1])
+        assert first is not None and page_reader.paged(codec.decode_snapshot(first, STREAM)[1])
     async with Runtime(url, agents=[list_agent(STEPS, [])], write_compat="0.1", **kw) as rt:
         await rt.extend_budget("a1", steps=STEPS)
         live = await rt.run("list-agent", "a1", "count")
@@ -318,5 +318,5 @@ async def test_a_lazily_restored_run_under_write_compat_snapshots_its_whole_stat
         latest = await store.get_snapshot(STREAM)
         assert latest is not None and latest.seq > first.seq
         _, wire, frame = codec.decode_snapshot(latest, STREAM)
-        assert not pages.paged(wire) and frame.schema_version < pages.FIRST_PAGED
+        assert not page_reader.paged(wire) and frame.schema_version < page_reader.FIRST_PAGED
         assert AgentState.from_wire(wire).to_wire() == (await journal_fold(store, codec, latest.seq)).to_wire()

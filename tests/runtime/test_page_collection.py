@@ -17,7 +17,7 @@ import pytest
 from support_agents import list_agent
 
 from durably import Budget, Runtime, SnapshotPolicy
-from durably._journal import pages
+from durably._journal import page_reader, page_writer
 from durably._journal.page_collection import PageCollector, named, named_by_stored
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState
@@ -38,8 +38,8 @@ def cipher(*ids: str, current: str | None = None) -> AESGCMCipher:
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch):
     """Pages of 8 items, 4 kept inline: a short run already spans several pages of each kind."""
-    monkeypatch.setattr(pages, "PAGE", 8)
-    monkeypatch.setattr(pages, "KEEP", 4)
+    monkeypatch.setattr(page_writer, "PAGE", 8)
+    monkeypatch.setattr(page_writer, "KEEP", 4)
 
 
 @pytest.fixture(params=["sqlite", "postgres", "s3"])
@@ -104,7 +104,7 @@ async def test_new_snapshots_delete_the_pages_no_kept_snapshot_names(url, writte
     # Encrypted: a page written anew gets a new digest. The pager remembering no stream, every
     # snapshot writes its pages anew (as when it forgets the least recently paged of many
     # streams), so each retires its predecessor's: many pages to delete, and some to keep.
-    monkeypatch.setattr(pages, "REMEMBERED", 0)
+    monkeypatch.setattr(page_writer, "REMEMBERED", 0)
     retired: dict[int, set[str]] = {}  # per writer (one per runtime): what its last prune retired
     pruned = PageCollector.pruned
 
@@ -126,7 +126,7 @@ async def test_new_snapshots_delete_the_pages_no_kept_snapshot_names(url, writte
         # which the first runtime, closed, never makes).
         assert garbage <= set().union(*retired.values()), "a page retired before a last prune is still there"
         assert set(written) - names - garbage, "no page was deleted"
-        whole = await pages.page_in(store, codec, STREAM, seq, wire)
+        whole = await page_reader.page_in(store, codec, STREAM, seq, wire)
     assert whole["messages"] == live.messages
     async with Runtime(url, encryption=cipher("k1")) as rt:
         assert (await rt.status("a1")).to_wire() == live.to_wire()
@@ -155,7 +155,7 @@ async def test_a_restore_of_the_previous_snapshot_finds_its_pages(url, written):
             if before is not None:
                 at, wire = codec.decode_snapshot(before, stream)[:2]
                 try:
-                    await pages.page_in(store, codec, stream, at, wire)
+                    await page_reader.page_in(store, codec, stream, at, wire)
                 except CorruptRecordError as exc:  # a page deleted with its snapshot
                     failed.append(exc)
                 seen.append((at, wire))
@@ -164,7 +164,7 @@ async def test_a_restore_of_the_previous_snapshot_finds_its_pages(url, written):
         await rt.extend_budget("a1", steps=STEPS)
         await rt.run("list-agent", "a1", "count")
         await writer.flush()
-    assert seen and all(pages.paged(wire) for _, wire in seen)
+    assert seen and all(page_reader.paged(wire) for _, wire in seen)
     assert failed == []
 
 
@@ -201,7 +201,7 @@ async def test_a_store_failing_before_the_old_pages_are_deleted_loses_nothing(ur
     only_k2 = RecordCodec(cipher=cipher("k2"))
     async with open_store(url) as store:
         seq, wire = await latest(store, only_k2)  # the new snapshot is there, under k2
-        whole = await pages.page_in(store, only_k2, STREAM, seq, wire)  # and every page it names
+        whole = await page_reader.page_in(store, only_k2, STREAM, seq, wire)  # and every page it names
         assert whole["messages"] == live.messages
     async with Runtime(url, encryption=cipher("k1", "k2", current="k2")) as rt:
         restored = await rt.status("a1")  # a restore through the new snapshot's pages
@@ -221,7 +221,7 @@ async def test_reencrypt_deletes_the_retired_pages_in_one_go(url, written):
         assert await stored(store, STREAM, under_k1) == set(), "main: the pages under k1 stay"
         seq, wire = await latest(store, only_k2)
         assert named(wire) and named(wire) <= await stored(store, STREAM, written)
-        whole = await pages.page_in(store, only_k2, STREAM, seq, wire)
+        whole = await page_reader.page_in(store, only_k2, STREAM, seq, wire)
     assert AgentState.from_wire(whole).messages == live.messages
 
 

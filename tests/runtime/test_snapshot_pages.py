@@ -21,7 +21,7 @@ import pytest
 from support_agents import list_agent
 
 from durably import Runtime, SnapshotPolicy
-from durably._journal import pages
+from durably._journal import page_reader, page_writer
 from durably._journal.journal_reader import JournalReader
 from durably._journal.records import RecordCodec
 from durably._loop.state import AgentState, apply
@@ -44,8 +44,8 @@ STEPS = 30  # 62 messages and 30 ledger entries: several pages of 8 each
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch):
     """Pages of 8 items, 4 kept inline: a short run already spans several pages of each kind."""
-    monkeypatch.setattr(pages, "PAGE", 8)
-    monkeypatch.setattr(pages, "KEEP", 4)
+    monkeypatch.setattr(page_writer, "PAGE", 8)
+    monkeypatch.setattr(page_writer, "KEEP", 4)
 
 
 EVERY_TWO = SnapshotPolicy(every_records=2, tail_ratio=0.0)
@@ -68,7 +68,7 @@ async def latest_wire(store: Store, stream: StreamId, codec: RecordCodec | None 
 
 
 def page_digests(wire: dict) -> list[str]:
-    return [ref["digest"] for _, key in pages.SECTIONS for ref in wire.get(key, [])]
+    return [ref["digest"] for _, key in page_writer.SECTIONS for ref in wire.get(key, [])]
 
 
 async def run_long(url: str, **kw: Any) -> AgentState:
@@ -150,6 +150,35 @@ async def test_a_lost_page_behind_compaction_is_a_typed_error_and_nothing_is_del
         assert [r.data async for r in store.read(stream)] == records
 
 
+@pytest.mark.parametrize("bug", ["no base named", "not CBOR"])
+async def test_compaction_keeps_the_records_behind_a_snapshot_whose_page_does_not_open(tmp_path, monkeypatch, bug):
+    """A writer's bug makes pages whose bytes match their digest but that do not open: a
+    chained page whose reference names no base, or a page whose payload is not CBOR."""
+    encode = page_writer._encode
+
+    def buggy_encode(codec, seq, items, stream, base):
+        payload, data = encode(codec, seq, items, stream, base)
+        if bug == "no base named":
+            base.clear()  # the frame continues its base, the reference will name none
+        else:
+            data = codec.page_frame(seq, b"\xff", stream)
+        return payload, data
+
+    monkeypatch.setattr(page_writer, "_encode", buggy_encode)
+    url = f"sqlite:///{tmp_path}/a.db"
+    policy = SnapshotPolicy(every_records=30, tail_ratio=0.0, compact=True)  # every snapshot names pages
+    async with Runtime(url, agents=[list_agent(STEPS, [])], snapshot_policy=policy) as rt:
+        live = await rt.run("list-agent", "a1", "count")
+        await rt._activations.services.snapshots.flush()
+    stream = StreamId("default", "a1")
+    async with open_store(url) as store:
+        _, wire = await latest_wire(store, stream)
+        assert wire.get("pages"), "the snapshots name pages"
+        seqs = [r.seq async for r in store.read(stream)]
+        assert seqs == list(range(1, live.last_seq + 1)), "compacted behind a snapshot that cannot be restored"
+        assert await folded(store, stream) == live.to_wire()  # the journal alone still restores the agent
+
+
 CRASHING_CHILD = textwrap.dedent(
     """
     import os, signal, sys
@@ -157,10 +186,10 @@ CRASHING_CHILD = textwrap.dedent(
     sys.path[:0] = sys.argv[3].split(os.pathsep)
     from support_agents import list_agent
     from durably import Runtime, SnapshotPolicy
-    from durably._journal import pages
+    from durably._journal import page_reader, page_writer
     from durably.adapters.sqlite._store import SQLiteStore
 
-    pages.PAGE, pages.KEEP = 8, 4
+    page_writer.PAGE, page_writer.KEEP = 8, 4
     put_blob, wrote = SQLiteStore.put_blob, []
 
     async def put_blob_then_die(self, stream, data):
@@ -234,7 +263,7 @@ async def test_a_purge_deletes_the_pages(tmp_path, scheme):
         await rt._activations.services.snapshots.flush()
         _, wire = await latest_wire(store, stream)
         assert wire.get("pages")
-        restored_wire = await pages.page_in(store, RecordCodec(), stream, wire["last_seq"], wire)
+        restored_wire = await page_reader.page_in(store, RecordCodec(), stream, wire["last_seq"], wire)
         assert restored_wire["messages"] == again.messages
 
 
@@ -247,8 +276,8 @@ async def test_reencrypt_writes_the_pages_under_the_current_key(tmp_path):
     only_k2 = RecordCodec(cipher=cipher("k2"))
     async with open_store(url) as store:
         seq, wire = await latest_wire(store, stream, only_k2)
-        assert pages.paged(wire)
-        whole = await pages.page_in(store, only_k2, stream, seq, wire)  # main: a page under k1 fails here
+        assert page_reader.paged(wire)
+        whole = await page_reader.page_in(store, only_k2, stream, seq, wire)  # main: a page under k1 fails here
     restored = AgentState.from_wire(whole)
     assert restored.messages == live.messages and restored.ledger == live.ledger
 
@@ -263,7 +292,7 @@ async def test_a_fork_and_time_travel_read_through_pages(tmp_path):
     async with open_store(url) as store:
         newest = await store.get_snapshot(stream)
         older = await store.get_snapshot(stream, newest.seq - 1)
-        assert pages.paged(RecordCodec().decode_snapshot(older, stream)[1])
+        assert page_reader.paged(RecordCodec().decode_snapshot(older, stream)[1])
         at = await folded(store, stream, upto=older.seq + 1)
     async with Runtime(url) as rt:
         past = await rt.state_at("a1", older.seq + 1)  # from the older paged snapshot and one record

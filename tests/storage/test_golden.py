@@ -26,7 +26,7 @@ from schema_wire import validate_frame
 
 from durably import AgentState, Runtime
 from durably._cli.demo.survey import survey_agent
-from durably._journal import pages
+from durably._journal import page_reader
 from durably._journal.records import RecordCodec
 from durably.errors import CorruptRecordError
 from durably.schemas._records import CURRENT_VERSIONS, RECORD_SCHEMA_ID, SCHEMA_NAMES, SNAPSHOT_SCHEMA_ID, Kind
@@ -175,7 +175,7 @@ def chained_database(tmp_path: Path):
     return copy
 
 
-async def stored_chain(database: Path) -> tuple[dict[str, Any], pages.Chain]:
+async def stored_chain(database: Path) -> tuple[dict[str, Any], page_reader.Chain]:
     """The golden snapshot's state as stored (page references included) and the ``Chain`` of
     its pages (conversation, then ledger) with their stored bytes, each checked against its digest."""
     info = manifest(CHAINED)["database"]
@@ -187,7 +187,7 @@ async def stored_chain(database: Path) -> tuple[dict[str, Any], pages.Chain]:
         refs = wire["pages"] + wire["ledger_pages"]
         blobs = {ref["digest"]: await store.get_blob(stream, ref["digest"]) for ref in refs}
     assert all(hashlib.sha256(data).hexdigest() == digest for digest, data in blobs.items())
-    return wire, pages.Chain(refs, blobs, codec, stream, snapshot.seq)
+    return wire, page_reader.Chain(refs, blobs, codec, stream, snapshot.seq)
 
 
 async def test_the_chained_set_pages_are_stored_as_recorded_and_open_after_their_bases(chained_database: Path) -> None:
@@ -245,4 +245,4 @@ async def test_a_chained_golden_page_opened_with_the_wrong_base_bytes_is_refused
             named = ref["base"][::-1] if wrong == "bases reordered" else ref["base"][1:]
             refs = [{**r, "base": named} if r is ref else r for r in chain.refs]
             with pytest.raises(CorruptRecordError):
-                pages.Chain(refs, chain.blobs, chain.codec, chain.stream, chain.seq).payloads([ref])
+                page_reader.Chain(refs, chain.blobs, chain.codec, chain.stream, chain.seq).payloads([ref])

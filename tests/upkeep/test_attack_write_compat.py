@@ -29,7 +29,7 @@ from durably import (
     ToolCall,
     agent_tool,
 )
-from durably._journal import pages
+from durably._journal import page_writer
 from durably._loop.agent import HistoryPolicy
 from durably.storage._crypto import AESGCMCipher, StaticKeyProvider, generate_key
 
@@ -57,8 +57,8 @@ anyio.run(main, sys.argv[1], sys.argv[2], sys.argv[3:])
 
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pages, "PAGE", 4)
-    monkeypatch.setattr(pages, "KEEP", 2)
+    monkeypatch.setattr(page_writer, "PAGE", 4)
+    monkeypatch.setattr(page_writer, "KEEP", 2)
 
 
 def helper() -> AgentDefinition:

@@ -27,7 +27,7 @@ from durably._cli.main import cli
 from durably._cli.output import Output
 from durably._cli.worker import _warn_of_older_readers
 from durably._fleet.workers import WORKERS_NAMESPACE, list_workers
-from durably._journal import pages
+from durably._journal import page_writer
 from durably._journal.records import RecordCodec
 from durably._journal.write_formats import NEWEST, RELEASES, write_formats
 from durably.errors import ArgumentTypeError, InvalidArgumentError, UnencodableValueError
@@ -88,8 +88,8 @@ def stored(db: Path) -> tuple[list[bytes], list[bytes], int]:
 
 @pytest.fixture
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pages, "PAGE", 4)
-    monkeypatch.setattr(pages, "KEEP", 2)
+    monkeypatch.setattr(page_writer, "PAGE", 4)
+    monkeypatch.setattr(page_writer, "KEEP", 2)
 
 
 @pytest.mark.usefixtures("small_pages")
