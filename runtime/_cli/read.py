@@ -17,6 +17,7 @@ import click
 from durably._cli.activity import calls_made, steps_cell, steps_line
 from durably._cli.options import EXIT_OK, EXIT_REFUSED, encryption_from_env, json_option, run_async, store_command
 from durably._cli.output import Output, error_json, neutralise, to_json, when
+from durably._fleet.owner import OwnerIdentity
 from durably._loop.state import AgentState
 from durably._reading import threads
 from durably._reading.describe import AgentDescription
@@ -58,16 +59,28 @@ def _thread_lines(out: Output, summary: ThreadSummary) -> None:
         out.line(f"{name + ':':<15}{value}")
 
 
-def lease_text(info: AgentDescription, now: float | None = None) -> str:
-    """Who holds the agent's lease and until when, for people."""
+def short_owner(owner: str) -> str:
+    """The worker id in a lease owner string durably wrote (``durably._fleet.owner``; host:pid
+    unless the worker was given ``--worker-id``), else the string itself."""
+    identity = OwnerIdentity.parse(owner)
+    return owner if identity is None else identity.worker_id
+
+
+def lease_text(info: AgentDescription, now: float | None = None, *, short: bool = False) -> str:
+    """Who holds the agent's lease and until when, for people.
+
+    ``short``: name the holder by its worker id alone, for the ``agents`` table: the full
+    owner (nonce, process start, boot id, pid namespace) is ~90 characters a row and
+    stays in ``show`` and ``--json``."""
     lease = info.lease
     if lease is None:
         return "none" if info.leases_supported else "(this store has no leases)"
     now = time.time() if now is None else now
     left = lease.expires_at - now
+    owner = short_owner(lease.owner) if short else lease.owner
     if lease.dead:
-        return f"{lease.owner}: process gone (dead holder), lease lapses at {when(lease.expires_at)}"
-    return f"{lease.owner} until {when(lease.expires_at)} ({left:.0f}s)"
+        return f"{owner}: process gone (dead holder), lease lapses at {when(lease.expires_at)}"
+    return f"{owner} until {when(lease.expires_at)} ({left:.0f}s)"
 
 
 def approvals_text(info: AgentDescription) -> str:
@@ -173,7 +186,7 @@ def agents(
             str(d.seq),
             steps_cell(d),
             when(d.last_activity_at),
-            lease_text(d, now),
+            lease_text(d, now, short=True),
             "; ".join(filter(None, [d.reason, approvals_text(d), limit_wait_text(d)])),
         ]
         for d in found

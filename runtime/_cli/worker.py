@@ -36,7 +36,7 @@ from durably._cli.options import (
     write_compat_option,
 )
 from durably._cli.output import Output, when
-from durably._fleet.workers import DEFAULT_TIMEOUT, describe, forgotten, list_workers
+from durably._fleet.workers import DEFAULT_TIMEOUT, describe, forgotten, list_workers, mark_superseded
 from durably._journal.write_formats import readable, release_name
 from durably._loop.agent import AgentDefinition
 from durably.errors import DurablyError
@@ -274,7 +274,8 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
 
     A worker is dead when its last heartbeat is older than --heartbeat-timeout;
     dead and stopped workers hold no agents (any worker may take them over) and
-    are listed for 10 minutes after their last heartbeat. "reads" and "writes"
+    are listed for 10 minutes after their last heartbeat, marked superseded once
+    a later run uses the same worker id. "reads" and "writes"
     name the release whose formats each reads and writes (--write-compat).
     """
     from durably.storage._registry import open_store
@@ -282,7 +283,7 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
     async def go() -> tuple[list[dict[str, Any]], str]:
         async with open_store(store) as opened:
             rows = [describe(b, heartbeat_timeout, now) for b in await list_workers(opened, namespace)]
-            return [r for r in rows if not forgotten(r)], repr(opened)
+            return mark_superseded([r for r in rows if not forgotten(r)]), repr(opened)
 
     now = time.time()
     rows, where = run_async(go)
@@ -297,7 +298,7 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
         [
             [
                 r["worker_id"],
-                r["status"],
+                f"{r['status']} (superseded)" if r["superseded"] else r["status"],
                 r["host"],
                 r["pid"],
                 _held(r),
@@ -310,7 +311,12 @@ def workers(store: str, namespace: str, heartbeat_timeout: float, json_mode: boo
             for r in rows
         ],
         title=f"workers of namespace {namespace!r}",
-        caption=f"a worker silent for {heartbeat_timeout:g}s counts as dead",
+        caption=f"a worker silent for {heartbeat_timeout:g}s counts as dead"
+        + (
+            "; superseded: an earlier run of a worker id a later run now uses"
+            if any(r["superseded"] for r in rows)
+            else ""
+        ),
         keep=("worker", "status"),
     )
 

@@ -447,3 +447,19 @@ def forgotten(row: Mapping[str, Any]) -> bool:
     Operators are not shown such a worker, also when no live worker was left to delete its stream.
     """
     return row["status"] in (STOPPED, "dead") and row["age_s"] > FORGET_AFTER
+
+
+def mark_superseded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (``describe`` rows), each with ``superseded`` set.
+
+    A stopped or dead worker is superseded when a run started later under the
+    same worker id is listed too (a reused ``--worker-id``, a restarted pod):
+    its row is history, the later run is the one serving. Two live rows with one
+    worker id are left as they are: neither replaced the other.
+    """
+    latest: dict[str, float] = {}
+    for row in rows:
+        latest[row["worker_id"]] = max(latest.get(row["worker_id"], row["started_at"]), row["started_at"])
+    for row in rows:
+        row["superseded"] = row["status"] in (STOPPED, "dead") and row["started_at"] < latest[row["worker_id"]]
+    return rows

@@ -13,8 +13,11 @@ are in the Python API only (``run_fleet_torture(restart_database=...)``): the
 command cannot know how your database is run.
 
 Prints the run's summary and every violation; the exit status is 1 when an
-invariant broke (or the run could not be carried out), 0 otherwise. Use a
-store you can throw away: the harness writes agents into its ``torture`` namespace.
+invariant broke (or the run could not be carried out), 0 otherwise. A fleet run
+in which the chaos loop dealt no fault (every agent finished first) also exits 1:
+it tested nothing, and a CI job gating on the exit status must not count it as a
+pass. Use a store you can throw away: the harness writes agents into its
+``torture`` namespace.
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ from durably.storage._errors import DurablyError
 
 @click.command()
 @click.option("--store", required=True, metavar="URL", help="store URL to torture (one you can throw away)")
-@click.option("--kills", type=click.IntRange(1), default=200, show_default=True, help="SIGKILLs of worker processes")
+@click.option(
+    "--kills",
+    type=click.IntRange(1),
+    default=200,
+    show_default=True,
+    help="SIGKILLs of worker processes; ignored by --fleet, whose chaos loop deals faults until every agent finished",
+)
 @click.option(
     "--workers",
     type=click.IntRange(1),
@@ -106,7 +115,8 @@ def torture(
     out.line(report.summary())
     for violation in report.violations:
         out.line(f"violation: {violation}")
-    return 1 if report.violations else 0
+    invalid = isinstance(report, FleetReport) and report.tested_nothing
+    return 1 if report.violations or invalid else 0
 
 
 #: The commands this module adds to ``durably`` (see ``durably._cli``).

@@ -71,17 +71,35 @@ class FleetReport:
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
 
+    @property
+    def tested_nothing(self) -> bool:
+        """True when the chaos loop dealt no fault: every agent finished first.
+
+        Such a run is not a pass: invariants that held where nothing broke say
+        nothing of recovery. As a Jepsen checker answers "unknown" rather than
+        "valid" for a history that cannot decide, the summary calls it invalid
+        and ``durably torture`` exits 1.
+        """
+        return not self.faults
+
     def summary(self) -> str:
-        """One paragraph for a terminal."""
+        """One paragraph for a terminal; a second line when the run dealt no fault."""
         faults = ", ".join(f"{name} {count}" for name, count in sorted(self.faults.items())) or "none"
         verdict = "0 violations" if not self.violations else f"{len(self.violations)} VIOLATIONS"
-        return (
+        text = (
             f"fleet torture of {self.store}: {self.workers} workers, {self.agents} agents, faults: {faults}; "
             f"{self.approvals} approvals acknowledged, {self.effects} effects, {self.appends} acknowledged appends "
             f"by {self.activations} activations ({self.takeovers} agents ran under more than one), "
             f"{self.replays} effects made again by a worker paused past its lease (same idempotency key), "
             f"{self.seconds:.0f} s: {verdict}"
         )
+        if self.tested_nothing:
+            text += (
+                "\nINVALID RUN: no fault was dealt, so it tested nothing (every agent finished before the first "
+                f"fault; a worker gets one only after {SETTLE:.0f} s up, then about every chaos interval): "
+                "run more agents or steps, or a shorter --chaos-interval"
+            )
+        return text
 
 
 @dataclass

@@ -148,13 +148,30 @@ def test_a_fleet_on_postgres_keeps_every_invariant_through_database_restarts(
 
 
 def test_the_cli_runs_the_fleet_mode_and_exits_0_on_a_clean_run(tmp_path, capsys) -> None:
+    # Sized so faults are dealt: a worker gets its first only after SETTLE seconds up, and 20 agents
+    # of 1 step finish sooner than that; this run lasts several seconds even on an idle machine.
     argv = ["torture", "--fleet", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--workers", "2"]
-    assert (
-        main([*argv, "--agents", "20", "--steps", "1", "--seed", "1", "--chaos-interval", "0.5", "--timeout", "300"])
-        == 0
-    )
+    status = main([*argv, "--agents", "200", "--steps", "2", "--seed", "1", "--chaos-interval", "0.2"])
     out = capsys.readouterr().out
+    assert status == 0, out
     assert "fleet torture of" in out and "0 violations" in out, out
+    assert "faults: none" not in out and "INVALID" not in out, out
+
+
+def test_the_cli_calls_a_fleet_run_that_dealt_no_fault_invalid_and_exits_1(tmp_path, capsys) -> None:
+    # The first fault is due after at least 300 s: a handful of agents finish long before it.
+    argv = ["torture", "--fleet", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--workers", "1"]
+    status = main([*argv, "--agents", "3", "--steps", "1", "--seed", "1", "--chaos-interval", "600"])
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "faults: none" in out and "0 violations" in out, out
+    assert "INVALID RUN: no fault was dealt, so it tested nothing" in out, out
+
+
+def test_the_cli_help_says_fleet_ignores_kills(capsys) -> None:
+    assert main(["torture", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "ignored by --fleet" in help_text, help_text
 
 
 def test_the_cli_refuses_fleet_only_options_without_fleet(tmp_path, capsys) -> None:

@@ -36,6 +36,12 @@ def run_example(name: str, *args: str, timeout: float = 180) -> str:
     return done.stdout
 
 
+def test_every_example_is_listed_on_the_examples_page() -> None:
+    page = (EXAMPLES.parent / "docs" / "examples.md").read_text(encoding="utf-8")
+    unlisted = [path.name for path in sorted(EXAMPLES.glob("*.py")) if f"| `{path.name}` |" not in page]
+    assert unlisted == [], f"docs/examples.md does not list {unlisted}"
+
+
 def test_every_example_imports_only_public_names() -> None:
     examples = sorted(EXAMPLES.glob("*.py"))
     assert len(examples) >= 5

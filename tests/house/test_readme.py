@@ -165,3 +165,16 @@ def test_getting_started_runs_after_the_readmes_example(tmp_path):
     shown = subprocess.run([durably, "history", *history], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert shown.returncode == 0, shown.stderr
     assert "tool_result" in shown.stdout and "finished" in shown.stdout
+
+
+def test_every_install_line_installs_from_a_clone():
+    """durably is not on the package index yet (getting-started.md): no page may tell a reader to
+    ``pip install 'durably[...]'`` from it; every install line is the clone's ``pip install -e``."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    from_the_index = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+        for page in pages
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"pip install (-q )?['\"]?durably", line)
+    ]
+    assert not from_the_index, "\n".join(from_the_index)

@@ -156,8 +156,17 @@ def test_show_of_a_sigkilled_agent_names_its_dead_holder(tmp_path) -> None:
     assert "dead holder" in shown.stdout and "process gone" in shown.stdout and "running" in shown.stdout
     info = json.loads(durably("show", "victim", "--store", url, "--json").stdout)
     assert info["lease"]["dead"] is True and info["lease"]["expires_at"] > info["last_activity_at"]
+    owner = info["lease"]["owner"]  # worker_id/nonce@host:pid:start:boot:pidns, ~90 characters
+    assert owner in shown.stdout
     listing = durably("agents", "--store", url)
     assert "dead holder" in listing.stdout
+    # The table names the holder by its worker id (host:pid by default), not the whole owner string.
+    row = next(line for line in listing.stdout.splitlines() if "victim" in line)
+    worker_id = owner.split("/")[0]
+    assert owner not in listing.stdout and f"{worker_id}: process gone" in row, row
+    assert max(len(line) for line in listing.stdout.splitlines()) < 200, listing.stdout
+    listed = json.loads(durably("agents", "--store", url, "--json").stdout)
+    assert listed["agents"][0]["lease"]["owner"] == owner
 
 
 async def test_agents_filters_sorts_and_prints_json(tmp_path) -> None:
