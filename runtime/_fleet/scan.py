@@ -11,11 +11,15 @@ store's and is raised, for ``serve()`` to back off.
 
 Fair shares between serving workers: ``serve()`` scans in
 a random order, so workers polling together do not all reach for the same
-agents first, and with a ``limit`` takes no more than that many agents in
-one scan. ``FairShare`` sets that limit: at most ``max_agents`` live agents in
-this runtime, and no more than an even split of the live agents it has seen
-among the workers holding them (itself included); its first scan takes one
-agent, so that workers started together see each other before they split.
+agents first, and takes no more than its share of them in one scan.
+``FairShare`` sets that share: at most ``max_agents`` live agents in this
+runtime, and no more than an even split, among the workers it knows of
+(itself included), of the agents it could run: those live here plus the
+runnable ones the scan lists. The workers it knows of are the live serving
+workers whose heartbeats say they serve the namespace with one of its
+definitions (an idle fleet splits a burst too) and the lease holders its last
+scan met (a runtime that holds leases without serving). Its first scan takes
+one agent, so that workers started together see each other before they split.
 """
 
 from __future__ import annotations
@@ -55,17 +59,28 @@ log = logging.getLogger("durably.runtime")  # a logger name users configure, not
 @dataclass
 class ScanResult:
     """``handles`` of the agents resumed here; ``holders``: how many agents each other
-    live lease owner was seen running (owner string -> count)."""
+    live lease owner was seen running (owner string -> count); ``listed``: how many
+    runnable agents this runtime could run the scan listed, besides those live here
+    (None: not counted, or the store has no status index to tell runnable from finished)."""
 
     handles: list[AgentHandle] = field(default_factory=list)
     holders: Counter[str] = field(default_factory=Counter)
+    listed: int | None = None
 
 
-async def scan(activations: Activations, *, limit: int | None = None, shuffle: bool = False) -> ScanResult:
+async def scan(
+    activations: Activations,
+    *,
+    limit: int | None = None,
+    shuffle: bool = False,
+    share: Callable[[int | None], int | None] | None = None,
+) -> ScanResult:
     """Resume the namespace's runnable agents whose definition ``runtime`` registers.
 
     ``limit``: resume at most that many (None: all); ``shuffle``: visit the
-    streams in a random order (their ids are then held in memory for the scan).
+    streams in a random order (their ids are then held in memory for the scan);
+    ``share``: once the streams are listed, called with ``ScanResult.listed`` (the
+    listing is then held in memory): its answer, if lower, is the limit.
     Up to ``RESUME_CONCURRENCY`` agents are resumed at once.
     Raises ``StoreUnavailableError``, ``StoreClosedError`` and ``RuntimeNotStartedError`` (the
     runtime was left during the scan); nothing else.
@@ -83,10 +98,22 @@ async def scan(activations: Activations, *, limit: int | None = None, shuffle: b
         if rows is not None
         else _unindexed(activations.store.list_streams(activations.namespace))
     )
-    if shuffle:
-        listed = [stream async for stream in streams]
-        random.shuffle(listed)
+    if shuffle or share is not None:
+        listed = [
+            row
+            async for row in streams
+            if row.stream.agent_id not in activations.live and activations.serves(row.entry)
+        ]
+        if shuffle:
+            random.shuffle(listed)
         streams = _aiter(listed)
+        # Unindexed, the listing holds finished agents too: no count of what waits.
+        result.listed = len(listed) if rows is not None else None
+        if share is not None:
+            allowed = share(result.listed)
+            limit = allowed if limit is None or (allowed is not None and allowed < limit) else limit
+            if limit is not None and limit < 1:
+                return result
     outage: list[BaseException] = []
     # The listing goes stale over a long scan (other workers finish what it
     # listed): each row's entry is read again just before its claim.
@@ -223,6 +250,7 @@ class FairShare:
     """How many agents ``serve()`` may take in its next scan.
 
     ``max_agents``: most live agents in this runtime at once (None: no cap).
+    Raises ``InvalidArgumentError`` when ``max_agents`` is below 1.
     """
 
     def __init__(self, max_agents: int | None = None) -> None:
@@ -230,22 +258,40 @@ class FairShare:
             raise InvalidArgumentError("max_agents must be at least 1")
         self.max_agents = max_agents
         self._seen: ScanResult | None = None
+        self._peers: frozenset[str] = frozenset()
 
-    def limit(self, live_here: int) -> int | None:
-        """The next scan's limit given ``live_here`` agents running in this runtime; None: no limit."""
+    def limit(self, live_here: int, listed: int | None = None) -> int | None:
+        """The next scan's limit given ``live_here`` agents running in this runtime; None: no limit.
+
+        ``listed``: the runnable agents this runtime could run that the scan lists
+        (``ScanResult.listed``, those other workers hold included); None when not
+        known, then the split is of the agents the last scan saw held, plus one.
+        """
         cap = None if self.max_agents is None else max(0, self.max_agents - live_here)
         if self._seen is None:
             share = 1  # first scan: one, until the other workers are seen
-        elif not self._seen.holders:
-            share = None  # alone, as far as can be seen
         else:
-            workers = 1 + len(self._seen.holders)
-            total = live_here + sum(self._seen.holders.values()) + 1  # room for one more
-            share = max(1, math.ceil(total / workers) - live_here)  # never 0: nothing starves
+            others = self._peers | set(self._seen.holders)
+            if not others:
+                share = None  # alone, as far as can be seen
+            else:
+                if listed is None:
+                    total = live_here + sum(self._seen.holders.values()) + 1  # room for one more
+                else:
+                    total = live_here + listed
+                share = max(1, math.ceil(total / (1 + len(others))) - live_here)  # never 0: nothing starves
         if cap is None:
             return share
         return cap if share is None else min(cap, share)
 
+    def share(self, live_here: int) -> Callable[[int | None], int | None]:
+        """``limit`` for a scan to call once it has listed the runnable agents (``scan(share=)``)."""
+        return lambda listed: self.limit(live_here, listed)
+
     def observed(self, result: ScanResult) -> None:
         """Remember what the last scan saw."""
         self._seen = result
+
+    def peers(self, owners: Iterable[str]) -> None:
+        """Remember the lease owner strings of the other live workers serving what this one serves."""
+        self._peers = frozenset(owners)

@@ -58,3 +58,16 @@ def test_fair_share_splits_what_it_has_seen():
     capped = FairShare(max_agents=4)
     capped.observed(ScanResult())
     assert capped.limit(3) == 1 and capped.limit(4) == 0
+
+
+def test_fair_share_counts_live_workers_and_what_the_scan_lists():
+    from durably._fleet.scan import FairShare, ScanResult
+
+    fair = FairShare()
+    fair.observed(ScanResult())  # no lease held anywhere: an idle fleet
+    fair.peers(["w2"])  # but a second worker's heartbeat says it serves the same definitions
+    assert fair.limit(0, listed=7) == 4  # 7 runnable over 2 workers
+    assert fair.limit(4, listed=3) == 1  # at its share: one more at most, so nothing starves
+    fair.peers([])
+    assert fair.limit(0, listed=7) is None  # alone: everything
+    assert FairShare(max_agents=2).share(0)(None) == 1  # the first scan takes one
