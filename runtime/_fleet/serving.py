@@ -155,7 +155,9 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
                 with attempt:
                     fair.peers(await _peers(activations))
                     live = len(activations.live)
-                    fair.observed(await scan(activations, limit=fair.limit(live), shuffle=True, share=fair.share(live)))
+                    # The share is set once the scan has listed what waits; at max_agents nothing is listed.
+                    full = 0 if fair.limit(live) == 0 else None
+                    fair.observed(await scan(activations, limit=full, shuffle=True, share=fair.share(live)))
                     await child_delivery.recover(activations)  # child ends a dead process did not deliver
             outage.ended()
             await observer.scanned()

@@ -17,6 +17,8 @@ import anyio
 import pytest
 
 from durably import FunctionAgent, Run, Runtime, ToolContext
+from durably._fleet import serving
+from durably._fleet.scan import ScanResult, scan
 from durably._fleet.workers import list_workers
 
 pytestmark = pytest.mark.anyio
@@ -42,8 +44,16 @@ def _held(release: anyio.Event) -> FunctionAgent:
 
 
 @pytest.mark.parametrize(("workers", "agents"), [(2, 7), (3, 10)])
-async def test_an_idle_fleet_splits_a_burst(tmp_path, workers: int, agents: int) -> None:
+async def test_an_idle_fleet_splits_a_burst(tmp_path, monkeypatch, workers: int, agents: int) -> None:
     url = f"sqlite:///{tmp_path}/a.db"
+    taken: list[int] = []  # how many agents each scan took
+
+    async def counted(*args: object, **kwargs: object) -> ScanResult:
+        result = await scan(*args, **kwargs)  # type: ignore[arg-type]
+        taken.append(len(result.handles))
+        return result
+
+    monkeypatch.setattr(serving, "scan", counted)
     release = anyio.Event()
     definition = _held(release)
     async with AsyncExitStack() as stack:
@@ -77,6 +87,8 @@ async def test_an_idle_fleet_splits_a_burst(tmp_path, workers: int, agents: int)
                 # one such late poll is the slack allowed here.
                 assert max(per_worker.values()) <= math.ceil(agents / workers) + 1, per_worker
                 assert sum(per_worker.values()) == agents
+                # Taken in shares, not one agent per poll: some scan took several at once.
+                assert max(taken) >= 2, taken
             finally:
                 release.set()
                 tg.cancel_scope.cancel()
