@@ -18,8 +18,12 @@ runtime, and no more than an even split, among the workers it knows of
 runnable ones the scan lists. The workers it knows of are the live serving
 workers whose heartbeats say they serve the namespace with one of its
 definitions (an idle fleet splits a burst too) and the lease holders its last
-scan met (a runtime that holds leases without serving). Its first scan takes
-one agent, so that workers started together see each other before they split.
+scan met (a runtime that holds leases without serving). At its share it takes
+one more agent per scan only when an agent it listed in its previous scan is
+still waiting and no peer's heartbeat lists it: peers below their share take
+the rest, and an agent a peer leaves (at its ``max_agents``, serving other
+definitions) still runs. Its first scan takes one agent, so that workers
+started together see each other before they split.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,13 +63,13 @@ log = logging.getLogger("durably.runtime")  # a logger name users configure, not
 @dataclass
 class ScanResult:
     """``handles`` of the agents resumed here; ``holders``: how many agents each other
-    live lease owner was seen running (owner string -> count); ``listed``: how many
-    runnable agents this runtime could run the scan listed, besides those live here
-    (None: not counted, or the store has no status index to tell runnable from finished)."""
+    live lease owner was seen running (owner string -> count); ``listed``: the ids of
+    the runnable agents this runtime could run that the scan listed, besides those live
+    here (None: not kept, or the store has no status index to tell runnable from finished)."""
 
     handles: list[AgentHandle] = field(default_factory=list)
     holders: Counter[str] = field(default_factory=Counter)
-    listed: int | None = None
+    listed: list[str] | None = None
 
 
 async def scan(
@@ -73,7 +77,7 @@ async def scan(
     *,
     limit: int | None = None,
     shuffle: bool = False,
-    share: Callable[[int | None], int | None] | None = None,
+    share: Callable[[list[str] | None], int | None] | None = None,
 ) -> ScanResult:
     """Resume the namespace's runnable agents whose definition ``runtime`` registers.
 
@@ -108,7 +112,7 @@ async def scan(
             random.shuffle(listed)
         streams = _aiter(listed)
         # Unindexed, the listing holds finished agents too: no count of what waits.
-        result.listed = len(listed) if rows is not None else None
+        result.listed = [row.stream.agent_id for row in listed] if rows is not None else None
         if share is not None:
             allowed = share(result.listed)
             limit = allowed if limit is None or (allowed is not None and allowed < limit) else limit
@@ -259,12 +263,14 @@ class FairShare:
         self.max_agents = max_agents
         self._seen: ScanResult | None = None
         self._peers: frozenset[str] = frozenset()
+        self._peers_run: frozenset[str] = frozenset()  # the agent ids the peers' heartbeats list
+        self._unclaimed: frozenset[str] = frozenset()  # listed by the last scan, run by no peer
 
-    def limit(self, live_here: int, listed: int | None = None) -> int | None:
+    def limit(self, live_here: int, listed: Collection[str] | None = None) -> int | None:
         """The next scan's limit given ``live_here`` agents running in this runtime; None: no limit.
 
-        ``listed``: the runnable agents this runtime could run that the scan lists
-        (``ScanResult.listed``, those other workers hold included); None when not
+        ``listed``: the ids of the runnable agents this runtime could run that the scan
+        lists (``ScanResult.listed``, those other workers hold included); None when not
         known, then the split is of the agents the last scan saw held, plus one.
         """
         cap = None if self.max_agents is None else max(0, self.max_agents - live_here)
@@ -275,23 +281,33 @@ class FairShare:
             if not others:
                 share = None  # alone, as far as can be seen
             else:
+                workers = 1 + len(others)
                 if listed is None:
                     total = live_here + sum(self._seen.holders.values()) + 1  # room for one more
+                    share = max(1, math.ceil(total / workers) - live_here)  # never 0: nothing starves
                 else:
-                    total = live_here + listed
-                share = max(1, math.ceil(total / (1 + len(others))) - live_here)  # never 0: nothing starves
+                    share = math.ceil((live_here + len(listed)) / workers) - live_here
+                    if share < 1:
+                        # At its share: the peers below theirs take the rest. One more only when an
+                        # agent no peer runs was already waiting at the last scan (a whole poll): a
+                        # peer at its max_agents or serving other definitions leaves it, and no
+                        # agent waits forever.
+                        share = 1 if self._unclaimed.intersection(listed).difference(self._peers_run) else 0
         if cap is None:
             return share
         return cap if share is None else min(cap, share)
 
-    def share(self, live_here: int) -> Callable[[int | None], int | None]:
+    def share(self, live_here: int) -> Callable[[list[str] | None], int | None]:
         """``limit`` for a scan to call once it has listed the runnable agents (``scan(share=)``)."""
         return lambda listed: self.limit(live_here, listed)
 
     def observed(self, result: ScanResult) -> None:
         """Remember what the last scan saw."""
         self._seen = result
+        self._unclaimed = frozenset(result.listed or ()) - self._peers_run
 
-    def peers(self, owners: Iterable[str]) -> None:
-        """Remember the lease owner strings of the other live workers serving what this one serves."""
+    def peers(self, owners: Iterable[str], running: Iterable[str] = ()) -> None:
+        """Remember the other live workers serving what this one serves: their lease owner strings,
+        and the agent ids their heartbeats say they run (``WorkerBeat.agent_ids``)."""
         self._peers = frozenset(owners)
+        self._peers_run = frozenset(running)

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from tenacity.wait import wait_base
 
     from durably._fleet.activations import Activations
+    from durably._fleet.workers import WorkerBeat
 
 log = logging.getLogger("durably.serve")
 
@@ -153,7 +154,8 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
         while not stop.is_set():
             async for attempt in retrying:
                 with attempt:
-                    fair.peers(await _peers(activations))
+                    peers = await _peers(activations)
+                    fair.peers((beat.owner for beat in peers), (a for beat in peers for a in beat.agent_ids))
                     live = len(activations.live)
                     # The share is set once the scan has listed what waits; at max_agents nothing is listed.
                     full = 0 if fair.limit(live) == 0 else None
@@ -167,17 +169,17 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
             )
 
 
-async def _peers(activations: Activations) -> list[str]:
-    """The lease owners of the other live workers serving the namespace with one of this runtime's
-    definitions, by their heartbeats: one listing of the heartbeat streams per scan, whatever the
-    number of agents (none without heartbeats). Raises ``StoreError`` subclasses as the store does."""
+async def _peers(activations: Activations) -> list[WorkerBeat]:
+    """The heartbeats of the other live workers serving the namespace with one of this runtime's
+    definitions: one listing of the heartbeat streams per scan, whatever the number of agents
+    (none without heartbeats). Raises ``StoreError`` subclasses as the store does."""
     heartbeats = activations.leases.heartbeats
     if heartbeats is None:
         return []
     mine = str(heartbeats.identity)
     ours = set(activations.definitions)
     return [
-        beat.owner
+        beat
         for beat in await heartbeats.live_workers(activations.namespace)
         if beat.owner != mine and ours.intersection(beat.definitions)
     ]

@@ -81,10 +81,10 @@ async def test_an_idle_fleet_splits_a_burst(tmp_path, monkeypatch, workers: int,
                                 holders[f"agent-{i}"] = holder.worker_id
                         await anyio.sleep(0.05)
                 per_worker = Counter(holders.values())
-                # A worker takes at most ceil(N/k) in its first scan after the burst; it takes
-                # one more only at a later scan that still finds agents nobody holds, i.e. when
-                # a peer has not scanned for a whole poll interval since (a loaded machine):
-                # one such late poll is the slack allowed here.
+                # A worker takes at most ceil(N/k) in its first scan after the burst; at its share
+                # it takes one more only for an agent that no peer took through a whole poll of its
+                # own (the guard against starving an agent), i.e. when a peer was a poll late on
+                # a loaded machine: one such late poll is the slack allowed here.
                 assert max(per_worker.values()) <= math.ceil(agents / workers) + 1, per_worker
                 assert sum(per_worker.values()) == agents
                 # Taken in shares, not one agent per poll: some scan took several at once.
