@@ -11,6 +11,7 @@
     durably migrate / bench              schema upkeep, checkpoint throughput
     durably verify                       read every frame of a namespace, report damage (changes nothing)
     durably worker --agents MOD:ATTR     run agents from the store until SIGTERM; durably workers: who does
+    durably submit --agents MOD:ATTR DEFINITION AGENT_ID [TASK]   hand a new agent to the workers
     durably torture --store URL          SIGKILL real agents at every journal boundary, check the invariants
     durably ui                           the web console (extra durably[ui])
 
@@ -55,6 +56,7 @@ LAZY_COMMANDS = {
     "ui": "durably._cli.ui",
     "verify": "durably._cli.verify",
     **dict.fromkeys(("worker", "workers"), "durably._cli.worker"),
+    "submit": "durably._cli.submit",
     "import-langgraph": "durably._cli.langgraph",
     "torture": "durably._torture.cli",
 }

@@ -11,11 +11,19 @@ store's and is raised, for ``serve()`` to back off.
 
 Fair shares between serving workers: ``serve()`` scans in
 a random order, so workers polling together do not all reach for the same
-agents first, and with a ``limit`` takes no more than that many agents in
-one scan. ``FairShare`` sets that limit: at most ``max_agents`` live agents in
-this runtime, and no more than an even split of the live agents it has seen
-among the workers holding them (itself included); its first scan takes one
-agent, so that workers started together see each other before they split.
+agents first, and takes no more than its share of them in one scan.
+``FairShare`` sets that share: at most ``max_agents`` live agents in this
+runtime, and no more than an even split, among the workers it knows of
+(itself included), of the agents it could run: those live here plus the
+runnable ones the scan lists. The workers it knows of are the live serving
+workers whose heartbeats say they serve the namespace with one of its
+definitions (an idle fleet splits a burst too) and the lease holders its last
+scan met (a runtime that holds leases without serving). At its share it takes
+one more agent per scan only when an agent it listed in its previous scan is
+still waiting and no peer's heartbeat lists it: peers below their share take
+the rest, and an agent a peer leaves (at its ``max_agents``, serving other
+definitions) still runs. Its first scan takes one agent, so that workers
+started together see each other before they split.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,17 +63,28 @@ log = logging.getLogger("durably.runtime")  # a logger name users configure, not
 @dataclass
 class ScanResult:
     """``handles`` of the agents resumed here; ``holders``: how many agents each other
-    live lease owner was seen running (owner string -> count)."""
+    live lease owner was seen running (owner string -> count); ``listed``: the ids of
+    the runnable agents this runtime could run that the scan listed, besides those live
+    here (None: not kept, or the store has no status index to tell runnable from finished)."""
 
     handles: list[AgentHandle] = field(default_factory=list)
     holders: Counter[str] = field(default_factory=Counter)
+    listed: list[str] | None = None
 
 
-async def scan(activations: Activations, *, limit: int | None = None, shuffle: bool = False) -> ScanResult:
+async def scan(
+    activations: Activations,
+    *,
+    limit: int | None = None,
+    shuffle: bool = False,
+    share: Callable[[list[str] | None], int | None] | None = None,
+) -> ScanResult:
     """Resume the namespace's runnable agents whose definition ``runtime`` registers.
 
     ``limit``: resume at most that many (None: all); ``shuffle``: visit the
-    streams in a random order (their ids are then held in memory for the scan).
+    streams in a random order (their ids are then held in memory for the scan);
+    ``share``: once the streams are listed, called with ``ScanResult.listed`` (the
+    listing is then held in memory): its answer, if lower, is the limit.
     Up to ``RESUME_CONCURRENCY`` agents are resumed at once.
     Raises ``StoreUnavailableError``, ``StoreClosedError`` and ``RuntimeNotStartedError`` (the
     runtime was left during the scan); nothing else.
@@ -83,10 +102,22 @@ async def scan(activations: Activations, *, limit: int | None = None, shuffle: b
         if rows is not None
         else _unindexed(activations.store.list_streams(activations.namespace))
     )
-    if shuffle:
-        listed = [stream async for stream in streams]
-        random.shuffle(listed)
+    if shuffle or share is not None:
+        listed = [
+            row
+            async for row in streams
+            if row.stream.agent_id not in activations.live and activations.serves(row.entry)
+        ]
+        if shuffle:
+            random.shuffle(listed)
         streams = _aiter(listed)
+        # Unindexed, the listing holds finished agents too: no count of what waits.
+        result.listed = [row.stream.agent_id for row in listed] if rows is not None else None
+        if share is not None:
+            allowed = share(result.listed)
+            limit = allowed if limit is None or (allowed is not None and allowed < limit) else limit
+            if limit is not None and limit < 1:
+                return result
     outage: list[BaseException] = []
     # The listing goes stale over a long scan (other workers finish what it
     # listed): each row's entry is read again just before its claim.
@@ -223,6 +254,7 @@ class FairShare:
     """How many agents ``serve()`` may take in its next scan.
 
     ``max_agents``: most live agents in this runtime at once (None: no cap).
+    Raises ``InvalidArgumentError`` when ``max_agents`` is below 1.
     """
 
     def __init__(self, max_agents: int | None = None) -> None:
@@ -230,22 +262,52 @@ class FairShare:
             raise InvalidArgumentError("max_agents must be at least 1")
         self.max_agents = max_agents
         self._seen: ScanResult | None = None
+        self._peers: frozenset[str] = frozenset()
+        self._peers_run: frozenset[str] = frozenset()  # the agent ids the peers' heartbeats list
+        self._unclaimed: frozenset[str] = frozenset()  # listed by the last scan, run by no peer
 
-    def limit(self, live_here: int) -> int | None:
-        """The next scan's limit given ``live_here`` agents running in this runtime; None: no limit."""
+    def limit(self, live_here: int, listed: Collection[str] | None = None) -> int | None:
+        """The next scan's limit given ``live_here`` agents running in this runtime; None: no limit.
+
+        ``listed``: the ids of the runnable agents this runtime could run that the scan
+        lists (``ScanResult.listed``, those other workers hold included); None when not
+        known, then the split is of the agents the last scan saw held, plus one.
+        """
         cap = None if self.max_agents is None else max(0, self.max_agents - live_here)
         if self._seen is None:
             share = 1  # first scan: one, until the other workers are seen
-        elif not self._seen.holders:
-            share = None  # alone, as far as can be seen
         else:
-            workers = 1 + len(self._seen.holders)
-            total = live_here + sum(self._seen.holders.values()) + 1  # room for one more
-            share = max(1, math.ceil(total / workers) - live_here)  # never 0: nothing starves
+            others = self._peers | set(self._seen.holders)
+            if not others:
+                share = None  # alone, as far as can be seen
+            else:
+                workers = 1 + len(others)
+                if listed is None:
+                    total = live_here + sum(self._seen.holders.values()) + 1  # room for one more
+                    share = max(1, math.ceil(total / workers) - live_here)  # never 0: nothing starves
+                else:
+                    share = math.ceil((live_here + len(listed)) / workers) - live_here
+                    if share < 1:
+                        # At its share: the peers below theirs take the rest. One more only when an
+                        # agent no peer runs was already waiting at the last scan (a whole poll): a
+                        # peer at its max_agents or serving other definitions leaves it, and no
+                        # agent waits forever.
+                        share = 1 if self._unclaimed.intersection(listed).difference(self._peers_run) else 0
         if cap is None:
             return share
         return cap if share is None else min(cap, share)
 
+    def share(self, live_here: int) -> Callable[[list[str] | None], int | None]:
+        """``limit`` for a scan to call once it has listed the runnable agents (``scan(share=)``)."""
+        return lambda listed: self.limit(live_here, listed)
+
     def observed(self, result: ScanResult) -> None:
         """Remember what the last scan saw."""
         self._seen = result
+        self._unclaimed = frozenset(result.listed or ()) - self._peers_run
+
+    def peers(self, owners: Iterable[str], running: Iterable[str] = ()) -> None:
+        """Remember the other live workers serving what this one serves: their lease owner strings,
+        and the agent ids their heartbeats say they run (``WorkerBeat.agent_ids``)."""
+        self._peers = frozenset(owners)
+        self._peers_run = frozenset(running)

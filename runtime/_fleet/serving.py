@@ -23,8 +23,8 @@ Three promises a serving worker makes:
   the next scan; the scans go on as the fallback (``durably._fleet.wakeups``).
   A burst of such commands is resumed several agents at once, as a scan does.
 * **Fair shares.** Scans visit the agents in a random order and take no more
-  than ``FairShare`` allows (``max_agents``, an even split of what was seen:
-  see ``durably._fleet.scan``).
+  than ``FairShare`` allows (``max_agents``, an even split among the live
+  workers serving the same definitions: see ``durably._fleet.scan``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from tenacity.wait import wait_base
 
     from durably._fleet.activations import Activations
+    from durably._fleet.workers import WorkerBeat
 
 log = logging.getLogger("durably.serve")
 
@@ -153,7 +154,12 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
         while not stop.is_set():
             async for attempt in retrying:
                 with attempt:
-                    fair.observed(await scan(activations, limit=fair.limit(len(activations.live)), shuffle=True))
+                    peers = await _peers(activations)
+                    fair.peers((beat.owner for beat in peers), (a for beat in peers for a in beat.agent_ids))
+                    live = len(activations.live)
+                    # The share is set once the scan has listed what waits; at max_agents nothing is listed.
+                    full = 0 if fair.limit(live) == 0 else None
+                    fair.observed(await scan(activations, limit=full, shuffle=True, share=fair.share(live)))
                     await child_delivery.recover(activations)  # child ends a dead process did not deliver
             outage.ended()
             await observer.scanned()
@@ -161,6 +167,22 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
             await wakeups.wait_and_resume(
                 changes, poll_interval, woken, until=lambda: activations.wake.wait(poll_interval)
             )
+
+
+async def _peers(activations: Activations) -> list[WorkerBeat]:
+    """The heartbeats of the other live workers serving the namespace with one of this runtime's
+    definitions: one listing of the heartbeat streams per scan, whatever the number of agents
+    (none without heartbeats). Raises ``StoreError`` subclasses as the store does."""
+    heartbeats = activations.leases.heartbeats
+    if heartbeats is None:
+        return []
+    mine = str(heartbeats.identity)
+    ours = set(activations.definitions)
+    return [
+        beat
+        for beat in await heartbeats.live_workers(activations.namespace)
+        if beat.owner != mine and ours.intersection(beat.definitions)
+    ]
 
 
 def _store_failure(exc: BaseException) -> bool:

@@ -58,3 +58,21 @@ def test_fair_share_splits_what_it_has_seen():
     capped = FairShare(max_agents=4)
     capped.observed(ScanResult())
     assert capped.limit(3) == 1 and capped.limit(4) == 0
+
+
+def test_fair_share_counts_live_workers_and_what_the_scan_lists():
+    from durably._fleet.scan import FairShare, ScanResult
+
+    burst = [f"a{i}" for i in range(7)]
+    fair = FairShare()
+    fair.observed(ScanResult())  # no lease held anywhere: an idle fleet
+    fair.peers(["w2"])  # but a second worker's heartbeat says it serves the same definitions
+    assert fair.limit(0, listed=burst) == 4  # 7 runnable over 2 workers
+    assert fair.limit(4, listed=burst[4:]) == 0  # at its share: the peer below its share takes the rest
+    fair.observed(ScanResult(listed=burst[4:]))
+    assert fair.limit(4, listed=burst[4:]) == 1  # still waiting a whole poll later: one more, nothing starves
+    fair.peers(["w2"], running=burst[4:])
+    assert fair.limit(4, listed=burst[4:]) == 0  # the peer runs them (its heartbeat lists them)
+    fair.peers([])
+    assert fair.limit(0, listed=burst) is None  # alone: everything
+    assert FairShare(max_agents=2).share(0)(None) == 1  # the first scan takes one

@@ -242,9 +242,11 @@ def argv(line: str) -> list[str]:
 
 
 def test_the_readme_quick_path_runs(tmp_path):
-    """From the clone: a worker in the background, three tickets handed over, the workers and agents listed."""
-    start, hand_over, listing, agents = readme_worker_lines()
+    """From the clone: a worker in the background, three tickets handed over (and a fourth with
+    ``durably submit``), the workers and agents listed."""
+    start, hand_over, from_shell, listing, agents = readme_worker_lines()
     assert start.startswith("durably worker") and start.endswith("&") and listing == "durably workers"
+    assert from_shell.startswith("durably submit")
     assert agents == "durably agents"
     url = f"sqlite:///{tmp_path}/durably.db"
     env = {**os.environ, "DURABLY_STORE": url}
@@ -255,7 +257,9 @@ def test_the_readme_quick_path_runs(tmp_path):
         handed = subprocess.run(argv(hand_over), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert handed.returncode == 0, handed.stderr
         assert handed.stdout.count("queued: a live worker will run it") == 3, handed.stdout
-        tickets = ["ticket-1", "ticket-2", "ticket-3"]
+        shell = subprocess.run(argv(from_shell), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert shell.returncode == 0 and "queued: a live worker will run it" in shell.stdout, shell
+        tickets = ["ticket-1", "ticket-2", "ticket-3", "ticket-9"]
         wait_for(lambda: set(statuses(url, tickets).values()), 30, "answered", done={"finished"}.__eq__)
         listed = subprocess.run(argv(listing), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert listed.returncode == 0 and "live" in listed.stdout and str(worker.pid) in listed.stdout
