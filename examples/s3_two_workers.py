@@ -13,7 +13,7 @@ from acting twice. Every agent finishes and every tool call runs once.
 
     s3://my-bucket/agents?endpoint_url=http://127.0.0.1:9000&region=us-east-1&path_style=1
 
-Needs the ``s3`` extra: ``pip install 'durably[s3]'``.
+Needs the ``s3`` extra: ``pip install -e '.[s3]'`` in durably's clone.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Each adapter is an optional extra using the vendor's official async client:
 
-* ``durably.models.openai.OpenAIChatModel`` (``pip install 'durably[openai]'``):
+* ``durably.models.openai.OpenAIChatModel`` (``pip install -e '.[openai]'`` in durably's clone):
   the Chat Completions wire format, which OpenAI, vLLM, Ollama, LM Studio and
   LiteLLM's proxy all speak (``base_url=``);
-* ``durably.models.anthropic.AnthropicModel`` (``pip install 'durably[anthropic]'``):
+* ``durably.models.anthropic.AnthropicModel`` (``pip install -e '.[anthropic]'`` in durably's clone):
   the Messages API.
 
 ``from_spec("openai:gpt-4.1-mini")`` builds one from a ``provider:model`` string.

@@ -1,6 +1,6 @@
 """``AnthropicModel``: durably's ``Model`` over Anthropic's Messages API.
 
-It uses the official async client (``pip install 'durably[anthropic]'``), with
+It uses the official async client (``pip install -e '.[anthropic]'`` in durably's clone), with
 its own retries off: durably's ``RetryPolicy`` retries and journals each
 attempt. The Messages API takes the system prompt apart and wants user and
 assistant turns to alternate, so consecutive messages of one side (a turn's

@@ -2,7 +2,7 @@
 
 The same wire format is served by OpenAI and by vLLM, Ollama, LM Studio and
 LiteLLM's proxy, so one adapter reaches them all through ``base_url``. It uses
-the official async client (``pip install 'durably[openai]'``), with its own
+the official async client (``pip install -e '.[openai]'`` in durably's clone), with its own
 retries off: durably's ``RetryPolicy`` retries and journals each attempt.
 """
 

@@ -790,7 +790,8 @@ class ExtraNotInstalledError(DurablyError, ImportError):
     """A feature needs an optional extra whose library is not installed (a model
     adapter without its vendor client, ``durably ui`` without Starlette...).
 
-    The message names the command that installs it (``pip install 'durably[openai]'``).
+    The message names the command that installs it (``pip install -e '.[openai]'`` in durably's
+    clone: durably is not on the package index yet).
     Attributes: ``extra`` (the extra's name, e.g. ``openai``) and ``name`` (as for
     ``ImportError``: the module that is missing).
     """
@@ -805,7 +806,8 @@ class ExtraNotInstalledError(DurablyError, ImportError):
         and failed to import with ``missing``."""
         module = missing.name or str(missing)
         return cls(
-            f"{feature} needs the {extra} extra: pip install 'durably[{extra}]' ({module} is not installed)",
+            f"{feature} needs the {extra} extra: pip install -e '.[{extra}]' in durably's clone "
+            f"({module} is not installed)",
             extra=extra,
             name=missing.name,
         )

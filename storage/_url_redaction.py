@@ -78,10 +78,15 @@ def redact_url(url: str) -> str:
                 [(k, MASK if _secret_option(k) else redact_url(v) if "://" in v else v) for k, v in options],
                 safe="*:/@",
             )
-    shown = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    if not netloc and url.partition(":")[2].startswith("//"):  # urlunsplit drops the // of an empty host
-        shown = f"{parts.scheme}://{shown.partition(':')[2].removeprefix('//')}"
-    return shown
+    if not netloc and url.partition(":")[2].startswith("//"):
+        # An empty host ("sqlite:////abs/path.db"): urlunsplit would drop its "//" and, with a
+        # path that starts with "//", make the path's first segment read as a host.
+        return (
+            f"{parts.scheme}://{parts.path}"
+            + (f"?{query}" if query else "")
+            + (f"#{parts.fragment}" if parts.fragment else "")
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def url_secrets(url: str) -> frozenset[str]:

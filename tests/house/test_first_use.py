@@ -26,7 +26,7 @@ def test_a_model_adapter_without_its_vendor_client_names_the_extra(module, extra
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert f"pip install 'durably[{extra}]'" in proc.stdout and module in proc.stdout
+    assert f"pip install -e '.[{extra}]'" in proc.stdout and module in proc.stdout
 
 
 async def _not_started_calls(rt):

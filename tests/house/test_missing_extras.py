@@ -1,7 +1,7 @@
 """A feature whose optional extra is not installed raises ``ExtraNotInstalledError`` naming the extra.
 
 The same error for every extra (an ``ImportError`` and a ``DurablyError``, with
-``pip install 'durably[...]'`` in its message and the ``ModuleNotFoundError`` as its
+``pip install -e '.[...]'`` in its message and the ``ModuleNotFoundError`` as its
 ``__cause__``), and one error line from the ``durably`` command, not a traceback.
 Each case runs in a subprocess in which the extra's library is made unimportable
 (``sys.modules[name] = None``: ``import name`` then raises ``ModuleNotFoundError``).
@@ -64,7 +64,7 @@ CHECK = (
 def test_a_feature_without_its_extra_raises_extra_not_installed(action, missing, extra, feature):
     proc = run_without(missing, "import durably.storage\n" + CHECK.format(action=action, missing=missing, extra=extra))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"pip install 'durably[{extra}]'" in proc.stdout and feature in proc.stdout
+    assert f"pip install -e '.[{extra}]'" in proc.stdout and feature in proc.stdout
 
 
 def test_the_cli_prints_one_error_line_for_a_store_without_its_extra():
@@ -75,7 +75,7 @@ def test_the_cli_prints_one_error_line_for_a_store_without_its_extra():
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1, proc.stdout
-    assert lines[0].startswith("error: ExtraNotInstalledError: ") and "pip install 'durably[s3]'" in lines[0]
+    assert lines[0].startswith("error: ExtraNotInstalledError: ") and "pip install -e '.[s3]'" in lines[0]
 
 
 def test_the_cli_json_error_names_the_extra():
@@ -84,7 +84,7 @@ def test_the_cli_json_error_names_the_extra():
         "from durably._cli.main import main\nsys.exit(main(['agents', '--json', '--store', 'postgresql://u@h/db']))\n",
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert '"type": "ExtraNotInstalledError"' in proc.stdout and "durably[postgres]" in proc.stdout
+    assert '"type": "ExtraNotInstalledError"' in proc.stdout and "'.[postgres]'" in proc.stdout
 
 
 def test_only_the_extras_own_modules_are_translated():
@@ -101,7 +101,7 @@ def test_a_missing_submodule_of_the_extra_is_translated():
         with ExtraNotInstalledError.guard("durably.adapters.s3", "s3", "aiobotocore", "botocore"):
             import botocore.no_such_submodule  # noqa: F401
     assert caught.value.extra == "s3" and isinstance(caught.value.__cause__, ModuleNotFoundError)
-    assert "pip install 'durably[s3]'" in str(caught.value)
+    assert "pip install -e '.[s3]'" in str(caught.value)
 
 
 def test_an_import_error_that_is_not_a_missing_module_propagates():

@@ -80,7 +80,7 @@ def test_embedding_example_with_a_key_but_no_extra_names_the_extra(tmp_path):
         env=env,
     )
     assert proc.returncode == 1
-    assert "ExtraNotInstalledError" in proc.stderr and "pip install 'durably[openai]'" in proc.stderr
+    assert "ExtraNotInstalledError" in proc.stderr and "pip install -e '.[openai]'" in proc.stderr
 
 
 def test_embedding_example_runs(tmp_path):

@@ -135,6 +135,20 @@ def test_redact_url_masks_every_secret_form() -> None:
     assert redact_url("postgresql://[bad/x") == "postgresql://<unreadable URL>"
 
 
+def test_redact_url_keeps_a_url_without_secrets_as_written() -> None:
+    for url in (
+        "sqlite:////tmp/abs.db",
+        "sqlite:////tmp/abs.db?timeout=5",
+        "sqlite:///rel.db",
+        "file:///tmp/t",
+        "file:////srv/t#x",
+        "s3://bucket/prefix?region=us-east-1",
+        "postgresql://app@db:5432/agents?schema=x",
+    ):
+        assert redact_url(url) == url
+    assert redact_url("sqlite:////tmp/abs.db?password=pw") == "sqlite:////tmp/abs.db?password=***"
+
+
 def test_a_guarded_command_writes_no_password_to_its_log_handlers() -> None:
     url = f"postgresql://app:{ENCODED}@db/agents"
     written = io.StringIO()

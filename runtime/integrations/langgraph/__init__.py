@@ -9,7 +9,7 @@ graph = builder.compile(checkpointer=DurablySaver.from_url("sqlite:///agents.db"
 
 ``import_sqlite_threads`` copies the threads of a LangGraph SQLite checkpoint
 database (``AsyncSqliteSaver`` / ``SqliteSaver``) into a ``DurablySaver``.
-Needs the ``langgraph`` extra: ``pip install 'durably[langgraph]'``.
+Needs the ``langgraph`` extra: ``pip install -e '.[langgraph]'`` in durably's clone.
 """
 
 from durably.errors import (

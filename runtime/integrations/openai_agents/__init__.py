@@ -12,7 +12,7 @@ tools as durably approvals, resumable by id from any process::
     from durably.integrations.openai_agents import DurablySession
     result = await Runner.run(agent, "hi", session=DurablySession("user-42", rt))
 
-Needs the ``openai-agents`` extra: ``pip install 'durably[openai-agents]'``.
+Needs the ``openai-agents`` extra: ``pip install -e '.[openai-agents]'`` in durably's clone.
 """
 
 from durably.errors import AgentRunFailedError, ExtraNotInstalledError, NotInRunError

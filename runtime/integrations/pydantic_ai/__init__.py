@@ -10,7 +10,7 @@ async with durably.Runtime("sqlite:///agents.db", agents=[durable]) as rt:
 ``DurableAgent`` is a ``durably.FunctionAgent``: model requests and tool calls
 are journaled calls of the run, deferred tools are durably approvals, and
 ``durably worker --agents module:attr`` serves its runs.
-Needs the ``pydantic-ai`` extra: ``pip install 'durably[pydantic-ai]'``.
+Needs the ``pydantic-ai`` extra: ``pip install -e '.[pydantic-ai]'`` in durably's clone.
 """
 
 from durably.errors import ExtraNotInstalledError
