@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 import limit_agents
 import pytest
-from fleet_processes import spawn_worker, stop
+from fleet_processes import spawn_worker, stop, wait_for, workers_json
 from pg_server import PostgresTestServer
 
 from durably import (
@@ -319,12 +319,22 @@ def test_two_worker_processes_share_a_definitions_concurrency_limit(pg_server: P
                 for agent_id in ids:
                     await rt.submit(defn, agent_id, "task")
 
-        anyio.run(hand_over)
         workers = [
             spawn_worker(url, tmp_path, name, agents="limit_agents:limited", steps=2, step_seconds=0.1)
             for name in ("w1", "w2")
         ]
         try:
+            # The agents come once both workers heartbeat: a worker that sees no other takes
+            # them all (a fair share is split among the live workers), and under load the
+            # second process may start seconds after the first.
+            wait_for(
+                lambda: {w["worker_id"] for w in workers_json(url, 30)["workers"] if w["status"] == "live"},
+                60,
+                "both workers heartbeat",
+                done=lambda live: live >= {"w1", "w2"},
+                poll=0.2,
+            )
+            anyio.run(hand_over)
 
             async def all_finished() -> bool:
                 async with Runtime(url) as rt:
