@@ -178,18 +178,29 @@ class _Fleet:
                 return
 
     async def chaos(self, interval: float, restart_database: Callable[[bool], None] | None) -> None:
-        """Deal a random fault every ``interval`` seconds or so until every agent is done."""
+        """Deal a fault every ``interval`` seconds or so until every agent is done.
+
+        The faults come in rounds, each kind once per round in a random order, so a short
+        run deals every kind (drawn independently, 9 faults of 5 kinds missed one often)."""
         faults = FAULTS + (("db-fast", "db-immediate") if restart_database is not None else ())
         last_restart = time.monotonic()
+        deck: list[str] = []
         async with anyio.create_task_group() as group:
             while not self.done.is_set():
                 with anyio.move_on_after(self.rng.uniform(0.5 * interval, 1.5 * interval)):
                     await self.done.wait()
                 if self.done.is_set():
                     break
-                fault = self.rng.choice(faults)
-                if fault.startswith("db-") and time.monotonic() - last_restart < DB_RESTART_GAP:
-                    fault = self.rng.choice(FAULTS)  # the database gets time to serve between restarts
+                if not deck:
+                    deck = self.rng.sample(faults, len(faults))
+                # The database gets time to serve between restarts: a restart drawn too soon waits in the deck.
+                restart_due = time.monotonic() - last_restart >= DB_RESTART_GAP
+                drawn = next((f for f in deck if restart_due or not f.startswith("db-")), None)
+                if drawn is None:
+                    fault = self.rng.choice(FAULTS)  # only restarts left in this round, and too soon
+                else:
+                    fault = drawn
+                    deck.remove(fault)
                 if restart_database is not None and fault.startswith("db-"):
                     await anyio.to_thread.run_sync(restart_database, fault == "db-immediate")
                     last_restart = time.monotonic()
@@ -205,6 +216,8 @@ class _Fleet:
                         and (fault != "term" or w.ready.is_set())
                     ]
                     if not candidates:
+                        if drawn is not None:
+                            deck.append(fault)  # not dealt: it stays due this round
                         continue
                     worker = self.rng.choice(candidates)
                     if fault == "stop":

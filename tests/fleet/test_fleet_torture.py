@@ -134,7 +134,7 @@ def test_a_fleet_on_postgres_keeps_every_invariant_through_database_restarts(
             pg_server.url(),
             workers=4,
             agents=AGENTS,
-            steps=1,
+            steps=2,  # long enough (about a minute) for database restarts, at least 15 s apart
             seed=0,
             ledger=tmp_path / "ledger",
             chaos_interval=1.5,
