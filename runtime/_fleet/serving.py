@@ -33,7 +33,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, cast
 
 import anyio
@@ -150,11 +150,12 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
             resuming -= 1
 
     observer = ScanObserver(activations.store, activations.namespace, activations.telemetry, activations.live)
+    view = PeerView(activations)
     async with wakeups.subscribe(activations.store, activations.namespace) as changes:
         while not stop.is_set():
             async for attempt in retrying:
                 with attempt:
-                    peers = await _peers(activations)
+                    peers = await view.peers()
                     fair.peers((beat.owner for beat in peers), (a for beat in peers for a in beat.agent_ids))
                     live = len(activations.live)
                     # The share is set once the scan has listed what waits; at max_agents nothing is listed.
@@ -167,6 +168,31 @@ async def _scan_forever(activations: Activations, poll_interval: float, stop: an
             await wakeups.wait_and_resume(
                 changes, poll_interval, woken, until=lambda: activations.wake.wait(poll_interval)
             )
+
+
+#: Seconds a worker reuses what it saw of the other workers while it saw some. Each look
+#: reads every worker's heartbeat (on S3 a listing and a GET each), so K workers looking at
+#: every poll would read K x K heartbeats a second; the workers serving a namespace change
+#: far more slowly than that, and a stale view only moves a worker's share by an agent.
+PEERS_TTL = 5.0
+
+
+class PeerView:
+    """The other live workers as a serving loop sees them: read again at most every
+    ``PEERS_TTL`` seconds, and at every scan while none is seen (so workers started
+    together find each other at once)."""
+
+    def __init__(self, activations: Activations, clock: Callable[[], float] = time.monotonic) -> None:
+        self._activations, self._clock = activations, clock
+        self._beats: list[WorkerBeat] = []
+        self._read_at = -PEERS_TTL
+
+    async def peers(self) -> list[WorkerBeat]:
+        """The peers' latest heartbeats (see ``_peers``). Raises as ``_peers``."""
+        now = self._clock()
+        if not self._beats or now - self._read_at >= PEERS_TTL:
+            self._beats, self._read_at = await _peers(self._activations), now
+        return self._beats
 
 
 async def _peers(activations: Activations) -> list[WorkerBeat]:

@@ -76,3 +76,25 @@ def test_fair_share_counts_live_workers_and_what_the_scan_lists():
     fair.peers([])
     assert fair.limit(0, listed=burst) is None  # alone: everything
     assert FairShare(max_agents=2).share(0)(None) == 1  # the first scan takes one
+
+
+async def test_a_serving_loop_looks_at_its_peers_again_only_after_a_while_once_it_sees_some(monkeypatch):
+    from durably._fleet import serving
+
+    looks: list[float] = []
+    seen: list[list[str]] = [[], ["w2"], ["w2"]]
+
+    async def peers(activations: object) -> list[str]:
+        looks.append(clock[0])
+        return seen[min(len(looks) - 1, len(seen) - 1)]
+
+    clock = [100.0]
+    monkeypatch.setattr(serving, "_peers", peers)
+    view = serving.PeerView(object(), clock=lambda: clock[0])  # type: ignore[arg-type]
+    assert await view.peers() == []
+    assert await view.peers() == ["w2"]  # none seen: looked again at once
+    clock[0] += serving.PEERS_TTL / 2
+    assert await view.peers() == ["w2"] and len(looks) == 2  # some seen: the view is reused
+    clock[0] += serving.PEERS_TTL / 2
+    await view.peers()
+    assert len(looks) == 3  # past the TTL: looked again
