@@ -41,7 +41,9 @@ def import_langgraph(source: Path, store: str, namespace: str, threads: tuple[st
         from durably.integrations.langgraph import DurablySaver, import_sqlite_threads
         from durably.integrations.langgraph._importer import ImportedThread
     except ImportError as exc:
-        raise click.ClickException(f"LangGraph is not installed (pip install -e '.[langgraph]' in durably's clone): {exc}") from exc
+        raise click.ClickException(
+            f"LangGraph is not installed (pip install -e '.[langgraph]' in durably's clone): {exc}"
+        ) from exc
 
     async def go() -> list[ImportedThread]:
         async with DurablySaver.from_url(store, namespace=namespace, cipher=encryption_from_env()) as saver:
