@@ -14,6 +14,7 @@ definition, or ``unassigned`` when none does now.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,7 +24,11 @@ from durably._cli.output import Output
 from durably._cli.worker import load_agents
 from durably._loop.agent import AgentDefinition
 from durably._operate.placement import CommandResult
-from durably.errors import DefinitionNotRegisteredError
+from durably.errors import AgentNotFoundError, CodecError, DecryptionError, DefinitionNotRegisteredError
+
+if TYPE_CHECKING:
+    from durably._runtime import Runtime
+    from durably.storage._spi import StreamId
 
 
 def _aware_time(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
@@ -75,9 +80,10 @@ def submit(
 
     Journals the agent's first record (and its status index entry) as
     Runtime.submit does; a worker serving the namespace with DEFINITION runs
-    it. Prints its status and where it will run. An AGENT_ID that exists, or a
-    DEFINITION that --agents does not define, is refused (exit 1); a bad
-    MODULE:ATTR is a usage error (exit 2).
+    it. Prints its status and where it will run. An AGENT_ID that exists, a
+    DEFINITION that --agents does not define, or a store encrypted under keys
+    $DURABLY_KEYS does not hold, is refused (exit 1); a bad MODULE:ATTR is a
+    usage error (exit 2).
     """
     definitions = [d for spec in agent_specs for d in load_agents(spec)]
     definition = _named(definitions, definition_name)
@@ -113,7 +119,42 @@ async def _submit(
     from durably._runtime import Runtime
 
     async with Runtime(store, agents=definitions, namespace=namespace, encryption=encryption_from_env()) as rt:
+        await _check_keys(rt)
         return await rt.submit(definition, agent_id, task, not_before=not_before)
+
+
+async def _check_keys(rt: Runtime) -> None:
+    """Read the first ``PROBED`` agents of the namespace with this shell's keys; ``DecryptionError``
+    when they cannot decrypt one (encrypted with no key here, or under a key id here unknown): an
+    agent written with them would be unreadable to the workers, and would wait forever.
+
+    A plaintext agent read with keys passes (a store moving to encryption holds both), as
+    does an empty namespace; any other error reading one says nothing of the keys."""
+    streams = rt.store.list_streams(rt.namespace)
+    probed: list[StreamId] = []
+    try:
+        async for stream in streams:
+            probed.append(stream)
+            if len(probed) >= PROBED:
+                break
+    finally:
+        close = getattr(streams, "aclose", None)
+        if close is not None:
+            await close()  # the listing left early holds a cursor (or a page) until closed
+    for stream in probed:
+        try:
+            await rt.status(stream.agent_id)
+        except DecryptionError as exc:
+            raise DecryptionError(
+                f"nothing submitted: this store's agents are encrypted under keys this shell does not "
+                f"hold (set $DURABLY_KEYS and $DURABLY_KEY_ID as the workers do): {exc}"
+            ) from None
+        except (CodecError, AgentNotFoundError):
+            pass  # a corrupt stream (or a plaintext one, read with keys), or one purged since the listing
+
+
+#: Agents ``durably submit`` reads before writing, to tell whether its keys read the store.
+PROBED = 5
 
 
 COMMANDS = [submit]

@@ -254,6 +254,9 @@ class Heartbeats:
         self.stream = stream_of(identity)
         self.started_at: float | None = None  # set by start(): this runtime heartbeats
         self.last_written: float | None = None  # monotonic time of the last beat the store took
+        # Monotonic time since when this runtime's beats have reached the store without a gap
+        # longer than the timeout (None: the last one failed). See ``silent``.
+        self.writable_since: float | None = None
         self._seq = 0
         self._beats = 0
         self._cache: dict[str, tuple[float, WorkerBeat | None]] = {}
@@ -319,13 +322,17 @@ class Heartbeats:
                 # process of a reused nonce: go on after what is there.
                 self._seq = await self.store.last_seq(self.stream)
                 self._seq = await self.store.append(self.stream, self._seq, [beat.to_bytes()])
-            self.last_written = time.monotonic()
+            now = time.monotonic()
+            if self.writable_since is None or self.last_written is None or now - self.last_written > self.timeout:
+                self.writable_since = now  # first beat, or the first after a gap: the store (or we) stalled
+            self.last_written = now
             self._beats += 1
             if self._beats % COMPACT_EVERY == 0:
                 await self._compact(beat)
             if self._beats % SWEEP_EVERY == 1:
                 await self.sweep()
         except StoreError as exc:
+            self.writable_since = None
             log.warning("heartbeat of %s not written (%s); retrying in %.1f s", beat.worker_id, exc, self.interval)
             return False
         return True
@@ -363,10 +370,19 @@ class Heartbeats:
         True when its latest beat is older than ``timeout`` or says ``stopped``;
         False for a holder that is alive, that never heartbeat (its lease's expiry
         decides), an owner string this build does not write, or when the store
-        cannot be read now (then nothing is taken early). Never raises.
+        cannot be read now (then nothing is taken early). False too while this
+        runtime heartbeats but has not written its own beats through the last
+        ``timeout`` seconds without a gap: a stall of the store (its write lock
+        held, an outage) or of this process (paused) silences every worker at
+        once, and the others are alive; once the store takes writes again they
+        beat within a timeout. Never raises.
         """
         identity = OwnerIdentity.parse(owner)
         if identity is None or identity.nonce == self.identity.nonce:
+            return False
+        if self.started_at is not None and (
+            self.writable_since is None or not self.healthy() or time.monotonic() - self.writable_since < self.timeout
+        ):
             return False
         now = time.monotonic()
         cached = self._cache.get(identity.nonce)
