@@ -21,7 +21,7 @@ import click
 from durably._cli.operate import command_json, json_option
 from durably._cli.options import encryption_from_env, run_async, store_command
 from durably._cli.output import Output
-from durably._cli.worker import load_agents
+from durably._cli.worker import agents_option, load_agents
 from durably._loop.agent import AgentDefinition
 from durably._operate.placement import CommandResult
 from durably.errors import AgentNotFoundError, CodecError, DecryptionError, DefinitionNotRegisteredError
@@ -46,14 +46,7 @@ def _aware_time(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 
 @click.command()
-@click.option(
-    "--agents",
-    "agent_specs",
-    multiple=True,
-    required=True,
-    metavar="MODULE:ATTR",
-    help="the agent definitions, as for `durably worker` (repeatable); DEFINITION names one of them",
-)
+@agents_option("the agent definitions, as for `durably worker` (repeatable); DEFINITION names one of them")
 @click.argument("definition_name", metavar="DEFINITION")
 @click.argument("agent_id", metavar="AGENT_ID")
 @click.argument("task", default="")

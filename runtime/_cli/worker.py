@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -90,15 +90,15 @@ def load_agents(spec: str) -> list[AgentDefinition]:
     return found
 
 
+def agents_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--agents MODULE:ATTR`` option (repeatable, required) into ``agent_specs``, read by ``load_agents``."""
+    return click.option("--agents", "agent_specs", multiple=True, required=True, metavar="MODULE:ATTR", help=help)
+
+
 @click.command()
-@click.option(
-    "--agents",
-    "agent_specs",
-    multiple=True,
-    required=True,
-    metavar="MODULE:ATTR",
-    help="the agent definitions to run (repeatable): an AgentDefinition, a list or dict of them, "
-    "or a callable returning one; MODULE is imported from the current directory",
+@agents_option(
+    "the agent definitions to run (repeatable): an AgentDefinition, a list or dict of them, "
+    "or a callable returning one; MODULE is imported from the current directory"
 )
 @store_option
 @namespace_option

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
-import sys
 
 import anyio
 import pytest
-from fleet_processes import SUPPORT
+from fleet_processes import durably_submit as submit_command
 from worker_agents import agents
 
 from durably import AESGCMCipher, Runtime, StaticKeyProvider, generate_key
@@ -29,19 +27,7 @@ KEY = generate_key()
 
 
 def durably_submit(url: str, tmp_path, agent_id: str, keys: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WORKER_EFFECTS": str(tmp_path / "effects.jsonl"), **keys}
-    for name in ("DURABLY_STORE", "DURABLY_KEYS", "DURABLY_KEY_ID"):
-        if name not in keys:
-            env.pop(name, None)
-    return subprocess.run(
-        [sys.executable, "-m", "durably", "submit", "--store", url, "--agents", "worker_agents:agents"]
-        + ["slow-file", agent_id, "count", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=SUPPORT,
-        env=env,
-    )
+    return submit_command(url, tmp_path, "slow-file", agent_id, "count", "--json", environ=keys)
 
 
 def last_seq(url: str, agent_id: str) -> int:

@@ -147,12 +147,19 @@ def test_a_fleet_on_postgres_keeps_every_invariant_through_database_restarts(
     assert report.faults.get("db-fast", 0) + report.faults.get("db-immediate", 0) > 0, report.summary()
 
 
+def _fleet_cli(tmp_path, capsys, *, workers: int, agents: int, steps: int, chaos_interval: float) -> tuple[int, str]:
+    """``durably torture --fleet`` on a fresh SQLite file (seed 1): its exit status and output."""
+    status = main(
+        ["torture", "--fleet", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--workers", str(workers)]
+        + ["--agents", str(agents), "--steps", str(steps), "--seed", "1", "--chaos-interval", str(chaos_interval)]
+    )
+    return status, capsys.readouterr().out
+
+
 def test_the_cli_runs_the_fleet_mode_and_exits_0_on_a_clean_run(tmp_path, capsys) -> None:
     # Sized so faults are dealt: a worker gets its first only after SETTLE seconds up, and 20 agents
     # of 1 step finish sooner than that; this run lasts several seconds even on an idle machine.
-    argv = ["torture", "--fleet", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--workers", "2"]
-    status = main([*argv, "--agents", "200", "--steps", "2", "--seed", "1", "--chaos-interval", "0.2"])
-    out = capsys.readouterr().out
+    status, out = _fleet_cli(tmp_path, capsys, workers=2, agents=200, steps=2, chaos_interval=0.2)
     assert status == 0, out
     assert "fleet torture of" in out and "0 violations" in out, out
     assert "faults: none" not in out and "INVALID" not in out, out
@@ -160,9 +167,7 @@ def test_the_cli_runs_the_fleet_mode_and_exits_0_on_a_clean_run(tmp_path, capsys
 
 def test_the_cli_calls_a_fleet_run_that_dealt_no_fault_invalid_and_exits_1(tmp_path, capsys) -> None:
     # The first fault is due after at least 300 s: a handful of agents finish long before it.
-    argv = ["torture", "--fleet", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--workers", "1"]
-    status = main([*argv, "--agents", "3", "--steps", "1", "--seed", "1", "--chaos-interval", "600"])
-    out = capsys.readouterr().out
+    status, out = _fleet_cli(tmp_path, capsys, workers=1, agents=3, steps=1, chaos_interval=600)
     assert status == 1, out
     assert "faults: none" in out and "0 violations" in out, out
     assert "INVALID RUN: no fault was dealt, so it tested nothing" in out, out

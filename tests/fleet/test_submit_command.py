@@ -10,12 +10,11 @@ that exists or a definition ``--agents`` does not define, 2 for a bad
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import anyio
-from fleet_processes import SUPPORT, spawn_worker, stop, submit, wait_for, workers_json
+from fleet_processes import durably_submit as submit_command
+from fleet_processes import spawn_worker, stop, submit, wait_for, workers_json
 
 from durably import Runtime
 
@@ -23,16 +22,7 @@ TIMEOUT = 2.0  # --heartbeat-timeout of the worker
 
 
 def durably_submit(url: str, tmp_path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WORKER_EFFECTS": str(tmp_path / "effects.jsonl"), "WORKER_STEPS": "2"}
-    env.pop("DURABLY_STORE", None)
-    return subprocess.run(
-        [sys.executable, "-m", "durably", "submit", "--store", url, "--agents", "worker_agents:agents", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=SUPPORT,
-        env=env,
-    )
+    return submit_command(url, tmp_path, *argv, environ={"WORKER_STEPS": "2"})
 
 
 def status(url: str, agent_id: str) -> str:

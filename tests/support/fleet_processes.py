@@ -81,6 +81,28 @@ def spawn_worker(
     )
 
 
+def durably_submit(
+    url: str, folder: Path, *argv: str, environ: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``durably submit --store url --agents worker_agents:agents *argv``, run from this folder.
+
+    ``environ``: variables to set (``WORKER_STEPS``, ``DURABLY_KEYS``...); ``DURABLY_STORE``,
+    ``DURABLY_KEYS`` and ``DURABLY_KEY_ID`` are unset unless it names them."""
+    environ = environ or {}
+    env = {**os.environ, "WORKER_EFFECTS": str(folder / "effects.jsonl"), **environ}
+    for name in ("DURABLY_STORE", "DURABLY_KEYS", "DURABLY_KEY_ID"):
+        if name not in environ:
+            env.pop(name, None)
+    return subprocess.run(
+        [sys.executable, "-m", "durably", "submit", "--store", url, "--agents", "worker_agents:agents", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=SUPPORT,
+        env=env,
+    )
+
+
 def workers_json(url: str, timeout: float) -> dict:
     """``durably workers --json`` as a document."""
     proc = subprocess.run(
